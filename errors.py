@@ -1,0 +1,81 @@
+"""The exception types narrowpipe raises.
+
+Every error a user can provoke with bad input derives from :class:`NarrowpipeError`, so callers can
+catch one type and always get a message that names the file, the node and the reason instead of a
+raw traceback from a library deep below.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "NarrowpipeError",
+    "FrontendError",
+    "ModelLoadError",
+    "UnsupportedOpError",
+    "ShapeError",
+    "IRError",
+    "VerificationError",
+    "UnboundDimError",
+    "TargetSpecError",
+    "UnknownTargetError",
+    "PassError",
+]
+
+
+class NarrowpipeError(Exception):
+    """Base of every error narrowpipe raises on bad input or unsupported models."""
+
+
+class FrontendError(NarrowpipeError):
+    """A source program could not be lowered; the message names the file, node and op."""
+
+    def __init__(self, reason: str, *, file: str | None = None, node: str | None = None,
+                 op: str | None = None) -> None:
+        self.reason = reason
+        self.file = file
+        self.node = node
+        self.op = op
+        where = []
+        if file:
+            where.append(f"file {file!r}")
+        if node:
+            where.append(f"node {node!r}")
+        if op:
+            where.append(f"op {op!r}")
+        super().__init__(f"{', '.join(where)}: {reason}" if where else reason)
+
+
+class ModelLoadError(FrontendError):
+    """A model file is missing, truncated, corrupt or of an unknown format."""
+
+
+class UnsupportedOpError(FrontendError):
+    """An op has no canonical lowering or no cost rule (raised only when ``strict=True``)."""
+
+
+class ShapeError(FrontendError):
+    """Shapes are missing, negative, absurd or disagree with each other."""
+
+
+class IRError(NarrowpipeError):
+    """The IR was used inconsistently (wrong arity, unknown op, bad attribute)."""
+
+
+class VerificationError(IRError):
+    """The graph verifier found a broken invariant; the message lists every problem found."""
+
+
+class UnboundDimError(NarrowpipeError):
+    """A symbolic dim has no value; bind it with ``--set NAME=VALUE`` or ``analyze(g, NAME=...)``."""
+
+
+class TargetSpecError(NarrowpipeError):
+    """A target spec file is malformed; the message names the file and the field."""
+
+
+class UnknownTargetError(NarrowpipeError):
+    """No target with that name or alias exists in the catalog."""
+
+
+class PassError(NarrowpipeError):
+    """A pass or pipeline name or option is unknown or invalid."""
