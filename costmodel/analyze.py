@@ -1,0 +1,91 @@
+"""``analyze``: bind dims, run the cost interpreter and assemble a :class:`Report`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import NarrowpipeError, UnboundDimError
+from ..ir import Graph, OpGroup, ValueKind, format_shape
+from .interpreter import CostTable, interpret
+from .report import OpRow, Report, Unmodeled
+
+__all__ = ["analyze", "resolve_bindings", "build_report"]
+
+
+def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
+    """The graph's default dims overridden by ``dims``; every symbol used must end up bound."""
+    symbols = graph.symbols()
+    known = set(symbols) | set(graph.dims)
+    unknown = [k for k in dims if k not in known and not k.endswith("_trips")]
+    if unknown:
+        listed = ", ".join(sorted(known)) or "none (the graph is fully static)"
+        raise NarrowpipeError(f"unknown dim(s) {', '.join(sorted(unknown))}; this graph's dims: {listed}")
+    bindings = graph.default_bindings()
+    for k, v in dims.items():
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            raise NarrowpipeError(f"dim {k} must be an integer, got {v!r}") from None
+        if n < 0:
+            raise NarrowpipeError(f"dim {k} must be >= 0, got {n}")
+        bindings[k] = n
+    missing = sorted(s for s in symbols if s not in bindings)
+    if missing:
+        raise UnboundDimError(
+            f"graph {graph.name!r} has unbound symbolic dim(s): {', '.join(missing)}; bind them with "
+            f"--set {missing[0]}=VALUE (CLI) or analyze(graph, {missing[0]}=VALUE)")
+    return bindings
+
+
+def build_report(table: CostTable) -> Report:
+    graph = table.graph
+    rows: list[OpRow] = []
+    unmodeled_ids = {id(n) for n in table.unmodeled}
+    flops_by_group: dict[str, int] = {g.value: 0 for g in OpGroup}
+    bytes_by_group: dict[str, int] = {g.value: 0 for g in OpGroup}
+    flops = trans = nbytes = comm = 0
+    for node, cost in table.costs.items():
+        group = node.group.value
+        flops_by_group[group] += cost.flops
+        bytes_by_group[group] += cost.bytes
+        flops += cost.flops
+        trans += cost.transcendentals
+        nbytes += cost.bytes
+        comm += cost.comm_bytes
+        out = node.outputs[0] if node.outputs else None
+        rows.append(OpRow(
+            name=node.name, op=node.label, group=group, flops=cost.flops, bytes=cost.bytes,
+            transcendentals=cost.transcendentals, bytes_read=cost.bytes_read,
+            bytes_written=cost.bytes_written, comm_bytes=cost.comm_bytes, source_op=node.source.op,
+            scope=node.source.scope, shape=format_shape(table.shapes[out]) if out is not None else "",
+            dtype=out.type.dtype.value if out is not None else "", modeled=id(node) not in unmodeled_ids))
+    counts: dict[str, int] = {}
+    for node in table.unmodeled:
+        counts[node.label] = counts.get(node.label, 0) + 1
+    unmodeled = [Unmodeled(op, n) for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    params = sum(_numel(table.shapes[v]) for v in graph.weights if v.kind is ValueKind.PARAM)
+    weight_bytes = sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in graph.weights)
+    return Report(graph=graph.name, dims=dict(table.bindings), flops=flops, transcendentals=trans,
+                  bytes=nbytes, comm_bytes=comm, params=params, weight_bytes=weight_bytes,
+                  peak_activation_bytes=table.peak_activation_bytes,
+                  flops_by_group={k: v for k, v in flops_by_group.items()},
+                  bytes_by_group={k: v for k, v in bytes_by_group.items()},
+                  ops=rows, unmodeled=unmodeled, notes=list(table.notes))
+
+
+def analyze(graph: Graph, target: Any = None, strict: bool = False, **dims: Any) -> Report:
+    """Count every op of ``graph`` (and, given a target, time it there) under the bound dims."""
+    bindings = resolve_bindings(graph, dims)
+    table = interpret(graph, bindings, strict=strict)
+    report = build_report(table)
+    if target is not None:
+        from .targeted import apply_target  # the execution models, one per chip family
+        report = apply_target(report, table, target)
+    return report
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out

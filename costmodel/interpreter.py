@@ -1,0 +1,192 @@
+"""The cost interpreter: one walk over the graph in topological order (JAX roofline style).
+
+It binds every symbolic dim, hands each node to its cost rule with concrete shapes, recurses into
+control-flow bodies, and tracks the last use of every buffer to find peak activation memory. Nodes
+without a rule are collected as unmodeled (or raise, when ``strict``), never costed as zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..errors import UnsupportedOpError
+from ..ir import VIEW_OPS, Graph, Node, Op, Sym, Value
+from .cost import ZERO, Cost
+from .opview import OpView
+from .rules import RULES
+
+__all__ = ["CostTable", "interpret", "ShapeBinder"]
+
+
+class ShapeBinder:
+    """Evaluates symbolic shapes under one set of bindings, caching every distinct expression."""
+
+    def __init__(self, bindings: Mapping[str, int]) -> None:
+        self.bindings = dict(bindings)
+        self._dims: dict[Sym, int] = {}
+        self._shapes: dict[tuple, tuple[int, ...]] = {}
+
+    def shape(self, value: Value) -> tuple[int, ...]:
+        shape = value.type.shape
+        hit = self._shapes.get(shape)
+        if hit is not None:
+            return hit
+        out = []
+        for d in shape:
+            if isinstance(d, int):
+                out.append(d)
+            else:
+                n = self._dims.get(d)
+                if n is None:
+                    n = d.evaluate(self.bindings)
+                    self._dims[d] = n
+                out.append(n)
+        result = tuple(out)
+        self._shapes[shape] = result
+        return result
+
+
+@dataclass
+class CostTable:
+    """Per-node costs of one graph under one binding, plus what could not be costed."""
+
+    graph: Graph
+    bindings: dict[str, int]
+    costs: dict[Node, Cost]
+    shapes: dict[Value, tuple[int, ...]]
+    unmodeled: list[Node] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    peak_activation_bytes: int = 0
+
+    def total(self) -> Cost:
+        total = ZERO
+        for c in self.costs.values():
+            total = total + c
+        return total
+
+
+def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False) -> CostTable:
+    binder = ShapeBinder(bindings)
+    table = CostTable(graph, dict(bindings), {}, {})
+    _walk(graph, binder, table, strict, top=True)
+    table.peak_activation_bytes = _peak_activation_bytes(graph, table.shapes)
+    return table
+
+
+def _walk(graph: Graph, binder: ShapeBinder, table: CostTable, strict: bool, top: bool) -> Cost:
+    shapes = table.shapes
+    for v in graph.inputs:
+        shapes[v] = binder.shape(v)
+    for v in graph.weights:
+        shapes[v] = binder.shape(v)
+    total = ZERO
+    for node in graph.nodes:
+        for v in node.outputs:
+            shapes[v] = binder.shape(v)
+        cost = _node_cost(node, binder, table, strict)
+        if top:
+            table.costs[node] = cost
+        total = total + cost
+    return total
+
+
+def _node_cost(node: Node, binder: ShapeBinder, table: CostTable, strict: bool) -> Cost:
+    op = node.op
+    if op in (Op.IF, Op.LOOP, Op.SCAN):
+        return _control_flow_cost(node, binder, table, strict)
+    rule = RULES.get(op)
+    if rule is None:
+        if strict:
+            raise UnsupportedOpError(f"no cost rule for {node.label!r}", node=node.source.name or node.name,
+                                     op=node.label, file=node.source.file or None)
+        table.unmodeled.append(node)
+        return ZERO
+    shapes = table.shapes
+    view = OpView(node, [None if v is None else shapes.get(v) or binder.shape(v) for v in node.inputs],
+                  [shapes[v] for v in node.outputs])
+    return rule(view)
+
+
+def _control_flow_cost(node: Node, binder: ShapeBinder, table: CostTable, strict: bool) -> Cost:
+    """If: the costlier branch. Loop/Scan: the body times its trip count (once if unknown, noted)."""
+    attrs = node.attrs
+    if node.op is Op.IF:
+        branches = [attrs[k] for k in ("then_branch", "else_branch") if isinstance(attrs.get(k), Graph)]
+        costs = [_walk(b, binder, table, strict, top=False) for b in branches]
+        return max(costs, key=lambda c: (c.flops, c.bytes), default=ZERO)
+    body = attrs.get("body")
+    if not isinstance(body, Graph):
+        table.unmodeled.append(node)
+        return ZERO
+    cost = _walk(body, binder, table, strict, top=False)
+    trips = attrs.get("trip_count")
+    if isinstance(trips, str):
+        trips = binder.bindings.get(trips)
+    if node.op is Op.SCAN and trips is None:
+        axis_len = attrs.get("scan_length")
+        trips = axis_len if isinstance(axis_len, int) else None
+    if not isinstance(trips, int) or trips < 0:
+        table.notes.append(f"{node.op.value} {node.name!r}: trip count unknown, body counted once "
+                           f"(bind it with --set {node.name}_trips=N)")
+        trips = binder.bindings.get(f"{node.name}_trips", 1)
+    return cost.scaled(int(trips))
+
+
+def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]) -> int:
+    """Peak bytes of live activations (inputs included, weights excluded) from last uses.
+
+    Views alias the storage of their first input; a storage is freed after the last node reading
+    any of its aliases, unless it backs a graph output.
+    """
+    storage: dict[int, int] = {}  # id(value) -> storage id (id of the owning value)
+    size: dict[int, int] = {}
+    end: dict[int, int] = {}
+    n = len(graph.nodes)
+    for v in graph.inputs:
+        storage[id(v)] = id(v)
+        size[id(v)] = v.type.dtype.nbytes(_numel(shapes[v]))
+        end[id(v)] = -1
+    weights = {id(v) for v in graph.weights}
+    starts: dict[int, int] = {}
+    for i, node in enumerate(graph.nodes):
+        for v in node.inputs:
+            if v is None or id(v) in weights:
+                continue
+            sid = storage.get(id(v))
+            if sid is not None and end.get(sid, -1) < i:
+                end[sid] = i
+        base = node.inputs[0] if node.inputs else None
+        for v in node.outputs:
+            if node.op in VIEW_OPS and base is not None and id(base) in storage:
+                storage[id(v)] = storage[id(base)]
+            else:
+                storage[id(v)] = id(v)
+                size[id(v)] = v.type.dtype.nbytes(_numel(shapes[v]))
+                starts[id(v)] = i
+                end.setdefault(id(v), i)
+    for v in graph.outputs:
+        sid = storage.get(id(v))
+        if sid is not None:
+            end[sid] = n
+    frees: dict[int, int] = {}
+    for sid, e in end.items():
+        frees[e] = frees.get(e, 0) + size.get(sid, 0)
+    live = sum(size[id(v)] for v in graph.inputs)
+    peak = live
+    allocs: dict[int, int] = {}
+    for sid, s in starts.items():
+        allocs[s] = allocs.get(s, 0) + size[sid]
+    live -= frees.get(-1, 0)
+    for i in range(n):
+        live += allocs.get(i, 0)
+        peak = max(peak, live)
+        live -= frees.get(i, 0)
+    return peak
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out

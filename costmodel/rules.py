@@ -1,0 +1,361 @@
+"""Cost rules: one per canonical op, the only place where FLOP and byte formulas live.
+
+Conventions (the same as ``torch.utils.flop_counter`` for the matrix ops, XLA's HloCostAnalysis for
+the rest), so every number a report prints can be re-derived by hand:
+
+* contraction, convolution, attention: 2 FLOPs per multiply-add, no discount for causal masks,
+  biases not counted here (frontends emit them as separate elementwise adds);
+* elementwise: 1 FLOP per output element; transcendental ops (exp, tanh, erf, gelu, ...) count one
+  transcendental per output element instead of FLOPs;
+* reductions: 1 FLOP per input element; normalizations: a fixed count per element listed in
+  :data:`NORM_FLOPS_PER_ELEMENT`, plus transcendentals per row;
+* bytes: compulsory traffic of the unfused op: each distinct input read once, outputs written
+  once; views (reshape, expand, slice, identity) move nothing; a gather reads only the rows it
+  gathers.
+
+An op without a rule here has no cost: the interpreter reports it as unmodeled, never as zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import ceil, log2, prod
+
+from ..ir import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup
+from .cost import ZERO, Cost
+from .opview import OpView
+
+__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "Rule"]
+
+Rule = Callable[[OpView], Cost]
+RULES: dict[Op, Rule] = {}
+
+
+def _rule(*ops: Op) -> Callable[[Rule], Rule]:
+    def deco(fn: Rule) -> Rule:
+        for op in ops:
+            RULES[op] = fn
+        return fn
+    return deco
+
+
+def _traffic(v: OpView, flops: int = 0, transcendentals: int = 0) -> Cost:
+    return Cost(flops, transcendentals, v.all_in_bytes(), v.all_out_bytes())
+
+
+def rule_for(op: Op) -> Rule | None:
+    return RULES.get(op)
+
+
+def has_rule(op: Op) -> bool:
+    return op in RULES
+
+
+# -- contraction, convolution, attention -----------------------------------------------------------
+
+@_rule(Op.DOT)
+def dot(v: OpView) -> Cost:
+    """dot_general: 2 x output elements x contracted size (= torch's mm/bmm count)."""
+    lhs = v.shape(0)
+    k = prod(lhs[d] for d in v.attrs["lhs_contract"])
+    return _traffic(v, 2 * v.out_numel() * k)
+
+
+@_rule(Op.CONV)
+def conv(v: OpView) -> Cost:
+    """torch's conv_flop_count: 2 x N x Cout x Cin/groups x kernel x spatial positions.
+
+    The spatial positions are the output's for a forward conv and the input's for a transposed one,
+    exactly as ``torch.utils.flop_counter`` counts them.
+    """
+    x, w = v.shape(0), v.shape(1)
+    transposed = bool(v.attrs.get("transposed", False))
+    if v.attrs.get("role") == "grad_weight":
+        # Inputs (x, grad_out), output the weight gradient; torch counts it as a conv over the
+        # transposed tensors: kernel positions x grad (or input, if transposed) positions x channels.
+        grad, kernel = w, v.out_shapes[0][2:]
+        if transposed:
+            flops = 2 * prod(kernel) * prod(x[2:]) * grad[1] * x[1] * x[0]
+        else:
+            flops = 2 * prod(kernel) * prod(grad[2:]) * x[1] * grad[1] * grad[0]
+        return _traffic(v, flops)
+    spatial = (x if transposed else v.out_shapes[0])[2:]
+    flops = 2 * x[0] * w[0] * w[1] * prod(w[2:]) * prod(spatial)
+    return _traffic(v, flops)
+
+
+def _attention_dims(v: OpView) -> tuple[int, int, int, int, int, int]:
+    """(batch, q heads, q len, kv len, qk head dim, v head dim) from q, k, v and the layout."""
+    q, k, val = v.shape(0), v.shape(1), v.shape(2)
+    if v.attrs.get("layout", "bhsd") == "bsd":
+        hq = int(v.attrs["num_heads"])
+        hk = int(v.attrs.get("kv_num_heads", hq))
+        return q[0], hq, q[1], k[1], q[2] // hq, val[2] // hk
+    return q[0], q[1], q[2], k[2], q[3], val[3]
+
+
+@_rule(Op.ATTENTION)
+def attention(v: OpView) -> Cost:
+    """Scaled dot-product attention: QK^T and PV, 2 FLOPs per multiply-add each, KV heads broadcast
+    to the query heads (GQA), one exp per score; as torch's ``sdpa_flop_count``."""
+    b, h, sq, sk, d, dv = _attention_dims(v)
+    flops = 2 * b * h * sq * sk * d + 2 * b * h * sq * sk * dv
+    return _traffic(v, flops, b * h * sq * sk)
+
+
+@_rule(Op.ATTENTION_BACKWARD)
+def attention_backward(v: OpView) -> Cost:
+    """Inputs (grad_out, q, k, v): recompute scores, then four more matmuls (torch's count)."""
+    go, q, k, val = v.shape(0), v.shape(1), v.shape(2), v.shape(3)
+    b, h, sq, d = q
+    sk, dv = k[2], val[3]
+    bh = b * h
+    flops = 2 * bh * (sq * d * sk + sq * dv * sk + sk * sq * dv + sq * sk * d + d * sq * sk)
+    return _traffic(v, flops, bh * sq * sk)
+
+
+# -- elementwise ------------------------------------------------------------------------------------
+
+def _elementwise(v: OpView) -> Cost:
+    n = sum(v.out_numel(i) for i in range(len(v.out_shapes)))
+    if v.node.op in TRANSCENDENTAL_OPS:
+        return _traffic(v, 0, n)
+    return _traffic(v, n)
+
+
+for _op, _g in GROUP.items():
+    if _g is OpGroup.ELEMENTWISE:
+        RULES[_op] = _elementwise
+
+
+# -- reductions and normalizations --------------------------------------------------------------
+
+_REDUCE_FLOPS_PER_ELEMENT: dict[Op, int] = {
+    Op.REDUCE_SUM: 1, Op.REDUCE_MEAN: 1, Op.REDUCE_MAX: 1, Op.REDUCE_MIN: 1, Op.REDUCE_PROD: 1,
+    Op.ARGMAX: 1, Op.ARGMIN: 1, Op.CUMSUM: 1, Op.CUMPROD: 1,
+    Op.REDUCE_VAR: 3,        # subtract mean, square, accumulate
+    Op.REDUCE_NORM: 2,       # square (or abs), accumulate
+    Op.REDUCE_LOGSUMEXP: 3,  # max, subtract, accumulate (+1 exp per element)
+}
+
+
+@_rule(*_REDUCE_FLOPS_PER_ELEMENT)
+def reduction(v: OpView) -> Cost:
+    n = v.numel(0)
+    trans = n if v.node.op is Op.REDUCE_LOGSUMEXP else 0
+    return _traffic(v, _REDUCE_FLOPS_PER_ELEMENT[v.node.op] * n, trans)
+
+
+#: FLOPs per input element of each normalization (besides its transcendentals).
+NORM_FLOPS_PER_ELEMENT: dict[Op, int] = {
+    Op.SOFTMAX: 4,        # max, subtract, sum, divide (+1 exp)
+    Op.LOG_SOFTMAX: 4,    # max, subtract, sum, subtract (+1 exp; +1 log per row)
+    Op.LAYER_NORM: 7,     # mean, subtract, square, variance sum, normalize, scale, shift (+1 rsqrt per row)
+    Op.RMS_NORM: 4,       # square, sum, normalize, scale (+1 rsqrt per row)
+    Op.BATCH_NORM: 2,     # inference: folded scale and shift; training adds the statistics (7)
+    Op.GROUP_NORM: 7,
+    Op.INSTANCE_NORM: 7,
+    Op.LP_NORM: 3,        # |x|^p, sum, divide (+1 root per row)
+    Op.LRN: 5,            # square, window sum (amortized), scale, pow (+1), divide
+}
+
+
+@_rule(*NORM_FLOPS_PER_ELEMENT)
+def normalization(v: OpView) -> Cost:
+    n = v.numel(0)
+    op = v.node.op
+    per = NORM_FLOPS_PER_ELEMENT[op]
+    if op is Op.BATCH_NORM and v.attrs.get("training", False):
+        per = 7
+    rows = _norm_rows(v)
+    if op in (Op.SOFTMAX, Op.LOG_SOFTMAX):
+        trans = n + (rows if op is Op.LOG_SOFTMAX else 0)
+    elif op is Op.LRN:
+        trans = n
+    else:
+        trans = rows
+    return _traffic(v, per * n, trans)
+
+
+def _norm_rows(v: OpView) -> int:
+    """How many independent vectors are normalized (one rsqrt/log each)."""
+    shape = v.shape(0)
+    if not shape:
+        return 1
+    op = v.node.op
+    if op in (Op.BATCH_NORM,):
+        return shape[1] if len(shape) > 1 else 1
+    if op is Op.GROUP_NORM:
+        return shape[0] * int(v.attrs.get("num_groups", 1))
+    if op is Op.INSTANCE_NORM:
+        return shape[0] * (shape[1] if len(shape) > 1 else 1)
+    axis = int(v.attrs.get("axis", -1))
+    axis = axis % len(shape)
+    if op in (Op.LAYER_NORM, Op.RMS_NORM):
+        return prod(shape[:axis])
+    return prod(shape) // max(shape[axis], 1)
+
+
+# -- data movement, gather/scatter --------------------------------------------------------------
+
+@_rule(*VIEW_OPS)
+def view(v: OpView) -> Cost:
+    """Views re-describe memory: no work, no traffic."""
+    return ZERO
+
+
+@_rule(Op.PERMUTE, Op.COPY, Op.CONCAT, Op.SPLIT, Op.PAD, Op.TILE, Op.FLIP, Op.ROLL, Op.TRIANGULAR,
+       Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH)
+def copy(v: OpView) -> Cost:
+    """Materializing data movement: read the inputs, write the outputs, no arithmetic."""
+    return _traffic(v)
+
+
+@_rule(Op.GATHER, Op.GATHER_ELEMENTS, Op.GATHER_ND)
+def gather(v: OpView) -> Cost:
+    """Reads the indices and only the gathered elements (not the whole table), writes the output."""
+    out = v.out_bytes()
+    idx = sum(v.in_bytes(i) for i in range(1, len(v.in_shapes)) if v.has_input(i))
+    return Cost(0, 0, idx + out, out)
+
+
+@_rule(Op.SCATTER, Op.SCATTER_ELEMENTS, Op.SCATTER_ND, Op.INDEX_PUT)
+def scatter(v: OpView) -> Cost:
+    """Out-of-place scatter: copy the data, read indices and updates; a reduce adds 1 FLOP per update."""
+    updates = v.numel(len(v.in_shapes) - 1) if v.in_shapes and v.in_shapes[-1] is not None else 0
+    flops = updates if v.attrs.get("reduce") not in (None, "none", "") else 0
+    return _traffic(v, flops)
+
+
+@_rule(Op.EMBEDDING_BAG)
+def embedding_bag(v: OpView) -> Cost:
+    """Gathers one row per index, reduces them into bags (1 FLOP per gathered element)."""
+    row = prod(v.shape(0)[1:])
+    gathered = v.numel(1) * row
+    dt = v.in_dtypes[0]
+    assert dt is not None
+    read = dt.nbytes(gathered) + sum(v.in_bytes(i) for i in range(1, len(v.in_shapes)) if v.has_input(i))
+    return Cost(gathered, 0, read, v.all_out_bytes())
+
+
+# -- collectives --------------------------------------------------------------------------------
+
+@_rule(Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL, Op.BROADCAST, Op.SEND,
+       Op.RECV, Op.COLLECTIVE_PERMUTE)
+def collective(v: OpView) -> Cost:
+    """Bytes one device sends with bandwidth-optimal (ring) algorithms over ``group_size`` devices.
+
+    all-reduce 2(n-1)/n x size, all-gather (n-1)/n x output, reduce-scatter (n-1)/n x input,
+    all-to-all (n-1)/n x size, broadcast/send/permute the size, recv nothing (its sender pays).
+    Reductions add (n-1)/n x elements FLOPs.
+    """
+    n = max(int(v.attrs.get("group_size", 1)), 1)
+    op = v.node.op
+    size_in = v.in_bytes(0) if v.has_input(0) else 0
+    flops = 0
+    if op is Op.ALL_REDUCE:
+        comm = 2 * (n - 1) * size_in // n
+        flops = (n - 1) * v.numel(0) // n
+    elif op is Op.ALL_GATHER:
+        comm = (n - 1) * v.out_bytes() // n
+    elif op is Op.REDUCE_SCATTER:
+        comm = (n - 1) * size_in // n
+        flops = (n - 1) * v.numel(0) // n
+    elif op is Op.ALL_TO_ALL:
+        comm = (n - 1) * size_in // n
+    elif op is Op.RECV:
+        comm = 0
+    else:
+        comm = size_in
+    return Cost(flops, 0, v.all_in_bytes(), v.all_out_bytes(), comm)
+
+
+# -- other --------------------------------------------------------------------------------------
+
+@_rule(Op.CONSTANT)
+def constant(v: OpView) -> Cost:
+    """Constants are baked into the program: their consumers pay for reading them."""
+    return ZERO
+
+
+@_rule(Op.FILL, Op.IOTA)
+def fill(v: OpView) -> Cost:
+    """Writes its output (an uninitialized allocation, torch's ``empty``, writes nothing)."""
+    if v.attrs.get("uninitialized"):
+        return ZERO
+    return Cost(0, 0, v.all_in_bytes(), v.all_out_bytes())
+
+
+@_rule(Op.RANDOM)
+def random(v: OpView) -> Cost:
+    return _traffic(v, v.out_numel())
+
+
+@_rule(Op.SORT, Op.UNIQUE)
+def sort(v: OpView) -> Cost:
+    """Comparison sort: n log2 n comparisons along the sorted axis."""
+    shape = v.shape(0)
+    if not shape:
+        return _traffic(v)
+    axis = int(v.attrs.get("axis", -1)) % len(shape)
+    length = max(shape[axis], 1)
+    return _traffic(v, prod(shape) * max(ceil(log2(length)), 1))
+
+
+@_rule(Op.TOPK)
+def topk(v: OpView) -> Cost:
+    """Heap selection: about log2(k) comparisons per input element."""
+    k = max(int(v.attrs.get("k", 1)), 1)
+    return _traffic(v, v.numel(0) * max(ceil(log2(k + 1)), 1))
+
+
+@_rule(Op.NONZERO)
+def nonzero(v: OpView) -> Cost:
+    return _traffic(v, v.numel(0))
+
+
+@_rule(Op.POOL)
+def pool(v: OpView) -> Cost:
+    """Max/average pooling: one FLOP per window element per output element."""
+    window = prod(v.attrs.get("kernel", ()) or (1,))
+    if v.attrs.get("global_pool"):
+        return _traffic(v, v.numel(0))
+    return _traffic(v, v.out_numel() * window)
+
+
+_RESIZE_TAPS = {"nearest": 0, "linear": 2, "bilinear": 2, "cubic": 4, "bicubic": 4}
+
+
+@_rule(Op.RESIZE)
+def resize(v: OpView) -> Cost:
+    """Interpolation: per output element, 2 FLOPs per tap in each resized dim (nearest: none)."""
+    taps = _RESIZE_TAPS.get(str(v.attrs.get("mode", "nearest")), 2)
+    dims = int(v.attrs.get("spatial_dims", max(len(v.out_shapes[0]) - 2, 1)))
+    return _traffic(v, v.out_numel() * 2 * taps * dims if taps else 0)
+
+
+@_rule(Op.ROI_ALIGN)
+def roi_align(v: OpView) -> Cost:
+    """Bilinear samples: 4 taps x 2 FLOPs per sample, ``sampling_ratio``^2 samples per output."""
+    s = max(int(v.attrs.get("sampling_ratio", 2)), 1)
+    return _traffic(v, v.out_numel() * s * s * 8)
+
+
+@_rule(Op.NMS)
+def nms(v: OpView) -> Cost:
+    """Pairwise IoU over the boxes of each batch and class: about 10 FLOPs per pair."""
+    boxes = v.shape(0)
+    n = boxes[1] if len(boxes) > 1 else boxes[0]
+    batch = boxes[0] if len(boxes) > 1 else 1
+    classes = v.shape(1)[1] if v.has_input(1) and len(v.shape(1)) > 1 else 1
+    return _traffic(v, 10 * batch * classes * n * n)
+
+
+@_rule(Op.FFT)
+def fft(v: OpView) -> Cost:
+    """Cooley-Tukey: 5 N log2 N real FLOPs per transform of length N."""
+    shape = v.shape(0)
+    axis = int(v.attrs.get("axis", -1)) % max(len(shape), 1)
+    n = max(shape[axis], 2) if shape else 2
+    transforms = prod(shape) // n if shape else 1
+    return _traffic(v, int(5 * n * log2(n)) * transforms)

@@ -1,0 +1,156 @@
+"""The one table that maps aten ops to canonical ops.
+
+Keys are ``packet`` (``"add"``) or ``packet.overload`` (``"max.other"``) names; the overload key
+wins. In-place variants (``add_``) fall back to their functional form. Ops listed in
+:data:`IGNORED` carry no tensor work (assertions, size queries); anything else missing from the
+table becomes an ``UNKNOWN`` node that reports list as unmodeled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch.fx as fx
+
+from ..ir import Graph, Op, ValueKind
+from .aten_args import scalar
+from .aten_contractions import CONTRACTION_LOWERINGS
+from .aten_nn import NN_LOWERINGS
+from .aten_tensor import TENSOR_LOWERINGS
+from .torch_lowering import AtenLowerer
+
+__all__ = ["ATEN_TABLE", "IGNORED", "covered_ops"]
+
+
+def _elementwise(op: Op, **fixed: object) -> Callable[[AtenLowerer, fx.Node], None]:
+    """Tensor arguments become inputs; the first Python scalar, if any, an attribute."""
+    def fn(cx: AtenLowerer, n: fx.Node) -> None:
+        ins = cx.values(n.args)
+        attrs = dict(fixed)
+        scalars = [a for a in n.args if not isinstance(a, (fx.Node, list, tuple)) and a is not None]
+        if scalars:
+            attrs["scalar"] = scalar(scalars[0])
+        cx.emit(op, ins, n, attrs or None)
+    return fn
+
+
+_ELEMENTWISE: dict[str, Op] = {
+    "add": Op.ADD, "sub": Op.SUB, "rsub": Op.SUB, "mul": Op.MUL, "multiply": Op.MUL, "div": Op.DIV,
+    "divide": Op.DIV, "true_divide": Op.DIV, "floor_divide": Op.DIV, "remainder": Op.MOD, "fmod": Op.MOD,
+    "pow": Op.POW, "float_power": Op.POW, "maximum": Op.MAXIMUM, "minimum": Op.MINIMUM, "fmax": Op.MAXIMUM,
+    "fmin": Op.MINIMUM, "neg": Op.NEG, "negative": Op.NEG, "abs": Op.ABS, "absolute": Op.ABS, "sign": Op.SIGN,
+    "sgn": Op.SIGN, "signbit": Op.SIGN, "reciprocal": Op.RECIPROCAL, "square": Op.SQUARE, "floor": Op.FLOOR,
+    "ceil": Op.CEIL, "round": Op.ROUND, "trunc": Op.ROUND, "fix": Op.ROUND, "frac": Op.SUB,
+    "clamp": Op.CLAMP, "clip": Op.CLAMP, "clamp_min": Op.CLAMP, "clamp_max": Op.CLAMP,
+    "relu": Op.RELU, "relu6": Op.HARDTANH, "leaky_relu": Op.LEAKY_RELU, "prelu": Op.PRELU,
+    "_prelu_kernel": Op.PRELU, "rrelu": Op.LEAKY_RELU, "hardtanh": Op.HARDTANH, "hardsigmoid": Op.HARDSIGMOID,
+    "hardswish": Op.HARDSWISH, "threshold": Op.WHERE, "hardshrink": Op.WHERE, "softshrink": Op.WHERE,
+    "exp": Op.EXP, "exp2": Op.EXP, "expm1": Op.EXP, "log": Op.LOG, "log2": Op.LOG, "log10": Op.LOG,
+    "log1p": Op.LOG, "logit": Op.LOG, "xlogy": Op.LOG, "sqrt": Op.SQRT, "rsqrt": Op.RSQRT, "tanh": Op.TANH,
+    "sigmoid": Op.SIGMOID, "erf": Op.ERF, "erfc": Op.ERF, "erfinv": Op.ERF, "gelu": Op.GELU, "silu": Op.SILU,
+    "elu": Op.ELU, "celu": Op.ELU, "selu": Op.SELU, "softplus": Op.SOFTPLUS, "mish": Op.MISH,
+    "logsigmoid": Op.SOFTPLUS, "sin": Op.SIN, "cos": Op.COS, "tan": Op.TAN, "asin": Op.ASIN,
+    "arcsin": Op.ASIN, "acos": Op.ACOS, "arccos": Op.ACOS, "atan": Op.ATAN, "arctan": Op.ATAN,
+    "atan2": Op.ATAN, "arctan2": Op.ATAN, "sinh": Op.SINH, "cosh": Op.COSH, "asinh": Op.ASINH,
+    "acosh": Op.ACOSH, "atanh": Op.ATANH, "hypot": Op.SQRT, "sinc": Op.SIN, "lgamma": Op.LOG,
+    "digamma": Op.LOG, "eq": Op.EQ, "ne": Op.NE, "lt": Op.LT, "le": Op.LE, "gt": Op.GT, "ge": Op.GE,
+    "equal": Op.EQ, "not_equal": Op.NE, "less": Op.LT, "less_equal": Op.LE, "greater": Op.GT,
+    "greater_equal": Op.GE, "isclose": Op.EQ, "logical_and": Op.AND, "logical_or": Op.OR,
+    "logical_xor": Op.XOR, "logical_not": Op.NOT, "bitwise_and": Op.AND, "bitwise_or": Op.OR,
+    "bitwise_xor": Op.XOR, "bitwise_not": Op.NOT, "__and__": Op.AND, "__or__": Op.OR, "__xor__": Op.XOR,
+    "__invert__": Op.NOT, "__lshift__": Op.BITWISE, "__rshift__": Op.BITWISE,
+    "bitwise_left_shift": Op.BITWISE, "bitwise_right_shift": Op.BITWISE, "isnan": Op.ISNAN,
+    "isinf": Op.ISINF, "isfinite": Op.ISINF, "isposinf": Op.ISINF, "isneginf": Op.ISINF,
+    "nan_to_num": Op.WHERE, "masked_fill": Op.WHERE, "copysign": Op.MUL, "heaviside": Op.WHERE,
+    "outer": Op.MUL, "ger": Op.MUL, "bucketize": Op.LT, "searchsorted": Op.LT,
+    "quantize_per_tensor": Op.QUANTIZE, "quantize_per_channel": Op.QUANTIZE,
+    "dequantize": Op.DEQUANTIZE, "fake_quantize_per_tensor_affine": Op.QUANTIZE,
+    "fake_quantize_per_channel_affine": Op.QUANTIZE,
+}
+
+#: aten ops that carry no tensor work: assertions, size queries, autograd bookkeeping.
+IGNORED: frozenset[str] = frozenset({
+    "_assert_tensor_metadata", "_assert_scalar", "_assert_async", "_functional_assert_async",
+    "_functional_assert_scalar", "sym_size", "sym_numel", "sym_stride", "sym_storage_offset",
+    "sym_constrain_range", "sym_constrain_range_for_size", "_local_scalar_dense", "item",
+    "python::_set_grad_enabled", "_make_dep_token", "record_stream", "_print", "_check_is_size",
+    "python::sym_float", "python::sym_int", "python::sym_max", "python::sym_min", "python::sym_not",
+    "python::sym_sqrt", "python::sym_ite", "python::_assert",
+})
+
+
+def _inline(gm_arg_index: int):
+    """Higher-order wrappers (set_grad_enabled, autocast, invoke_subgraph): lower the body in place."""
+    def fn(cx: AtenLowerer, n: fx.Node) -> None:
+        sub = cx.env.get(n.args[gm_arg_index])
+        if not isinstance(sub, fx.GraphModule):
+            cx.emit(Op.UNKNOWN, cx.values(n.args), n, {"source_op": str(n.target)})
+            return
+        operands = list(n.args[gm_arg_index + 1:])
+        placeholders = [p for p in sub.graph.nodes if p.op == "placeholder"]
+        mapping = {p: cx.env.get(a) if isinstance(a, fx.Node) else None for p, a in zip(placeholders, operands)}
+        outs = cx.lower(sub.graph, mapping, lambda node: _get_attr(cx, sub, node))
+        cx.bind(n, outs)
+    return fn
+
+
+def _get_attr(cx: AtenLowerer, module: object, node: fx.Node) -> object:
+    obj = module
+    for part in str(node.target).split("."):
+        obj = getattr(obj, part, None)
+    if isinstance(obj, fx.GraphModule):
+        return obj
+    try:
+        import torch
+        if isinstance(obj, torch.Tensor):
+            return cx.graph.add_input(str(node.target).replace(".", "_"), cx.type_of(obj), ValueKind.CONST,
+                                      source_name=str(node.target))
+    except ImportError:  # pragma: no cover - torch is present whenever this module runs
+        pass
+    return obj
+
+
+def _cond(cx: AtenLowerer, n: fx.Node) -> None:
+    """torch.cond(pred, true_fn, false_fn, operands): an If with both branches as nested graphs."""
+    pred, true_gm, false_gm, operands = n.args[:4]
+    branches: dict[str, Graph] = {}
+    for key, gm_node in (("then_branch", true_gm), ("else_branch", false_gm)):
+        gm = cx.env.get(gm_node)
+        if not isinstance(gm, fx.GraphModule):
+            cx.emit(Op.UNKNOWN, cx.values(n.args), n, {"source_op": str(n.target)})
+            return
+        body = Graph(f"{n.name}_{key}")
+        inner = AtenLowerer(body, cx.symbols, cx.table, cx.ignored, file=cx.file, strict=cx.strict, root=gm)
+        placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
+        mapping = {}
+        for p, a in zip(placeholders, operands):
+            outer = cx.value(a)
+            if outer is not None:
+                mapping[p] = body.add_input(p.name, outer.type)
+        body.set_outputs(inner.lower(gm.graph, mapping, lambda node, gm=gm, inner=inner: _get_attr(inner, gm, node)))
+        branches[key] = body
+    cx.emit(Op.IF, [cx.value(pred), *cx.values(operands)], n, branches)
+
+
+def _build() -> dict[str, Callable[[AtenLowerer, fx.Node], None]]:
+    table: dict[str, Callable[[AtenLowerer, fx.Node], None]] = {}
+    for name, op in _ELEMENTWISE.items():
+        table[name] = _elementwise(op)
+    table["gelu"] = lambda cx, n: cx.emit(Op.GELU, [cx.value(n.args[0])], n,
+                                          {"approximate": str(n.kwargs.get("approximate", "none"))})
+    table.update(CONTRACTION_LOWERINGS)
+    table.update(NN_LOWERINGS)
+    table.update(TENSOR_LOWERINGS)
+    table["higher_order::wrap_with_set_grad_enabled"] = _inline(1)
+    table["higher_order::wrap_with_autocast"] = _inline(4)
+    table["higher_order::invoke_subgraph"] = _inline(0)
+    table["higher_order::cond"] = _cond
+    return table
+
+
+ATEN_TABLE = _build()
+
+
+def covered_ops() -> list[str]:
+    """Every aten op name the table lowers (for the coverage table in the docs)."""
+    return sorted(ATEN_TABLE)

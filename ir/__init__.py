@@ -1,0 +1,23 @@
+"""narrowpipe's graph IR: typed dataflow graphs over a canonical op set, free of torch and onnx."""
+
+from .dims import Dim, Shape, Sym, format_shape
+from .dtypes import DType
+from .graph import DimSpec, Graph, Node, Placement, Source, Value, ValueKind, node_subgraphs
+from .nx import to_networkx
+from .ops import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, ops_in_group
+from .passes import (ALL, AnalysisManager, Pass, PassResult, Pipeline, get_pass, parse_pipeline,
+                     register_analysis, register_pass, registered_analyses, registered_passes,
+                     run_passes)
+from .printer import format_graph
+from .serialize import from_json, graph_from_dict, graph_to_dict, load_json, save_json, to_json
+from .types import TensorType
+from .verifier import problems, verify
+
+__all__ = [
+    "Dim", "Shape", "Sym", "format_shape", "DType", "DimSpec", "Graph", "Node", "Placement", "Source",
+    "Value", "ValueKind", "node_subgraphs", "to_networkx", "GROUP", "TRANSCENDENTAL_OPS", "VIEW_OPS",
+    "Op", "OpGroup", "ops_in_group", "ALL", "AnalysisManager", "Pass", "PassResult", "Pipeline",
+    "get_pass", "parse_pipeline", "register_analysis", "register_pass", "registered_analyses",
+    "registered_passes", "run_passes", "format_graph", "from_json", "graph_from_dict",
+    "graph_to_dict", "load_json", "save_json", "to_json", "TensorType", "problems", "verify",
+]

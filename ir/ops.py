@@ -1,0 +1,243 @@
+"""The canonical op set: every frontend lowers to these, and every cost rule is written against them.
+
+One enum, tinygrad-style, plus op groups. Frontends map ``aten.mm``, ``aten.linear``, ONNX ``Gemm``,
+``MatMul`` and ``Einsum`` all to :attr:`Op.DOT`, so a cost rule exists once per canonical op. The
+group of an op decides how reports break FLOPs down and which execution unit runs it.
+
+Attribute conventions (the verifier checks the ones marked required):
+
+* ``DOT`` (dot_general): ``lhs_contract``, ``rhs_contract`` (required), ``lhs_batch``,
+  ``rhs_batch``; output dims are batch, then lhs free dims, then rhs free dims, in order. Batch
+  dims broadcast (size 1 against n), as ``torch.matmul`` does.
+* ``CONV``: input ``[N, C, *spatial]``, weight ``[Cout, Cin/groups, *k]`` (transposed:
+  ``[Cin, Cout/groups, *k]``); ``stride``, ``padding``, ``dilation``, ``groups``, ``transposed``.
+* ``ATTENTION``: inputs q, k, v (and an optional additive/boolean mask) in ``[B, H, S, D]``
+  layout (``layout="bhsd"``) or ``[B, S, H*D]`` with ``num_heads``/``kv_num_heads``
+  (``layout="bsd"``); ``causal``, ``scale``.
+* Collectives: ``group_size`` (devices taking part), ``axis`` (mesh axis name), ``reduce``.
+* ``UNKNOWN``: an op the frontend could not map; ``source_op`` names it. It is never costed as
+  zero silently: reports list it as unmodeled.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Op", "OpGroup", "GROUP", "VIEW_OPS", "TRANSCENDENTAL_OPS", "ops_in_group"]
+
+
+class OpGroup(enum.Enum):
+    CONTRACTION = "contraction"
+    CONVOLUTION = "convolution"
+    ATTENTION = "attention"
+    ELEMENTWISE = "elementwise"
+    REDUCTION = "reduction"
+    NORMALIZATION = "normalization"
+    DATA_MOVEMENT = "data_movement"
+    GATHER_SCATTER = "gather_scatter"
+    COLLECTIVE = "collective"
+    OTHER = "other"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Op(enum.Enum):
+    """A canonical op; ``value`` is its lower-case name in text and JSON."""
+
+    # contraction / convolution / attention
+    DOT = "dot"
+    CONV = "conv"
+    ATTENTION = "attention"
+    ATTENTION_BACKWARD = "attention_backward"
+    # elementwise: arithmetic
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    POW = "pow"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    MOD = "mod"
+    NEG = "neg"
+    ABS = "abs"
+    SIGN = "sign"
+    RECIPROCAL = "reciprocal"
+    SQUARE = "square"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    ROUND = "round"
+    CLAMP = "clamp"
+    RELU = "relu"
+    LEAKY_RELU = "leaky_relu"
+    PRELU = "prelu"
+    HARDTANH = "hardtanh"
+    HARDSIGMOID = "hardsigmoid"
+    HARDSWISH = "hardswish"
+    # elementwise: transcendental
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    ERF = "erf"
+    GELU = "gelu"
+    SILU = "silu"
+    ELU = "elu"
+    SELU = "selu"
+    SOFTPLUS = "softplus"
+    MISH = "mish"
+    SIN = "sin"
+    COS = "cos"
+    TAN = "tan"
+    ASIN = "asin"
+    ACOS = "acos"
+    ATAN = "atan"
+    SINH = "sinh"
+    COSH = "cosh"
+    ASINH = "asinh"
+    ACOSH = "acosh"
+    ATANH = "atanh"
+    # elementwise: comparison and logic
+    EQ = "eq"
+    NE = "ne"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    AND = "and"
+    OR = "or"
+    XOR = "xor"
+    NOT = "not"
+    BITWISE = "bitwise"
+    ISNAN = "isnan"
+    ISINF = "isinf"
+    WHERE = "where"
+    CAST = "cast"
+    QUANTIZE = "quantize"
+    DEQUANTIZE = "dequantize"
+    # reductions and scans
+    REDUCE_SUM = "reduce_sum"
+    REDUCE_MEAN = "reduce_mean"
+    REDUCE_MAX = "reduce_max"
+    REDUCE_MIN = "reduce_min"
+    REDUCE_PROD = "reduce_prod"
+    REDUCE_VAR = "reduce_var"
+    REDUCE_NORM = "reduce_norm"
+    REDUCE_LOGSUMEXP = "reduce_logsumexp"
+    ARGMAX = "argmax"
+    ARGMIN = "argmin"
+    CUMSUM = "cumsum"
+    CUMPROD = "cumprod"
+    # normalization
+    SOFTMAX = "softmax"
+    LOG_SOFTMAX = "log_softmax"
+    LAYER_NORM = "layer_norm"
+    RMS_NORM = "rms_norm"
+    BATCH_NORM = "batch_norm"
+    GROUP_NORM = "group_norm"
+    INSTANCE_NORM = "instance_norm"
+    LP_NORM = "lp_norm"
+    LRN = "lrn"
+    # data movement
+    RESHAPE = "reshape"
+    EXPAND = "expand"
+    SLICE = "slice"
+    IDENTITY = "identity"
+    PERMUTE = "permute"
+    COPY = "copy"
+    CONCAT = "concat"
+    SPLIT = "split"
+    PAD = "pad"
+    TILE = "tile"
+    FLIP = "flip"
+    ROLL = "roll"
+    TRIANGULAR = "triangular"
+    DEPTH_TO_SPACE = "depth_to_space"
+    SPACE_TO_DEPTH = "space_to_depth"
+    # gather / scatter
+    GATHER = "gather"
+    GATHER_ELEMENTS = "gather_elements"
+    GATHER_ND = "gather_nd"
+    SCATTER = "scatter"
+    SCATTER_ELEMENTS = "scatter_elements"
+    SCATTER_ND = "scatter_nd"
+    INDEX_PUT = "index_put"
+    EMBEDDING_BAG = "embedding_bag"
+    # collectives
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    SEND = "send"
+    RECV = "recv"
+    COLLECTIVE_PERMUTE = "collective_permute"
+    # other
+    CONSTANT = "constant"
+    FILL = "fill"
+    IOTA = "iota"
+    RANDOM = "random"
+    SORT = "sort"
+    TOPK = "topk"
+    NONZERO = "nonzero"
+    UNIQUE = "unique"
+    RESIZE = "resize"
+    POOL = "pool"
+    ROI_ALIGN = "roi_align"
+    NMS = "nms"
+    FFT = "fft"
+    IF = "if"
+    LOOP = "loop"
+    SCAN = "scan"
+    SHAPE_OF = "shape_of"
+    UNKNOWN = "unknown"
+
+    @property
+    def group(self) -> OpGroup:
+        return GROUP[self]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TRANSCENDENTAL = (Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, Op.ERF, Op.GELU, Op.SILU,
+                   Op.ELU, Op.SELU, Op.SOFTPLUS, Op.MISH, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS,
+                   Op.ATAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH, Op.ATANH)
+_ELEMENTWISE = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM, Op.MOD, Op.NEG, Op.ABS,
+                Op.SIGN, Op.RECIPROCAL, Op.SQUARE, Op.FLOOR, Op.CEIL, Op.ROUND, Op.CLAMP, Op.RELU,
+                Op.LEAKY_RELU, Op.PRELU, Op.HARDTANH, Op.HARDSIGMOID, Op.HARDSWISH, *_TRANSCENDENTAL,
+                Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.AND, Op.OR, Op.XOR, Op.NOT, Op.BITWISE,
+                Op.ISNAN, Op.ISINF, Op.WHERE, Op.CAST, Op.QUANTIZE, Op.DEQUANTIZE)
+_GROUPS: dict[OpGroup, tuple[Op, ...]] = {
+    OpGroup.CONTRACTION: (Op.DOT,),
+    OpGroup.CONVOLUTION: (Op.CONV,),
+    OpGroup.ATTENTION: (Op.ATTENTION, Op.ATTENTION_BACKWARD),
+    OpGroup.ELEMENTWISE: _ELEMENTWISE,
+    OpGroup.REDUCTION: (Op.REDUCE_SUM, Op.REDUCE_MEAN, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_PROD,
+                        Op.REDUCE_VAR, Op.REDUCE_NORM, Op.REDUCE_LOGSUMEXP, Op.ARGMAX, Op.ARGMIN,
+                        Op.CUMSUM, Op.CUMPROD),
+    OpGroup.NORMALIZATION: (Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM, Op.RMS_NORM, Op.BATCH_NORM,
+                            Op.GROUP_NORM, Op.INSTANCE_NORM, Op.LP_NORM, Op.LRN),
+    OpGroup.DATA_MOVEMENT: (Op.RESHAPE, Op.EXPAND, Op.SLICE, Op.IDENTITY, Op.PERMUTE, Op.COPY,
+                            Op.CONCAT, Op.SPLIT, Op.PAD, Op.TILE, Op.FLIP, Op.ROLL, Op.TRIANGULAR,
+                            Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH),
+    OpGroup.GATHER_SCATTER: (Op.GATHER, Op.GATHER_ELEMENTS, Op.GATHER_ND, Op.SCATTER,
+                             Op.SCATTER_ELEMENTS, Op.SCATTER_ND, Op.INDEX_PUT, Op.EMBEDDING_BAG),
+    OpGroup.COLLECTIVE: (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL,
+                         Op.BROADCAST, Op.SEND, Op.RECV, Op.COLLECTIVE_PERMUTE),
+}
+GROUP: dict[Op, OpGroup] = {op: OpGroup.OTHER for op in Op}
+for _group, _ops in _GROUPS.items():
+    for _op in _ops:
+        GROUP[_op] = _group
+
+#: Ops that only re-describe memory (torch views): they move no bytes unless a later pass says so.
+VIEW_OPS: frozenset[Op] = frozenset({Op.RESHAPE, Op.EXPAND, Op.SLICE, Op.IDENTITY, Op.SHAPE_OF})
+#: Elementwise ops counted as transcendentals rather than FLOPs (XLA's convention).
+TRANSCENDENTAL_OPS: frozenset[Op] = frozenset(_TRANSCENDENTAL)
+
+
+def ops_in_group(group: OpGroup) -> frozenset[Op]:
+    return frozenset(op for op, g in GROUP.items() if g is group)

@@ -1,0 +1,201 @@
+"""The pass manager: named passes, pipelines written as text, cached analyses with invalidation.
+
+A pass is a function ``(graph, am) -> Graph | PassResult`` or a frozen dataclass whose fields are its
+options and whose ``run`` method has that signature (xDSL style). Passes are registered by name so a
+pipeline can be written as ``"canonicalize,bind-dims{batch=8,seq=2048}"``. Analyses are functions
+``(graph, am) -> result`` cached per graph version; a pass declares which analyses it keeps valid
+(LLVM style) and the manager drops the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, Union, get_type_hints, runtime_checkable
+
+from ..errors import PassError
+from .graph import Graph
+
+__all__ = ["Pass", "PassResult", "Pipeline", "AnalysisManager", "register_pass", "register_analysis",
+           "get_pass", "parse_pipeline", "registered_passes", "registered_analyses", "ALL", "run_passes"]
+
+#: Sentinel for "this pass preserves every analysis".
+ALL: frozenset[str] = frozenset({"*"})
+
+
+@dataclass(frozen=True)
+class PassResult:
+    graph: Graph
+    preserved: frozenset[str] = frozenset()
+
+
+@runtime_checkable
+class Pass(Protocol):
+    def run(self, graph: Graph, am: AnalysisManager) -> Graph | PassResult: ...
+
+
+PassLike = Union[Pass, Callable[[Graph, "AnalysisManager"], Union[Graph, PassResult]]]
+
+_PASSES: dict[str, Callable[..., Any]] = {}
+_ANALYSES: dict[str, Callable[[Graph, "AnalysisManager"], Any]] = {}
+
+
+def register_pass(name: str) -> Callable[[Any], Any]:
+    """Register a pass class (options as dataclass fields) or a pass function under ``name``."""
+    def deco(obj: Any) -> Any:
+        if name in _PASSES:
+            raise PassError(f"pass {name!r} registered twice")
+        _PASSES[name] = obj
+        try:
+            obj.pass_name = name
+        except (AttributeError, TypeError):
+            pass
+        return obj
+    return deco
+
+
+def register_analysis(name: str) -> Callable[[Callable[[Graph, "AnalysisManager"], Any]], Any]:
+    def deco(fn: Callable[[Graph, AnalysisManager], Any]) -> Any:
+        _ANALYSES[name] = fn
+        return fn
+    return deco
+
+
+def registered_passes() -> list[str]:
+    return sorted(_PASSES)
+
+
+def registered_analyses() -> list[str]:
+    return sorted(_ANALYSES)
+
+
+class AnalysisManager:
+    """Caches analysis results per (analysis, graph, graph version)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int], tuple[int, Any]] = {}
+        self.computed: list[str] = []  # names computed (not served from cache), for tests and tracing
+
+    def get(self, name: str, graph: Graph) -> Any:
+        try:
+            fn = _ANALYSES[name]
+        except KeyError:
+            raise PassError(f"unknown analysis {name!r}; known: {', '.join(sorted(_ANALYSES)) or 'none'}") from None
+        key = (name, id(graph))
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == graph.version:
+            return hit[1]
+        result = fn(graph, self)
+        self._cache[key] = (graph.version, result)
+        self.computed.append(name)
+        return result
+
+    def invalidate(self, graph: Graph, preserved: Iterable[str] = ()) -> None:
+        keep = set(preserved)
+        if "*" in keep:
+            return
+        for key in [k for k in self._cache if k[1] == id(graph) and k[0] not in keep]:
+            del self._cache[key]
+
+    def carry_over(self, old: Graph, new: Graph, preserved: Iterable[str]) -> None:
+        """When a pass returns a new graph, move the preserved analyses over to it."""
+        keep = set(preserved)
+        for (name, gid), (_, result) in list(self._cache.items()):
+            if gid == id(old) and ("*" in keep or name in keep):
+                self._cache[(name, id(new))] = (new.version, result)
+
+
+def _run_one(p: PassLike, graph: Graph, am: AnalysisManager) -> Graph:
+    out = p.run(graph, am) if isinstance(p, Pass) else p(graph, am)
+    result = out if isinstance(out, PassResult) else PassResult(out)
+    if result.graph is graph:
+        am.invalidate(graph, result.preserved)
+    else:
+        am.carry_over(graph, result.graph, result.preserved)
+    return result.graph
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A sequence of passes; itself a pass."""
+
+    passes: tuple[PassLike, ...]
+
+    def run(self, graph: Graph, am: AnalysisManager | None = None) -> Graph:
+        am = am or AnalysisManager()
+        for p in self.passes:
+            graph = _run_one(p, graph, am)
+        return graph
+
+
+def run_passes(graph: Graph, passes: str | Sequence[PassLike], am: AnalysisManager | None = None) -> Graph:
+    pipeline = parse_pipeline(passes) if isinstance(passes, str) else Pipeline(tuple(passes))
+    return pipeline.run(graph, am)
+
+
+def get_pass(name: str, **options: Any) -> PassLike:
+    try:
+        obj = _PASSES[name]
+    except KeyError:
+        raise PassError(f"unknown pass {name!r}; known: {', '.join(sorted(_PASSES)) or 'none'}") from None
+    if dataclasses.is_dataclass(obj) and isinstance(obj, type):
+        try:
+            return obj(**_coerce_options(obj, options))
+        except TypeError as exc:
+            raise PassError(f"pass {name!r}: {exc}") from exc
+    if options:
+        raise PassError(f"pass {name!r} takes no options, got {sorted(options)}")
+    return obj
+
+
+def _coerce_options(cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for key, raw in options.items():
+        if key not in fields:
+            raise PassError(f"pass {cls.__name__}: unknown option {key!r}; options: {', '.join(fields)}")
+        hint = hints.get(key)
+        out[key] = _coerce(raw, hint)
+    return out
+
+
+def _coerce(raw: Any, hint: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    if hint is bool:
+        return raw.lower() in ("1", "true", "yes", "on")
+    if hint is int:
+        return int(raw)
+    if hint is float:
+        return float(raw)
+    return raw
+
+
+_ITEM = re.compile(r"\s*([A-Za-z0-9_\-.]+)\s*(\{([^}]*)\})?\s*(,|$)")
+
+
+def parse_pipeline(text: str) -> Pipeline:
+    """Parse ``"name{opt=v,opt2=v},other"`` into a :class:`Pipeline` of registered passes."""
+    passes: list[PassLike] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _ITEM.match(text, pos)
+        if not m or m.end() == pos:
+            raise PassError(f"cannot parse pipeline {text!r} at position {pos}")
+        name, body = m.group(1), m.group(3)
+        options: dict[str, Any] = {}
+        if body:
+            for item in body.split(","):
+                if not item.strip():
+                    continue
+                if "=" not in item:
+                    raise PassError(f"pass {name!r}: option {item!r} is not key=value")
+                k, v = item.split("=", 1)
+                options[k.strip()] = v.strip()
+        passes.append(get_pass(name, **options))
+        pos = m.end()
+    return Pipeline(tuple(passes))

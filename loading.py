@@ -1,0 +1,39 @@
+"""``load``: open a model file of any supported format (or a bundled example) as an IR graph."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelLoadError
+from .ir import Graph, load_json
+
+__all__ = ["load", "SUFFIXES"]
+
+SUFFIXES = (".pt2", ".onnx", ".json")
+
+
+def load(path: str | Path | Any, **options: Any) -> Graph:
+    """Load a ``.pt2`` (torch.export.save), ``.onnx`` file or ``onnx.ModelProto``, or a graph ``.json``."""
+    if not isinstance(path, (str, Path)):
+        if type(path).__name__ == "ModelProto":
+            from .frontends.onnx_frontend import from_onnx_model
+            return from_onnx_model(path, **options)
+        raise ModelLoadError(f"cannot load an object of type {type(path).__name__}")
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".pt2":
+        try:
+            from .frontends.torch_frontend import load_pt2
+        except ImportError as exc:
+            raise ModelLoadError("loading .pt2 files needs torch: pip install 'narrowpipe[torch]'", file=str(p)) from exc
+        return load_pt2(p, **options)
+    if suffix == ".onnx":
+        from .frontends.onnx_frontend import load_onnx
+        return load_onnx(p, **options)
+    if suffix == ".json":
+        if not p.exists():
+            raise ModelLoadError("file not found", file=str(p))
+        return load_json(p)
+    raise ModelLoadError(f"unknown model format {suffix or '(no suffix)'!r}; expected one of {', '.join(SUFFIXES)}",
+                         file=str(p))
