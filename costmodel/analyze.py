@@ -15,7 +15,7 @@ __all__ = ["analyze", "resolve_bindings", "build_report"]
 def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
     """The graph's default dims overridden by ``dims``; every symbol used must end up bound."""
     symbols = graph.symbols()
-    known = set(symbols) | set(graph.dims)
+    known = set(symbols) | set(graph.dims) | _trip_count_names(graph)
     unknown = [k for k in dims if k not in known and not k.endswith("_trips")]
     if unknown:
         listed = ", ".join(sorted(known)) or "none (the graph is fully static)"
@@ -35,6 +35,19 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
             f"graph {graph.name!r} has unbound symbolic dim(s): {', '.join(missing)}; bind them with "
             f"--set {missing[0]}=VALUE (CLI) or analyze(graph, {missing[0]}=VALUE)")
     return bindings
+
+
+def _trip_count_names(graph: Graph) -> set[str]:
+    """Loop trip counts given by name: optional dims (a loop counts once, with a note, if unbound)."""
+    from ..ir import node_subgraphs
+    out: set[str] = set()
+    for node in graph.nodes:
+        trips = node.attrs.get("trip_count")
+        if isinstance(trips, str):
+            out.add(trips)
+        for sub in node_subgraphs(node):
+            out |= _trip_count_names(sub)
+    return out
 
 
 def build_report(table: CostTable) -> Report:

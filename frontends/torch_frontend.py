@@ -250,6 +250,13 @@ def _declare_dims(graph: Graph, ep: ExportedProgram, placeholders: list[fx.Node]
         lo = hi = None
         for key, rng in ep.range_constraints.items():
             if str(key) == sym:
-                lo = int(rng.lower) if rng.lower.is_finite else None
-                hi = int(rng.upper) if rng.upper.is_finite else None
+                lo, hi = _finite_int(rng.lower), _finite_int(rng.upper)
         graph.declare_dim(DimSpec(name, examples.get(name), lo, hi))
+
+
+def _finite_int(x: Any) -> int | None:
+    """A range bound as an int, or None for torch's (int_oo) and sympy's infinities."""
+    try:
+        return int(x)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None

@@ -47,16 +47,16 @@ def _attr_to(v: Any) -> Any:
     raise IRError(f"attribute value of type {type(v).__name__} cannot be serialized: {v!r}")
 
 
-def _attr_from(v: Any) -> Any:
+def _attr_from(v: Any, env: dict[str, Value]) -> Any:
     if isinstance(v, list):
-        return tuple(_attr_from(x) for x in v)
+        return tuple(_attr_from(x, env) for x in v)
     if isinstance(v, dict):
         if "$graph" in v:
-            return graph_from_dict(v["$graph"])
+            return _build(v["$graph"], env)  # a nested body sees the enclosing graph's values
         if "$dtype" in v:
             return DType(v["$dtype"])
         if "$dict" in v:
-            return {k: _attr_from(x) for k, x in v["$dict"].items()}
+            return {k: _attr_from(x, env) for k, x in v["$dict"].items()}
         raise IRError(f"unknown attribute encoding {sorted(v)}")
     return v
 
@@ -110,11 +110,11 @@ def graph_from_dict(data: dict[str, Any]) -> Graph:
         raise IRError(f"malformed graph JSON: {exc}") from exc
 
 
-def _build(data: dict[str, Any]) -> Graph:
+def _build(data: dict[str, Any], outer: dict[str, Value] | None = None) -> Graph:
     g = Graph(data["name"])
     for d in data.get("dims", []):
         g.declare_dim(DimSpec(d["name"], d.get("default"), d.get("min"), d.get("max"), d.get("doc", "")))
-    env: dict[str, Value] = {}
+    env: dict[str, Value] = dict(outer or {})
     for key, default_kind in (("inputs", ValueKind.INPUT), ("weights", ValueKind.PARAM)):
         for v in data[key]:
             kind = ValueKind(v.get("kind", default_kind.value))
@@ -123,7 +123,7 @@ def _build(data: dict[str, Any]) -> Graph:
     for n in data["nodes"]:
         inputs = [None if x is None else env[x] for x in n["inputs"]]
         src = Source(**n.get("source", {}))
-        attrs = {k: _attr_from(v) for k, v in n.get("attrs", {}).items()}
+        attrs = {k: _attr_from(v, env) for k, v in n.get("attrs", {}).items()}
         node = g.add_node(Op(n["op"]), inputs, [_type_from(o) for o in n["outputs"]], attrs,
                           name=n["name"], source=src, out_names=[o["name"] for o in n["outputs"]])
         for out, o in zip(node.outputs, n["outputs"]):

@@ -1,0 +1,7 @@
+"""Test-wide settings: never touch the Hugging Face hub; keep transformers quiet."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
