@@ -1,0 +1,46 @@
+import json
+
+import pytest
+
+from narrowpipe.cli import main, parse_sets
+from narrowpipe.errors import NarrowpipeError
+
+
+def test_analyze_example_prints_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["analyze", "gpt2", "--set", "seq=128", "--json", str(out), "--top", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "by op type" in text and "dot" in text and "seq=128" in text
+    data = json.loads(out.read_text())
+    assert data["format"] == "narrowpipe.report" and data["dims"]["seq"] == 128
+    assert len(data["ops"]) > 100 and all("flops" in op for op in data["ops"])
+
+
+def test_bad_inputs_exit_2_with_a_message(tmp_path, capsys):
+    assert main(["analyze", "no-such-model"]) == 2
+    assert "no bundled example" in capsys.readouterr().err
+    bad = tmp_path / "x.onnx"
+    bad.write_bytes(b"\x00\x01garbage")
+    assert main(["analyze", str(bad)]) == 2
+    assert "x.onnx" in capsys.readouterr().err
+    assert main(["analyze", "gpt2", "--set", "colour=3"]) == 2
+    assert "unknown dim" in capsys.readouterr().err
+
+
+def test_unmodeled_ops_are_shown_with_counts(tmp_path, capsys):
+    from narrowpipe.ir import DType, Graph, Op, TensorType, save_json
+    g = Graph("m")
+    x = g.add_input("x", TensorType(DType.FP32, (4,)))
+    y = g.add_node(Op.UNKNOWN, [x], [TensorType(DType.FP32, (4,))], {"source_op": "aten.mystery.default"})
+    g.add_node(Op.UNKNOWN, y.outputs, [TensorType(DType.FP32, (4,))], {"source_op": "aten.mystery.default"})
+    path = tmp_path / "m.json"
+    save_json(g, path)
+    assert main(["analyze", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "UNMODELED" in text and "aten.mystery.default" in text
+
+
+def test_parse_sets():
+    assert parse_sets(["batch=8", "seq=2048,kv=4"]) == {"batch": 8, "seq": 2048, "kv": 4}
+    with pytest.raises(NarrowpipeError):
+        parse_sets(["batch"])
