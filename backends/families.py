@@ -1,0 +1,124 @@
+"""One schema per execution-model family: what each cost model needs beyond the common fields.
+
+The split follows the design's four execution models. A GPU model needs SMs and tile shapes for
+wave quantization; a systolic model needs the array size that contractions pad to; a dataflow model
+needs the processing elements and SRAM it lays the graph out over; a CPU model needs cores, SIMD
+width and AMX.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import TargetSpecError
+from .fields import spec_field
+from .target import Target
+
+__all__ = ["GpuTarget", "TpuTarget", "DataflowTarget", "CpuTarget", "TARGET_CLASSES"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuTarget(Target):
+    """SIMT GPU with tensor cores (NVIDIA, AMD). ``sm_count`` is CUs on AMD.
+
+    ``tile_shapes`` are the CTA tiles (M, N, K) the GEMM model chooses from: a modelling choice
+    about what libraries emit, not a datasheet number, so their source is usually an assumption.
+    """
+
+    FAMILY: ClassVar[str] = "gpu"
+
+    sm_count: int = spec_field("count", required=True)
+    clock_hz: float | None = spec_field("quantity", units="frequency", unit="mhz")
+    l2_bytes: float = spec_field("quantity", units="bytes", unit="mb", required=True)
+    smem_per_sm: float = spec_field("quantity", units="bytes", unit="kib", required=True)
+    tile_shapes: tuple[tuple[int, int, int], ...] = spec_field("tiles", required=True)
+    tensor_core_min_tile: tuple[int, int, int] | None = spec_field("tile")
+
+    def _check_family(self) -> None:
+        if not self.tile_shapes:
+            raise TargetSpecError("field 'tile_shapes': needs at least one (M, N, K) tile")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TpuTarget(Target):
+    """Systolic-array accelerator: Google TPU, and by the same model AWS Trainium and Intel Gaudi.
+
+    ``mxu_dim`` is the side of one matrix unit (contractions pad to it); ``torus_dims`` the largest
+    ICI torus (empty when the chips are wired all-to-all instead, as on Gaudi).
+    ``ici_link_bandwidth`` is per link, one direction.
+    """
+
+    FAMILY: ClassVar[str] = "tpu"
+
+    mxu_dim: int = spec_field("count", required=True)
+    mxu_count: int | None = spec_field("count")
+    tensorcores: int = spec_field("count", required=True)
+    vmem_bytes: float | None = spec_field("quantity", units="bytes", unit="mib")
+    ici_links: int | None = spec_field("count")
+    ici_link_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
+    torus_dims: tuple[int, ...] = spec_field("dims")
+    clock_hz: float | None = spec_field("quantity", units="frequency", unit="mhz")
+
+    def _check_family(self) -> None:
+        if self.torus_dims and self.scale_up_domain > math.prod(self.torus_dims):
+            raise TargetSpecError(
+                f"field 'scale_up_domain': {self.scale_up_domain} chips do not fit the torus "
+                f"{'x'.join(map(str, self.torus_dims))}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataflowTarget(Target):
+    """Spatial dataflow ASIC: Groq LPU, Cerebras WSE, SambaNova RDU.
+
+    ``memory_*`` is the memory the compute reads weights from at full speed: the on-chip SRAM on
+    Groq and Cerebras, HBM on SambaNova. ``external_memory_*`` is the tier behind it (Cerebras
+    MemoryX, SambaNova DDR; 0 for Groq). ``weight_streaming`` says whether models larger than SRAM
+    run by streaming weights in (Cerebras, SambaNova) rather than by adding chips (Groq).
+    ``chip_to_chip_bandwidth`` is per chip, one direction, and follows ``scale_up`` in what-ifs.
+    """
+
+    FAMILY: ClassVar[str] = "dataflow"
+
+    pe_count: int = spec_field("count", required=True)
+    sram_bytes: float = spec_field("quantity", units="bytes", unit="mb", required=True)
+    sram_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="tbps")
+    external_memory_capacity: float = spec_field("quantity", units="bytes", unit="gb",
+                                                 required=True, allow_zero=True)
+    external_memory_bandwidth: float = spec_field("quantity", units="bandwidth", unit="gbps",
+                                                  required=True, allow_zero=True)
+    weight_streaming: bool = spec_field("flag", required=True)
+    chip_to_chip_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
+    chip_to_chip_latency: float | None = spec_field("quantity", units="time", unit="us",
+                                                    allow_zero=True)
+    max_chips: int | None = spec_field("count")
+
+    def _check_family(self) -> None:
+        if (self.external_memory_capacity > 0) != (self.external_memory_bandwidth > 0):
+            raise TargetSpecError("fields 'external_memory_capacity' and "
+                                  "'external_memory_bandwidth': both zero or both positive")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuTarget(Target):
+    """Server CPU: cores x SIMD x FMA x clock, plus AMX where present.
+
+    ``amx_ops_per_cycle`` is BF16 FLOP per cycle per core on the matrix unit (0 when none). On a
+    CPU without AMX, ``matrix_flops`` holds the SIMD FMA peak so contractions still have a rate.
+    """
+
+    FAMILY: ClassVar[str] = "cpu"
+
+    cores: int = spec_field("count", required=True)
+    clock_hz: float = spec_field("quantity", units="frequency", unit="ghz", required=True)
+    simd_width_bits: int = spec_field("count", required=True)
+    fma_units: int = spec_field("count", required=True)
+    amx_ops_per_cycle: int = spec_field("count", required=True, allow_zero=True)
+    memory_channels: int = spec_field("count", required=True)
+
+
+#: family name -> schema class
+TARGET_CLASSES: dict[str, type[Target]] = {
+    cls.FAMILY: cls for cls in (GpuTarget, TpuTarget, DataflowTarget, CpuTarget)
+}

@@ -1,0 +1,125 @@
+"""The catalog: real chips and systems shipped as spec files, looked up by name or alias.
+
+Loaded lazily on first use and cached, because most runs touch one target. (This module is not
+called ``catalog.py`` because ``catalog/`` is the data folder beside it.) Names are matched
+case-insensitively, with ``_`` and spaces read as ``-``; anything that looks like a path is loaded
+as a user spec file, so a new chip needs no code.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Mapping
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import TargetSpecError, UnknownTargetError
+from .loader import load_system_file, load_target_file
+from .system import System
+from .target import Target
+from .tomlio import read_toml
+
+__all__ = ["CATALOG_DIR", "SYSTEMS_DIR", "targets", "get_target", "systems", "get_system",
+           "source_refs", "clear_cache"]
+
+CATALOG_DIR = Path(__file__).parent / "catalog"
+SYSTEMS_DIR = Path(__file__).parent / "systems"
+_SOURCES_FILE = "SOURCES.toml"
+
+
+class _Index:
+    """Objects by canonical name plus an alias table, built from one folder of spec files."""
+
+    def __init__(self, folder: Path, load: Callable[[Path], Any]) -> None:
+        self.by_name: dict[str, Any] = {}
+        self.alias: dict[str, str] = {}
+        for path in sorted(folder.glob("*.toml")):
+            if path.name == _SOURCES_FILE:
+                continue
+            obj = load(path)
+            if obj.name != path.stem:
+                raise TargetSpecError(f"{path}: field 'name': {obj.name!r} must match the file "
+                                      f"name {path.stem!r}")
+            for key in (obj.name, *obj.aliases):
+                if key in self.by_name or key in self.alias:
+                    raise TargetSpecError(f"{path}: name or alias {key!r} is already used")
+                self.alias[key] = obj.name
+            self.by_name[obj.name] = obj
+
+    def lookup(self, spec: str, what: str) -> Any:
+        key = spec.strip().lower().replace("_", "-").replace(" ", "-")
+        name = self.alias.get(key) or self.alias.get(spec.strip().lower())
+        if name is not None:
+            return self.by_name[name]
+        close = difflib.get_close_matches(key, list(self.alias), n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(sorted({self.alias[c] for c in close}))}?" if close \
+            else ""
+        raise UnknownTargetError(f"unknown {what} {spec!r}.{hint} Known {what}s: "
+                                 f"{', '.join(sorted(self.by_name))}; or pass a path to a "
+                                 ".toml spec file.")
+
+
+@cache
+def _targets() -> _Index:
+    return _Index(CATALOG_DIR, load_target_file)
+
+
+@cache
+def _systems() -> _Index:
+    return _Index(SYSTEMS_DIR, load_system_file)
+
+
+def clear_cache() -> None:
+    """Forget the loaded catalog, e.g. after editing its files in a session."""
+    _targets.cache_clear()
+    _systems.cache_clear()
+    source_refs.cache_clear()
+
+
+def _is_path(spec: str | os.PathLike[str]) -> bool:
+    return isinstance(spec, os.PathLike) or spec.endswith(".toml") or os.sep in spec \
+        or "/" in spec
+
+
+def targets() -> list[tuple[str, str]]:
+    """(name, family) of every catalog target, sorted by name."""
+    return sorted((name, t.family) for name, t in _targets().by_name.items())
+
+
+def get_target(spec: str | os.PathLike[str] | Target) -> Target:
+    """A target by catalog name, alias (any case), or path to a ``.toml`` spec file."""
+    if isinstance(spec, Target):
+        return spec
+    if not isinstance(spec, (str, os.PathLike)):
+        raise UnknownTargetError(f"expected a target name or path, got {spec!r}")
+    if _is_path(spec):
+        return load_target_file(spec)
+    target: Target = _targets().lookup(os.fspath(spec), "target")
+    return target
+
+
+def systems() -> list[tuple[str, str]]:
+    """(name, chip) of every catalog system, sorted by name."""
+    return sorted((name, s.chip) for name, s in _systems().by_name.items())
+
+
+def get_system(spec: str | os.PathLike[str] | System) -> System:
+    """A system by catalog name, alias (any case), or path to a ``.toml`` spec file."""
+    if isinstance(spec, System):
+        return spec
+    if not isinstance(spec, (str, os.PathLike)):
+        raise UnknownTargetError(f"expected a system name or path, got {spec!r}")
+    if _is_path(spec):
+        return load_system_file(spec)
+    system: System = _systems().lookup(os.fspath(spec), "system")
+    return system
+
+
+@cache
+def source_refs() -> Mapping[str, Mapping[str, str]]:
+    """Source key -> {"source": URL/reference, "date": ...}, from ``catalog/SOURCES.toml``."""
+    raw = read_toml(CATALOG_DIR / _SOURCES_FILE)
+    return MappingProxyType({k: MappingProxyType(dict(v)) for k, v in raw.items()})

@@ -1,0 +1,113 @@
+"""Systems: devices of one chip wired into a scale-up domain, and domains joined by a network.
+
+Collective cost depends less on the chip than on how devices are wired, so the wiring is data too:
+``scale_up`` describes the fast domain (NVLink/NVSwitch, TPU ICI torus, Infinity Fabric mesh) and
+``scale_out`` the network between domains (InfiniBand, DCN, Ethernet). Each level is seen from one
+device: its bandwidth is per device and one direction, its latency the alpha term per hop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import TargetSpecError
+from .checks import normalize_fields
+from .fields import spec_field
+from .sourcing import check_sources
+from .target import NAME_PATTERN
+from .vocab import TOPOLOGIES
+
+if TYPE_CHECKING:
+    from .target import Target
+
+__all__ = ["Level", "System"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Level:
+    """One network level as seen by one device. Its sources live in the owning System."""
+
+    fabric: str = spec_field("text", required=True)
+    topology: str = spec_field("text", required=True, choices=TOPOLOGIES)
+    bandwidth: float = spec_field("quantity", units="bandwidth", unit="gbps", required=True)
+    latency: float = spec_field("quantity", units="time", unit="us", required=True,
+                                allow_zero=True)
+    links: int | None = spec_field("count")
+    dims: tuple[int, ...] = spec_field("dims")
+
+    def __post_init__(self) -> None:
+        normalize_fields(self)
+        if self.topology in ("torus", "mesh") and not self.dims:
+            raise TargetSpecError(f"field 'dims': a {self.topology} level needs its dims")
+
+
+@dataclass(frozen=True, kw_only=True)
+class System:
+    """``devices`` chips of type ``chip``, in domains of ``scale_up_domain`` devices."""
+
+    name: str = spec_field("text", required=True)
+    display_name: str = spec_field("text", required=True)
+    aliases: tuple[str, ...] = spec_field("names")
+    notes: str = spec_field("text")
+    chip: str = spec_field("text", required=True)
+    devices: int = spec_field("count", required=True)
+    scale_up_domain: int = spec_field("count", required=True)
+    scale_up: Level | None = spec_field("level", schema=Level)
+    scale_out: Level | None = spec_field("level", schema=Level)
+    sources: Mapping[str, str] = spec_field("sources")
+
+    def __post_init__(self) -> None:
+        normalize_fields(self)
+        for label, name in [("name", self.name)] + [(f"aliases[{i}]", a)
+                                                    for i, a in enumerate(self.aliases)]:
+            if not NAME_PATTERN.fullmatch(name):
+                raise TargetSpecError(f"field {label!r}: {name!r} is not a valid system name")
+        if self.devices % self.scale_up_domain:
+            raise TargetSpecError(f"field 'devices': {self.devices} devices do not split into "
+                                  f"domains of {self.scale_up_domain}")
+        if self.scale_up_domain > 1 and self.scale_up is None:
+            raise TargetSpecError("field 'scale_up': a domain of several devices needs a level")
+        if self.scale_up is not None:
+            dims = self.scale_up.dims
+            if dims and math.prod(dims) != self.scale_up_domain:
+                raise TargetSpecError(
+                    f"field 'scale_up.dims': {'x'.join(map(str, dims))} is not "
+                    f"{self.scale_up_domain} devices")
+        if self.devices > self.scale_up_domain and self.scale_out is None:
+            raise TargetSpecError("field 'scale_out': devices span several domains but no "
+                                  "scale-out level is given")
+        object.__setattr__(self, "sources", check_sources(self))
+
+    @property
+    def topology(self) -> str:
+        """Topology kind of the scale-up domain ("single" when the domain is one device)."""
+        return self.scale_up.topology if self.scale_up is not None else "single"
+
+    @property
+    def domains(self) -> int:
+        """Number of scale-up domains joined by the scale-out network."""
+        return self.devices // self.scale_up_domain
+
+    def target(self) -> Target:
+        """The chip this system is built from, from the catalog."""
+        from .registry import get_target  # registry loads systems, so import late
+
+        return get_target(self.chip)
+
+    def replicate(self, count: int) -> System:
+        """``count`` copies joined by the scale-out network, e.g. 16 DGX nodes for 128 GPUs."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise TargetSpecError(f"replicate(): count must be a positive integer, got {count!r}")
+        if count == 1:
+            return self
+        if self.scale_out is None:
+            raise TargetSpecError(f"replicate(): system {self.name!r} has no scale-out level")
+        sources = dict(self.sources)
+        sources["devices"] = f"{sources['devices']}; x{count} replicas"
+        return dataclasses.replace(
+            self, name=f"{self.name}+x{count}", aliases=(), devices=self.devices * count,
+            display_name=f"{count}x {self.display_name}", sources=sources)

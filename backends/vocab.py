@@ -1,0 +1,26 @@
+"""The closed vocabularies of the backend schema: dtype names, families, topology kinds.
+
+Kept as plain tuples in one place so that spec files, validation and error messages all agree on
+the spelling, and so a typo such as ``fp8e4m3`` fails loudly with the valid list.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DTYPES", "FAMILIES", "TOPOLOGIES"]
+
+#: Dtypes a rate table may name, widest first. Integer rates are OP/s (vendors' TOPS).
+#: FP8 has two formats; when a vendor quotes one "FP8" rate both entries carry it.
+DTYPES: tuple[str, ...] = (
+    "fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp4", "int8", "int4",
+)
+
+#: Execution-model families; each has its own schema class and cost model.
+#: gpu = SIMT with tensor cores; tpu = systolic matrix units (Google TPU, AWS Trainium, Intel Gaudi
+#: MME); dataflow = spatial ASICs (Groq, Cerebras, SambaNova); cpu = cores x SIMD (x AMX).
+FAMILIES: tuple[str, ...] = ("gpu", "tpu", "dataflow", "cpu")
+
+#: How devices of one network level are wired. "switch": any-to-any through switches (NVSwitch);
+#: "full-mesh": a direct link to every peer (AMD Infinity Fabric, Gaudi RoCE); "torus"/"mesh":
+#: nearest-neighbour grids with/without wraparound (TPU ICI, Trainium NeuronLink); "ring"; and
+#: "fat-tree": a Clos network of switches (InfiniBand / Ethernet scale-out); "single": one device.
+TOPOLOGIES: tuple[str, ...] = ("switch", "full-mesh", "torus", "mesh", "ring", "fat-tree", "single")
