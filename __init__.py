@@ -4,12 +4,17 @@ Public API::
 
     g = narrowpipe.from_torch(model, args, kwargs)      # or narrowpipe.load("model.onnx" / ".pt2")
     r = narrowpipe.analyze(g, batch=8, seq=2048)        # counts: r.flops, r.bytes, r.params, r.ops
+    r = narrowpipe.analyze(g, "h100", seq=2048)         # + times: r.time_s, r.mfu, r.ops[i].bound
+    c = narrowpipe.compare(g, ["h100", "tpu-v5e", "groq-lpu"])
 """
 
 from __future__ import annotations
 
+from .backends import get_target
+from .backends import targets as _catalog_targets
 from .costmodel.analyze import analyze
-from .costmodel.report import OpRow, Report, Unmodeled
+from .costmodel.compare import Comparison, WhatIf, compare, whatif
+from .costmodel.report import Bottleneck, OpRow, Report, Timing, Unmodeled
 from .errors import (FrontendError, IRError, ModelLoadError, NarrowpipeError, ShapeError,
                      TargetSpecError, UnboundDimError, UnknownTargetError, UnsupportedOpError,
                      VerificationError)
@@ -19,8 +24,15 @@ from .loading import load
 
 __version__ = "0.1.0"
 
+
+def targets() -> list[tuple[str, str]]:
+    """Every catalog target as (name, family), sorted by name."""
+    return _catalog_targets()
+
+
 __all__ = [
-    "from_torch", "load", "analyze", "Graph", "Report", "OpRow", "Unmodeled", "NarrowpipeError",
+    "from_torch", "load", "analyze", "compare", "whatif", "targets", "get_target", "Graph", "Report",
+    "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",
 ]

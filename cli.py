@@ -74,9 +74,76 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=20, help="nodes to list (default 20)")
     p.add_argument("--all", action="store_true", help="list every node")
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
+    p.add_argument("--target", help="time the model on a target (name, alias or .toml file)")
+    _add_timing_args(p)
+
+    p = sub.add_parser("compare", help="predict a model on several hardware targets side by side")
+    _add_model_args(p)
+    p.add_argument("--targets", required=True,
+                   help="comma-separated target names, aliases or .toml files (see `narrowpipe targets`)")
+    p.add_argument("--target-file", action="append", default=[], metavar="FILE",
+                   help="add a user target from a TOML file (repeatable)")
+    p.add_argument("--json", metavar="FILE", help="write every target's full report (every op's bound) as JSON")
+    p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
+    _add_timing_args(p)
+
+    p = sub.add_parser("whatif", help="re-run a model on a modified chip: which pipe is narrowest?")
+    _add_model_args(p)
+    p.add_argument("--target", required=True, help="the chip to modify")
+    p.add_argument("--scale", required=True, metavar="RES=F,...",
+                   help="resource factors, e.g. hbm_bandwidth=2,peak_bf16=1.5 (see `narrowpipe targets --resources`)")
+    p.add_argument("--json", metavar="FILE", help="write both reports as JSON")
+    _add_timing_args(p)
+
+    p = sub.add_parser("targets", help="list the hardware catalog")
+    p.add_argument("--resources", action="store_true", help="list the resource names whatif --scale accepts")
+    p.add_argument("--show", metavar="TARGET", help="print one target's numbers with their sources")
 
     sub.add_parser("examples", help="list the bundled example models")
     return parser
+
+
+def _add_timing_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fusion", choices=("full", "none"), help="kernel fusion (default: full; CPU: none)")
+    p.add_argument("--tf32", action="store_true", help="run fp32 matmuls on TF32 tensor cores")
+    p.add_argument("--sparse", action="store_true", help="2:4 structured-sparse weights where supported")
+    p.add_argument("--price", action="append", metavar="TARGET=USD",
+                   help="USD per device-hour, e.g. --price h100=2.5 (repeatable)")
+
+
+def parse_prices(items: Sequence[str] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items or ():
+        for part in item.split(","):
+            if not part.strip():
+                continue
+            if "=" not in part:
+                raise NarrowpipeError(f"--price expects TARGET=USD, got {part!r}")
+            k, v = part.split("=", 1)
+            try:
+                out[k.strip()] = float(v)
+            except ValueError:
+                raise NarrowpipeError(f"--price {k.strip()}: {v!r} is not a number") from None
+    return out
+
+
+def parse_factors(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise NarrowpipeError(f"--scale expects RESOURCE=FACTOR, got {part!r}")
+        k, v = part.split("=", 1)
+        try:
+            out[k.strip()] = float(v)
+        except ValueError:
+            raise NarrowpipeError(f"--scale {k.strip()}: {v!r} is not a number") from None
+    return out
+
+
+def _timing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {"fusion": args.fusion, "allow_tf32": args.tf32, "sparse": args.sparse}
 
 
 @command("analyze")
@@ -84,11 +151,90 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.analyze import analyze
     from .render import print_report
     graph = resolve_model(args.model, rebuild=args.rebuild)
-    report = analyze(graph, strict=args.strict, **parse_sets(args.set))
+    prices = parse_prices(args.price)
+    price = None
+    if args.target and prices:
+        from .backends import get_target
+        name = get_target(args.target).name
+        price = next((v for k, v in prices.items() if get_target(k).name == name), None)
+    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
+                     **parse_sets(args.set))
     print_report(report, console, top=None if args.all else args.top)
     if args.json:
         Path(args.json).write_text(report.to_json())
         console.print(f"wrote {args.json}")
+    return 0
+
+
+@command("compare")
+def _compare(args: argparse.Namespace, console: Console) -> int:
+    from .costmodel.compare import compare
+    from .render import print_comparison
+    graph = resolve_model(args.model, rebuild=args.rebuild)
+    specs = [t.strip() for t in args.targets.split(",") if t.strip()] + list(args.target_file)
+    if not specs:
+        raise NarrowpipeError("--targets is empty")
+    result = compare(graph, specs, strict=args.strict, prices=parse_prices(args.price), **_timing_kwargs(args),
+                     **parse_sets(args.set))
+    print_comparison(result, console)
+    if args.json:
+        Path(args.json).write_text(result.to_json())
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+@command("whatif")
+def _whatif(args: argparse.Namespace, console: Console) -> int:
+    import json
+
+    from .costmodel.compare import whatif
+    from .render import print_whatif
+    graph = resolve_model(args.model, rebuild=args.rebuild)
+    result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
+                    **_timing_kwargs(args), **parse_sets(args.set))
+    print_whatif(result, console)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_dict(), indent=2))
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+@command("targets")
+def _targets(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
+    from .backends import RESOURCES, get_target, targets
+    from .render import nbytes, si
+    if args.resources:
+        console.print("resources for whatif --scale: " + ", ".join(RESOURCES))
+        return 0
+    if args.show:
+        t = get_target(args.show)
+        tab = Table(title=f"{t.display_name} ({t.name}, {t.family})", title_justify="left")
+        tab.add_column("field")
+        tab.add_column("value", overflow="fold")
+        tab.add_column("source", overflow="fold")
+        for key, value in t.as_dict().items():
+            if key in ("sources", "notes") or value in (None, (), {}):
+                continue
+            if isinstance(value, dict):
+                for sub, v in value.items():
+                    tab.add_row(f"{key}.{sub}", si(v), t.sources.get(f"{key}.{sub}", t.sources.get(key, "")))
+            else:
+                shown = si(value) if isinstance(value, float) else str(value)
+                tab.add_row(key, shown, t.sources.get(key, ""))
+        console.print(tab)
+        return 0
+    tab = Table(title="hardware targets")
+    for col in ("name", "family", "peak (dense)", "memory", "bandwidth", "TDP", "$/h"):
+        tab.add_column(col)
+    for name, family in targets():
+        t = get_target(name)
+        dt = max(t.matrix_flops, key=t.matrix_flops.get)  # type: ignore[arg-type]
+        tab.add_row(name, family, f"{si(t.matrix_flops[dt], 'FLOP/s')} {dt}", nbytes(t.memory_capacity),
+                    si(t.memory_bandwidth, "B/s"), f"{t.tdp:.0f} W" if t.tdp else "-",
+                    f"{t.price_per_hour:.2f}" if t.price_per_hour else "-")
+    console.print(tab)
     return 0
 
 

@@ -86,14 +86,22 @@ def build_report(table: CostTable) -> Report:
                   ops=rows, unmodeled=unmodeled, notes=list(table.notes))
 
 
-def analyze(graph: Graph, target: Any = None, strict: bool = False, **dims: Any) -> Report:
-    """Count every op of ``graph`` (and, given a target, time it there) under the bound dims."""
+def analyze(graph: Graph, target: Any = None, strict: bool = False, *, fusion: str | None = None,
+            allow_tf32: bool = False, sparse: bool = False, price: float | None = None, **dims: Any) -> Report:
+    """Count every op of ``graph`` under the bound dims and, given a target, time it there.
+
+    ``target`` is a catalog name or alias, a path to a target TOML file, or a ``Target``.
+    ``fusion`` ("full" or "none") overrides the family default; ``allow_tf32`` runs fp32 matmuls
+    on TF32 tensor cores; ``sparse`` uses 2:4 sparse rates where the chip has them; ``price``
+    overrides the target's USD per device-hour.
+    """
     bindings = resolve_bindings(graph, dims)
     table = interpret(graph, bindings, strict=strict)
     report = build_report(table)
     if target is not None:
         from .targeted import apply_target  # the execution models, one per chip family
-        report = apply_target(report, table, target)
+        report = apply_target(report, table, target, fusion=fusion, allow_tf32=allow_tf32, sparse=sparse,
+                              price=price)
     return report
 
 

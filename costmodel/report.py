@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, NamedTuple
 
-__all__ = ["OpRow", "Report", "Unmodeled", "REPORT_FORMAT", "REPORT_VERSION"]
+__all__ = ["OpRow", "Report", "Unmodeled", "Timing", "Bottleneck", "REPORT_FORMAT", "REPORT_VERSION"]
 
 REPORT_FORMAT = "narrowpipe.report"
 REPORT_VERSION = 1
@@ -47,6 +47,7 @@ class OpRow:
     bound: str | None = None
     utilization: float | None = None
     unit: str | None = None
+    kernel: str | None = None       # the fused kernel this node runs in (its anchor's name)
 
     @property
     def intensity(self) -> float:
@@ -57,6 +58,83 @@ class OpRow:
         d = asdict(self)
         d["intensity"] = None if self.bytes == 0 else self.flops / self.bytes
         return {k: v for k, v in d.items() if v is not None or k in ("time_s", "bound")}
+
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """One of the kernels that take the most time: what it is, why it is slow, its share."""
+
+    kernel: str
+    op: str
+    bound: str
+    time_s: float
+    share: float
+    scope: str = ""
+
+
+@dataclass
+class Timing:
+    """What a target's execution model predicts for the whole run, with the definitions used.
+
+    * ``time_s``: predicted wall time of one forward pass at the bound dims (kernels run in order;
+      on dataflow chips, the pipelined run over ``devices`` chips).
+    * ``mfu``: model FLOPs (contraction + convolution + attention) / (time x peak matrix FLOP/s of
+      the model's dominant dtype x devices).
+    * ``bound_mix``: fraction of the time spent in kernels bound by each resource.
+    * ``speedup_if_doubled``: how much faster the run gets if that resource alone doubles
+      (compute: all FLOP/s; memory: bandwidth; interconnect: link bandwidth; overhead: launch
+      overhead halved). The narrowest pipe has the largest value.
+    * ``memory_required``: weights + peak activations; ``fits`` compares it with the capacity of
+      ``devices`` devices (for dataflow chips, their fast memory).
+    * ``energy_j``: time x TDP x devices; ``cost_usd``: time x price per device-hour x devices.
+    * ``items``: tokens (batch x seq) for sequence models, else samples (batch).
+    """
+
+    target: str
+    family: str
+    time_s: float
+    mfu: float
+    peak_flops: float
+    dtype: str
+    bound_mix: dict[str, float]
+    speedup_if_doubled: dict[str, float]
+    top: list[Bottleneck]
+    devices: int
+    memory_required: float
+    memory_capacity: float
+    fits: bool
+    devices_needed: int
+    items: int
+    item_unit: str
+    throughput: float
+    energy_j: float | None
+    cost_usd: float | None
+    price_per_hour: float | None
+    fusion: str
+    kernels: int
+    notes: list[str] = field(default_factory=list)
+    plan: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def items_per_joule(self) -> float | None:
+        return self.items / self.energy_j if self.energy_j else None
+
+    @property
+    def cost_per_million_items(self) -> float | None:
+        return self.cost_usd / self.items * 1e6 if self.cost_usd is not None and self.items else None
+
+    @property
+    def narrowest(self) -> str:
+        """The resource whose doubling helps most."""
+        return max(self.speedup_if_doubled, key=self.speedup_if_doubled.get) if self.speedup_if_doubled else ""  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["items_per_joule"] = self.items_per_joule
+        d["cost_per_million_items"] = self.cost_per_million_items
+        d["narrowest"] = self.narrowest
+        return d
 
 
 @dataclass
@@ -79,6 +157,15 @@ class Report:
     target: str | None = None
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    timing: Timing | None = None
+
+    @property
+    def time_s(self) -> float | None:
+        return self.timing.time_s if self.timing else None
+
+    @property
+    def mfu(self) -> float | None:
+        return self.timing.mfu if self.timing else None
 
     @property
     def modeled_flops(self) -> int:
@@ -113,6 +200,7 @@ class Report:
             "unmodeled": [{"op": u.op, "count": u.count} for u in self.unmodeled],
             "notes": list(self.notes),
             "extra": self.extra,
+            "timing": self.timing.to_dict() if self.timing else None,
             "ops": [row.to_dict() for row in self.ops],
         }
 
@@ -134,4 +222,13 @@ class Report:
                    flops_by_group=dict(data["flops_by_group"]), bytes_by_group=dict(data["bytes_by_group"]),
                    ops=rows, unmodeled=[Unmodeled(u["op"], u["count"]) for u in data["unmodeled"]],
                    target=data.get("target"), notes=list(data.get("notes", [])),
-                   extra=dict(data.get("extra", {})))
+                   extra=dict(data.get("extra", {})), timing=_timing_from(data.get("timing")))
+
+
+def _timing_from(data: Mapping[str, Any] | None) -> Timing | None:
+    if not data:
+        return None
+    names = {f.name for f in fields(Timing)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    kwargs["top"] = [Bottleneck(**b) for b in kwargs.get("top", [])]
+    return Timing(**kwargs)

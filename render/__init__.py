@@ -3,8 +3,9 @@
 Everything here reads only result types (:class:`~narrowpipe.costmodel.report.Report` and friends).
 """
 
+from .comparison import comparison_table, print_comparison, print_whatif, timing_summary
 from .tables import node_table, op_type_table, print_report, report_summary, unmodeled_table
 from .units import count, flops, nbytes, percent, seconds, si
 
-__all__ = ["node_table", "op_type_table", "print_report", "report_summary", "unmodeled_table",
+__all__ = ["comparison_table", "print_comparison", "print_whatif", "timing_summary", "node_table", "op_type_table", "print_report", "report_summary", "unmodeled_table",
            "count", "flops", "nbytes", "percent", "seconds", "si"]

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..costmodel.report import OpRow, Report
-from .units import count, flops, nbytes, percent, si
+from .units import count, flops, nbytes, percent, seconds, si
 
 __all__ = ["report_summary", "op_type_table", "node_table", "unmodeled_table", "print_report"]
 
@@ -53,16 +53,26 @@ def op_type_table(r: Report) -> Table:
 
 def node_table(r: Report, top: int | None = 20) -> Table:
     rows = [row for row in r.ops if row.flops or row.bytes or not row.modeled]
-    rows.sort(key=lambda row: (-row.flops, -row.bytes))
+    timed = r.timing is not None
+    if timed:
+        rows.sort(key=lambda row: (-(row.time_s or 0.0), -row.flops))
+    else:
+        rows.sort(key=lambda row: (-row.flops, -row.bytes))
     shown = rows if top is None else rows[:top]
-    title = "every node" if top is None or top >= len(rows) else f"top {len(shown)} of {len(rows)} nodes by FLOPs"
+    key = "time" if timed else "FLOPs"
+    title = "every node" if top is None or top >= len(rows) else f"top {len(shown)} of {len(rows)} nodes by {key}"
     t = Table(title=title, title_justify="left")
     for col, just in (("node", "left"), ("op", "left"), ("source", "left"), ("shape", "left"),
-                      ("FLOPs", "right"), ("bytes", "right"), ("FLOP/B", "right")):
+                      ("FLOPs", "right"), ("bytes", "right"), ("FLOP/B", "right")) + \
+            ((("time", "right"), ("bound", "left")) if timed else ()):
         t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     for row in shown:
-        t.add_row(row.name, _op_text(row), row.scope or row.source_op, f"{row.dtype}{row.shape}",
-                  flops(row.flops), nbytes(row.bytes), f"{row.intensity:.3g}" if row.bytes else "-")
+        cells = [row.name, _op_text(row), row.scope or row.source_op, f"{row.dtype}{row.shape}",
+                 flops(row.flops), nbytes(row.bytes), f"{row.intensity:.3g}" if row.bytes else "-"]
+        if timed:
+            fused = row.kernel and row.kernel != row.name
+            cells += [seconds(row.time_s) if not fused else f"in {row.kernel}", row.bound or "-"]
+        t.add_row(*cells)
     return t
 
 
@@ -82,7 +92,11 @@ def unmodeled_table(r: Report) -> Table:
 
 def print_report(r: Report, console: Console | None = None, *, top: int | None = 20) -> None:
     console = console or Console()
-    parts = [report_summary(r), op_type_table(r), node_table(r, top)]
+    parts = [report_summary(r)]
+    if r.timing is not None:
+        from .comparison import timing_summary
+        parts.append(timing_summary(r))
+    parts += [op_type_table(r), node_table(r, top)]
     if r.unmodeled:
         parts.append(unmodeled_table(r))
     for note in r.notes:

@@ -1,0 +1,90 @@
+"""Side-by-side predictions of one program on several targets, and what-if studies of one target.
+
+The program is counted once; each target only re-runs fusion and its execution model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..backends import Target, get_target
+from ..ir import Graph
+from .analyze import build_report, resolve_bindings
+from .interpreter import interpret
+from .report import Report
+from .targeted import apply_target
+
+__all__ = ["Comparison", "compare", "WhatIf", "whatif", "COMPARISON_FORMAT"]
+
+COMPARISON_FORMAT = "narrowpipe.comparison"
+
+
+@dataclass
+class Comparison:
+    """One report per target, in the order asked; ``fastest`` by predicted time."""
+
+    graph: str
+    dims: dict[str, int]
+    reports: list[Report]
+
+    @property
+    def fastest(self) -> Report:
+        return min(self.reports, key=lambda r: r.time_s or float("inf"))
+
+    def __getitem__(self, target: str) -> Report:
+        for r in self.reports:
+            if r.target == target or (r.timing and r.timing.target == target):
+                return r
+        return next(r for r in self.reports if r.target == get_target(target).name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": COMPARISON_FORMAT, "version": 1, "graph": self.graph, "dims": self.dims,
+                "targets": [r.to_dict() for r in self.reports]}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+
+def compare(graph: Graph, targets: Iterable[str | Target], *, strict: bool = False,
+            prices: Mapping[str, float] | None = None, fusion: str | None = None,
+            allow_tf32: bool = False, sparse: bool = False, **dims: Any) -> Comparison:
+    """Predict ``graph`` on each target (names, aliases, TOML paths or Target objects)."""
+    bindings = resolve_bindings(graph, dims)
+    table = interpret(graph, bindings, strict=strict)
+    counted = build_report(table)
+    price_of = {get_target(k).name: v for k, v in (prices or {}).items()}
+    reports = []
+    for spec in targets:
+        t = get_target(spec)
+        reports.append(apply_target(counted, table, t, fusion=fusion, allow_tf32=allow_tf32, sparse=sparse,
+                                    price=price_of.get(t.name)))
+    return Comparison(graph.name, bindings, reports)
+
+
+@dataclass
+class WhatIf:
+    """The same program on a target and on a modified copy of it."""
+
+    base: Report
+    scaled: Report
+    factors: dict[str, float]
+
+    @property
+    def speedup(self) -> float:
+        a, b = self.base.time_s or 0.0, self.scaled.time_s or 0.0
+        return a / b if b else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": "narrowpipe.whatif", "version": 1, "factors": self.factors, "speedup": self.speedup,
+                "base": self.base.to_dict(), "scaled": self.scaled.to_dict()}
+
+
+def whatif(graph: Graph, target: str | Target, factors: Mapping[str, float], **kwargs: Any) -> WhatIf:
+    """Re-run ``graph`` on ``target.scaled(**factors)`` (resources: see backends.RESOURCES)."""
+    base_target = get_target(target)
+    scaled_target = base_target.scaled(**dict(factors))
+    both = compare(graph, [base_target, scaled_target], **kwargs)
+    return WhatIf(both.reports[0], both.reports[1], dict(factors))

@@ -1,0 +1,174 @@
+"""What every execution model shares: kernel times, rate lookups with dtype fallbacks, efficiency
+curves, and the roofline combination of compute, memory, communication and launch overhead.
+
+Rates come from the target (datasheet peak x achievable efficiency); nothing here hard-codes a chip.
+Where a target lacks a rate, the fallback is explicit and named in the kernel's ``note``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from ...backends import Target
+from ...ir import DType
+
+__all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_rate", "memory_time",
+           "matmul_efficiency", "roofline", "interpolate", "COMPUTE", "MEMORY", "INTERCONNECT", "OVERHEAD",
+           "BOUNDS", "TimingOptions"]
+
+COMPUTE, MEMORY, INTERCONNECT, OVERHEAD = "compute", "memory", "interconnect", "overhead"
+BOUNDS = (COMPUTE, MEMORY, INTERCONNECT, OVERHEAD)
+
+#: Transcendental (exp, rsqrt, ...) throughput as a fraction of the FP32 vector FLOP rate when a
+#: target lists none: NVIDIA SMs issue 16 special-function ops per clock against 128 FP32 FMAs
+#: (256 FLOPs), i.e. 1/16; FlashAttention-3 quotes 3.9 TFLOP/s of exp against 989 of BF16 matmul on
+#: H100, which this reproduces (67 / 16 = 4.2).
+TRANSCENDENTAL_FRACTION = 1 / 16
+#: Vector (non-matrix) FP32 rate as a fraction of the BF16 matrix rate when a target lists none
+#: (TPU VPU, dataflow vector units). An assumption; calibration replaces it.
+VECTOR_FRACTION = 1 / 16
+
+_WIDER = {"fp4": ("fp8_e4m3", "int8", "fp16", "bf16"), "int4": ("int8", "fp8_e4m3", "fp16", "bf16"),
+          "fp8_e4m3": ("fp8_e5m2", "fp16", "bf16"), "fp8_e5m2": ("fp8_e4m3", "fp16", "bf16"),
+          "int8": ("fp8_e4m3", "fp16", "bf16"), "bf16": ("fp16",), "fp16": ("bf16",),
+          "tf32": ("fp32", "bf16", "fp16"), "fp32": ("tf32", "bf16", "fp16"), "fp64": ("fp32", "tf32", "bf16")}
+_FLOAT_RATES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp4")
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    """Choices that change predicted times (not counts): precision policy, sparsity, fusion."""
+
+    allow_tf32: bool = False      # fp32 matmuls on TF32 tensor cores (torch's default is off)
+    sparse: bool = False          # 2:4 structured-sparse weights where the chip supports it
+    fusion: str | None = None     # None: the family's default ("full", CPU "none")
+
+
+@dataclass(frozen=True)
+class Rate:
+    flops_per_s: float
+    dtype: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """Predicted time of one kernel, split into the terms the roofline combines."""
+
+    time_s: float
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+    bound: str
+    unit: str
+    utilization: float
+    executed_flops: float = 0.0   # work the hardware does, padding included
+    note: str = ""
+
+    def scaled(self, k: float) -> KernelTime:
+        return KernelTime(self.time_s * k, self.compute_s * k, self.memory_s * k, self.comm_s * k,
+                          self.overhead_s * k, self.bound, self.unit, self.utilization,
+                          self.executed_flops * k, self.note)
+
+
+def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOptions()) -> Rate:
+    """Dense (or 2:4 sparse) matrix-unit peak for ``dtype``, falling back to the nearest listed type.
+
+    fp32 matmuls run on the vector units where the chip lists an FP32 vector rate and no FP32
+    matrix rate (NVIDIA, torch's default without TF32); elsewhere (TPU, dataflow chips) they run as
+    bf16 passes, XLA's default matmul precision. The fallback is named in the returned note.
+    """
+    name = dtype.value
+    table = target.sparse_matrix_flops if options.sparse and target.sparse_matrix_flops else target.matrix_flops
+    if name == "fp32" and "fp32" not in table:
+        if options.allow_tf32 and "tf32" in table:
+            return Rate(table["tf32"], "tf32", "fp32 matmul on TF32 tensor cores")
+        if "fp32" in target.vector_flops:
+            return Rate(target.vector_flops["fp32"], "fp32", "fp32 matmul on the vector units (no TF32)")
+    if name in table:
+        return Rate(table[name], name)
+    if not dtype.is_float and not dtype.is_int:
+        name = "fp32"
+    for wider in _WIDER.get(name, ("bf16", "fp16", "fp32")):
+        if wider in table:
+            return Rate(table[wider], wider, f"no {name} rate: runs as {wider}")
+    if options.sparse and table is target.sparse_matrix_flops:
+        return matrix_rate(target, dtype, TimingOptions(options.allow_tf32, False, options.fusion))
+    floats = [k for k in _FLOAT_RATES if k in table]
+    pick = floats[0] if floats else max(table, key=table.get)  # type: ignore[arg-type]
+    return Rate(table[pick], pick, f"no {name} rate: runs as {pick}")
+
+
+def vector_rate(target: Target, dtype: DType) -> Rate:
+    """Non-matrix FLOP/s for ``dtype`` (fp32 rate for narrower types where none is listed)."""
+    vf = target.vector_flops
+    if dtype.value in vf:
+        return Rate(vf[dtype.value], dtype.value)
+    if "fp32" in vf:
+        return Rate(vf["fp32"], "fp32")
+    if vf:
+        return Rate(max(vf.values()), "best")
+    bf16 = target.matrix_flops.get("bf16") or target.matrix_flops.get("fp16") or max(target.matrix_flops.values())
+    return Rate(bf16 * VECTOR_FRACTION, "assumed", f"no vector rate: assumed {VECTOR_FRACTION:.3g} of the matrix rate")
+
+
+def transcendental_rate(target: Target) -> float:
+    return vector_rate(target, DType.FP32).flops_per_s * TRANSCENDENTAL_FRACTION
+
+
+def interpolate(curve: tuple[tuple[float, float], ...], x: float, default: float) -> float:
+    """Piecewise-linear in log(x) through measured (x, efficiency) points; flat beyond the ends."""
+    if not curve:
+        return default
+    xs = [p[0] for p in curve]
+    if x <= xs[0]:
+        return curve[0][1]
+    if x >= xs[-1]:
+        return curve[-1][1]
+    i = bisect.bisect_right(xs, x)
+    (x0, y0), (x1, y1) = curve[i - 1], curve[i]
+    t = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return y0 + t * (y1 - y0)
+
+
+def matmul_efficiency(target: Target, flops: float) -> float:
+    return max(interpolate(target.matmul_curve, flops, target.matmul_efficiency), 1e-3)
+
+
+def memory_time(target: Target, nbytes: float, bandwidth: float | None = None) -> float:
+    """Seconds to move ``nbytes`` at the achievable fraction of ``bandwidth`` (default: main memory)."""
+    if nbytes <= 0:
+        return 0.0
+    bw = target.memory_bandwidth if bandwidth is None else bandwidth
+    eff = max(interpolate(target.bandwidth_curve, nbytes, target.memory_efficiency), 1e-3)
+    return nbytes / (bw * eff)
+
+
+def roofline(compute_s: float, memory_s: float, comm_s: float, overhead_s: float, unit: str,
+             *, peak_flops: float = 0.0, flops: float = 0.0, nbytes: float = 0.0, bandwidth: float = 0.0,
+             comm_bytes: float = 0.0, link_bandwidth: float = 0.0, executed_flops: float = 0.0,
+             note: str = "") -> KernelTime:
+    """Time = max(compute, memory, communication) + launch overhead; the largest term is the bound.
+
+    ``utilization`` is the used fraction of the peak of the resource that binds (FLOP/s for compute,
+    bytes/s for memory and interconnect; 0 when overhead binds).
+    """
+    body = max(compute_s, memory_s, comm_s)
+    time_s = body + overhead_s
+    terms = {COMPUTE: compute_s, MEMORY: memory_s, INTERCONNECT: comm_s, OVERHEAD: overhead_s}
+    bound = max(terms, key=terms.get)  # type: ignore[arg-type]
+    if time_s <= 0:
+        return KernelTime(0.0, 0.0, 0.0, 0.0, 0.0, OVERHEAD, unit, 0.0, executed_flops, note)
+    if bound == COMPUTE:
+        util = flops / (time_s * peak_flops) if peak_flops else 0.0
+    elif bound == MEMORY:
+        util = nbytes / (time_s * bandwidth) if bandwidth else 0.0
+    elif bound == INTERCONNECT:
+        util = comm_bytes / (time_s * link_bandwidth) if link_bandwidth else 0.0
+    else:
+        util = 0.0
+    return KernelTime(time_s, compute_s, memory_s, comm_s, overhead_s, bound, unit, min(util, 1.0),
+                      executed_flops or flops, note)

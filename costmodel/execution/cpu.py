@@ -1,0 +1,61 @@
+"""CPU execution model: cores x SIMD x FMA x clock (AMX tiles for bf16/int8 where present), memory
+bandwidth from DRAM or, for working sets that fit, the last-level cache, and a per-op dispatch
+overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion).
+"""
+
+from __future__ import annotations
+
+from ...backends import CpuTarget
+from ...ir import DType
+from ..interpreter import CostTable
+from ..kernels import Kernel
+from .collectives import collective_time
+from .common import KernelTime, Rate, TimingOptions, matmul_efficiency, matrix_rate, memory_time, roofline
+from .gemm import kernel_gemms
+from .vector import vector_kernel_time
+
+__all__ = ["CpuModel"]
+
+_AMX_DTYPES = {DType.BF16: 1, DType.INT8: 2, DType.FP16: 1}
+
+
+class CpuModel:
+    family = "cpu"
+    default_fusion = "none"
+
+    def _bandwidth(self, target: CpuTarget, nbytes: float) -> float:
+        """Working sets that fit in half the last-level cache stream from it, when its bandwidth is known."""
+        if target.onchip_bandwidth and target.onchip_capacity and nbytes <= target.onchip_capacity / 2:
+            return target.onchip_bandwidth
+        return target.memory_bandwidth
+
+    def matmul_rate(self, target: CpuTarget, dtype: DType, options: TimingOptions) -> Rate:
+        """The catalog's matrix peak (AMX for bf16/int8 where present, else SIMD FMA); AMX derived
+        from cores x ops/cycle x clock only if the target lists no rate for the dtype."""
+        rate = matrix_rate(target, dtype, options)
+        if target.amx_ops_per_cycle and dtype in _AMX_DTYPES:
+            if dtype.value not in target.matrix_flops:
+                amx = target.cores * target.amx_ops_per_cycle * _AMX_DTYPES[dtype] * target.clock_hz
+                return Rate(amx, dtype.value, "AMX tiles")
+            return Rate(rate.flops_per_s, rate.dtype, "AMX tiles")
+        return rate
+
+    def time_kernel(self, kernel: Kernel, table: CostTable, target: CpuTarget, options: TimingOptions) -> KernelTime:
+        if kernel.kind == "collective":
+            return collective_time(kernel.anchor, kernel.cost, target)
+        gemms = kernel_gemms(table, kernel)
+        bw = self._bandwidth(target, kernel.cost.bytes)
+        if not gemms and kernel.kind != "attention":
+            return vector_kernel_time(kernel, target, "SIMD", target.launch_overhead, bandwidth=bw)
+        if gemms:
+            dtype = gemms[0].dtype
+        else:
+            q = kernel.anchor.inputs[0]
+            dtype = q.type.dtype if q is not None else DType.FP32
+        rate = self.matmul_rate(target, dtype, options)
+        eff = matmul_efficiency(target, kernel.cost.flops)
+        compute = kernel.cost.flops / (rate.flops_per_s * eff)
+        mem = memory_time(target, kernel.cost.bytes, bw)
+        unit = "AMX" if rate.note == "AMX tiles" else "SIMD FMA"
+        return roofline(compute, mem, 0.0, target.launch_overhead, unit, peak_flops=rate.flops_per_s,
+                        flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=bw, note=rate.note)

@@ -1,0 +1,163 @@
+"""Dataflow-ASIC execution model (Groq LPU, Cerebras WSE, SambaNova RDU): the graph laid out in space.
+
+* Capacity decides the chips: without weight streaming (Groq), weights and activations must fit in
+  the chips' fast memory (SRAM), so a model larger than one chip spans ceil(bytes / capacity) chips;
+  with weight streaming (Cerebras MemoryX, SambaNova DDR) one chip streams the weights that do not
+  fit from the external tier, at its bandwidth.
+* Placement is the plan: kernels are laid out in program order over the chips, contiguously, each
+  chip taking an equal share of the footprint (its weights plus the activations it produces).
+  A chip's compiler balances its kernels over its processing elements, so a kernel costs its work
+  at the chip's full rates (matrix or vector FLOP/s, fast-memory bandwidth, streaming bandwidth).
+* A chip is a pipeline stage. Latency is the sum of the stages plus a hop (latency + activation
+  bytes over the chip-to-chip bandwidth) at every chip boundary; with ``m`` independent inputs (the
+  sequences of the batch, or the tokens of a causal LM) streaming through, the run takes
+  latency / m + (m - 1) / m x the slowest stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+
+from ...backends import DataflowTarget
+from ...ir import DType, ValueKind
+from ..interpreter import CostTable
+from ..kernels import Kernel
+from .collectives import collective_time
+from .common import (KernelTime, TimingOptions, matmul_efficiency, matrix_rate, memory_time, roofline,
+                     transcendental_rate, vector_rate)
+from .gemm import attention_shape, kernel_gemms
+
+__all__ = ["DataflowModel", "DataflowPlan"]
+
+
+@dataclass
+class DataflowPlan:
+    chips: int
+    streaming: bool
+    chip_of: dict[str, int] = field(default_factory=dict)        # kernel name -> chip
+    stage_s: list[float] = field(default_factory=list)           # per chip, hops included
+    latency_s: float = 0.0
+    microbatches: int = 1
+    fits: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"chips": self.chips, "weight_streaming": self.streaming, "stage_seconds": self.stage_s,
+                "latency_s": self.latency_s, "microbatches": self.microbatches, "fits": self.fits,
+                "chip_of_kernel": self.chip_of}
+
+
+def _microbatches(table: CostTable) -> int:
+    """Independent inputs that stream through the chip pipeline: the sequences of the batch, or
+    every token when all attention is causal (token t needs only the K/V of earlier tokens, which
+    went through first), as in token-pipelined causal-LM prefill."""
+    from ...ir import Op
+    b = table.bindings
+    batch = max(int(b.get("batch", 1)), 1)
+    attn = [n for n in table.graph.nodes if n.op is Op.ATTENTION]
+    if "seq" in b and attn and all(n.attrs.get("causal") for n in attn):
+        return batch * max(int(b["seq"]), 1)
+    return batch
+
+
+def _weight_bytes(kernel: Kernel, table: CostTable) -> int:
+    return sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in kernel.inputs if v.kind.is_weight)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+class DataflowModel:
+    family = "dataflow"
+    default_fusion = "full"
+
+    def plan(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget) -> DataflowPlan:
+        graph = table.graph
+        weights = sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in graph.weights)
+        acts = table.peak_activation_bytes
+        cap = target.memory_capacity
+        notes: list[str] = []
+        if target.weight_streaming:
+            chips, streaming = 1, weights + acts > cap
+            if streaming:
+                notes.append(f"weights ({weights / 1e9:.3g} GB) exceed on-chip memory ({cap / 1e9:.3g} GB): "
+                             f"streamed from external memory")
+        else:
+            chips, streaming = max(1, ceil((weights + acts) / cap)), False
+        fits = not (target.max_chips and chips > target.max_chips)
+        if not fits:
+            notes.append(f"needs {chips} chips, more than the largest system ({target.max_chips})")
+        chip_of: dict[str, int] = {}
+        total = sum(_weight_bytes(k, table) + sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in k.outputs)
+                    for k in kernels) or 1
+        per_chip = total / chips
+        cum = 0.0
+        for k in kernels:
+            chip_of[k.name] = min(chips - 1, int(cum // per_chip)) if chips > 1 else 0
+            cum += _weight_bytes(k, table) + sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in k.outputs)
+        return DataflowPlan(chips, streaming, chip_of, [0.0] * chips, 0.0, _microbatches(table), fits, notes)
+
+    def time_kernel(self, kernel: Kernel, table: CostTable, target: DataflowTarget, options: TimingOptions,
+                    streaming: bool = False) -> KernelTime:
+        if kernel.kind == "collective":
+            return collective_time(kernel.anchor, kernel.cost, target)
+        c = kernel.cost
+        gemms = kernel_gemms(table, kernel)
+        if gemms or kernel.kind == "attention":
+            dtype = gemms[0].dtype if gemms else attention_shape(table, kernel).dtype
+            rate = matrix_rate(target, dtype, options)
+            peak = rate.flops_per_s
+            compute = c.flops / (peak * matmul_efficiency(target, c.flops))
+            unit = "matrix units"
+        else:
+            out = kernel.anchor.outputs[0] if kernel.anchor.outputs else None
+            dtype = out.type.dtype if out is not None and out.type.dtype.is_float else DType.FP32
+            rate = vector_rate(target, dtype)
+            peak = rate.flops_per_s
+            compute = c.flops / peak if c.flops else 0.0
+            unit = "vector units"
+        if c.transcendentals:
+            compute += c.transcendentals / transcendental_rate(target)
+        mem = memory_time(target, c.bytes)
+        stream = 0.0
+        if streaming and target.external_memory_bandwidth:
+            stream = _weight_bytes(kernel, table) / target.external_memory_bandwidth
+        return roofline(compute, max(mem, stream), 0.0, target.launch_overhead, unit, peak_flops=peak,
+                        flops=c.flops, nbytes=c.bytes, bandwidth=target.memory_bandwidth, note=rate.note)
+
+    def hop(self, nbytes: float, target: DataflowTarget) -> float:
+        latency = target.chip_to_chip_latency if target.chip_to_chip_latency is not None else (target.link_latency or 0.0)
+        bw = target.chip_to_chip_bandwidth or target.scale_up_bandwidth or 0.0
+        return latency + (nbytes / bw if bw else 0.0)
+
+    def run(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget,
+            options: TimingOptions) -> tuple[list[KernelTime], float, DataflowPlan]:
+        plan = self.plan(kernels, table, target)
+        times: list[KernelTime] = []
+        stage = [0.0] * plan.chips
+        for i, k in enumerate(kernels):
+            kt = KernelTime(0.0, 0.0, 0.0, 0.0, 0.0, "memory", "", 0.0) if k.is_free else \
+                self.time_kernel(k, table, target, options, plan.streaming)
+            chip = plan.chip_of[k.name]
+            nxt = next((kernels[j] for j in range(i + 1, len(kernels)) if not kernels[j].is_free), None)
+            if nxt is not None and plan.chip_of[nxt.name] != chip:
+                out_bytes = sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in k.outputs)
+                h = self.hop(out_bytes, target)
+                terms = {"compute": kt.compute_s, "memory": kt.memory_s, "interconnect": h, "overhead": kt.overhead_s}
+                kt = KernelTime(kt.time_s + h, kt.compute_s, kt.memory_s, h, kt.overhead_s,
+                                max(terms, key=terms.get), kt.unit, kt.utilization,  # type: ignore[arg-type]
+                                kt.executed_flops, kt.note)
+            stage[chip] += kt.time_s
+            times.append(kt)
+        latency = sum(stage)
+        m = plan.microbatches
+        total = latency / m + (m - 1) / m * max(stage, default=0.0)
+        plan.stage_s, plan.latency_s = stage, latency
+        if latency > 0 and total != latency:
+            times = [t.scaled(total / latency) for t in times]
+        return times, total, plan

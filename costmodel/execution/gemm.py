@@ -1,0 +1,120 @@
+"""Kernels seen as GEMMs: (batch, M, N, K) problems that tile, pad and wave-quantize.
+
+Matmuls map directly from dot_general dims; convolutions as implicit GEMMs (M = output positions,
+N = output channels per group, K = input channels per group x kernel, batch = groups); attention as
+its two matmuls (QK^T and PV) per (batch x head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from ...ir import DType, Node, Op
+from ..interpreter import CostTable
+from ..kernels import Kernel
+
+__all__ = ["Gemm", "kernel_gemms", "attention_shape", "AttentionShape"]
+
+
+@dataclass(frozen=True)
+class Gemm:
+    batch: int
+    m: int
+    n: int
+    k: int
+    dtype: DType               # the compute dtype (the wider of the two operands)
+    a_bytes: int
+    b_bytes: int
+    c_bytes: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    batch_heads: int
+    sq: int
+    sk: int
+    d: int
+    dv: int
+    causal: bool
+    dtype: DType
+
+
+def _wider(a: DType, b: DType) -> DType:
+    return a if a.bits >= b.bits else b
+
+
+def _shape(table: CostTable, node: Node, i: int) -> tuple[int, ...]:
+    v = node.inputs[i]
+    assert v is not None
+    return table.shapes[v]
+
+
+def dot_gemm(table: CostTable, node: Node) -> Gemm:
+    lhs, rhs = node.inputs[0], node.inputs[1]
+    assert lhs is not None and rhs is not None
+    ls, rs = table.shapes[lhs], table.shapes[rhs]
+    a = node.attrs
+    lc, rc = tuple(a["lhs_contract"]), tuple(a["rhs_contract"])
+    lb, rb = tuple(a.get("lhs_batch", ())), tuple(a.get("rhs_batch", ()))
+    batch = prod(max(ls[i], rs[j]) for i, j in zip(lb, rb))
+    k = prod(ls[i] for i in lc)
+    m = prod(d for i, d in enumerate(ls) if i not in lc and i not in lb)
+    n = prod(d for i, d in enumerate(rs) if i not in rc and i not in rb)
+    out = node.outputs[0]
+    return Gemm(batch, m, n, k, _wider(lhs.type.dtype, rhs.type.dtype), lhs.type.dtype.nbytes(prod(ls)),
+                rhs.type.dtype.nbytes(prod(rs)), out.type.dtype.nbytes(prod(table.shapes[out])))
+
+
+def conv_gemm(table: CostTable, node: Node) -> Gemm:
+    x, w = _shape(table, node, 0), _shape(table, node, 1)
+    out = table.shapes[node.outputs[0]]
+    xv, wv = node.inputs[0], node.inputs[1]
+    assert xv is not None and wv is not None
+    dtype = _wider(xv.type.dtype, wv.type.dtype)
+    groups = int(node.attrs.get("groups", 1))
+    flops = table.costs[node].flops
+    if node.attrs.get("role") == "grad_weight":
+        m, n = out[0], prod(out[1:])
+        k = max(flops // max(2 * m * n, 1), 1)
+        batch = 1
+    elif node.attrs.get("transposed"):
+        batch, m, n, k = groups, x[0] * prod(x[2:]), w[1], (w[0] // groups) * prod(w[2:])
+    else:
+        batch, m, n, k = groups, x[0] * prod(out[2:]), w[0] // groups, w[1] * prod(w[2:])
+    ob = node.outputs[0].type.dtype.nbytes(prod(out))
+    return Gemm(batch, m, n, k, dtype, xv.type.dtype.nbytes(prod(x)), wv.type.dtype.nbytes(prod(w)), ob)
+
+
+def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:
+    """Dims of a fused attention kernel, from an ATTENTION node or an eager QK^T..PV pattern."""
+    node = kernel.anchor
+    if node.op in (Op.ATTENTION, Op.ATTENTION_BACKWARD):
+        off = 1 if node.op is Op.ATTENTION_BACKWARD else 0
+        q, k, v = (_shape(table, node, off + i) for i in range(3))
+        qv = node.inputs[off]
+        assert qv is not None
+        if node.attrs.get("layout", "bhsd") == "bsd":
+            hq = int(node.attrs["num_heads"])
+            hk = int(node.attrs.get("kv_num_heads", hq))
+            return AttentionShape(q[0] * hq, q[1], k[1], q[2] // hq, v[2] // hk,
+                                  bool(node.attrs.get("causal")), qv.type.dtype)
+        return AttentionShape(q[0] * q[1], q[2], k[2], q[3], v[3], bool(node.attrs.get("causal")), qv.type.dtype)
+    dots = [n for n in kernel.nodes if n.op is Op.DOT]
+    g1, g2 = dot_gemm(table, dots[0]), dot_gemm(table, dots[-1])
+    causal = any(n.op in (Op.ADD, Op.WHERE) for n in kernel.nodes)
+    return AttentionShape(g1.batch, g1.m, g1.n, g1.k, g2.n, causal, g1.dtype)
+
+
+def kernel_gemms(table: CostTable, kernel: Kernel) -> list[Gemm]:
+    """The GEMMs a matmul/conv kernel runs (empty for other kinds)."""
+    node = kernel.anchor
+    if node.op is Op.DOT and kernel.kind == "matmul":
+        return [dot_gemm(table, node)]
+    if node.op is Op.CONV:
+        return [conv_gemm(table, node)]
+    return []

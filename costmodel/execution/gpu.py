@@ -1,0 +1,110 @@
+"""SIMT GPU execution model (NVIDIA, AMD): tensor cores with CTA tiles and waves, L2-aware traffic.
+
+* Matmuls and convolutions (implicit GEMM) run on tensor cores at the dtype's dense (or 2:4 sparse)
+  rate times the achievable efficiency. The best of the target's CTA tiles is chosen: padded tiles,
+  wave quantization over the SMs (waves = ceil(tiles / SMs)) and split-K when there are fewer tiles
+  than SMs, as XLA's GPU GEMM model and cuBLAS heuristics do.
+* Memory traffic is the kernel's compulsory bytes plus operand re-reads the L2 cannot hold: a wave
+  covers a roughly square block of output tiles, so A is re-read once per block column and B once
+  per block row unless both fit in L2 (or the smaller one alone does).
+* Fused attention (FlashAttention style): QK^T and PV on tensor cores over 128-row query blocks,
+  causal blocks above the diagonal skipped, exp on the special-function units (the two overlap);
+  traffic is Q, K, V and the output only.
+* Everything else on the CUDA cores: see :mod:`.vector`. Each kernel pays the launch overhead.
+"""
+
+from __future__ import annotations
+
+from math import ceil, isqrt, log2
+
+from ...backends import GpuTarget
+from ..interpreter import CostTable
+from ..kernels import Kernel
+from .collectives import collective_time
+from .common import (KernelTime, TimingOptions, matmul_efficiency, matrix_rate, memory_time, roofline,
+                     transcendental_rate)
+from .gemm import Gemm, attention_shape, kernel_gemms
+from .vector import vector_kernel_time
+
+__all__ = ["GpuModel"]
+
+
+class GpuModel:
+    family = "gpu"
+    default_fusion = "full"
+
+    def time_kernel(self, kernel: Kernel, table: CostTable, target: GpuTarget, options: TimingOptions) -> KernelTime:
+        if kernel.kind == "collective":
+            return collective_time(kernel.anchor, kernel.cost, target)
+        if kernel.kind == "attention":
+            return self._attention(kernel, table, target, options)
+        gemms = kernel_gemms(table, kernel)
+        if gemms:
+            return self._gemm(kernel, gemms[0], target, options)
+        return vector_kernel_time(kernel, target, "CUDA cores", target.launch_overhead)
+
+    def _gemm(self, kernel: Kernel, g: Gemm, target: GpuTarget, options: TimingOptions) -> KernelTime:
+        rate = matrix_rate(target, g.dtype, options)
+        eff = matmul_efficiency(target, g.flops)
+        per_sm = rate.flops_per_s * eff / target.sm_count
+        best: tuple[float, float, tuple[int, int, int]] | None = None
+        for tile in target.tile_shapes:
+            t, executed = _tile_time(g, tile, target.sm_count, per_sm)
+            if best is None or t < best[0]:
+                best = (t, executed, tile)
+        assert best is not None
+        compute, executed, tile = best
+        extra = _l2_rereads(g, tile, target)
+        nbytes = kernel.cost.bytes + extra
+        mem = memory_time(target, nbytes)
+        unit = "tensor cores" if "vector" not in rate.note else "CUDA cores"
+        return roofline(compute, mem, 0.0, target.launch_overhead, unit, peak_flops=rate.flops_per_s,
+                        flops=kernel.cost.flops, nbytes=nbytes, bandwidth=target.memory_bandwidth,
+                        executed_flops=executed, note=rate.note)
+
+    def _attention(self, kernel: Kernel, table: CostTable, target: GpuTarget, options: TimingOptions) -> KernelTime:
+        s = attention_shape(table, kernel)
+        rate = matrix_rate(target, s.dtype, TimingOptions(options.allow_tf32, False, options.fusion))
+        eff = matmul_efficiency(target, kernel.cost.flops)
+        br = 128 if s.sq >= 128 else max(16, 2 ** ceil(log2(max(s.sq, 1))))
+        bc = 128
+        qblocks, kblocks = ceil(s.sq / br), ceil(s.sk / bc)
+        frac = (qblocks + 1) / (2 * qblocks) if s.causal and s.sq == s.sk and qblocks > 1 else 1.0
+        items = s.batch_heads * qblocks
+        split = max(1, min(target.sm_count // max(items, 1), kblocks))  # split-KV for short queries
+        waves = ceil(items * split / target.sm_count)
+        per_item = ceil(kblocks / split) * frac * 2 * br * bc * (s.d + s.dv)
+        mma = waves * per_item / (rate.flops_per_s * eff / target.sm_count)
+        exp = s.batch_heads * s.sq * s.sk * frac / transcendental_rate(target)
+        compute = max(mma, exp)
+        mem = memory_time(target, kernel.cost.bytes)
+        return roofline(compute, mem, 0.0, target.launch_overhead, "tensor cores + SFU",
+                        peak_flops=rate.flops_per_s, flops=kernel.cost.flops, nbytes=kernel.cost.bytes,
+                        bandwidth=target.memory_bandwidth, executed_flops=waves * target.sm_count * per_item,
+                        note=rate.note)
+
+
+def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float) -> tuple[float, float]:
+    tm, tn, tk = tile
+    tiles = g.batch * ceil(g.m / tm) * ceil(g.n / tn)
+    kiters = ceil(g.k / tk)
+    split = max(1, min(sms // tiles, kiters)) if tiles < sms else 1
+    items = tiles * split
+    waves = ceil(items / sms)
+    per_item = 2 * tm * tn * tk * ceil(kiters / split)
+    return waves * per_item / per_sm, items * per_item
+
+
+def _l2_rereads(g: Gemm, tile: tuple[int, int, int], target: GpuTarget) -> float:
+    """Operand bytes read again from DRAM because the L2 cannot hold them across the tile grid."""
+    a, b = g.a_bytes, g.b_bytes
+    l2 = target.l2_bytes
+    if a + b <= l2:
+        return 0.0
+    tm, tn, _ = tile
+    mt, nt = ceil(g.m / tm), ceil(g.n / tn)
+    r = min(mt, max(1, isqrt(target.sm_count)))
+    c = min(nt, max(1, target.sm_count // r))
+    a_reads = a if a <= l2 / 2 else a * ceil(nt / c)
+    b_reads = b if b <= l2 / 2 else b * ceil(mt / r)
+    return float(max(a_reads + b_reads - a - b, 0))

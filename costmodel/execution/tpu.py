@@ -1,0 +1,83 @@
+"""Systolic-array execution model (Google TPU MXU; by the same model Trainium and Gaudi).
+
+A contraction is cut into ``mxu_dim x mxu_dim`` weight tiles (K and N padded up to the array size,
+M to the 8-row sublane); each tile is a fold that streams the M rows through an array, taking
+``2*dim + dim + M - 2`` cycles (weight load, fill and drain; SCALE-Sim's count). Folds are spread
+over all MXUs of all TensorCores; time = rounds x cycles per fold / clock, over the achievable
+efficiency. The cycle rate follows from the dtype's peak (peak = MXUs x dim^2 x 2 x clock), so
+int8's doubled rate and what-if changes of the peak carry through. Attention runs as its two contractions plus exp on the VPU.
+Vector work runs on the VPU; XLA-style fusion keeps elementwise chains in one kernel.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from ...backends import TpuTarget
+from ..interpreter import CostTable
+from ..kernels import Kernel
+from .collectives import collective_time
+from .common import (KernelTime, TimingOptions, matmul_efficiency, matrix_rate, memory_time, roofline,
+                     transcendental_rate)
+from .gemm import Gemm, attention_shape, kernel_gemms
+from .vector import vector_kernel_time
+
+__all__ = ["TpuModel", "systolic_time"]
+
+#: MXUs per TensorCore when a target does not list them (TPU v2-v5: 4 per core). An assumption.
+DEFAULT_MXUS_PER_CORE = 4
+
+
+def _mxus(target: TpuTarget) -> int:
+    return target.mxu_count or target.tensorcores * DEFAULT_MXUS_PER_CORE
+
+
+def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float, target: TpuTarget) -> tuple[float, float]:
+    """(seconds, executed FLOPs incl. padding) of a GEMM on the target's systolic arrays."""
+    dim = target.mxu_dim
+    mxus = _mxus(target)
+    clock = peak / (2 * mxus * dim * dim)
+    mp = max(ceil(m / 8) * 8, 8)
+    folds = batch * ceil(k / dim) * ceil(n / dim)
+    rounds = ceil(folds / mxus)
+    cycles = rounds * (3 * dim + mp - 2)
+    executed = 2 * folds * mp * dim * dim
+    return cycles / clock / eff, executed
+
+
+class TpuModel:
+    family = "tpu"
+    default_fusion = "full"
+
+    def time_kernel(self, kernel: Kernel, table: CostTable, target: TpuTarget, options: TimingOptions) -> KernelTime:
+        if kernel.kind == "collective":
+            return collective_time(kernel.anchor, kernel.cost, target)
+        if kernel.kind == "attention":
+            return self._attention(kernel, table, target, options)
+        gemms = kernel_gemms(table, kernel)
+        if gemms:
+            return self._gemm(kernel, gemms[0], target, options)
+        return vector_kernel_time(kernel, target, "VPU", target.launch_overhead)
+
+    def _gemm(self, kernel: Kernel, g: Gemm, target: TpuTarget, options: TimingOptions) -> KernelTime:
+        rate = matrix_rate(target, g.dtype, options)
+        eff = matmul_efficiency(target, g.flops)
+        compute, executed = systolic_time(g.batch, g.m, g.n, g.k, rate.flops_per_s, eff, target)
+        mem = memory_time(target, kernel.cost.bytes)
+        return roofline(compute, mem, 0.0, target.launch_overhead, "MXU", peak_flops=rate.flops_per_s,
+                        flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=target.memory_bandwidth,
+                        executed_flops=executed, note=rate.note)
+
+    def _attention(self, kernel: Kernel, table: CostTable, target: TpuTarget, options: TimingOptions) -> KernelTime:
+        s = attention_shape(table, kernel)
+        rate = matrix_rate(target, s.dtype, TimingOptions(options.allow_tf32, False, options.fusion))
+        eff = matmul_efficiency(target, kernel.cost.flops)
+        frac = 0.5 if s.causal and s.sq == s.sk and s.sq > target.mxu_dim else 1.0
+        qk, e1 = systolic_time(s.batch_heads, s.sq, s.sk, s.d, rate.flops_per_s, eff, target)
+        pv, e2 = systolic_time(s.batch_heads, s.sq, s.dv, s.sk, rate.flops_per_s, eff, target)
+        exp = s.batch_heads * s.sq * s.sk * frac / transcendental_rate(target)
+        compute = max((qk + pv) * frac, exp)
+        mem = memory_time(target, kernel.cost.bytes)
+        return roofline(compute, mem, 0.0, target.launch_overhead, "MXU + VPU", peak_flops=rate.flops_per_s,
+                        flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=target.memory_bandwidth,
+                        executed_flops=(e1 + e2) * frac, note=rate.note)

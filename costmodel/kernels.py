@@ -1,0 +1,288 @@
+"""Fusion: group the nodes of a counted graph into the kernels a real compiler or runtime launches.
+
+What fuses follows what production stacks do (torch.compile/Inductor, XLA, serving engines):
+
+* views are free and launch nothing;
+* elementwise epilogues fuse into their producer (bias, activation, residual add after a matmul);
+* chains of elementwise ops fuse, and fuse into a following reduction or normalization;
+* layout changes (permute, copy, cast) feeding a matmul are absorbed by it;
+* eager attention (QK^T, scale/mask, softmax, PV) becomes one fused attention kernel;
+* at most one heavy op (matmul, conv, attention) per kernel; collectives never fuse.
+
+A kernel's bytes are its external traffic only: inputs produced outside it and outputs used outside
+it (or returned). ``mode="none"`` gives one kernel per op (eager PyTorch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Value
+from .cost import Cost
+from .interpreter import CostTable
+
+__all__ = ["Kernel", "fuse", "FUSION_MODES"]
+
+FUSION_MODES = ("full", "none")
+
+_HEAVY = frozenset({Op.DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
+_LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
+_ATTN_CHAIN = frozenset({Op.MUL, Op.DIV, Op.ADD, Op.SUB, Op.CAST, Op.WHERE, Op.COPY})
+
+
+@dataclass
+class Kernel:
+    """One launched unit of work: a group of nodes, its summed work and its external traffic."""
+
+    name: str
+    kind: str                       # matmul, conv, attention, elementwise, reduction, ..., view
+    nodes: list[Node]
+    anchor: Node                    # the node whose shape defines the kernel (the heavy op if any)
+    cost: Cost
+    inputs: list[Value] = field(default_factory=list)    # external inputs (after looking through views)
+    outputs: list[Value] = field(default_factory=list)   # values leaving the kernel
+
+    @property
+    def is_free(self) -> bool:
+        return self.kind == "view"
+
+
+def _kind(node: Node) -> str:
+    op = node.op
+    if op in VIEW_OPS:
+        return "view"
+    if op is Op.DOT:
+        return "matmul"
+    if op is Op.CONV:
+        return "conv"
+    if op in (Op.ATTENTION, Op.ATTENTION_BACKWARD):
+        return "attention"
+    return {OpGroup.ELEMENTWISE: "elementwise", OpGroup.REDUCTION: "reduction",
+            OpGroup.NORMALIZATION: "normalization", OpGroup.DATA_MOVEMENT: "copy",
+            OpGroup.GATHER_SCATTER: "gather_scatter", OpGroup.COLLECTIVE: "collective"}.get(node.group, "other")
+
+
+class _Groups:
+    """Union-find over node indices, tracking each group's first index and heavy-op count."""
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+        self.first = list(range(n))
+        self.heavy = [0] * n
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, a: int, b: int) -> int:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return ra
+        self.parent[rb] = ra
+        self.first[ra] = min(self.first[ra], self.first[rb])
+        self.heavy[ra] += self.heavy[rb]
+        return ra
+
+
+def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
+    """Partition the top-level nodes of ``table.graph`` into kernels, in program order."""
+    if mode not in FUSION_MODES:
+        raise ValueError(f"unknown fusion mode {mode!r}; choose from {', '.join(FUSION_MODES)}")
+    graph = table.graph
+    nodes = graph.nodes
+    index = {id(n): i for i, n in enumerate(nodes)}
+    base = _view_bases(graph)
+    consumers = _consumers(graph, base)
+    groups = _Groups(len(nodes))
+    for i, n in enumerate(nodes):
+        groups.heavy[i] = 1 if n.op in _HEAVY else 0
+    outputs = {id(base.get(id(v), v)) for v in graph.outputs}
+    if mode == "full":
+        _fuse_attention(nodes, index, base, consumers, groups)
+        for i, node in enumerate(nodes):
+            if node.op in VIEW_OPS or node.group is OpGroup.COLLECTIVE or node.op is Op.UNKNOWN:
+                continue
+            for v in node.inputs:
+                if v is None:
+                    continue
+                b = base.get(id(v), v)
+                p = b.producer
+                if p is None or id(p) not in index or p.op in VIEW_OPS:
+                    continue
+                j = index[id(p)]
+                if id(b) in outputs or len(consumers.get(id(b), ())) != 1:
+                    continue
+                if _fusable(p, node) and _acyclic(node, j, i, groups, index, base) and \
+                        groups.heavy[groups.find(j)] + groups.heavy[groups.find(i)] <= 1:
+                    groups.union(j, i)
+    return _kernels(table, nodes, groups, base, consumers, outputs)
+
+
+def _fusable(producer: Node, consumer: Node) -> bool:
+    pg, cg = producer.group, consumer.group
+    if cg is OpGroup.ELEMENTWISE:
+        return pg in (OpGroup.ELEMENTWISE, OpGroup.CONTRACTION, OpGroup.CONVOLUTION, OpGroup.ATTENTION,
+                      OpGroup.NORMALIZATION, OpGroup.REDUCTION) or producer.op in _LAYOUT
+    if cg in (OpGroup.REDUCTION, OpGroup.NORMALIZATION):
+        return pg is OpGroup.ELEMENTWISE or producer.op in _LAYOUT
+    if consumer.op in _HEAVY:
+        return producer.op in _LAYOUT            # a layout change absorbed by the matmul's operand load
+    if consumer.op in _LAYOUT:
+        return pg is OpGroup.ELEMENTWISE or producer.op in _LAYOUT
+    return False
+
+
+def _acyclic(consumer: Node, j: int, i: int, groups: _Groups, index: dict[int, int],
+             base: dict[int, Value]) -> bool:
+    """Merging is safe if the consumer's other inputs come from before the producer's group."""
+    gi, gj = groups.find(i), groups.find(j)
+    start = groups.first[gj]
+    for v in consumer.inputs:
+        if v is None:
+            continue
+        p = base.get(id(v), v).producer
+        if p is None or id(p) not in index:
+            continue
+        k = index[id(p)]
+        gk = groups.find(k)
+        if gk in (gi, gj):
+            continue
+        if k > start:
+            return False
+    return True
+
+
+def _fuse_attention(nodes: list[Node], index: dict[int, int], base: dict[int, Value],
+                    consumers: dict[int, list[Node]], groups: _Groups) -> None:
+    """Find DOT -> [scale/mask/cast]* -> SOFTMAX -> [cast]* -> DOT and make it one kernel."""
+    for i, node in enumerate(nodes):
+        if node.op is not Op.SOFTMAX:
+            continue
+        chain = [i]
+        v = node.inputs[0]
+        first_dot = None
+        while v is not None:
+            p = base.get(id(v), v).producer
+            if p is None or id(p) not in index:
+                break
+            if p.op is Op.DOT and p.attrs.get("lhs_batch"):
+                first_dot = index[id(p)]
+                break
+            if p.op not in _ATTN_CHAIN or len(consumers.get(id(base.get(id(v), v)), ())) != 1:
+                break
+            chain.append(index[id(p)])
+            v = p.inputs[0]
+        if first_dot is None:
+            continue
+        out = node.outputs[0]
+        second_dot = None
+        for _ in range(4):
+            users = consumers.get(id(out), [])
+            if len(users) != 1:
+                break
+            u = users[0]
+            if u.op is Op.DOT and u.attrs.get("lhs_batch"):
+                second_dot = index[id(u)]
+                break
+            if u.op not in _ATTN_CHAIN:
+                break
+            chain.append(index[id(u)])
+            out = u.outputs[0]
+        if second_dot is None:
+            continue
+        root = groups.union(first_dot, second_dot)
+        for k in chain:
+            root = groups.union(root, k)
+        groups.heavy[groups.find(root)] = 1
+
+
+def _view_bases(graph: Graph) -> dict[int, Value]:
+    """Map each view's output (by id) to the value whose storage it aliases."""
+    base: dict[int, Value] = {}
+    for node in graph.nodes:
+        if node.op in VIEW_OPS and node.inputs and node.inputs[0] is not None:
+            src = node.inputs[0]
+            b = base.get(id(src), src)
+            for v in node.outputs:
+                base[id(v)] = b
+    return base
+
+
+def _consumers(graph: Graph, base: dict[int, Value]) -> dict[int, list[Node]]:
+    """Non-view nodes reading each base value (views are looked through)."""
+    out: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        if node.op in VIEW_OPS:
+            continue
+        seen: set[int] = set()
+        for v in node.inputs:
+            if v is None:
+                continue
+            b = base.get(id(v), v)
+            if id(b) in seen:
+                continue
+            seen.add(id(b))
+            out.setdefault(id(b), []).append(node)
+    return out
+
+
+def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[int, Value],
+             consumers: dict[int, list[Node]], graph_outputs: set[int]) -> list[Kernel]:
+    members: dict[int, list[int]] = {}
+    for i in range(len(nodes)):
+        members.setdefault(groups.find(i), []).append(i)
+    kernels: list[Kernel] = []
+    for root in sorted(members, key=lambda r: groups.first[r]):
+        idx = members[root]
+        group_nodes = [nodes[i] for i in idx]
+        ids = {id(n) for n in group_nodes}
+        if len(group_nodes) == 1 and group_nodes[0].op in VIEW_OPS:
+            n = group_nodes[0]
+            kernels.append(Kernel(n.name, "view", group_nodes, n, table.costs[n]))
+            continue
+        anchor = next((n for n in group_nodes if n.op in _HEAVY), group_nodes[0])
+        kind = "attention" if sum(n.op is Op.DOT for n in group_nodes) > 1 and \
+            any(n.op is Op.SOFTMAX for n in group_nodes) else _kind(anchor)
+        total = Cost()
+        for n in group_nodes:
+            total = total + table.costs[n]
+        internal_reads = 0
+        produced = {id(v) for n in group_nodes for v in n.outputs}
+        ext_inputs: dict[int, Value] = {}
+        for n in group_nodes:
+            seen: set[int] = set()
+            for v in n.inputs:
+                if v is None:
+                    continue
+                b = base.get(id(v), v)
+                if id(b) in seen:
+                    continue
+                seen.add(id(b))
+                if id(b) in produced and len(group_nodes) > 1:
+                    internal_reads += b.type.dtype.nbytes(_numel(table.shapes[b]))
+                elif id(b) not in produced:
+                    ext_inputs.setdefault(id(b), b)
+        written = 0
+        outs: list[Value] = []
+        for n in group_nodes:
+            for v in n.outputs:
+                users = consumers.get(id(v), [])
+                if id(v) in graph_outputs or any(id(u) not in ids for u in users) or len(group_nodes) == 1:
+                    outs.append(v)
+                    written += v.type.dtype.nbytes(_numel(table.shapes[v])) if len(group_nodes) > 1 else 0
+        if len(group_nodes) > 1:
+            read = max(total.bytes_read - internal_reads, 0)
+            cost = Cost(total.flops, total.transcendentals, read, written, total.comm_bytes)
+        else:
+            cost = total
+        kernels.append(Kernel(anchor.name, kind, group_nodes, anchor, cost, list(ext_inputs.values()), outs))
+    return kernels
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
