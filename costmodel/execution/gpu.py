@@ -1,7 +1,8 @@
 """SIMT GPU execution model (NVIDIA, AMD): tensor cores with CTA tiles and waves, L2-aware traffic.
 
 * Matmuls and convolutions (implicit GEMM) run on tensor cores at the dtype's dense (or 2:4 sparse)
-  rate times the achievable efficiency. The best of the target's CTA tiles is chosen: padded tiles,
+  rate times the achievable efficiency. The tile giving the least time (compute against traffic,
+  as a heuristic-driven library would pick) is chosen among the target's CTA tiles: padded tiles,
   wave quantization over the SMs (waves = ceil(tiles / SMs)) and split-K when there are fewer tiles
   than SMs, as XLA's GPU GEMM model and cuBLAS heuristics do.
 * Memory traffic is the kernel's compulsory bytes plus operand re-reads the L2 cannot hold: a wave
@@ -47,15 +48,15 @@ class GpuModel:
         rate = matrix_rate(target, g.dtype, options)
         eff = matmul_efficiency(target, g.flops)
         per_sm = rate.flops_per_s * eff / target.sm_count
-        best: tuple[float, float, tuple[int, int, int]] | None = None
+        best: tuple[float, float, float, float] | None = None   # (time, compute, executed, bytes)
         for tile in target.tile_shapes:
-            t, executed = _tile_time(g, tile, target.sm_count, per_sm)
-            if best is None or t < best[0]:
-                best = (t, executed, tile)
+            compute, executed = _tile_time(g, tile, target.sm_count, per_sm)
+            nbytes = kernel.cost.bytes + _l2_rereads(g, tile, target)
+            t = max(compute, memory_time(target, nbytes))
+            if best is None or t < best[0] * (1 - 1e-9):
+                best = (t, compute, executed, nbytes)
         assert best is not None
-        compute, executed, tile = best
-        extra = _l2_rereads(g, tile, target)
-        nbytes = kernel.cost.bytes + extra
+        _, compute, executed, nbytes = best
         mem = memory_time(target, nbytes)
         unit = "tensor cores" if "vector" not in rate.note else "CUDA cores"
         return roofline(compute, mem, 0.0, target.launch_overhead, unit, peak_flops=rate.flops_per_s,

@@ -3,7 +3,7 @@
 A contraction is cut into ``mxu_dim x mxu_dim`` weight tiles (K and N padded up to the array size,
 M to the 8-row sublane); each tile is a fold that streams the M rows through an array, taking
 ``2*dim + dim + M - 2`` cycles (weight load, fill and drain; SCALE-Sim's count). Folds are spread
-over all MXUs of all TensorCores; time = rounds x cycles per fold / clock, over the achievable
+over all MXUs of all TensorCores (rows are split over arrays left idle); time = rounds x cycles per fold / clock, over the achievable
 efficiency. The cycle rate follows from the dtype's peak (peak = MXUs x dim^2 x 2 x clock), so
 int8's doubled rate and what-if changes of the peak carry through. Attention runs as its two contractions plus exp on the VPU.
 Vector work runs on the VPU; XLA-style fusion keeps elementwise chains in one kernel.
@@ -39,8 +39,11 @@ def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float, t
     clock = peak / (2 * mxus * dim * dim)
     mp = max(ceil(m / 8) * 8, 8)
     folds = batch * ceil(k / dim) * ceil(n / dim)
-    rounds = ceil(folds / mxus)
-    cycles = rounds * (3 * dim + mp - 2)
+    # With fewer weight tiles than arrays, the rows are split over the idle arrays (same weights).
+    split = max(1, min(mxus // folds, mp // 8)) if folds < mxus else 1
+    rows = ceil(mp / split / 8) * 8
+    rounds = ceil(folds * split / mxus)
+    cycles = rounds * (3 * dim + rows - 2)
     executed = 2 * folds * mp * dim * dim
     return cycles / clock / eff, executed
 

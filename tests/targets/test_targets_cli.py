@@ -1,0 +1,77 @@
+"""The compare/whatif/targets commands end to end, and user chips from TOML files."""
+
+from __future__ import annotations
+
+import json
+
+import narrowpipe
+from narrowpipe.backends import dump_target, get_target
+from narrowpipe.cli import main
+from narrowpipe.models.examples import load_example
+
+ONE_PER_FAMILY = "h100,tpu-v5e,groq-lpu,xeon-6980p"
+
+
+def test_compare_gpt2_one_chip_per_family_json_has_every_ops_bound(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    out = tmp_path / "cmp.json"
+    assert main(["compare", "gpt2", "--targets", ONE_PER_FAMILY, "--set", "seq=256", "--json", str(out),
+                 "--price", "h100=2.5"]) == 0
+    text = capsys.readouterr().out
+    for name in ("h100-sxm", "tpu-v5e", "groq-lpu", "xeon-6980p"):
+        assert name in text
+    data = json.loads(out.read_text())
+    assert data["format"] == "narrowpipe.comparison"
+    families = {t["timing"]["family"] for t in data["targets"]}
+    assert families == {"gpu", "tpu", "dataflow", "cpu"}
+    for t in data["targets"]:
+        assert t["timing"]["time_s"] > 0
+        modeled = [op for op in t["ops"] if op["modeled"]]
+        assert modeled and all(op["bound"] in ("compute", "memory", "interconnect", "overhead") for op in modeled)
+    h100 = next(t for t in data["targets"] if t["target"] == "h100-sxm")
+    assert h100["timing"]["price_per_hour"] == 2.5 and h100["timing"]["cost_usd"] > 0
+
+
+def test_user_chip_from_a_toml_file_needs_no_code(tmp_path, capsys):
+    base = get_target("h100")
+    path = dump_target(base.scaled(memory_bandwidth=1.5), tmp_path / "my-chip.toml")
+    g = load_example("gpt2")
+    a = narrowpipe.analyze(g, "h100", seq=1)
+    b = narrowpipe.analyze(g, str(path), seq=1)
+    assert b.time_s < a.time_s
+    assert main(["compare", "gpt2", "--targets", "h100", "--target-file", str(path), "--set", "seq=1"]) == 0
+
+
+def test_malformed_target_file_names_the_field(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\nfamily = "gpu"\nvendor = "x"\ndisplay_name = "x"\nmemory_capacity_gb = 80\n'
+                   'memory_bandwidth_tbps = -3\nsm_count = 10\nl2_mb = 1\nsmem_per_sm_kib = 100\n'
+                   '[matrix_tflops]\nbf16 = 100\n')
+    assert main(["compare", "gpt2", "--targets", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.toml" in err and "memory_bandwidth_tbps" in err
+
+
+def test_whatif_reports_speedup_and_bound_mix(capsys):
+    assert main(["whatif", "llama-3-8b", "--target", "h100", "--scale", "hbm_bandwidth=2", "--set", "seq=1"]) == 0
+    text = capsys.readouterr().out
+    assert "speed-up" in text and "bound mix" in text
+    w = narrowpipe.whatif(load_example("llama-3-8b"), "h100", {"hbm_bandwidth": 2}, seq=1)
+    assert 1.5 < w.speedup < 2.0          # decode-like: mostly memory-bound
+    assert w.base.timing.narrowest == "memory"
+
+
+def test_every_report_carries_resource_speedups():
+    r = narrowpipe.analyze(load_example("llama-3-8b"), "h100", seq=2048)
+    assert r.timing.narrowest == "compute"
+    assert set(r.timing.speedup_if_doubled) >= {"compute", "memory", "overhead"}
+    assert abs(sum(r.timing.bound_mix.values()) - 1) < 1e-9
+    assert abs(sum(row.time_s or 0 for row in r.ops) - r.time_s) < 1e-9 * r.time_s
+
+
+def test_targets_listing_and_show(capsys):
+    assert main(["targets"]) == 0
+    assert "groq-lpu" in capsys.readouterr().out
+    assert main(["targets", "--show", "h100"]) == 0
+    assert "NV-H100" in capsys.readouterr().out
+    assert [n for n, f in narrowpipe.targets() if f == "dataflow"]

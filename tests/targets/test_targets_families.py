@@ -1,0 +1,108 @@
+"""Hand-computed checks of each family's execution model against the target's own numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import narrowpipe
+from narrowpipe.backends import get_target
+from narrowpipe.ir import DType, Graph, Op, TensorType, ValueKind
+
+
+def gemm_graph(m: int, n: int, k: int, dtype: DType = DType.BF16) -> Graph:
+    g = Graph(f"gemm{m}x{n}x{k}")
+    a = g.add_input("a", TensorType(dtype, (m, k)))
+    w = g.add_input("w", TensorType(dtype, (k, n)), ValueKind.PARAM)
+    g.set_outputs(g.add_node(Op.DOT, [a, w], [TensorType(dtype, (m, n))],
+                             {"lhs_contract": (1,), "rhs_contract": (0,)}).outputs)
+    return g
+
+
+def test_large_bf16_gemm_on_h100_is_compute_bound_at_the_achievable_rate():
+    h100 = get_target("h100")
+    r = narrowpipe.analyze(gemm_graph(8192, 8192, 8192), "h100")
+    ideal = 2 * 8192**3 / (h100.matrix_flops["bf16"] * h100.matmul_efficiency)
+    assert r.ops[0].bound == "compute"
+    assert ideal <= r.time_s <= ideal * 1.05 + h100.launch_overhead   # 128x256 tiles: 2048 tiles = 15.5 waves
+    assert r.ops[0].utilization == pytest.approx(h100.matmul_efficiency, rel=0.05)
+    assert r.timing.mfu == pytest.approx(h100.matmul_efficiency, rel=0.05)
+
+
+def test_decode_gemv_is_memory_bound_at_the_bandwidth():
+    h100 = get_target("h100")
+    r = narrowpipe.analyze(gemm_graph(1, 8192, 8192), "h100")
+    weights = 8192 * 8192 * 2
+    expected = (weights + 2 * 8192 * 2) / (h100.memory_bandwidth * h100.memory_efficiency) + h100.launch_overhead
+    assert r.ops[0].bound == "memory"
+    assert r.time_s == pytest.approx(expected, rel=1e-6)
+
+
+def test_tpu_pads_contractions_to_the_mxu():
+    v5e = get_target("tpu-v5e")
+    assert v5e.mxu_dim == 128
+    # Such skinny GEMMs are memory-bound on v5e (240 FLOP/B); with 100x the bandwidth they are
+    # compute-bound and the padding shows: K and N of 129 pad to 256, 4 folds instead of 1.
+    fast_memory = v5e.scaled(hbm_bandwidth=100)
+    exact = narrowpipe.analyze(gemm_graph(65536, 128, 128), fast_memory)
+    over = narrowpipe.analyze(gemm_graph(65536, 129, 129), fast_memory)
+    assert exact.ops[0].bound == over.ops[0].bound == "compute"
+    flops_ratio = 129 * 129 / (128 * 128)
+    assert over.time_s / exact.time_s > 3.5 > flops_ratio
+    assert over.ops[0].utilization < 0.3 < exact.ops[0].utilization
+    v6e = narrowpipe.analyze(gemm_graph(4096, 200, 200), "tpu-v6e")
+    assert get_target("tpu-v6e").mxu_dim == 256
+    assert v6e.ops[0].time_s > 0
+
+
+def test_model_larger_than_one_groq_chip_spans_several_chips():
+    groq = get_target("groq-lpu")
+    g = gemm_graph(64, 16384, 16384, DType.FP16)          # 512 MiB of weights > 230 MB of SRAM
+    r = narrowpipe.analyze(g, "groq-lpu")
+    need = math.ceil((16384 * 16384 * 2 + r.peak_activation_bytes) / groq.memory_capacity)
+    assert r.timing.devices == need >= 3
+    small = narrowpipe.analyze(gemm_graph(64, 1024, 1024, DType.FP16), "groq-lpu")
+    assert small.timing.devices == 1
+
+
+def test_weight_streaming_chip_streams_what_does_not_fit():
+    r = narrowpipe.analyze(_big_linear(), "cerebras-wse3")
+    assert r.timing.devices == 1 and r.timing.plan["weight_streaming"]
+
+
+def _big_linear() -> Graph:
+    return gemm_graph(8, 160_000, 160_000, DType.BF16)     # 51 GB of weights > 44 GB of SRAM
+
+
+def test_cpu_uses_amx_for_bf16_and_simd_for_fp32():
+    xeon = get_target("xeon-6980p")
+    bf16 = narrowpipe.analyze(gemm_graph(4096, 4096, 4096, DType.BF16), "xeon-6980p")
+    fp32 = narrowpipe.analyze(gemm_graph(4096, 4096, 4096, DType.FP32), "xeon-6980p")
+    assert bf16.ops[0].unit == "AMX" and fp32.ops[0].unit == "SIMD FMA"
+    assert bf16.time_s < fp32.time_s
+    assert bf16.timing.fusion == "none"   # eager, one kernel per op
+    assert xeon.launch_overhead > 0
+
+
+def test_sparsity_and_fp8_use_the_chip_rates():
+    dense = narrowpipe.analyze(gemm_graph(8192, 8192, 8192, DType.FP8_E4M3), "h100")
+    sparse = narrowpipe.analyze(gemm_graph(8192, 8192, 8192, DType.FP8_E4M3), "h100", sparse=True)
+    bf16 = narrowpipe.analyze(gemm_graph(8192, 8192, 8192, DType.BF16), "h100")
+    assert sparse.time_s == pytest.approx(dense.time_s / 2, rel=0.05)
+    assert dense.time_s == pytest.approx(bf16.time_s / 2, rel=0.05)
+    a100_fp8 = narrowpipe.analyze(gemm_graph(8192, 8192, 8192, DType.FP8_E4M3), "a100-sxm-80gb")
+    a100_bf16 = narrowpipe.analyze(gemm_graph(8192, 8192, 8192, DType.BF16), "a100-sxm-80gb")
+    assert a100_fp8.ops[0].time_s == pytest.approx(a100_bf16.ops[0].time_s, rel=0.3)  # no fp8 on A100
+
+
+def test_all_reduce_time_is_alpha_beta_on_the_links():
+    h100 = get_target("h100")
+    g = Graph()
+    x = g.add_input("x", TensorType(DType.BF16, (64 * 1024 * 1024,)))
+    g.set_outputs(g.add_node(Op.ALL_REDUCE, [x], [x.type], {"group_size": 8}).outputs)
+    r = narrowpipe.analyze(g, "h100")
+    size = 64 * 1024 * 1024 * 2
+    expected = 14 * h100.link_latency + 2 * 7 * size / 8 / h100.scale_up_bandwidth + h100.launch_overhead
+    assert r.ops[0].bound == "interconnect"
+    assert r.time_s == pytest.approx(expected, rel=1e-6)
