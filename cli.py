@@ -99,6 +99,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resources", action="store_true", help="list the resource names whatif --scale accepts")
     p.add_argument("--show", metavar="TARGET", help="print one target's numbers with their sources")
 
+    p = sub.add_parser("calibrate", help="microbenchmark this machine and write a target file (needs torch)")
+    p.add_argument("--out", default="host.toml", help="target file to write (default host.toml)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--threads", type=int, help="CPU threads to use (default: torch's default)")
+    p.add_argument("--quick", action="store_true", help="a short sweep (for smoke tests)")
+    p.add_argument("--base", help="calibrate a catalog chip: keep its peaks, replace its measured ceilings")
+    p.add_argument("--from-measurements", metavar="FILE", help="fit a measurements JSON instead of measuring")
+    p.add_argument("--name", help="name of the written target")
+
+    p = sub.add_parser("validate", help="run a model with torch here and compare it with the prediction")
+    p.add_argument("model", help="a bundled example that can run with torch (gpt2, bert-base, resnet50, ...)")
+    p.add_argument("--target", required=True, help="the calibrated target (e.g. host.toml)")
+    p.add_argument("--batch", type=int, action="append", help="batch size(s) (default 1 and 8)")
+    p.add_argument("--seq", type=int, default=128, help="sequence length for text models (default 128)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: the calibrated target's)")
+    p.add_argument("--tiny", action="store_true", help="a 2-layer version of the architecture (smoke tests)")
+    p.add_argument("--json", metavar="FILE", help="write the table as JSON")
+
     sub.add_parser("examples", help="list the bundled example models")
     return parser
 
@@ -235,6 +253,53 @@ def _targets(args: argparse.Namespace, console: Console) -> int:
                     si(t.memory_bandwidth, "B/s"), f"{t.tdp:.0f} W" if t.tdp else "-",
                     f"{t.price_per_hour:.2f}" if t.price_per_hour else "-")
     console.print(tab)
+    return 0
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+        torch.set_num_threads(threads)
+
+
+@command("calibrate")
+def _calibrate(args: argparse.Namespace, console: Console) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise NarrowpipeError("calibrate measures with torch: pip install 'narrowpipe[torch]'") from None
+    from rich.progress import Progress
+
+    from .calibration import calibrate, measurements_path
+    _set_threads(args.threads)
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("calibrating", total=None)
+        target = calibrate(args.out, device=args.device, quick=args.quick, base=args.base,
+                           from_measurements=args.from_measurements, name=args.name,
+                           progress=lambda what: bar.update(task, description=what, advance=1))
+    console.print(f"wrote {args.out} ({target.display_name}) and {measurements_path(args.out)}")
+    console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, memory {target.memory_bandwidth / 1e9:.3g} GB/s "
+                  f"best, dispatch {target.launch_overhead * 1e6:.3g} us")
+    return 0
+
+
+@command("validate")
+def _validate(args: argparse.Namespace, console: Console) -> int:
+    import json
+
+    from .backends import get_target
+    from .calibration.validate import summarize, validate_model
+    from .render.validation import validation_table
+    target = get_target(args.target)
+    _set_threads(args.threads or (target.cores if getattr(target, "vendor", "") == "host" else None))
+    results = [validate_model(args.model, target, batch=b, seq=args.seq, tiny=args.tiny) for b in (args.batch or [1, 8])]
+    console.print(validation_table(results))
+    cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
+    if args.json:
+        Path(args.json).write_text(json.dumps({"format": "narrowpipe.validation", "version": 1, "target": target.name,
+                                               "results": [r.to_dict() for r in results],
+                                               "summary": summarize(cases)}, indent=2))
+        console.print(f"wrote {args.json}")
     return 0
 
 

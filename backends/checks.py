@@ -69,15 +69,17 @@ def _sequence(label: str, value: Any, expected: str) -> tuple[Any, ...]:
     return tuple(value)
 
 
-def _rates(label: str, value: Any) -> FrozenMap[str, float]:
+def _rates(label: str, value: Any, keys: tuple[str, ...] = ()) -> FrozenMap[str, float]:
+    allowed = keys or DTYPES
+    what = "dtype" if not keys else "key"
     if not hasattr(value, "items") or isinstance(value, (str, bytes)):
-        raise _fail(label, "a table of dtype = number", value)
+        raise _fail(label, f"a table of {what} = number", value)
     out: dict[str, float] = {}
     for dtype, rate in value.items():
-        if dtype not in DTYPES:
+        if dtype not in allowed:
             raise TargetSpecError(
-                f"field '{label}.{dtype}': unknown dtype {dtype!r}; "
-                f"expected one of: {', '.join(DTYPES)}")
+                f"field '{label}.{dtype}': unknown {what} {dtype!r}; "
+                f"expected one of: {', '.join(allowed)}")
         out[dtype] = _number(f"{label}.{dtype}", rate, allow_zero=False)
     return FrozenMap(out)
 
@@ -123,7 +125,7 @@ def check_value(label: str, spec: Spec, value: Any) -> Any:
     if kind == "quantity":
         return _number(label, value, spec.allow_zero)
     if kind == "rates":
-        return _rates(label, value)
+        return _rates(label, value, spec.keys)
     if kind == "count":
         return _count(label, value, spec.allow_zero)
     if kind == "fraction":

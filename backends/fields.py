@@ -39,6 +39,7 @@ class Spec:
     choices: tuple[str, ...] = ()    # allowed values of a text field
     stem: str | None = None          # key stem when it is not the field name minus its SI suffix
     schema: Any = None               # the nested dataclass of a "level" field
+    keys: tuple[str, ...] = ()       # allowed keys of a "rates" table (default: the dtypes)
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
@@ -48,9 +49,10 @@ class Spec:
 
 def spec_field(kind: str, *, units: str | None = None, unit: str | None = None,
                required: bool = False, allow_zero: bool = False,
-               choices: tuple[str, ...] = (), stem: str | None = None, schema: Any = None) -> Any:
+               choices: tuple[str, ...] = (), stem: str | None = None, schema: Any = None,
+               keys: tuple[str, ...] = ()) -> Any:
     """A dataclass field carrying its :class:`Spec`; optional fields default to "absent"."""
-    spec = Spec(kind, units, unit, required, allow_zero, choices, stem, schema)
+    spec = Spec(kind, units, unit, required, allow_zero, choices, stem, schema, keys)
     meta = {"spec": spec}
     if required:
         return dataclasses.field(metadata=meta)

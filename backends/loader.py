@@ -175,7 +175,7 @@ def _human(value: Any, spec: Spec) -> tuple[str, Any]:
     best: tuple[int, str, Any] | None = None
     for suffix in order:
         if spec.kind == "rates":
-            table = {d: from_si(value[d], units[suffix]) for d in DTYPES if d in value}
+            table = {d: from_si(value[d], units[suffix]) for d in (spec.keys or DTYPES) if d in value}
             if any(h is None for h in table.values()):
                 continue
             human: Any = table

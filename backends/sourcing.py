@@ -31,7 +31,7 @@ def value_keys(obj: Any, prefix: str = "") -> list[str]:
         if spec.kind == "level":
             keys += value_keys(value, f"{prefix}{name}.")
         elif spec.kind == "rates":
-            keys += [f"{prefix}{name}.{dtype}" for dtype in DTYPES if dtype in value]
+            keys += [f"{prefix}{name}.{dtype}" for dtype in (spec.keys or DTYPES) if dtype in value]
         elif spec.kind in NUMERIC_KINDS:
             keys.append(prefix + name)
     return keys
@@ -44,7 +44,7 @@ def possible_keys(cls: type, prefix: str = "") -> list[str]:
         if spec.kind == "level":
             keys += possible_keys(spec.schema, f"{prefix}{name}.")
         elif spec.kind == "rates":
-            keys += [f"{prefix}{name}.{dtype}" for dtype in DTYPES]
+            keys += [f"{prefix}{name}.{dtype}" for dtype in (spec.keys or DTYPES)]
         elif spec.kind in NUMERIC_KINDS:
             keys.append(prefix + name)
     return keys

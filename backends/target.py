@@ -20,7 +20,7 @@ from ..errors import TargetSpecError
 from .checks import normalize_fields
 from .fields import spec_field, specs
 from .sourcing import check_sources
-from .vocab import FAMILIES
+from .vocab import FAMILIES, TRANSCENDENTALS
 
 __all__ = ["Target", "NAME_PATTERN"]
 
@@ -69,6 +69,16 @@ class Target:
                                         allow_zero=True)
     matmul_curve: tuple[tuple[float, float], ...] = spec_field("curve")
     bandwidth_curve: tuple[tuple[float, float], ...] = spec_field("curve")
+    #: GEMMs with a small output side (min(M, N): decode, skinny layers) reach less than the
+    #: square-GEMM curve at the same FLOPs; points are (min(M, N), factor on matmul_curve).
+    matmul_skinny_curve: tuple[tuple[float, float], ...] = spec_field("curve")
+    #: Direct convolutions (oneDNN, cuDNN) reach a different fraction of peak than GEMMs, by kernel
+    #: size: points are (kernel area kh*kw, achieved fraction of peak). Absent: GEMM efficiency.
+    conv_curve: tuple[tuple[float, float], ...] = spec_field("curve")
+    #: Measured evaluations/s per transcendental function ("default" for the rest); absent, the
+    #: cost model assumes 1/16 of the FP32 vector rate (NVIDIA's SFU ratio).
+    transcendental_flops: Mapping[str, float] = spec_field("rates", units="flops", unit="gflops",
+                                                           keys=TRANSCENDENTALS)
     # provenance
     sources: Mapping[str, str] = spec_field("sources")
 

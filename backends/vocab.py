@@ -6,7 +6,7 @@ the spelling, and so a typo such as ``fp8e4m3`` fails loudly with the valid list
 
 from __future__ import annotations
 
-__all__ = ["DTYPES", "FAMILIES", "TOPOLOGIES"]
+__all__ = ["DTYPES", "FAMILIES", "TOPOLOGIES", "TRANSCENDENTALS"]
 
 #: Dtypes a rate table may name, widest first. Integer rates are OP/s (vendors' TOPS).
 #: FP8 has two formats; when a vendor quotes one "FP8" rate both entries carry it.
@@ -24,3 +24,11 @@ FAMILIES: tuple[str, ...] = ("gpu", "tpu", "dataflow", "cpu")
 #: nearest-neighbour grids with/without wraparound (TPU ICI, Trainium NeuronLink); "ring"; and
 #: "fat-tree": a Clos network of switches (InfiniBand / Ethernet scale-out); "single": one device.
 TOPOLOGIES: tuple[str, ...] = ("switch", "full-mesh", "torus", "mesh", "ring", "fat-tree", "single")
+
+#: Functions a ``transcendental_flops`` table may name (the canonical elementwise ops counted as
+#: transcendentals), plus "default" for the others. Rates are evaluations per second.
+TRANSCENDENTALS: tuple[str, ...] = (
+    "default", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "gelu", "silu", "elu", "selu",
+    "softplus", "mish", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+    "atanh",
+)

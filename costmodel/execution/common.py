@@ -115,7 +115,14 @@ def vector_rate(target: Target, dtype: DType) -> Rate:
     return Rate(bf16 * VECTOR_FRACTION, "assumed", f"no vector rate: assumed {VECTOR_FRACTION:.3g} of the matrix rate")
 
 
-def transcendental_rate(target: Target) -> float:
+def transcendental_rate(target: Target, op: str | None = None) -> float:
+    """Evaluations/s of a transcendental function: the target's measured rate for ``op`` (or its
+    "default"), else :data:`TRANSCENDENTAL_FRACTION` of the FP32 vector rate."""
+    table = target.transcendental_flops
+    if table:
+        rate = table.get(op or "default") or table.get("default")
+        if rate:
+            return rate
     return vector_rate(target, DType.FP32).flops_per_s * TRANSCENDENTAL_FRACTION
 
 
@@ -134,8 +141,13 @@ def interpolate(curve: tuple[tuple[float, float], ...], x: float, default: float
     return y0 + t * (y1 - y0)
 
 
-def matmul_efficiency(target: Target, flops: float) -> float:
-    return max(interpolate(target.matmul_curve, flops, target.matmul_efficiency), 1e-3)
+def matmul_efficiency(target: Target, flops: float, min_mn: int | None = None) -> float:
+    """Achieved fraction of peak for a GEMM of ``flops``; ``min_mn`` (the smaller of M and N)
+    applies the target's skinny-GEMM factor where it has one."""
+    eff = interpolate(target.matmul_curve, flops, target.matmul_efficiency)
+    if min_mn is not None and target.matmul_skinny_curve:
+        eff *= interpolate(target.matmul_skinny_curve, float(max(min_mn, 1)), 1.0)
+    return max(eff, 1e-4)
 
 
 def memory_time(target: Target, nbytes: float, bandwidth: float | None = None) -> float:

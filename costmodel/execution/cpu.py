@@ -1,6 +1,8 @@
 """CPU execution model: cores x SIMD x FMA x clock (AMX tiles for bf16/int8 where present), memory
 bandwidth from DRAM or, for working sets that fit, the last-level cache, and a per-op dispatch
-overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion).
+overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion). A calibrated
+target's curves replace the fixed efficiencies: GEMM efficiency by FLOPs and by the smaller
+output side (skinny GEMMs), bandwidth by transfer size, transcendental rates per function.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from ...ir import DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from .collectives import collective_time
-from .common import KernelTime, Rate, TimingOptions, matmul_efficiency, matrix_rate, memory_time, roofline
+from .common import (KernelTime, Rate, TimingOptions, interpolate, matmul_efficiency, matrix_rate, memory_time,
+                     roofline)
 from .gemm import kernel_gemms
-from .vector import vector_kernel_time
+from .vector import transcendental_time, vector_kernel_time
 
 __all__ = ["CpuModel"]
 
@@ -40,21 +43,38 @@ class CpuModel:
             return Rate(rate.flops_per_s, rate.dtype, "AMX tiles")
         return rate
 
+    def conv_efficiency(self, kernel: Kernel, table: CostTable, target: CpuTarget) -> float:
+        """The direct-convolution plateau for this kernel size, ramped down for small problems as
+        the GEMM curve is (dispatch and blocking overheads do not depend on the algorithm)."""
+        w = kernel.anchor.inputs[1]
+        area = 1
+        if w is not None:
+            for d in table.shapes[w][2:]:
+                area *= d
+        flops = kernel.cost.flops
+        ramp = min(1.0, interpolate(target.matmul_curve, flops, target.matmul_efficiency) / target.matmul_efficiency)
+        return max(interpolate(target.conv_curve, float(area), target.matmul_efficiency) * ramp, 1e-4)
+
     def time_kernel(self, kernel: Kernel, table: CostTable, target: CpuTarget, options: TimingOptions) -> KernelTime:
         if kernel.kind == "collective":
             return collective_time(kernel.anchor, kernel.cost, target)
         gemms = kernel_gemms(table, kernel)
         bw = self._bandwidth(target, kernel.cost.bytes)
         if not gemms and kernel.kind != "attention":
-            return vector_kernel_time(kernel, target, "SIMD", target.launch_overhead, bandwidth=bw)
+            return vector_kernel_time(kernel, target, "SIMD", target.launch_overhead, bandwidth=bw, table=table)
+        min_mn = None
         if gemms:
             dtype = gemms[0].dtype
+            min_mn = min(gemms[0].m, gemms[0].n)
         else:
             q = kernel.anchor.inputs[0]
             dtype = q.type.dtype if q is not None else DType.FP32
         rate = self.matmul_rate(target, dtype, options)
-        eff = matmul_efficiency(target, kernel.cost.flops)
+        eff = matmul_efficiency(target, kernel.cost.flops, min_mn)
+        if kernel.kind == "conv" and target.conv_curve:
+            eff = self.conv_efficiency(kernel, table, target)
         compute = kernel.cost.flops / (rate.flops_per_s * eff)
+        compute += transcendental_time(kernel, table, target)
         mem = memory_time(target, kernel.cost.bytes, bw)
         unit = "AMX" if rate.note == "AMX tiles" else "SIMD FMA"
         return roofline(compute, mem, 0.0, target.launch_overhead, unit, peak_flops=rate.flops_per_s,

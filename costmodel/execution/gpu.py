@@ -42,7 +42,7 @@ class GpuModel:
         gemms = kernel_gemms(table, kernel)
         if gemms:
             return self._gemm(kernel, gemms[0], target, options)
-        return vector_kernel_time(kernel, target, "CUDA cores", target.launch_overhead)
+        return vector_kernel_time(kernel, target, "CUDA cores", target.launch_overhead, table=table)
 
     def _gemm(self, kernel: Kernel, g: Gemm, target: GpuTarget, options: TimingOptions) -> KernelTime:
         rate = matrix_rate(target, g.dtype, options)

@@ -60,7 +60,7 @@ class TpuModel:
         gemms = kernel_gemms(table, kernel)
         if gemms:
             return self._gemm(kernel, gemms[0], target, options)
-        return vector_kernel_time(kernel, target, "VPU", target.launch_overhead)
+        return vector_kernel_time(kernel, target, "VPU", target.launch_overhead, table=table)
 
     def _gemm(self, kernel: Kernel, g: Gemm, target: TpuTarget, options: TimingOptions) -> KernelTime:
         rate = matrix_rate(target, g.dtype, options)

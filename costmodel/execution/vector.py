@@ -5,22 +5,37 @@ units, against the kernel's external traffic at achievable memory bandwidth."""
 from __future__ import annotations
 
 from ...backends import Target
+from ...ir import TRANSCENDENTAL_OPS, DType
+from ..interpreter import CostTable
 from ..kernels import Kernel
 from .common import KernelTime, memory_time, roofline, transcendental_rate, vector_rate
 
-__all__ = ["vector_kernel_time"]
+__all__ = ["vector_kernel_time", "transcendental_time"]
+
+
+def transcendental_time(kernel: Kernel, table: CostTable | None, target: Target) -> float:
+    """Seconds of the kernel's transcendentals, at each function's own rate where the target has one."""
+    if not kernel.cost.transcendentals:
+        return 0.0
+    if table is None or not target.transcendental_flops:
+        return kernel.cost.transcendentals / transcendental_rate(target)
+    total = 0.0
+    for n in kernel.nodes:
+        t = table.costs[n].transcendentals
+        if t:
+            op = n.op.value if n.op in TRANSCENDENTAL_OPS else "exp"
+            total += t / transcendental_rate(target, op)
+    return total
 
 
 def vector_kernel_time(kernel: Kernel, target: Target, unit: str, overhead_s: float,
-                       *, bandwidth: float | None = None) -> KernelTime:
+                       *, bandwidth: float | None = None, table: CostTable | None = None) -> KernelTime:
     out = kernel.anchor.outputs[0] if kernel.anchor.outputs else None
     dtype = out.type.dtype if out is not None else None
-    from ...ir import DType
     rate = vector_rate(target, dtype if dtype is not None and dtype.is_float else DType.FP32)
     c = kernel.cost
     compute = c.flops / rate.flops_per_s if c.flops else 0.0
-    if c.transcendentals:
-        compute += c.transcendentals / transcendental_rate(target)
+    compute += transcendental_time(kernel, table, target)
     bw = target.memory_bandwidth if bandwidth is None else bandwidth
     mem = memory_time(target, c.bytes, bw)
     return roofline(compute, mem, 0.0, overhead_s, unit, peak_flops=rate.flops_per_s, flops=c.flops,

@@ -1,0 +1,184 @@
+"""From measurements to a target: efficiency curves and measured ceilings beside theoretical peaks.
+
+* ``launch_overhead``: the dispatch time of a one-element op.
+* ``matmul_curve``: achieved / peak FLOP/s of square GEMMs, with the dispatch time taken out,
+  as (FLOPs, efficiency) points, binned in log space; ``matmul_efficiency`` is its plateau.
+* ``bandwidth_curve``: achieved / best bandwidth of eager elementwise adds (output allocation
+  included, as every eager op pays it) by bytes moved; cache levels and page faults of large new
+  outputs show as steps. ``memory_bandwidth`` is the best achieved and ``memory_efficiency`` the
+  large-transfer plateau. Transfers so small that dispatch dominates (under 1.5x the dispatch
+  overhead) carry no bandwidth information and are left out.
+* ``matmul_skinny_curve``: for GEMMs with a small M, achieved efficiency over the square curve's
+  at the same FLOPs, by min(M, N).
+* ``transcendental_flops``: evaluations/s of each function on cache-resident data.
+* ``conv_curve``: achieved fraction of peak of direct convolutions, by kernel area.
+
+The same fit applies to a catalog chip (``base``): its peaks stay, its measured ceilings are
+replaced, so users calibrate a chip with their own numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+from collections.abc import Iterable
+
+from ..backends import CpuTarget, Target
+from .host import HostCpu
+from .sweeps import Measurement
+
+__all__ = ["fit_curves", "host_target", "apply_measurements", "Curves"]
+
+
+@dataclasses.dataclass
+class Curves:
+    launch_overhead: float
+    matmul_curve: tuple[tuple[float, float], ...]
+    matmul_efficiency: float
+    bandwidth_curve: tuple[tuple[float, float], ...]
+    best_bandwidth: float
+    memory_efficiency: float
+    skinny_curve: tuple[tuple[float, float], ...] = ()
+    transcendental: dict[str, float] = dataclasses.field(default_factory=dict)
+    conv_curve: tuple[tuple[float, float], ...] = ()
+
+
+def _binned(points: Iterable[tuple[float, float]], per_decade: int = 3) -> tuple[tuple[float, float], ...]:
+    bins: dict[int, list[tuple[float, float]]] = {}
+    for x, y in points:
+        if x > 0 and y > 0:
+            bins.setdefault(math.floor(math.log10(x) * per_decade), []).append((x, y))
+    out = []
+    for key in sorted(bins):
+        xs, ys = zip(*bins[key])
+        out.append((float(statistics.median(xs)), min(max(round(float(statistics.median(ys)), 4), 1e-4), 1.0)))
+    return tuple(out)
+
+
+def fit_curves(measurements: list[Measurement], peaks: dict[str, float]) -> Curves:
+    """Fit curves; ``peaks`` maps dtype -> the theoretical matrix FLOP/s the efficiencies refer to."""
+    dispatch = [m.seconds for m in measurements if m.kind == "dispatch"]
+    overhead = statistics.median(dispatch) if dispatch else 0.0
+    curve_dtype = "fp32" if any(m.kind == "matmul" and m.dtype == "fp32" for m in measurements) else None
+    mm = [m for m in measurements if m.kind == "matmul" and m.shape[0] == m.shape[1] == m.shape[2]
+          and m.dtype in peaks and (curve_dtype is None or m.dtype == curve_dtype)]
+    eff_points = [(float(m.flops), m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype])) for m in mm]
+    mcurve = _binned(eff_points)
+    plateau = statistics.median([y for _, y in mcurve[-3:]]) if mcurve else 0.5
+    adds = [m for m in measurements if m.kind == "add" and m.seconds > 1.5 * overhead]
+    bw_points = [(float(m.bytes), m.bytes / (m.seconds - overhead)) for m in adds]
+    best = max((bw for _, bw in bw_points), default=1e10)
+    bcurve = _binned(((x, bw / best) for x, bw in bw_points), per_decade=2)
+    mem_eff = bcurve[-1][1] if bcurve else 1.0
+    from ..costmodel.execution.common import interpolate
+    skinny: dict[float, list[float]] = {}
+    for m in measurements:
+        if m.kind == "matmul" and m.dtype in peaks and not (m.shape[0] == m.shape[1] == m.shape[2]):
+            side = float(min(m.shape[0], m.shape[1]))
+            eff = m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype])
+            square = interpolate(mcurve, float(m.flops), plateau)
+            skinny.setdefault(side, []).append(eff / square)
+    scurve = tuple((side, min(max(round(statistics.median(v), 4), 1e-4), 1.0)) for side, v in sorted(skinny.items()))
+    trans = {m.kind.split(":", 1)[1]: m.flops / max(m.seconds - overhead, 1e-9)
+             for m in measurements if m.kind.startswith("transcendental:")}
+    if trans:
+        trans["default"] = statistics.median(trans.values())
+    conv: dict[float, list[float]] = {}
+    for m in measurements:
+        if m.kind == "conv" and m.dtype in peaks:
+            area = float(m.shape[2] * m.shape[2])
+            conv.setdefault(area, []).append(m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype]))
+    ccurve = tuple((a, min(max(round(statistics.median(v), 4), 1e-4), 1.0)) for a, v in sorted(conv.items()))
+    return Curves(overhead, mcurve, round(min(max(plateau, 1e-3), 1.0), 4), bcurve, best,
+                  round(min(max(mem_eff, 1e-3), 1.0), 4), scurve, trans, ccurve)
+
+
+def _meminfo_bytes() -> float:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) if hasattr(os, "sysconf") else 16e9
+
+
+def host_target(host: HostCpu, measurements: list[Measurement], name: str = "host") -> CpuTarget:
+    """A CPU target for this machine: derived peaks, measured ceilings and curves, sources for all."""
+    peaks = {"fp32": host.fp32_peak, "bf16": host.bf16_peak}
+    for m in measurements:  # a derived peak below a measured rate is wrong: the measurement wins
+        if m.kind == "matmul" and m.dtype == "fp32":
+            peaks["fp32"] = max(peaks["fp32"], m.flops / m.seconds)
+    c = fit_curves(measurements, peaks)
+    bf16 = [m.flops / m.seconds for m in measurements if m.kind == "matmul" and m.dtype == "bf16"
+            and m.shape[0] == m.shape[1] == m.shape[2]]
+    bf16_source = None
+    if bf16:
+        # One GEMM curve serves both dtypes: the bf16 "peak" is its measured plateau over the fp32
+        # curve's plateau efficiency, so curve x peak reproduces the bf16 rate actually reached.
+        peaks["bf16"] = statistics.median(sorted(bf16)[-3:]) / c.matmul_efficiency
+        bf16_source = "measured: bf16 GEMM plateau / fp32 plateau efficiency (calibrate)"
+    derived = f"derived: {host.cores} cores x {host.simd_bits // 32} lanes x 2 (FMA) x {host.fma_units} FMA units x {host.clock_hz / 1e9:.3g} GHz"
+    sources = {
+        "matrix_flops.fp32": derived, "vector_flops.fp32": derived,
+        "matrix_flops.bf16": bf16_source or (derived + (" x AMX" if host.amx else " x 2 (AVX512-BF16)" if host.bf16_simd else "")),
+        "vector_flops.bf16": derived, "memory_capacity": "measured: /proc/meminfo MemTotal",
+        "memory_bandwidth": "measured: best eager elementwise-add bandwidth (calibrate)",
+        "memory_efficiency": "measured: largest-transfer add bandwidth / best (calibrate)",
+        "matmul_efficiency": "measured: square-GEMM plateau / derived peak (calibrate)",
+        "launch_overhead": "measured: median dispatch time of a one-element add (calibrate)",
+        "matmul_curve": "measured: square GEMMs (calibrate)", "bandwidth_curve": "measured: eager elementwise adds, output allocation included (calibrate)",
+        "matmul_skinny_curve": "measured: GEMMs with small M (calibrate)",
+        "conv_curve": "measured: direct convolutions by kernel size (calibrate)",
+        **{f"transcendental_flops.{k}": "measured: the function on cache-resident data (calibrate)"
+           for k in c.transcendental},
+        "scale_up_domain": "assumption: a single host", "memory_channels": "assumption: unknown in a VM; 1",
+        "amx_ops_per_cycle": "cpu flags (amx_bf16)" if host.amx else "cpu flags: no AMX",
+        "cores": host.sources.get("cores", "measured"), "clock_hz": host.sources.get("clock_hz", "assumption"),
+        "simd_width_bits": host.sources.get("simd_width_bits", "cpu flags"),
+        "fma_units": host.sources.get("fma_units", "assumption: 2"),
+    }
+    for key, value in (("matmul_skinny_curve", c.skinny_curve), ("matmul_curve", c.matmul_curve), ("conv_curve", c.conv_curve),
+                       ("bandwidth_curve", c.bandwidth_curve)):
+        if not value:
+            sources.pop(key, None)
+    extra: dict[str, object] = {}
+    if host.l3_bytes:
+        extra["onchip_capacity"] = host.l3_bytes
+        sources["onchip_capacity"] = host.sources.get("onchip_capacity", "lscpu")
+    return CpuTarget(
+        name=name, family="cpu", vendor="host", display_name=f"{host.model} ({host.cores} threads, calibrated)",
+        notes="Calibrated on this machine by `narrowpipe calibrate`; raw measurements are in the .measurements.json beside it.",
+        matrix_flops=peaks, vector_flops={"fp32": host.fp32_peak, "bf16": host.fp32_peak},
+        memory_capacity=_meminfo_bytes(), memory_bandwidth=c.best_bandwidth, scale_up_domain=1,
+        matmul_efficiency=c.matmul_efficiency, memory_efficiency=c.memory_efficiency,
+        launch_overhead=c.launch_overhead, matmul_curve=c.matmul_curve, bandwidth_curve=c.bandwidth_curve,
+        matmul_skinny_curve=c.skinny_curve, transcendental_flops=c.transcendental, conv_curve=c.conv_curve,
+        cores=host.cores, clock_hz=host.clock_hz, simd_width_bits=host.simd_bits, fma_units=host.fma_units,
+        amx_ops_per_cycle=1024 if host.amx else 0, memory_channels=1, sources=sources, **extra)  # type: ignore[arg-type]
+
+
+def apply_measurements(base: Target, measurements: list[Measurement], name: str | None = None) -> Target:
+    """``base`` with its measured ceilings and curves replaced by a fit of ``measurements``."""
+    peaks = dict(base.matrix_flops)
+    if "fp32" not in peaks and "fp32" in base.vector_flops:
+        peaks["fp32"] = base.vector_flops["fp32"]
+    c = fit_curves(measurements, peaks)
+    sources = dict(base.sources)
+    fitted = {"matmul_efficiency": c.matmul_efficiency, "memory_efficiency": 1, "launch_overhead": 1,
+              "matmul_curve": c.matmul_curve, "bandwidth_curve": c.bandwidth_curve,
+              "matmul_skinny_curve": c.skinny_curve}
+    for key, value in fitted.items():
+        if value:
+            sources[key] = "measured: user calibration (narrowpipe calibrate)"
+        else:
+            sources.pop(key, None)
+    return dataclasses.replace(
+        base, name=name or f"{base.name}-calibrated", aliases=(), matmul_efficiency=c.matmul_efficiency,
+        memory_efficiency=min(1.0, c.best_bandwidth * c.memory_efficiency / base.memory_bandwidth),
+        launch_overhead=c.launch_overhead, matmul_curve=c.matmul_curve, matmul_skinny_curve=c.skinny_curve,
+        bandwidth_curve=tuple((x, min(1.0, y * c.best_bandwidth / base.memory_bandwidth)) for x, y in c.bandwidth_curve),
+        sources=sources)

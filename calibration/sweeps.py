@@ -1,0 +1,142 @@
+"""Microbenchmarks: matmul rate by dtype and size, memory bandwidth by transfer size, and the
+per-op dispatch overhead, measured with torch on the CPU or a CUDA device.
+
+Every record keeps what was run (kind, dtype, shape), the work it represents (FLOPs, bytes moved)
+and the median seconds, so a fit can be redone or audited from the raw file alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+
+from .timer import median_time
+
+__all__ = ["Measurement", "dispatch_overhead", "matmul_sweep", "bandwidth_sweep", "MATMUL_SQUARES",
+           "QUICK_SQUARES"]
+
+MATMUL_SQUARES = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
+QUICK_SQUARES = (32, 64, 128, 256, 512, 1024)
+ELEMENTS = tuple(2 ** e for e in range(8, 27, 2))           # 1 KiB .. 256 MiB of fp32 per operand
+QUICK_ELEMENTS = tuple(2 ** e for e in range(8, 23, 2))
+
+
+@dataclass
+class Measurement:
+    kind: str            # "dispatch", "matmul", "add", "copy", "transcendental:<fn>"
+    dtype: str
+    shape: tuple[int, ...]
+    flops: int
+    bytes: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> Measurement:
+        return cls(str(d["kind"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]),  # type: ignore[union-attr]
+                   int(d["flops"]), int(d["bytes"]), float(d["seconds"]))  # type: ignore[arg-type]
+
+
+def _torch_dtype(name: str):  # noqa: ANN202
+    import torch
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def _size(name: str) -> int:
+    return {"fp32": 4, "bf16": 2, "fp16": 2}[name]
+
+
+def dispatch_overhead(device: str = "cpu") -> Measurement:
+    """Time of an op on a one-element tensor: framework dispatch + launch, no real work."""
+    import torch
+    x = torch.ones(1, device=device)
+    t = median_time(lambda: torch.add(x, x), device=device, warmup=20, repeats=200, min_seconds=0.05)
+    return Measurement("dispatch", "fp32", (1,), 1, 12, t)
+
+
+def matmul_sweep(device: str = "cpu", dtypes: tuple[str, ...] = ("fp32", "bf16"),
+                 squares: tuple[int, ...] = MATMUL_SQUARES, skinny: bool = True) -> Iterator[Measurement]:
+    """Square GEMMs (the compute curve) and skinny ones (decode-like, memory-bound)."""
+    import torch
+    shapes: list[tuple[int, int, int]] = [(s, s, s) for s in squares]
+    if skinny:
+        shapes += [(m, 2048, 2048) for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)]
+    for dtype in dtypes:
+        dt = _torch_dtype(dtype)
+        for m, n, k in shapes:
+            a = torch.randn(m, k, device=device).to(dt)
+            b = torch.randn(k, n, device=device).to(dt)
+            t = median_time(lambda a=a, b=b: torch.mm(a, b), device=device)
+            yield Measurement("matmul", dtype, (m, n, k), 2 * m * n * k, _size(dtype) * (m * k + k * n + m * n), t)
+
+
+def bandwidth_sweep(device: str = "cpu", elements: tuple[int, ...] = ELEMENTS) -> Iterator[Measurement]:
+    """Eager elementwise add (reads two operands, writes a new output) and in-place copy."""
+    import torch
+    for n in elements:
+        a = torch.randn(n, device=device)
+        b = torch.randn(n, device=device)
+        t = median_time(lambda a=a, b=b: torch.add(a, b), device=device)
+        yield Measurement("add", "fp32", (n,), n, 12 * n, t)
+        out = torch.empty(n, device=device)
+        t = median_time(lambda a=a, out=out: out.copy_(a), device=device)
+        yield Measurement("copy", "fp32", (n,), 0, 8 * n, t)
+
+
+#: (Cin, Cout, kernel, stride, pixels): one direct convolution per kernel size, ResNet-like.
+CONV_SHAPES = ((128, 512, 1, 1, 28), (96, 96, 3, 1, 40), (160, 160, 3, 2, 28), (3, 64, 7, 2, 160))
+
+
+def conv_sweep(device: str = "cpu") -> Iterator[Measurement]:
+    import torch
+    for cin, cout, k, s, px in CONV_SHAPES:
+        conv = torch.nn.Conv2d(cin, cout, k, stride=s, padding=k // 2, bias=False).to(device).eval()
+        x = torch.randn(1, cin, px, px, device=device)
+        out = (px + 2 * (k // 2) - k) // s + 1
+        flops = 2 * cout * cin * k * k * out * out
+        with torch.no_grad():
+            t = median_time(lambda conv=conv, x=x: conv(x), device=device)
+        yield Measurement("conv", "fp32", (cin, cout, k, s, px), flops, 4 * (cin * px * px + cout * cin * k * k + cout * out * out), t)
+
+
+#: torch function for each transcendental the cost model knows a rate for.
+TRANSCENDENTAL_FNS = ("exp", "log", "tanh", "sigmoid", "erf", "gelu", "silu", "sqrt", "rsqrt", "sin", "cos")
+
+
+def transcendental_sweep(device: str = "cpu", n: int = 1 << 18) -> Iterator[Measurement]:
+    """Each function on ``n`` cache-resident elements: evaluations per second."""
+    import torch
+    fns = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
+    x = torch.rand(n, device=device) + 0.5
+    for name in TRANSCENDENTAL_FNS:
+        fn = fns.get(name) or getattr(torch, name)
+        t = median_time(lambda fn=fn: fn(x), device=device)
+        yield Measurement(f"transcendental:{name}", "fp32", (n,), n, 8 * n, t)
+
+
+def run_all(device: str, quick: bool, progress: Callable[[str], None] | None = None) -> list[Measurement]:
+    """The full sweep (or a quick one for tests), reporting each finished case to ``progress``."""
+    out = [dispatch_overhead(device)]
+    squares = QUICK_SQUARES if quick else MATMUL_SQUARES
+    elements = QUICK_ELEMENTS if quick else ELEMENTS
+    for m in matmul_sweep(device, squares=squares, skinny=not quick):
+        out.append(m)
+        if progress:
+            progress(f"matmul {m.dtype} {'x'.join(map(str, m.shape))}")
+    for m in bandwidth_sweep(device, elements):
+        out.append(m)
+        if progress:
+            progress(f"{m.kind} {m.bytes / 1e6:.3g} MB")
+    for m in transcendental_sweep(device):
+        out.append(m)
+        if progress:
+            progress(m.kind)
+    for m in conv_sweep(device):
+        out.append(m)
+        if progress:
+            progress(f"conv k{m.shape[2]}")
+    return out

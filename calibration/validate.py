@@ -1,0 +1,222 @@
+"""Predictions checked against the machine: per-op sweeps and end-to-end eager forward passes.
+
+Measured side: torch eager on this machine (warm-up, repeats, median; ``torch.no_grad``), and for
+the per-op-type breakdown of a model, ``torch.profiler`` CPU times of the top-level aten ops.
+Predicted side: the same module lowered with ``from_torch`` and timed on the calibrated target with
+no fusion (eager runs one kernel per op). Errors are (predicted - measured) / measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..backends import Target, get_target
+from ..costmodel.analyze import analyze
+from ..frontends.torch_frontend import from_torch
+from .timer import median_time
+
+__all__ = ["Case", "op_sweep", "validate_model", "ModelValidation", "build_validation_model", "summarize",
+           "VALIDATION_MODELS"]
+
+
+@dataclass
+class Case:
+    group: str          # "matmul", "conv", "elementwise", "model", or an op type
+    name: str
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_s - self.measured_s) / self.measured_s if self.measured_s else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "error": self.error}
+
+
+def _predict(module: Any, args: tuple[Any, ...], target: Target, kwargs: dict[str, Any] | None = None) -> float:
+    report = analyze(from_torch(module, args, kwargs or {}), target, fusion="none")
+    assert report.time_s is not None
+    return report.time_s
+
+
+def _measure(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None, min_seconds: float = 0.05) -> float:
+    import torch
+    with torch.no_grad():
+        return median_time(lambda: module(*args, **(kwargs or {})), warmup=2, repeats=5, min_seconds=min_seconds)
+
+
+def _sweep_cases() -> Iterator[tuple[str, str, Callable[[], tuple[Any, tuple[Any, ...]]]]]:
+    """Held-out shapes: none of them is a shape the calibration sweep measured."""
+    import torch
+    from torch import nn
+
+    class MatMul(nn.Module):
+        def forward(self, a, b):
+            return a @ b
+
+    class Bin(nn.Module):
+        def __init__(self, fn: Callable[..., Any]) -> None:
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, *xs):
+            return self.fn(*xs)
+
+    for m, n, k in [(100, 100, 100), (300, 500, 700), (1000, 200, 1000), (777, 777, 777), (1, 4096, 1024),
+                    (4, 1024, 4096), (64, 3072, 768), (512, 768, 3072), (1536, 1024, 256)]:
+        yield "matmul", f"mm {m}x{n}x{k}", lambda m=m, n=n, k=k: (MatMul(), (torch.randn(m, k), torch.randn(k, n)))
+    for b, m, n, k in [(12, 128, 128, 64), (48, 64, 64, 128), (8, 256, 64, 256)]:
+        yield "matmul", f"bmm {b}x{m}x{n}x{k}", lambda b=b, m=m, n=n, k=k: (MatMul(), (torch.randn(b, m, k), torch.randn(b, k, n)))
+    for cin, cout, k, s, hw, batch in [(3, 64, 7, 2, 224, 1), (64, 64, 3, 1, 56, 1), (64, 256, 1, 1, 56, 1),
+                                       (128, 128, 3, 2, 56, 2), (256, 256, 3, 1, 14, 8), (512, 2048, 1, 1, 7, 4),
+                                       (32, 32, 3, 1, 64, 2)]:
+        yield "conv", f"conv {cin}->{cout} k{k} s{s} {hw}px b{batch}", \
+            lambda cin=cin, cout=cout, k=k, s=s, hw=hw, batch=batch: (
+                nn.Conv2d(cin, cout, k, stride=s, padding=k // 2, bias=False).eval(), (torch.randn(batch, cin, hw, hw),))
+    for name, fn, sizes in [("add", torch.add, (1000, 100_000, 1_000_000, 3_000_000)),
+                            ("mul", torch.mul, (50_000, 2_000_000)),
+                            ("relu", torch.relu, (30_000, 5_000_000)),
+                            ("gelu", torch.nn.functional.gelu, (200_000, 2_000_000)),
+                            ("exp", torch.exp, (10_000, 1_000_000)),
+                            ("tanh", torch.tanh, (500_000,))]:
+        for size in sizes:
+            arity = 2 if name in ("add", "mul") else 1
+            yield "elementwise", f"{name} {size}", lambda fn=fn, size=size, arity=arity: (
+                Bin(fn), tuple(torch.randn(size) for _ in range(arity)))
+    yield "elementwise", "add broadcast 512x3072 + 3072", lambda: (Bin(torch.add), (torch.randn(512, 3072), torch.randn(3072)))
+
+
+def op_sweep(target: Target | str, *, groups: tuple[str, ...] = ("matmul", "conv", "elementwise"),
+             limit: int | None = None, progress: Callable[[str], None] | None = None) -> list[Case]:
+    target = get_target(target)
+    cases: list[Case] = []
+    for group, name, make in _sweep_cases():
+        if group not in groups:
+            continue
+        if limit is not None and sum(c.group == group for c in cases) >= limit:
+            continue
+        module, args = make()
+        cases.append(Case(group, name, _measure(module.forward, args), _predict(module, args, target)))
+        if progress:
+            progress(name)
+    return cases
+
+
+VALIDATION_MODELS = ("gpt2", "bert-base", "resnet50")
+
+
+def build_validation_model(name: str, batch: int, seq: int = 128, tiny: bool = False) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """A bundled example's architecture on the CPU with random weights, and inputs for it."""
+    import os
+
+    import torch
+    import transformers
+
+    from ..models.examples import EXAMPLES
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ex = EXAMPLES[name]
+    config = ex.config()
+    if tiny:
+        _shrink(config)
+    if hasattr(config, "_attn_implementation") and ex.family != "vision":
+        config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = getattr(transformers, ex.model_class)(config).eval()
+    if ex.family == "vision":
+        size = getattr(config, "image_size", 224) if not tiny else 64
+        return model, (), {"pixel_values": torch.randn(batch, 3, size, size)}
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
+    kwargs: dict[str, Any] = {"input_ids": ids}
+    if ex.family == "causal-lm":
+        kwargs["use_cache"] = False
+    return model, (), kwargs
+
+
+def _shrink(config: Any) -> None:
+    for key, value in (("n_layer", 2), ("num_hidden_layers", 2), ("n_embd", 128), ("hidden_size", 128),
+                       ("intermediate_size", 512), ("n_head", 4), ("num_attention_heads", 4),
+                       ("vocab_size", 2000)):
+        if hasattr(config, key):
+            setattr(config, key, value)
+    if hasattr(config, "depths"):
+        config.depths, config.hidden_sizes, config.embedding_size = [1, 1, 1, 1], [64, 128, 256, 512], 32
+
+
+@dataclass
+class ModelValidation:
+    model: str
+    batch: int
+    seq: int | None
+    end_to_end: Case
+    by_op: list[Case] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "batch": self.batch, "seq": self.seq, "end_to_end": self.end_to_end.to_dict(),
+                "by_op": [c.to_dict() for c in self.by_op]}
+
+
+def validate_model(name: str, target: Target | str, *, batch: int = 1, seq: int = 128, tiny: bool = False,
+                   profile: bool = True) -> ModelValidation:
+    """Measure an eager forward pass and compare it (and its per-op-type times) with the prediction."""
+    target = get_target(target)
+    model, args, kwargs = build_validation_model(name, batch, seq, tiny)
+    measured = _measure(model, args, kwargs, min_seconds=0.2)
+    graph = from_torch(model, args, kwargs)
+    report = analyze(graph, target, fusion="none")
+    assert report.time_s is not None
+    label = f"{name} b{batch}" + ("" if name == "resnet50" else f" s{seq}")
+    result = ModelValidation(name, batch, None if name == "resnet50" else seq, Case("model", label, measured, report.time_s))
+    if profile:
+        predicted: dict[str, float] = {}
+        for row in report.ops:
+            if row.time_s:
+                key = row.source_op.split(".")[1] if row.source_op.startswith("aten.") else row.source_op
+                predicted[key] = predicted.get(key, 0.0) + row.time_s
+        measured_ops = _profile_top_level(model, args, kwargs, set(predicted))
+        for op in sorted(predicted, key=lambda k: -predicted[k]):
+            if op in measured_ops:
+                result.by_op.append(Case(op, f"{label} {op}", measured_ops[op], predicted[op]))
+    return result
+
+
+def _profile_top_level(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], ops: set[str]) -> dict[str, float]:
+    """CPU seconds of the outermost aten op calls named in ``ops`` (median of three profiled runs)."""
+    import os
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    runs: list[dict[str, float]] = []
+    with torch.no_grad():
+        model(*args, **kwargs)
+        for _ in range(3):
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                model(*args, **kwargs)
+            totals: dict[str, float] = {}
+            for ev in prof.events():
+                name = ev.name.removeprefix("aten::")
+                if name not in ops:
+                    continue
+                parent = ev.cpu_parent
+                nested = False
+                while parent is not None:
+                    if parent.name.removeprefix("aten::") in ops:
+                        nested = True
+                        break
+                    parent = parent.cpu_parent
+                if not nested:
+                    totals[name] = totals.get(name, 0.0) + ev.cpu_time_total / 1e6
+            runs.append(totals)
+    return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+
+
+def summarize(cases: list[Case]) -> dict[str, dict[str, float]]:
+    """Median and max absolute error per group."""
+    out: dict[str, dict[str, float]] = {}
+    for group in sorted({c.group for c in cases}):
+        errs = [abs(c.error) for c in cases if c.group == group]
+        out[group] = {"cases": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
+    return out

@@ -1,0 +1,69 @@
+"""Predicted-vs-measured tables and plots, from validation results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from ..calibration.validate import Case, ModelValidation
+from .units import seconds
+
+__all__ = ["validation_table", "cases_table", "plot_predicted_vs_measured"]
+
+
+def _err(c: Case) -> Text:
+    style = "green" if abs(c.error) <= 0.2 else "yellow" if abs(c.error) <= 0.5 else "red"
+    return Text(f"{c.error:+.1%}", style=style)
+
+
+def cases_table(cases: Sequence[Case], title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col, just in (("group", "left"), ("case", "left"), ("measured", "right"), ("predicted", "right"),
+                      ("error", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for c in cases:
+        t.add_row(c.group, c.name, seconds(c.measured_s), seconds(c.predicted_s), _err(c))
+    return t
+
+
+def validation_table(results: Sequence[ModelValidation]) -> Table:
+    cases: list[Case] = []
+    for r in results:
+        cases.append(r.end_to_end)
+        cases.extend(r.by_op)
+    return cases_table(cases, "predicted vs measured (eager torch on this machine)")
+
+
+def plot_predicted_vs_measured(cases: Sequence[Case], path: str | Path, title: str) -> Path:
+    """Log-log scatter with the y = x line and +-20% band, one colour per group."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=120)
+    groups = sorted({c.group for c in cases})
+    lo = min(min(c.measured_s, c.predicted_s) for c in cases) * 0.7
+    hi = max(max(c.measured_s, c.predicted_s) for c in cases) * 1.4
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1)
+    ax.fill_between([lo, hi], [lo * 0.8, hi * 0.8], [lo * 1.2, hi * 1.2], color="grey", alpha=0.2, label="±20%")
+    markers = {"model": "*"}
+    for g in groups:
+        xs = [c.measured_s for c in cases if c.group == g]
+        ys = [c.predicted_s for c in cases if c.group == g]
+        ax.scatter(xs, ys, label=g, marker=markers.get(g, "o"), s=90 if g == "model" else 28)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured (s)")
+    ax.set_ylabel("predicted (s)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,69 @@
+"""Calibration on this machine (quick sweep): the target file round-trips and every command takes it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import narrowpipe  # noqa: E402
+from narrowpipe.backends import dump_target, get_target, load_target_file  # noqa: E402
+from narrowpipe.calibration import apply_measurements, calibrate, load_measurements, measurements_path  # noqa: E402
+from narrowpipe.cli import main  # noqa: E402
+from narrowpipe.errors import NarrowpipeError  # noqa: E402
+from narrowpipe.models.examples import load_example  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        path = tmp_path_factory.mktemp("cal") / "host.toml"
+        calibrate(path, quick=True)
+        yield path
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_target_file_round_trips_and_has_measured_curves(host, tmp_path):
+    t = load_target_file(host)
+    assert t.family == "cpu" and t.cores == 1
+    assert t.matmul_curve and t.bandwidth_curve and t.conv_curve and t.transcendental_flops
+    assert 0 < t.matmul_efficiency <= 1 and t.launch_overhead > 0
+    assert all(src for src in t.sources.values())
+    again = dump_target(t, tmp_path / "again.toml")
+    assert load_target_file(again) == t
+    raw = json.loads(measurements_path(host).read_text())
+    assert raw["format"] == "narrowpipe.measurements" and len(raw["measurements"]) > 20
+
+
+def test_every_command_accepts_the_calibrated_target(host, capsys):
+    g = load_example("gpt2")
+    r = narrowpipe.analyze(g, str(host), seq=64)
+    assert r.time_s > 0 and r.timing.fusion == "none"
+    assert narrowpipe.compare(g, [str(host), "h100"], seq=64).reports[0].target == "host"
+    assert main(["analyze", "gpt2", "--target", str(host), "--set", "seq=32"]) == 0
+    assert main(["compare", "resnet50", "--targets", f"{host},h100"]) == 0
+    assert main(["whatif", "bert-base", "--target", str(host), "--scale", "peak_flops=2", "--set", "seq=32"]) == 0
+
+
+def test_measurements_calibrate_a_catalog_chip(host, tmp_path):
+    measurements = load_measurements(measurements_path(host))
+    h100 = get_target("h100")
+    mine = apply_measurements(h100, measurements, "my-h100")
+    assert mine.matrix_flops == h100.matrix_flops and mine.name == "my-h100"
+    assert mine.matmul_curve and mine.sources["matmul_curve"].startswith("measured")
+    out = tmp_path / "my-h100.toml"
+    assert main(["calibrate", "--base", "h100", "--from-measurements", str(measurements_path(host)),
+                 "--out", str(out)]) == 0
+    assert load_target_file(out).launch_overhead == pytest.approx(mine.launch_overhead)
+
+
+def test_bad_measurement_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "m.json"
+    bad.write_text("{}")
+    with pytest.raises(NarrowpipeError, match="m.json"):
+        load_measurements(bad)

@@ -1,0 +1,53 @@
+"""A small validation run in CI: predictions within a loose bound of eager torch on this machine.
+
+The full acceptance run (per-op median <= 20%, end-to-end <= 25% on GPT-2, BERT-base, ResNet-50 at
+batch 1 and 8) is ``benchmarks/cpu_validate.py``; here a quick calibration and a few held-out cases
+keep the machinery honest without minutes of measurement.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from narrowpipe.calibration import calibrate  # noqa: E402
+from narrowpipe.calibration.validate import op_sweep, validate_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        path = tmp_path_factory.mktemp("val") / "host.toml"
+        calibrate(path, quick=True)
+        yield path
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture()
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_held_out_op_predictions_within_a_loose_bound(host, one_thread):
+    cases = op_sweep(host, limit=4)
+    assert {c.group for c in cases} == {"matmul", "conv", "elementwise"}
+    for group in ("matmul", "conv", "elementwise"):
+        errors = [abs(c.error) for c in cases if c.group == group]
+        assert statistics.median(errors) < 0.6, (group, [(c.name, round(c.error, 2)) for c in cases])
+
+
+def test_tiny_model_end_to_end_within_a_loose_bound(host, one_thread):
+    result = validate_model("bert-base", host, batch=2, seq=32, tiny=True)
+    e = result.end_to_end
+    assert e.measured_s > 0 and e.predicted_s > 0
+    assert 0.3 < e.predicted_s / e.measured_s < 3.0
+    assert result.by_op and all(c.measured_s > 0 for c in result.by_op)
