@@ -86,6 +86,20 @@ def build_report(table: CostTable) -> Report:
                   ops=rows, unmodeled=unmodeled, notes=list(table.notes))
 
 
+def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
+    """Bindings outside the range a dim was exported for: the graph may not hold there."""
+    notes = []
+    for name, value in bindings.items():
+        spec = graph.dims.get(name)
+        if spec is None:
+            continue
+        if (spec.min is not None and value < spec.min) or (spec.max is not None and value > spec.max):
+            notes.append(f"{name}={value} is outside the range the graph was exported for "
+                         f"[{spec.min if spec.min is not None else '-inf'}, {spec.max if spec.max is not None else 'inf'}]; "
+                         f"the program may differ at that size")
+    return notes
+
+
 def analyze(graph: Graph, target: Any = None, strict: bool = False, *, fusion: str | None = None,
             allow_tf32: bool = False, sparse: bool = False, price: float | None = None, **dims: Any) -> Report:
     """Count every op of ``graph`` under the bound dims and, given a target, time it there.
@@ -98,6 +112,7 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, fusion: s
     bindings = resolve_bindings(graph, dims)
     table = interpret(graph, bindings, strict=strict)
     report = build_report(table)
+    report.notes.extend(range_notes(graph, bindings))
     if target is not None:
         from .targeted import apply_target  # the execution models, one per chip family
         report = apply_target(report, table, target, fusion=fusion, allow_tf32=allow_tf32, sparse=sparse,

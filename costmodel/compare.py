@@ -12,7 +12,7 @@ from typing import Any
 
 from ..backends import Target, get_target
 from ..ir import Graph
-from .analyze import build_report, resolve_bindings
+from .analyze import build_report, range_notes, resolve_bindings
 from .interpreter import interpret
 from .report import Report
 from .targeted import apply_target
@@ -55,6 +55,7 @@ def compare(graph: Graph, targets: Iterable[str | Target], *, strict: bool = Fal
     bindings = resolve_bindings(graph, dims)
     table = interpret(graph, bindings, strict=strict)
     counted = build_report(table)
+    counted.notes.extend(range_notes(graph, bindings))
     price_of = {get_target(k).name: v for k, v in (prices or {}).items()}
     reports = []
     for spec in targets:

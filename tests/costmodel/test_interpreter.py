@@ -58,3 +58,10 @@ def test_report_json_round_trips():
     r = narrowpipe.analyze(symbolic_graph(), n=3)
     back = narrowpipe.Report.from_dict(__import__("json").loads(r.to_json()))
     assert back.flops == r.flops and back.ops == r.ops and back.dims == r.dims
+
+
+def test_bindings_outside_the_exported_range_are_noted():
+    g = symbolic_graph()
+    g.declare_dim(__import__("narrowpipe").ir.DimSpec("n", 8, 2, 64))
+    assert narrowpipe.analyze(g, n=32).notes == []
+    assert "outside the range" in narrowpipe.analyze(g, n=100).notes[0]
