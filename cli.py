@@ -127,6 +127,8 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sparse", action="store_true", help="2:4 structured-sparse weights where supported")
     p.add_argument("--price", action="append", metavar="TARGET=USD",
                    help="USD per device-hour, e.g. --price h100=2.5 (repeatable)")
+    p.add_argument("--weights", metavar="DTYPE", help="retype float weights, e.g. fp8_e4m3, fp4, int8, bf16")
+    p.add_argument("--activations", metavar="DTYPE", help="retype float activations, e.g. bf16, fp8_e4m3")
 
 
 def parse_prices(items: Sequence[str] | None) -> dict[str, float]:
@@ -160,6 +162,16 @@ def parse_factors(text: str) -> dict[str, float]:
     return out
 
 
+def _with_precision(graph: Any, args: argparse.Namespace) -> Any:
+    if not (getattr(args, "weights", None) or getattr(args, "activations", None)):
+        return graph
+    from .costmodel.precision import with_precision
+    try:
+        return with_precision(graph, weights=args.weights, activations=args.activations)
+    except ValueError as exc:
+        raise NarrowpipeError(str(exc)) from None
+
+
 def _timing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"fusion": args.fusion, "allow_tf32": args.tf32, "sparse": args.sparse}
 
@@ -169,6 +181,8 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.analyze import analyze
     from .render import print_report
     graph = resolve_model(args.model, rebuild=args.rebuild)
+    if args.target:
+        graph = _with_precision(graph, args)
     prices = parse_prices(args.price)
     price = None
     if args.target and prices:
@@ -188,7 +202,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
 def _compare(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.compare import compare
     from .render import print_comparison
-    graph = resolve_model(args.model, rebuild=args.rebuild)
+    graph = _with_precision(resolve_model(args.model, rebuild=args.rebuild), args)
     specs = [t.strip() for t in args.targets.split(",") if t.strip()] + list(args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
@@ -207,7 +221,7 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
 
     from .costmodel.compare import whatif
     from .render import print_whatif
-    graph = resolve_model(args.model, rebuild=args.rebuild)
+    graph = _with_precision(resolve_model(args.model, rebuild=args.rebuild), args)
     result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
                     **_timing_kwargs(args), **parse_sets(args.set))
     print_whatif(result, console)

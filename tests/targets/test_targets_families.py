@@ -106,3 +106,19 @@ def test_all_reduce_time_is_alpha_beta_on_the_links():
     expected = 14 * h100.link_latency + 2 * 7 * size / 8 / h100.scale_up_bandwidth + h100.launch_overhead
     assert r.ops[0].bound == "interconnect"
     assert r.time_s == pytest.approx(expected, rel=1e-6)
+
+
+def test_fp8_weights_halve_decode_time_and_fp8_everything_doubles_prefill_rate():
+    from narrowpipe.costmodel.precision import with_precision
+    from narrowpipe.models.examples import load_example
+    g = load_example("llama-3-8b")
+    base_decode = narrowpipe.analyze(g, "h100", seq=1)
+    fp8w = with_precision(g, weights="fp8_e4m3")
+    decode = narrowpipe.analyze(fp8w, "h100", seq=1)
+    assert decode.weight_bytes == base_decode.weight_bytes // 2
+    assert 0.5 < decode.time_s / base_decode.time_s < 0.6          # memory-bound: about half
+    prefill = narrowpipe.analyze(g, "h100", seq=4096)
+    fp8 = narrowpipe.analyze(with_precision(g, weights="fp8_e4m3", activations="fp8_e4m3"), "h100", seq=4096)
+    assert fp8.timing.dtype == "fp8_e4m3"
+    assert 0.45 < fp8.time_s / prefill.time_s < 0.7                 # compute-bound: about twice the rate
+    assert [v.type.dtype for v in with_precision(g, activations="fp8_e4m3").inputs] == [DType.INT64]
