@@ -1,8 +1,10 @@
 """Systolic-array execution model (Google TPU MXU; by the same model Trainium and Gaudi).
 
 A contraction is cut into ``mxu_dim x mxu_dim`` weight tiles (K and N padded up to the array size,
-M to the 8-row sublane); each tile is a fold that streams the M rows through an array, taking
-``2*dim + dim + M - 2`` cycles (weight load, fill and drain; SCALE-Sim's count). Folds are spread
+M to the 8-row sublane); each tile is a fold that streams the M rows through an array. Weight loads
+are double-buffered, so a fold takes ``max(M, dim)`` cycles (a short M cannot hide the ``dim``
+cycles of loading the next tile: the decode regime) plus one fill and drain of ``2*dim``
+(SCALE-Sim's per-fold count ``2R + C + T - 2`` with the load overlapped). Folds are spread
 over all MXUs of all TensorCores (rows are split over arrays left idle); time = rounds x cycles per fold / clock, over the achievable
 efficiency. The cycle rate follows from the dtype's peak (peak = MXUs x dim^2 x 2 x clock), so
 int8's doubled rate and what-if changes of the peak carry through. Attention runs as its two contractions plus exp on the VPU.
@@ -43,7 +45,9 @@ def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float, t
     split = max(1, min(mxus // folds, mp // 8)) if folds < mxus else 1
     rows = ceil(mp / split / 8) * 8
     rounds = ceil(folds * split / mxus)
-    cycles = rounds * (3 * dim + rows - 2)
+    # Weights for the next fold load while the current one streams (double buffering), so a fold
+    # costs max(rows, dim) cycles; the array fills and drains once (2 x dim).
+    cycles = rounds * max(rows, dim) + 2 * dim
     executed = 2 * folds * mp * dim * dim
     return cycles / clock / eff, executed
 
