@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tiny", action="store_true", help="a 2-layer version of the architecture (smoke tests)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON")
 
+    from .render.diagnosis import register_diagnose
+    register_diagnose(sub)
+
     sub.add_parser("examples", help="list the bundled example models")
     return parser
 
@@ -315,6 +318,12 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
                                                "summary": summarize(cases)}, indent=2))
         console.print(f"wrote {args.json}")
     return 0
+
+
+@command("diagnose")
+def _diagnose(args: argparse.Namespace, console: Console) -> int:
+    from .render.diagnosis import run_diagnose
+    return run_diagnose(args, console)
 
 
 @command("examples")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,6 +49,8 @@ __all__ = ["diagnose", "Diagnosis", "OpStat", "UnmodeledStat", "OVERHEAD_UTILIZA
 DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION = "narrowpipe.diagnosis", 1
 #: Below this fraction of both peak FLOP/s and peak bandwidth, an op is bound by overhead.
 OVERHEAD_UTILIZATION = 0.05
+#: An overhead-bound op whose calls last longer than this many launch overheads is latency-bound, not launch-bound.
+LONG_CALL_LAUNCHES = 20
 #: A compute-bound matmul below this fraction of peak gets shape and precision advice.
 LOW_COMPUTE_UTILIZATION = 0.5
 RUN_LABELS = {"launch": "input/CPU-launch bound", "memory": "memory-bound", "compute": "compute-bound",
@@ -141,7 +142,7 @@ class Diagnosis:
         d = asdict(self)
         d.update(format=DIAGNOSIS_FORMAT, version=DIAGNOSIS_VERSION, label_text=self.label_text,
                  idle_fraction=self.idle_fraction, ops=[o.to_dict() for o in self.ops],
-                 thresholds={"overhead_utilization": OVERHEAD_UTILIZATION,
+                 thresholds={"overhead_utilization": OVERHEAD_UTILIZATION, "long_call_launches": LONG_CALL_LAUNCHES,
                              "low_compute_utilization": LOW_COMPUTE_UTILIZATION})
         return d
 
@@ -255,14 +256,19 @@ def _shapes(ev: Event) -> str:
     return ", ".join(parts)
 
 
-def _comm_info(ev: Event | None, extra: Iterable[Event] = ()) -> dict[str, Any]:
-    """Collective sizes recorded by ``record_param_comms`` on the op, its ancestors or its children."""
-    chain: list[Event] = list(extra)
-    while ev is not None:
-        chain.append(ev)
-        chain.extend(ev.descendants())
-        ev = ev.parent
-    for e in chain:
+def _does_work(c: _Costed | None) -> bool:
+    """Costed and not a view or allocation: worth looking inside an unmapped op for."""
+    return c is not None and (c.flops > 0 or c.bytes > 0)
+
+
+def _comm_info(ev: Event | None) -> dict[str, Any]:
+    """Collective sizes recorded by ``record_param_comms`` on the op, its ancestors or its descendants."""
+    chain: list[Event] = []
+    e = ev
+    while e is not None:
+        chain.append(e)
+        e = e.parent
+    for e in (*chain, *(ev.descendants() if ev is not None else ())):
         if "In msg nelems" in e.args:
             return e.args
     return {}
@@ -285,8 +291,9 @@ class _Charger:
         return u
 
     def has_model(self, ev: Event) -> bool:
+        """Whether some op below ``ev`` does costed work (then ``ev`` is only a wrapper)."""
         if id(ev) not in self._modelable:
-            self._modelable[id(ev)] = any(collective_kind(c.name)[0] or self.coster.op(c) is not None
+            self._modelable[id(ev)] = any(collective_kind(c.name)[0] or _does_work(self.coster.op(c))
                                           or self.has_model(c) for c in ev.children)
         return self._modelable[id(ev)]
 
@@ -295,7 +302,7 @@ class _Charger:
         if collective_kind(ev.name)[0]:
             u = self.unit("comm", ev.name, ev.name)
             if not self.trace.gpu:
-                info = _comm_info(None, [ev, *ev.descendants()])
+                info = _comm_info(ev)
                 u.costed = u.costed or self.coster.comm(ev.name, info)
         elif base in PASS_THROUGH and ev.children or (self.coster.op(ev) is None and self.has_model(ev)):
             u = self.unit("wrapper", ev.name, ev.name)
@@ -404,57 +411,78 @@ def _stat(u: _Unit, target: Target, op_time_s: float, gpu: bool) -> OpStat:
     return OpStat(u.name, c.op, c.group, u.shapes, n, t, t / op_time_s if op_time_s else 0.0, c.flops * n,
                   c.transcendentals * n, c.bytes * n, c.comm_bytes * n, c.flops * n / t if t else 0.0,
                   c.bytes * n / t if t else 0.0, uc, um, link, c.predicted_s * n, bound,
-                  _advice(bound, c.group, c.dtype, uc, c.bytes == 0 and c.flops == 0, gpu), kernel)
+                  _advice(bound, c.group, c.dtype, uc, c.bytes == 0 and c.flops == 0, gpu,
+                          t / n > LONG_CALL_LAUNCHES * target.launch_overhead), kernel)
+
+
+@dataclass(frozen=True)
+class _Timeline:
+    """Wall-clock facts of the trace window (seconds): what ran when, overlaps and gaps."""
+
+    window_s: float
+    busy_s: float
+    idle_s: float
+    compute_s: float
+    comm_s: float
+    overlap_s: float
+
+
+def _timeline(trace: Trace, units: list[_Unit]) -> _Timeline:
+    start, end = trace.window
+    window = (end - start) * 1e-6
+    busy = union_length((e.ts, e.end) for e in (trace.device if trace.gpu else trace.roots)) * 1e-6
+    comm_iv = [iv for u in units if u.kind == "comm" for iv in u.intervals]
+    work_iv = [iv for u in units if u.kind in ("op", UNMODELED) for iv in u.intervals]
+    return _Timeline(window, busy, max(window - busy, 0.0), union_length(work_iv) * 1e-6,
+                     union_length(comm_iv) * 1e-6, intersection_length(work_iv, comm_iv) * 1e-6)
+
+
+def _label(tl: _Timeline, by_bound: dict[str, float], gpu: bool) -> tuple[str, list[str]]:
+    """The run's label by the rules in the module docstring, with the numbers that decided it."""
+    ms = lambda x: f"{x * 1e3:.3g} ms"  # noqa: E731
+    buckets = {"launch": tl.idle_s + by_bound[OVERHEAD] + by_bound[HOST_COPY] + by_bound["dispatch"],
+               "memory": by_bound[MEMORY], "compute": by_bound[COMPUTE]}
+    where = "device" if gpu else "host (no op running)"
+    reasons = [f"window {ms(tl.window_s)}; {where} idle {ms(tl.idle_s)} ({_pct(tl.idle_s, tl.window_s)})",
+               "time by bound: " + ", ".join(f"{k} {ms(v)}" for k, v in by_bound.items() if v > 0)]
+    if tl.comm_s > 0 and tl.comm_s >= tl.compute_s:
+        reasons.insert(0, f"communication busy {ms(tl.comm_s)} >= compute busy {ms(tl.compute_s)} "
+                          f"({_pct(tl.overlap_s, tl.comm_s)} of it overlapped)")
+        return "interconnect", reasons
+    label = max(buckets, key=buckets.get)  # type: ignore[arg-type]
+    comm = f"; communication {ms(tl.comm_s)} < compute {ms(tl.compute_s)}" if tl.comm_s else ""
+    reasons.insert(0, f"largest bucket: {label} {ms(buckets[label])} of "
+                      + ", ".join(f"{k} {ms(v)}" for k, v in buckets.items()) + comm)
+    return label, reasons
 
 
 def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: _Charger) -> Diagnosis:
     units = [u for u in ch.units.values() if u.kind != "wrapper" and u.time_us > 0]
-    dispatch_s = sum(u.time_us for u in ch.units.values() if u.kind == "wrapper") * 1e-6
     op_time_s = sum(u.time_us for u in units) * 1e-6 or 1e-12
-    start, end = trace.window
-    window_s = (end - start) * 1e-6
-    spans = [(e.ts, e.end) for e in (trace.device if trace.gpu else trace.roots)]
-    busy_s = union_length(spans) * 1e-6
-    comm_iv = [iv for u in units if u.kind == "comm" for iv in u.intervals]
-    work_iv = [iv for u in units if u.kind in ("op", UNMODELED) for iv in u.intervals]
-    comm_s, compute_s = union_length(comm_iv) * 1e-6, union_length(work_iv) * 1e-6
-    overlap_s = intersection_length(work_iv, comm_iv) * 1e-6
-    idle_s = max(window_s - busy_s, 0.0)
-
-    ops = sorted((_stat(u, target, op_time_s, trace.gpu) for u in units if u.kind != UNMODELED), key=lambda o: -o.time_s)
+    tl = _timeline(trace, units)
+    ops = sorted((_stat(u, target, op_time_s, trace.gpu) for u in units if u.kind != UNMODELED),
+                 key=lambda o: -o.time_s)
     unmodeled = sorted((UnmodeledStat(u.name, u.calls, u.time_us * 1e-6, u.time_us * 1e-6 / op_time_s)
                         for u in units if u.kind == UNMODELED), key=lambda s: -s.time_s)
     by_bound = {b: 0.0 for b in (COMPUTE, MEMORY, OVERHEAD, INTERCONNECT, HOST_COPY)}
     for o in ops:
         by_bound[o.bound] += o.time_s
-    by_bound.update(idle=idle_s, dispatch=dispatch_s, unmodeled=sum(s.time_s for s in unmodeled))
+    by_bound.update(idle=tl.idle_s, unmodeled=sum(s.time_s for s in unmodeled),
+                    dispatch=sum(u.time_us for u in ch.units.values() if u.kind == "wrapper") * 1e-6)
 
-    flops = sum(o.flops for o in ops)
     mm_by_dtype: dict[str, int] = {}
     for u in units:
         if u.costed is not None and u.costed.matmul_flops:
             mm_by_dtype[u.costed.dtype] = mm_by_dtype.get(u.costed.dtype, 0) + u.costed.matmul_flops * u.calls
     matmul_flops = sum(mm_by_dtype.values())
-    dtype = DType.parse(max(mm_by_dtype, key=mm_by_dtype.get)) if mm_by_dtype else DType.BF16  # type: ignore[arg-type]
+    top_dtype = max(mm_by_dtype, key=mm_by_dtype.get) if mm_by_dtype else None  # type: ignore[arg-type]
+    dtype = DType.parse(top_dtype) if top_dtype else ch.coster.default_dtype
     peak = matrix_rate(target, dtype, options).flops_per_s
     nbytes = sum(o.bytes for o in ops if o.bound != HOST_COPY)
-    mfu = matmul_flops / (window_s * peak) if window_s else 0.0
-    bw_util = nbytes / (window_s * target.memory_bandwidth) if window_s else 0.0
+    mfu = matmul_flops / (tl.window_s * peak) if tl.window_s else 0.0
+    bw_util = nbytes / (tl.window_s * target.memory_bandwidth) if tl.window_s else 0.0
 
-    where = "device" if trace.gpu else "host (no op running)"
-    launch = idle_s + by_bound[OVERHEAD] + by_bound[HOST_COPY] + dispatch_s
-    buckets = {"launch": launch, "memory": by_bound[MEMORY], "compute": by_bound[COMPUTE]}
-    reasons = [f"window {window_s * 1e3:.3g} ms; {where} idle {idle_s * 1e3:.3g} ms ({_pct(idle_s, window_s)})",
-               "time by bound: " + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in by_bound.items() if v > 0)]
-    if comm_s > 0 and comm_s >= compute_s:
-        label = "interconnect"
-        reasons.insert(0, f"communication busy {comm_s * 1e3:.3g} ms >= compute busy {compute_s * 1e3:.3g} ms "
-                          f"({_pct(overlap_s, comm_s)} of it overlapped)")
-    else:
-        label = max(buckets, key=buckets.get)  # type: ignore[arg-type]
-        reasons.insert(0, f"largest bucket: {label} {buckets[label] * 1e3:.3g} ms of "
-                          + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in buckets.items())
-                          + (f"; communication {comm_s * 1e3:.3g} ms < compute {compute_s * 1e3:.3g} ms" if comm_s else ""))
+    label, reasons = _label(tl, by_bound, trace.gpu)
     reasons.append(f"MFU {mfu:.1%} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
                    f"{bw_util:.1%} of {target.memory_bandwidth / 1e9:.4g} GB/s")
     notes = ["bytes are compulsory traffic (inputs read once, outputs written once): memory utilization is a "
@@ -464,19 +492,27 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: _Charge
                      "op time and count toward no bucket")
     if not trace.gpu:
         notes.append("CPU trace: op durations on the host are the measured times")
+    long_overhead = sum(o.time_s for o in ops if o.bound == OVERHEAD and o.calls and o.flops + o.bytes > 0
+                        and o.time_s / o.calls > LONG_CALL_LAUNCHES * target.launch_overhead)
+    if long_overhead > 0.5 * op_time_s:
+        notes.append(f"{_pct(long_overhead, op_time_s)} of op time is in long calls reaching < "
+                     f"{OVERHEAD_UTILIZATION:.0%} of {target.name}'s peaks: was the trace recorded on {target.name}? "
+                     "(for a CPU host, describe the host as a target TOML)")
     if dtype is DType.FP32 and not options.allow_tf32 and "tf32" in target.matrix_flops:
         notes.append("fp32 matmuls are rated without TF32; pass allow_tf32=True (--tf32) if TF32 was on")
-    return Diagnosis(trace.path, target.name, "gpu" if trace.gpu else "cpu", label, reasons, window_s, busy_s,
-                     idle_s, compute_s, comm_s, overlap_s, op_time_s, by_bound, flops, matmul_flops, nbytes, mfu,
-                     peak, dtype.value, bw_util, ops, unmodeled,
-                     _run_advice(label, trace.gpu, idle_s / window_s if window_s else 0.0, mfu, ops), notes)
+    return Diagnosis(trace.path, target.name, "gpu" if trace.gpu else "cpu", label, reasons, tl.window_s,
+                     tl.busy_s, tl.idle_s, tl.compute_s, tl.comm_s, tl.overlap_s, op_time_s, by_bound,
+                     sum(o.flops for o in ops), matmul_flops, nbytes, mfu, peak, dtype.value, bw_util, ops,
+                     unmodeled, _run_advice(label, trace.gpu, tl.idle_s / tl.window_s if tl.window_s else 0.0,
+                                            mfu, ops), notes)
 
 
 def _pct(part: float, whole: float) -> str:
     return f"{part / whole:.0%}" if whole else "-"
 
 
-def _advice(bound: str, group: str, dtype: str, uc: float, free: bool = False, gpu: bool = True) -> tuple[str, ...]:
+def _advice(bound: str, group: str, dtype: str, uc: float, free: bool = False, gpu: bool = True,
+            long_calls: bool = False) -> tuple[str, ...]:
     """What would move an op, in the words engineers use."""
     heavy = group in ("contraction", "convolution", "attention")
     if bound == INTERCONNECT:
@@ -490,6 +526,10 @@ def _advice(bound: str, group: str, dtype: str, uc: float, free: bool = False, g
     if bound == OVERHEAD:
         if free:
             return ("views and allocations cost only dispatch: drop needless reshapes/copies",)
+        if long_calls:
+            return ("long calls far below both peaks: latency-bound (too little parallel work, serial loops, "
+                    "scattered access) or a trace from another machine than the target",
+                    "give it more parallel work (bigger batch) or a better kernel (torch.compile)")
         if not gpu:
             return ("per-op dispatch dominates: give each op more work (bigger batch/tensors)",
                     "fewer small ops: fuse them (torch.compile)")

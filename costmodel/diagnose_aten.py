@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from math import ceil, prod
+from math import ceil
 from typing import Any
 
+from ..frontends.aten_names import ELEMENTWISE_OPS
 from ..ir import DType, Graph, Op, TensorType, Value
 from .diagnose_trace import TensorArg
 
@@ -24,37 +25,7 @@ __all__ = ["Call", "lower_call", "ELEMENTWISE", "VIEWS", "PASS_THROUGH", "collec
 
 #: aten name -> canonical elementwise op; the same names as the torch frontend's table (a test pins it).
 ELEMENTWISE: dict[str, Op] = {
-    "add": Op.ADD, "sub": Op.SUB, "rsub": Op.SUB, "mul": Op.MUL, "multiply": Op.MUL, "div": Op.DIV,
-    "divide": Op.DIV, "true_divide": Op.DIV, "floor_divide": Op.DIV, "remainder": Op.MOD, "fmod": Op.MOD,
-    "pow": Op.POW, "float_power": Op.POW, "maximum": Op.MAXIMUM, "minimum": Op.MINIMUM, "fmax": Op.MAXIMUM,
-    "fmin": Op.MINIMUM, "neg": Op.NEG, "negative": Op.NEG, "abs": Op.ABS, "absolute": Op.ABS, "sign": Op.SIGN,
-    "sgn": Op.SIGN, "signbit": Op.SIGN, "reciprocal": Op.RECIPROCAL, "square": Op.SQUARE, "floor": Op.FLOOR,
-    "ceil": Op.CEIL, "round": Op.ROUND, "trunc": Op.ROUND, "fix": Op.ROUND, "frac": Op.SUB,
-    "clamp": Op.CLAMP, "clip": Op.CLAMP, "clamp_min": Op.CLAMP, "clamp_max": Op.CLAMP,
-    "relu": Op.RELU, "relu6": Op.HARDTANH, "leaky_relu": Op.LEAKY_RELU, "prelu": Op.PRELU,
-    "_prelu_kernel": Op.PRELU, "rrelu": Op.LEAKY_RELU, "hardtanh": Op.HARDTANH, "hardsigmoid": Op.HARDSIGMOID,
-    "hardswish": Op.HARDSWISH, "threshold": Op.WHERE, "hardshrink": Op.WHERE, "softshrink": Op.WHERE,
-    "exp": Op.EXP, "exp2": Op.EXP, "expm1": Op.EXP, "log": Op.LOG, "log2": Op.LOG, "log10": Op.LOG,
-    "log1p": Op.LOG, "logit": Op.LOG, "xlogy": Op.LOG, "sqrt": Op.SQRT, "rsqrt": Op.RSQRT, "tanh": Op.TANH,
-    "sigmoid": Op.SIGMOID, "erf": Op.ERF, "erfc": Op.ERF, "erfinv": Op.ERF, "gelu": Op.GELU, "silu": Op.SILU,
-    "elu": Op.ELU, "celu": Op.ELU, "selu": Op.SELU, "softplus": Op.SOFTPLUS, "mish": Op.MISH,
-    "logsigmoid": Op.SOFTPLUS, "sin": Op.SIN, "cos": Op.COS, "tan": Op.TAN, "asin": Op.ASIN,
-    "arcsin": Op.ASIN, "acos": Op.ACOS, "arccos": Op.ACOS, "atan": Op.ATAN, "arctan": Op.ATAN,
-    "atan2": Op.ATAN, "arctan2": Op.ATAN, "sinh": Op.SINH, "cosh": Op.COSH, "asinh": Op.ASINH,
-    "acosh": Op.ACOSH, "atanh": Op.ATANH, "hypot": Op.SQRT, "sinc": Op.SIN, "lgamma": Op.LOG,
-    "digamma": Op.LOG, "eq": Op.EQ, "ne": Op.NE, "lt": Op.LT, "le": Op.LE, "gt": Op.GT, "ge": Op.GE,
-    "equal": Op.EQ, "not_equal": Op.NE, "less": Op.LT, "less_equal": Op.LE, "greater": Op.GT,
-    "greater_equal": Op.GE, "isclose": Op.EQ, "logical_and": Op.AND, "logical_or": Op.OR,
-    "logical_xor": Op.XOR, "logical_not": Op.NOT, "bitwise_and": Op.AND, "bitwise_or": Op.OR,
-    "bitwise_xor": Op.XOR, "bitwise_not": Op.NOT, "__and__": Op.AND, "__or__": Op.OR, "__xor__": Op.XOR,
-    "__invert__": Op.NOT, "__lshift__": Op.BITWISE, "__rshift__": Op.BITWISE,
-    "bitwise_left_shift": Op.BITWISE, "bitwise_right_shift": Op.BITWISE, "isnan": Op.ISNAN,
-    "isinf": Op.ISINF, "isfinite": Op.ISINF, "isposinf": Op.ISINF, "isneginf": Op.ISINF,
-    "nan_to_num": Op.WHERE, "masked_fill": Op.WHERE, "copysign": Op.MUL, "heaviside": Op.WHERE,
-    "outer": Op.MUL, "ger": Op.MUL, "bucketize": Op.LT, "searchsorted": Op.LT,
-    "quantize_per_tensor": Op.QUANTIZE, "quantize_per_channel": Op.QUANTIZE,
-    "dequantize": Op.DEQUANTIZE, "fake_quantize_per_tensor_affine": Op.QUANTIZE,
-    "fake_quantize_per_channel_affine": Op.QUANTIZE,
+    **ELEMENTWISE_OPS,
     # eager-only names (backward kernels, where): one elementwise pass each
     "where": Op.WHERE, "threshold_backward": Op.WHERE, "gelu_backward": Op.GELU, "silu_backward": Op.SILU,
     "sigmoid_backward": Op.MUL, "tanh_backward": Op.MUL, "hardtanh_backward": Op.WHERE,
@@ -169,6 +140,14 @@ def _bool(text: str, default: bool = False) -> bool:
     return s in ("true", "1") if s in ("true", "false", "1", "0") else default
 
 
+def _per_dim(text: str, n: int, default: int) -> tuple[int, ...]:
+    """A recorded int or int list (``[2, 2]``, ``2``, ``[]``) as one value per spatial dim."""
+    v = _ints(text)
+    if not v:
+        return (default,) * n
+    return v * n if len(v) == 1 else v
+
+
 def _dtype_code(text: str, default: DType) -> DType:
     v = _ints(text)
     return _SCALAR_TYPES.get(v[0], default) if v and len(v) == 1 else default
@@ -271,8 +250,7 @@ def _conv(c: Call, stride: str, padding: str, dilation: str, transposed: bool, o
     if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape):
         return None
     n = len(x.shape) - 2
-    expand = lambda text, d: (lambda v: v * n if v is not None and len(v) == 1 else v)(_ints(text)) or (d,) * n  # noqa: E731
-    s, dl, op_ = expand(stride, 1), expand(dilation, 1), expand(out_pad, 0)
+    s, dl, op_ = _per_dim(stride, n, 1), _per_dim(dilation, n, 1), _per_dim(out_pad, n, 0)
     g = _int(groups, 1)
     k = w.shape[2:]
     if padding.strip().strip("'\"") in ("same", "valid"):
@@ -281,7 +259,7 @@ def _conv(c: Call, stride: str, padding: str, dilation: str, transposed: bool, o
                         for i, st, dd, kk in zip(x.shape[2:], s, dl, k))
         p = (0,) * n
     else:
-        p = expand(padding, 0)
+        p = _per_dim(padding, n, 0)
         if transposed:
             spatial = tuple((i - 1) * st - 2 * pp + dd * (kk - 1) + o + 1
                             for i, st, pp, dd, kk, o in zip(x.shape[2:], s, p, dl, k, op_))
@@ -580,17 +558,15 @@ def _pool(c: Call) -> Graph | None:
     if x is None or len(x.shape) < 3:
         return None
     n = len(x.shape) - 2
-    fit = lambda v, d: (v * n if len(v) == 1 else v) if v else (d,) * n  # noqa: E731
     spatial_in = x.shape[2:]
     if "adaptive" in c.key:
-        out_sp = fit(_ints(c.c(1)) or (), 1)
+        out_sp = _per_dim(c.c(1), n, 1)
         kernel = tuple(ceil(i / max(o, 1)) for i, o in zip(spatial_in, out_sp))
     else:
-        kernel = fit(_ints(c.c(1)) or (), 1)
-        stride = fit(_ints(c.c(2)) or (), 0)
-        stride = tuple(s or k for s, k in zip(stride, kernel))
-        pad = fit(_ints(c.c(3)) or (), 0)
-        dil = fit(_ints(c.c(4)) or (), 1) if c.key.startswith("max") else (1,) * n
+        kernel = _per_dim(c.c(1), n, 1)
+        stride = tuple(s or k for s, k in zip(_per_dim(c.c(2), n, 0), kernel))   # [] means the kernel size
+        pad = _per_dim(c.c(3), n, 0)
+        dil = _per_dim(c.c(4), n, 1) if c.key.startswith("max") else (1,) * n
         ceil_mode = _bool(c.c(5) if c.key.startswith("max") else c.c(4))
         rnd = ceil if ceil_mode else (lambda v: int(v // 1))
         out_sp = tuple(int(rnd((i + 2 * p - d * (k - 1) - 1) / s)) + 1
@@ -693,7 +669,3 @@ def collective_graph(name: str, op: Op, in_elems: int, out_elems: int, dtype: DT
     y = g.add_node(op, [x], [TensorType(dtype, (max(out_elems, 0),))], {"group_size": max(group, 1)})
     g.set_outputs(y.outputs)
     return g
-
-
-def numel(shape: Sequence[int]) -> int:
-    return prod(shape)

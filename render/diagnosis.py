@@ -1,0 +1,106 @@
+"""``narrowpipe diagnose``: the run's label, where the time went, the top offenders and what moves them.
+
+Reads only :class:`~narrowpipe.costmodel.diagnose.Diagnosis`; the subcommand's argparse wiring
+(:func:`register_diagnose`) and handler (:func:`run_diagnose`) live here so the CLI adds two calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from .units import flops, nbytes, seconds, si
+
+if TYPE_CHECKING:
+    from ..costmodel.diagnose import Diagnosis
+
+__all__ = ["diagnosis_summary", "offenders_table", "print_diagnosis", "register_diagnose", "run_diagnose"]
+
+_STYLE = {"compute": "green", "memory": "yellow", "overhead": "magenta", "interconnect": "cyan",
+          "host-copy": "magenta"}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def diagnosis_summary(d: Diagnosis) -> Table:
+    t = Table(title=f"{Path(d.trace).name} on {d.target} ({d.mode} trace)", show_header=False, box=None,
+              title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("label", Text(d.label_text.upper(), style="bold red"))
+    for r in d.reasons:
+        t.add_row("why", r)
+    t.add_row("window", f"{seconds(d.window_s)} (busy {seconds(d.busy_s)}, idle {seconds(d.idle_s)} = "
+                        f"{_pct(d.idle_fraction)})")
+    if d.comm_s:
+        t.add_row("communication", f"{seconds(d.comm_s)} vs compute {seconds(d.compute_s)} "
+                                   f"(overlapped {seconds(d.overlap_s)})")
+    t.add_row("work", f"{flops(d.flops)} ({flops(d.matmul_flops)} matmul-like), {nbytes(d.bytes)} compulsory")
+    t.add_row("MFU", f"{_pct(d.mfu)} of {si(d.peak_flops, 'FLOP/s')} {d.dtype}; bandwidth "
+                     f"{_pct(d.bandwidth_utilization)}")
+    return t
+
+
+def offenders_table(d: Diagnosis, top: int = 10) -> Table:
+    rows = d.top(top)
+    t = Table(title=f"top {len(rows)} of {len(d.ops)} ops by time", title_justify="left")
+    for col, just in (("op", "left"), ("shapes", "left"), ("calls", "right"), ("time", "right"),
+                      ("share", "right"), ("FLOP/s", "right"), ("B/s", "right"), ("compute", "right"),
+                      ("memory", "right"), ("model", "right"), ("bound", "left"), ("what would move it", "left")):
+        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    for o in rows:
+        model = f"{seconds(o.predicted_s)}" if o.predicted_s is not None else "-"
+        util = _pct(o.link_utilization) if o.bound in ("interconnect", "host-copy") else _pct(o.memory_utilization)
+        t.add_row(o.name, o.shapes or o.kernel, str(o.calls), seconds(o.time_s), _pct(o.share),
+                  si(o.achieved_flops_per_s), si(o.achieved_bytes_per_s), _pct(o.compute_utilization), util, model,
+                  Text(o.bound, style=_STYLE.get(o.bound, "")), o.advice[0] if o.advice else "")
+    return t
+
+
+def unmodeled_table(d: Diagnosis) -> Table:
+    t = Table(title="UNMODELED (no cost rule or no launching op: time counted, work unknown)",
+              title_style="bold red", title_justify="left")
+    for col in ("op / kernel", "calls", "time", "share"):
+        t.add_column(col)
+    for u in d.unmodeled:
+        t.add_row(Text(u.name, style="red"), str(u.calls), seconds(u.time_s), _pct(u.share))
+    return t
+
+
+def print_diagnosis(d: Diagnosis, console: Console | None = None, *, top: int = 10) -> None:
+    console = console or Console()
+    parts: list[Table | Text] = [diagnosis_summary(d), offenders_table(d, top)]
+    if d.unmodeled:
+        parts.append(unmodeled_table(d))
+    parts.append(Text("what would move the run:", style="bold"))
+    parts += [Text(f"  - {a}") for a in d.advice]
+    parts += [Text(f"note: {n}", style="yellow") for n in d.notes]
+    console.print(Group(*parts))
+
+
+def register_diagnose(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    p = sub.add_parser("diagnose", help="label a measured run from a torch.profiler trace: compute, memory, "
+                                        "interconnect or launch bound, with the top offenders")
+    p.add_argument("trace", help="Chrome trace JSON (.json or .json.gz) from torch.profiler with record_shapes=True")
+    p.add_argument("--target", required=True, help="the chip the trace ran on (name, alias or .toml file)")
+    p.add_argument("--json", metavar="FILE", help="write the full diagnosis as JSON")
+    p.add_argument("--top", type=int, default=10, help="offenders to list (default 10)")
+    p.add_argument("--tf32", action="store_true", help="fp32 matmuls ran on TF32 tensor cores")
+    return p
+
+
+def run_diagnose(args: argparse.Namespace, console: Console) -> int:
+    from ..costmodel.diagnose import diagnose
+    d = diagnose(args.trace, args.target, allow_tf32=getattr(args, "tf32", False))
+    print_diagnosis(d, console, top=args.top)
+    if args.json:
+        Path(args.json).write_text(d.to_json())
+        console.print(f"wrote {args.json}")
+    return 0
