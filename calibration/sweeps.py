@@ -58,9 +58,26 @@ def dispatch_overhead(device: str = "cpu") -> Measurement:
     return Measurement("dispatch", "fp32", (1,), 1, 12, t)
 
 
+#: Bytes of weights cycled through so that each call reads weights the caches no longer hold, as a
+#: forward pass does (its layers' weights are used once each); activations stay hot, as they are
+#: when the previous op just wrote them.
+COLD_BYTES = 96 * 2**20
+
+
+def cold_copies(make: Callable[[], object], nbytes: int) -> Callable[[], object]:
+    """A function returning, call after call, one of enough copies of ``make()`` to defeat caches."""
+    copies = [make() for _ in range(max(1, min(64, -(-COLD_BYTES // max(nbytes, 1)))))]
+    state = {"i": 0}
+
+    def next_copy() -> object:
+        state["i"] = (state["i"] + 1) % len(copies)
+        return copies[state["i"]]
+    return next_copy
+
+
 def matmul_sweep(device: str = "cpu", dtypes: tuple[str, ...] = ("fp32", "bf16"),
                  squares: tuple[int, ...] = MATMUL_SQUARES, skinny: bool = True) -> Iterator[Measurement]:
-    """Square GEMMs (the compute curve) and skinny ones (decode-like, memory-bound)."""
+    """Square GEMMs (the compute curve) and skinny ones (decode-like), weights cold."""
     import torch
     shapes: list[tuple[int, int, int]] = [(s, s, s) for s in squares]
     if skinny:
@@ -69,8 +86,8 @@ def matmul_sweep(device: str = "cpu", dtypes: tuple[str, ...] = ("fp32", "bf16")
         dt = _torch_dtype(dtype)
         for m, n, k in shapes:
             a = torch.randn(m, k, device=device).to(dt)
-            b = torch.randn(k, n, device=device).to(dt)
-            t = median_time(lambda a=a, b=b: torch.mm(a, b), device=device)
+            weights = cold_copies(lambda k=k, n=n: torch.randn(k, n, device=device).to(dt), k * n * _size(dtype))
+            t = median_time(lambda a=a, w=weights: torch.mm(a, w()), device=device)
             yield Measurement("matmul", dtype, (m, n, k), 2 * m * n * k, _size(dtype) * (m * k + k * n + m * n), t)
 
 
@@ -94,12 +111,13 @@ CONV_SHAPES = ((128, 512, 1, 1, 28), (96, 96, 3, 1, 40), (160, 160, 3, 2, 28), (
 def conv_sweep(device: str = "cpu") -> Iterator[Measurement]:
     import torch
     for cin, cout, k, s, px in CONV_SHAPES:
-        conv = torch.nn.Conv2d(cin, cout, k, stride=s, padding=k // 2, bias=False).to(device).eval()
+        convs = cold_copies(lambda: torch.nn.Conv2d(cin, cout, k, stride=s, padding=k // 2, bias=False)
+                            .to(device).eval(), 4 * cin * cout * k * k)
         x = torch.randn(1, cin, px, px, device=device)
         out = (px + 2 * (k // 2) - k) // s + 1
         flops = 2 * cout * cin * k * k * out * out
         with torch.no_grad():
-            t = median_time(lambda conv=conv, x=x: conv(x), device=device)
+            t = median_time(lambda convs=convs, x=x: convs()(x), device=device)
         yield Measurement("conv", "fp32", (cin, cout, k, s, px), flops, 4 * (cin * px * px + cout * cin * k * k + cout * out * out), t)
 
 

@@ -49,6 +49,24 @@ def _measure(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None =
         return median_time(lambda: module(*args, **(kwargs or {})), warmup=2, repeats=5, min_seconds=min_seconds)
 
 
+def _measure_cold(group: str, make: Callable[[], tuple[Any, tuple[Any, ...]]]) -> float:
+    """Median time with the weights cold (a matmul's second operand, a conv's weights), as in a
+    forward pass where each layer's weights are read once, and the activations hot."""
+    import torch
+
+    from .sweeps import cold_copies
+    module, args = make()
+    if group == "matmul":
+        w_bytes = args[1].numel() * args[1].element_size()
+        weights = cold_copies(lambda: torch.randn_like(args[1]), w_bytes)
+        return _measure(lambda: module.forward(args[0], weights()), ())
+    if group == "conv":
+        w = module.weight
+        modules = cold_copies(lambda: make()[0], w.numel() * w.element_size())
+        return _measure(lambda: modules()(*args), ())
+    return _measure(module.forward, args)
+
+
 def _sweep_cases() -> Iterator[tuple[str, str, Callable[[], tuple[Any, tuple[Any, ...]]]]]:
     """Held-out shapes: none of them is a shape the calibration sweep measured."""
     import torch
@@ -71,6 +89,7 @@ def _sweep_cases() -> Iterator[tuple[str, str, Callable[[], tuple[Any, tuple[Any
         yield "matmul", f"mm {m}x{n}x{k}", lambda m=m, n=n, k=k: (MatMul(), (torch.randn(m, k), torch.randn(k, n)))
     for b, m, n, k in [(12, 128, 128, 64), (48, 64, 64, 128), (8, 256, 64, 256)]:
         yield "matmul", f"bmm {b}x{m}x{n}x{k}", lambda b=b, m=m, n=n, k=k: (MatMul(), (torch.randn(b, m, k), torch.randn(b, k, n)))
+    # (the second operand of a matmul and a conv's module are the weights: measured cold, see _cold)
     for cin, cout, k, s, hw, batch in [(3, 64, 7, 2, 224, 1), (64, 64, 3, 1, 56, 1), (64, 256, 1, 1, 56, 1),
                                        (128, 128, 3, 2, 56, 2), (256, 256, 3, 1, 14, 8), (512, 2048, 1, 1, 7, 4),
                                        (32, 32, 3, 1, 64, 2)]:
@@ -100,7 +119,7 @@ def op_sweep(target: Target | str, *, groups: tuple[str, ...] = ("matmul", "conv
         if limit is not None and sum(c.group == group for c in cases) >= limit:
             continue
         module, args = make()
-        cases.append(Case(group, name, _measure(module.forward, args), _predict(module, args, target)))
+        cases.append(Case(group, name, _measure_cold(group, make), _predict(module, args, target)))
         if progress:
             progress(name)
     return cases
