@@ -14,6 +14,7 @@ from .backends import get_target
 from .backends import targets as _catalog_targets
 from .costmodel.analyze import analyze
 from .costmodel.compare import Comparison, WhatIf, compare, whatif
+from .costmodel.diagnose import Diagnosis, diagnose
 from .costmodel.report import Bottleneck, OpRow, Report, Timing, Unmodeled
 from .errors import (FrontendError, IRError, ModelLoadError, NarrowpipeError, ShapeError,
                      TargetSpecError, UnboundDimError, UnknownTargetError, UnsupportedOpError,
@@ -31,8 +32,8 @@ def targets() -> list[tuple[str, str]]:
 
 
 __all__ = [
-    "from_torch", "load", "analyze", "compare", "whatif", "targets", "get_target", "Graph", "Report",
-    "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "NarrowpipeError",
+    "from_torch", "load", "analyze", "compare", "whatif", "diagnose", "targets", "get_target", "Graph", "Report",
+    "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",
 ]

@@ -7,6 +7,8 @@ raw traceback from a library deep below.
 
 from __future__ import annotations
 
+import os
+
 __all__ = [
     "NarrowpipeError",
     "FrontendError",
@@ -19,6 +21,7 @@ __all__ = [
     "TargetSpecError",
     "UnknownTargetError",
     "PassError",
+    "TraceError",
 ]
 
 
@@ -79,3 +82,12 @@ class UnknownTargetError(NarrowpipeError):
 
 class PassError(NarrowpipeError):
     """A pass or pipeline name or option is unknown or invalid."""
+
+
+class TraceError(NarrowpipeError):
+    """A trace file is missing, not JSON, has no events, or was recorded without shapes."""
+
+    def __init__(self, file: str | os.PathLike[str], reason: str) -> None:
+        self.file = str(file)
+        self.reason = reason
+        super().__init__(f"trace {self.file!r}: {reason}")

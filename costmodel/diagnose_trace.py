@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import NarrowpipeError
+from ..errors import TraceError
 from ..ir import DType
 
 __all__ = ["TraceError", "Event", "Trace", "TensorArg", "load_trace", "merge", "union_length",
@@ -33,15 +33,6 @@ _CATEGORY = {"cpu_op": CPU_OP, "operator": CPU_OP, "kernel": KERNEL, "gpu_memcpy
              "runtime": RUNTIME, "cuda_driver": RUNTIME}
 _DEVICE = (KERNEL, MEMCPY, MEMSET)
 _EPS_US = 1e-3  # timestamps carry ns decimals; a child may end a rounding error after its parent
-
-
-class TraceError(NarrowpipeError):
-    """A trace file is missing, not JSON, has no events, or was recorded without shapes."""
-
-    def __init__(self, file: str | os.PathLike[str], reason: str) -> None:
-        self.file = str(file)
-        self.reason = reason
-        super().__init__(f"trace {self.file!r}: {reason}")
 
 
 @dataclass(frozen=True, slots=True)
