@@ -25,7 +25,7 @@ __all__ = ["RESOURCES", "RESOURCE_FIELDS", "scale_target"]
 RESOURCE_FIELDS: Mapping[str, tuple[str, ...]] = {
     "peak_flops": ("matrix_flops", "sparse_matrix_flops"),
     **{f"peak_{d}": ("matrix_flops", "sparse_matrix_flops") for d in DTYPES},
-    "vector_flops": ("vector_flops", "transcendental_flops"),
+    "vector_flops": ("vector_flops", "transcendental_flops", "vector_op_flops"),
     "memory_bandwidth": ("memory_bandwidth",),
     "hbm_bandwidth": ("memory_bandwidth",),
     "memory_capacity": ("memory_capacity",),

@@ -20,7 +20,7 @@ from ..errors import TargetSpecError
 from .checks import normalize_fields
 from .fields import spec_field, specs
 from .sourcing import check_sources
-from .vocab import FAMILIES, TRANSCENDENTALS
+from .vocab import FAMILIES, TRANSCENDENTALS, VECTOR_OPS
 
 __all__ = ["Target", "NAME_PATTERN"]
 
@@ -79,6 +79,9 @@ class Target:
     #: cost model assumes 1/16 of the FP32 vector rate (NVIDIA's SFU ratio).
     transcendental_flops: Mapping[str, float] = spec_field("rates", units="flops", unit="gflops",
                                                            keys=TRANSCENDENTALS)
+    #: Measured input elements/s of vector ops whose kernels are not a single streaming pass
+    #: (norms, softmax, pooling, ...); ops listed here are timed by this rate, not FLOPs/vector peak.
+    vector_op_flops: Mapping[str, float] = spec_field("rates", units="flops", unit="gflops", keys=VECTOR_OPS)
     # provenance
     sources: Mapping[str, str] = spec_field("sources")
 

@@ -6,7 +6,7 @@ the spelling, and so a typo such as ``fp8e4m3`` fails loudly with the valid list
 
 from __future__ import annotations
 
-__all__ = ["DTYPES", "FAMILIES", "TOPOLOGIES", "TRANSCENDENTALS"]
+__all__ = ["DTYPES", "FAMILIES", "TOPOLOGIES", "TRANSCENDENTALS", "VECTOR_OPS"]
 
 #: Dtypes a rate table may name, widest first. Integer rates are OP/s (vendors' TOPS).
 #: FP8 has two formats; when a vendor quotes one "FP8" rate both entries carry it.
@@ -31,4 +31,12 @@ TRANSCENDENTALS: tuple[str, ...] = (
     "default", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "gelu", "silu", "elu", "selu",
     "softplus", "mish", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
     "atanh",
+)
+
+#: Vector ops a ``vector_op_flops`` table may name: ops whose eager kernels reach a rate of their
+#: own (several passes, reductions, windows) that FLOPs over the SIMD peak would overstate.
+#: Rates are input elements per second.
+VECTOR_OPS: tuple[str, ...] = (
+    "layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm", "softmax", "log_softmax",
+    "pool", "reduce_sum", "reduce_mean", "reduce_max", "cumsum", "gather", "resize",
 )

@@ -12,6 +12,7 @@
   at the same FLOPs, by min(M, N).
 * ``transcendental_flops``: evaluations/s of each function on cache-resident data.
 * ``conv_curve``: achieved fraction of peak of direct convolutions, by kernel area.
+* ``vector_op_flops``: input elements/s of norms, softmax, pooling and reductions.
 
 The same fit applies to a catalog chip (``base``): its peaks stay, its measured ceilings are
 replaced, so users calibrate a chip with their own numbers.
@@ -43,6 +44,7 @@ class Curves:
     skinny_curve: tuple[tuple[float, float], ...] = ()
     transcendental: dict[str, float] = dataclasses.field(default_factory=dict)
     conv_curve: tuple[tuple[float, float], ...] = ()
+    vector_ops: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def _binned(points: Iterable[tuple[float, float]], per_decade: int = 3) -> tuple[tuple[float, float], ...]:
@@ -91,8 +93,10 @@ def fit_curves(measurements: list[Measurement], peaks: dict[str, float]) -> Curv
             area = float(m.shape[2] * m.shape[2])
             conv.setdefault(area, []).append(m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype]))
     ccurve = tuple((a, min(max(round(statistics.median(v), 4), 1e-4), 1.0)) for a, v in sorted(conv.items()))
+    vops = {m.kind.split(":", 1)[1]: m.flops / max(m.seconds - overhead, 1e-9)
+            for m in measurements if m.kind.startswith("vector_op:")}
     return Curves(overhead, mcurve, round(min(max(plateau, 1e-3), 1.0), 4), bcurve, best,
-                  round(min(max(mem_eff, 1e-3), 1.0), 4), scurve, trans, ccurve)
+                  round(min(max(mem_eff, 1e-3), 1.0), 4), scurve, trans, ccurve, vops)
 
 
 def _meminfo_bytes() -> float:
@@ -135,6 +139,7 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         "conv_curve": "measured: direct convolutions by kernel size (calibrate)",
         **{f"transcendental_flops.{k}": "measured: the function on cache-resident data (calibrate)"
            for k in c.transcendental},
+        **{f"vector_op_flops.{k}": "measured: input elements/s of the eager op (calibrate)" for k in c.vector_ops},
         "scale_up_domain": "assumption: a single host", "memory_channels": "assumption: unknown in a VM; 1",
         "amx_ops_per_cycle": "cpu flags (amx_bf16)" if host.amx else "cpu flags: no AMX",
         "cores": host.sources.get("cores", "measured"), "clock_hz": host.sources.get("clock_hz", "assumption"),
@@ -157,6 +162,7 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         matmul_efficiency=c.matmul_efficiency, memory_efficiency=c.memory_efficiency,
         launch_overhead=c.launch_overhead, matmul_curve=c.matmul_curve, bandwidth_curve=c.bandwidth_curve,
         matmul_skinny_curve=c.skinny_curve, transcendental_flops=c.transcendental, conv_curve=c.conv_curve,
+        vector_op_flops=c.vector_ops,
         cores=host.cores, clock_hz=host.clock_hz, simd_width_bits=host.simd_bits, fma_units=host.fma_units,
         amx_ops_per_cycle=1024 if host.amx else 0, memory_channels=1, sources=sources, **extra)  # type: ignore[arg-type]
 

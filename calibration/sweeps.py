@@ -23,7 +23,7 @@ QUICK_ELEMENTS = tuple(2 ** e for e in range(8, 23, 2))
 
 @dataclass
 class Measurement:
-    kind: str            # "dispatch", "matmul", "add", "copy", "transcendental:<fn>"
+    kind: str            # "dispatch", "matmul", "add", "copy", "conv", "transcendental:<fn>", "vector_op:<op>"
     dtype: str
     shape: tuple[int, ...]
     flops: int
@@ -121,6 +121,33 @@ def conv_sweep(device: str = "cpu") -> Iterator[Measurement]:
         yield Measurement("conv", "fp32", (cin, cout, k, s, px), flops, 4 * (cin * px * px + cout * cin * k * k + cout * out * out), t)
 
 
+def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:
+    """Norms, softmax and pooling on cache-resident activations: input elements per second."""
+    import torch
+    import torch.nn.functional as F
+    x2 = torch.randn(512, 768, device=device)
+    x3 = torch.randn(48, 128, 128, device=device)
+    x4 = torch.randn(1, 64, 56, 56, device=device)
+    xp = torch.randn(1, 64, 112, 112, device=device)
+    w, b = torch.ones(768, device=device), torch.zeros(768, device=device)
+    rm, rv = torch.zeros(64, device=device), torch.ones(64, device=device)
+    cases = {
+        "layer_norm": (lambda: F.layer_norm(x2, (768,), w, b), x2.numel()),
+        "softmax": (lambda: torch.softmax(x3, -1), x3.numel()),
+        "log_softmax": (lambda: torch.log_softmax(x3, -1), x3.numel()),
+        "batch_norm": (lambda: F.batch_norm(x4, rm, rv, training=False), x4.numel()),
+        "group_norm": (lambda: F.group_norm(x4, 8), x4.numel()),
+        "pool": (lambda: F.max_pool2d(xp, 3, 2, 1), xp.numel()),
+        "reduce_mean": (lambda: x3.mean(-1), x3.numel()),
+        "reduce_sum": (lambda: x3.sum(-1), x3.numel()),
+        "cumsum": (lambda: x3.cumsum(-1), x3.numel()),
+    }
+    with torch.no_grad():
+        for name, (fn, n) in cases.items():
+            t = median_time(fn, device=device)
+            yield Measurement(f"vector_op:{name}", "fp32", (n,), n, 8 * n, t)
+
+
 #: torch function for each transcendental the cost model knows a rate for.
 TRANSCENDENTAL_FNS = ("exp", "log", "tanh", "sigmoid", "erf", "gelu", "silu", "sqrt", "rsqrt", "sin", "cos")
 
@@ -157,4 +184,8 @@ def run_all(device: str, quick: bool, progress: Callable[[str], None] | None = N
         out.append(m)
         if progress:
             progress(f"conv k{m.shape[2]}")
+    for m in vector_op_sweep(device):
+        out.append(m)
+        if progress:
+            progress(m.kind)
     return out

@@ -5,27 +5,48 @@ units, against the kernel's external traffic at achievable memory bandwidth."""
 from __future__ import annotations
 
 from ...backends import Target
-from ...ir import TRANSCENDENTAL_OPS, DType
+from ...ir import TRANSCENDENTAL_OPS, DType, Op
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from .common import KernelTime, memory_time, roofline, transcendental_rate, vector_rate
 
-__all__ = ["vector_kernel_time", "transcendental_time"]
+__all__ = ["vector_kernel_time", "transcendental_time", "measured_op_time"]
 
 
-def transcendental_time(kernel: Kernel, table: CostTable | None, target: Target) -> float:
-    """Seconds of the kernel's transcendentals, at each function's own rate where the target has one."""
-    if not kernel.cost.transcendentals:
+def transcendental_time(kernel: Kernel, table: CostTable | None, target: Target, skip: int = 0) -> float:
+    """Seconds of the kernel's transcendentals, at each function's own rate where the target has one
+    (``skip``: transcendentals already timed by a measured per-op rate)."""
+    if kernel.cost.transcendentals <= skip:
         return 0.0
     if table is None or not target.transcendental_flops:
-        return kernel.cost.transcendentals / transcendental_rate(target)
+        return (kernel.cost.transcendentals - skip) / transcendental_rate(target)
     total = 0.0
+    measured = target.vector_op_flops
     for n in kernel.nodes:
         t = table.costs[n].transcendentals
-        if t:
+        if t and not (measured and measured.get(n.op.value if n.op is not Op.POOL else "pool")):
             op = n.op.value if n.op in TRANSCENDENTAL_OPS else "exp"
             total += t / transcendental_rate(target, op)
     return total
+
+
+def measured_op_time(kernel: Kernel, table: CostTable | None, target: Target) -> tuple[float, int, int]:
+    """Seconds of the kernel's nodes that have a measured per-op rate, and the FLOPs and
+    transcendentals those nodes account for (to take out of the generic terms)."""
+    rates = target.vector_op_flops
+    if not rates or table is None:
+        return 0.0, 0, 0
+    seconds, flops, trans = 0.0, 0, 0
+    for n in kernel.nodes:
+        rate = rates.get(n.op.value if n.op is not Op.POOL else "pool")
+        if rate and n.inputs and n.inputs[0] is not None:
+            numel = 1
+            for d in table.shapes[n.inputs[0]]:
+                numel *= d
+            seconds += numel / rate
+            flops += table.costs[n].flops
+            trans += table.costs[n].transcendentals
+    return seconds, flops, trans
 
 
 def vector_kernel_time(kernel: Kernel, target: Target, unit: str, overhead_s: float,
@@ -34,8 +55,9 @@ def vector_kernel_time(kernel: Kernel, target: Target, unit: str, overhead_s: fl
     dtype = out.type.dtype if out is not None else None
     rate = vector_rate(target, dtype if dtype is not None and dtype.is_float else DType.FP32)
     c = kernel.cost
-    compute = c.flops / rate.flops_per_s if c.flops else 0.0
-    compute += transcendental_time(kernel, table, target)
+    measured, m_flops, m_trans = measured_op_time(kernel, table, target)
+    compute = measured + ((c.flops - m_flops) / rate.flops_per_s if c.flops > m_flops else 0.0)
+    compute += transcendental_time(kernel, table, target, skip=m_trans)
     bw = target.memory_bandwidth if bandwidth is None else bandwidth
     mem = memory_time(target, c.bytes, bw)
     return roofline(compute, mem, 0.0, overhead_s, unit, peak_flops=rate.flops_per_s, flops=c.flops,
