@@ -109,21 +109,36 @@ def bandwidth_sweep(device: str = "cpu", elements: tuple[int, ...] = ELEMENTS) -
         yield Measurement("copy", "fp32", (n,), 0, 8 * n, t)
 
 
-#: (Cin, Cout, kernel, stride, pixels): one direct convolution per kernel size, ResNet-like.
-CONV_SHAPES = ((128, 512, 1, 1, 28), (96, 96, 3, 1, 40), (160, 160, 3, 2, 28), (3, 64, 7, 2, 160))
+#: (Cin, Cout, kernel, stride, pixels): ResNet-like direct convolutions, several per kernel size.
+CONV_SHAPES = ((128, 512, 1, 1, 28), (320, 80, 1, 1, 20), (48, 192, 1, 1, 64),
+               (96, 96, 3, 1, 40), (160, 160, 3, 2, 28), (48, 48, 3, 1, 80),
+               (3, 64, 7, 2, 160), (3, 32, 7, 2, 192))
 
 
-def conv_sweep(device: str = "cpu") -> Iterator[Measurement]:
+def conv_sweep(device: str = "cpu", rounds: int = 4) -> Iterator[Measurement]:
+    """Convolutions measured round-robin (oneDNN's speed for one shape depends on what ran before
+    it, as in a network), weights cold; the low quantile over all rounds."""
+    import statistics
+
     import torch
+    cases = []
     for cin, cout, k, s, px in CONV_SHAPES:
         convs = cold_copies(lambda: torch.nn.Conv2d(cin, cout, k, stride=s, padding=k // 2, bias=False)
                             .to(device).eval(), 4 * cin * cout * k * k)
         x = torch.randn(1, cin, px, px, device=device)
         out = (px + 2 * (k // 2) - k) // s + 1
+        cases.append(((cin, cout, k, s, px), convs, x, out))
+    samples: dict[int, list[float]] = {i: [] for i in range(len(cases))}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for i, (_, convs, x, _) in enumerate(cases):
+                samples[i].append(median_time(lambda convs=convs, x=x: convs()(x), device=device, repeats=3,
+                                              min_seconds=0.005, warmup=1))
+    for i, ((cin, cout, k, s, px), _, _, out) in enumerate(cases):
+        t = sorted(samples[i])[len(samples[i]) // 4] if len(samples[i]) > 3 else statistics.median(samples[i])
         flops = 2 * cout * cin * k * k * out * out
-        with torch.no_grad():
-            t = median_time(lambda convs=convs, x=x: convs()(x), device=device)
-        yield Measurement("conv", "fp32", (cin, cout, k, s, px), flops, 4 * (cin * px * px + cout * cin * k * k + cout * out * out), t)
+        yield Measurement("conv", "fp32", (cin, cout, k, s, px), flops,
+                          4 * (cin * px * px + cout * cin * k * k + cout * out * out), t)
 
 
 def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:

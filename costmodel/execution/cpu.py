@@ -14,7 +14,7 @@ from ..kernels import Kernel
 from .collectives import collective_time
 from .common import (KernelTime, Rate, TimingOptions, interpolate, matmul_efficiency, matrix_rate, memory_time,
                      roofline)
-from .gemm import kernel_gemms
+from .gemm import conv_gemm, kernel_gemms
 from .vector import transcendental_time, vector_kernel_time
 
 __all__ = ["CpuModel"]
@@ -45,7 +45,8 @@ class CpuModel:
 
     def conv_efficiency(self, kernel: Kernel, table: CostTable, target: CpuTarget) -> float:
         """The direct-convolution plateau for this kernel size, ramped down for small problems as
-        the GEMM curve is (dispatch and blocking overheads do not depend on the algorithm)."""
+        the GEMM curve is (dispatch and blocking overheads do not depend on the algorithm), and by
+        the skinny-GEMM factor when the output has few positions or channels."""
         w = kernel.anchor.inputs[1]
         area = 1
         if w is not None:
@@ -53,7 +54,12 @@ class CpuModel:
                 area *= d
         flops = kernel.cost.flops
         ramp = min(1.0, interpolate(target.matmul_curve, flops, target.matmul_efficiency) / target.matmul_efficiency)
-        return max(interpolate(target.conv_curve, float(area), target.matmul_efficiency) * ramp, 1e-4)
+        eff = interpolate(target.conv_curve, float(area), target.matmul_efficiency) * ramp
+        if target.matmul_skinny_curve and int(kernel.anchor.attrs.get("groups", 1)) == 1:
+            # few output positions (late stages at batch 1) behave like skinny GEMMs
+            g = conv_gemm(table, kernel.anchor)
+            eff *= interpolate(target.matmul_skinny_curve, float(max(min(g.m, g.n), 1)), 1.0)
+        return max(eff, 1e-4)
 
     def time_kernel(self, kernel: Kernel, table: CostTable, target: CpuTarget, options: TimingOptions) -> KernelTime:
         if kernel.kind == "collective":
