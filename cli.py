@@ -28,21 +28,27 @@ def command(name: str) -> Callable[[Callable[[argparse.Namespace, Console], int]
     return deco
 
 
-def parse_sets(items: Sequence[str] | None) -> dict[str, int]:
-    """``["batch=8", "seq=2048"]`` -> ``{"batch": 8, "seq": 2048}`` (also accepts comma lists)."""
-    out: dict[str, int] = {}
+def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Callable[[str], Any],
+                 kind: str) -> dict[str, Any]:
+    """``["a=1", "b=2,c=3"]`` -> ``{"a": 1, "b": 2, "c": 3}``, with errors naming the flag."""
+    out: dict[str, Any] = {}
     for item in items or ():
         for part in item.split(","):
             if not part.strip():
                 continue
             if "=" not in part:
-                raise NarrowpipeError(f"--set expects DIM=VALUE, got {part!r}")
+                raise NarrowpipeError(f"{flag} expects {what}, got {part!r}")
             k, v = part.split("=", 1)
             try:
-                out[k.strip()] = int(v)
+                out[k.strip()] = convert(v)
             except ValueError:
-                raise NarrowpipeError(f"--set {k.strip()}: {v!r} is not an integer") from None
+                raise NarrowpipeError(f"{flag} {k.strip()}: {v!r} is not {kind}") from None
     return out
+
+
+def parse_sets(items: Sequence[str] | None) -> dict[str, int]:
+    """``["batch=8", "seq=2048"]`` -> ``{"batch": 8, "seq": 2048}`` (also accepts comma lists)."""
+    return _parse_pairs(items, "--set", "DIM=VALUE", int, "an integer")
 
 
 def resolve_model(model: str, *, rebuild: bool = False) -> Any:
@@ -135,34 +141,11 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
 
 
 def parse_prices(items: Sequence[str] | None) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for item in items or ():
-        for part in item.split(","):
-            if not part.strip():
-                continue
-            if "=" not in part:
-                raise NarrowpipeError(f"--price expects TARGET=USD, got {part!r}")
-            k, v = part.split("=", 1)
-            try:
-                out[k.strip()] = float(v)
-            except ValueError:
-                raise NarrowpipeError(f"--price {k.strip()}: {v!r} is not a number") from None
-    return out
+    return _parse_pairs(items, "--price", "TARGET=USD", float, "a number")
 
 
 def parse_factors(text: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        if "=" not in part:
-            raise NarrowpipeError(f"--scale expects RESOURCE=FACTOR, got {part!r}")
-        k, v = part.split("=", 1)
-        try:
-            out[k.strip()] = float(v)
-        except ValueError:
-            raise NarrowpipeError(f"--scale {k.strip()}: {v!r} is not a number") from None
-    return out
+    return _parse_pairs([text], "--scale", "RESOURCE=FACTOR", float, "a number")
 
 
 def _with_precision(graph: Any, args: argparse.Namespace) -> Any:

@@ -7,7 +7,7 @@ and the median seconds, so a fit can be redone or audited from the raw file alon
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 from functools import partial
@@ -185,27 +185,16 @@ def transcendental_sweep(device: str = "cpu", n: int = 1 << 18) -> Iterator[Meas
 
 def run_all(device: str, quick: bool, progress: Callable[[str], None] | None = None) -> list[Measurement]:
     """The full sweep (or a quick one for tests), reporting each finished case to ``progress``."""
-    out = [dispatch_overhead(device)]
     squares = QUICK_SQUARES if quick else MATMUL_SQUARES
     elements = QUICK_ELEMENTS if quick else ELEMENTS
-    for m in matmul_sweep(device, squares=squares, skinny=not quick):
-        out.append(m)
-        if progress:
-            progress(f"matmul {m.dtype} {'x'.join(map(str, m.shape))}")
-    for m in bandwidth_sweep(device, elements):
-        out.append(m)
-        if progress:
-            progress(f"{m.kind} {m.bytes / 1e6:.3g} MB")
-    for m in transcendental_sweep(device):
-        out.append(m)
-        if progress:
-            progress(m.kind)
-    for m in conv_sweep(device):
-        out.append(m)
-        if progress:
-            progress(f"conv k{m.shape[2]}")
-    for m in vector_op_sweep(device):
-        out.append(m)
-        if progress:
-            progress(m.kind)
+    sweeps: list[Iterable[Measurement]] = [
+        [dispatch_overhead(device)], matmul_sweep(device, squares=squares, skinny=not quick),
+        bandwidth_sweep(device, elements), transcendental_sweep(device), conv_sweep(device),
+        vector_op_sweep(device)]
+    out: list[Measurement] = []
+    for sweep in sweeps:
+        for m in sweep:
+            out.append(m)
+            if progress:
+                progress(f"{m.kind} {m.dtype} {'x'.join(map(str, m.shape))}")
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from math import prod
+
 from typing import Any
 
 from ..errors import NarrowpipeError, UnboundDimError
@@ -76,8 +78,8 @@ def build_report(table: CostTable) -> Report:
     for node in table.unmodeled:
         counts[node.label] = counts.get(node.label, 0) + 1
     unmodeled = [Unmodeled(op, n) for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-    params = sum(_numel(table.shapes[v]) for v in graph.weights if v.kind is ValueKind.PARAM)
-    weight_bytes = sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in graph.weights)
+    params = sum(prod(table.shapes[v]) for v in graph.weights if v.kind is ValueKind.PARAM)
+    weight_bytes = sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in graph.weights)
     return Report(graph=graph.name, dims=dict(table.bindings), flops=flops, transcendentals=trans,
                   bytes=nbytes, comm_bytes=comm, params=params, weight_bytes=weight_bytes,
                   peak_activation_bytes=table.peak_activation_bytes,
@@ -119,9 +121,3 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, fusion: s
                               price=price)
     return report
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out

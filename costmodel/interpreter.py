@@ -7,6 +7,8 @@ without a rule are collected as unmodeled (or raise, when ``strict``), never cos
 
 from __future__ import annotations
 
+from math import prod
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -145,7 +147,7 @@ def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]
     n = len(graph.nodes)
     for v in graph.inputs:
         storage[id(v)] = id(v)
-        size[id(v)] = v.type.dtype.nbytes(_numel(shapes[v]))
+        size[id(v)] = v.type.dtype.nbytes(prod(shapes[v]))
         end[id(v)] = -1
     weights = {id(v) for v in graph.weights}
     starts: dict[int, int] = {}
@@ -162,7 +164,7 @@ def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]
                 storage[id(v)] = storage[id(base)]
             else:
                 storage[id(v)] = id(v)
-                size[id(v)] = v.type.dtype.nbytes(_numel(shapes[v]))
+                size[id(v)] = v.type.dtype.nbytes(prod(shapes[v]))
                 starts[id(v)] = i
                 end.setdefault(id(v), i)
     for v in graph.outputs:
@@ -184,9 +186,3 @@ def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]
         live -= frees.get(i, 0)
     return peak
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out

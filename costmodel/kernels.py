@@ -15,6 +15,9 @@ it (or returned). ``mode="none"`` gives one kernel per op (eager PyTorch).
 
 from __future__ import annotations
 
+from math import prod
+
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Value
@@ -210,21 +213,25 @@ def _view_bases(graph: Graph) -> dict[int, Value]:
     return base
 
 
+def _distinct_bases(node: Node, base: dict[int, Value]) -> Iterator[Value]:
+    """The storages a node reads, each once, looking through views."""
+    seen: set[int] = set()
+    for v in node.inputs:
+        if v is None:
+            continue
+        b = base.get(id(v), v)
+        if id(b) not in seen:
+            seen.add(id(b))
+            yield b
+
+
 def _consumers(graph: Graph, base: dict[int, Value]) -> dict[int, list[Node]]:
     """Non-view nodes reading each base value (views are looked through)."""
     out: dict[int, list[Node]] = {}
     for node in graph.nodes:
-        if node.op in VIEW_OPS:
-            continue
-        seen: set[int] = set()
-        for v in node.inputs:
-            if v is None:
-                continue
-            b = base.get(id(v), v)
-            if id(b) in seen:
-                continue
-            seen.add(id(b))
-            out.setdefault(id(b), []).append(node)
+        if node.op not in VIEW_OPS:
+            for b in _distinct_bases(node, base):
+                out.setdefault(id(b), []).append(node)
     return out
 
 
@@ -252,16 +259,9 @@ def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[in
         produced = {id(v) for n in group_nodes for v in n.outputs}
         ext_inputs: dict[int, Value] = {}
         for n in group_nodes:
-            seen: set[int] = set()
-            for v in n.inputs:
-                if v is None:
-                    continue
-                b = base.get(id(v), v)
-                if id(b) in seen:
-                    continue
-                seen.add(id(b))
+            for b in _distinct_bases(n, base):
                 if id(b) in produced and len(group_nodes) > 1:
-                    internal_reads += b.type.dtype.nbytes(_numel(table.shapes[b]))
+                    internal_reads += b.type.dtype.nbytes(prod(table.shapes[b]))
                 elif id(b) not in produced:
                     ext_inputs.setdefault(id(b), b)
         written = 0
@@ -271,7 +271,7 @@ def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[in
                 users = consumers.get(id(v), [])
                 if id(v) in graph_outputs or any(id(u) not in ids for u in users) or len(group_nodes) == 1:
                     outs.append(v)
-                    written += v.type.dtype.nbytes(_numel(table.shapes[v])) if len(group_nodes) > 1 else 0
+                    written += v.type.dtype.nbytes(prod(table.shapes[v])) if len(group_nodes) > 1 else 0
         if len(group_nodes) > 1:
             read = max(total.bytes_read - internal_reads, 0)
             cost = Cost(total.flops, total.transcendentals, read, written, total.comm_bytes)
@@ -280,9 +280,3 @@ def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[in
         kernels.append(Kernel(anchor.name, kind, group_nodes, anchor, cost, list(ext_inputs.values()), outs))
     return kernels
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out

@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import ceil
+from math import ceil, prod
 
 from ...backends import DataflowTarget
 from ...ir import DType, ValueKind
@@ -62,14 +62,8 @@ def _microbatches(table: CostTable) -> int:
 
 
 def _weight_bytes(kernel: Kernel, table: CostTable) -> int:
-    return sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in kernel.inputs if v.kind.is_weight)
+    return sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in kernel.inputs if v.kind.is_weight)
 
-
-def _numel(shape: tuple[int, ...]) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out
 
 
 class DataflowModel:
@@ -78,7 +72,7 @@ class DataflowModel:
 
     def plan(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget) -> DataflowPlan:
         graph = table.graph
-        weights = sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in graph.weights)
+        weights = sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in graph.weights)
         acts = table.peak_activation_bytes
         cap = target.memory_capacity
         notes: list[str] = []
@@ -93,13 +87,13 @@ class DataflowModel:
         if not fits:
             notes.append(f"needs {chips} chips, more than the largest system ({target.max_chips})")
         chip_of: dict[str, int] = {}
-        total = sum(_weight_bytes(k, table) + sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in k.outputs)
+        total = sum(_weight_bytes(k, table) + sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in k.outputs)
                     for k in kernels) or 1
         per_chip = total / chips
         cum = 0.0
         for k in kernels:
             chip_of[k.name] = min(chips - 1, int(cum // per_chip)) if chips > 1 else 0
-            cum += _weight_bytes(k, table) + sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in k.outputs)
+            cum += _weight_bytes(k, table) + sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in k.outputs)
         return DataflowPlan(chips, streaming, chip_of, [0.0] * chips, 0.0, _microbatches(table), fits, notes)
 
     def time_kernel(self, kernel: Kernel, table: CostTable, target: DataflowTarget, options: TimingOptions,
@@ -146,7 +140,7 @@ class DataflowModel:
             chip = plan.chip_of[k.name]
             nxt = next((kernels[j] for j in range(i + 1, len(kernels)) if not kernels[j].is_free), None)
             if nxt is not None and plan.chip_of[nxt.name] != chip:
-                out_bytes = sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in k.outputs)
+                out_bytes = sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in k.outputs)
                 h = self.hop(out_bytes, target)
                 terms = {"compute": kt.compute_s, "memory": kt.memory_s, "interconnect": h, "overhead": kt.overhead_s}
                 kt = KernelTime(kt.time_s + h, kt.compute_s, kt.memory_s, h, kt.overhead_s,

@@ -21,28 +21,18 @@ from math import ceil, isqrt, log2
 from ...backends import GpuTarget
 from ..interpreter import CostTable
 from ..kernels import Kernel
-from .collectives import collective_time
+from .base import MatrixUnitModel
 from .common import (KernelTime, TimingOptions, matmul_efficiency, matrix_rate, memory_time, roofline,
                      transcendental_rate)
-from .gemm import Gemm, attention_shape, kernel_gemms
-from .vector import vector_kernel_time
+from .gemm import Gemm, attention_shape
 
 __all__ = ["GpuModel"]
 
 
-class GpuModel:
+class GpuModel(MatrixUnitModel):
     family = "gpu"
     default_fusion = "full"
-
-    def time_kernel(self, kernel: Kernel, table: CostTable, target: GpuTarget, options: TimingOptions) -> KernelTime:
-        if kernel.kind == "collective":
-            return collective_time(kernel.anchor, kernel.cost, target)
-        if kernel.kind == "attention":
-            return self._attention(kernel, table, target, options)
-        gemms = kernel_gemms(table, kernel)
-        if gemms:
-            return self._gemm(kernel, gemms[0], target, options)
-        return vector_kernel_time(kernel, target, "CUDA cores", target.launch_overhead, table=table)
+    vector_unit = "CUDA cores"
 
     def _gemm(self, kernel: Kernel, g: Gemm, target: GpuTarget, options: TimingOptions) -> KernelTime:
         rate = matrix_rate(target, g.dtype, options)

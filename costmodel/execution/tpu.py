@@ -18,11 +18,10 @@ from math import ceil
 from ...backends import TpuTarget
 from ..interpreter import CostTable
 from ..kernels import Kernel
-from .collectives import collective_time
+from .base import MatrixUnitModel
 from .common import (KernelTime, TimingOptions, matmul_efficiency, matrix_rate, memory_time, roofline,
                      transcendental_rate)
-from .gemm import Gemm, attention_shape, kernel_gemms
-from .vector import vector_kernel_time
+from .gemm import Gemm, attention_shape
 
 __all__ = ["TpuModel", "systolic_time"]
 
@@ -52,19 +51,10 @@ def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float, t
     return cycles / clock / eff, executed
 
 
-class TpuModel:
+class TpuModel(MatrixUnitModel):
     family = "tpu"
     default_fusion = "full"
-
-    def time_kernel(self, kernel: Kernel, table: CostTable, target: TpuTarget, options: TimingOptions) -> KernelTime:
-        if kernel.kind == "collective":
-            return collective_time(kernel.anchor, kernel.cost, target)
-        if kernel.kind == "attention":
-            return self._attention(kernel, table, target, options)
-        gemms = kernel_gemms(table, kernel)
-        if gemms:
-            return self._gemm(kernel, gemms[0], target, options)
-        return vector_kernel_time(kernel, target, "VPU", target.launch_overhead, table=table)
+    vector_unit = "VPU"
 
     def _gemm(self, kernel: Kernel, g: Gemm, target: TpuTarget, options: TimingOptions) -> KernelTime:
         rate = matrix_rate(target, g.dtype, options)

@@ -10,22 +10,11 @@ torch = pytest.importorskip("torch")
 
 import narrowpipe  # noqa: E402
 from narrowpipe.backends import dump_target, get_target, load_target_file  # noqa: E402
-from narrowpipe.calibration import apply_measurements, calibrate, load_measurements, measurements_path  # noqa: E402
+from narrowpipe.calibration import apply_measurements, load_measurements, measurements_path  # noqa: E402
 from narrowpipe.cli import main  # noqa: E402
 from narrowpipe.errors import NarrowpipeError  # noqa: E402
 from narrowpipe.models.examples import load_example  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        path = tmp_path_factory.mktemp("cal") / "host.toml"
-        calibrate(path, quick=True)
-        yield path
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_target_file_round_trips_and_has_measured_curves(host, tmp_path):

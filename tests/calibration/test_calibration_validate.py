@@ -13,28 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from narrowpipe.calibration import calibrate  # noqa: E402
 from narrowpipe.calibration.validate import op_sweep, validate_model  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        path = tmp_path_factory.mktemp("val") / "host.toml"
-        calibrate(path, quick=True)
-        yield path
-    finally:
-        torch.set_num_threads(threads)
-
-
-@pytest.fixture()
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_held_out_op_predictions_within_a_loose_bound(host, one_thread):
