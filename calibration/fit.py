@@ -155,7 +155,7 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         extra["onchip_capacity"] = host.l3_bytes
         sources["onchip_capacity"] = host.sources.get("onchip_capacity", "lscpu")
     return CpuTarget(
-        name=name, family="cpu", vendor="host", display_name=f"{host.model} ({host.cores} threads, calibrated)",
+        name=name, family="cpu", vendor="host", display_name=f"{host.model} ({host.cores} thread{'s' if host.cores != 1 else ''}, calibrated)",
         notes="Calibrated on this machine by `narrowpipe calibrate`; raw measurements are in the .measurements.json beside it.",
         matrix_flops=peaks, vector_flops={"fp32": host.fp32_peak, "bf16": host.fp32_peak},
         memory_capacity=_meminfo_bytes(), memory_bandwidth=c.best_bandwidth, scale_up_domain=1,
