@@ -61,8 +61,9 @@ def build_report(table: CostTable) -> Report:
     flops = trans = nbytes = comm = 0
     for node, cost in table.costs.items():
         group = node.group.value
-        flops_by_group[group] += cost.flops
-        bytes_by_group[group] += cost.bytes
+        for g, c in table.body_groups.get(node, {node.group: cost}).items():
+            flops_by_group[g.value] += c.flops
+            bytes_by_group[g.value] += c.bytes
         flops += cost.flops
         trans += cost.transcendentals
         nbytes += cost.bytes

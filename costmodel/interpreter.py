@@ -7,18 +7,20 @@ without a rule are collected as unmodeled (or raise, when ``strict``), never cos
 
 from __future__ import annotations
 
-from math import prod
-
+import gc
 from collections.abc import Mapping
+from math import prod
 from dataclasses import dataclass, field
 
-from ..errors import UnsupportedOpError
-from ..ir import VIEW_OPS, Graph, Node, Op, Sym, Value
+from ..errors import IRError, NarrowpipeError, UnsupportedOpError
+from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, Value
 from .cost import ZERO, Cost
 from .opview import OpView
 from .rules import RULES
 
 __all__ = ["CostTable", "interpret", "ShapeBinder"]
+
+_CONTROL_FLOW = (Op.IF, Op.LOOP, Op.SCAN)
 
 
 class ShapeBinder:
@@ -60,6 +62,9 @@ class CostTable:
     unmodeled: list[Node] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     peak_activation_bytes: int = 0
+    #: For each top-level If/Loop/Scan: its cost split by the groups of the ops in its bodies (times
+    #: the trip count), so contractions inside a loop count as contractions, not as "other".
+    body_groups: dict[Node, dict[OpGroup, Cost]] = field(default_factory=dict)
 
     def total(self) -> Cost:
         total = ZERO
@@ -71,12 +76,20 @@ class CostTable:
 def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False) -> CostTable:
     binder = ShapeBinder(bindings)
     table = CostTable(graph, dict(bindings), {}, {})
-    _walk(graph, binder, table, strict, top=True)
-    table.peak_activation_bytes = _peak_activation_bytes(graph, table.shapes)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the walk allocates a Cost and a shape per node and frees none: collections only cost
+    try:
+        _walk(graph, binder, table, strict, top=True)
+        table.peak_activation_bytes = _peak_activation_bytes(graph, table.shapes)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return table
 
 
-def _walk(graph: Graph, binder: ShapeBinder, table: CostTable, strict: bool, top: bool) -> Cost:
+def _walk(graph: Graph, binder: ShapeBinder, table: CostTable, strict: bool, top: bool,
+          groups: dict[OpGroup, Cost] | None = None) -> Cost:
+    """Cost every node; with ``groups``, also accumulate the cost per op group (for bodies)."""
     shapes = table.shapes
     for v in graph.inputs:
         shapes[v] = binder.shape(v)
@@ -86,17 +99,30 @@ def _walk(graph: Graph, binder: ShapeBinder, table: CostTable, strict: bool, top
     for node in graph.nodes:
         for v in node.outputs:
             shapes[v] = binder.shape(v)
-        cost = _node_cost(node, binder, table, strict)
+        inner: dict[OpGroup, Cost] | None = {} if node.op in _CONTROL_FLOW else None
+        try:
+            cost = _node_cost(node, binder, table, strict, inner)
+        except NarrowpipeError:
+            raise
+        except Exception as exc:  # a rule fed an ill-formed node: name it rather than crash
+            raise IRError(f"cannot cost node {node.name!r} ({node.label}, from {node.source.describe()}): "
+                          f"{type(exc).__name__}: {exc}") from exc
         if top:
             table.costs[node] = cost
+            if inner is not None:
+                table.body_groups[node] = inner
+        if groups is not None:
+            for g, c in (inner or {node.group: cost}).items():
+                groups[g] = groups.get(g, ZERO) + c
         total = total + cost
     return total
 
 
-def _node_cost(node: Node, binder: ShapeBinder, table: CostTable, strict: bool) -> Cost:
+def _node_cost(node: Node, binder: ShapeBinder, table: CostTable, strict: bool,
+               groups: dict[OpGroup, Cost] | None = None) -> Cost:
     op = node.op
-    if op in (Op.IF, Op.LOOP, Op.SCAN):
-        return _control_flow_cost(node, binder, table, strict)
+    if op in _CONTROL_FLOW:
+        return _control_flow_cost(node, binder, table, strict, groups if groups is not None else {})
     rule = RULES.get(op)
     if rule is None:
         if strict:
@@ -110,18 +136,28 @@ def _node_cost(node: Node, binder: ShapeBinder, table: CostTable, strict: bool) 
     return rule(view)
 
 
-def _control_flow_cost(node: Node, binder: ShapeBinder, table: CostTable, strict: bool) -> Cost:
-    """If: the costlier branch. Loop/Scan: the body times its trip count (once if unknown, noted)."""
+def _control_flow_cost(node: Node, binder: ShapeBinder, table: CostTable, strict: bool,
+                       groups: dict[OpGroup, Cost]) -> Cost:
+    """If: the costlier branch. Loop/Scan: the body times its trip count (once if unknown, noted).
+    ``groups`` receives the cost split by the groups of the body's ops."""
     attrs = node.attrs
     if node.op is Op.IF:
         branches = [attrs[k] for k in ("then_branch", "else_branch") if isinstance(attrs.get(k), Graph)]
-        costs = [_walk(b, binder, table, strict, top=False) for b in branches]
-        return max(costs, key=lambda c: (c.flops, c.bytes), default=ZERO)
+        walked = []
+        for b in branches:
+            split: dict[OpGroup, Cost] = {}
+            walked.append((_walk(b, binder, table, strict, top=False, groups=split), split))
+        if not walked:
+            return ZERO
+        cost, split = max(walked, key=lambda cs: (cs[0].flops, cs[0].bytes))
+        groups.update(split)
+        return cost
     body = attrs.get("body")
     if not isinstance(body, Graph):
         table.unmodeled.append(node)
         return ZERO
-    cost = _walk(body, binder, table, strict, top=False)
+    split = {}
+    cost = _walk(body, binder, table, strict, top=False, groups=split)
     trips = attrs.get("trip_count")
     if isinstance(trips, str):
         trips = binder.bindings.get(trips)
@@ -132,6 +168,7 @@ def _control_flow_cost(node: Node, binder: ShapeBinder, table: CostTable, strict
         table.notes.append(f"{node.op.value} {node.name!r}: trip count unknown, body counted once "
                            f"(bind it with --set {node.name}_trips=N)")
         trips = binder.bindings.get(f"{node.name}_trips", 1)
+    groups.update({g: c.scaled(int(trips)) for g, c in split.items()})
     return cost.scaled(int(trips))
 
 
