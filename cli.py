@@ -178,10 +178,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
                      **parse_sets(args.set))
     print_report(report, console, top=None if args.all else args.top)
-    if args.json:
-        Path(args.json).write_text(report.to_json())
-        console.print(f"wrote {args.json}")
-    return 0
+    return _write_json(args, console, report.to_json())
 
 
 @command("compare")
@@ -195,10 +192,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     result = compare(graph, specs, strict=args.strict, prices=parse_prices(args.price), **_timing_kwargs(args),
                      **parse_sets(args.set))
     print_comparison(result, console)
-    if args.json:
-        Path(args.json).write_text(result.to_json())
-        console.print(f"wrote {args.json}")
-    return 0
+    return _write_json(args, console, result.to_json())
 
 
 @command("whatif")
@@ -211,10 +205,7 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
     result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
                     **_timing_kwargs(args), **parse_sets(args.set))
     print_whatif(result, console)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result.to_dict(), indent=2))
-        console.print(f"wrote {args.json}")
-    return 0
+    return _write_json(args, console, json.dumps(result.to_dict(), indent=2))
 
 
 @command("targets")
@@ -253,6 +244,13 @@ def _targets(args: argparse.Namespace, console: Console) -> int:
                     si(t.memory_bandwidth, "B/s"), f"{t.tdp:.0f} W" if t.tdp else "-",
                     f"{t.price_per_hour:.2f}" if t.price_per_hour else "-")
     console.print(tab)
+    return 0
+
+
+def _write_json(args: argparse.Namespace, console: Console, text: str) -> int:
+    if getattr(args, "json", None):
+        Path(args.json).write_text(text)
+        console.print(f"wrote {args.json}")
     return 0
 
 
@@ -295,12 +293,9 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
     results = [validate_model(args.model, target, batch=b, seq=args.seq, tiny=args.tiny) for b in (args.batch or [1, 8])]
     console.print(validation_table(results))
     cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
-    if args.json:
-        Path(args.json).write_text(json.dumps({"format": "narrowpipe.validation", "version": 1, "target": target.name,
-                                               "results": [r.to_dict() for r in results],
-                                               "summary": summarize(cases)}, indent=2))
-        console.print(f"wrote {args.json}")
-    return 0
+    return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 1,
+                                                  "target": target.name, "results": [r.to_dict() for r in results],
+                                                  "summary": summarize(cases)}, indent=2))
 
 
 @command("diagnose")

@@ -51,32 +51,24 @@ class Scope:
         self.types = types
         self.parent = parent
 
-    def value(self, name: str) -> Value | None:
+    def _lookup(self, table: str, name: str) -> Any:
+        """``name`` in this scope's ``table``, else in the enclosing scopes (ONNX subgraphs see outer names)."""
         s: Scope | None = self
         while s is not None:
-            v = s.values.get(name)
+            v = getattr(s, table).get(name)
             if v is not None:
                 return v
             s = s.parent
         return None
+
+    def value(self, name: str) -> Value | None:
+        return self._lookup("values", name)
 
     def known_value(self, name: str) -> np.ndarray | None:
-        s: Scope | None = self
-        while s is not None:
-            v = s.known.get(name)
-            if v is not None:
-                return v
-            s = s.parent
-        return None
+        return self._lookup("known", name)
 
     def type_of(self, name: str) -> onnx.TypeProto | None:
-        s: Scope | None = self
-        while s is not None:
-            t = s.types.get(name)
-            if t is not None:
-                return t
-            s = s.parent
-        return None
+        return self._lookup("types", name)
 
 
 def attr_value(a: AttributeProto) -> Any:
