@@ -77,7 +77,7 @@ def timing_summary(r: Report) -> Table:
 
 
 def comparison_table(c: Comparison) -> Table:
-    dims = ", ".join(f"{k}={v}" for k, v in c.dims.items())
+    dims = ", ".join(f"{k}={v}" for k, v in c.dims.items()) or "static"
     tab = Table(title=f"{c.graph} ({dims})", title_justify="left")
     for col, just in (("target", "left"), ("time", "right"), ("throughput", "right"), ("MFU", "right"),
                       ("bound mix", "left"), ("speed-up if doubled", "left"), ("top bottlenecks", "left"),
