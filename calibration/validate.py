@@ -89,7 +89,6 @@ def _sweep_cases() -> Iterator[tuple[str, str, Callable[[], tuple[Any, tuple[Any
         yield "matmul", f"mm {m}x{n}x{k}", lambda m=m, n=n, k=k: (MatMul(), (torch.randn(m, k), torch.randn(k, n)))
     for b, m, n, k in [(12, 128, 128, 64), (48, 64, 64, 128), (8, 256, 64, 256)]:
         yield "matmul", f"bmm {b}x{m}x{n}x{k}", lambda b=b, m=m, n=n, k=k: (MatMul(), (torch.randn(b, m, k), torch.randn(b, k, n)))
-    # (the second operand of a matmul and a conv's module are the weights: measured cold, see _cold)
     for cin, cout, k, s, hw, batch in [(3, 64, 7, 2, 224, 1), (64, 64, 3, 1, 56, 1), (64, 256, 1, 1, 56, 1),
                                        (128, 128, 3, 2, 56, 2), (256, 256, 3, 1, 14, 8), (512, 2048, 1, 1, 7, 4),
                                        (32, 32, 3, 1, 64, 2)]:

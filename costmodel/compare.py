@@ -35,10 +35,11 @@ class Comparison:
         return min(self.reports, key=lambda r: r.time_s or float("inf"))
 
     def __getitem__(self, target: str) -> Report:
+        name = target if any(r.target == target for r in self.reports) else get_target(target).name
         for r in self.reports:
-            if r.target == target or (r.timing and r.timing.target == target):
+            if r.target == name:
                 return r
-        return next(r for r in self.reports if r.target == get_target(target).name)
+        raise KeyError(target)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": COMPARISON_FORMAT, "version": 1, "graph": self.graph, "dims": self.dims,

@@ -103,7 +103,7 @@ def from_graph_module(gm: fx.GraphModule, args: tuple[Any, ...] = (), *, strict:
     """An ATen-level GraphModule (``ep.module()``, ``make_fx``): propagate fake shapes, then lower."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if any("val" not in n.meta for n in gm.graph.nodes if n.op in ("placeholder", "call_function")):
-        if len(args) < len([p for p in placeholders if not p.meta.get("val") is not None]) and not args:
+        if not args and any(p.meta.get("val") is None for p in placeholders):
             raise FrontendError("this GraphModule has no recorded shapes; pass example args to from_torch")
         _propagate_fake(gm, args)
     symbols = SymbolTable()

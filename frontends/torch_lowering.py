@@ -68,7 +68,6 @@ class AtenLowerer:
         self.strict = strict
         self.root = root
         self.env: dict[fx.Node, Any] = {}
-        self._current: fx.Node | None = None
 
     # -- helpers used by the table ----------------------------------------------------------------
     def value(self, arg: Any) -> Value | None:
@@ -125,7 +124,6 @@ class AtenLowerer:
               get_attr: Callable[[fx.Node], Any]) -> list[Value]:
         outputs: list[Value] = []
         for node in gm_graph.nodes:
-            self._current = node
             if node.op == "placeholder":
                 self.env[node] = placeholders.get(node)
             elif node.op == "get_attr":

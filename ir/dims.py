@@ -42,7 +42,6 @@ _FUNCS: dict[str, object] = {
     "Abs": abs, "abs": abs, "sqrt": math.sqrt, "OpaqueUnaryFn_sqrt": math.sqrt,
 }
 _ALLOWED_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Pow, ast.Div)
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Sym:
@@ -124,9 +123,6 @@ def _compile(text: str) -> tuple[object | None, frozenset[str]]:
                 return None, frozenset()
         elif not isinstance(node, (ast.Expression, ast.Load, ast.operator, ast.unaryop)):
             return None, frozenset()
-    if not names and not _IDENT.match(text):
-        # A constant expression such as "2*3" is not a symbol; callers should have folded it.
-        pass
     return compile(tree, "<dim>", "eval"), frozenset(names)
 
 

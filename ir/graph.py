@@ -222,7 +222,8 @@ class Graph:
 
     def param_count(self) -> int:
         """Elements in trainable parameters (what ``sum(p.numel() for p in m.parameters())`` gives)."""
-        return sum(v.type.numel(self.default_bindings()) for v in self.weights if v.kind is ValueKind.PARAM)
+        bindings = self.default_bindings()
+        return sum(v.type.numel(bindings) for v in self.weights if v.kind is ValueKind.PARAM)
 
     def default_bindings(self) -> dict[str, int]:
         return {name: spec.default for name, spec in self.dims.items() if spec.default is not None}

@@ -5,7 +5,7 @@ units, against the kernel's external traffic at achievable memory bandwidth."""
 from __future__ import annotations
 
 from ...backends import Target
-from ...ir import TRANSCENDENTAL_OPS, DType, Op
+from ...ir import TRANSCENDENTAL_OPS, DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from .common import KernelTime, memory_time, roofline, transcendental_rate, vector_rate
@@ -24,7 +24,7 @@ def transcendental_time(kernel: Kernel, table: CostTable | None, target: Target,
     measured = target.vector_op_flops
     for n in kernel.nodes:
         t = table.costs[n].transcendentals
-        if t and not (measured and measured.get(n.op.value if n.op is not Op.POOL else "pool")):
+        if t and not (measured and measured.get(n.op.value)):
             op = n.op.value if n.op in TRANSCENDENTAL_OPS else "exp"
             total += t / transcendental_rate(target, op)
     return total
@@ -38,7 +38,7 @@ def measured_op_time(kernel: Kernel, table: CostTable | None, target: Target) ->
         return 0.0, 0, 0
     seconds, flops, trans = 0.0, 0, 0
     for n in kernel.nodes:
-        rate = rates.get(n.op.value if n.op is not Op.POOL else "pool")
+        rate = rates.get(n.op.value)
         if rate and n.inputs and n.inputs[0] is not None:
             numel = 1
             for d in table.shapes[n.inputs[0]]:

@@ -14,9 +14,9 @@ def host(tmp_path_factory):
     try:
         path = tmp_path_factory.mktemp("cal") / "host.toml"
         calibrate(path, quick=True)
-        yield path
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads)   # session-scoped: never leak one thread into other tests
+    return path
 
 
 @pytest.fixture()

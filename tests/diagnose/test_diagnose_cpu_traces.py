@@ -22,6 +22,7 @@ from narrowpipe.costmodel.diagnose import OVERHEAD_UTILIZATION, diagnose  # noqa
 
 
 def _record(path: Path, fn) -> Path:
+    fn()  # warm up (allocator, kernel selection) as _best does, so the trace and the target agree
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()
     prof.export_chrome_trace(str(path))
