@@ -27,10 +27,7 @@ class Gemm:
     a_bytes: int
     b_bytes: int
     c_bytes: int
-
-    @property
-    def flops(self) -> int:
-        return 2 * self.batch * self.m * self.n * self.k
+    flops: int                 # the node's FLOPs, from its cost rule (rules.py holds the formula)
 
 
 @dataclass(frozen=True)
@@ -67,7 +64,8 @@ def dot_gemm(table: CostTable, node: Node) -> Gemm:
     n = prod(d for i, d in enumerate(rs) if i not in rc and i not in rb)
     out = node.outputs[0]
     return Gemm(batch, m, n, k, _wider(lhs.type.dtype, rhs.type.dtype), lhs.type.dtype.nbytes(prod(ls)),
-                rhs.type.dtype.nbytes(prod(rs)), out.type.dtype.nbytes(prod(table.shapes[out])))
+                rhs.type.dtype.nbytes(prod(rs)), out.type.dtype.nbytes(prod(table.shapes[out])),
+                table.costs[node].flops)
 
 
 def conv_gemm(table: CostTable, node: Node) -> Gemm:
@@ -87,7 +85,7 @@ def conv_gemm(table: CostTable, node: Node) -> Gemm:
     else:
         batch, m, n, k = groups, x[0] * prod(out[2:]), w[0] // groups, w[1] * prod(w[2:])
     ob = node.outputs[0].type.dtype.nbytes(prod(out))
-    return Gemm(batch, m, n, k, dtype, xv.type.dtype.nbytes(prod(x)), wv.type.dtype.nbytes(prod(w)), ob)
+    return Gemm(batch, m, n, k, dtype, xv.type.dtype.nbytes(prod(x)), wv.type.dtype.nbytes(prod(w)), ob, flops)
 
 
 def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:
