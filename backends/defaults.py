@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for"]
+__all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "TRANSCENDENTAL_FRACTION", "VECTOR_FRACTION",
+           "MXUS_PER_TENSORCORE", "AMX_BF16_OPS_PER_CYCLE", "AMX_OPS_PER_BF16_OP"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
 
@@ -60,3 +61,21 @@ def default_for(family: str, field: str) -> tuple[Any, str] | None:
         if field in table:
             return table[field]
     return None
+
+
+# -- ratios the cost model falls back on when a target lists no rate of its own ------------------
+
+#: Transcendental (exp, rsqrt, ...) throughput as a fraction of the FP32 vector FLOP rate: NVIDIA
+#: SMs issue 16 special-function ops per clock against 128 FP32 FMAs (256 FLOPs), i.e. 1/16;
+#: FlashAttention-3 quotes 3.9 TFLOP/s of exp against 989 of BF16 matmul on H100, which this
+#: reproduces (67 / 16 = 4.2). Targets with measured ``transcendental_flops`` do not use it.
+TRANSCENDENTAL_FRACTION: float = 1 / 16
+#: Vector (non-matrix) FP32 rate as a fraction of the BF16 matrix rate, for targets listing no
+#: vector rate (TPU VPU, dataflow vector units). An assumption; calibration replaces it.
+VECTOR_FRACTION: float = 1 / 16
+#: MXUs per TensorCore for a TPU spec without ``mxu_count`` (TPU v2-v5: 4 per core, SB-TPU).
+MXUS_PER_TENSORCORE: int = 4
+#: Intel AMX: 1,024 BF16 operations per cycle per core (INTEL-AMX).
+AMX_BF16_OPS_PER_CYCLE: int = 1024
+#: AMX operations per cycle relative to BF16, by dtype: INT8 runs 2,048 per cycle (INTEL-AMX).
+AMX_OPS_PER_BF16_OP: dict[str, int] = {"bf16": 1, "fp16": 1, "int8": 2}

@@ -27,6 +27,7 @@ import statistics
 from collections.abc import Iterable
 
 from ..backends import CpuTarget, Target
+from ..backends.defaults import AMX_BF16_OPS_PER_CYCLE
 from .host import HostCpu
 from .sweeps import Measurement
 
@@ -141,7 +142,7 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
            for k in c.transcendental},
         **{f"vector_op_flops.{k}": "measured: input elements/s of the eager op (calibrate)" for k in c.vector_ops},
         "scale_up_domain": "assumption: a single host", "memory_channels": "assumption: unknown in a VM; 1",
-        "amx_ops_per_cycle": "cpu flags (amx_bf16)" if host.amx else "cpu flags: no AMX",
+        "amx_ops_per_cycle": "cpu flags (amx_bf16); 1,024 BF16 ops/cycle/core (INTEL-AMX)" if host.amx else "cpu flags: no AMX",
         "cores": host.sources.get("cores", "measured"), "clock_hz": host.sources.get("clock_hz", "assumption"),
         "simd_width_bits": host.sources.get("simd_width_bits", "cpu flags"),
         "fma_units": host.sources.get("fma_units", "assumption: 2"),
@@ -164,7 +165,7 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         matmul_skinny_curve=c.skinny_curve, transcendental_flops=c.transcendental, conv_curve=c.conv_curve,
         vector_op_flops=c.vector_ops,
         cores=host.cores, clock_hz=host.clock_hz, simd_width_bits=host.simd_bits, fma_units=host.fma_units,
-        amx_ops_per_cycle=1024 if host.amx else 0, memory_channels=1, sources=sources, **extra)  # type: ignore[arg-type]
+        amx_ops_per_cycle=AMX_BF16_OPS_PER_CYCLE if host.amx else 0, memory_channels=1, sources=sources, **extra)  # type: ignore[arg-type]
 
 
 def apply_measurements(base: Target, measurements: list[Measurement], name: str | None = None) -> Target:

@@ -11,6 +11,8 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
+from ..backends.defaults import AMX_BF16_OPS_PER_CYCLE
+
 __all__ = ["HostCpu", "describe_cpu"]
 
 
@@ -34,7 +36,7 @@ class HostCpu:
     @property
     def bf16_peak(self) -> float:
         if self.amx:
-            return self.cores * 1024 * self.clock_hz
+            return self.cores * AMX_BF16_OPS_PER_CYCLE * self.clock_hz
         return self.fp32_peak * (2 if self.bf16_simd else 1)
 
 

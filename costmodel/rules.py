@@ -106,7 +106,7 @@ def attention(v: OpView) -> Cost:
 @_rule(Op.ATTENTION_BACKWARD)
 def attention_backward(v: OpView) -> Cost:
     """Inputs (grad_out, q, k, v): recompute scores, then four more matmuls (torch's count)."""
-    go, q, k, val = v.shape(0), v.shape(1), v.shape(2), v.shape(3)
+    q, k, val = v.shape(1), v.shape(2), v.shape(3)
     b, h, sq, d = q
     sk, dv = k[2], val[3]
     bh = b * h

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ...backends import Target
+from ...backends.defaults import TRANSCENDENTAL_FRACTION, VECTOR_FRACTION
 from ...ir import DType
 
 __all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_rate", "memory_time",
@@ -20,15 +21,6 @@ __all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_r
 
 COMPUTE, MEMORY, INTERCONNECT, OVERHEAD = "compute", "memory", "interconnect", "overhead"
 BOUNDS = (COMPUTE, MEMORY, INTERCONNECT, OVERHEAD)
-
-#: Transcendental (exp, rsqrt, ...) throughput as a fraction of the FP32 vector FLOP rate when a
-#: target lists none: NVIDIA SMs issue 16 special-function ops per clock against 128 FP32 FMAs
-#: (256 FLOPs), i.e. 1/16; FlashAttention-3 quotes 3.9 TFLOP/s of exp against 989 of BF16 matmul on
-#: H100, which this reproduces (67 / 16 = 4.2).
-TRANSCENDENTAL_FRACTION = 1 / 16
-#: Vector (non-matrix) FP32 rate as a fraction of the BF16 matrix rate when a target lists none
-#: (TPU VPU, dataflow vector units). An assumption; calibration replaces it.
-VECTOR_FRACTION = 1 / 16
 
 _WIDER = {"fp4": ("fp8_e4m3", "int8", "fp16", "bf16"), "int4": ("int8", "fp8_e4m3", "fp16", "bf16"),
           "fp8_e4m3": ("fp8_e5m2", "fp16", "bf16"), "fp8_e5m2": ("fp8_e4m3", "fp16", "bf16"),

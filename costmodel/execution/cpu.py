@@ -8,6 +8,7 @@ output side (skinny GEMMs), bandwidth by transfer size, transcendental rates per
 from __future__ import annotations
 
 from ...backends import CpuTarget
+from ...backends.defaults import AMX_OPS_PER_BF16_OP
 from ...ir import DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
@@ -19,7 +20,6 @@ from .vector import transcendental_time, vector_kernel_time
 
 __all__ = ["CpuModel"]
 
-_AMX_DTYPES = {DType.BF16: 1, DType.INT8: 2, DType.FP16: 1}
 
 
 class CpuModel:
@@ -36,9 +36,9 @@ class CpuModel:
         """The catalog's matrix peak (AMX for bf16/int8 where present, else SIMD FMA); AMX derived
         from cores x ops/cycle x clock only if the target lists no rate for the dtype."""
         rate = matrix_rate(target, dtype, options)
-        if target.amx_ops_per_cycle and dtype in _AMX_DTYPES:
+        if target.amx_ops_per_cycle and dtype.value in AMX_OPS_PER_BF16_OP:
             if dtype.value not in target.matrix_flops:
-                amx = target.cores * target.amx_ops_per_cycle * _AMX_DTYPES[dtype] * target.clock_hz
+                amx = target.cores * target.amx_ops_per_cycle * AMX_OPS_PER_BF16_OP[dtype.value] * target.clock_hz
                 return Rate(amx, dtype.value, "AMX tiles")
             return Rate(rate.flops_per_s, rate.dtype, "AMX tiles")
         return rate

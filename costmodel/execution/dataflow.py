@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from math import ceil, prod
 
 from ...backends import DataflowTarget
-from ...ir import DType, ValueKind
+from ...ir import DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from .collectives import collective_time

@@ -16,6 +16,7 @@ from __future__ import annotations
 from math import ceil
 
 from ...backends import TpuTarget
+from ...backends.defaults import MXUS_PER_TENSORCORE
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from .base import MatrixUnitModel
@@ -25,12 +26,10 @@ from .gemm import Gemm, attention_shape
 
 __all__ = ["TpuModel", "systolic_time"]
 
-#: MXUs per TensorCore when a target does not list them (TPU v2-v5: 4 per core). An assumption.
-DEFAULT_MXUS_PER_CORE = 4
 
 
 def _mxus(target: TpuTarget) -> int:
-    return target.mxu_count or target.tensorcores * DEFAULT_MXUS_PER_CORE
+    return target.mxu_count or target.tensorcores * MXUS_PER_TENSORCORE
 
 
 def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float, target: TpuTarget) -> tuple[float, float]:
