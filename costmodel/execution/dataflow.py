@@ -16,11 +16,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from math import ceil, prod
 
 from ...backends import DataflowTarget
-from ...ir import DType
+from ...ir import DType, Value
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from .collectives import collective_time
@@ -61,8 +62,17 @@ def _microbatches(table: CostTable) -> int:
     return batch
 
 
+def _bytes(values: Iterable[Value], table: CostTable) -> int:
+    return sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in values)
+
+
 def _weight_bytes(kernel: Kernel, table: CostTable) -> int:
-    return sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in kernel.inputs if v.kind.is_weight)
+    return _bytes((v for v in kernel.inputs if v.kind.is_weight), table)
+
+
+def _footprint(kernel: Kernel, table: CostTable) -> int:
+    """What a kernel places on its chip: its weights and the activations it produces."""
+    return _weight_bytes(kernel, table) + _bytes(kernel.outputs, table)
 
 
 
@@ -72,7 +82,7 @@ class DataflowModel:
 
     def plan(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget) -> DataflowPlan:
         graph = table.graph
-        weights = sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in graph.weights)
+        weights = _bytes(graph.weights, table)
         acts = table.peak_activation_bytes
         cap = target.memory_capacity
         notes: list[str] = []
@@ -87,13 +97,12 @@ class DataflowModel:
         if not fits:
             notes.append(f"needs {chips} chips, more than the largest system ({target.max_chips})")
         chip_of: dict[str, int] = {}
-        total = sum(_weight_bytes(k, table) + sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in k.outputs)
-                    for k in kernels) or 1
-        per_chip = total / chips
+        footprints = [_footprint(k, table) for k in kernels]
+        per_chip = (sum(footprints) or 1) / chips
         cum = 0.0
-        for k in kernels:
+        for k, size in zip(kernels, footprints):
             chip_of[k.name] = min(chips - 1, int(cum // per_chip)) if chips > 1 else 0
-            cum += _weight_bytes(k, table) + sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in k.outputs)
+            cum += size
         return DataflowPlan(chips, streaming, chip_of, [0.0] * chips, 0.0, _microbatches(table), fits, notes)
 
     def time_kernel(self, kernel: Kernel, table: CostTable, target: DataflowTarget, options: TimingOptions,
@@ -140,7 +149,7 @@ class DataflowModel:
             chip = plan.chip_of[k.name]
             nxt = next((kernels[j] for j in range(i + 1, len(kernels)) if not kernels[j].is_free), None)
             if nxt is not None and plan.chip_of[nxt.name] != chip:
-                out_bytes = sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in k.outputs)
+                out_bytes = _bytes(k.outputs, table)
                 h = self.hop(out_bytes, target)
                 terms = {"compute": kt.compute_s, "memory": kt.memory_s, "interconnect": h, "overhead": kt.overhead_s}
                 kt = KernelTime(kt.time_s + h, kt.compute_s, kt.memory_s, h, kt.overhead_s,
