@@ -12,7 +12,10 @@ from dataclasses import asdict, dataclass
 
 from functools import partial
 
+from ..costmodel.interpreter import op_cost
+from ..ir import DType, Op, TensorType
 from .timer import median_time as _median_time
+from .timer import quantile
 
 #: Calibration measures what the machine can do: the low quantile rejects interference.
 median_time = partial(_median_time, q=0.25, repeats=9)
@@ -51,10 +54,6 @@ def _torch_dtype(name: str):  # noqa: ANN202
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
-def _size(name: str) -> int:
-    return {"fp32": 4, "bf16": 2, "fp16": 2}[name]
-
-
 def dispatch_overhead(device: str = "cpu") -> Measurement:
     """Time of an op on a one-element tensor: framework dispatch + launch, no real work."""
     import torch
@@ -91,9 +90,12 @@ def matmul_sweep(device: str = "cpu", dtypes: tuple[str, ...] = ("fp32", "bf16")
         dt = _torch_dtype(dtype)
         for m, n, k in shapes:
             a = torch.randn(m, k, device=device).to(dt)
-            weights = cold_copies(lambda k=k, n=n: torch.randn(k, n, device=device).to(dt), k * n * _size(dtype))
+            weights = cold_copies(lambda k=k, n=n: torch.randn(k, n, device=device).to(dt), DType.parse(dtype).nbytes(k * n))
             t = median_time(lambda a=a, w=weights: torch.mm(a, w()), device=device)
-            yield Measurement("matmul", dtype, (m, n, k), 2 * m * n * k, _size(dtype) * (m * k + k * n + m * n), t)
+            dt_ir = DType.parse(dtype)
+            c = op_cost(Op.DOT, [TensorType(dt_ir, (m, k)), TensorType(dt_ir, (k, n))], [TensorType(dt_ir, (m, n))],
+                        {"lhs_contract": (1,), "rhs_contract": (0,)})
+            yield Measurement("matmul", dtype, (m, n, k), c.flops, c.bytes, t)
 
 
 def bandwidth_sweep(device: str = "cpu", elements: tuple[int, ...] = ELEMENTS) -> Iterator[Measurement]:
@@ -103,10 +105,13 @@ def bandwidth_sweep(device: str = "cpu", elements: tuple[int, ...] = ELEMENTS) -
         a = torch.randn(n, device=device)
         b = torch.randn(n, device=device)
         t = median_time(lambda a=a, b=b: torch.add(a, b), device=device)
-        yield Measurement("add", "fp32", (n,), n, 12 * n, t)
+        vec = TensorType(DType.FP32, (n,))
+        c = op_cost(Op.ADD, [vec, vec], [vec])
+        yield Measurement("add", "fp32", (n,), c.flops, c.bytes, t)
         out = torch.empty(n, device=device)
         t = median_time(lambda a=a, out=out: out.copy_(a), device=device)
-        yield Measurement("copy", "fp32", (n,), 0, 8 * n, t)
+        c = op_cost(Op.COPY, [vec], [vec])
+        yield Measurement("copy", "fp32", (n,), c.flops, c.bytes, t)
 
 
 #: (Cin, Cout, kernel, stride, pixels): ResNet-like direct convolutions, several per kernel size.
@@ -135,10 +140,12 @@ def conv_sweep(device: str = "cpu", rounds: int = 4) -> Iterator[Measurement]:
                 samples[i].append(median_time(lambda convs=convs, x=x: convs()(x), device=device, repeats=3,
                                               min_seconds=0.005, warmup=1))
     for i, ((cin, cout, k, s, px), _, _, out) in enumerate(cases):
-        t = sorted(samples[i])[len(samples[i]) // 4] if len(samples[i]) > 3 else statistics.median(samples[i])
-        flops = 2 * cout * cin * k * k * out * out
-        yield Measurement("conv", "fp32", (cin, cout, k, s, px), flops,
-                          4 * (cin * px * px + cout * cin * k * k + cout * out * out), t)
+        t = quantile(samples[i], 0.25) if len(samples[i]) > 3 else statistics.median(samples[i])
+        f32 = DType.FP32
+        c = op_cost(Op.CONV, [TensorType(f32, (1, cin, px, px)), TensorType(f32, (cout, cin, k, k))],
+                    [TensorType(f32, (1, cout, out, out))],
+                    {"stride": (s, s), "padding": (k // 2, k // 2), "dilation": (1, 1), "groups": 1})
+        yield Measurement("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes, t)
 
 
 def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:

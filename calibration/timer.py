@@ -12,7 +12,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-__all__ = ["median_time"]
+__all__ = ["median_time", "quantile"]
 
 
 def median_time(fn: Callable[[], object], *, device: str = "cpu", warmup: int = 2, repeats: int = 5,
@@ -22,7 +22,7 @@ def median_time(fn: Callable[[], object], *, device: str = "cpu", warmup: int = 
     for _ in range(warmup):
         fn()
     if device.startswith("cuda"):
-        return _quantile(_cuda_samples(fn, repeats, min_seconds, max_repeats), q)
+        return quantile(_cuda_samples(fn, repeats, min_seconds, max_repeats), q)
     samples: list[float] = []
     total = 0.0
     while len(samples) < repeats or (total < min_seconds and len(samples) < max_repeats):
@@ -31,10 +31,11 @@ def median_time(fn: Callable[[], object], *, device: str = "cpu", warmup: int = 
         dt = time.perf_counter() - t0
         samples.append(dt)
         total += dt
-    return _quantile(samples, q)
+    return quantile(samples, q)
 
 
-def _quantile(samples: list[float], q: float) -> float:
+def quantile(samples: list[float], q: float) -> float:
+    """The ``q`` quantile of ``samples`` (the median exactly when q = 0.5)."""
     if q == 0.5:
         return statistics.median(samples)
     ordered = sorted(samples)

@@ -13,12 +13,12 @@ from math import prod
 from dataclasses import dataclass, field
 
 from ..errors import IRError, NarrowpipeError, UnsupportedOpError
-from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, Value
+from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, TensorType, Value
 from .cost import ZERO, Cost
 from .opview import OpView
 from .rules import RULES
 
-__all__ = ["CostTable", "interpret", "ShapeBinder"]
+__all__ = ["CostTable", "interpret", "ShapeBinder", "op_cost"]
 
 _CONTROL_FLOW = (Op.IF, Op.LOOP, Op.SCAN)
 
@@ -223,3 +223,12 @@ def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]
         live -= frees.get(i, 0)
     return peak
 
+
+
+def op_cost(op: Op, inputs: list[TensorType], outputs: list[TensorType], attrs: Mapping[str, object] | None = None) -> Cost:
+    """The cost rule's verdict for one op on concrete types, for callers that measure a single op
+    (calibration records what each microbenchmark did in the same units as every report)."""
+    g = Graph(op.value)
+    node = g.add_node(op, [g.add_input(f"in{i}", t) for i, t in enumerate(inputs)], outputs, attrs)
+    g.set_outputs(node.outputs)
+    return interpret(g, {}, strict=True).costs[node]
