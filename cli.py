@@ -169,12 +169,11 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     graph = resolve_model(args.model, rebuild=args.rebuild)
     if args.target:
         graph = _with_precision(graph, args)
-    prices = parse_prices(args.price)
     price = None
-    if args.target and prices:
+    if args.target and args.price:
         from .backends import get_target
-        name = get_target(args.target).name
-        price = next((v for k, v in prices.items() if get_target(k).name == name), None)
+        from .costmodel.compare import prices_by_target
+        price = prices_by_target(parse_prices(args.price)).get(get_target(args.target).name)
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
                      **parse_sets(args.set))
     print_report(report, console, top=None if args.all else args.top)

@@ -17,7 +17,7 @@ from .interpreter import interpret
 from .report import Report
 from .targeted import apply_target
 
-__all__ = ["Comparison", "compare", "WhatIf", "whatif", "COMPARISON_FORMAT"]
+__all__ = ["Comparison", "compare", "prices_by_target", "WhatIf", "whatif", "COMPARISON_FORMAT"]
 
 COMPARISON_FORMAT = "narrowpipe.comparison"
 
@@ -49,6 +49,11 @@ class Comparison:
         return json.dumps(self.to_dict(), indent=indent)
 
 
+def prices_by_target(prices: Mapping[str, float] | None) -> dict[str, float]:
+    """USD per device-hour keyed by canonical target name (users may write aliases or paths)."""
+    return {get_target(k).name: v for k, v in (prices or {}).items()}
+
+
 def compare(graph: Graph, targets: Iterable[str | Target], *, strict: bool = False,
             prices: Mapping[str, float] | None = None, fusion: str | None = None,
             allow_tf32: bool = False, sparse: bool = False, **dims: Any) -> Comparison:
@@ -57,7 +62,7 @@ def compare(graph: Graph, targets: Iterable[str | Target], *, strict: bool = Fal
     table = interpret(graph, bindings, strict=strict)
     counted = build_report(table)
     counted.notes.extend(range_notes(graph, bindings))
-    price_of = {get_target(k).name: v for k, v in (prices or {}).items()}
+    price_of = prices_by_target(prices)
     reports = []
     for spec in targets:
         t = get_target(spec)
