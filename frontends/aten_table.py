@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch.fx as fx
 
-from ..ir import Graph, Op, ValueKind
+from ..ir import Graph, Op
 from .aten_args import scalar
 from .aten_names import ELEMENTWISE_OPS
 from .aten_contractions import CONTRACTION_LOWERINGS
@@ -57,25 +57,9 @@ def _inline(gm_arg_index: int):
         operands = list(n.args[gm_arg_index + 1:])
         placeholders = [p for p in sub.graph.nodes if p.op == "placeholder"]
         mapping = {p: cx.env.get(a) if isinstance(a, fx.Node) else None for p, a in zip(placeholders, operands)}
-        outs = cx.lower(sub.graph, mapping, lambda node: _get_attr(cx, sub, node))
+        outs = cx.lower(sub.graph, mapping, lambda node: cx.get_attr(sub, node))
         cx.bind(n, outs)
     return fn
-
-
-def _get_attr(cx: AtenLowerer, module: object, node: fx.Node) -> object:
-    obj = module
-    for part in str(node.target).split("."):
-        obj = getattr(obj, part, None)
-    if isinstance(obj, fx.GraphModule):
-        return obj
-    try:
-        import torch
-        if isinstance(obj, torch.Tensor):
-            return cx.graph.add_input(str(node.target).replace(".", "_"), cx.type_of(obj), ValueKind.CONST,
-                                      source_name=str(node.target))
-    except ImportError:  # pragma: no cover - torch is present whenever this module runs
-        pass
-    return obj
 
 
 def _cond(cx: AtenLowerer, n: fx.Node) -> None:
@@ -95,7 +79,7 @@ def _cond(cx: AtenLowerer, n: fx.Node) -> None:
             outer = cx.value(a)
             if outer is not None:
                 mapping[p] = body.add_input(p.name, outer.type)
-        body.set_outputs(inner.lower(gm.graph, mapping, lambda node, gm=gm, inner=inner: _get_attr(inner, gm, node)))
+        body.set_outputs(inner.lower(gm.graph, mapping, lambda node, gm=gm, inner=inner: inner.get_attr(gm, node)))
         branches[key] = body
     cx.emit(Op.IF, [cx.value(pred), *cx.values(operands)], n, branches)
 

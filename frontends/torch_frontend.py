@@ -93,7 +93,7 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
         mapping[node] = value
     _declare_dims(graph, ep, placeholders, renames)
     lowerer = AtenLowerer(graph, symbols, ATEN_TABLE, IGNORED, file=file, strict=strict, root=gm)
-    outputs = lowerer.lower(gm.graph, mapping, lambda n: _get_attr(lowerer, gm, n))
+    outputs = lowerer.lower(gm.graph, mapping, lambda n: lowerer.get_attr(gm, n))
     graph.set_outputs(outputs)
     return graph
 
@@ -167,16 +167,6 @@ def _propagate_fake(gm: fx.GraphModule, args: tuple[Any, ...]) -> None:
         FakeTensorProp(gm, mode).propagate(*fake_args)
     except Exception as exc:
         raise FrontendError(f"shape propagation failed: {type(exc).__name__}: {exc}") from exc
-
-
-def _get_attr(lowerer: AtenLowerer, gm: fx.GraphModule, node: fx.Node) -> Any:
-    obj: Any = gm
-    for part in str(node.target).split("."):
-        obj = getattr(obj, part, None)
-    if isinstance(obj, torch.Tensor):
-        return lowerer.graph.add_input(node.name, lowerer.symbols.tensor_type(obj), ValueKind.CONST,
-                                       source_name=str(node.target))
-    return obj
 
 
 def _dim_names(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],

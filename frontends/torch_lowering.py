@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from ..errors import FrontendError, UnsupportedOpError
-from ..ir import Graph, Node, Op, Source, TensorType, Value
+from ..ir import Graph, Node, Op, Source, TensorType, Value, ValueKind
 from .torch_types import SymbolTable
 
 __all__ = ["AtenLowerer", "op_key"]
@@ -118,6 +118,17 @@ class AtenLowerer:
     def alias(self, node: fx.Node, value: Value | None) -> None:
         """The fx node is the same tensor as ``value`` (a no-op such as ``detach``)."""
         self.env[node] = value
+
+    def get_attr(self, module: object, node: fx.Node) -> Any:
+        """An fx ``get_attr`` on ``module``: submodules stay as they are (bodies of higher-order
+        ops), tensors become constants of the graph."""
+        obj = module
+        for part in str(node.target).split("."):
+            obj = getattr(obj, part, None)
+        if isinstance(obj, torch.Tensor):
+            return self.graph.add_input(node.name, self.symbols.tensor_type(obj), ValueKind.CONST,
+                                        source_name=str(node.target))
+        return obj
 
     # -- the walk ---------------------------------------------------------------------------------
     def lower(self, gm_graph: fx.Graph, placeholders: dict[fx.Node, Any],
