@@ -84,8 +84,7 @@ def build_report(table: CostTable) -> Report:
     return Report(graph=graph.name, dims=dict(table.bindings), flops=flops, transcendentals=trans,
                   bytes=nbytes, comm_bytes=comm, params=params, weight_bytes=weight_bytes,
                   peak_activation_bytes=table.peak_activation_bytes,
-                  flops_by_group={k: v for k, v in flops_by_group.items()},
-                  bytes_by_group={k: v for k, v in bytes_by_group.items()},
+                  flops_by_group=flops_by_group, bytes_by_group=bytes_by_group,
                   ops=rows, unmodeled=unmodeled, notes=list(table.notes))
 
 

@@ -173,16 +173,6 @@ class Report:
         g = self.flops_by_group
         return g.get("contraction", 0) + g.get("convolution", 0) + g.get("attention", 0)
 
-    @property
-    def matmul_flops(self) -> int:
-        return self.modeled_flops
-
-    def op_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for row in self.ops:
-            counts[row.op] = counts.get(row.op, 0) + 1
-        return counts
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": REPORT_FORMAT,
