@@ -31,6 +31,8 @@ def _elementwise(op: Op, **fixed: object) -> Callable[[AtenLowerer, fx.Node], No
         scalars = [a for a in n.args if not isinstance(a, (fx.Node, list, tuple)) and a is not None]
         if scalars:
             attrs["scalar"] = scalar(scalars[0])
+        if op in (Op.ADD, Op.WHERE):
+            attrs.update(cx.mask_attrs(n))
         cx.emit(op, ins, n, attrs or None)
     return fn
 

@@ -163,7 +163,7 @@ def _where(cx: AtenLowerer, n: fx.Node) -> None:
     if len(n.args) == 1:
         cx.emit(Op.NONZERO, [cx.value(n.args[0])], n)
         return
-    cx.emit(Op.WHERE, cx.values(n.args[:3]), n)
+    cx.emit(Op.WHERE, cx.values(n.args[:3]), n, cx.mask_attrs(n) or None)
 
 
 def _sort(cx: AtenLowerer, n: fx.Node) -> None:

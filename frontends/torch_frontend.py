@@ -92,7 +92,10 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
             by_tensor[id(tensor)] = value
         mapping[node] = value
     _declare_dims(graph, ep, placeholders, renames)
-    lowerer = AtenLowerer(graph, symbols, ATEN_TABLE, IGNORED, file=file, strict=strict, root=gm)
+    constants = {node: state[spec.target] for spec, node in zip(sig.input_specs, placeholders)
+                 if spec.target in state and isinstance(state[spec.target], torch.Tensor)}
+    lowerer = AtenLowerer(graph, symbols, ATEN_TABLE, IGNORED, file=file, strict=strict, root=gm,
+                          constants=constants)
     outputs = lowerer.lower(gm.graph, mapping, lambda n: lowerer.get_attr(gm, n))
     graph.set_outputs(outputs)
     return graph

@@ -8,7 +8,7 @@ canonical ops. Nothing here computes a cost.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -16,11 +16,13 @@ import torch.fx as fx
 
 from ..errors import FrontendError, UnsupportedOpError
 from ..ir import Graph, Node, Op, Source, TensorType, Value, ValueKind
+from .torch_masks import CausalMasks
 from .torch_types import SymbolTable
 
 __all__ = ["AtenLowerer", "op_key"]
 
 _KEY_CACHE: dict[Any, tuple[str, str]] = {}
+_SOFTMAXES = frozenset({"softmax", "_softmax", "_safe_softmax"})
 
 
 def op_key(target: Any) -> tuple[str, str]:
@@ -59,7 +61,8 @@ class AtenLowerer:
 
     def __init__(self, graph: Graph, symbols: SymbolTable, table: dict[str, Callable[..., None]],
                  ignored: frozenset[str], *, file: str = "", strict: bool = False,
-                 root: torch.nn.Module | None = None) -> None:
+                 root: torch.nn.Module | None = None,
+                 constants: Mapping[fx.Node, torch.Tensor] | None = None) -> None:
         self.graph = graph
         self.symbols = symbols
         self.table = table
@@ -67,7 +70,9 @@ class AtenLowerer:
         self.file = file
         self.strict = strict
         self.root = root
+        self.constants: Mapping[fx.Node, torch.Tensor] = constants or {}
         self.env: dict[fx.Node, Any] = {}
+        self._masks: dict[fx.Graph, CausalMasks] = {}
 
     # -- helpers used by the table ----------------------------------------------------------------
     def value(self, arg: Any) -> Value | None:
@@ -129,6 +134,34 @@ class AtenLowerer:
             return self.graph.add_input(node.name, self.symbols.tensor_type(obj), ValueKind.CONST,
                                         source_name=str(node.target))
         return obj
+
+    def is_causal_mask(self, node: Any) -> bool:
+        """Whether ``node`` builds a causal attention mask (see :mod:`.torch_masks`)."""
+        if not isinstance(node, fx.Node):
+            return False
+        masks = self._masks.get(node.graph)
+        if masks is None:
+            masks = self._masks[node.graph] = CausalMasks(node.graph, self._constant)
+        return masks.is_causal(node)
+
+    def mask_attrs(self, node: fx.Node) -> dict[str, Any]:
+        """``{"causal_mask": True}`` for eager attention's mask step (an add or where feeding a
+        softmax, with a causal mask operand), so the fused attention kernel skips masked blocks."""
+        feeds_softmax = any(u.op == "call_function" and op_key(u.target)[1] in _SOFTMAXES for u in node.users)
+        if feeds_softmax and any(self.is_causal_mask(a) for a in node.args):
+            return {"causal_mask": True}
+        return {}
+
+    def _constant(self, node: fx.Node) -> Any:
+        """The concrete tensor behind a buffer/constant placeholder or a ``get_attr`` of the root."""
+        if node.op == "placeholder":
+            return self.constants.get(node)
+        if node.op == "get_attr" and self.root is not None and node.graph is self.root.graph:
+            obj: Any = self.root
+            for part in str(node.target).split("."):
+                obj = getattr(obj, part, None)
+            return obj
+        return None
 
     # -- the walk ---------------------------------------------------------------------------------
     def lower(self, gm_graph: fx.Graph, placeholders: dict[fx.Node, Any],

@@ -104,7 +104,7 @@ def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:
         return AttentionShape(q[0] * q[1], q[2], k[2], q[3], v[3], bool(node.attrs.get("causal")), qv.type.dtype)
     dots = [n for n in kernel.nodes if n.op is Op.DOT]
     g1, g2 = dot_gemm(table, dots[0]), dot_gemm(table, dots[-1])
-    causal = any(n.op in (Op.ADD, Op.WHERE) for n in kernel.nodes)
+    causal = any(n.attrs.get("causal_mask") for n in kernel.nodes)   # a mask the frontend proved causal
     return AttentionShape(g1.batch, g1.m, g1.n, g1.k, g2.n, causal, g1.dtype)
 
 
