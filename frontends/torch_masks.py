@@ -25,13 +25,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["CausalMasks", "MAX_NODES", "SIZES"]
+from .mask_pattern import MAX_NODES, SIZES, is_lower_triangle
 
-#: the largest mask-building subgraph evaluated (HF masks take about 40 nodes)
-MAX_NODES = 400
-#: every symbolic dim takes these sizes in turn; two sizes rule out a pattern that fits one by chance
-SIZES = (5, 7)
-_ADDITIVE_MASKED = -1e4     # an additive mask blocks a position with a value at or below this
+__all__ = ["CausalMasks"]
 
 
 class _NotConstant(Exception):
@@ -97,7 +93,10 @@ class CausalMasks:
                 env[n] = n.target(*args, **kwargs)
             else:
                 raise _NotConstant(f"{n.op} {n.name}")
-        return _is_lower_triangle(env[node])
+        mask = env[node]
+        if not isinstance(mask, torch.Tensor):
+            return False
+        return is_lower_triangle(mask.detach().float().numpy() if mask.dtype.is_floating_point else mask.numpy())
 
     def _leaf(self, n: fx.Node, size: int) -> Any:
         t = self._concrete(n)
@@ -140,22 +139,3 @@ def _size(d: Any, size: int) -> int:
         expr = d.node.expr
         return int(expr.subs({s: size for s in expr.free_symbols}))
     return int(d)
-
-
-def _is_lower_triangle(mask: Any) -> bool:
-    """True when the positions the mask lets attend are exactly ``k <= q`` (bottom-right aligned)."""
-    if not isinstance(mask, torch.Tensor) or mask.dim() < 2:
-        return False
-    sq, sk = mask.shape[-2:]
-    if sq < 2:
-        return False
-    if mask.dtype == torch.bool:
-        allowed = mask
-    elif mask.dtype.is_floating_point:
-        if not bool(((mask == 0) | (mask <= _ADDITIVE_MASKED)).all()):
-            return False   # a bias (ALiBi, relative positions), not a mask
-        allowed = mask == 0
-    else:
-        return False
-    expected = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
-    return bool(torch.equal(allowed, expected.expand_as(allowed)))
