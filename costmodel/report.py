@@ -63,7 +63,13 @@ class OpRow:
 
 @dataclass(frozen=True)
 class Bottleneck:
-    """One of the kernels that take the most time: what it is, why it is slow, its share."""
+    """Where the time goes: one kernel, or the same kernel in every repeated layer
+    (``model.layers.*.mlp.down_proj`` x 32), with why it is slow and its share of the run.
+
+    ``kernel`` is the heaviest instance; ``time_s`` and ``share`` add up all ``count`` instances;
+    ``bound`` is the bound of most of that time; ``scope`` is the module path with layer indices
+    replaced by ``*``.
+    """
 
     kernel: str
     op: str
@@ -71,6 +77,12 @@ class Bottleneck:
     time_s: float
     share: float
     scope: str = ""
+    count: int = 1
+
+    @property
+    def label(self) -> str:
+        where = self.scope or self.kernel
+        return f"{where} x{self.count}" if self.count > 1 else where
 
 
 @dataclass

@@ -8,6 +8,7 @@ product's question: time, MFU, the bound mix, and which pipe would help most if 
 from __future__ import annotations
 
 import dataclasses
+import re
 from math import ceil
 from typing import Any
 
@@ -44,6 +45,43 @@ def time_program(kernels: list[Kernel], table: CostTable, target: Target,
 
 def _unmodeled(kernel: Kernel) -> bool:
     return any(n.op is Op.UNKNOWN for n in kernel.nodes)
+
+
+_INDEX = re.compile(r"(?<=[./])\d+(?=[./]|$)")
+
+
+def hotspots(kernels: list[Kernel], times: list[KernelTime], total: float, n: int = 3) -> list[Bottleneck]:
+    """The ``n`` heaviest kernels, counting together the same kernel of every repeated block: in a
+    32-layer model "every layer's down_proj: 21%" is what a reader can act on, "layer 7's: 0.7%" is
+    not. Kernels are the same when their module paths differ only in indices and their predicted
+    times are equal (same shapes); the label stars the indices that vary. Kernels without a module
+    scope stay one per entry."""
+    groups: dict[tuple[str, str, float], list[tuple[Kernel, KernelTime]]] = {}
+    for k, t in zip(kernels, times):
+        if t.time_s > 0:
+            scope = k.anchor.source.scope
+            key = (_INDEX.sub("#", scope) if scope else f"@{k.name}", k.kind, t.time_s)
+            groups.setdefault(key, []).append((k, t))
+    out = []
+    for (_, kind, _), members in groups.items():
+        time_s = sum(t.time_s for _, t in members)
+        heaviest = members[0][0]
+        scope = _varying_starred([k.anchor.source.scope for k, _ in members])
+        out.append(Bottleneck(heaviest.name, kind, members[0][1].bound, time_s, time_s / total if total else 0.0,
+                              scope, len(members)))
+    return sorted(out, key=lambda b: -b.time_s)[:n]
+
+
+def _varying_starred(scopes: list[str]) -> str:
+    """``model.layers.0.mlp``, ``model.layers.1.mlp`` -> ``model.layers.*.mlp``."""
+    split = [_INDEX.split(s) for s in scopes]
+    indices = [_INDEX.findall(s) for s in scopes]
+    head = split[0]
+    out = [head[0]]
+    for i, part in enumerate(head[1:]):
+        values = {ix[i] for ix in indices}
+        out.append(("*" if len(values) > 1 else indices[0][i]) + part)
+    return "".join(out)
 
 
 def _dominant_dtype(table: CostTable) -> Any:
@@ -96,9 +134,7 @@ def apply_target(report: Report, table: CostTable, target: Target | str, *, fusi
     dtype = _dominant_dtype(table)
     peak = matrix_rate(target, dtype, options).flops_per_s if dtype is not None else max(target.matrix_flops.values())
     mfu = report.modeled_flops / (total * peak * devices) if total > 0 else 0.0
-    ranked = sorted(((k, t) for k, t in zip(kernels, times) if t.time_s > 0), key=lambda kt: -kt[1].time_s)
-    top = [Bottleneck(k.name, k.kind, t.bound, t.time_s, t.time_s / total if total else 0.0, k.anchor.source.scope)
-           for k, t in ranked[:3]]
+    top = hotspots(kernels, times, total)
 
     required = report.weight_bytes + report.peak_activation_bytes
     capacity = target.memory_capacity * devices

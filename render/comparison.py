@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -10,7 +11,7 @@ from ..costmodel.compare import Comparison, WhatIf
 from ..costmodel.report import Report, Timing
 from .units import nbytes, seconds, si
 
-__all__ = ["timing_summary", "comparison_table", "print_comparison", "print_whatif", "bound_mix_text",
+__all__ = ["timing_summary", "comparison_table", "comparison_cards", "print_comparison", "print_whatif", "bound_mix_text",
            "speedups_text"]
 
 _SHORT = {"compute": "C", "memory": "M", "interconnect": "I", "overhead": "O"}
@@ -69,41 +70,128 @@ def timing_summary(r: Report) -> Table:
     tab.add_row("energy", _energy(t))
     tab.add_row("cost", _money(t))
     for b in t.top:
-        tab.add_row("bottleneck", f"{b.kernel} ({b.op}, {b.bound}-bound) {seconds(b.time_s)} = {b.share:.1%}"
-                    + (f"  [{b.scope}]" if b.scope else ""))
+        tab.add_row("bottleneck", f"{b.label} ({b.op}, {b.bound}-bound) {seconds(b.time_s)} = {b.share:.1%}"
+                    + (f"  [e.g. {b.kernel}]" if b.count > 1 else ""))
     for note in t.notes:
         tab.add_row("note", Text(note, style="yellow"))
     return tab
 
 
-def comparison_table(c: Comparison) -> Table:
+def _money_lines(t: Timing) -> str:
+    return _money(t).replace(", ", "\n")
+
+
+def _energy_lines(t: Timing) -> str:
+    return _energy(t).replace(", ", "\n")
+
+
+def _tops(t: Timing) -> str:
+    return "\n".join(f"{b.label} {b.bound[0].upper()} {b.share:.0%}" for b in t.top) or "-"
+
+
+def _narrowest(t: Timing, n: int = 2) -> Text:
+    """The pipes whose doubling helps most, narrowest first (the rest are within 1% of 1.00x)."""
+    if not t.speedup_if_doubled:
+        return Text("-")
+    ranked = sorted(t.speedup_if_doubled.items(), key=lambda kv: -kv[1])
+    shown = [kv for i, kv in enumerate(ranked) if i < n and (i == 0 or kv[1] >= 1.01)]
+    text = Text()
+    for i, (k, v) in enumerate(shown):
+        text.append(("\n" if i else "") + f"{k} {v:.2f}x", style="bold" if i == 0 else "")
+    return text
+
+
+#: (heading, cell) per row of a comparison; one place, so the wide table and the cards agree
+_ROWS = (
+    ("time", lambda t: seconds(t.time_s)),
+    ("throughput", lambda t: f"{si(t.throughput)} {t.item_unit}/s"),
+    ("MFU", lambda t: f"{t.mfu:.1%}"),
+    ("bound mix", bound_mix_text),
+    ("if doubled", _narrowest),
+    ("top kernels", _tops),
+    ("fits", _fit),
+    ("energy", _energy_lines),
+    ("cost", _money_lines),
+)
+_RIGHT = frozenset({"time", "throughput", "MFU"})
+
+
+def _title(c: Comparison) -> str:
     dims = ", ".join(f"{k}={v}" for k, v in c.dims.items()) or "static"
-    tab = Table(title=f"{c.graph} ({dims})", title_justify="left")
-    for col, just in (("target", "left"), ("time", "right"), ("throughput", "right"), ("MFU", "right"),
-                      ("bound mix", "left"), ("speed-up if doubled", "left"), ("top bottlenecks", "left"),
-                      ("fits", "left"), ("energy", "right"), ("cost", "right")):
-        tab.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-    fastest = c.fastest.time_s
+    return f"{c.graph} ({dims})"
+
+
+def _timings(c: Comparison) -> list[Timing]:
+    out = []
     for r in c.reports:
-        t = r.timing
-        assert t is not None
-        name = Text(f"{t.target}\n({t.family})", style="bold" if r.time_s == fastest else "")
-        tops = "\n".join(f"{b.kernel} {b.bound[0].upper()} {b.share:.0%}" for b in t.top)
-        tab.add_row(name, seconds(t.time_s), f"{si(t.throughput)} {t.item_unit}/s", f"{t.mfu:.1%}",
-                    bound_mix_text(t), speedups_text(t), tops, _fit(t), _energy(t), _money(t))
+        assert r.timing is not None
+        out.append(r.timing)
+    return out
+
+
+def comparison_table(c: Comparison) -> Table:
+    """One row per target: the layout for a wide terminal."""
+    tab = Table(title=_title(c), title_justify="left")
+    tab.add_column("target", justify="left")
+    for head, _ in _ROWS:
+        tab.add_column(head, justify="right" if head in _RIGHT else "left")
+    fastest = c.fastest.time_s
+    for t in _timings(c):
+        name = Text(f"{t.target}\n({t.family})", style="bold" if t.time_s == fastest else "")
+        tab.add_row(name, *(cell(t) for _, cell in _ROWS))
     return tab
+
+
+def comparison_cards(c: Comparison, width: int) -> list[Table]:
+    """One column per target, as many targets per table as ``width`` holds: the layout for a
+    narrow terminal or a log, where a row per target would fold every cell."""
+    timings = _timings(c)
+    cells = [[cell(t) for _, cell in _ROWS] for t in timings]
+    col = [max([len(t.target), len(t.family) + 2] + [max((len(line) for line in str(x).split("\n")), default=0)
+                                                      for x in row]) for t, row in zip(timings, cells)]
+    label = max(len(h) for h, _ in _ROWS)
+    fastest = c.fastest.time_s
+    tables: list[Table] = []
+    i = 0
+    while i < len(timings):
+        used, j = label + 1, i
+        while j < len(timings) and (j == i or used + col[j] + 2 <= width):
+            used += col[j] + 2
+            j += 1
+        tab = Table(title=_title(c) if i == 0 else None, title_justify="left", box=None, padding=(0, 1),
+                    show_edge=False)
+        tab.add_column("", style="bold", no_wrap=True)
+        for k in range(i, j):
+            tab.add_column(Text(f"{timings[k].target}\n({timings[k].family})",
+                                style="bold underline" if timings[k].time_s == fastest else "bold"),
+                           justify="left", overflow="fold")
+        for r, (head, _) in enumerate(_ROWS):
+            tab.add_row(head, *(cells[k][r] for k in range(i, j)))
+        tables.append(tab)
+        i = j
+    return tables
 
 
 def print_comparison(c: Comparison, console: Console | None = None) -> None:
     console = console or Console()
-    parts: list[object] = [comparison_table(c)]
-    for r in c.reports:
-        if r.timing and r.timing.notes:
-            for note in r.timing.notes:
-                parts.append(Text(f"{r.timing.target}: {note}", style="yellow"))
+    wide = comparison_table(c)
+    natural = Measurement.get(console, console.options.update_width(10_000), wide).maximum
+    fits = natural <= console.width
+    parts: list[object] = [wide] if fits else list(_spaced(comparison_cards(c, console.width)))
+    for t in _timings(c):
+        for note in t.notes:
+            parts.append(Text(f"{t.target}: {note}", style="yellow"))
     parts.append(Text("bound mix: share of time in kernels bound by Compute, Memory, Interconnect, Overhead; "
-                      "speed-up if doubled: the run's speed-up if that resource alone doubled.", style="dim"))
+                      "if doubled: the run's speed-up if that resource alone doubled (narrowest pipe first); "
+                      "top kernels: share of the time and bound.", style="dim"))
     console.print(Group(*parts))  # type: ignore[arg-type]
+
+
+def _spaced(tables: list[Table]):
+    for i, tab in enumerate(tables):
+        if i:
+            yield Text("")
+        yield tab
 
 
 def print_whatif(w: WhatIf, console: Console | None = None) -> None:
