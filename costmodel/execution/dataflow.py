@@ -80,19 +80,29 @@ class DataflowModel:
     family = "dataflow"
     default_fusion = "full"
 
-    def plan(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget) -> DataflowPlan:
+    def plans(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget) -> list[DataflowPlan]:
+        """The layouts worth timing. Without weight streaming the chips are ceil(footprint / SRAM).
+        With it, a model that does not fit one chip can either stream its weights into one chip from
+        the external tier (the training layout) or span enough chips to keep them on-chip (how
+        wafer-scale inference serves a 70B model); both are candidates and the faster one wins."""
         graph = table.graph
         weights = _bytes(graph.weights, table)
         acts = table.peak_activation_bytes
         cap = target.memory_capacity
-        notes: list[str] = []
-        if target.weight_streaming:
-            chips, streaming = 1, weights + acts > cap
-            if streaming:
-                notes.append(f"weights ({weights / 1e9:.3g} GB) exceed on-chip memory ({cap / 1e9:.3g} GB): "
-                             f"streamed from external memory")
-        else:
-            chips, streaming = max(1, ceil((weights + acts) / cap)), False
+        need = max(1, ceil((weights + acts) / cap))
+        if not target.weight_streaming or need == 1:
+            return [self._layout(kernels, table, target, need, False, [])]
+        out = [self._layout(kernels, table, target, 1, True,
+                            [f"weights ({weights / 1e9:.3g} GB) exceed one chip's fast memory ({cap / 1e9:.3g} GB): "
+                             f"streamed from external memory"])]
+        if not target.max_chips or need <= target.max_chips:
+            out.append(self._layout(kernels, table, target, need, False,
+                                    [f"weights ({weights / 1e9:.3g} GB) exceed one chip's fast memory "
+                                     f"({cap / 1e9:.3g} GB): spread over {need} chips"]))
+        return out
+
+    def _layout(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget, chips: int,
+                streaming: bool, notes: list[str]) -> DataflowPlan:
         fits = not (target.max_chips and chips > target.max_chips)
         if not fits:
             notes.append(f"needs {chips} chips, more than the largest system ({target.max_chips})")
@@ -140,7 +150,16 @@ class DataflowModel:
 
     def run(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget,
             options: TimingOptions) -> tuple[list[KernelTime], float, DataflowPlan]:
-        plan = self.plan(kernels, table, target)
+        runs = [self._run(plan, kernels, table, target, options) for plan in self.plans(kernels, table, target)]
+        best = min(runs, key=lambda r: r[1])
+        for other in runs:
+            if other is not best:
+                best[2].notes.append(f"{'streaming weights into 1 chip' if other[2].streaming else f'spreading over {other[2].chips} chips'} "
+                                     f"would take {other[1] * 1e3:.4g} ms")
+        return best
+
+    def _run(self, plan: DataflowPlan, kernels: list[Kernel], table: CostTable, target: DataflowTarget,
+             options: TimingOptions) -> tuple[list[KernelTime], float, DataflowPlan]:
         times: list[KernelTime] = []
         stage = [0.0] * plan.chips
         for i, k in enumerate(kernels):

@@ -1,0 +1,76 @@
+"""Batch-1 decode on dataflow chips against the vendors' published tokens per second.
+
+Why: bandwidth alone says a wafer holding Llama-3-8B in 21 PB/s of SRAM emits a token in about a
+microsecond; Cerebras serves 1,800 tokens/s. What bounds batch-1 decode on a spatial chip is the
+latency of each kernel in the chain (fill, synchronisation, fabric traversal), which no datasheet
+gives. The catalog therefore carries a per-kernel latency (``launch_overhead_us``) for Groq and
+Cerebras fitted to one published figure each, and this script shows the fit and checks it on a
+held-out published figure of a model ten times larger (different chip count, kernel count and
+weight bytes).
+
+    python benchmarks/published_decode.py      # seconds; writes results/published_decode.{md,json}
+
+The fit: with the latency at zero the model predicts T0 for one token; the chain has K kernels; the
+latency is (1 / published - T0) / K. Approximations, stated: the bundled Llama-3 graphs stand in for
+Llama 2 7B/70B (Groq's figures) and Llama 3.1 8B/70B (Cerebras'), one token without a KV cache
+(at 2k context the cache adds ~2-7% of the weight bytes); published figures are vendor API
+throughputs, which include sampling and host overheads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import narrowpipe  # noqa: E402
+from narrowpipe.backends import get_target  # noqa: E402
+from narrowpipe.models.examples import load_example  # noqa: E402
+
+from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
+
+#: (target, bundled example, published tokens/s, published model, source key, role)
+PUBLISHED = [
+    ("cerebras-wse3", "llama-3-8b", 1800, "Llama 3.1 8B", "CER-INF", "fit"),
+    ("cerebras-wse3", "llama-3-70b", 450, "Llama 3.1 70B", "CER-INF", "held out"),
+    ("groq-lpu", "llama-3-8b", 750, "Llama 2 7B (2k context)", "GROQ-INF", "fit"),
+    ("groq-lpu", "llama-3-70b", 300, "Llama 2 70B (4k context)", "GROQ-INF", "held out"),
+]
+
+
+def decode(example: str, target) -> narrowpipe.Report:
+    return narrowpipe.analyze(load_example(example), target, batch=1, seq=1)
+
+
+def main() -> None:
+    rows, data = [], []
+    for name, example, published, model, source, role in PUBLISHED:
+        target = get_target(name)
+        r = decode(example, target)
+        r0 = decode(example, dataclasses.replace(target, launch_overhead=0.0))
+        kernels = r.timing.kernels
+        fitted = (1 / published - r0.time_s) / kernels
+        predicted = 1 / r.time_s
+        data.append({"target": name, "example": example, "published_tokens_per_s": published,
+                     "published_model": model, "source": source, "role": role, "kernels": kernels,
+                     "chips": r.timing.devices, "time_without_latency_s": r0.time_s,
+                     "latency_per_kernel_s": target.launch_overhead, "latency_fitted_here_s": fitted,
+                     "predicted_tokens_per_s": predicted, "error": predicted / published - 1})
+        rows.append([name, f"{example} for {model}", role, r.timing.devices, kernels,
+                     f"{1 / r0.time_s:,.0f}", f"{target.launch_overhead * 1e6:.2g} us",
+                     f"{fitted * 1e6:.3g} us", f"{predicted:,.0f}", f"{published:,}",
+                     f"{predicted / published - 1:+.0%}", source])
+    env = environment()
+    md = ("# Batch-1 decode on dataflow chips vs published tokens/s\n\n" + env_header(env) + "\n"
+          + md_table(["target", "model", "role", "chips", "kernels", "tokens/s at zero latency",
+                      "catalog latency/kernel", "latency that fits", "predicted tokens/s",
+                      "published tokens/s", "error", "source"], rows, "llllrrrrrrrl")
+          + "\nThe catalog latency is the fitted one rounded to two digits; the held-out rows are the check.\n")
+    md_path, _ = write_results(RESULTS, "published_decode", md, {"env": env, "rows": data})
+    print(md)
+    print(f"[published_decode] wrote {md_path}")
+
+
+if __name__ == "__main__":
+    main()
