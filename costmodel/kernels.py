@@ -176,7 +176,7 @@ def _fuse_attention(nodes: list[Node], index: dict[int, int], base: dict[int, Va
             if p.op not in _ATTN_CHAIN or len(consumers.get(id(base.get(id(v), v)), ())) != 1:
                 break
             chain.append(index[id(p)])
-            v = p.inputs[0]
+            v = _scores_input(p, base, index, consumers)
         if first_dot is None:
             continue
         out = node.outputs[0]
@@ -199,6 +199,24 @@ def _fuse_attention(nodes: list[Node], index: dict[int, int], base: dict[int, Va
         for k in chain:
             root = groups.union(root, k)
         groups.heavy[groups.find(root)] = 1
+
+
+def _scores_input(node: Node, base: dict[int, Value], index: dict[int, int],
+                  consumers: dict[int, list[Node]]) -> Value | None:
+    """The operand of a scale/mask step that carries the attention scores back toward QK^T: the
+    one a batched DOT produced, else one from another single-use chain step. The mask operand is
+    neither (shared by every layer, or built from positions); ``where(mask, scores, fill)`` puts the
+    scores second, ``scores + mask`` and ``mask + scores`` either side."""
+    ins = [v for v in (node.inputs[1:] if node.op is Op.WHERE else node.inputs) if v is not None]
+    producers = [(v, base.get(id(v), v).producer) for v in ins]
+    for v, p in producers:
+        if p is not None and p.op is Op.DOT and p.attrs.get("lhs_batch") and id(p) in index:
+            return v
+    for v, p in producers:
+        if p is not None and id(p) in index and p.op in _ATTN_CHAIN and \
+                len(consumers.get(id(base.get(id(v), v)), ())) == 1:
+            return v
+    return ins[0] if ins else None
 
 
 def _view_bases(graph: Graph) -> dict[int, Value]:

@@ -15,6 +15,7 @@ from typing import Any
 from ..ir import DType, Op, TensorType, Value
 from .onnx_contractions import conv_attrs, dot, matmul
 from .onnx_contrib_shapes import MS, gqa_geometry, heads
+from .onnx_masks import attention_mask_is_causal
 from .onnx_nn import NN_LOWERINGS, attention_core
 from .onnx_node import NodeCx
 from .onnx_symdims import dim_add, dim_floordiv, dim_mul, to_dim
@@ -58,6 +59,8 @@ def _ms_attention(cx: NodeCx) -> None:
             v = cx.emit(Op.RESHAPE, [present], {"layout_adapter": "2bnsh->bsd", "part": "v"},
                         types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[2]))], bind=False, suffix="v_all").outputs[0]
     attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, "causal": bool(cx.attr("unidirectional", 0))}
+    if not attrs["causal"] and (attention_mask_is_causal(cx, 3, nonzero=True) or attention_mask_is_causal(cx, 5)):
+        attrs.update(causal=True, causal_from="mask")   # mask_index / attention_bias (.onnx_masks)
     if cx.attr("scale"):
         attrs["scale"] = float(cx.attr("scale"))
     mask = cx.input(3)
@@ -125,6 +128,8 @@ def _ms_mha(cx: NodeCx) -> None:
                                         suffix=f"present{idx}").outputs[0])
         k, v = _as_bsd(cx, k, "k_bsd"), _as_bsd(cx, v, "v_bsd")
     attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, "causal": bool(cx.attr("unidirectional", 0))}
+    if not attrs["causal"] and (attention_mask_is_causal(cx, 4, nonzero=True) or attention_mask_is_causal(cx, 5)):
+        attrs.update(causal=True, causal_from="mask")   # key_padding_mask / attention_bias (.onnx_masks)
     if cx.attr("scale"):
         attrs["scale"] = float(cx.attr("scale"))
     mask = cx.input(4) or cx.input(5)

@@ -23,6 +23,7 @@ from ..errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError
 from ..ir import Graph
 from .onnx_functions import expand_function
 from .onnx_lowering import OnnxLowerer, Unordered
+from .onnx_masks import CausalMasks
 from .onnx_node import ModelInfo
 from .onnx_params import classify_initializers
 from .onnx_read import all_graphs, check_model, opset_versions, parse_model, read_bytes, sort_model
@@ -128,6 +129,7 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
                      ir_version=inferred.ir_version, strict=strict, params=params, sorted=presorted)
     graph = Graph(name or model.graph.name or "onnx_model")
     lowerer = OnnxLowerer(info, state, ONNX_TABLE, SHAPE_RULES_EXTRA, fallback=expand_function)
+    lowerer.masks = CausalMasks(model)  # the model with its initializer data, not the inference skeleton
     lowerer.lower_graph(inferred.graph, graph, None, top=True)
     for spec in state.dims.values():
         graph.declare_dim(spec)

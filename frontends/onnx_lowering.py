@@ -18,6 +18,7 @@ from onnx import GraphProto, NodeProto, TensorProto
 from ..errors import FrontendError, NarrowpipeError, ShapeError, UnsupportedOpError
 from ..ir import Graph, Op, Source, TensorType, Value, ValueKind
 from .onnx_fold import FOLDERS, FROM_TYPE, fold
+from .onnx_masks import CausalMasks
 from .onnx_node import ModelInfo, NodeCx, Scope
 from .onnx_resolve import resolve_types
 from .onnx_shape_rules import SHAPE_RULES
@@ -44,6 +45,7 @@ class OnnxLowerer:
         self.table = table
         self.rules = {**SHAPE_RULES, **(rules or {})}
         self.fallback = fallback
+        self.masks: CausalMasks | None = None  # causal-mask test of the top-level graph (.onnx_masks)
 
     # -- graphs -----------------------------------------------------------------------------
     def lower_graph(self, gproto: GraphProto, graph: Graph, parent: Scope | None, *, top: bool,

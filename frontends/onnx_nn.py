@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..ir import DType, Op, TensorType, Value
+from .onnx_masks import attention_mask_is_causal, tag_mask_step
 from .onnx_node import NodeCx
 from .onnx_shape_rules import broadcast
 from .onnx_symdims import dim_add, dim_floordiv, dim_mul
@@ -112,6 +113,8 @@ def _softmax(op: Op) -> Callable[[NodeCx], None]:
         if cx.opset < 13 and attrs["axis"] != rank - 1:
             attrs["flatten_from"] = attrs["axis"]  # opset < 13 normalizes the flattened trailing dims
         cx.emit(op, cx.inputs(), attrs)
+        if op is Op.SOFTMAX:
+            tag_mask_step(cx)  # eager attention: is the add/where feeding it a causal mask step?
     return fn
 
 
@@ -259,6 +262,8 @@ def _attention(cx: NodeCx) -> None:
     past_k, past_v = cx.input(4), cx.input(5)
     four_d = q.type.rank == 4
     attrs: dict[str, Any] = {"causal": bool(cx.attr("is_causal", 0))}
+    if not attrs["causal"] and mask is not None and attention_mask_is_causal(cx, 3):
+        attrs.update(causal=True, causal_from="mask")   # a materialised causal mask (.onnx_masks)
     if cx.attr("scale") is not None:
         attrs["scale"] = float(cx.attr("scale"))
     if cx.attr("softcap"):

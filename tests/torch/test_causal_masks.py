@@ -116,3 +116,27 @@ def test_causal_mask_halves_gpu_attention_time():
     t_causal = narrowpipe.analyze(g_causal, target="h100").time_s
     t_full = narrowpipe.analyze(g_full, target="h100").time_s
     assert 0.45 < t_causal / t_full < 0.6
+
+
+class _EagerWhereAttention(torch.nn.Module):
+    """Eager attention in the masked_fill/where form: ``where(mask, scores, -inf)``."""
+
+    def __init__(self, causal: bool) -> None:
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, q, k, v):
+        s = q.shape[-2]
+        i = torch.arange(s, device=q.device)
+        mask = (i[None, :] <= i[:, None]) if self.causal else (i[None, :] >= i[:, None])
+        scores = torch.where(mask, q @ k.transpose(-1, -2), float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+
+def test_eager_where_form_fuses_into_one_causal_attention_kernel():
+    q = torch.randn(1, 32, 4096, 128, dtype=torch.bfloat16, device="meta")
+    causal = narrowpipe.analyze(narrowpipe.from_torch(_EagerWhereAttention(True), (q, q, q)), target="h100")
+    full = narrowpipe.analyze(narrowpipe.from_torch(_EagerWhereAttention(False), (q, q, q)), target="h100")
+    for r in (causal, full):
+        assert {row.kernel for row in r.ops if row.op in ("dot", "softmax", "where")} == {r.timing.top[0].kernel}
+    assert 0.45 < causal.time_s / full.time_s < 0.6
