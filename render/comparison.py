@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from ..costmodel.compare import Comparison, WhatIf
 from ..costmodel.report import Report, Timing
+from .fit import fits as _fits
 from .units import nbytes, seconds, si
 
 __all__ = ["timing_summary", "comparison_table", "comparison_cards", "print_comparison", "print_whatif", "bound_mix_text",
@@ -175,9 +175,7 @@ def comparison_cards(c: Comparison, width: int) -> list[Table]:
 def print_comparison(c: Comparison, console: Console | None = None) -> None:
     console = console or Console()
     wide = comparison_table(c)
-    natural = Measurement.get(console, console.options.update_width(10_000), wide).maximum
-    fits = natural <= console.width
-    parts: list[object] = [wide] if fits else list(_spaced(comparison_cards(c, console.width)))
+    parts: list[object] = [wide] if _fits(console, wide) else list(_spaced(comparison_cards(c, console.width)))
     for t in _timings(c):
         for note in t.notes:
             parts.append(Text(f"{t.target}: {note}", style="yellow"))

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..costmodel.report import OpRow, Report
+from .fit import fits as _fits
 from .units import count, flops, nbytes, percent, seconds, si
 
 __all__ = ["report_summary", "op_type_table", "node_table", "unmodeled_table", "print_report"]
@@ -51,7 +52,24 @@ def op_type_table(r: Report) -> Table:
     return t
 
 
-def node_table(r: Report, top: int | None = 20) -> Table:
+#: the per-node columns a narrow console drops, first to last (the numbers always stay)
+_DROPPABLE = ("source", "shape", "FLOP/B")
+
+
+def node_table(r: Report, top: int | None = 20, console: Console | None = None) -> Table:
+    """The heaviest nodes; with ``console``, the columns that would make the table wider than it
+    (source, then shape, then intensity) are left out rather than folded."""
+    drop: set[str] = set()
+    table = _node_table(r, top, drop)
+    for col in _DROPPABLE if console is not None else ():
+        if _fits(console, table):
+            break
+        drop.add(col)
+        table = _node_table(r, top, drop)
+    return table
+
+
+def _node_table(r: Report, top: int | None, drop: set[str]) -> Table:
     rows = [row for row in r.ops if row.flops or row.bytes or not row.modeled]
     timed = r.timing is not None
     if timed:
@@ -61,18 +79,21 @@ def node_table(r: Report, top: int | None = 20) -> Table:
     shown = rows if top is None else rows[:top]
     key = "time" if timed else "FLOPs"
     title = "every node" if top is None or top >= len(rows) else f"top {len(shown)} of {len(rows)} nodes by {key}"
+    if drop:
+        title += f" (narrow terminal: no {', '.join(c for c in _DROPPABLE if c in drop)} column)"
     t = Table(title=title, title_justify="left")
-    for col, just in (("node", "left"), ("op", "left"), ("source", "left"), ("shape", "left"),
-                      ("FLOPs", "right"), ("bytes", "right"), ("FLOP/B", "right")) + \
-            ((("time", "right"), ("bound", "left")) if timed else ()):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    columns = [("node", "left"), ("op", "left"), ("source", "left"), ("shape", "left"), ("FLOPs", "right"),
+               ("bytes", "right"), ("FLOP/B", "right")] + ([("time", "right"), ("bound", "left")] if timed else [])
+    keep = [i for i, (col, _) in enumerate(columns) if col not in drop]
+    for i in keep:
+        t.add_column(columns[i][0], justify=columns[i][1], overflow="fold")  # type: ignore[arg-type]
     for row in shown:
-        cells = [row.name, _op_text(row), row.scope or row.source_op, f"{row.dtype}{row.shape}",
-                 flops(row.flops), nbytes(row.bytes), f"{row.intensity:.3g}" if row.bytes else "-"]
+        cells: list[object] = [row.name, _op_text(row), row.scope or row.source_op, f"{row.dtype}{row.shape}",
+                               flops(row.flops), nbytes(row.bytes), f"{row.intensity:.3g}" if row.bytes else "-"]
         if timed:
             fused = row.kernel and row.kernel != row.name
             cells += [seconds(row.time_s) if not fused else f"in {row.kernel}", row.bound or "-"]
-        t.add_row(*cells)
+        t.add_row(*(cells[i] for i in keep))
     return t
 
 
@@ -96,7 +117,7 @@ def print_report(r: Report, console: Console | None = None, *, top: int | None =
     if r.timing is not None:
         from .comparison import timing_summary
         parts.append(timing_summary(r))
-    parts += [op_type_table(r), node_table(r, top)]
+    parts += [op_type_table(r), node_table(r, top, console)]
     if r.unmodeled:
         parts.append(unmodeled_table(r))
     for note in r.notes:

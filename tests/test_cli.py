@@ -44,3 +44,15 @@ def test_parse_sets():
     assert parse_sets(["batch=8", "seq=2048,kv=4"]) == {"batch": 8, "seq": 2048, "kv": 4}
     with pytest.raises(NarrowpipeError):
         parse_sets(["batch"])
+
+
+def test_analyze_drops_columns_rather_than_folding_them_in_a_narrow_terminal(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["analyze", "llama-3-8b", "--target", "h100", "--set", "seq=16"]) == 0
+    narrow = capsys.readouterr().out
+    assert "narrow terminal: no source" in narrow and "linear_224" in narrow      # names stay whole
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["analyze", "llama-3-8b", "--target", "h100", "--set", "seq=16"]) == 0
+    wide = capsys.readouterr().out
+    assert "narrow terminal" not in wide and "┃ source" in wide and "lm_head" in wide
