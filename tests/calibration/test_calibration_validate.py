@@ -27,7 +27,10 @@ def test_held_out_op_predictions_within_a_loose_bound(host, one_thread):
 
 
 def test_tiny_model_end_to_end_within_a_loose_bound(host, one_thread):
-    result = validate_model("bert-base", host, batch=2, seq=32, tiny=True)
+    # seq 128 as in the acceptance run: at seq 32 the 2-layer model is so small that per-op Python and
+    # module overhead (9-13 us per op measured here, against the 1.8 us dispatch of a bare op that
+    # calibrate fits) is most of its time, and the prediction fell to 0.38-0.55x of the measurement
+    result = validate_model("bert-base", host, batch=2, seq=128, tiny=True)
     e = result.end_to_end
     assert e.measured_s > 0 and e.predicted_s > 0
     assert 0.3 < e.predicted_s / e.measured_s < 3.0
