@@ -54,13 +54,14 @@ def hotspots(kernels: list[Kernel], times: list[KernelTime], total: float, n: in
     """The ``n`` heaviest kernels, counting together the same kernel of every repeated block: in a
     32-layer model "every layer's down_proj: 21%" is what a reader can act on, "layer 7's: 0.7%" is
     not. Kernels are the same when their module paths differ only in indices and their predicted
-    times are equal (same shapes); the label stars the indices that vary. Kernels without a module
+    times agree to three digits (same shapes; the last layer's down_proj, which also absorbs the
+    final residual add, stays in); the label stars the indices that vary. Kernels without a module
     scope stay one per entry."""
     groups: dict[tuple[str, str, float], list[tuple[Kernel, KernelTime]]] = {}
     for k, t in zip(kernels, times):
         if t.time_s > 0:
             scope = k.anchor.source.scope
-            key = (_INDEX.sub("#", scope) if scope else f"@{k.name}", k.kind, t.time_s)
+            key = (_INDEX.sub("#", scope) if scope else f"@{k.name}", k.kind, float(f"{t.time_s:.3g}"))
             groups.setdefault(key, []).append((k, t))
     out = []
     for (_, kind, _), members in groups.items():

@@ -31,6 +31,14 @@ def test_repeated_layers_are_one_hotspot_with_their_summed_time():
     assert t.top == sorted(t.top, key=lambda b: -b.time_s)
 
 
+def test_last_layer_with_a_fused_residual_epilogue_still_counts_with_its_layer():
+    """At decode the last down_proj also absorbs the final residual add (3 ns more of 42 us)."""
+    r = narrowpipe.analyze(load_example("llama-3-8b"), "h100", seq=1)
+    down = next(b for b in r.timing.top if b.scope == "model.layers.*.mlp.down_proj")
+    rows = _anchor_rows(r, r"model\.layers\.\d+\.mlp\.down_proj")
+    assert down.count == 32 and down.time_s == pytest.approx(sum(row.time_s for row in rows))
+
+
 def test_unrepeated_kernel_keeps_its_own_name():
     r = narrowpipe.analyze(load_example("gpt2"), "h100")
     head = next(b for b in r.timing.top if b.scope == "lm_head")
@@ -44,7 +52,7 @@ def test_kernels_of_different_shapes_are_not_merged():
     for b in r.timing.top:
         same_path = _anchor_rows(r, re.escape(b.scope).replace(r"\*", r"\d+"))
         each = b.time_s / b.count
-        members = [row for row in same_path if row.time_s == pytest.approx(each, rel=1e-12)]
+        members = [row for row in same_path if row.time_s == pytest.approx(each, rel=5e-3)]
         assert len(members) == b.count
         merged_apart |= len(members) < len(same_path)
     assert merged_apart     # some kernel on the same path pattern has another cost and stayed apart
