@@ -19,6 +19,8 @@ from dataclasses import replace
 from ..ir import Graph
 from . import diagnose_aten_matmul, diagnose_aten_tensor, diagnose_aten_vector
 from .diagnose_aten_call import Builder, Call
+from .diagnose_out_args import drops_out_arg
+from .diagnose_trace import TensorArg
 from .diagnose_aten_vector import ELEMENTWISE
 from .diagnose_collectives import collective_graph, collective_kind
 
@@ -66,6 +68,8 @@ def lower_call(call: Call) -> Graph | None:
     key = _key(call.base)
     if key is None:
         return None
+    if call.inputs and drops_out_arg(call.base, len(call.inputs), isinstance(call.inputs[-1], TensorArg)):
+        call = replace(call, inputs=call.inputs[:-1], concrete=call.concrete[:-1])   # the out= buffer
     try:
         return _BUILDERS[key](replace(call, key=key))
     except (IndexError, ValueError, ZeroDivisionError, TypeError, AttributeError):

@@ -187,3 +187,19 @@ def test_a_trace_without_shapes_is_an_error_naming_the_file(tmp_path):
     with pytest.raises(TraceError, match="record_shapes=True") as err:
         diagnose(path, "h100")
     assert isinstance(err.value, NarrowpipeError) and "noshapes.json" in str(err.value)
+
+
+def test_out_buffers_are_written_not_read(tmp_path, host_target):
+    """``out=`` calls record the buffer as one more argument; it costs one write, never a read."""
+    n = 1 << 16
+    x, y, z = torch.randn(n), torch.randn(n), torch.empty(n)
+
+    def loop() -> None:
+        torch.add(x, y, out=z)
+        torch.mul(x, 2.0, out=z)
+        torch.exp(x, out=z)
+    d = diagnose(_record(tmp_path / "out.json", loop), host_target)
+    ops = {o.name: o for o in d.ops}
+    assert ops["aten::add"].bytes == 4 * 3 * n            # x and y read, z written
+    assert ops["aten::mul"].bytes == 4 * 2 * n + 8        # x read (+ the 0-d double scalar), z written
+    assert ops["aten::exp"].bytes == 4 * 2 * n and ops["aten::exp"].flops == 0   # exp: a transcendental
