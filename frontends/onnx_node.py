@@ -26,7 +26,7 @@ from .onnx_types import small_array
 if TYPE_CHECKING:
     from .onnx_lowering import OnnxLowerer
 
-__all__ = ["NodeCx", "Scope", "ModelInfo", "attr_value"]
+__all__ = ["NodeCx", "Scope", "ModelInfo", "attr_value", "module_scope"]
 
 
 @dataclass
@@ -121,7 +121,8 @@ class NodeCx:
         self.opset = opset
         self.scope = scope
         self.graph = graph
-        self.source = source or Source(op=_source_op(self.domain, self.op_type), name=self.name, file=lw.info.file)
+        self.source = source or Source(op=_source_op(self.domain, self.op_type), name=self.name,
+                                       scope=module_scope(node.name), file=lw.info.file)
         self.folded: list[np.ndarray] | None = None
         self.ins: list[str] = list(node.input)
         self.outs: list[str] = list(node.output)
@@ -293,4 +294,12 @@ def _check_operands(cx: NodeCx, op: Op, inputs: list[Value | None], attrs: dict[
         assert x is not None and w is not None
         if x.type.rank < 3 or w.type.rank != x.type.rank:
             raise cx.error(f"convolution input rank {x.type.rank} and weight rank {w.type.rank} do not fit", ShapeError)
+
+
+def module_scope(name: str) -> str:
+    """The module path in a node name written as one (torch's legacy exporter and tf2onnx name
+    nodes ``/transformer/h.0/attn/MatMul``): ``transformer.h.0.attn``, so reports group and
+    attribute ONNX nodes by module as they do torch ones. Names without a path give ``""``."""
+    path, sep, _ = name.rpartition("/")
+    return path.strip("/").replace("/", ".") if sep else ""
 
