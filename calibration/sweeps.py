@@ -59,7 +59,13 @@ def dispatch_overhead(device: str = "cpu") -> Measurement:
     import torch
     x = torch.ones(1, device=device)
     t = median_time(lambda: torch.add(x, x), device=device, warmup=20, repeats=200, min_seconds=0.05)
-    return Measurement("dispatch", "fp32", (1,), 1, 12, t)
+    one = _fp32(x)
+    c = op_cost(Op.ADD, [one, one], [one])
+    return Measurement("dispatch", "fp32", (1,), c.flops, c.bytes, t)
+
+
+def _fp32(t) -> TensorType:  # noqa: ANN001
+    return TensorType(DType.FP32, tuple(t.shape))
 
 
 #: Bytes of weights cycled through so that each call reads weights the caches no longer hold, as a
@@ -158,21 +164,24 @@ def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:
     xp = torch.randn(1, 64, 112, 112, device=device)
     w, b = torch.ones(768, device=device), torch.zeros(768, device=device)
     rm, rv = torch.zeros(64, device=device), torch.ones(64, device=device)
+    # name (a canonical op) -> (the call, the tensors it reads)
     cases = {
-        "layer_norm": (lambda: F.layer_norm(x2, (768,), w, b), x2.numel()),
-        "softmax": (lambda: torch.softmax(x3, -1), x3.numel()),
-        "log_softmax": (lambda: torch.log_softmax(x3, -1), x3.numel()),
-        "batch_norm": (lambda: F.batch_norm(x4, rm, rv, training=False), x4.numel()),
-        "group_norm": (lambda: F.group_norm(x4, 8), x4.numel()),
-        "pool": (lambda: F.max_pool2d(xp, 3, 2, 1), xp.numel()),
-        "reduce_mean": (lambda: x3.mean(-1), x3.numel()),
-        "reduce_sum": (lambda: x3.sum(-1), x3.numel()),
-        "cumsum": (lambda: x3.cumsum(-1), x3.numel()),
+        "layer_norm": (lambda: F.layer_norm(x2, (768,), w, b), (x2, w, b)),
+        "softmax": (lambda: torch.softmax(x3, -1), (x3,)),
+        "log_softmax": (lambda: torch.log_softmax(x3, -1), (x3,)),
+        "batch_norm": (lambda: F.batch_norm(x4, rm, rv, training=False), (x4, rm, rv)),
+        "group_norm": (lambda: F.group_norm(x4, 8), (x4,)),
+        "pool": (lambda: F.max_pool2d(xp, 3, 2, 1), (xp,)),
+        "reduce_mean": (lambda: x3.mean(-1), (x3,)),
+        "reduce_sum": (lambda: x3.sum(-1), (x3,)),
+        "cumsum": (lambda: x3.cumsum(-1), (x3,)),
     }
     with torch.no_grad():
-        for name, (fn, n) in cases.items():
+        for name, (fn, reads) in cases.items():
             t = median_time(fn, device=device)
-            yield Measurement(f"vector_op:{name}", "fp32", (n,), n, 8 * n, t)
+            n = reads[0].numel()   # the rate counts input elements per second
+            c = op_cost(Op(name), [_fp32(r) for r in reads], [_fp32(fn())])
+            yield Measurement(f"vector_op:{name}", "fp32", (n,), n, c.bytes, t)
 
 
 #: torch function for each transcendental the cost model knows a rate for.
@@ -187,7 +196,8 @@ def transcendental_sweep(device: str = "cpu", n: int = 1 << 18) -> Iterator[Meas
     for name in TRANSCENDENTAL_FNS:
         fn = fns.get(name) or getattr(torch, name)
         t = median_time(lambda fn=fn: fn(x), device=device)
-        yield Measurement(f"transcendental:{name}", "fp32", (n,), n, 8 * n, t)
+        c = op_cost(Op(name), [_fp32(x)], [_fp32(x)])
+        yield Measurement(f"transcendental:{name}", "fp32", (n,), c.transcendentals, c.bytes, t)
 
 
 def run_all(device: str, quick: bool, progress: Callable[[str], None] | None = None) -> list[Measurement]:
