@@ -166,14 +166,7 @@ class CausalMasks:
         """Tensor name -> index of the node that outputs it (built at the first query: one pass)."""
         if self._producers is None:
             g = self._graph
-            producers: dict[str, int] = {}
-            for i, n in enumerate(g.node):
-                out = n.output
-                if len(out) == 1:
-                    producers[out[0]] = i
-                else:
-                    for o in out:
-                        producers[o] = i
+            producers = {o: i for i, n in enumerate(g.node) for o in n.output}
             producers.pop("", None)
             self._producers = producers
             self._inputs = {vi.name: vi for vi in g.input}

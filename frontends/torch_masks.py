@@ -52,7 +52,8 @@ class CausalMasks:
         hit = self._memo.get(node)
         if hit is None:
             try:
-                hit = all(self._causal_at(node, size) for size in SIZES)
+                subgraph = self._ancestors(node)
+                hit = all(self._causal_at(node, subgraph, size) for size in SIZES)
             except Exception:   # any failure means "not proven causal", never a wrong flag
                 hit = False
             self._memo[node] = hit
@@ -82,9 +83,9 @@ class CausalMasks:
             return t
         return None
 
-    def _causal_at(self, node: fx.Node, size: int) -> bool:
+    def _causal_at(self, node: fx.Node, subgraph: list[fx.Node], size: int) -> bool:
         env: dict[fx.Node, Any] = {}
-        for n in self._ancestors(node):
+        for n in subgraph:
             if n.op in ("placeholder", "get_attr"):
                 env[n] = self._leaf(n, size)
             elif n.op == "call_function":
