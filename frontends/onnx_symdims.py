@@ -274,29 +274,25 @@ def dim_mod(a: DimLike, b: DimLike) -> int | Poly:
 
 
 def dim_max(a: DimLike, b: DimLike) -> int | Poly:
-    if isinstance(a, int) and isinstance(b, int):
-        return max(a, b)
-    pa, pb = to_poly(a), to_poly(b)
-    diff = pa - pb
-    if diff.nonneg:
-        return _norm(pa)
-    if (-diff).nonneg:
-        return _norm(pb)
-    lo, hi = sorted((str(pa), str(pb)))
-    return Poly.atom(f"max({lo}, {hi})")
+    return _extreme(a, b, largest=True)
 
 
 def dim_min(a: DimLike, b: DimLike) -> int | Poly:
+    return _extreme(a, b, largest=False)
+
+
+def _extreme(a: DimLike, b: DimLike, *, largest: bool) -> int | Poly:
+    """max or min: decided when the difference has a known sign, else a symbolic atom."""
     if isinstance(a, int) and isinstance(b, int):
-        return min(a, b)
+        return max(a, b) if largest else min(a, b)
     pa, pb = to_poly(a), to_poly(b)
     diff = pa - pb
     if diff.nonneg:
-        return _norm(pb)
+        return _norm(pa if largest else pb)
     if (-diff).nonneg:
-        return _norm(pa)
+        return _norm(pb if largest else pa)
     lo, hi = sorted((str(pa), str(pb)))
-    return Poly.atom(f"min({lo}, {hi})")
+    return Poly.atom(f"{'max' if largest else 'min'}({lo}, {hi})")
 
 
 def dim_eq(a: DimLike, b: DimLike) -> bool | None:
