@@ -41,18 +41,18 @@ def _fit(t: Timing) -> Text:
     return Text(f"no: needs {t.devices_needed} ({nbytes(t.memory_required)})", style="red")
 
 
-def _money(t: Timing) -> str:
+def _money(t: Timing, sep: str = ", ") -> str:
     if t.cost_usd is None:
         return "-"
     per_m = t.cost_per_million_items
-    return f"${t.cost_usd:.3g}/run, ${per_m:.3g}/M {t.item_unit}" if per_m is not None else f"${t.cost_usd:.3g}"
+    return f"${t.cost_usd:.3g}/run{sep}${per_m:.3g}/M {t.item_unit}" if per_m is not None else f"${t.cost_usd:.3g}"
 
 
-def _energy(t: Timing) -> str:
+def _energy(t: Timing, sep: str = ", ") -> str:
     if t.energy_j is None:
         return "-"
     per = t.items_per_joule
-    return f"{si(t.energy_j, 'J')}, {per:.3g} {t.item_unit}/J" if per else si(t.energy_j, "J")
+    return f"{si(t.energy_j, 'J')}{sep}{per:.3g} {t.item_unit}/J" if per else si(t.energy_j, "J")
 
 
 def timing_summary(r: Report) -> Table:
@@ -75,14 +75,6 @@ def timing_summary(r: Report) -> Table:
     for note in t.notes:
         tab.add_row("note", Text(note, style="yellow"))
     return tab
-
-
-def _money_lines(t: Timing) -> str:
-    return _money(t).replace(", ", "\n")
-
-
-def _energy_lines(t: Timing) -> str:
-    return _energy(t).replace(", ", "\n")
 
 
 def _tops(t: Timing) -> str:
@@ -110,8 +102,8 @@ _ROWS = (
     ("if doubled", _narrowest),
     ("top kernels", _tops),
     ("fits", _fit),
-    ("energy", _energy_lines),
-    ("cost", _money_lines),
+    ("energy", lambda t: _energy(t, "\n")),
+    ("cost", lambda t: _money(t, "\n")),
 )
 _RIGHT = frozenset({"time", "throughput", "MFU"})
 

@@ -152,10 +152,10 @@ class DataflowModel:
             options: TimingOptions) -> tuple[list[KernelTime], float, DataflowPlan]:
         runs = [self._run(plan, kernels, table, target, options) for plan in self.plans(kernels, table, target)]
         best = min(runs, key=lambda r: r[1])
-        for other in runs:
-            if other is not best:
-                best[2].notes.append(f"{'streaming weights into 1 chip' if other[2].streaming else f'spreading over {other[2].chips} chips'} "
-                                     f"would take {other[1] * 1e3:.4g} ms")
+        for _, total, plan in runs:
+            if plan is not best[2]:
+                layout = "streaming weights into 1 chip" if plan.streaming else f"spreading over {plan.chips} chips"
+                best[2].notes.append(f"{layout} would take {total * 1e3:.4g} ms")
         return best
 
     def _run(self, plan: DataflowPlan, kernels: list[Kernel], table: CostTable, target: DataflowTarget,
