@@ -17,19 +17,19 @@ def load(path: str | Path | Any, **options: Any) -> Graph:
     """Load a ``.pt2`` (torch.export.save), ``.onnx`` file or ``onnx.ModelProto``, or a graph ``.json``."""
     if not isinstance(path, (str, Path)):
         if type(path).__name__ == "ModelProto":
-            from .frontends.onnx_frontend import from_onnx_model
+            from .frontends.onnx.frontend import from_onnx_model
             return from_onnx_model(path, **options)
         raise ModelLoadError(f"cannot load an object of type {type(path).__name__}")
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix == ".pt2":
         try:
-            from .frontends.torch_frontend import load_pt2
+            from .frontends.torch.frontend import load_pt2
         except ImportError as exc:
             raise ModelLoadError("loading .pt2 files needs torch: pip install 'narrowpipe[torch]'", file=str(p)) from exc
         return load_pt2(p, **options)
     if suffix == ".onnx":
-        from .frontends.onnx_frontend import load_onnx
+        from .frontends.onnx.frontend import load_onnx
         return load_onnx(p, **options)
     if suffix == ".json":
         if not p.exists():

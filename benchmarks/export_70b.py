@@ -38,7 +38,7 @@ import transformers  # noqa: E402
 from torch.export import Dim  # noqa: E402
 
 import narrowpipe  # noqa: E402
-from narrowpipe.frontends.torch_frontend import from_exported_program  # noqa: E402
+from narrowpipe.frontends.torch.frontend import from_exported_program  # noqa: E402
 from narrowpipe.models.examples import EXAMPLES, load_example  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

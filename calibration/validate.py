@@ -15,7 +15,7 @@ from typing import Any
 
 from ..backends import Target, get_target
 from ..costmodel.analyze import analyze
-from ..frontends.torch_frontend import from_torch
+from ..frontends.torch.frontend import from_torch
 from .timer import median_time
 
 __all__ = ["Case", "op_sweep", "validate_model", "ModelValidation", "build_validation_model", "summarize",

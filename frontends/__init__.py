@@ -11,11 +11,11 @@ from typing import Any
 __all__ = ["from_torch", "load_pt2"]
 
 
-def from_torch(*args: Any, **kwargs: Any):  # noqa: ANN201 - see torch_frontend.from_torch
-    from .torch_frontend import from_torch as impl
+def from_torch(*args: Any, **kwargs: Any):  # noqa: ANN201 - see frontends.torch.frontend.from_torch
+    from .torch.frontend import from_torch as impl
     return impl(*args, **kwargs)
 
 
 def load_pt2(*args: Any, **kwargs: Any):  # noqa: ANN201
-    from .torch_frontend import load_pt2 as impl
+    from .torch.frontend import load_pt2 as impl
     return impl(*args, **kwargs)

@@ -124,7 +124,7 @@ def build_example(name: str, *, attn_implementation: str = "sdpa") -> Graph:
     except ImportError as exc:
         raise NarrowpipeError(f"building example {name!r} needs torch and transformers: "
                               f"pip install 'narrowpipe[torch]' transformers") from exc
-    from ..frontends.torch_frontend import from_torch
+    from ..frontends.torch.frontend import from_torch
     from ..ir import DimSpec
 
     config = ex.config()

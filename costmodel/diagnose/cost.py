@@ -1,0 +1,100 @@
+"""Costing one recorded call: lower it to IR, run the cost rules and the target's execution model,
+and keep what the diagnosis compares measured time against.
+
+Calls with equal signatures (name, shapes, dtypes, scalars) cost the same, so each distinct
+signature is costed once however many times the trace repeats it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...backends import Target
+from ...ir import DType, Op, OpGroup
+from ...frontends.trace.lower import Call, lower_call
+from ...frontends.trace.collectives import collective_graph, collective_kind
+from ...frontends.trace.read import Event, parse_dtype
+from ..execution.common import TimingOptions, matrix_rate, transcendental_rate, vector_rate
+from ..interpreter import interpret
+from ..kernels import fuse
+from ..targeted import time_program
+
+__all__ = ["Costed", "Coster"]
+
+_HEAVY = frozenset({Op.DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
+
+
+@dataclass(frozen=True)
+class Costed:
+    """One call's exact work and its times at the target's peaks: what measured time is held against."""
+
+    op: str
+    group: str
+    dtype: str
+    flops: int
+    matmul_flops: int
+    transcendentals: int
+    bytes: int
+    comm_bytes: int
+    compute_s: float      # at the datasheet peak
+    memory_s: float       # at the datasheet bandwidth
+    link_s: float | None  # at the link bandwidth (collectives)
+    predicted_s: float
+
+
+class Coster:
+    """Costs recorded calls through the IR and the rules, once per distinct signature."""
+
+    def __init__(self, target: Target, options: TimingOptions, default_dtype: DType) -> None:
+        self.target, self.options, self.default_dtype = target, options, default_dtype
+        self.cache: dict[str, Costed | None] = {}
+
+    def op(self, ev: Event) -> Costed | None:
+        key = ev.signature()
+        if key not in self.cache:
+            graph = lower_call(Call(ev.name, ev.inputs(), ev.concrete(), self.default_dtype))
+            self.cache[key] = self._cost(graph) if graph is not None else None
+        return self.cache[key]
+
+    def comm(self, name: str, info: dict[str, Any]) -> Costed | None:
+        _, op = collective_kind(f"{info.get('Collective name', '')} {name}")
+        nin, nout = info.get("In msg nelems"), info.get("Out msg nelems")
+        if op is None or not isinstance(nin, (int, float)):
+            return None
+        dtype = parse_dtype(str(info.get("dtype", ""))) or self.default_dtype
+        group = int(info.get("Group size") or 1)
+        graph = collective_graph(name, op, int(nin), int(nout if isinstance(nout, (int, float)) else nin), dtype, group)
+        return self._cost(graph, group)
+
+    def _cost(self, graph: Any, group: int = 1) -> Costed | None:
+        table = interpret(graph, {})
+        if table.unmodeled:
+            return None
+        t, opts = self.target, self.options
+        kernels = fuse(table, "full")
+        flops = mm = trans = comm = 0
+        compute_s = 0.0
+        heavy = max(table.costs, key=lambda n: (n.op in _HEAVY, table.costs[n].flops))
+        for node, cost in table.costs.items():
+            flops, trans, comm = flops + cost.flops, trans + cost.transcendentals, comm + cost.comm_bytes
+            if node.group is OpGroup.COLLECTIVE:
+                continue
+            x = node.inputs[0] if node.inputs else None
+            dtype = x.type.dtype if x is not None else node.outputs[0].type.dtype
+            if node.op in _HEAVY:
+                mm += cost.flops
+                compute_s += cost.flops / matrix_rate(t, dtype, opts).flops_per_s
+            elif cost.flops:
+                compute_s += cost.flops / vector_rate(t, dtype if dtype.is_float else DType.FP32).flops_per_s
+            compute_s += cost.transcendentals / transcendental_rate(t) if cost.transcendentals else 0.0
+        nbytes = sum(k.cost.bytes for k in kernels if not k.is_free)
+        link_s = None
+        if comm:
+            bw = (t.scale_up_bandwidth if group <= t.scale_up_domain else t.scale_out_bandwidth) or t.scale_up_bandwidth
+            link_s = comm / bw if bw else None
+        _, predicted, _ = time_program(kernels, table, t, self.options)
+        x = heavy.inputs[0] if heavy.inputs and heavy.inputs[0] is not None else heavy.outputs[0]
+        return Costed("+".join(dict.fromkeys(n.op.value for n in table.costs)), heavy.group.value,
+                      x.type.dtype.value, flops, mm, trans, nbytes, comm, compute_s,
+                      nbytes / t.memory_bandwidth, link_s, predicted)

@@ -1,0 +1,162 @@
+"""Diagnose a measured run: which pipe was narrowest, judged from a ``torch.profiler`` trace.
+
+Each op recorded with shapes is lowered to a one-op IR graph (:mod:`narrowpipe.frontends.trace.lower`) and costed by
+the same rules as every graph (:mod:`.rules`), so its FLOPs and bytes are exact; its measured time
+(the op's duration on a CPU trace, the sum of the kernels it launched on a GPU trace) turns them into
+achieved FLOP/s and bandwidth, compared with the target's datasheet peaks:
+
+* ``compute utilization`` = (FLOPs at the peak rate for the dtype: matrix units for matmul, conv and
+  attention, vector units otherwise, plus transcendentals) / measured time;
+* ``memory utilization`` = (compulsory bytes / peak memory bandwidth) / measured time; compulsory
+  bytes are a lower bound on real traffic, so this is too.
+
+Per op (rows are grouped by op name and recorded shapes), the bound is:
+
+* ``interconnect`` for communication (NCCL kernels, ``c10d::``, ``record_param_comms``);
+* ``overhead`` if both utilizations are below :data:`OVERHEAD_UTILIZATION` (5%): the time goes to
+  launch, dispatch or latency, not to moving or computing data;
+* else ``compute`` if the op needs more time at peak FLOP/s than at peak bandwidth, else ``memory``.
+
+The run gets one label, :data:`RUN_LABELS`:
+
+1. ``interconnect``: communication busy time >= compute busy time (time with at least one
+   communication kernel running against time with at least one other kernel running);
+2. otherwise the largest of three buckets: *launch* = idle gaps (no kernel, or on a CPU trace no op,
+   running) + overhead-bound ops + host copies + wrapper ops' own time; *memory* = memory-bound ops;
+   *compute* = compute-bound ops. Unmodeled ops are listed with their time and count for no bucket.
+
+This module runs the steps and sums up; each step has its own module: reading the trace
+(:mod:`narrowpipe.frontends.trace.read`), costing one call (:mod:`.cost`), charging measured time to ops
+(:mod:`.charge`), thresholds, labels and advice (:mod:`.labels`) and the result
+types (:mod:`.report`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ...backends import Target, get_target
+from ...ir import DType
+from .charge import UNMODELED, Charger, Unit
+from .cost import Coster
+from .labels import (HOST_COPY, LONG_CALL_LAUNCHES, LOW_COMPUTE_UTILIZATION, OVERHEAD_UTILIZATION,
+                              RUN_LABELS, Timeline, op_advice, op_bound, pct, run_advice, run_label)
+from .report import DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION, Diagnosis, OpStat, UnmodeledStat
+from ...frontends.trace.read import Trace, intersection_length, load_trace, union_length
+from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD, TimingOptions, matrix_rate
+
+__all__ = ["diagnose", "Diagnosis", "OpStat", "UnmodeledStat", "OVERHEAD_UTILIZATION", "RUN_LABELS",
+           "DIAGNOSIS_FORMAT", "DIAGNOSIS_VERSION", "LONG_CALL_LAUNCHES", "LOW_COMPUTE_UTILIZATION", "HOST_COPY",
+           "UNMODELED"]
+
+
+def diagnose(trace_path: str | os.PathLike[str], target: Target | str, *, allow_tf32: bool = False) -> Diagnosis:
+    """Read a ``torch.profiler`` Chrome trace recorded with ``record_shapes=True`` and judge it on
+    ``target`` (a catalog name, alias, TOML path or Target). ``allow_tf32`` rates fp32 matmuls at
+    the TF32 tensor-core peak (torch's default is off for matmuls)."""
+    trace = load_trace(trace_path)
+    tgt = get_target(target)
+    options = TimingOptions(allow_tf32, False, "full")
+    coster = Coster(tgt, options, _dominant_float(trace))
+    charger = Charger(trace, coster)
+    for root in trace.roots:
+        charger.walk(root)
+    if trace.gpu:
+        charger.charge_device()
+    return _summarize(trace, tgt, options, charger)
+
+
+def _dominant_float(trace: Trace) -> DType:
+    counts: dict[DType, int] = {}
+    for i, ev in enumerate(trace.cpu_ops()):
+        if i > 20000:
+            break
+        for x in ev.inputs():
+            if x is not None and not isinstance(x, list) and x.dtype is not None and x.dtype.is_float:
+                counts[x.dtype] = counts.get(x.dtype, 0) + 1
+    return max(counts, key=counts.get) if counts else DType.FP32  # type: ignore[arg-type]
+
+
+def _stat(u: Unit, target: Target, op_time_s: float, gpu: bool) -> OpStat:
+    t = u.time_us * 1e-6
+    c, n = u.costed, u.calls
+    kernel = max(u.kernels, key=u.kernels.get) if u.kernels else ""  # type: ignore[arg-type]
+    if u.kind == HOST_COPY:
+        bw = target.host_bandwidth
+        return OpStat(u.name, "copy", "data_movement", "", n, t, t / op_time_s, 0, 0, int(u.nbytes), 0, 0.0,
+                      u.nbytes / t if t else 0.0, 0.0, 0.0, (u.nbytes / bw / t) if bw and t else None, None,
+                      HOST_COPY, op_advice(HOST_COPY, "", "", 0.0), kernel)
+    if c is None:   # communication whose sizes the trace does not record
+        return OpStat(u.name, "collective", "collective", "", n, t, t / op_time_s, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0,
+                      None, None, INTERCONNECT, op_advice(INTERCONNECT, "collective", "", 0.0), kernel)
+    if u.kind == "comm":
+        bound, uc, um = INTERCONNECT, 0.0, 0.0
+    else:
+        bound, uc, um = op_bound(c.compute_s * n, c.memory_s * n, t)
+    link = c.link_s * n / t if c.link_s is not None and t else None
+    return OpStat(u.name, c.op, c.group, u.shapes, n, t, t / op_time_s if op_time_s else 0.0, c.flops * n,
+                  c.transcendentals * n, c.bytes * n, c.comm_bytes * n, c.flops * n / t if t else 0.0,
+                  c.bytes * n / t if t else 0.0, uc, um, link, c.predicted_s * n, bound,
+                  op_advice(bound, c.group, c.dtype, uc, c.bytes == 0 and c.flops == 0, gpu,
+                            t / n > LONG_CALL_LAUNCHES * target.launch_overhead), kernel)
+
+
+def _timeline(trace: Trace, units: list[Unit]) -> Timeline:
+    start, end = trace.window
+    window = (end - start) * 1e-6
+    busy = union_length((e.ts, e.end) for e in (trace.device if trace.gpu else trace.roots)) * 1e-6
+    comm_iv = [iv for u in units if u.kind == "comm" for iv in u.intervals]
+    work_iv = [iv for u in units if u.kind in ("op", UNMODELED) for iv in u.intervals]
+    return Timeline(window, busy, max(window - busy, 0.0), union_length(work_iv) * 1e-6,
+                    union_length(comm_iv) * 1e-6, intersection_length(work_iv, comm_iv) * 1e-6)
+
+
+def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger) -> Diagnosis:
+    units = [u for u in ch.units.values() if u.kind != "wrapper" and u.time_us > 0]
+    op_time_s = sum(u.time_us for u in units) * 1e-6 or 1e-12
+    tl = _timeline(trace, units)
+    ops = sorted((_stat(u, target, op_time_s, trace.gpu) for u in units if u.kind != UNMODELED),
+                 key=lambda o: -o.time_s)
+    unmodeled = sorted((UnmodeledStat(u.name, u.calls, u.time_us * 1e-6, u.time_us * 1e-6 / op_time_s)
+                        for u in units if u.kind == UNMODELED), key=lambda s: -s.time_s)
+    by_bound = {b: 0.0 for b in (COMPUTE, MEMORY, OVERHEAD, INTERCONNECT, HOST_COPY)}
+    for o in ops:
+        by_bound[o.bound] += o.time_s
+    by_bound.update(idle=tl.idle_s, unmodeled=sum(s.time_s for s in unmodeled),
+                    dispatch=sum(u.time_us for u in ch.units.values() if u.kind == "wrapper") * 1e-6)
+
+    mm_by_dtype: dict[str, int] = {}
+    for u in units:
+        if u.costed is not None and u.costed.matmul_flops:
+            mm_by_dtype[u.costed.dtype] = mm_by_dtype.get(u.costed.dtype, 0) + u.costed.matmul_flops * u.calls
+    matmul_flops = sum(mm_by_dtype.values())
+    top_dtype = max(mm_by_dtype, key=mm_by_dtype.get) if mm_by_dtype else None  # type: ignore[arg-type]
+    dtype = DType.parse(top_dtype) if top_dtype else ch.coster.default_dtype
+    peak = matrix_rate(target, dtype, options).flops_per_s
+    nbytes = sum(o.bytes for o in ops if o.bound != HOST_COPY)
+    mfu = matmul_flops / (tl.window_s * peak) if tl.window_s else 0.0
+    bw_util = nbytes / (tl.window_s * target.memory_bandwidth) if tl.window_s else 0.0
+
+    label, reasons = run_label(tl, by_bound, trace.gpu)
+    reasons.append(f"MFU {mfu:.1%} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
+                   f"{bw_util:.1%} of {target.memory_bandwidth / 1e9:.4g} GB/s")
+    notes = ["bytes are compulsory traffic (inputs read once, outputs written once): memory utilization is a "
+             "lower bound"]
+    if by_bound["unmodeled"]:
+        notes.append(f"{len(unmodeled)} unmodeled op(s)/kernel(s) take {pct(by_bound['unmodeled'], op_time_s)} of "
+                     "op time and count toward no bucket")
+    if not trace.gpu:
+        notes.append("CPU trace: op durations on the host are the measured times")
+    long_overhead = sum(o.time_s for o in ops if o.bound == OVERHEAD and o.calls and o.flops + o.bytes > 0
+                        and o.time_s / o.calls > LONG_CALL_LAUNCHES * target.launch_overhead)
+    if long_overhead > 0.5 * op_time_s:
+        notes.append(f"{pct(long_overhead, op_time_s)} of op time is in long calls reaching < "
+                     f"{OVERHEAD_UTILIZATION:.0%} of {target.name}'s peaks: was the trace recorded on {target.name}? "
+                     "(for a CPU host, describe the host as a target TOML)")
+    if dtype is DType.FP32 and not options.allow_tf32 and "tf32" in target.matrix_flops:
+        notes.append("fp32 matmuls are rated without TF32; pass allow_tf32=True (--tf32) if TF32 was on")
+    return Diagnosis(trace.path, target.name, "gpu" if trace.gpu else "cpu", label, reasons, tl.window_s,
+                     tl.busy_s, tl.idle_s, tl.compute_s, tl.comm_s, tl.overlap_s, op_time_s, by_bound,
+                     sum(o.flops for o in ops), matmul_flops, nbytes, mfu, peak, dtype.value, bw_util, ops,
+                     unmodeled, run_advice(label, trace.gpu, tl.idle_s / tl.window_s if tl.window_s else 0.0,
+                                           mfu, ops), notes)

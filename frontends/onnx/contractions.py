@@ -1,0 +1,266 @@
+"""Lowerings of ONNX contractions and convolutions: MatMul, Gemm, Einsum, Conv, ConvTranspose and
+their integer and quantized forms.
+
+Every one becomes :attr:`Op.DOT` (dot_general) or :attr:`Op.CONV`, with biases, scales and zero
+points as separate elementwise nodes, so contraction FLOPs match ``torch.utils.flop_counter``
+exactly whatever the exporter chose (``Gemm`` with ``transB`` or ``MatMul`` with a pre-transposed
+weight give the same count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...ir import DType, Node, Op, TensorType, Value
+from .node import NodeCx
+from .symdims import dim_eq
+
+__all__ = ["CONTRACTION_LOWERINGS", "dot", "matmul", "conv_attrs"]
+
+
+def dot(cx: NodeCx, lhs: Value, rhs: Value, lc: tuple[int, ...], rc: tuple[int, ...],
+        lb: tuple[int, ...] = (), rb: tuple[int, ...] = (), *, types: list[TensorType] | None = None,
+        bind: bool = True, suffix: str = "", extra: dict[str, Any] | None = None) -> Node:
+    attrs = {"lhs_contract": lc, "rhs_contract": rc, "lhs_batch": lb, "rhs_batch": rb, **(extra or {})}
+    return cx.emit(Op.DOT, [lhs, rhs], attrs, types=types, bind=bind, suffix=suffix)
+
+
+def _unsqueeze_front(cx: NodeCx, v: Value, rank: int, suffix: str) -> Value:
+    if v.type.rank == rank:
+        return v
+    t = v.type.with_shape((1,) * (rank - v.type.rank) + tuple(v.type.shape))
+    return cx.emit(Op.RESHAPE, [v], types=[t], bind=False, suffix=suffix).outputs[0]
+
+
+def matmul(cx: NodeCx, a: Value, b: Value, *, types: list[TensorType] | None = None, bind: bool = True,
+           suffix: str = "") -> Node:
+    """numpy/torch matmul semantics: 1-D operands, 2-D folding and broadcast batch dims."""
+    ra, rb = a.type.rank, b.type.rank
+    if ra == 0 or rb == 0:
+        raise cx.error("MatMul operands must have rank >= 1")
+    if ra == 1 and rb == 1:
+        return dot(cx, a, b, (0,), (0,), types=types, bind=bind, suffix=suffix)
+    if rb == 1:
+        return dot(cx, a, b, (ra - 1,), (0,), types=types, bind=bind, suffix=suffix)
+    if ra == 1:
+        return dot(cx, a, b, (0,), (rb - 2,), types=types, bind=bind, suffix=suffix)
+    if rb == 2:
+        return dot(cx, a, b, (ra - 1,), (0,), types=types, bind=bind, suffix=suffix)
+    r = max(ra, rb)
+    a = _unsqueeze_front(cx, a, r, f"{suffix}lhs_unsqueeze")
+    b = _unsqueeze_front(cx, b, r, f"{suffix}rhs_unsqueeze")
+    batch = tuple(range(r - 2))
+    return dot(cx, a, b, (r - 1,), (r - 2,), batch, batch, types=types, bind=bind, suffix=suffix)
+
+
+def _matmul(cx: NodeCx) -> None:
+    a, b = cx.input(0), cx.input(1)
+    if a is None or b is None:
+        raise cx.error("MatMul needs two inputs")
+    matmul(cx, a, b)
+
+
+def _zero_point(cx: NodeCx, x: Value, zp_index: int, what: str) -> Value:
+    """``x - zero_point`` as an elementwise node when a zero point is given (integer matmuls)."""
+    zp = cx.input(zp_index)
+    if zp is None:
+        return x
+    return cx.emit(Op.SUB, [x, zp], {"role": "zero_point"}, types=[x.type.with_shape(x.type.shape)], bind=False,
+                   suffix=f"{what}_zp").outputs[0]
+
+
+def _matmul_integer(cx: NodeCx) -> None:
+    a, b = cx.input(0), cx.input(1)
+    assert a is not None and b is not None
+    matmul(cx, _zero_point(cx, a, 2, "a"), _zero_point(cx, b, 3, "b"))
+
+
+def _qlinear_matmul(cx: NodeCx) -> None:
+    """QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp): an int32 matmul, requantized."""
+    a, b = cx.input(0), cx.input(3)
+    assert a is not None and b is not None
+    out = cx.out_types()[0]
+    acc = matmul(cx, a, b, types=[TensorType(DType.INT32, out.shape)], bind=False, suffix="int32").outputs[0]
+    cx.emit(Op.QUANTIZE, [acc, *cx.inputs(1, 4, 6, 7)], {"role": "requantize"})
+
+
+def _gemm(cx: NodeCx) -> None:
+    a, b, c = cx.input(0), cx.input(1), cx.input(2)
+    assert a is not None and b is not None
+    if a.type.rank != 2 or b.type.rank != 2:
+        raise cx.error(f"Gemm needs 2-D operands, got ranks {a.type.rank} and {b.type.rank}")
+    ta, tb = int(cx.attr("transA", 0)), int(cx.attr("transB", 0))
+    alpha, beta = float(cx.attr("alpha", 1.0)), float(cx.attr("beta", 1.0))
+    out = cx.out_types()
+    last = c is None and alpha == 1.0
+    y = dot(cx, a, b, (0,) if ta else (1,), (1,) if tb else (0,), types=out, bind=last,
+            extra={"transA": bool(ta), "transB": bool(tb)}).outputs[0]
+    if alpha != 1.0:
+        y = cx.emit(Op.MUL, [y], {"scalar": alpha, "role": "alpha"}, types=out, bind=c is None, suffix="alpha").outputs[0]
+    if c is not None:
+        if beta != 1.0:
+            c = cx.emit(Op.MUL, [c], {"scalar": beta, "role": "beta"}, types=[c.type], bind=False, suffix="beta").outputs[0]
+        cx.emit(Op.ADD, [y, c], {"role": "bias"}, suffix="bias")
+
+
+# -- einsum -----------------------------------------------------------------------------------
+
+def _einsum(cx: NodeCx) -> None:
+    """Any einsum as pairwise dot_generals (left to right), summing out letters no one needs."""
+    equation = str(cx.attr("equation", "")).replace(" ", "")
+    operands = cx.inputs()
+    lhs, _, out_spec = equation.partition("->")
+    specs = lhs.split(",")
+    if len(specs) != len(operands) or not operands:
+        raise cx.error(f"einsum equation {equation!r} names {len(specs)} operands, got {len(operands)}")
+    specs = [_expand_ellipsis(s, v.type.rank, cx) for s, v in zip(specs, operands)]
+    ell = max((sum(1 for c in s if c in _ELL) for s in specs), default=0)
+    if "->" in equation:
+        out = _expand_ellipsis(out_spec, None, cx, ell)
+    else:
+        counts: dict[str, int] = {}
+        for s in specs:
+            for ch in s:
+                counts[ch] = counts.get(ch, 0) + 1
+        out = "".join(sorted(c for c in counts if c in _ELL)) + \
+            "".join(sorted(c for c, k in counts.items() if k == 1 and c not in _ELL))
+    dims: dict[str, Any] = {}
+    for s, v in zip(specs, operands):
+        if len(s) != v.type.rank:
+            raise cx.error(f"einsum operand {s!r} has rank {v.type.rank}")
+        for ch, d in zip(s, v.type.shape):
+            if ch not in dims or (isinstance(dims[ch], int) and dims[ch] == 1):
+                dims[ch] = d
+            elif not (isinstance(d, int) and d == 1) and dim_eq(dims[ch], d) is False:
+                raise cx.error(f"einsum letter {ch!r} has sizes {dims[ch]} and {d}")
+    dtype = cx.out_types()[0].dtype
+    cur, spec = _dedupe(cx, operands[0], specs[0], dims, dtype, "op0")
+    for k in range(1, len(operands)):
+        nxt, nspec = _dedupe(cx, operands[k], specs[k], dims, dtype, f"op{k}")
+        later = set(out).union(*specs[k + 1:]) if k + 1 < len(specs) else set(out)
+        cur, spec = _sum_out(cx, cur, spec, later | set(nspec), dims, dtype, f"sum{k}a")
+        nxt, nspec = _sum_out(cx, nxt, nspec, later | set(spec), dims, dtype, f"sum{k}b")
+        batch = [c for c in spec if c in nspec and c in later]
+        contract = [c for c in spec if c in nspec and c not in later]
+        free_a = [c for c in spec if c not in nspec]
+        free_b = [c for c in nspec if c not in spec]
+        natural = "".join(batch + free_a + free_b)
+        last = k == len(operands) - 1 and natural == out
+        cur = dot(cx, cur, nxt, tuple(spec.index(c) for c in contract), tuple(nspec.index(c) for c in contract),
+                  tuple(spec.index(c) for c in batch), tuple(nspec.index(c) for c in batch),
+                  types=None if last else [cx.tensor(dtype, [dims[c] for c in natural])], bind=last,
+                  suffix="" if last else f"dot{k}", extra={"equation": equation}).outputs[0]
+        spec = natural
+        if last:
+            return
+    cur, spec = _sum_out(cx, cur, spec, set(out), dims, dtype, "sum_out")
+    if spec == out:
+        cx.emit(Op.IDENTITY, [cur])
+    elif sorted(spec) == sorted(out):
+        cx.emit(Op.PERMUTE, [cur], {"perm": tuple(spec.index(c) for c in out)})
+    else:
+        raise cx.error(f"einsum output {out!r} cannot be formed from {spec!r}")
+
+
+#: Letters standing for the dims an ellipsis covers (right-aligned, as numpy broadcasts them).
+_ELL = "".join(chr(0x100 + i) for i in range(64))
+
+
+def _expand_ellipsis(spec: str, rank: int | None, cx: NodeCx, ell: int = 0) -> str:
+    if "..." not in spec:
+        return spec
+    head, tail = spec.split("...")
+    n = (rank - len(head) - len(tail)) if rank is not None else ell
+    if n < 0:
+        raise cx.error(f"einsum term {spec!r} does not fit rank {rank}")
+    return head + (_ELL[len(_ELL) - n:] if n else "") + tail
+
+
+def _dedupe(cx: NodeCx, v: Value, spec: str, dims: dict[str, Any], dtype: DType, suffix: str) -> tuple[Value, str]:
+    """A repeated letter in one term (a diagonal, ``ii->i``) becomes a gather of the diagonal."""
+    if len(set(spec)) == len(spec):
+        return v, spec
+    uniq = "".join(dict.fromkeys(spec))
+    out = cx.emit(Op.GATHER, [v], {"diagonal": True}, types=[cx.tensor(v.type.dtype, [dims[c] for c in uniq])],
+                  bind=False, suffix=f"{suffix}_diag").outputs[0]
+    return out, uniq
+
+
+def _sum_out(cx: NodeCx, v: Value, spec: str, keep: set[str], dims: dict[str, Any], dtype: DType,
+             suffix: str) -> tuple[Value, str]:
+    drop = [i for i, c in enumerate(spec) if c not in keep]
+    if not drop:
+        return v, spec
+    rest = "".join(c for i, c in enumerate(spec) if i not in drop)
+    out = cx.emit(Op.REDUCE_SUM, [v], {"axes": tuple(drop), "keepdims": False},
+                  types=[cx.tensor(v.type.dtype, [dims[c] for c in rest])], bind=False, suffix=suffix).outputs[0]
+    return out, rest
+
+
+# -- convolution ------------------------------------------------------------------------------
+
+def conv_attrs(cx: NodeCx, x: Value, w: Value, transposed: bool) -> dict[str, Any]:
+    n_sp = max(x.type.rank - 2, 1)
+    pads = [int(p) for p in cx.attr("pads", [0] * (2 * n_sp))]
+    symmetric = pads[:n_sp] == pads[n_sp:]
+    attrs: dict[str, Any] = {
+        "stride": tuple(int(s) for s in cx.attr("strides", [1] * n_sp)),
+        "padding": tuple(pads[:n_sp]) if symmetric else tuple(pads),
+        "dilation": tuple(int(d) for d in cx.attr("dilations", [1] * n_sp)),
+        "groups": int(cx.attr("group", 1)),
+        "transposed": transposed,
+    }
+    auto = str(cx.attr("auto_pad", "NOTSET"))
+    if auto != "NOTSET":
+        attrs["auto_pad"] = auto
+    if transposed:
+        attrs["output_padding"] = tuple(int(p) for p in cx.attr("output_padding", [0] * n_sp))
+    return attrs
+
+
+def _conv(transposed: bool = False, x_i: int = 0, w_i: int = 1, b_i: int | None = 2,
+          zp: tuple[int, int] | None = None, requant: tuple[int, ...] | None = None) -> Callable[[NodeCx], None]:
+    def fn(cx: NodeCx) -> None:
+        x, w = cx.input(x_i), cx.input(w_i)
+        if x is None or w is None:
+            raise cx.error("convolution needs an input and a weight")
+        if x.type.rank < 3 or w.type.rank != x.type.rank:
+            raise cx.error(f"convolution input rank {x.type.rank} and weight rank {w.type.rank} do not fit")
+        attrs = conv_attrs(cx, x, w, transposed)
+        if zp is not None:
+            x = _zero_point(cx, x, zp[0], "x")
+            w = _zero_point(cx, w, zp[1], "w")
+        out = cx.out_types()
+        bias = cx.input(b_i) if b_i is not None else None
+        acc_types = [TensorType(DType.INT32, out[0].shape)] if requant is not None else out
+        last = bias is None and requant is None
+        y = cx.emit(Op.CONV, [x, w], attrs, types=acc_types, bind=last).outputs[0]
+        if bias is not None:
+            y = cx.emit(Op.ADD, [y, bias], {"role": "bias", "axis": 1}, types=acc_types, bind=requant is None,
+                        suffix="bias").outputs[0]
+        if requant is not None:
+            cx.emit(Op.QUANTIZE, [y, *cx.inputs(*requant)], {"role": "requantize"})
+    return fn
+
+
+def _deform_conv(cx: NodeCx) -> None:
+    """DeformConv: the convolution's FLOPs, plus a bilinear sample per kernel tap (a resize)."""
+    x, w, offset = cx.input(0), cx.input(1), cx.input(2)
+    assert x is not None and w is not None and offset is not None
+    attrs = conv_attrs(cx, x, w, False)
+    out = cx.out_types()
+    sampled = cx.emit(Op.RESIZE, [x, offset], {"mode": "linear", "spatial_dims": x.type.rank - 2, "role": "deform"},
+                      types=[offset.type], bind=False, suffix="sample").outputs[0]
+    bias = cx.input(3)
+    y = cx.emit(Op.CONV, [x, w, sampled], attrs, types=out, bind=bias is None).outputs[0]
+    if bias is not None:
+        cx.emit(Op.ADD, [y, bias], {"role": "bias", "axis": 1}, suffix="bias")
+
+
+CONTRACTION_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
+    "MatMul": _matmul, "MatMulInteger": _matmul_integer, "QLinearMatMul": _qlinear_matmul, "Gemm": _gemm,
+    "Einsum": _einsum, "Conv": _conv(), "ConvTranspose": _conv(True),
+    "ConvInteger": _conv(zp=(2, 3), b_i=None),
+    "QLinearConv": _conv(x_i=0, w_i=3, b_i=8, requant=(6, 7)), "DeformConv": _deform_conv,
+}

@@ -1,0 +1,350 @@
+"""The ``com.microsoft`` contrib ops that exporters and onnxruntime's optimizers emit.
+
+Fused attention ops become their QKV projection (a dot_general, where the op includes it) plus one
+:attr:`Op.ATTENTION` in the ``bsd`` layout with ``num_heads``/``kv_num_heads``; key/value caches
+in ``[B, N, S, H]`` are read through free ``bsd`` views (cost-equivalent layout adapters, marked
+``layout_adapter``); fused normalizations become the adds they fuse plus the norm. Their output
+shapes are in :mod:`.contrib_shapes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...ir import DType, Op, TensorType, Value
+from .contractions import conv_attrs, dot, matmul
+from .contrib_shapes import MS, gqa_geometry, heads
+from .masks import attention_mask_is_causal
+from .nn import NN_LOWERINGS, attention_core
+from .node import NodeCx
+from .symdims import dim_add, dim_floordiv, dim_mul, to_dim
+
+__all__ = ["CONTRIB_LOWERINGS"]
+
+
+def _split_qkv(cx: NodeCx, qkv: Value, sizes: list[Any]) -> list[Value]:
+    """Q, K and V as slices (views) of a packed projection's last dim."""
+    b, s = qkv.type.shape[0], qkv.type.shape[1]
+    return [cx.emit(Op.SLICE, [qkv], {"axis": 2, "part": part}, types=[cx.tensor(qkv.type.dtype, (b, s, size))],
+                    bind=False, suffix=part).outputs[0] for part, size in zip(("q", "k", "v"), sizes)]
+
+
+def _ms_attention(cx: NodeCx) -> None:
+    """com.microsoft Attention: the packed QKV projection (dot + bias), then attention."""
+    x, w, bias = cx.input(0), cx.input(1), cx.input(2)
+    assert x is not None and w is not None
+    n = heads(cx)
+    sizes = cx.attr("qkv_hidden_sizes") or [to_dim(dim_floordiv(w.type.shape[1], 3))] * 3
+    proj_t = cx.tensor(x.type.dtype, (x.type.shape[0], x.type.shape[1], w.type.shape[1]))
+    qkv = dot(cx, x, w, (2,), (0,), types=[proj_t], bind=False, suffix="qkv").outputs[0]
+    if bias is not None:
+        qkv = cx.emit(Op.ADD, [qkv, bias], {"role": "bias"}, types=[proj_t], bind=False, suffix="qkv_bias").outputs[0]
+    q, k, v = _split_qkv(cx, qkv, sizes)
+    past = cx.input(4)
+    if past is not None or cx.has_output(1):
+        present_t = cx.out_type_at(1) or cx.tensor(x.type.dtype, (2, x.type.shape[0], n, x.type.shape[1],
+                                                                  to_dim(dim_floordiv(sizes[1], n))))
+        new_kv = cx.emit(Op.RESHAPE, [k, v], {"layout_adapter": "bsd->2bnsh"},
+                         types=[cx.tensor(x.type.dtype, (2, x.type.shape[0], n, x.type.shape[1], present_t.shape[4]))],
+                         bind=False, suffix="kv").outputs[0]
+        present = cx.emit(Op.CONCAT, [past, new_kv], {"axis": 3}, types=[present_t], bind=False,
+                          suffix="present").outputs[0] if past is not None else new_kv
+        if cx.has_output(1):
+            cx.bind_at(1, present)
+        if past is not None:
+            total = present_t.shape[3]
+            k = cx.emit(Op.RESHAPE, [present], {"layout_adapter": "2bnsh->bsd", "part": "k"},
+                        types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[1]))], bind=False, suffix="k_all").outputs[0]
+            v = cx.emit(Op.RESHAPE, [present], {"layout_adapter": "2bnsh->bsd", "part": "v"},
+                        types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[2]))], bind=False, suffix="v_all").outputs[0]
+    attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, "causal": bool(cx.attr("unidirectional", 0))}
+    if not attrs["causal"] and (attention_mask_is_causal(cx, 3, nonzero=True) or attention_mask_is_causal(cx, 5)):
+        attrs.update(causal=True, causal_from="mask")   # mask_index / attention_bias (.masks)
+    if cx.attr("scale"):
+        attrs["scale"] = float(cx.attr("scale"))
+    mask = cx.input(3)
+    attention_core(cx, q, k, v, mask, attrs, [cx.out_type_at(0)], bind_index=[0])
+
+
+def _as_bsd(cx: NodeCx, t: Value, suffix: str) -> Value:
+    """A [B, N, L, H] key/value as a free [B, L, N*H] view (a cost-equivalent layout adapter)."""
+    if t.type.rank != 4:
+        return t
+    b, n, length, h = t.type.shape
+    return cx.emit(Op.RESHAPE, [t], {"layout_adapter": "bnsh->bsd"},
+                   types=[cx.tensor(t.type.dtype, (b, length, dim_mul(n, h)))], bind=False, suffix=suffix).outputs[0]
+
+
+def _with_past(cx: NodeCx, new: Value, past_index: int, out_index: int, heads: int, what: str) -> Value:
+    """Append new keys (bsd) to a [B, N, P, H] cache; bind the present output; return keys as bsd."""
+    past = cx.input(past_index)
+    present_t = cx.out_type_at(out_index)
+    if past is None and present_t is None:
+        return new
+    b, length, hidden = new.type.shape
+    head_dim = to_dim(dim_floordiv(hidden, heads))
+    as4 = cx.emit(Op.RESHAPE, [new], {"layout_adapter": "bsd->bnsh"},
+                  types=[cx.tensor(new.type.dtype, (b, heads, length, head_dim))], bind=False, suffix=f"{what}_4d").outputs[0]
+    if past is not None:
+        total = past.type.shape[2] if present_t is None else present_t.shape[2]
+        t = present_t or cx.tensor(new.type.dtype, (b, heads, dim_add(past.type.shape[2], length), head_dim))
+        present = cx.emit(Op.CONCAT, [past, as4], {"axis": 2}, types=[t], bind=False, suffix=f"present_{what}").outputs[0]
+    else:
+        present, total = as4, length
+    if present_t is not None:
+        cx.bind_at(out_index, present)
+    if past is None:
+        return new
+    return cx.emit(Op.RESHAPE, [present], {"layout_adapter": "bnsh->bsd"},
+                   types=[cx.tensor(new.type.dtype, (b, total, hidden))], bind=False, suffix=f"{what}_all").outputs[0]
+
+
+def _ms_mha(cx: NodeCx) -> None:
+    q, k, v = cx.input(0), cx.input(1), cx.input(2)
+    assert q is not None
+    n = heads(cx)
+    bias = cx.input(3)
+    if k is None or v is None:
+        if q.type.rank != 5:
+            raise cx.error("MultiHeadAttention without key/value needs packed QKV [B, S, N, 3, H]")
+        b, s, _, _, h = q.type.shape
+        hidden = to_dim(dim_mul(n, h))
+        packed = cx.emit(Op.RESHAPE, [q], types=[cx.tensor(q.type.dtype, (b, s, to_dim(dim_mul(hidden, 3))))],
+                         bind=False, suffix="qkv").outputs[0]
+        q, k, v = _split_qkv(cx, packed, [hidden] * 3)
+    elif bias is not None:
+        q = cx.emit(Op.ADD, [q, bias], {"role": "bias"}, types=[q.type], bind=False, suffix="q_bias").outputs[0]
+        if k.type.rank == 3:
+            k = cx.emit(Op.ADD, [k, bias], {"role": "bias"}, types=[k.type], bind=False, suffix="k_bias").outputs[0]
+            v = cx.emit(Op.ADD, [v, bias], {"role": "bias"}, types=[v.type], bind=False, suffix="v_bias").outputs[0]
+    if k.type.rank == 3:
+        k = _with_past(cx, k, 6, 1, n, "key")
+        v = _with_past(cx, v, 7, 2, n, "value")
+    else:
+        for idx, t in ((1, k), (2, v)):
+            if cx.has_output(idx):
+                cx.bind_at(idx, cx.emit(Op.IDENTITY, [t], types=[cx.out_type_at(idx)], bind=False,
+                                        suffix=f"present{idx}").outputs[0])
+        k, v = _as_bsd(cx, k, "k_bsd"), _as_bsd(cx, v, "v_bsd")
+    attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, "causal": bool(cx.attr("unidirectional", 0))}
+    if not attrs["causal"] and (attention_mask_is_causal(cx, 4, nonzero=True) or attention_mask_is_causal(cx, 5)):
+        attrs.update(causal=True, causal_from="mask")   # key_padding_mask / attention_bias (.masks)
+    if cx.attr("scale"):
+        attrs["scale"] = float(cx.attr("scale"))
+    mask = cx.input(4) or cx.input(5)
+    idx = [0] + ([3] if cx.has_output(3) else [])
+    attention_core(cx, q, k, v, mask, attrs, [cx.out_type_at(i) for i in idx], bind_index=idx)
+
+
+def _ms_gqa(cx: NodeCx) -> None:
+    q = cx.input(0)
+    assert q is not None
+    b, s, hq, hk, hd, _total = gqa_geometry(cx)
+    k, v = cx.input(1), cx.input(2)
+    if k is None or v is None:
+        sizes = [to_dim(dim_mul(hq, hd)), to_dim(dim_mul(hk, hd)), to_dim(dim_mul(hk, hd))]
+        q, k, v = _split_qkv(cx, q, sizes)
+    if cx.attr("do_rotary", 0):
+        q = cx.emit(Op.MUL, [q], {"role": "rotary"}, types=[q.type], bind=False, suffix="q_rotary").outputs[0]
+        k = cx.emit(Op.MUL, [k], {"role": "rotary"}, types=[k.type], bind=False, suffix="k_rotary").outputs[0]
+    k = _with_past(cx, k, 3, 1, hk, "key")
+    v = _with_past(cx, v, 4, 2, hk, "value")
+    attrs: dict[str, Any] = {"layout": "bsd", "num_heads": hq, "kv_num_heads": hk, "causal": True}
+    if cx.attr("scale"):
+        attrs["scale"] = float(cx.attr("scale"))
+    if cx.attr("local_window_size", -1) not in (-1, None):
+        attrs["window"] = int(cx.attr("local_window_size"))
+    attention_core(cx, q, k, v, cx.input(10) if cx.n_inputs() > 10 else None, attrs, [cx.out_type_at(0)],
+                   bind_index=[0])
+
+
+def _skip_norm(norm: Op) -> Callable[[NodeCx], None]:
+    """Skip(Simplified)LayerNormalization: input + skip (+ bias), then the norm."""
+    def fn(cx: NodeCx) -> None:
+        x, skip = cx.input(0), cx.input(1)
+        assert x is not None and skip is not None
+        gamma = cx.input(2)
+        beta = cx.input(3) if norm is Op.LAYER_NORM else None
+        bias = cx.input(4) if norm is Op.LAYER_NORM else cx.input(3)
+        s = cx.emit(Op.ADD, [x, skip], {"role": "skip"}, types=[x.type], bind=False, suffix="skip").outputs[0]
+        if bias is not None:
+            s = cx.emit(Op.ADD, [s, bias], {"role": "bias"}, types=[x.type], bind=False, suffix="bias").outputs[0]
+        idx = [k for k in (0, 1, 2) if cx.has_output(k)]
+        node = cx.emit(norm, [s] + [t for t in (gamma, beta) if t is not None],
+                       {"axis": x.type.rank - 1, "epsilon": float(cx.attr("epsilon", 1e-12))},
+                       types=[cx.out_type_at(k) for k in idx], bind=False)
+        for k, value in zip(idx, node.outputs):
+            cx.bind_at(k, value)
+        if cx.has_output(3):
+            cx.bind_at(3, s)
+    return fn
+
+
+def _fused_matmul(cx: NodeCx) -> None:
+    a, b = cx.input(0), cx.input(1)
+    assert a is not None and b is not None
+    ta, tb = int(cx.attr("transA", 0)), int(cx.attr("transB", 0))
+    alpha = float(cx.attr("alpha", 1.0))
+    ra, rb = a.type.rank, b.type.rank
+    r = max(ra, rb)
+    if ra < 2 or rb < 2 or (not ta and not tb):
+        node = matmul(cx, a, b, bind=alpha == 1.0, types=cx.out_types())
+    else:
+        batch = tuple(range(r - 2)) if ra == rb else ()
+        lb = batch if ra == rb else ()
+        node = dot(cx, a, b, (ra - 2 if ta else ra - 1,), (rb - 1 if tb else rb - 2,), lb, lb,
+                   bind=alpha == 1.0, types=cx.out_types(), extra={"transA": bool(ta), "transB": bool(tb)})
+    if alpha != 1.0:
+        cx.emit(Op.MUL, node.outputs, {"scalar": alpha, "role": "alpha"}, suffix="alpha")
+
+
+def _matmul_nbits(cx: NodeCx) -> None:
+    """MatMulNBits: dequantize the packed weight to [N, K], then A @ W^T."""
+    a = cx.input(0)
+    assert a is not None
+    k, n = int(cx.attr("K")), int(cx.attr("N"))
+    w = cx.emit(Op.DEQUANTIZE, cx.inputs(1, 2, 3), {"bits": int(cx.attr("bits", 4)),
+                                                    "block_size": int(cx.attr("block_size", 32))},
+                types=[TensorType(a.type.dtype, (n, k))], bind=False, suffix="dequant").outputs[0]
+    bias = cx.input(5)
+    y = dot(cx, a, w, (a.type.rank - 1,), (1,), bind=bias is None).outputs[0]
+    if bias is not None:
+        cx.emit(Op.ADD, [y, bias], {"role": "bias"}, suffix="bias")
+
+
+def _dequant_matmul(cx: NodeCx) -> None:
+    """DynamicQuantizeMatMul / MatMulIntegerToFloat: an integer matmul scaled back to float."""
+    a, b = cx.input(0), cx.input(1)
+    assert a is not None and b is not None
+    out = cx.out_types()[0]
+    acc = matmul(cx, a, b, types=[TensorType(DType.INT32, out.shape)], bind=False, suffix="int").outputs[0]
+    cx.emit(Op.DEQUANTIZE, [acc, *cx.inputs(2, 3)], {"role": "rescale"})
+
+
+def _embed_ln(cx: NodeCx) -> None:
+    ids, seg, word, pos, segemb, gamma, beta = (cx.input(i) for i in range(7))
+    assert ids is not None and word is not None
+    out = cx.out_type_at(0)
+    assert out is not None
+    e = cx.emit(Op.GATHER, [word, ids], {"axis": 0}, types=[out], bind=False, suffix="word").outputs[0]
+    if pos is not None:
+        p = cx.emit(Op.GATHER, [pos, *cx.inputs(8)], {"axis": 0}, types=[out], bind=False, suffix="pos").outputs[0]
+        e = cx.emit(Op.ADD, [e, p], types=[out], bind=False, suffix="add_pos").outputs[0]
+    if seg is not None and segemb is not None:
+        g = cx.emit(Op.GATHER, [segemb, seg], {"axis": 0}, types=[out], bind=False, suffix="seg").outputs[0]
+        e = cx.emit(Op.ADD, [e, g], types=[out], bind=False, suffix="add_seg").outputs[0]
+    y = cx.emit(Op.LAYER_NORM, [e] + [t for t in (gamma, beta) if t is not None], {"axis": 2}, types=[out],
+                bind=False).outputs[0]
+    cx.bind_at(0, y)
+    if cx.has_output(1):
+        mask = cx.input(7)
+        m = cx.emit(Op.REDUCE_SUM, [mask] if mask is not None else [ids], {"axes": (1,), "keepdims": False},
+                    types=[cx.out_type_at(1)], bind=False, suffix="mask_index").outputs[0]
+        cx.bind_at(1, m)
+    if cx.has_output(2):
+        cx.bind_at(2, e)
+
+
+def _bias_then(op: Op, **attrs: object) -> Callable[[NodeCx], None]:
+    """BiasGelu, FastGelu(with bias), BiasSoftmax, BiasDropout: an add, then the op."""
+    def fn(cx: NodeCx) -> None:
+        x = cx.input(0)
+        assert x is not None
+        out = cx.out_types()[:1]
+        bias = cx.input(1)
+        if bias is not None:
+            x = cx.emit(Op.ADD, [x, bias], {"role": "bias"}, types=out, bind=False, suffix="bias").outputs[0]
+        node = cx.emit(op, [x], dict(attrs) or None, types=out, bind=False)
+        cx.bind_at(0, node.outputs[0])
+        for k in range(1, cx.n_outputs()):
+            if cx.has_output(k):
+                cx.bind_at(k, cx.emit(Op.FILL, [], None, types=[cx.out_type_at(k)], bind=False, suffix=f"out{k}").outputs[0])
+    return fn
+
+
+def _bias_add(cx: NodeCx) -> None:
+    x, bias, skip = cx.input(0), cx.input(1), cx.input(2)
+    out = cx.out_types()
+    s = cx.emit(Op.ADD, [x, bias], {"role": "bias"}, types=out, bind=False, suffix="bias").outputs[0]
+    cx.emit(Op.ADD, [s, skip], {"role": "skip"})
+
+
+def _gemm_fast_gelu(cx: NodeCx) -> None:
+    a, b, bias = cx.input(0), cx.input(1), cx.input(2)
+    assert a is not None and b is not None
+    out = cx.out_types()
+    y = dot(cx, a, b, (a.type.rank - 1,), (0,), types=out, bind=False).outputs[0]
+    if bias is not None:
+        y = cx.emit(Op.ADD, [y, bias], {"role": "bias"}, types=out, bind=False, suffix="bias").outputs[0]
+    cx.emit(Op.GELU, [y], {"approximate": "tanh"}, suffix="gelu")
+
+
+def _fused_conv(cx: NodeCx) -> None:
+    x, w, b, z = cx.input(0), cx.input(1), cx.input(2), cx.input(3)
+    assert x is not None and w is not None
+    out = cx.out_types()
+    y = cx.emit(Op.CONV, [x, w], conv_attrs(cx, x, w, False), types=out, bind=False).outputs[0]
+    for extra, role in ((b, "bias"), (z, "sum")):
+        if extra is not None:
+            y = cx.emit(Op.ADD, [y, extra], {"role": role, "axis": 1}, types=out, bind=False, suffix=role).outputs[0]
+    act = str(cx.attr("activation", "") or "")
+    op = {"Relu": Op.RELU, "Sigmoid": Op.SIGMOID, "Tanh": Op.TANH, "LeakyRelu": Op.LEAKY_RELU,
+          "HardSigmoid": Op.HARDSIGMOID, "Clip": Op.CLAMP}.get(act, Op.IDENTITY)
+    cx.emit(op, [y], {"activation": act} if act else None, suffix="act")
+
+
+def _gather_block_quantized(cx: NodeCx) -> None:
+    out = cx.out_types()
+    g = cx.emit(Op.GATHER, cx.inputs(0, 1), {"axis": int(cx.attr("gather_axis", 0))},
+                types=[TensorType(cx.dtype(0) or DType.UINT8, out[0].shape)], bind=False, suffix="gather").outputs[0]
+    cx.emit(Op.DEQUANTIZE, [g, *cx.inputs(2, 3)], {"block_size": int(cx.attr("block_size", 128))})
+
+
+def _simple(op: Op, **attrs: object) -> Callable[[NodeCx], None]:
+    def fn(cx: NodeCx) -> None:
+        cx.emit(op, cx.inputs(), dict(attrs) or None)
+    return fn
+
+
+def _norm(op: Op) -> Callable[[NodeCx], None]:
+    def fn(cx: NodeCx) -> None:
+        rank = max(cx.rank(0), 1)
+        axis = int(cx.attr("axis", -1))
+        cx.emit(op, cx.inputs(), {"axis": axis + rank if axis < 0 else axis,
+                                  "epsilon": float(cx.attr("epsilon", 1e-5))})
+    return fn
+
+
+def _rotary(cx: NodeCx) -> None:
+    NN_LOWERINGS["RotaryEmbedding"](cx)
+
+
+def _qlinear(op: Op) -> Callable[[NodeCx], None]:
+    """QLinearAdd/Mul(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp) and unary QLinear ops: the float op."""
+    def fn(cx: NodeCx) -> None:
+        data = cx.inputs(0, 3) if op in (Op.ADD, Op.MUL) else cx.inputs(0)
+        cx.emit(op, data, {"quantized": True})
+    return fn
+
+
+CONTRIB_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
+    MS + "Attention": _ms_attention, MS + "MultiHeadAttention": _ms_mha,
+    MS + "DecoderMaskedMultiHeadAttention": _ms_mha, MS + "GroupQueryAttention": _ms_gqa,
+    MS + "SkipLayerNormalization": _skip_norm(Op.LAYER_NORM),
+    MS + "SkipSimplifiedLayerNormalization": _skip_norm(Op.RMS_NORM),
+    MS + "SimplifiedLayerNormalization": _norm(Op.RMS_NORM), MS + "LayerNormalization": _norm(Op.LAYER_NORM),
+    MS + "FusedMatMul": _fused_matmul, MS + "MatMulNBits": _matmul_nbits,
+    MS + "DynamicQuantizeMatMul": _dequant_matmul, MS + "MatMulIntegerToFloat": _dequant_matmul,
+    MS + "EmbedLayerNormalization": _embed_ln, MS + "BiasGelu": _bias_then(Op.GELU),
+    MS + "FastGelu": _bias_then(Op.GELU, approximate="tanh"), MS + "Gelu": _simple(Op.GELU),
+    MS + "QuickGelu": _simple(Op.SILU, alpha=1.702), MS + "BiasAdd": _bias_add,
+    MS + "BiasSoftmax": _bias_then(Op.SOFTMAX, axis=-1), MS + "BiasDropout": _bias_then(Op.IDENTITY),
+    MS + "GemmFastGelu": _gemm_fast_gelu, MS + "FusedConv": _fused_conv,
+    MS + "GatherBlockQuantized": _gather_block_quantized, MS + "RotaryEmbedding": _rotary,
+    MS + "QLinearAdd": _qlinear(Op.ADD), MS + "QLinearMul": _qlinear(Op.MUL),
+    MS + "QLinearSigmoid": _qlinear(Op.SIGMOID), MS + "QLinearLeakyRelu": _qlinear(Op.LEAKY_RELU),
+    MS + "Trilu": _simple(Op.TRIANGULAR),
+}
+
+# numel is re-exported for symmetry with the standard rules (used by callers sizing contrib ops)

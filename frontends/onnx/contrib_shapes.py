@@ -1,0 +1,195 @@
+"""Output-shape rules of the ``com.microsoft`` contrib ops (ONNX's inference does not know them).
+
+The shapes follow onnxruntime's contrib op schemas; ``tests/onnx`` checks them against what
+onnxruntime actually returns for the attention ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...ir import DType
+from .fold import as_dims
+from .node import NodeCx
+from .shape_base import broadcast
+from .shape_windows import WINDOW_RULES
+from .shapes import OutSpec
+from .symdims import dim_add, dim_floordiv, dim_mul, to_dim
+
+__all__ = ["CONTRIB_SHAPE_RULES", "MS", "heads", "gqa_geometry", "as_dims_tuple"]
+
+MS = "com.microsoft::"
+
+
+def heads(cx: NodeCx) -> int:
+    n = int(cx.attr("num_heads", 0) or 0)
+    if n <= 0:
+        raise cx.error("num_heads must be a positive integer")
+    return n
+
+
+def as_dims_tuple(*ds: Any) -> tuple[Any, ...]:
+    return tuple(to_dim(d) for d in ds)
+
+
+def _same(cx: NodeCx) -> list[OutSpec | None]:
+    return [(cx.dtype(0), cx.shape(0))] * max(cx.n_outputs(), 1)
+
+
+def _skip_ln_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    x = cx.shape(0)
+    if x is None:
+        return [None] * cx.n_outputs()
+    stats = (DType.FP32, tuple(x[:-1]) + (1,))
+    return [(cx.dtype(0), x), stats, stats, (cx.dtype(0), x)][:cx.n_outputs()]
+
+
+def _attention_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    x, w = cx.shape(0), cx.shape(1)
+    if x is None or w is None:
+        return [None, None]
+    sizes = cx.attr("qkv_hidden_sizes")
+    hidden_v = sizes[2] if sizes else dim_floordiv(w[1], 3)
+    hidden_k = sizes[1] if sizes else hidden_v
+    n = heads(cx)
+    past = cx.shape(4)
+    total = dim_add(past[3], x[1]) if past is not None else x[1]
+    return [(cx.dtype(0), as_dims_tuple(x[0], x[1], hidden_v)),
+            (cx.dtype(0), as_dims_tuple(2, x[0], n, total, dim_floordiv(hidden_k, n)))]
+
+
+def _mha_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    q, k, v = cx.shape(0), cx.shape(1), cx.shape(2)
+    n = heads(cx)
+    if q is None:
+        return [None] * 4
+    if k is None and len(q) == 5:  # packed QKV [B, S, N, 3, H]
+        b, s, hd = q[0], q[1], q[4]
+        out_hidden, kv_len = dim_mul(n, hd), q[1]
+        head_dim = hd
+    else:
+        b, s = q[0], q[1]
+        if v is not None and len(v) == 3:
+            out_hidden = v[2]
+        elif v is not None and len(v) == 4:
+            out_hidden = dim_mul(v[1], v[3])
+        elif k is not None and len(k) == 5:  # packed KV [B, L, N, 2, H]
+            out_hidden = dim_mul(n, k[4])
+        else:
+            out_hidden = q[2]
+        head_dim = dim_floordiv(q[2], n) if len(q) == 3 else q[-1]
+        kv_len = k[1] if k is not None and len(k) in (3, 5) else (k[2] if k is not None else s)
+    past = cx.shape(6)
+    total = dim_add(past[2], kv_len) if past is not None and not (k is not None and len(k) == 4) else kv_len
+    present = (cx.dtype(0), as_dims_tuple(b, n, total, head_dim))
+    qk = (cx.dtype(0), as_dims_tuple(b, n, s, total))
+    return [(cx.dtype(0), as_dims_tuple(b, s, out_hidden)), present, present, qk]
+
+
+def gqa_geometry(cx: NodeCx) -> tuple[Any, Any, int, int, Any, Any]:
+    """(batch, q len, q heads, kv heads, head dim, total kv len) of a GroupQueryAttention node."""
+    q = cx.shape(0)
+    assert q is not None
+    hq, hk = heads(cx), int(cx.attr("kv_num_heads", 0) or 0)
+    if hk <= 0:
+        raise cx.error("kv_num_heads must be a positive integer")
+    packed = cx.input(1) is None
+    head_dim = dim_floordiv(q[2], hq + 2 * hk) if packed else dim_floordiv(q[2], hq)
+    past = cx.shape(3)
+    total_known = as_dims(cx.known(6)) if cx.n_inputs() > 6 else None
+    if total_known:
+        total = total_known[0]
+    elif past is not None:
+        total = dim_add(past[2], q[1])
+    else:
+        total = q[1]
+    return q[0], q[1], hq, hk, head_dim, total
+
+
+def _gqa_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    if cx.shape(0) is None:
+        return [None] * 3
+    b, s, hq, hk, hd, total = gqa_geometry(cx)
+    present = (cx.dtype(0), as_dims_tuple(b, hk, total, hd))
+    return [(cx.dtype(0), as_dims_tuple(b, s, dim_mul(hq, hd))), present, present]
+
+
+def _fused_matmul_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    a, b = cx.shape(0), cx.shape(1)
+    if a is None or b is None or len(a) < 2 or len(b) < 2:
+        return [None]
+    ta, tb = int(cx.attr("transA", 0)), int(cx.attr("transB", 0))
+    m = a[-1] if ta else a[-2]
+    n = b[-2] if tb else b[-1]
+    return [(cx.dtype(0), broadcast(cx, [tuple(a[:-2]), tuple(b[:-2])]) + (m, n))]
+
+
+def _matmul_nbits_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    a = cx.shape(0)
+    n = cx.attr("N")
+    if a is None or n is None:
+        return [None]
+    return [(cx.dtype(0), tuple(a[:-1]) + (int(n),))]
+
+
+def _matmul_like_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    a, b = cx.shape(0), cx.shape(1)
+    if a is None or b is None:
+        return [None]
+    dt = cx.dtype(2) if cx.key.endswith("MatMulIntegerToFloat") else cx.dtype(0)
+    return [(dt if dt is not None and dt.is_float else DType.FP32, tuple(a[:-1]) + (b[-1],))]
+
+
+def _embed_ln_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    ids, word = cx.shape(0), cx.shape(2)
+    if ids is None or word is None:
+        return [None] * 3
+    out = (cx.dtype(2), as_dims_tuple(ids[0], ids[1], word[1]))
+    return [out, (DType.INT32, (ids[0],)), out]
+
+
+def _gemm_gelu_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    a, b = cx.shape(0), cx.shape(1)
+    if a is None or b is None:
+        return [None]
+    return [(cx.dtype(0), tuple(a[:-1]) + (b[-1],))]
+
+
+def _gather_block_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    data, idx = cx.shape(0), cx.shape(1)
+    if data is None or idx is None:
+        return [None]
+    axis = int(cx.attr("gather_axis", 0))
+    axis = axis + len(data) if axis < 0 else axis
+    dt = cx.dtype(2) or DType.FP32
+    last = list(data)
+    bits = int(cx.attr("bits", 4))
+    if cx.dtype(0) in (DType.UINT8,) and bits == 4:
+        last[-1] = dim_mul(last[-1], 2)
+    return [(dt, tuple(last[:axis]) + tuple(idx) + tuple(last[axis + 1:]))]
+
+
+def _broadcast_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    shapes = [s for s in (cx.shape(0), cx.shape(3) if cx.n_inputs() > 3 else None) if s is not None]
+    return [(cx.dtype(0), broadcast(cx, shapes))] if shapes else [None]
+
+
+def _fused_conv_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    spec = WINDOW_RULES["Conv"](cx)
+    return [(cx.dtype(0), spec[0][1]) if spec and spec[0] else None]
+
+
+CONTRIB_SHAPE_RULES: dict[str, Callable[[NodeCx], list[OutSpec | None]]] = {
+    MS + "Attention": _attention_shapes, MS + "MultiHeadAttention": _mha_shapes,
+    MS + "DecoderMaskedMultiHeadAttention": _mha_shapes, MS + "GroupQueryAttention": _gqa_shapes,
+    MS + "SkipLayerNormalization": _skip_ln_shapes, MS + "SkipSimplifiedLayerNormalization": _skip_ln_shapes,
+    MS + "FusedMatMul": _fused_matmul_shapes, MS + "MatMulNBits": _matmul_nbits_shapes,
+    MS + "MatMulIntegerToFloat": _matmul_like_shapes, MS + "DynamicQuantizeMatMul": _matmul_like_shapes,
+    MS + "EmbedLayerNormalization": _embed_ln_shapes, MS + "GemmFastGelu": _gemm_gelu_shapes,
+    MS + "GatherBlockQuantized": _gather_block_shapes, MS + "FusedConv": _fused_conv_shapes,
+    **{MS + op: _same for op in ("BiasGelu", "FastGelu", "Gelu", "QuickGelu", "BiasAdd", "RotaryEmbedding",
+                                 "BiasSoftmax", "BiasDropout", "SimplifiedLayerNormalization",
+                                 "LayerNormalization", "QLinearSigmoid", "QLinearLeakyRelu", "Trilu")},
+    MS + "QLinearAdd": _broadcast_shapes, MS + "QLinearMul": _broadcast_shapes,
+}

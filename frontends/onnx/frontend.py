@@ -1,0 +1,144 @@
+"""The ONNX frontend: ``.onnx`` files and in-memory ``onnx.ModelProto`` objects to IR graphs.
+
+No torch is needed. The file is read without its external weight data (weights are counted from
+their declared shapes), checked, typed by ONNX's shape inference plus the frontend's own symbolic
+repair (so ``batch`` and ``sequence`` stay symbolic until ``analyze`` binds them), and every node
+is lowered through the one ONNX table. Whatever the input, the outcome is a graph or a
+:class:`~narrowpipe.errors.NarrowpipeError` that names the file, the node and the reason.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Callable
+from math import prod
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import GraphProto, ModelProto
+
+from ...errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError
+from ...ir import Graph
+from .functions import expand_function
+from .lowering import OnnxLowerer, Unordered
+from .masks import CausalMasks
+from .node import ModelInfo
+from .params import classify_initializers
+from .read import all_graphs, check_model, opset_versions, parse_model, read_bytes, sort_model
+from .shapes import ShapeState, run_inference
+from .symdims import parse_dim_param
+from .table import ONNX_TABLE, SHAPE_RULES_EXTRA
+from .types import DTYPES, check_payload, is_external
+from .wire import initializer_payloads
+
+__all__ = ["load_onnx", "from_onnx_model"]
+
+Payloads = Callable[[], dict[str, memoryview]]
+
+
+def load_onnx(path: str | os.PathLike[str], *, strict: bool = False, name: str | None = None) -> Graph:
+    """Load an ``.onnx`` file (its external data files are never opened)."""
+    file = str(path)
+    data = read_bytes(path)
+    model = parse_model(data, file=file)
+    return _convert(model, file, strict, name or Path(file).stem, lambda: initializer_payloads(data))
+
+
+def from_onnx_model(model: Any, *, file: str = "", strict: bool = False, name: str | None = None) -> Graph:
+    """Lower an in-memory ``onnx.ModelProto`` (it is not modified)."""
+    return _convert(model, file, strict, name, None)
+
+
+def _convert(model: Any, file: str, strict: bool, name: str | None, payloads: Payloads | None) -> Graph:
+    """``payloads`` gives zero-copy views of weight payloads in the file's bytes, when there is a file."""
+    if not isinstance(model, ModelProto):
+        raise ModelLoadError(f"expected an onnx.ModelProto, got {type(model).__name__}", file=file or None)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # lowering allocates millions of small objects and frees none: collections only cost
+    try:
+        try:
+            return _lower(model, file, strict, name, payloads, presorted=False)
+        except Unordered:
+            return _lower(sort_model(model, file=file), file, strict, name, payloads, presorted=True)
+    except NarrowpipeError:
+        raise
+    except RecursionError:
+        raise ModelLoadError("the model nests subgraphs too deeply to read", file=file or None) from None
+    except MemoryError:
+        raise ModelLoadError("out of memory while reading the model", file=file or None) from None
+    except Exception as exc:  # the last guard: a hostile file must never escape as a raw exception
+        raise FrontendError(f"unexpected {type(exc).__name__} while lowering: {exc}", file=file or None) from exc
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _input_symbols(graphs: list[GraphProto]) -> set[str]:
+    """Dim names used by graph inputs (of the model and of its bodies): the trusted ones."""
+    out: set[str] = set()
+    for g in graphs:
+        for vi in g.input:
+            t = vi.type.tensor_type
+            for d in t.shape.dim if t.HasField("shape") else ():
+                dim = parse_dim_param(d.dim_param)[0] if d.dim_param else 0
+                if not isinstance(dim, int):
+                    out |= dim.symbols
+    return out
+
+
+#: Inline payloads are checked against their dims exactly up to this size; larger ones only against
+#: the file's size (reading a payload copies it: checking a 500 MB model's would double its load time).
+#: Weights are counted from their declared dims either way.
+_EXACT_CHECK = 1 << 20
+
+
+def _check_large_payloads(graph: GraphProto, file: str) -> None:
+    """Payloads the lowering does not see (inference and lowering work on a skeleton without them)."""
+    size = os.path.getsize(file) if file and os.path.isfile(file) else None
+    for t in graph.initializer:
+        dt = DTYPES.get(t.data_type)
+        if dt is None or is_external(t) or any(d < 0 for d in t.dims):
+            continue
+        dims = tuple(int(d) for d in t.dims)
+        nbytes = dt.nbytes(prod(dims))
+        if nbytes <= _EXACT_CHECK:
+            if nbytes > 1024:
+                check_payload(t, dims, dt, file)
+        elif size is not None and nbytes > size:
+            raise ShapeError(f"initializer {t.name!r} declares dims {list(dims)} ({nbytes} bytes) but the whole "
+                             f"file holds {size} bytes", file=file, node=t.name)
+
+
+def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payloads: Payloads | None, *,
+           presorted: bool) -> Graph:
+    graphs = check_model(model, file=file)
+    if model.functions:
+        try:
+            model = onnx.inliner.inline_local_functions(model)
+        except Exception as exc:
+            raise ModelLoadError(f"cannot inline the model's local functions: {exc}", file=file or None) from None
+        graphs = all_graphs(model.graph)
+    params = classify_initializers(model.graph, graphs, payloads)
+    _check_large_payloads(model.graph, file)
+    inferred, errors = run_inference(model)
+    state = ShapeState(file, _input_symbols(graphs), errors)
+    opsets = opset_versions(inferred)
+    info = ModelInfo(file=file, opsets=opsets, opset_protos=list(inferred.opset_import),
+                     ir_version=inferred.ir_version, strict=strict, params=params, sorted=presorted)
+    graph = Graph(name or model.graph.name or "onnx_model")
+    lowerer = OnnxLowerer(info, state, ONNX_TABLE, SHAPE_RULES_EXTRA, fallback=expand_function)
+    lowerer.masks = CausalMasks(model)  # the model with its initializer data, not the inference skeleton
+    lowerer.lower_graph(inferred.graph, graph, None, top=True)
+    for spec in state.dims.values():
+        graph.declare_dim(spec)
+    graph.meta.update({
+        "source": "onnx", "file": file, "opsets": {k or "ai.onnx": v for k, v in opsets.items()},
+        "ir_version": int(model.ir_version), "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        "onnx_version": onnx.__version__,
+        "external_data": any(is_external(t) for g in graphs for t in g.initializer),
+    })
+    if errors:
+        graph.meta["shape_inference_notes"] = [f"{k or '(model)'}: {v}" for k, v in sorted(errors.items())][:20]
+    return graph

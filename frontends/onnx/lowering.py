@@ -1,0 +1,161 @@
+"""Walks ONNX graphs (and their If/Loop/Scan bodies) and lowers each node through the ONNX table.
+
+This module owns the mechanics: weights and inputs of each graph, the walk, folding of shape
+tensors, and the error that names file, node and op when anything goes wrong. :mod:`.table`
+owns what each ONNX op becomes, :mod:`.resolve` the output types; nothing here computes a cost.
+Nodes are lowered in file order; a file whose nodes are not topologically sorted (ONNX requires
+it, some tools do not comply) is sorted once and lowered again, so sorted files pay nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+
+import onnx
+from onnx import GraphProto, NodeProto, TensorProto
+
+from ...errors import FrontendError, NarrowpipeError, ShapeError, UnsupportedOpError
+from ...ir import Graph, Op, Source, TensorType, Value, ValueKind
+from .fold import FOLDERS, FROM_TYPE, fold
+from .masks import CausalMasks
+from .node import ModelInfo, NodeCx, Scope
+from .resolve import resolve_types
+from .shape_rules import SHAPE_RULES
+from .shapes import OutSpec, ShapeState, graph_types
+from .types import FOLD_LIMIT, check_payload, declared_dims, dtype_of, small_array
+
+__all__ = ["OnnxLowerer", "Unordered"]
+
+Lowering = Callable[[NodeCx], None]
+
+
+class Unordered(Exception):
+    """A node reads a name no earlier node defined: the file is not topologically sorted."""
+
+
+class OnnxLowerer:
+    """Lowers an ONNX model's graphs into one IR graph (with nested bodies for control flow)."""
+
+    def __init__(self, info: ModelInfo, state: ShapeState, table: dict[str, Lowering],
+                 rules: dict[str, Callable[[NodeCx], list[OutSpec | None]]] | None = None,
+                 fallback: Callable[[NodeCx], bool] | None = None) -> None:
+        self.info = info
+        self.state = state
+        self.table = table
+        self.rules = {**SHAPE_RULES, **(rules or {})}
+        self.fallback = fallback
+        self.masks: CausalMasks | None = None  # causal-mask test of the top-level graph (.masks)
+
+    # -- graphs -----------------------------------------------------------------------------
+    def lower_graph(self, gproto: GraphProto, graph: Graph, parent: Scope | None, *, top: bool,
+                    input_types: list[TensorType | None] | None = None) -> list[Value]:
+        scope = Scope(graph_types(gproto), parent)
+        for t in gproto.initializer:
+            self._add_initializer(t, scope, graph, top)
+        for t in gproto.sparse_initializer:
+            self._add_sparse(t, scope, graph, top)
+        for k, vi in enumerate(gproto.input):
+            if scope.values.get(vi.name) is not None:
+                continue  # old models list initializers among the inputs too
+            forced = input_types[k] if input_types is not None and k < len(input_types) else None
+            t = forced or self._input_type(vi, scope)
+            scope.values[vi.name] = graph.add_input(vi.name, t, ValueKind.INPUT, source_name=vi.name)
+        for i, node in enumerate(gproto.node):
+            self.lower_node(node, i, scope, graph)
+        outs: list[Value] = []
+        for o in gproto.output:
+            v = scope.value(o.name)
+            if v is None:
+                raise FrontendError(f"graph output {o.name!r} is not produced by any node, initializer or input",
+                                    file=self.info.file or None, node=o.name)
+            outs.append(v)
+        graph.set_outputs(outs)
+        return outs
+
+    def _add_initializer(self, t: TensorProto, scope: Scope, graph: Graph, top: bool) -> None:
+        file = self.info.file or None
+        if not t.name:
+            raise FrontendError("an initializer has no name", file=file)
+        dims = declared_dims(t, file=self.info.file)
+        dtype = dtype_of(t.data_type, what=f"initializer {t.name!r}", file=file, node=t.name)
+        check_payload(t, dims, dtype, self.info.file)
+        kind, note = self.info.params.get(t.name, (ValueKind.CONST, "")) if top else (ValueKind.CONST, "")
+        scope.values[t.name] = graph.add_input(t.name, TensorType(dtype, dims), kind, source_name=note or t.name)
+        n = prod(dims)
+        if n <= 64 or (n <= FOLD_LIMIT and dtype.is_int):
+            arr = small_array(t)
+            if arr is not None:
+                scope.known[t.name] = arr
+
+    def _add_sparse(self, t: onnx.SparseTensorProto, scope: Scope, graph: Graph, top: bool) -> None:
+        name = t.values.name
+        dims = tuple(int(d) for d in t.dims)
+        if any(d < 0 for d in dims):
+            raise ShapeError(f"sparse initializer {name!r} has negative dims {list(dims)}", file=self.info.file or None)
+        dtype = dtype_of(t.values.data_type, what=f"sparse initializer {name!r}", file=self.info.file or None)
+        kind = ValueKind.PARAM if top and dtype.is_float and prod(dims) > 1 else ValueKind.CONST
+        scope.values[name] = graph.add_input(name, TensorType(dtype, dims), kind)
+
+    def _input_type(self, vi: onnx.ValueInfoProto, scope: Scope) -> TensorType:
+        file = self.info.file or None
+        raw = self.state.raw(scope.type_of(vi.name) or vi.type, vi.name)
+        if raw is None or not raw[0]:
+            raise ShapeError(f"graph input {vi.name!r} has no tensor type", file=file, node=vi.name)
+        if raw[1] is None:
+            raise ShapeError(f"graph input {vi.name!r} has no shape (its rank is unknown)", file=file, node=vi.name)
+        dims = []
+        for axis, d in enumerate(raw[1]):
+            if isinstance(d, str):
+                d = self.state.subst.get(d) if d else None
+                if d is None:
+                    d = self.state.generate(vi.name, axis, vi.name, "graph input", None)
+            dims.append(d)
+        if vi.type.WhichOneof("value") == "sequence_type":
+            dims.insert(0, self.state.generate(vi.name, -1, vi.name, "sequence input", None))
+        return TensorType(dtype_of(raw[0], what=f"input {vi.name!r}", file=file, node=vi.name), tuple(dims))
+
+    # -- nodes ------------------------------------------------------------------------------
+    def lower_node(self, node: NodeProto, index: int, scope: Scope, graph: Graph, *,
+                   opset: int | None = None, source: Source | None = None) -> None:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        cx = NodeCx(self, node, index, scope, graph, opset if opset is not None else self.info.opsets.get(domain, 1),
+                    source)
+        for i, (name, v) in enumerate(zip(cx.ins, cx.values)):
+            if name and v is None:
+                if not self.info.sorted:
+                    raise Unordered(name)
+                raise FrontendError(f"input {i} ({name!r}) is not defined: no node, initializer or graph input "
+                                    f"produces it", file=self.info.file or None, node=cx.name, op=cx.source.op)
+        if not domain and cx.op_type in FOLDERS:
+            if cx.op_type in FROM_TYPE or all(not n or scope.known_value(n) is not None for n in cx.ins):
+                cx.folded = fold(cx)
+        fn = self.table.get(cx.key)
+        try:
+            if fn is not None:
+                fn(cx)
+            elif not (self.fallback is not None and self.fallback(cx)):
+                self.unknown(cx)
+        except (NarrowpipeError, Unordered):
+            raise
+        except RecursionError:
+            raise cx.error("the model nests too deeply to lower") from None
+        except Exception as exc:  # a lowering bug or a malformed attribute: still name the node
+            raise cx.error(f"cannot lower: {type(exc).__name__}: {exc}") from exc
+        values = scope.values
+        for k, name in enumerate(cx.present):
+            if name not in values:
+                raise cx.error(f"output {name!r} was not produced by the lowering")
+            if cx.folded is not None and k < len(cx.folded):
+                scope.known[name] = cx.folded[k]
+
+    def unknown(self, cx: NodeCx) -> None:
+        """An op with no canonical lowering: an UNKNOWN node reports list as unmodeled."""
+        if self.info.strict:
+            raise UnsupportedOpError("no canonical lowering for this op", file=self.info.file or None,
+                                     node=cx.name, op=cx.source.op)
+        cx.emit(Op.UNKNOWN, cx.inputs(), {"source_op": cx.source.op})
+
+    def resolve(self, cx: NodeCx, own: list[OutSpec | None] | None = None, *,
+                override: bool = False) -> list[TensorType]:
+        return resolve_types(cx, self.rules, own, override=override)

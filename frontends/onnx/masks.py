@@ -1,0 +1,435 @@
+"""Recognise ONNX attention masks that are causal, by evaluating the small subgraph that builds them.
+
+Why: exporters materialise the causal mask. A Hugging Face model exported to ONNX builds it from
+``Range`` and ``LessOrEqual`` (``kv_idx <= q_idx``, ANDed with the padding mask of the
+``attention_mask`` input), turns it into an additive ``Where(mask, 0, -inf)`` and adds it to the
+attention scores before the ``Softmax``; a fused ``Attention`` op gets it as ``attn_mask`` with
+``is_causal=0``. The cost model, seeing only the flag, would charge a causal LM's prefill attention
+twice its time on GPUs (FlashAttention skips the blocks above the diagonal) and could not
+token-pipeline it on dataflow chips. The torch frontend solves the same problem in
+:mod:`.torch_masks`; this is its ONNX twin, and needs numpy and onnx only.
+
+How: the mask depends on no weights and no activations, only on sizes (of float inputs too),
+``Range`` and integer inputs. Its ancestors (up to graph inputs, initializers and ``Constant``
+nodes, at most :data:`~.mask_pattern.MAX_NODES` nodes) are cut out into a small model and run with
+``onnx.reference.ReferenceEvaluator`` at each of :data:`~.mask_pattern.SIZES` (every symbolic or
+unknown dim of a graph input set to that size), with integer and boolean inputs filled with ones
+(no padding) and inputs named ``*position*`` counting up along their last dim. A tensor read only
+by ``Shape``/``Size`` is fed as zeros of its shape instead of being computed: a float input (whose
+values would make the mask data-dependent), or an inner tensor whose IR dims are in terms of the
+graph inputs' (a legacy export reads the sequence length off the embedding lookup, which would
+otherwise need the embedding table). Initializers are read only when their data is in the model.
+The mask is causal when, at every size, the positions it lets attend are exactly the lower
+triangle (:func:`~.mask_pattern.is_lower_triangle`). Anything else (a float input's values,
+external weights, a contraction on the way, an op the reference evaluator cannot run, a subgraph
+over the limit) leaves it non-causal: the inference only ever adds what it proved, and never raises.
+
+Cost: nothing is done for a graph until a candidate appears (a ``Softmax`` fed by ``Add`` or
+``Where``, or an attention op with a mask and no causal flag); then one pass indexes the graph's
+producers. An operand the lowered graph computes from a contraction or normalization (the scores
+side of the add) is dismissed on the IR; any other walks at most :data:`~.mask_pattern.MAX_NODES`
+ONNX ancestors; each mask tensor is evaluated once (Hugging Face exports build one mask that every
+layer shares), and only when no tensor of its subgraph is large at the sizes tried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from math import prod
+from typing import TYPE_CHECKING
+
+import numpy as np
+from onnx import GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper, numpy_helper
+
+from ...ir import DType, Op, OpGroup, Sym, Value
+from ..mask_pattern import MAX_NODES, SIZES, is_lower_triangle
+
+if TYPE_CHECKING:
+    from .node import NodeCx
+
+__all__ = ["CausalMasks", "tag_mask_step", "attention_mask_is_causal"]
+
+#: ops that compute attention scores (or other activations) rather than masks: a walk that meets
+#: one is on the scores side of the mask add, and stops there instead of evaluating a model layer
+_NOT_MASK_OPS = frozenset({
+    "MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose", "ConvInteger", "MatMulInteger", "QLinearMatMul",
+    "QLinearConv", "Softmax", "LogSoftmax", "Attention", "LayerNormalization", "RMSNormalization",
+})
+#: their IR twins, for the cheap pre-check on the lowered graph (:func:`_reads_activations`)
+_NOT_MASK_IR = frozenset(op for op in Op if op.group in (OpGroup.CONTRACTION, OpGroup.CONVOLUTION,
+                                                        OpGroup.ATTENTION, OpGroup.NORMALIZATION))
+#: ops that read only the size of their input, so a float input behind them may stay unknown
+_SIZE_QUERIES = frozenset({"Shape", "Size"})
+#: ONNX elem types a mask input can be filled with ones (no padding) or an arange (positions)
+_FILLABLE = frozenset({
+    TensorProto.BOOL, TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+    TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64,
+})
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+#: the standard ops with subgraph attributes (their bodies may read any outer name)
+_WITH_BODIES = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+#: the most elements any tensor of an evaluated subgraph may hold, by its IR type at the largest
+#: size tried: a mask at sizes 5 and 7 is tiny, and a hostile file must not make this allocate much
+_MAX_ELEMENTS = 1 << 24
+
+
+class _NotConstant(Exception):
+    """The subgraph depends on something that cannot be evaluated here."""
+
+
+#: the dims a leaf is fed at: numbers, symbolic dims (every symbol takes the size being tried) and
+#: ``None`` (a graph input's unknown dim, which takes it too)
+Dims = tuple[int | Sym | None, ...]
+
+
+class CausalMasks:
+    """Memoised causal-mask test over the top-level graph of one ONNX model.
+
+    ``model`` is the model being lowered, with its initializer data (not the shape-inference
+    skeleton, whose large initializers are stubs). ``ir_value`` (settable later, as the top-level
+    graph is lowered) gives the IR value of a name: its dims, symbolic as the frontend repaired
+    them, let a tensor that the mask reads only for its sizes go unevaluated (a legacy export takes
+    the sequence length from the embedding lookup's output; evaluating that would read the
+    embedding table). Nothing is indexed until the first query.
+    """
+
+    def __init__(self, model: ModelProto, ir_value: Callable[[str], Value | None] | None = None) -> None:
+        self._model = model
+        self._graph: GraphProto = model.graph
+        self.ir_value = ir_value
+        self._producers: dict[str, int] | None = None
+        self._inputs: dict[str, ValueInfoProto] = {}
+        self._inits: dict[str, TensorProto] = {}
+        self._symbols: frozenset[str] | None = None
+        self._arrays: dict[str, np.ndarray] = {}
+        self._values: dict[str, list[np.ndarray] | None] = {}
+        self._causal: dict[tuple[str, bool, bool], bool] = {}
+
+    # -- queries ----------------------------------------------------------------------------------
+    def producer(self, name: str) -> NodeProto | None:
+        """The node of the top-level graph that outputs ``name`` (None on a malformed graph too)."""
+        try:
+            i = self._index().get(name)
+            return self._graph.node[i] if i is not None else None
+        except Exception:
+            return None
+
+    def is_causal(self, name: str, value: Value | None = None, *, nonzero: bool = False,
+                  inverted: bool = False) -> bool:
+        """Whether tensor ``name`` (IR ``value``, when known) is a causal mask. ``nonzero``: an
+        integer mask whose nonzero entries attend (onnxruntime's ``mask_index``); ``inverted``: a
+        boolean mask whose ``True`` entries are the blocked ones (``Where(mask, fill, scores)``,
+        i.e. ``masked_fill``)."""
+        key = (name, nonzero, inverted)
+        hit = self._causal.get(key)
+        if hit is None:
+            try:
+                hit = self._test(self.values(name, value), nonzero, inverted)
+            except Exception:   # an odd dtype: not proven causal
+                hit = False
+            self._causal[key] = hit
+        return hit
+
+    @staticmethod
+    def _test(values: list[np.ndarray] | None, nonzero: bool, inverted: bool) -> bool:
+        if not values:
+            return False
+        for mask in values:
+            if nonzero and (np.issubdtype(mask.dtype, np.integer) or mask.dtype == np.bool_):
+                mask = mask != 0
+            if inverted:
+                if mask.dtype != np.bool_:
+                    return False
+                mask = ~mask
+            if not is_lower_triangle(mask):
+                return False
+        return True
+
+    def values(self, name: str, value: Value | None = None) -> list[np.ndarray] | None:
+        """``name`` evaluated at each size (once when no dim is symbolic); None when it cannot be
+        evaluated. Memoised: every layer's test of a shared mask costs one lookup. With its IR
+        ``value``, the scores side of a mask add is recognised on the lowered graph, without
+        walking the ONNX one (protobuf fields are slow to read)."""
+        if name in self._values:
+            return self._values[name]
+        try:
+            out: list[np.ndarray] | None = None
+            if value is None or not _reads_activations(value):
+                out = self._evaluate(name)
+        except Exception:   # any failure means "not proven causal", never a wrong flag or an error
+            out = None
+        self._values[name] = out
+        return out
+
+    # -- the subgraph -----------------------------------------------------------------------------
+    def _index(self) -> dict[str, int]:
+        """Tensor name -> index of the node that outputs it (built at the first query: one pass)."""
+        if self._producers is None:
+            g = self._graph
+            producers = {o: i for i, n in enumerate(g.node) for o in n.output}
+            producers.pop("", None)
+            self._producers = producers
+            self._inputs = {vi.name: vi for vi in g.input}
+            self._inits = {t.name: t for t in g.initializer}
+        return self._producers
+
+    def _ancestors(self, name: str) -> tuple[list[NodeProto], list[str], dict[str, Dims]]:
+        """What computes ``name``: the nodes (in graph order), the leaves read for their values
+        (graph inputs, initializers), and the tensors read only for their sizes (by ``Shape`` or
+        ``Size``) with their dims. A tensor is walked through only when some node reads its values
+        or its dims are not known in terms of the graph inputs' dims."""
+        producers = self._index()
+        nodes: dict[int, NodeProto] = {}
+        leaves: list[str] = []
+        sized: dict[str, Dims] = {}
+        seen: set[str] = set()
+        stack = [name]
+        deferred: list[str] = []
+        while stack or deferred:
+            if not stack:   # every value read is walked: cut what is read only for its sizes
+                for x in dict.fromkeys(deferred):
+                    if x in seen:
+                        continue
+                    dims = self._sized_dims(x)
+                    if dims is not None:
+                        sized[x] = dims
+                        seen.add(x)
+                    else:
+                        stack.append(x)
+                deferred = []
+                continue
+            x = stack.pop()
+            if x in seen:
+                if x not in sized:
+                    continue
+                del sized[x]   # cut for its sizes, but a node walked since reads its values
+            seen.add(x)
+            i = producers.get(x)
+            if i is None:
+                if x in self._inits or x in self._inputs:
+                    leaves.append(x)
+                    continue
+                raise _NotConstant(f"{x!r} is not defined in this graph")
+            if i in nodes:
+                continue
+            node = self._graph.node[i]
+            op = node.op_type
+            if op in _NOT_MASK_OPS or node.domain not in _DEFAULT_DOMAINS:
+                raise _NotConstant(f"{op} {node.name!r} does not build a mask")
+            if op in _WITH_BODIES:
+                raise _NotConstant(f"{op} {node.name!r} has a body")   # which may read outer names
+            nodes[i] = node
+            if len(nodes) > MAX_NODES:
+                raise _NotConstant(f"mask subgraph over {MAX_NODES} nodes")
+            (deferred if op in _SIZE_QUERIES else stack).extend(x for x in node.input if x)
+        return [nodes[i] for i in sorted(nodes)], leaves, sized
+
+    def _dims(self, name: str) -> Dims | None:
+        """A leaf's dims: its IR type's when known, else as the model declares them."""
+        v = self.ir_value(name) if self.ir_value is not None else None
+        if v is not None:
+            return tuple(v.type.shape)
+        if name in self._inits:
+            return tuple(int(d) for d in self._inits[name].dims)
+        vi = self._inputs.get(name)
+        tp = vi.type if vi is not None else None
+        if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+            return None
+        return tuple(int(d.dim_value) if d.HasField("dim_value") else None for d in tp.tensor_type.shape.dim)
+
+    def _sized_dims(self, name: str) -> Dims | None:
+        """The dims to feed a tensor read only for its sizes at: a graph input's or initializer's
+        own; an inner tensor's IR dims when every symbol in them is a graph input's (the mask's
+        sizes then follow from the inputs'); else None, and the tensor is evaluated."""
+        if name in self._inits or name in self._inputs:
+            return self._dims(name)
+        v = self.ir_value(name) if self.ir_value is not None else None
+        if v is None:
+            return None
+        if self._symbols is None:
+            self._symbols = frozenset(s for x in self._inputs for d in (self._dims(x) or ())
+                                      if isinstance(d, Sym) for s in d.symbols)
+        symbols = self._symbols
+        if all(not isinstance(d, Sym) or d.symbols <= symbols for d in v.type.shape):
+            return tuple(v.type.shape)
+        return None
+
+    def _evaluate(self, name: str) -> list[np.ndarray]:
+        nodes, leaves, sized = self._ancestors(name)
+        inputs: list[ValueInfoProto] = []
+        feeds: dict[str, np.ndarray | Dims] = {}
+        for leaf in leaves:
+            if leaf in self._inits:
+                arr = self._initializer(leaf)
+                inputs.append(helper.make_tensor_value_info(leaf, helper.np_dtype_to_tensor_dtype(arr.dtype), None))
+                feeds[leaf] = arr
+                continue
+            t = self._inputs[leaf].type.tensor_type
+            if t.elem_type not in _FILLABLE:   # a float input's values (its sizes alone go in ``sized``)
+                raise _NotConstant(f"the mask reads the values of input {leaf!r} (type {t.elem_type})")
+            dims = self._dims(leaf)
+            if dims is None:
+                raise _NotConstant(f"input {leaf!r} has no known rank")
+            inputs.append(helper.make_tensor_value_info(leaf, t.elem_type, None))
+            feeds[leaf] = dims
+        for x, dims in sized.items():   # read only by Shape/Size: zeros of the right shape will do
+            inputs.append(helper.make_tensor_value_info(x, TensorProto.FLOAT, None))
+            feeds[x] = dims
+        symbolic = any(not isinstance(f, np.ndarray) and any(not isinstance(d, int) for d in f)
+                       for f in feeds.values())
+        self._check_sizes(nodes, feeds)
+        graph = helper.make_graph(nodes, "mask", inputs, [ValueInfoProto(name=name)])
+        model = helper.make_model(graph, opset_imports=list(self._model.opset_import),
+                                  ir_version=self._model.ir_version)
+        from onnx.reference import ReferenceEvaluator   # imported only when a mask is evaluated
+
+        run = ReferenceEvaluator(model)
+        out = []
+        for size in SIZES if symbolic else SIZES[:1]:
+            values = {x: f if isinstance(f, np.ndarray) else
+                      _fill(x, None if x in sized else self._inputs[x].type.tensor_type.elem_type, f, size)
+                      for x, f in feeds.items()}
+            out.append(np.asarray(run.run(None, values)[0]))
+        return out
+
+    def _check_sizes(self, nodes: list[NodeProto], feeds: dict[str, np.ndarray | Dims]) -> None:
+        """Refuse a subgraph whose leaves or node outputs would be large at the largest size (by
+        their IR types, every symbol at that size): a sliced ``[1, 1, 2048, 2048]`` buffer is
+        fine, a hostile ``ConstantOfShape`` of a billion elements is not evaluated."""
+        size = max(SIZES)
+        shapes: list[Dims] = [f for f in feeds.values() if not isinstance(f, np.ndarray)]
+        if self.ir_value is not None:
+            for node in nodes:
+                for o in node.output:
+                    v = self.ir_value(o) if o else None
+                    if v is not None:
+                        shapes.append(tuple(v.type.shape))
+        for dims in shapes:
+            if prod(_at(d, size) for d in dims) > _MAX_ELEMENTS:
+                raise _NotConstant(f"a tensor of dims {dims} is too large to evaluate")
+
+    def _initializer(self, name: str) -> np.ndarray:
+        arr = self._arrays.get(name)
+        if arr is None:
+            t = self._inits[name]
+            if t.data_location == TensorProto.EXTERNAL:
+                raise _NotConstant(f"initializer {name!r} is external data")
+            arr = numpy_helper.to_array(t)   # raises when the data is missing
+            if arr.size != int(np.prod([int(d) for d in t.dims], dtype=np.int64)):
+                raise _NotConstant(f"initializer {name!r} holds no data")
+            self._arrays[name] = arr
+        return arr
+
+
+def _reads_activations(value: Value) -> bool:
+    """Whether the lowered graph computes ``value`` from a contraction, convolution, attention or
+    normalization (through values, not sizes: ``shape_of`` is not walked through), within
+    :data:`~.mask_pattern.MAX_NODES` nodes. Such a tensor is the scores side of a mask add, never
+    a mask; the ONNX walk would stop there too, at several times the cost."""
+    seen: set[int] = set()
+    stack = [value.producer]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        if node.op in _NOT_MASK_IR:
+            return True
+        seen.add(id(node))
+        if len(seen) > MAX_NODES:
+            return False
+        if node.op is not Op.SHAPE_OF:
+            stack.extend(v.producer for v in node.inputs if v is not None)
+    return False
+
+
+def _at(d: int | Sym | None, size: int) -> int:
+    """A dim with every symbol (and an unknown dim) at ``size``."""
+    if d is None:
+        return size
+    return d if isinstance(d, int) else d.evaluate(dict.fromkeys(d.symbols, size))
+
+
+def _fill(name: str, elem_type: int | None, dims: Dims, size: int) -> np.ndarray:
+    """A leaf at ``size``: a tensor read only for its sizes zeros, an integer or boolean input ones
+    (no padding), a ``*position*`` input an arange along its last dim."""
+    shape = tuple(_at(d, size) for d in dims)
+    if elem_type is None:
+        return np.zeros(shape, dtype=np.float32)
+    dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+    if "position" in name and shape and dtype != np.bool_:
+        return np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
+    return np.ones(shape, dtype=dtype)
+
+
+# -- hooks for the lowerings ----------------------------------------------------------------------
+
+def _masks_of(cx: NodeCx) -> CausalMasks | None:
+    """The model's mask test, for nodes of the top-level graph only (a body may read outer names,
+    and the nodes a function expands into are not in the graph)."""
+    masks: CausalMasks | None = getattr(cx.lw, "masks", None)
+    if masks is None or cx.scope.parent is not None:
+        return None
+    if masks.ir_value is None:
+        masks.ir_value = cx.scope.value   # the top-level scope: every ancestor is lowered by now
+    return masks
+
+
+def _may_mask(v: Value | None, *, ints: bool = False) -> bool:
+    """A cheap filter before any walk: masks are boolean or float (or integer, for onnxruntime's
+    ``mask_index``) tensors of rank 2 or more."""
+    if v is None or v.type.rank < 2:
+        return False
+    dt = v.type.dtype
+    return dt is DType.BOOL or dt.is_float or (ints and dt.is_int)
+
+
+def tag_mask_step(cx: NodeCx) -> None:
+    """For a ``Softmax``: when its input is an ``Add``/``Where`` with a causal mask operand (eager
+    attention's mask step), mark the IR node of that add/where ``causal_mask`` so the fused
+    attention kernel skips the masked blocks (:mod:`narrowpipe.costmodel.execution.gemm`)."""
+    masks = _masks_of(cx)
+    x = cx.input(0)
+    if masks is None or x is None or x.producer is None or not cx.ins:
+        return
+    ir = x.producer
+    if ir.op not in (Op.ADD, Op.WHERE) or ir.attrs.get("causal_mask"):
+        return
+    node = masks.producer(cx.ins[0])
+    if node is None or node.domain not in _DEFAULT_DOMAINS or node.op_type not in ("Add", "Where"):
+        return
+    if len(node.input) != len(ir.inputs):
+        return   # not the plain one-node lowering (an input is missing)
+    if _any_causal(masks, node, ir.inputs):
+        ir.attrs["causal_mask"] = True
+
+
+def _any_causal(masks: CausalMasks, node: NodeProto, operands: Iterable[Value | None]) -> bool:
+    """Whether an operand of the mask step is a causal mask, the likely mask tested first (the
+    second addend: ``scores + mask``; the condition of a where), so that a shared mask already
+    proved causal answers before the walk up the scores side."""
+    ops = list(operands)
+    pairs = list(zip(node.input, ops))
+    for name, v in reversed(pairs) if node.op_type == "Add" else pairs:
+        if name and _may_mask(v) and masks.is_causal(name, v):
+            return True
+    if node.op_type == "Where" and len(ops) == 3 and _may_mask(ops[0]) and ops[0] is not None \
+            and ops[0].type.dtype is DType.BOOL and ops[1] is not None and _is_scalar(ops[1]):
+        return masks.is_causal(node.input[0], ops[0], inverted=True)   # masked_fill(mask, fill): True blocks
+    return False
+
+
+def _is_scalar(v: Value) -> bool:
+    return all(d == 1 for d in v.type.shape)
+
+
+def attention_mask_is_causal(cx: NodeCx, *indices: int, nonzero: bool = False) -> bool:
+    """Whether one of the mask inputs ``indices`` of an attention op is a causal mask (the caller
+    checks the op's own causal flag first). ``nonzero`` for onnxruntime's integer ``mask_index``."""
+    masks = _masks_of(cx)
+    if masks is None:
+        return False
+    for i in indices:
+        if i < len(cx.ins) and cx.ins[i] and _may_mask(cx.input(i), ints=nonzero) \
+                and masks.is_causal(cx.ins[i], cx.input(i), nonzero=nonzero):
+            return True
+    return False

@@ -1,0 +1,180 @@
+"""Which ONNX initializers are parameters: the rule that makes ``params`` match the source model.
+
+An ONNX file does not say which initializers were trainable parameters, which were buffers and
+which are constants the exporter folded, so the frontend decides, in this order:
+
+1. **Constants** (``CONST``): initializers with at most one element (scales, epsilons, fill
+   values), non-float initializers (shapes, axes, indices, masks) unless they are the quantized
+   weight operand of a quantized op (``DequantizeLinear`` x, ``QLinearMatMul`` b, ``MatMulNBits``
+   B, ...), and ``Constant`` nodes (lowered as constant weights elsewhere).
+2. **Buffers** (``BUFFER``): float initializers read only as batch-norm statistics (inputs 3 and 4
+   of ``BatchNormalization``), or named like the persistent buffers torch modules register
+   (``running_mean``, ``running_var``, ``num_batches_tracked``, ``inv_freq``, ``position_ids``,
+   ``freqs_cis``, ``cos_cached``/``sin_cached``, ...): exporters keep module paths as names.
+3. **Tied copies** (``CONST``, noted ``tied to <name>``): a second copy of a tied embedding. When
+   an embedding table (the data of a ``Gather``) and a matmul weight have the same or the
+   transposed shape and the same values, the matmul weight is the table again (the legacy
+   exporter folds ``wte.T`` of GPT-2's tied LM head into a second initializer). Values are
+   compared at 256 positions spread over the matrix, and uniform data (all zeros, all ones) is
+   never called tied. Two initializers naming the same region of the same external file are the
+   same tensor; external data itself is never read.
+4. Every other float initializer is a **parameter** (``PARAM``).
+
+Identity nodes that re-expose a parameter (the legacy exporter's dedup of byte-identical
+parameters, e.g. every norm weight still at 1.0) become parameters again in the lowering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from math import prod
+
+import numpy as np
+import onnx
+from onnx import GraphProto, TensorProto
+
+from ...ir import ValueKind
+from .types import DTYPES, is_external
+
+__all__ = ["classify_initializers", "BUFFER_NAMES", "QUANT_WEIGHT_SLOTS"]
+
+BUFFER_NAMES: tuple[str, ...] = (
+    "running_mean", "running_var", "num_batches_tracked", "inv_freq", "original_inv_freq", "position_ids",
+    "token_type_ids", "freqs_cis", "cos_cached", "sin_cached", "_cos_cached", "_sin_cached", "masked_bias",
+    "relative_position_index", "causal_mask", "attn_mask_buffer",
+)
+
+#: (domain, op) -> input slots holding a quantized weight (integer, yet a parameter).
+QUANT_WEIGHT_SLOTS: dict[tuple[str, str], frozenset[int]] = {
+    ("", "DequantizeLinear"): frozenset({0}), ("", "QLinearMatMul"): frozenset({0, 3}),
+    ("", "QLinearConv"): frozenset({3}), ("", "MatMulInteger"): frozenset({0, 1}),
+    ("", "ConvInteger"): frozenset({1}), ("com.microsoft", "MatMulNBits"): frozenset({1}),
+    ("com.microsoft", "GatherBlockQuantized"): frozenset({0}),
+    ("com.microsoft", "DynamicQuantizeMatMul"): frozenset({1}),
+    ("com.microsoft", "MatMulIntegerToFloat"): frozenset({1}), ("com.microsoft", "QGemm"): frozenset({3}),
+    ("com.microsoft", "QAttention"): frozenset({1}),
+}
+_BUFFER_SLOTS: dict[tuple[str, str], frozenset[int]] = {("", "BatchNormalization"): frozenset({3, 4})}
+#: Where an embedding table is read (``Gather`` data) and where a tied copy can be read as a weight.
+_EMBEDDING_SLOTS = {("", "Gather"): 0, ("com.microsoft", "GatherBlockQuantized"): 0}
+_MATMUL_SLOTS = {("", "MatMul"): (0, 1), ("", "Gemm"): (0, 1), ("com.microsoft", "FusedMatMul"): (0, 1)}
+_SAMPLES = 256
+
+Uses = dict[str, list[tuple[str, str, int]]]
+
+
+def _uses(graphs: list[GraphProto], names: set[str]) -> Uses:
+    out: Uses = {}
+    for g in graphs:
+        for node in g.node:
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            for i, x in enumerate(node.input):
+                if x in names:
+                    out.setdefault(x, []).append((domain, node.op_type, i))
+    return out
+
+
+def _is_buffer_name(name: str) -> bool:
+    last = name.replace("/", ".").split(".")[-1]
+    return last in BUFFER_NAMES or any(name.endswith(s) for s in BUFFER_NAMES)
+
+
+def classify_initializers(graph: GraphProto, graphs: list[GraphProto] | None = None,
+                          payloads: Callable[[], Mapping[str, memoryview]] | None = None
+                          ) -> dict[str, tuple[ValueKind, str]]:
+    """Initializer name -> (kind, note) for the top-level graph (see the module docstring);
+    ``graphs`` are all graphs whose nodes may read the initializers (the main one and its bodies),
+    ``payloads`` gives zero-copy views of raw payloads in the file's bytes (:mod:`.wire`),
+    asked for only when there are embeddings to compare."""
+    uses = _uses(graphs if graphs is not None else [graph], {t.name for t in graph.initializer})
+    out: dict[str, tuple[ValueKind, str]] = {}
+    params: list[TensorProto] = []
+    for t in graph.initializer:
+        dims = tuple(int(d) for d in t.dims)
+        n = prod(dims) if all(d >= 0 for d in dims) else 0
+        dt = DTYPES.get(t.data_type)
+        used = uses.get(t.name, [])
+        if dt is None or n <= 1:
+            out[t.name] = (ValueKind.CONST, "")
+        elif not dt.is_float:
+            quant = any(i in QUANT_WEIGHT_SLOTS.get((d, op), ()) for d, op, i in used)
+            if quant:
+                params.append(t)
+            else:
+                out[t.name] = (ValueKind.CONST, "")
+        elif _is_buffer_name(t.name) or (used and all(i in _BUFFER_SLOTS.get((d, op), ()) for d, op, i in used)):
+            out[t.name] = (ValueKind.BUFFER, "")
+        else:
+            params.append(t)
+    tied = _tied(params, uses, payloads or dict)
+    for t in params:
+        out[t.name] = (ValueKind.CONST, f"{t.name} (tied to {tied[t.name]})") if t.name in tied else (ValueKind.PARAM, "")
+    return out
+
+
+def _tied(params: list[TensorProto], uses: Uses, payloads: Callable[[], Mapping[str, memoryview]]) -> dict[str, str]:
+    """Copy name -> the name of the parameter it repeats (see the module docstring)."""
+    out: dict[str, str] = {}
+    regions: dict[tuple, str] = {}
+    for t in params:  # the same region of the same external file
+        if is_external(t):
+            ext = {e.key: e.value for e in t.external_data}
+            key = (ext.get("location"), ext.get("offset", "0"), t.data_type, tuple(t.dims))
+            if key in regions:
+                out[t.name] = regions[key]
+            else:
+                regions[key] = t.name
+    tables = [t for t in params if len(t.dims) == 2 and not is_external(t) and
+              any(_EMBEDDING_SLOTS.get((d, op)) == i for d, op, i in uses.get(t.name, ()))]
+    if not tables:
+        return out
+    table_names = {t.name for t in tables}
+    views: Mapping[str, memoryview] | None = None
+    for t in params:
+        if t.name in out or t.name in table_names or len(t.dims) != 2 or is_external(t):
+            continue
+        if not any(i in _MATMUL_SLOTS.get((d, op), ()) for d, op, i in uses.get(t.name, ())):
+            continue
+        for table in tables:
+            if table.data_type != t.data_type or tuple(table.dims) not in (tuple(t.dims), tuple(t.dims)[::-1]):
+                continue
+            if views is None:
+                views = payloads()
+            if _same_values(table, t, views):
+                out[t.name] = table.name
+                break
+    return out
+
+
+def _same_values(table: TensorProto, other: TensorProto, payloads: Mapping[str, memoryview]) -> bool:
+    a, b = _matrix(table, payloads), _matrix(other, payloads)
+    if a is None or b is None:
+        return False
+    if a.shape != b.shape:
+        a = a.T
+    if a.shape != b.shape:
+        return False
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, a.shape[0], _SAMPLES)
+    cols = rng.integers(0, a.shape[1], _SAMPLES)
+    sample = a[rows, cols]
+    if (sample == sample[0]).all():
+        return False  # uniform data: equal by coincidence, not the same parameter
+    return bool(np.array_equal(sample, b[rows, cols]))
+
+
+def _matrix(t: TensorProto, payloads: Mapping[str, memoryview]) -> np.ndarray | None:
+    """The payload's bit patterns as a 2-D array of same-width unsigned ints (exact comparison);
+    a view into the file's bytes when there is one (reading ``raw_data`` copies it)."""
+    dt = DTYPES.get(t.data_type)
+    try:
+        if dt is not None and dt.bits in (8, 16, 32, 64) and (t.name in payloads or t.HasField("raw_data")):
+            view = payloads.get(t.name)
+            if view is None or len(view) != dt.nbytes(prod(t.dims)):
+                view = t.raw_data
+            return np.frombuffer(view, dtype=f"<u{dt.bits // 8}").reshape(tuple(t.dims))
+        if not t.HasField("raw_data"):
+            return onnx.numpy_helper.to_array(t).reshape(tuple(t.dims))
+    except Exception:  # malformed payloads are reported elsewhere; they are just not compared
+        return None
+    return None

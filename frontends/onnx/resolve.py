@@ -1,0 +1,129 @@
+"""The output types of one node: ONNX's whole-model answer, repaired where it has none.
+
+Most values take the fast path: ONNX inferred a fully known type and it is converted once (cached
+by its bytes). Otherwise the node's own answer is assembled, most exact first: folded values, the
+op's shape rule, then ONNX's inference of this one node from our already repaired input types
+(which also knows every op's output dtype), and merged into ONNX's partial answer by
+:meth:`ShapeState.settle`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+
+import numpy as np
+import onnx
+from onnx import AttributeProto
+
+from ...errors import ShapeError
+from ...ir import DType, TensorType
+from .node import NodeCx
+from .shapes import OutSpec, RawType, node_inference
+from .types import DTYPES
+
+__all__ = ["resolve_types"]
+
+Rules = dict[str, Callable[[NodeCx], list[OutSpec | None]]]
+_ONNX_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.preview")
+
+
+def resolve_types(cx: NodeCx, rules: Rules, own: list[OutSpec | None] | None = None, *,
+                  override: bool = False) -> list[TensorType]:
+    """Types of ``cx``'s present outputs; ``own`` are specs the lowering computed itself."""
+    state = cx.lw.state
+    outputs = cx.outs
+    flagged = cx.name in state.errors
+    if own is None and not flagged:
+        fast: list[TensorType] = []
+        for o in outputs:
+            if not o:
+                continue
+            tp = cx.scope.type_of(o)
+            t = state.ready(tp, o, cx.name) if tp is not None else None
+            if t is None:
+                break
+            fast.append(t)
+        else:
+            return fast
+    raws: list[RawType | None] = [state.raw(cx.scope.type_of(o), o, cx.name) if o else None for o in outputs]
+    if override and own is not None:
+        raws = [(r[0], None) if r is not None and k < len(own) and own[k] is not None and own[k][1] is not None
+                else r for k, r in enumerate(raws)]
+    if own is None and (flagged or any(o and state.needs_repair(r) for o, r in zip(outputs, raws))):
+        own = _own_shapes(cx, rules, raws)
+    out: list[TensorType] = []
+    for k, (o, raw) in enumerate(zip(outputs, raws)):
+        if not o:
+            continue
+        spec = own[k] if own is not None and k < len(own) else None
+        out.append(state.settle(raw, spec, name=o, node=cx.name, op=cx.source.op, flagged=flagged,
+                                upper_bound=lambda: _upper_bound(cx)))
+    return out
+
+
+def _own_shapes(cx: NodeCx, rules: Rules, raws: list[RawType | None]) -> list[OutSpec | None]:
+    outputs = cx.outs
+    n = len(outputs)
+    own: list[OutSpec | None] = [None] * n
+    if cx.folded is not None:
+        for k, arr in enumerate(cx.folded[:n]):
+            own[k] = (_np_dtype(arr), tuple(arr.shape))
+    rule = rules.get(cx.key)
+    ruled = (rule(cx) if rule is not None and any(s is None for s in own) else []) + [None] * n
+    missing = [k for k in range(n) if outputs[k] and own[k] is None and
+               (ruled[k] is None or ruled[k][1] is None or
+                not ((raws[k] is not None and raws[k][0]) or ruled[k][0] is not None))]
+    inferred: list[OutSpec | None] = []
+    if missing and cx.domain in _ONNX_DOMAINS and not _has_subgraph(cx.node):
+        inferred = _node_inference(cx) or []
+    inferred = inferred + [None] * n
+    fallback_dt = next((v.type.dtype for v in cx.inputs()), None)
+    for k in range(n):
+        if own[k] is not None or not outputs[k]:
+            continue
+        r, i = ruled[k], inferred[k]
+        dtype = (r[0] if r else None) or (i[0] if i else None)
+        dims = r[1] if r is not None and r[1] is not None else (i[1] if i else None)
+        if dtype is None and not (raws[k] is not None and raws[k][0]):
+            dtype = fallback_dt
+        own[k] = (dtype, dims)
+    return own
+
+
+def _node_inference(cx: NodeCx) -> list[OutSpec | None] | None:
+    in_types = [None if v is None else (v.type.dtype, v.type.shape) for v in cx.values]
+    data = [cx.known(i) for i in range(cx.n_inputs())]
+    info = cx.lw.info
+    try:
+        return node_inference(cx.node, cx.opset, info.opset_protos, in_types, data, info.ir_version)
+    except Exception as exc:
+        text = str(exc).strip().replace("\n", " ")
+        raise cx.error(f"shape inference failed: {text[:400]}", ShapeError) from None
+
+
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def _np_dtype(arr: np.ndarray) -> DType | None:
+    if arr.dtype == object:
+        return DType.INT64
+    try:
+        code = onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)
+    except Exception:
+        return None
+    return DTYPES.get(code)
+
+
+def _upper_bound(cx: NodeCx) -> int | None:
+    """For data-dependent output sizes: the largest static input's element count."""
+    best = None
+    for v in cx.values:
+        if v is None:
+            continue
+        if not v.type.is_static:
+            return None
+        n = prod(v.type.shape)
+        best = n if best is None else max(best, n)
+    return best

@@ -1,0 +1,161 @@
+"""Output-shape rules of windowed and reducing ops: convolution and pooling windows (with pads,
+dilations, ``auto_pad`` and ``ceil_mode``), reductions, top-k and resize, all symbolic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...ir import DType
+from .fold import as_dims, as_ints
+from .shape_base import Dim, RuleContext, length_of, max_dim, unknown_dims
+from .shapes import Bounded, OutSpec
+from .symdims import dim_add, dim_ceildiv, dim_floordiv, dim_mul, dim_sub
+
+__all__ = ["WINDOW_RULES", "conv_out_dim"]
+
+
+def conv_out_dim(x: Dim, k: int, stride: int, dilation: int, pad_total: int, ceil_mode: bool = False) -> Dim:
+    """floor((x + pads - dilation*(k-1) - 1) / stride) + 1 (ceil with ``ceil_mode``)."""
+    span = dim_sub(dim_add(x, pad_total), dilation * (k - 1) + 1)
+    q = dim_ceildiv(span, stride) if ceil_mode else dim_floordiv(span, stride)
+    return dim_add(q, 1)
+
+
+def _window(cx: RuleContext) -> list[OutSpec | None]:
+    """Conv and pooling: output spatial dims from kernel, stride, dilation, pads or auto_pad."""
+    x = cx.shape(0)
+    if x is None or len(x) < 3:
+        return [None] * cx.n_outputs()
+    n_sp = len(x) - 2
+    kernel = cx.attr("kernel_shape")
+    if kernel is None and cx.op_type in ("Conv", "ConvInteger", "QLinearConv", "DeformConv"):
+        w = cx.shape(3 if cx.op_type == "QLinearConv" else 1)
+        if w is None or not all(isinstance(d, int) for d in w[2:]):
+            return [None] * cx.n_outputs()
+        kernel = list(w[2:])
+    if kernel is None:
+        return [None] * cx.n_outputs()
+    strides = cx.attr("strides") or [1] * n_sp
+    dil = cx.attr("dilations") or [1] * n_sp
+    pads = cx.attr("pads") or [0] * (2 * n_sp)
+    auto = (cx.attr("auto_pad") or "NOTSET")
+    ceil_mode = bool(cx.attr("ceil_mode", 0))
+    spatial: list[Dim] = []
+    for i in range(n_sp):
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            spatial.append(dim_ceildiv(x[2 + i], strides[i]))
+        elif auto == "VALID":
+            spatial.append(conv_out_dim(x[2 + i], kernel[i], strides[i], dil[i], 0, ceil_mode))
+        else:
+            spatial.append(conv_out_dim(x[2 + i], kernel[i], strides[i], dil[i], pads[i] + pads[i + n_sp], ceil_mode))
+    if cx.op_type in ("Conv", "ConvInteger", "QLinearConv", "DeformConv"):
+        w = cx.shape(3 if cx.op_type == "QLinearConv" else 1)
+        if w is None:
+            return [None]
+        return [(None, (x[0], w[0], *spatial))]
+    out = (None, (x[0], x[1], *spatial))
+    return [out] * cx.n_outputs()
+
+
+def _global_pool(cx: RuleContext) -> list[OutSpec | None]:
+    x = cx.shape(0)
+    if x is None:
+        return [None]
+    return [(None, tuple(x[:2]) + (1,) * (len(x) - 2))]
+
+
+def _reduce(cx: RuleContext) -> list[OutSpec | None]:
+    x = cx.shape(0)
+    if x is None:
+        return [None]
+    keep = bool(cx.attr("keepdims", 1))
+    if cx.op_type in ("ArgMax", "ArgMin"):
+        axes: list[int] | None = [int(cx.attr("axis", 0))]
+    elif cx.n_inputs() > 1 and cx.input(1) is not None:
+        axes = as_ints(cx.known(1))
+        if axes is None:
+            if keep:
+                return [(None, tuple(Bounded(d) for d in x))]
+            n = length_of(cx, 1)
+            return [unknown_dims(cx, None if n is None else len(x) - n, max_dim(x))]
+    else:
+        axes = cx.attr("axes")
+    if not axes:
+        if cx.attr("noop_with_empty_axes", 0):
+            return [(None, tuple(x))]
+        axes = list(range(len(x)))
+    drop = {a + len(x) if a < 0 else a for a in axes}
+    if keep:
+        return [(None, tuple(1 if i in drop else d for i, d in enumerate(x)))]
+    return [(None, tuple(d for i, d in enumerate(x) if i not in drop))]
+
+
+def _topk(cx: RuleContext) -> list[OutSpec | None]:
+    x = cx.shape(0)
+    k = as_dims(cx.known(1)) if cx.opset >= 10 else [cx.attr("k")]
+    if x is not None and not k:
+        axis = int(cx.attr("axis", -1))
+        axis = axis + len(x) if axis < 0 else axis
+        dims = tuple(Bounded(d) if i == axis else d for i, d in enumerate(x))
+        return [(None, dims), (DType.INT64, dims)]
+    if x is None or not k or k[0] is None:
+        return [None, None]
+    axis = int(cx.attr("axis", -1))
+    axis = axis + len(x) if axis < 0 else axis
+    out = list(x)
+    out[axis] = k[0]
+    return [(None, tuple(out)), (DType.INT64, tuple(out))]
+
+
+def _resize(cx: RuleContext) -> list[OutSpec | None]:
+    x = cx.shape(0)
+    if x is None:
+        return [None]
+    if cx.op_type == "Upsample":
+        scales = cx.attr("scales") if cx.opset < 9 else (cx.known(1).tolist() if cx.known(1) is not None else None)
+        sizes = None
+    else:
+        sizes = as_dims(cx.known(3)) if cx.n_inputs() > 3 and cx.known(3) is not None and cx.known(3).size else None
+        k2 = cx.known(2) if cx.n_inputs() > 2 else None
+        scales = k2.tolist() if k2 is not None and k2.size else None
+        if cx.opset < 11 and cx.n_inputs() > 1 and cx.known(1) is not None:
+            scales = cx.known(1).tolist()
+    axes = cx.attr("axes")
+    if sizes is not None:
+        if axes is None and len(sizes) == len(x):
+            return [(None, tuple(sizes))]
+        if axes is not None:
+            out = list(x)
+            for a, s in zip(axes, sizes):
+                out[a] = s
+            return [(None, tuple(out))]
+        return [None]
+    if scales is None:
+        return [unknown_dims(cx, len(x))]
+    axes = list(axes) if axes is not None else list(range(len(x)))
+    out = list(x)
+    for a, s in zip(axes, scales):
+        d = x[a]
+        if float(s).is_integer():
+            out[a] = dim_mul(d, int(s))
+        elif isinstance(d, int):
+            out[a] = int(np.floor(d * float(s)))
+        elif (1 / float(s)).is_integer():
+            out[a] = dim_floordiv(d, int(1 / float(s)))
+        else:
+            return [None]
+    return [(None, tuple(out))]
+
+
+WINDOW_RULES: dict[str, Callable[[Any], list[OutSpec | None]]] = {
+    "Conv": _window, "ConvInteger": _window, "QLinearConv": _window, "MaxPool": _window,
+    "AveragePool": _window, "LpPool": _window, "GlobalAveragePool": _global_pool,
+    "GlobalMaxPool": _global_pool, "GlobalLpPool": _global_pool, "ReduceSum": _reduce,
+    "ReduceMean": _reduce, "ReduceMax": _reduce, "ReduceMin": _reduce, "ReduceProd": _reduce,
+    "ReduceL1": _reduce, "ReduceL2": _reduce, "ReduceLogSum": _reduce, "ReduceLogSumExp": _reduce,
+    "ReduceSumSquare": _reduce, "ArgMax": _reduce, "ArgMin": _reduce, "TopK": _topk, "Resize": _resize,
+    "Upsample": _resize,
+}

@@ -1,0 +1,226 @@
+"""Lowerings of the aten matrix ops (mm, bmm, matmul, linear, einsum, ...) and convolutions.
+
+Every one becomes a single :attr:`Op.DOT` (dot_general) or :attr:`Op.CONV`; biases become a
+separate elementwise add so the contraction's FLOPs match ``torch.utils.flop_counter`` exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.fx as fx
+
+from ...ir import Op, TensorType, Value
+from .aten_args import arg, ints, rank_of
+from .lowering import AtenLowerer
+
+__all__ = ["CONTRACTION_LOWERINGS"]
+
+
+def _dot(cx: AtenLowerer, n: fx.Node, lhs: Value, rhs: Value, lc: tuple[int, ...], rc: tuple[int, ...],
+         lb: tuple[int, ...] = (), rb: tuple[int, ...] = (), bias: Value | None = None,
+         types: list[TensorType] | None = None, extra: dict[str, Any] | None = None) -> None:
+    attrs = {"lhs_contract": lc, "rhs_contract": rc, "lhs_batch": lb, "rhs_batch": rb, **(extra or {})}
+    out_types = types or cx.out_types(n)
+    dot = cx.emit(Op.DOT, [lhs, rhs], n, attrs, types=out_types[:1], bind=bias is None)
+    if bias is not None:
+        cx.emit(Op.ADD, [dot.outputs[0], bias], n, {"role": "bias"}, name=f"{n.name}_bias")
+
+
+def _linear(cx: AtenLowerer, n: fx.Node) -> None:
+    x, w, b = cx.value(n.args[0]), cx.value(n.args[1]), cx.value(arg(n, 2, "bias"))
+    assert x is not None and w is not None
+    rc = (1,) if w.type.rank == 2 else (0,)
+    _dot(cx, n, x, w, (x.type.rank - 1,), rc, bias=b)
+
+
+def _mm(cx: AtenLowerer, n: fx.Node) -> None:
+    a, b = cx.value(n.args[0]), cx.value(n.args[1])
+    assert a is not None and b is not None
+    _dot(cx, n, a, b, (1,), (0,))
+
+
+def _addmm(cx: AtenLowerer, n: fx.Node) -> None:
+    bias, a, b = (cx.value(x) for x in n.args[:3])
+    assert a is not None and b is not None
+    _dot(cx, n, a, b, (a.type.rank - 1,), (0,), bias=bias)
+
+
+def _bmm(cx: AtenLowerer, n: fx.Node) -> None:
+    a, b = cx.value(n.args[0]), cx.value(n.args[1])
+    assert a is not None and b is not None
+    _dot(cx, n, a, b, (2,), (1,), (0,), (0,))
+
+
+def _baddbmm(cx: AtenLowerer, n: fx.Node) -> None:
+    bias, a, b = (cx.value(x) for x in n.args[:3])
+    assert a is not None and b is not None
+    _dot(cx, n, a, b, (2,), (1,), (0,), (0,), bias=bias)
+
+
+def _mv(cx: AtenLowerer, n: fx.Node) -> None:
+    a, b = cx.value(n.args[0]), cx.value(n.args[1])
+    assert a is not None and b is not None
+    _dot(cx, n, a, b, (1,), (0,))
+
+
+def _addmv(cx: AtenLowerer, n: fx.Node) -> None:
+    bias, a, b = (cx.value(x) for x in n.args[:3])
+    assert a is not None and b is not None
+    _dot(cx, n, a, b, (1,), (0,), bias=bias)
+
+
+def _vdot(cx: AtenLowerer, n: fx.Node) -> None:
+    a, b = cx.value(n.args[0]), cx.value(n.args[1])
+    assert a is not None and b is not None
+    _dot(cx, n, a, b, (0,), (0,))
+
+
+def _matmul(cx: AtenLowerer, n: fx.Node) -> None:
+    """torch.matmul semantics: 1-D operands, 2-D folding and broadcast batch dims."""
+    a, b = cx.value(n.args[0]), cx.value(n.args[1])
+    assert a is not None and b is not None
+    ra, rb = a.type.rank, b.type.rank
+    if ra == 1 and rb == 1:
+        return _dot(cx, n, a, b, (0,), (0,))
+    if rb == 1:
+        return _dot(cx, n, a, b, (ra - 1,), (0,))
+    if ra == 1:
+        return _dot(cx, n, a, b, (0,), (rb - 2,))
+    if rb == 2:
+        return _dot(cx, n, a, b, (ra - 1,), (0,))
+    # Both have matrix dims and at least one has batch dims: align ranks with free unsqueezes.
+    r = max(ra, rb)
+    a = _unsqueeze_front(cx, n, a, r)
+    b = _unsqueeze_front(cx, n, b, r)
+    batch = tuple(range(r - 2))
+    _dot(cx, n, a, b, (r - 1,), (r - 2,), batch, batch)
+
+
+def _unsqueeze_front(cx: AtenLowerer, n: fx.Node, v: Value, rank: int) -> Value:
+    if v.type.rank == rank:
+        return v
+    t = v.type.with_shape((1,) * (rank - v.type.rank) + tuple(v.type.shape))
+    return cx.emit(Op.RESHAPE, [v], n, types=[t], bind=False, name=f"{n.name}_unsqueeze").outputs[0]
+
+
+def _einsum(cx: AtenLowerer, n: fx.Node) -> None:
+    """Two-operand einsum as dot_general; letters in one operand only are summed out first."""
+    equation = str(n.args[0]).replace(" ", "")
+    operands = [cx.value(x) for x in n.args[1]]
+    if "->" in equation:
+        lhs_spec, out_spec = equation.split("->")
+    else:
+        lhs_spec, out_spec = equation, None
+    specs = lhs_spec.split(",")
+    if len(operands) != 2 or "." in equation or any(v is None for v in operands):
+        cx.emit(Op.UNKNOWN, [v for v in operands if v is not None], n,
+                {"source_op": "aten.einsum", "equation": equation})
+        return
+    (a, b), (sa, sb) = operands, specs
+    assert a is not None and b is not None
+    if out_spec is None:
+        counts = {c: (sa + sb).count(c) for c in sa + sb}
+        out_spec = "".join(sorted(c for c, k in counts.items() if k == 1))
+    a, sa = _sum_out(cx, n, a, sa, sb + out_spec)
+    b, sb = _sum_out(cx, n, b, sb, sa + out_spec)
+    batch = [c for c in sa if c in sb and c in out_spec]
+    contract = [c for c in sa if c in sb and c not in out_spec]
+    free_a = [c for c in sa if c not in sb]
+    free_b = [c for c in sb if c not in sa]
+    natural = "".join(batch + free_a + free_b)
+    out_t = cx.out_types(n)[0]
+    attrs = {"lhs_contract": tuple(sa.index(c) for c in contract), "rhs_contract": tuple(sb.index(c) for c in contract),
+             "lhs_batch": tuple(sa.index(c) for c in batch), "rhs_batch": tuple(sb.index(c) for c in batch),
+             "equation": equation}
+    if natural == out_spec:
+        cx.emit(Op.DOT, [a, b], n, attrs)
+        return
+    dims = {c: d for c, d in zip(sa, a.type.shape)} | {c: d for c, d in zip(sb, b.type.shape)}
+    mid = out_t.with_shape(tuple(dims[c] for c in natural))
+    dot = cx.emit(Op.DOT, [a, b], n, attrs, types=[mid], bind=False)
+    cx.emit(Op.PERMUTE, dot.outputs, n, {"perm": tuple(natural.index(c) for c in out_spec)},
+            name=f"{n.name}_permute")
+
+
+def _sum_out(cx: AtenLowerer, n: fx.Node, v: Value, spec: str, others: str) -> tuple[Value, str]:
+    drop = [i for i, c in enumerate(spec) if c not in others]
+    if not drop:
+        return v, spec
+    keep = tuple(d for i, d in enumerate(v.type.shape) if i not in drop)
+    out = cx.emit(Op.REDUCE_SUM, [v], n, {"axes": tuple(drop), "keepdims": False},
+                  types=[v.type.with_shape(keep)], bind=False, name=f"{n.name}_sum").outputs[0]
+    return out, "".join(c for i, c in enumerate(spec) if i not in drop)
+
+
+def _scaled_mm(cx: AtenLowerer, n: fx.Node) -> None:
+    a, b = cx.value(n.args[0]), cx.value(n.args[1])
+    bias = cx.value(arg(n, 4, "bias"))
+    assert a is not None and b is not None
+    _dot(cx, n, a, b, (1,), (0,), bias=bias, extra={"scaled": True})
+
+
+# -- convolution ----------------------------------------------------------------------------------
+
+def _conv(cx: AtenLowerer, n: fx.Node, x: Any, w: Any, b: Any, stride: Any, padding: Any,
+          dilation: Any, transposed: bool, output_padding: Any, groups: Any) -> None:
+    xv, wv, bv = cx.value(x), cx.value(w), cx.value(b)
+    assert xv is not None and wv is not None
+    spatial = max(rank_of(x) - 2, 1)
+    attrs = {"stride": ints(stride, spatial) or (1,) * spatial,
+             "padding": padding if isinstance(padding, str) else (ints(padding, spatial) or (0,) * spatial),
+             "dilation": ints(dilation, spatial) or (1,) * spatial, "groups": int(groups or 1),
+             "transposed": bool(transposed), "output_padding": ints(output_padding, spatial) or (0,) * spatial}
+    out_t = cx.out_types(n)
+    conv = cx.emit(Op.CONV, [xv, wv], n, attrs, types=out_t[:1], bind=bv is None)
+    if bv is not None:
+        cx.emit(Op.ADD, [conv.outputs[0], bv], n, {"role": "bias", "axis": 1}, name=f"{n.name}_bias")
+
+
+def _convolution(cx: AtenLowerer, n: fx.Node) -> None:
+    x, w, b, stride, padding, dilation, transposed, output_padding, groups = n.args[:9]
+    _conv(cx, n, x, w, b, stride, padding, dilation, bool(transposed), output_padding, groups)
+
+
+def _convnd(cx: AtenLowerer, n: fx.Node) -> None:
+    _conv(cx, n, n.args[0], n.args[1], arg(n, 2, "bias"), arg(n, 3, "stride", 1), arg(n, 4, "padding", 0),
+          arg(n, 5, "dilation", 1), False, 0, arg(n, 6, "groups", 1))
+
+
+def _conv_transpose(cx: AtenLowerer, n: fx.Node) -> None:
+    _conv(cx, n, n.args[0], n.args[1], arg(n, 2, "bias"), arg(n, 3, "stride", 1), arg(n, 4, "padding", 0),
+          arg(n, 7, "dilation", 1), True, arg(n, 5, "output_padding", 0), arg(n, 6, "groups", 1))
+
+
+def _convolution_backward(cx: AtenLowerer, n: fx.Node) -> None:
+    """grad_input as the opposite-direction conv, grad_weight as a correlation of input and grad."""
+    grad_out, x, w = (cx.value(v) for v in n.args[:3])
+    assert grad_out is not None and x is not None and w is not None
+    transposed = bool(n.args[6])
+    mask = list(n.args[10]) if len(n.args) > 10 else [True, True, True]
+    base = {"stride": ints(n.args[3]), "padding": ints(n.args[4]), "dilation": ints(n.args[5]),
+            "groups": int(n.args[9]), "output_padding": ints(n.args[7])}
+    val = n.meta.get("val")
+    outs: list[Value | None] = [None, None, None]
+    if mask[0] and val[0] is not None:
+        outs[0] = cx.emit(Op.CONV, [grad_out, w], n, {**base, "transposed": not transposed, "role": "grad_input"},
+                          types=[cx.type_of(val[0])], bind=False, name=f"{n.name}_grad_input").outputs[0]
+    if mask[1] and val[1] is not None:
+        outs[1] = cx.emit(Op.CONV, [x, grad_out], n, {**base, "transposed": transposed, "role": "grad_weight"},
+                          types=[cx.type_of(val[1])], bind=False, name=f"{n.name}_grad_weight").outputs[0]
+    if len(mask) > 2 and mask[2] and val[2] is not None:
+        outs[2] = cx.emit(Op.REDUCE_SUM, [grad_out], n, {"axes": (0, *range(2, grad_out.type.rank))},
+                          types=[cx.type_of(val[2])], bind=False, name=f"{n.name}_grad_bias").outputs[0]
+    cx.env[n] = outs
+
+
+CONTRACTION_LOWERINGS = {
+    "linear": _linear, "mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _baddbmm, "mv": _mv,
+    "addmv": _addmv, "dot": _vdot, "vdot": _vdot, "inner": _vdot, "matmul": _matmul, "einsum": _einsum,
+    "_scaled_mm": _scaled_mm, "convolution": _convolution, "_convolution": _convolution,
+    "conv1d": _convnd, "conv2d": _convnd, "conv3d": _convnd, "conv1d.padding": _convnd,
+    "conv2d.padding": _convnd, "conv3d.padding": _convnd, "conv_transpose1d": _conv_transpose,
+    "conv_transpose2d.input": _conv_transpose, "conv_transpose3d.input": _conv_transpose,
+    "conv_transpose2d": _conv_transpose, "conv_transpose3d": _conv_transpose,
+    "convolution_backward": _convolution_backward,
+}

@@ -1,0 +1,188 @@
+"""Lowering recorded contractions, convolutions and attention: the ops that run on matrix units.
+
+Each builder infers the output shape from the recorded operands and scalar arguments (shape
+arithmetic, never cost formulas) and emits the canonical op the torch frontend would
+(``frontends/aten_*.py``): ``aten::linear`` is a ``dot`` plus its bias ``add``, ``aten::conv2d`` one
+``conv``, SDPA one ``attention``. A builder returns None when the recorded shapes do not fit.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from ...ir import DType, Graph, Op, TensorType
+from .call import (Builder, Call, GraphBuilder, bool_arg, broadcast, dtype_code, int_arg, per_dim,
+                                 registrar)
+from .read import TensorArg
+
+__all__ = ["BUILDERS"]
+
+#: aten name -> builder, for contractions, convolutions and attention.
+BUILDERS: dict[str, Builder] = {}
+_register = registrar(BUILDERS)
+
+
+# -- contractions -------------------------------------------------------------------------------
+
+def _dot(c: Call, lhs: TensorArg | None, rhs: TensorArg | None, lc: tuple[int, ...], rc: tuple[int, ...],
+         lb: tuple[int, ...] = (), rb: tuple[int, ...] = (), bias: TensorArg | None = None,
+         out_dtype: DType | None = None) -> Graph | None:
+    if lhs is None or rhs is None:
+        return None
+    ls, rs = lhs.shape, rhs.shape
+    if any(d >= len(ls) for d in lc + lb) or any(d >= len(rs) for d in rc + rb):
+        return None
+    if [ls[d] for d in lc] != [rs[d] for d in rc]:
+        return None
+    batch = broadcast([tuple(ls[d] for d in lb), tuple(rs[d] for d in rb)])
+    if batch is None:
+        return None
+    out = (*batch, *(d for i, d in enumerate(ls) if i not in lc + lb),
+           *(d for i, d in enumerate(rs) if i not in rc + rb))
+    b = GraphBuilder(c)
+    dtype = out_dtype or lhs.dtype or c.default_dtype
+    y = b.node(Op.DOT, [b.input(lhs), b.input(rhs)], out, dtype,
+               {"lhs_contract": lc, "rhs_contract": rc, "lhs_batch": lb, "rhs_batch": rb})
+    if bias is not None:
+        y = b.node(Op.ADD, [y, b.input(bias)], out, dtype, {"role": "bias"})
+    return b.done(y)
+
+
+@_register("mm", "mv", "dot", "vdot", "inner")
+def _mm(c: Call) -> Graph | None:
+    a, b = c.t(0), c.t(1)
+    return _dot(c, a, b, (len(a.shape) - 1,), (0,)) if a and b and a.shape else None
+
+
+@_register("addmm", "addmv")
+def _addmm(c: Call) -> Graph | None:
+    a = c.t(1)
+    return _dot(c, a, c.t(2), (len(a.shape) - 1,), (0,), bias=c.t(0)) if a and a.shape else None
+
+
+@_register("bmm")
+def _bmm(c: Call) -> Graph | None:
+    return _dot(c, c.t(0), c.t(1), (2,), (1,), (0,), (0,))
+
+
+@_register("baddbmm")
+def _baddbmm(c: Call) -> Graph | None:
+    return _dot(c, c.t(1), c.t(2), (2,), (1,), (0,), (0,), bias=c.t(0))
+
+
+@_register("linear")
+def _linear(c: Call) -> Graph | None:
+    x, w = c.t(0), c.t(1)
+    if x is None or w is None or not x.shape:
+        return None
+    return _dot(c, x, w, (len(x.shape) - 1,), (1,) if len(w.shape) == 2 else (0,), bias=c.t(2))
+
+
+@_register("matmul")
+def _matmul(c: Call) -> Graph | None:
+    """torch.matmul: 1-D operands, 2-D folding, broadcast batch dims (as the frontend lowers it)."""
+    a, b = c.t(0), c.t(1)
+    if a is None or b is None or not a.shape or not b.shape:
+        return None
+    ra, rb = len(a.shape), len(b.shape)
+    if rb == 1 or rb == 2 or ra == 1:
+        return _dot(c, a, b, (ra - 1,) if ra > 1 or rb == 1 else (0,), (0,) if rb <= 2 else (rb - 2,))
+    r = max(ra, rb)
+    a = TensorArg((1,) * (r - ra) + a.shape, a.dtype)
+    b = TensorArg((1,) * (r - rb) + b.shape, b.dtype)
+    batch = tuple(range(r - 2))
+    return _dot(c, a, b, (r - 1,), (r - 2,), batch, batch)
+
+
+@_register("_scaled_mm")
+def _scaled_mm(c: Call) -> Graph | None:
+    out = dtype_code(c.c(6), DType.BF16)
+    return _dot(c, c.t(0), c.t(1), (1,), (0,), bias=c.t(4), out_dtype=out)
+
+
+# -- convolution and attention ------------------------------------------------------------------
+
+def _conv(c: Call, stride: str, padding: str, dilation: str, transposed: bool, out_pad: str,
+          groups: str) -> Graph | None:
+    x, w = c.t(0), c.t(1)
+    if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        return None
+    n = len(x.shape) - 2
+    s, dl, op_ = per_dim(stride, n, 1), per_dim(dilation, n, 1), per_dim(out_pad, n, 0)
+    g = int_arg(groups, 1)
+    k = w.shape[2:]
+    if padding.strip().strip("'\"") in ("same", "valid"):
+        same = padding.strip().strip("'\"") == "same"
+        spatial = tuple(ceil(i / st) if same else (i - dd * (kk - 1) - 1) // st + 1
+                        for i, st, dd, kk in zip(x.shape[2:], s, dl, k))
+        p = (0,) * n
+    else:
+        p = per_dim(padding, n, 0)
+        if transposed:
+            spatial = tuple((i - 1) * st - 2 * pp + dd * (kk - 1) + o + 1
+                            for i, st, pp, dd, kk, o in zip(x.shape[2:], s, p, dl, k, op_))
+        else:
+            spatial = tuple((i + 2 * pp - dd * (kk - 1) - 1) // st + 1
+                            for i, st, pp, dd, kk in zip(x.shape[2:], s, p, dl, k))
+    if len(s) != n or any(d <= 0 for d in spatial):
+        return None
+    cout = w.shape[1] * g if transposed else w.shape[0]
+    out = (x.shape[0], cout, *spatial)
+    b = GraphBuilder(c)
+    dtype = x.dtype or c.default_dtype
+    y = b.node(Op.CONV, [b.input(x), b.input(w)], out, dtype,
+               {"stride": s, "padding": p, "dilation": dl, "groups": g, "transposed": transposed,
+                "output_padding": op_})
+    bias = c.t(2)
+    if bias is not None:
+        y = b.node(Op.ADD, [y, b.input(bias)], out, dtype, {"role": "bias", "axis": 1})
+    return b.done(y)
+
+
+@_register("convolution", "_convolution")
+def _convolution(c: Call) -> Graph | None:
+    return _conv(c, c.c(3), c.c(4), c.c(5), bool_arg(c.c(6)), c.c(7), c.c(8))
+
+
+@_register("conv1d", "conv2d", "conv3d")
+def _convnd(c: Call) -> Graph | None:
+    return _conv(c, c.c(3), c.c(4), c.c(5), False, "", c.c(6))
+
+
+@_register("conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+def _conv_transpose(c: Call) -> Graph | None:
+    return _conv(c, c.c(3), c.c(4), c.c(7), True, c.c(5), c.c(6))
+
+
+def _attention(c: Call, mask: int | None, causal: int) -> Graph | None:
+    q, k, v = c.t(0), c.t(1), c.t(2)
+    if q is None or k is None or v is None or len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
+        return None
+    b = GraphBuilder(c)
+    ins = [b.input(q), b.input(k), b.input(v)]
+    m = c.t(mask) if mask is not None else None
+    if m is not None:
+        ins.append(b.input(m))
+    y = b.node(Op.ATTENTION, ins, (*q.shape[:-1], v.shape[-1]), q.dtype or c.default_dtype,
+               {"layout": "bhsd", "causal": bool_arg(c.c(causal))})
+    return b.done(y)
+
+
+_register("scaled_dot_product_attention", "_scaled_dot_product_attention_math")(lambda c: _attention(c, 3, 5))
+_register("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu")(
+    lambda c: _attention(c, 5 if c.key.endswith("_for_cpu") else None, 4))
+_register("_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")(
+    lambda c: _attention(c, 3, 6))
+
+
+@_register("_scaled_dot_product_flash_attention_backward", "_scaled_dot_product_efficient_attention_backward",
+           "_scaled_dot_product_cudnn_attention_backward", "_scaled_dot_product_flash_attention_for_cpu_backward")
+def _attention_backward(c: Call) -> Graph | None:
+    go, q, k, v = (c.t(i) for i in range(4))
+    if go is None or q is None or k is None or v is None or len(q.shape) != 4:
+        return None
+    b = GraphBuilder(c)
+    dt = q.dtype or c.default_dtype
+    node = b.g.add_node(Op.ATTENTION_BACKWARD, [b.input(go), b.input(q), b.input(k), b.input(v)],
+                        [TensorType(dt, t.shape) for t in (q, k, v)], {"layout": "bhsd"})
+    return b.done(*node.outputs)
