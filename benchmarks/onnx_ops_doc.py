@@ -90,7 +90,7 @@ def build() -> str:
         f"({100 * all_ruled / len(rows):.1f}%).",
         "",
         "Columns: *cases* = node test models using the op that load and analyze / that exist; *lowered by* = "
-        "a direct entry of the ONNX table (`frontends/onnx_table.py`), the op's ONNX function body "
+        "a direct entry of the ONNX table (`frontends/onnx/table.py`), the op's ONNX function body "
         "(expanded into its ops, which keep the outer op as their source), or nothing (an `unknown` node, "
         "listed as unmodeled in reports); *canonical ops* = what its nodes became in the node tests; "
         "*cost rule* = every canonical op it becomes has a rule in `costmodel/rules.py` (control flow: "
@@ -106,7 +106,7 @@ def build() -> str:
     lines += [f"| `{k}` | {c} | {h} | {ops} | {y} |" for k, c, h, ops, y in rows]
     lines += ["", f"## com.microsoft contrib ops ({len(contrib)})", "",
               "Emitted by exporters and onnxruntime's transformer optimizer; each has its own output-shape "
-              "rule (`frontends/onnx_contrib_shapes.py`) since ONNX's inference does not know them.", "",
+              "rule (`frontends/onnx/contrib_shapes.py`) since ONNX's inference does not know them.", "",
               ", ".join(f"`{k.split('::', 1)[1]}`" for k in contrib), ""]
     return "\n".join(lines)
 
