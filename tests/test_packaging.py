@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -46,8 +47,11 @@ def _package_modules() -> dict[str, Path]:
 
 @pytest.mark.slow
 def test_wheel_ships_every_subpackage_and_data_file(tmp_path):
+    # build from a copy: setuptools writes build/ and *.egg-info/ beside the sources
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+                    "-w", str(tmp_path), str(src)], check=True, capture_output=True)
     wheel = next(tmp_path.glob("narrowpipe-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {"narrowpipe/" + r.as_posix() for r in _shipped_files() if r.name != "setup.py"}
