@@ -87,10 +87,10 @@ def test_other_systolic_chips_use_the_tpu_family():
 
 def test_dataflow_chips():
     groq, wse3, sn = get_target("groq-lpu"), get_target("cerebras-wse3"), get_target("sn40l")
-    assert groq.sram_bytes == groq.memory_capacity == 230e6
+    assert groq.onchip_capacity == groq.memory_capacity == 230e6    # the SRAM is the main memory
     assert groq.external_memory_capacity == 0 and groq.weight_streaming is False
-    assert wse3.pe_count == 900_000 and wse3.sram_bytes == 44e9 and wse3.weight_streaming
-    assert wse3.sram_bandwidth == 21e15
+    assert wse3.pe_count == 900_000 and wse3.onchip_capacity == 44e9 and wse3.weight_streaming
+    assert wse3.onchip_bandwidth == 21e15
     assert sn.matrix_flops["bf16"] == 638e12 and sn.external_memory_capacity == 1.5e12
 
 
