@@ -7,7 +7,8 @@ cycles of loading the next tile: the decode regime) plus one fill and drain of `
 (SCALE-Sim's per-fold count ``2R + C + T - 2`` with the load overlapped). Folds are spread
 over all MXUs of all TensorCores (rows are split over arrays left idle); time = rounds x cycles per fold / clock, over the achievable
 efficiency. The cycle rate follows from the dtype's peak (peak = MXUs x dim^2 x 2 x clock), so
-int8's doubled rate and what-if changes of the peak carry through. Attention runs as its two contractions plus exp on the VPU.
+int8's doubled rate and what-if changes of the peak carry through. Attention runs as its two contractions plus exp on the VPU;
+causal query blocks of one MXU tile above the diagonal are skipped (:func:`.common.causal_fraction`).
 Vector work runs on the VPU; XLA-style fusion keeps elementwise chains in one kernel.
 """
 
