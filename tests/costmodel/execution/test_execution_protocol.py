@@ -8,14 +8,9 @@ import dataclasses
 import math
 
 import pytest
+
 from narrowpipe.backends import get_target
-from narrowpipe.costmodel.execution import (
-    DeviceGroup,
-    Program,
-    Schedule,
-    TimingOptions,
-    model_for,
-)
+from narrowpipe.costmodel.execution import DeviceGroup, Program, Schedule, TimingOptions, model_for
 from narrowpipe.costmodel.execution.collectives import Topology, collective_seconds
 from narrowpipe.costmodel.execution.common import causal_fraction
 from narrowpipe.costmodel.interpreter import interpret
@@ -136,3 +131,14 @@ def test_causal_skip_counts_query_blocks_on_and_below_the_diagonal():
     assert causal_fraction(True, 128, 128, 128) == 1.0            # one block: all of it runs (masked)
     assert causal_fraction(True, 1, 1024, 128) == 1.0             # decode: not square
     assert causal_fraction(False, 1024, 1024, 128) == 1.0
+
+
+@pytest.mark.parametrize("name", ["h100", "groq-lpu"])
+def test_the_report_timing_is_the_schedule_summarized(name):
+    import narrowpipe
+    graph = mlp_graph(d=8192)
+    program, s = program_on(graph, name)
+    t = narrowpipe.analyze(graph, name).timing
+    assert (t.time_s, t.devices, t.fits, t.devices_needed) == (s.total_s, s.devices, s.fits, s.devices_needed)
+    assert (t.memory_required, t.memory_capacity, t.plan) == (s.memory_required, s.memory_capacity, s.to_dict())
+    assert t.kernels == sum(1 for k in program.kernels if not k.is_free)
