@@ -48,7 +48,8 @@ class TpuTarget(Target):
 
     ``mxu_dim`` is the side of one matrix unit (contractions pad to it); ``torus_dims`` the largest
     ICI torus (empty when the chips are wired all-to-all instead, as on Gaudi).
-    ``ici_link_bandwidth`` is per link, one direction.
+    ``ici_link_bandwidth`` is per link, one direction. The on-chip VMEM (SBUF on Trainium) is the
+    common ``onchip_capacity``, recorded once.
     """
 
     FAMILY: ClassVar[str] = "tpu"
@@ -56,7 +57,6 @@ class TpuTarget(Target):
     mxu_dim: int = spec_field("count", required=True)
     mxu_count: int | None = spec_field("count")
     tensorcores: int = spec_field("count", required=True)
-    vmem_bytes: float | None = spec_field("quantity", units="bytes", unit="mib")
     ici_links: int | None = spec_field("count")
     ici_link_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
     torus_dims: tuple[int, ...] = spec_field("dims")

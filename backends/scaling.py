@@ -29,7 +29,7 @@ RESOURCE_FIELDS: Mapping[str, tuple[str, ...]] = {
     "memory_bandwidth": ("memory_bandwidth",),
     "hbm_bandwidth": ("memory_bandwidth",),
     "memory_capacity": ("memory_capacity",),
-    "onchip_capacity": ("onchip_capacity", "l2_bytes", "vmem_bytes"),
+    "onchip_capacity": ("onchip_capacity", "l2_bytes"),
     "onchip_bandwidth": ("onchip_bandwidth",),
     "interconnect_bandwidth": ("scale_up_bandwidth", "scale_out_bandwidth",
                                "ici_link_bandwidth", "chip_to_chip_bandwidth"),

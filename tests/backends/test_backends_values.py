@@ -70,7 +70,7 @@ def test_systolic_array_sizes(name, mxu):
 def test_tpu_figures():
     v5e, v5p, v4 = get_target("tpu-v5e"), get_target("tpu-v5p"), get_target("tpu-v4")
     assert v5e.matrix_flops["bf16"] == 197e12 and v5e.memory_bandwidth == 819e9
-    assert v5e.vmem_bytes == 128 * MiB and v5e.torus_dims == (16, 16)
+    assert v5e.onchip_capacity == 128 * MiB and v5e.torus_dims == (16, 16)
     assert v5e.scale_up_bandwidth == 200e9                 # 400 GBps bidir
     assert v5p.memory_capacity == 95 * GiB and v5p.torus_dims == (16, 20, 28)
     assert v4.memory_capacity == 32 * GiB and v4.torus_dims == (16, 16, 16)
