@@ -13,7 +13,9 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "TRANSCENDENTAL_FRACTION", "VECTOR_FRACTION",
-           "MXUS_PER_TENSORCORE", "AMX_BF16_OPS_PER_CYCLE", "AMX_OPS_PER_BF16_OP"]
+           "MXUS_PER_TENSORCORE", "AMX_BF16_OPS_PER_CYCLE", "AMX_OPS_PER_BF16_OP", "ATTENTION_BLOCK",
+           "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS", "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
+           "MIN_MEMORY_EFFICIENCY"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
 
@@ -79,3 +81,24 @@ MXUS_PER_TENSORCORE: int = 4
 AMX_BF16_OPS_PER_CYCLE: int = 1024
 #: AMX operations per cycle relative to BF16, by dtype: INT8 runs 2,048 per cycle (INTEL-AMX).
 AMX_OPS_PER_BF16_OP: dict[str, int] = {"bf16": 1, "fp16": 1, "int8": 2}
+
+# -- modelling constants of the execution models (one place each, with why) ----------------------
+
+#: FlashAttention query x key block (Br, Bc) on GPUs: FlashAttention-2 runs 128 x 128 blocks for head
+#: dims up to 128 on A100/H100 (FA2 paper, section 3.3 and its kernel configs). An assumption for
+#: other GPUs; the causal skip counts blocks of this size.
+ATTENTION_BLOCK: tuple[int, int] = (128, 128)
+#: The smallest query block a tensor-core attention kernel runs: the M side of one MMA
+#: (mma.m16n8k16, PTX ISA), so short queries (decode) still pay 16 rows.
+ATTENTION_MIN_BLOCK_ROWS: int = 16
+#: Rows of a TPU vector register (8 sublanes x 128 lanes, JAX Pallas TPU docs): the M side of a
+#: contraction pads to a multiple of it before streaming through the MXU.
+TPU_SUBLANE_ROWS: int = 8
+#: assumption: a working set streams from the on-chip cache (GPU L2, CPU LLC) when it fits in this
+#: fraction of it; the rest of the cache holds other tensors and suffers conflict misses.
+CACHE_RESIDENT_FRACTION: float = 0.5
+#: assumption: floor on an interpolated GEMM efficiency, so a calibration curve that extrapolates
+#: to zero cannot predict an infinite time.
+MIN_MATMUL_EFFICIENCY: float = 1e-4
+#: assumption: the same floor for an interpolated memory-bandwidth efficiency.
+MIN_MEMORY_EFFICIENCY: float = 1e-3

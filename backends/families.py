@@ -25,6 +25,7 @@ class GpuTarget(Target):
 
     ``tile_shapes`` are the CTA tiles (M, N, K) the GEMM model chooses from: a modelling choice
     about what libraries emit, not a datasheet number, so their source is usually an assumption.
+    ``smem_per_sm`` is recorded for reference; no model reads it, so a spec may leave it out.
     """
 
     FAMILY: ClassVar[str] = "gpu"
@@ -32,7 +33,7 @@ class GpuTarget(Target):
     sm_count: int = spec_field("count", required=True)
     clock_hz: float | None = spec_field("quantity", units="frequency", unit="mhz")
     l2_bytes: float = spec_field("quantity", units="bytes", unit="mb", required=True)
-    smem_per_sm: float = spec_field("quantity", units="bytes", unit="kib", required=True)
+    smem_per_sm: float | None = spec_field("quantity", units="bytes", unit="kib")  # reference only
     tile_shapes: tuple[tuple[int, int, int], ...] = spec_field("tiles", required=True)
     tensor_core_min_tile: tuple[int, int, int] | None = spec_field("tile")
 
@@ -47,7 +48,8 @@ class TpuTarget(Target):
 
     ``mxu_dim`` is the side of one matrix unit (contractions pad to it); ``torus_dims`` the largest
     ICI torus (empty when the chips are wired all-to-all instead, as on Gaudi).
-    ``ici_link_bandwidth`` is per link, one direction.
+    ``ici_link_bandwidth`` is per link, one direction. The on-chip VMEM (SBUF on Trainium) is the
+    common ``onchip_capacity``, recorded once.
     """
 
     FAMILY: ClassVar[str] = "tpu"
@@ -55,7 +57,6 @@ class TpuTarget(Target):
     mxu_dim: int = spec_field("count", required=True)
     mxu_count: int | None = spec_field("count")
     tensorcores: int = spec_field("count", required=True)
-    vmem_bytes: float | None = spec_field("quantity", units="bytes", unit="mib")
     ici_links: int | None = spec_field("count")
     ici_link_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
     torus_dims: tuple[int, ...] = spec_field("dims")
@@ -77,13 +78,14 @@ class DataflowTarget(Target):
     MemoryX, SambaNova DDR; 0 for Groq). ``weight_streaming`` says whether models larger than SRAM
     run by streaming weights in (Cerebras, SambaNova) rather than by adding chips (Groq).
     ``chip_to_chip_bandwidth`` is per chip, one direction, and follows ``scale_up`` in what-ifs.
+    The on-chip SRAM is the common ``onchip_capacity``/``onchip_bandwidth`` (recorded once; on Groq
+    and Cerebras it is also the main memory, ``memory_*``). ``pe_count`` is for reference: the
+    layout assumes a chip's compiler balances its kernels over all its processing elements.
     """
 
     FAMILY: ClassVar[str] = "dataflow"
 
-    pe_count: int = spec_field("count", required=True)
-    sram_bytes: float = spec_field("quantity", units="bytes", unit="mb", required=True)
-    sram_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="tbps")
+    pe_count: int | None = spec_field("count")
     external_memory_capacity: float = spec_field("quantity", units="bytes", unit="gb",
                                                  required=True, allow_zero=True)
     external_memory_bandwidth: float = spec_field("quantity", units="bandwidth", unit="gbps",
@@ -106,16 +108,18 @@ class CpuTarget(Target):
 
     ``amx_ops_per_cycle`` is BF16 FLOP per cycle per core on the matrix unit (0 when none). On a
     CPU without AMX, ``matrix_flops`` holds the SIMD FMA peak so contractions still have a rate.
+    ``simd_width_bits``, ``fma_units`` and ``memory_channels`` explain those peaks; no model reads
+    them (the rates are given), so a spec may leave them out.
     """
 
     FAMILY: ClassVar[str] = "cpu"
 
     cores: int = spec_field("count", required=True)
     clock_hz: float = spec_field("quantity", units="frequency", unit="ghz", required=True)
-    simd_width_bits: int = spec_field("count", required=True)
-    fma_units: int = spec_field("count", required=True)
+    simd_width_bits: int | None = spec_field("count")
+    fma_units: int | None = spec_field("count")
     amx_ops_per_cycle: int = spec_field("count", required=True, allow_zero=True)
-    memory_channels: int = spec_field("count", required=True)
+    memory_channels: int | None = spec_field("count")
 
 
 #: family name -> schema class

@@ -10,6 +10,7 @@ from ..errors import NarrowpipeError, UnboundDimError
 from ..ir import Graph, OpGroup, ValueKind, format_shape
 from .interpreter import CostTable, interpret
 from .report import OpRow, Report, Unmodeled
+from .sizes import weight_bytes
 
 __all__ = ["analyze", "resolve_bindings", "build_report"]
 
@@ -80,9 +81,8 @@ def build_report(table: CostTable) -> Report:
         counts[node.label] = counts.get(node.label, 0) + 1
     unmodeled = [Unmodeled(op, n) for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
     params = sum(prod(table.shapes[v]) for v in graph.weights if v.kind is ValueKind.PARAM)
-    weight_bytes = sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in graph.weights)
     return Report(graph=graph.name, dims=dict(table.bindings), flops=flops, transcendentals=trans,
-                  bytes=nbytes, comm_bytes=comm, params=params, weight_bytes=weight_bytes,
+                  bytes=nbytes, comm_bytes=comm, params=params, weight_bytes=weight_bytes(table),
                   peak_activation_bytes=table.peak_activation_bytes,
                   flops_by_group=flops_by_group, bytes_by_group=bytes_by_group,
                   ops=rows, unmodeled=unmodeled, notes=list(table.notes))

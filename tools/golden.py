@@ -57,7 +57,9 @@ def diagnose_goldens() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for trace in sorted((GOLDEN / "traces").glob("*.json*")):
         for target in ("h100", "epyc-9755"):
-            out[f"{trace.name}@{target}"] = diagnose(trace, target).to_dict()
+            d = diagnose(trace, target).to_dict()
+            d["trace"] = trace.name      # not the absolute path: goldens hold in every checkout
+            out[f"{trace.name}@{target}"] = d
     return out
 
 

@@ -15,10 +15,11 @@ from ...ir import DType, Op, OpGroup
 from ...frontends.trace.lower import Call, lower_call
 from ...frontends.trace.collectives import collective_graph, collective_kind
 from ...frontends.trace.read import Event, parse_dtype
+from ..execution import DeviceGroup, Program
+from ..execution.collectives import Topology
 from ..execution.common import TimingOptions, matrix_rate, transcendental_rate, vector_rate
 from ..interpreter import interpret
-from ..kernels import fuse
-from ..targeted import time_program
+from ..timing import time_program
 
 __all__ = ["Costed", "Coster"]
 
@@ -39,7 +40,7 @@ class Costed:
     comm_bytes: int
     compute_s: float      # at the datasheet peak
     memory_s: float       # at the datasheet bandwidth
-    link_s: float | None  # at the link bandwidth (collectives)
+    link_s: float | None  # at the link bandwidth the execution models use (collectives)
     predicted_s: float
 
 
@@ -72,7 +73,8 @@ class Coster:
         if table.unmodeled:
             return None
         t, opts = self.target, self.options
-        kernels = fuse(table, "full")
+        program = Program.fused(table, opts)
+        kernels = program.kernels
         flops = mm = trans = comm = 0
         compute_s = 0.0
         heavy = max(table.costs, key=lambda n: (n.op in _HEAVY, table.costs[n].flops))
@@ -91,9 +93,9 @@ class Coster:
         nbytes = sum(k.cost.bytes for k in kernels if not k.is_free)
         link_s = None
         if comm:
-            bw = (t.scale_up_bandwidth if group <= t.scale_up_domain else t.scale_out_bandwidth) or t.scale_up_bandwidth
+            bw = Topology.of(t).link(group).bandwidth
             link_s = comm / bw if bw else None
-        _, predicted, _ = time_program(kernels, table, t, self.options)
+        predicted = time_program(program, DeviceGroup(t)).total_s
         x = heavy.inputs[0] if heavy.inputs and heavy.inputs[0] is not None else heavy.outputs[0]
         return Costed("+".join(dict.fromkeys(n.op.value for n in table.costs)), heavy.group.value,
                       x.type.dtype.value, flops, mm, trans, nbytes, comm, compute_s,

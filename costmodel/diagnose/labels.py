@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD
+from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD, bound_of
 
 if TYPE_CHECKING:
     from .report import OpStat
@@ -49,7 +49,7 @@ def op_bound(compute_s: float, memory_s: float, time_s: float) -> tuple[str, flo
     um = memory_s / time_s if time_s > 0 else 0.0
     if max(uc, um) < OVERHEAD_UTILIZATION:
         return OVERHEAD, uc, um
-    return (COMPUTE if compute_s >= memory_s else MEMORY), uc, um
+    return bound_of(compute_s, memory_s, 0.0, 0.0), uc, um
 
 
 def run_label(tl: Timeline, by_bound: dict[str, float], gpu: bool) -> tuple[str, list[str]]:

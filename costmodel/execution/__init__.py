@@ -1,27 +1,28 @@
-"""Execution models, one per chip family: how a kernel's work becomes time on a target.
+"""Execution models, one per chip family, behind one interface: ``model.run(program, devices) -> Schedule``.
 
-Sequential families (GPU, TPU, CPU) time each kernel and add them up; the dataflow family lays the
-program out over chips and pipelines it. All return per-kernel :class:`KernelTime` rows.
+Sequential families (GPU, TPU, CPU) time each kernel on one device and add them up; the dataflow
+family lays the program out over chips and pipelines it. Both return a :class:`Schedule`.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from ...backends import Target
 from ...errors import TargetSpecError
 from .common import BOUNDS, KernelTime, TimingOptions
 from .cpu import CpuModel
-from .dataflow import DataflowModel, DataflowPlan
+from .dataflow import DataflowModel
 from .gpu import GpuModel
+from .program import DeviceGroup, ExecutionModel, Program, Schedule
 from .tpu import TpuModel
 
-__all__ = ["MODELS", "model_for", "KernelTime", "TimingOptions", "BOUNDS", "DataflowPlan"]
+__all__ = ["MODELS", "model_for", "KernelTime", "TimingOptions", "BOUNDS", "Program", "DeviceGroup", "Schedule",
+           "ExecutionModel"]
 
-MODELS: dict[str, Any] = {"gpu": GpuModel(), "tpu": TpuModel(), "cpu": CpuModel(), "dataflow": DataflowModel()}
+MODELS: dict[str, ExecutionModel] = {"gpu": GpuModel(), "tpu": TpuModel(), "cpu": CpuModel(),
+                                     "dataflow": DataflowModel()}
 
 
-def model_for(target: Target) -> Any:
+def model_for(target: Target) -> ExecutionModel:
     try:
         return MODELS[target.family]
     except KeyError:

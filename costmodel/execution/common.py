@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from math import ceil
 
 from ...backends import Target
-from ...backends.defaults import TRANSCENDENTAL_FRACTION, VECTOR_FRACTION
+from ...backends.defaults import (MIN_MATMUL_EFFICIENCY, MIN_MEMORY_EFFICIENCY, TRANSCENDENTAL_FRACTION,
+                                  VECTOR_FRACTION)
 from ...ir import DType
 
 __all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_rate", "memory_time",
            "matmul_efficiency", "roofline", "interpolate", "COMPUTE", "MEMORY", "INTERCONNECT", "OVERHEAD",
-           "BOUNDS", "TimingOptions"]
+           "BOUNDS", "TimingOptions", "ZERO_TIME", "bound_of", "with_hop", "causal_fraction"]
 
 COMPUTE, MEMORY, INTERCONNECT, OVERHEAD = "compute", "memory", "interconnect", "overhead"
 BOUNDS = (COMPUTE, MEMORY, INTERCONNECT, OVERHEAD)
@@ -64,6 +66,31 @@ class KernelTime:
         return KernelTime(self.time_s * k, self.compute_s * k, self.memory_s * k, self.comm_s * k,
                           self.overhead_s * k, self.bound, self.unit, self.utilization,
                           self.executed_flops * k, self.note)
+
+
+#: The time of a kernel that does no work (views, unmodeled nodes): every term zero.
+ZERO_TIME = KernelTime(0.0, 0.0, 0.0, 0.0, 0.0, MEMORY, "", 0.0)
+
+
+def bound_of(compute_s: float, memory_s: float, comm_s: float, overhead_s: float) -> str:
+    """The bound of a kernel: the largest of its terms (ties go to the earlier of :data:`BOUNDS`)."""
+    terms = {COMPUTE: compute_s, MEMORY: memory_s, INTERCONNECT: comm_s, OVERHEAD: overhead_s}
+    return max(terms, key=terms.get)  # type: ignore[arg-type]
+
+
+def with_hop(kt: KernelTime, hop_s: float) -> KernelTime:
+    """``kt`` followed by a transfer of ``hop_s`` to the next device, which cannot start before the
+    kernel's output exists: the hop adds to the time and is the kernel's communication term."""
+    return replace(kt, time_s=kt.time_s + hop_s, comm_s=hop_s,
+                   bound=bound_of(kt.compute_s, kt.memory_s, hop_s, kt.overhead_s))
+
+
+def causal_fraction(causal: bool, sq: int, sk: int, block: int) -> float:
+    """Fraction of a causal attention's query x key blocks that run: with ``q`` query blocks of
+    ``block`` rows on the diagonal, the blocks on and below it, (q + 1) / 2q (blocks above the
+    diagonal are skipped, the diagonal ones run masked). 1 when not causal or not square."""
+    q = ceil(sq / max(block, 1))
+    return (q + 1) / (2 * q) if causal and sq == sk and q > 1 else 1.0
 
 
 def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOptions()) -> Rate:
@@ -139,7 +166,7 @@ def matmul_efficiency(target: Target, flops: float, min_mn: int | None = None) -
     eff = interpolate(target.matmul_curve, flops, target.matmul_efficiency)
     if min_mn is not None and target.matmul_skinny_curve:
         eff *= interpolate(target.matmul_skinny_curve, float(max(min_mn, 1)), 1.0)
-    return max(eff, 1e-4)
+    return max(eff, MIN_MATMUL_EFFICIENCY)
 
 
 def memory_time(target: Target, nbytes: float, bandwidth: float | None = None) -> float:
@@ -147,7 +174,7 @@ def memory_time(target: Target, nbytes: float, bandwidth: float | None = None) -
     if nbytes <= 0:
         return 0.0
     bw = target.memory_bandwidth if bandwidth is None else bandwidth
-    eff = max(interpolate(target.bandwidth_curve, nbytes, target.memory_efficiency), 1e-3)
+    eff = max(interpolate(target.bandwidth_curve, nbytes, target.memory_efficiency), MIN_MEMORY_EFFICIENCY)
     return nbytes / (bw * eff)
 
 
@@ -160,12 +187,10 @@ def roofline(compute_s: float, memory_s: float, comm_s: float, overhead_s: float
     ``utilization`` is the used fraction of the peak of the resource that binds (FLOP/s for compute,
     bytes/s for memory and interconnect; 0 when overhead binds).
     """
-    body = max(compute_s, memory_s, comm_s)
-    time_s = body + overhead_s
-    terms = {COMPUTE: compute_s, MEMORY: memory_s, INTERCONNECT: comm_s, OVERHEAD: overhead_s}
-    bound = max(terms, key=terms.get)  # type: ignore[arg-type]
+    time_s = max(compute_s, memory_s, comm_s) + overhead_s
+    bound = bound_of(compute_s, memory_s, comm_s, overhead_s)
     if time_s <= 0:
-        return KernelTime(0.0, 0.0, 0.0, 0.0, 0.0, OVERHEAD, unit, 0.0, executed_flops, note)
+        return replace(ZERO_TIME, bound=OVERHEAD, unit=unit, executed_flops=executed_flops, note=note)
     if bound == COMPUTE:
         util = flops / (time_s * peak_flops) if peak_flops else 0.0
     elif bound == MEMORY:

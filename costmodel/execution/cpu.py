@@ -8,27 +8,29 @@ output side (skinny GEMMs), bandwidth by transfer size, transcendental rates per
 from __future__ import annotations
 
 from ...backends import CpuTarget
-from ...backends.defaults import AMX_OPS_PER_BF16_OP
+from ...backends.defaults import AMX_OPS_PER_BF16_OP, CACHE_RESIDENT_FRACTION, MIN_MATMUL_EFFICIENCY
 from ...ir import DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
-from .collectives import collective_time
-from .common import (KernelTime, Rate, TimingOptions, interpolate, matmul_efficiency, matrix_rate, memory_time,
-                     roofline)
-from .gemm import conv_gemm, kernel_gemms
-from .vector import transcendental_time, vector_kernel_time
+from .common import KernelTime, Rate, TimingOptions, interpolate, matmul_efficiency, matrix_rate, memory_time, roofline
+from .gemm import Gemm, conv_gemm
+from .program import Program
+from .sequential import SequentialModel
+from .vector import transcendental_time
 
 __all__ = ["CpuModel"]
 
 
-
-class CpuModel:
+class CpuModel(SequentialModel):
     family = "cpu"
     default_fusion = "none"
+    vector_unit = "SIMD"
 
-    def _bandwidth(self, target: CpuTarget, nbytes: float) -> float:
-        """Working sets that fit in half the last-level cache stream from it, when its bandwidth is known."""
-        if target.onchip_bandwidth and target.onchip_capacity and nbytes <= target.onchip_capacity / 2:
+    def bandwidth(self, target: CpuTarget, nbytes: float) -> float:
+        """Working sets that fit in the resident part of the last-level cache stream from it, when
+        its bandwidth is known."""
+        if (target.onchip_bandwidth and target.onchip_capacity
+                and nbytes <= target.onchip_capacity * CACHE_RESIDENT_FRACTION):
             return target.onchip_bandwidth
         return target.memory_bandwidth
 
@@ -59,28 +61,26 @@ class CpuModel:
             # few output positions (late stages at batch 1) behave like skinny GEMMs
             g = conv_gemm(table, kernel.anchor)
             eff *= interpolate(target.matmul_skinny_curve, float(max(min(g.m, g.n), 1)), 1.0)
-        return max(eff, 1e-4)
+        return max(eff, MIN_MATMUL_EFFICIENCY)
 
-    def time_kernel(self, kernel: Kernel, table: CostTable, target: CpuTarget, options: TimingOptions) -> KernelTime:
-        if kernel.kind == "collective":
-            return collective_time(kernel.anchor, kernel.cost, target)
-        gemms = kernel_gemms(table, kernel)
-        bw = self._bandwidth(target, kernel.cost.bytes)
-        if not gemms and kernel.kind != "attention":
-            return vector_kernel_time(kernel, target, "SIMD", target.launch_overhead, bandwidth=bw, table=table)
-        min_mn = None
-        if gemms:
-            dtype = gemms[0].dtype
-            min_mn = min(gemms[0].m, gemms[0].n)
-        else:
-            q = kernel.anchor.inputs[0]
-            dtype = q.type.dtype if q is not None else DType.FP32
-        rate = self.matmul_rate(target, dtype, options)
+    def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: CpuTarget) -> KernelTime:
+        return self._contraction(kernel, g.dtype, min(g.m, g.n), program, target)
+
+    def attention(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
+        q = kernel.anchor.inputs[0]
+        return self._contraction(kernel, q.type.dtype if q is not None else DType.FP32, None, program, target)
+
+    def _contraction(self, kernel: Kernel, dtype: DType, min_mn: int | None, program: Program,
+                     target: CpuTarget) -> KernelTime:
+        """FLOPs at the matrix rate and the GEMM (or direct-convolution) efficiency, plus
+        transcendentals, against traffic from DRAM or the LLC."""
+        rate = self.matmul_rate(target, dtype, program.options)
         eff = matmul_efficiency(target, kernel.cost.flops, min_mn)
         if kernel.kind == "conv" and target.conv_curve:
-            eff = self.conv_efficiency(kernel, table, target)
+            eff = self.conv_efficiency(kernel, program.table, target)
         compute = kernel.cost.flops / (rate.flops_per_s * eff)
-        compute += transcendental_time(kernel, table, target)
+        compute += transcendental_time(kernel, program.table, target)
+        bw = self.bandwidth(target, kernel.cost.bytes)
         mem = memory_time(target, kernel.cost.bytes, bw)
         unit = "AMX" if rate.note == "AMX tiles" else "SIMD FMA"
         return roofline(compute, mem, 0.0, target.launch_overhead, unit, peak_flops=rate.flops_per_s,

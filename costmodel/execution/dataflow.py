@@ -16,37 +16,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from math import ceil, prod
+from math import ceil
 
 from ...backends import DataflowTarget
-from ...ir import DType, Value
+from ...ir import DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
-from .collectives import collective_time
-from .common import (KernelTime, TimingOptions, matmul_efficiency, matrix_rate, memory_time, roofline,
-                     transcendental_rate, vector_rate)
-from .gemm import attention_shape, kernel_gemms
+from ..sizes import values_bytes, weight_bytes
+from .common import (KernelTime, matmul_efficiency, matrix_rate, memory_time, roofline, transcendental_rate,
+                     vector_rate, with_hop)
+from .gemm import Gemm, attention_shape
+from .program import DeviceGroup, Program, Schedule
+from .routing import kernel_time
 
-__all__ = ["DataflowModel", "DataflowPlan"]
+__all__ = ["DataflowModel", "Layout"]
 
 
 @dataclass
-class DataflowPlan:
+class Layout:
+    """One way to lay the program out: over ``chips`` chips (kernel name -> chip in ``chip_of``),
+    streaming weights from the external tier or not; ``fits`` is False when it needs more chips
+    than the device group has."""
+
     chips: int
     streaming: bool
-    chip_of: dict[str, int] = field(default_factory=dict)        # kernel name -> chip
-    stage_s: list[float] = field(default_factory=list)           # per chip, hops included
-    latency_s: float = 0.0
+    chip_of: dict[str, int] = field(default_factory=dict)
     microbatches: int = 1
     fits: bool = True
     notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, object]:
-        return {"chips": self.chips, "weight_streaming": self.streaming, "stage_seconds": self.stage_s,
-                "latency_s": self.latency_s, "microbatches": self.microbatches, "fits": self.fits,
-                "chip_of_kernel": self.chip_of}
 
 
 def _microbatches(table: CostTable) -> int:
@@ -62,124 +60,140 @@ def _microbatches(table: CostTable) -> int:
     return batch
 
 
-def _bytes(values: Iterable[Value], table: CostTable) -> int:
-    return sum(v.type.dtype.nbytes(prod(table.shapes[v])) for v in values)
-
-
 def _weight_bytes(kernel: Kernel, table: CostTable) -> int:
-    return _bytes((v for v in kernel.inputs if v.kind.is_weight), table)
+    return values_bytes(table, (v for v in kernel.inputs if v.kind.is_weight))
 
 
 def _footprint(kernel: Kernel, table: CostTable) -> int:
     """What a kernel places on its chip: its weights and the activations it produces."""
-    return _weight_bytes(kernel, table) + _bytes(kernel.outputs, table)
+    return _weight_bytes(kernel, table) + values_bytes(table, kernel.outputs)
 
+
+@dataclass(frozen=True)
+class _Units:
+    """A dataflow chip's units under one layout: a chip's compiler balances its kernels over all its
+    processing elements, so a kernel costs its work at the chip's full rates; a streaming layout
+    also pays each kernel's weights at the external tier's bandwidth."""
+
+    streaming: bool
+
+    def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: DataflowTarget) -> KernelTime:
+        return self._matrix(kernel, g.dtype, program, target)
+
+    def attention(self, kernel: Kernel, program: Program, target: DataflowTarget) -> KernelTime:
+        return self._matrix(kernel, attention_shape(program.table, kernel).dtype, program, target)
+
+    def _matrix(self, kernel: Kernel, dtype: DType, program: Program, target: DataflowTarget) -> KernelTime:
+        c = kernel.cost
+        rate = matrix_rate(target, dtype, program.options)
+        compute = c.flops / (rate.flops_per_s * matmul_efficiency(target, c.flops))
+        return self._finish(kernel, program, target, compute, rate.flops_per_s, "matrix units", rate.note)
+
+    def vector(self, kernel: Kernel, program: Program, target: DataflowTarget) -> KernelTime:
+        c = kernel.cost
+        out = kernel.anchor.outputs[0] if kernel.anchor.outputs else None
+        dtype = out.type.dtype if out is not None and out.type.dtype.is_float else DType.FP32
+        rate = vector_rate(target, dtype)
+        compute = c.flops / rate.flops_per_s if c.flops else 0.0
+        return self._finish(kernel, program, target, compute, rate.flops_per_s, "vector units", rate.note)
+
+    def _finish(self, kernel: Kernel, program: Program, target: DataflowTarget, compute: float, peak: float,
+                unit: str, note: str) -> KernelTime:
+        c = kernel.cost
+        if c.transcendentals:
+            compute += c.transcendentals / transcendental_rate(target)
+        mem = memory_time(target, c.bytes)
+        stream = 0.0
+        if self.streaming and target.external_memory_bandwidth:
+            stream = _weight_bytes(kernel, program.table) / target.external_memory_bandwidth
+        return roofline(compute, max(mem, stream), 0.0, target.launch_overhead, unit, peak_flops=peak,
+                        flops=c.flops, nbytes=c.bytes, bandwidth=target.memory_bandwidth, note=note)
+
+
+def hop_seconds(nbytes: float, target: DataflowTarget) -> float:
+    """One chip-to-chip transfer of ``nbytes``: latency plus bytes over the link."""
+    latency = target.chip_to_chip_latency if target.chip_to_chip_latency is not None else (target.link_latency or 0.0)
+    bw = target.chip_to_chip_bandwidth or target.scale_up_bandwidth or 0.0
+    return latency + (nbytes / bw if bw else 0.0)
 
 
 class DataflowModel:
     family = "dataflow"
     default_fusion = "full"
 
-    def plans(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget) -> list[DataflowPlan]:
+    def layouts(self, program: Program, target: DataflowTarget, limit: int | None) -> list[Layout]:
         """The layouts worth timing. Without weight streaming the chips are ceil(footprint / SRAM).
         With it, a model that does not fit one chip can either stream its weights into one chip from
         the external tier (the training layout) or span enough chips to keep them on-chip (how
         wafer-scale inference serves a 70B model); both are candidates and the faster one wins."""
-        graph = table.graph
-        weights = _bytes(graph.weights, table)
-        acts = table.peak_activation_bytes
+        table = program.table
+        weights = weight_bytes(table)
         cap = target.memory_capacity
-        need = max(1, ceil((weights + acts) / cap))
+        need = max(1, ceil(program.memory_required / cap))
         if not target.weight_streaming or need == 1:
-            return [self._layout(kernels, table, target, need, False, [])]
-        out = [self._layout(kernels, table, target, 1, True,
+            return [self._layout(program, need, False, limit, [])]
+        out = [self._layout(program, 1, True, limit,
                             [f"weights ({weights / 1e9:.3g} GB) exceed one chip's fast memory ({cap / 1e9:.3g} GB): "
                              f"streamed from external memory"])]
-        if not target.max_chips or need <= target.max_chips:
-            out.append(self._layout(kernels, table, target, need, False,
+        if not limit or need <= limit:
+            out.append(self._layout(program, need, False, limit,
                                     [f"weights ({weights / 1e9:.3g} GB) exceed one chip's fast memory "
                                      f"({cap / 1e9:.3g} GB): spread over {need} chips"]))
         return out
 
-    def _layout(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget, chips: int,
-                streaming: bool, notes: list[str]) -> DataflowPlan:
-        fits = not (target.max_chips and chips > target.max_chips)
+    def _layout(self, program: Program, chips: int, streaming: bool, limit: int | None,
+                notes: list[str]) -> Layout:
+        """Kernels in program order over the chips, contiguously, each chip taking an equal share of
+        the footprint."""
+        fits = not (limit and chips > limit)
         if not fits:
-            notes.append(f"needs {chips} chips, more than the largest system ({target.max_chips})")
+            notes.append(f"needs {chips} chips, more than the largest system ({limit})")
         chip_of: dict[str, int] = {}
-        footprints = [_footprint(k, table) for k in kernels]
+        footprints = [_footprint(k, program.table) for k in program.kernels]
         per_chip = (sum(footprints) or 1) / chips
         cum = 0.0
-        for k, size in zip(kernels, footprints):
+        for k, size in zip(program.kernels, footprints):
             chip_of[k.name] = min(chips - 1, int(cum // per_chip)) if chips > 1 else 0
             cum += size
-        return DataflowPlan(chips, streaming, chip_of, [0.0] * chips, 0.0, _microbatches(table), fits, notes)
+        return Layout(chips, streaming, chip_of, _microbatches(program.table), fits, notes)
 
-    def time_kernel(self, kernel: Kernel, table: CostTable, target: DataflowTarget, options: TimingOptions,
-                    streaming: bool = False) -> KernelTime:
-        if kernel.kind == "collective":
-            return collective_time(kernel.anchor, kernel.cost, target)
-        c = kernel.cost
-        gemms = kernel_gemms(table, kernel)
-        if gemms or kernel.kind == "attention":
-            dtype = gemms[0].dtype if gemms else attention_shape(table, kernel).dtype
-            rate = matrix_rate(target, dtype, options)
-            peak = rate.flops_per_s
-            compute = c.flops / (peak * matmul_efficiency(target, c.flops))
-            unit = "matrix units"
-        else:
-            out = kernel.anchor.outputs[0] if kernel.anchor.outputs else None
-            dtype = out.type.dtype if out is not None and out.type.dtype.is_float else DType.FP32
-            rate = vector_rate(target, dtype)
-            peak = rate.flops_per_s
-            compute = c.flops / peak if c.flops else 0.0
-            unit = "vector units"
-        if c.transcendentals:
-            compute += c.transcendentals / transcendental_rate(target)
-        mem = memory_time(target, c.bytes)
-        stream = 0.0
-        if streaming and target.external_memory_bandwidth:
-            stream = _weight_bytes(kernel, table) / target.external_memory_bandwidth
-        return roofline(compute, max(mem, stream), 0.0, target.launch_overhead, unit, peak_flops=peak,
-                        flops=c.flops, nbytes=c.bytes, bandwidth=target.memory_bandwidth, note=rate.note)
-
-    def hop(self, nbytes: float, target: DataflowTarget) -> float:
-        latency = target.chip_to_chip_latency if target.chip_to_chip_latency is not None else (target.link_latency or 0.0)
-        bw = target.chip_to_chip_bandwidth or target.scale_up_bandwidth or 0.0
-        return latency + (nbytes / bw if bw else 0.0)
-
-    def run(self, kernels: list[Kernel], table: CostTable, target: DataflowTarget,
-            options: TimingOptions) -> tuple[list[KernelTime], float, DataflowPlan]:
-        runs = [self._run(plan, kernels, table, target, options) for plan in self.plans(kernels, table, target)]
-        best = min(runs, key=lambda r: r[1])
-        for _, total, plan in runs:
-            if plan is not best[2]:
-                layout = "streaming weights into 1 chip" if plan.streaming else f"spreading over {plan.chips} chips"
-                best[2].notes.append(f"{layout} would take {total * 1e3:.4g} ms")
+    def run(self, program: Program, devices: DeviceGroup) -> Schedule:
+        target = devices.target
+        assert isinstance(target, DataflowTarget)
+        limit = devices.count or target.max_chips
+        runs = [(layout, self._run(layout, program, target)) for layout in self.layouts(program, target, limit)]
+        best = min((run for _, run in runs), key=lambda r: r.total_s)
+        for layout, run in runs:
+            if run is not best:
+                where = "streaming weights into 1 chip" if layout.streaming else f"spreading over {layout.chips} chips"
+                best.notes.append(f"{where} would take {run.total_s * 1e3:.4g} ms")
+        if program.unmodeled_nodes:
+            best.notes.append(f"{program.unmodeled_nodes} unmodeled node(s) are not timed")
         return best
 
-    def _run(self, plan: DataflowPlan, kernels: list[Kernel], table: CostTable, target: DataflowTarget,
-             options: TimingOptions) -> tuple[list[KernelTime], float, DataflowPlan]:
+    def _run(self, layout: Layout, program: Program, target: DataflowTarget) -> Schedule:
+        """Each chip is a pipeline stage; a hop (latency + activation bytes over the link) follows
+        every kernel whose successor sits on the next chip. With ``m`` independent inputs streaming
+        through, the run takes latency / m + (m - 1) / m x the slowest stage."""
+        kernels, units = program.kernels, _Units(layout.streaming)
         times: list[KernelTime] = []
-        stage = [0.0] * plan.chips
+        stage = [0.0] * layout.chips
         for i, k in enumerate(kernels):
-            kt = KernelTime(0.0, 0.0, 0.0, 0.0, 0.0, "memory", "", 0.0) if k.is_free else \
-                self.time_kernel(k, table, target, options, plan.streaming)
-            chip = plan.chip_of[k.name]
+            kt = kernel_time(k, program, target, units)
+            chip = layout.chip_of[k.name]
             nxt = next((kernels[j] for j in range(i + 1, len(kernels)) if not kernels[j].is_free), None)
-            if nxt is not None and plan.chip_of[nxt.name] != chip:
-                out_bytes = _bytes(k.outputs, table)
-                h = self.hop(out_bytes, target)
-                terms = {"compute": kt.compute_s, "memory": kt.memory_s, "interconnect": h, "overhead": kt.overhead_s}
-                kt = KernelTime(kt.time_s + h, kt.compute_s, kt.memory_s, h, kt.overhead_s,
-                                max(terms, key=terms.get), kt.unit, kt.utilization,  # type: ignore[arg-type]
-                                kt.executed_flops, kt.note)
+            if nxt is not None and layout.chip_of[nxt.name] != chip:
+                kt = with_hop(kt, hop_seconds(values_bytes(program.table, k.outputs), target))
             stage[chip] += kt.time_s
             times.append(kt)
         latency = sum(stage)
-        m = plan.microbatches
+        m = layout.microbatches
         total = latency / m + (m - 1) / m * max(stage, default=0.0)
-        plan.stage_s, plan.latency_s = stage, latency
         if latency > 0 and total != latency:
             times = [t.scaled(total / latency) for t in times]
-        return times, total, plan
+        required = program.memory_required
+        capacity = target.memory_capacity + (target.external_memory_capacity if layout.streaming else 0.0)
+        plan = {"chips": layout.chips, "weight_streaming": layout.streaming, "stage_seconds": stage,
+                "latency_s": latency, "microbatches": m, "fits": layout.fits, "chip_of_kernel": layout.chip_of}
+        return Schedule(times, total, layout.chips, layout.chip_of, float(required), float(capacity),
+                        required <= capacity * layout.chips and layout.fits, layout.chips, layout.notes, plan)

@@ -13,6 +13,7 @@ from math import prod
 from ...ir import DType, Node, Op
 from ..interpreter import CostTable
 from ..kernels import Kernel
+from ..sizes import value_bytes
 
 __all__ = ["Gemm", "kernel_gemms", "attention_shape", "AttentionShape"]
 
@@ -63,9 +64,8 @@ def dot_gemm(table: CostTable, node: Node) -> Gemm:
     m = prod(d for i, d in enumerate(ls) if i not in lc and i not in lb)
     n = prod(d for i, d in enumerate(rs) if i not in rc and i not in rb)
     out = node.outputs[0]
-    return Gemm(batch, m, n, k, _wider(lhs.type.dtype, rhs.type.dtype), lhs.type.dtype.nbytes(prod(ls)),
-                rhs.type.dtype.nbytes(prod(rs)), out.type.dtype.nbytes(prod(table.shapes[out])),
-                table.costs[node].flops)
+    return Gemm(batch, m, n, k, _wider(lhs.type.dtype, rhs.type.dtype), value_bytes(table, lhs),
+                value_bytes(table, rhs), value_bytes(table, out), table.costs[node].flops)
 
 
 def conv_gemm(table: CostTable, node: Node) -> Gemm:
@@ -84,8 +84,8 @@ def conv_gemm(table: CostTable, node: Node) -> Gemm:
         batch, m, n, k = groups, x[0] * prod(x[2:]), w[1], (w[0] // groups) * prod(w[2:])
     else:
         batch, m, n, k = groups, x[0] * prod(out[2:]), w[0] // groups, w[1] * prod(w[2:])
-    ob = node.outputs[0].type.dtype.nbytes(prod(out))
-    return Gemm(batch, m, n, k, dtype, xv.type.dtype.nbytes(prod(x)), wv.type.dtype.nbytes(prod(w)), ob, flops)
+    return Gemm(batch, m, n, k, dtype, value_bytes(table, xv), value_bytes(table, wv),
+                value_bytes(table, node.outputs[0]), flops)
 
 
 def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:

@@ -9,33 +9,35 @@
   covers a roughly square block of output tiles, so A is re-read once per block column and B once
   per block row unless both fit in L2 (or the smaller one alone does).
 * Fused attention (FlashAttention style): QK^T and PV on tensor cores over 128-row query blocks,
-  causal blocks above the diagonal skipped, exp on the special-function units (the two overlap);
+  causal blocks above the diagonal skipped (:func:`.common.causal_fraction`), exp on the special-function units (the two overlap);
   traffic is Q, K, V and the output only.
 * Everything else on the CUDA cores: see :mod:`.vector`. Each kernel pays the launch overhead.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import ceil, isqrt, log2
 
 from ...backends import GpuTarget
-from ..interpreter import CostTable
+from ...backends.defaults import ATTENTION_BLOCK, ATTENTION_MIN_BLOCK_ROWS, CACHE_RESIDENT_FRACTION
 from ..kernels import Kernel
-from .base import MatrixUnitModel
-from .common import (KernelTime, TimingOptions, matmul_efficiency, matrix_rate, memory_time, roofline,
+from .common import (KernelTime, causal_fraction, matmul_efficiency, matrix_rate, memory_time, roofline,
                      transcendental_rate)
 from .gemm import Gemm, attention_shape
+from .program import Program
+from .sequential import SequentialModel
 
 __all__ = ["GpuModel"]
 
 
-class GpuModel(MatrixUnitModel):
+class GpuModel(SequentialModel):
     family = "gpu"
     default_fusion = "full"
     vector_unit = "CUDA cores"
 
-    def _gemm(self, kernel: Kernel, g: Gemm, target: GpuTarget, options: TimingOptions) -> KernelTime:
-        rate = matrix_rate(target, g.dtype, options)
+    def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: GpuTarget) -> KernelTime:
+        rate = matrix_rate(target, g.dtype, program.options)
         eff = matmul_efficiency(target, g.flops)
         per_sm = rate.flops_per_s * eff / target.sm_count
         best: tuple[float, float, float, float] | None = None   # (time, compute, executed, bytes)
@@ -53,14 +55,14 @@ class GpuModel(MatrixUnitModel):
                         flops=kernel.cost.flops, nbytes=nbytes, bandwidth=target.memory_bandwidth,
                         executed_flops=executed, note=rate.note)
 
-    def _attention(self, kernel: Kernel, table: CostTable, target: GpuTarget, options: TimingOptions) -> KernelTime:
-        s = attention_shape(table, kernel)
-        rate = matrix_rate(target, s.dtype, TimingOptions(options.allow_tf32, False, options.fusion))
+    def attention(self, kernel: Kernel, program: Program, target: GpuTarget) -> KernelTime:
+        s = attention_shape(program.table, kernel)
+        rate = matrix_rate(target, s.dtype, replace(program.options, sparse=False))
         eff = matmul_efficiency(target, kernel.cost.flops)
-        br = 128 if s.sq >= 128 else max(16, 2 ** ceil(log2(max(s.sq, 1))))
-        bc = 128
+        block_rows, bc = ATTENTION_BLOCK
+        br = block_rows if s.sq >= block_rows else max(ATTENTION_MIN_BLOCK_ROWS, 2 ** ceil(log2(max(s.sq, 1))))
         qblocks, kblocks = ceil(s.sq / br), ceil(s.sk / bc)
-        frac = (qblocks + 1) / (2 * qblocks) if s.causal and s.sq == s.sk and qblocks > 1 else 1.0
+        frac = causal_fraction(s.causal, s.sq, s.sk, br)
         items = s.batch_heads * qblocks
         split = max(1, min(target.sm_count // max(items, 1), kblocks))  # split-KV for short queries
         waves = ceil(items * split / target.sm_count)
@@ -96,6 +98,7 @@ def _l2_rereads(g: Gemm, tile: tuple[int, int, int], target: GpuTarget) -> float
     mt, nt = ceil(g.m / tm), ceil(g.n / tn)
     r = min(mt, max(1, isqrt(target.sm_count)))
     c = min(nt, max(1, target.sm_count // r))
-    a_reads = a if a <= l2 / 2 else a * ceil(nt / c)
-    b_reads = b if b <= l2 / 2 else b * ceil(mt / r)
+    resident = l2 * CACHE_RESIDENT_FRACTION
+    a_reads = a if a <= resident else a * ceil(nt / c)
+    b_reads = b if b <= resident else b * ceil(mt / r)
     return float(max(a_reads + b_reads - a - b, 0))

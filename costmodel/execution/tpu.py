@@ -1,31 +1,32 @@
 """Systolic-array execution model (Google TPU MXU; by the same model Trainium and Gaudi).
 
 A contraction is cut into ``mxu_dim x mxu_dim`` weight tiles (K and N padded up to the array size,
-M to the 8-row sublane); each tile is a fold that streams the M rows through an array. Weight loads
+M to the 8-row sublane, ``TPU_SUBLANE_ROWS``); each tile is a fold that streams the M rows through an array. Weight loads
 are double-buffered, so a fold takes ``max(M, dim)`` cycles (a short M cannot hide the ``dim``
 cycles of loading the next tile: the decode regime) plus one fill and drain of ``2*dim``
 (SCALE-Sim's per-fold count ``2R + C + T - 2`` with the load overlapped). Folds are spread
 over all MXUs of all TensorCores (rows are split over arrays left idle); time = rounds x cycles per fold / clock, over the achievable
 efficiency. The cycle rate follows from the dtype's peak (peak = MXUs x dim^2 x 2 x clock), so
-int8's doubled rate and what-if changes of the peak carry through. Attention runs as its two contractions plus exp on the VPU.
+int8's doubled rate and what-if changes of the peak carry through. Attention runs as its two contractions plus exp on the VPU;
+causal query blocks of one MXU tile above the diagonal are skipped (:func:`.common.causal_fraction`).
 Vector work runs on the VPU; XLA-style fusion keeps elementwise chains in one kernel.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import ceil
 
 from ...backends import TpuTarget
-from ...backends.defaults import MXUS_PER_TENSORCORE
-from ..interpreter import CostTable
+from ...backends.defaults import MXUS_PER_TENSORCORE, TPU_SUBLANE_ROWS
 from ..kernels import Kernel
-from .base import MatrixUnitModel
-from .common import (KernelTime, TimingOptions, matmul_efficiency, matrix_rate, memory_time, roofline,
+from .common import (KernelTime, causal_fraction, matmul_efficiency, matrix_rate, memory_time, roofline,
                      transcendental_rate)
 from .gemm import Gemm, attention_shape
+from .program import Program
+from .sequential import SequentialModel
 
 __all__ = ["TpuModel", "systolic_time"]
-
 
 
 def _mxus(target: TpuTarget) -> int:
@@ -37,11 +38,12 @@ def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float, t
     dim = target.mxu_dim
     mxus = _mxus(target)
     clock = peak / (2 * mxus * dim * dim)
-    mp = max(ceil(m / 8) * 8, 8)
+    sub = TPU_SUBLANE_ROWS
+    mp = max(ceil(m / sub) * sub, sub)
     folds = batch * ceil(k / dim) * ceil(n / dim)
     # With fewer weight tiles than arrays, the rows are split over the idle arrays (same weights).
-    split = max(1, min(mxus // folds, mp // 8)) if folds < mxus else 1
-    rows = ceil(mp / split / 8) * 8
+    split = max(1, min(mxus // folds, mp // sub)) if folds < mxus else 1
+    rows = ceil(mp / split / sub) * sub
     rounds = ceil(folds * split / mxus)
     # Weights for the next fold load while the current one streams (double buffering), so a fold
     # costs max(rows, dim) cycles; the array fills and drains once (2 x dim).
@@ -50,13 +52,13 @@ def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float, t
     return cycles / clock / eff, executed
 
 
-class TpuModel(MatrixUnitModel):
+class TpuModel(SequentialModel):
     family = "tpu"
     default_fusion = "full"
     vector_unit = "VPU"
 
-    def _gemm(self, kernel: Kernel, g: Gemm, target: TpuTarget, options: TimingOptions) -> KernelTime:
-        rate = matrix_rate(target, g.dtype, options)
+    def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: TpuTarget) -> KernelTime:
+        rate = matrix_rate(target, g.dtype, program.options)
         eff = matmul_efficiency(target, g.flops)
         compute, executed = systolic_time(g.batch, g.m, g.n, g.k, rate.flops_per_s, eff, target)
         mem = memory_time(target, kernel.cost.bytes)
@@ -64,11 +66,11 @@ class TpuModel(MatrixUnitModel):
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=target.memory_bandwidth,
                         executed_flops=executed, note=rate.note)
 
-    def _attention(self, kernel: Kernel, table: CostTable, target: TpuTarget, options: TimingOptions) -> KernelTime:
-        s = attention_shape(table, kernel)
-        rate = matrix_rate(target, s.dtype, TimingOptions(options.allow_tf32, False, options.fusion))
+    def attention(self, kernel: Kernel, program: Program, target: TpuTarget) -> KernelTime:
+        s = attention_shape(program.table, kernel)
+        rate = matrix_rate(target, s.dtype, replace(program.options, sparse=False))
         eff = matmul_efficiency(target, kernel.cost.flops)
-        frac = 0.5 if s.causal and s.sq == s.sk and s.sq > target.mxu_dim else 1.0
+        frac = causal_fraction(s.causal, s.sq, s.sk, target.mxu_dim)  # query blocks of one MXU tile
         qk, e1 = systolic_time(s.batch_heads, s.sq, s.sk, s.d, rate.flops_per_s, eff, target)
         pv, e2 = systolic_time(s.batch_heads, s.sq, s.dv, s.sk, rate.flops_per_s, eff, target)
         exp = s.batch_heads * s.sq * s.sk * frac / transcendental_rate(target)

@@ -63,7 +63,7 @@ def test_onchip_capacity_scales_the_family_onchip_field_too():
     b200 = get_target("b200").scaled(onchip_capacity=2)
     assert b200.onchip_capacity == b200.l2_bytes == 252e6
     wse = get_target("cerebras-wse3").scaled(onchip_capacity=0.5)
-    assert wse.sram_bytes == 22e9
+    assert wse.onchip_capacity == 22e9
 
 
 def test_capacity_latency_and_overhead_scale():

@@ -70,7 +70,7 @@ def test_systolic_array_sizes(name, mxu):
 def test_tpu_figures():
     v5e, v5p, v4 = get_target("tpu-v5e"), get_target("tpu-v5p"), get_target("tpu-v4")
     assert v5e.matrix_flops["bf16"] == 197e12 and v5e.memory_bandwidth == 819e9
-    assert v5e.vmem_bytes == 128 * MiB and v5e.torus_dims == (16, 16)
+    assert v5e.onchip_capacity == 128 * MiB and v5e.torus_dims == (16, 16)
     assert v5e.scale_up_bandwidth == 200e9                 # 400 GBps bidir
     assert v5p.memory_capacity == 95 * GiB and v5p.torus_dims == (16, 20, 28)
     assert v4.memory_capacity == 32 * GiB and v4.torus_dims == (16, 16, 16)
@@ -87,10 +87,10 @@ def test_other_systolic_chips_use_the_tpu_family():
 
 def test_dataflow_chips():
     groq, wse3, sn = get_target("groq-lpu"), get_target("cerebras-wse3"), get_target("sn40l")
-    assert groq.sram_bytes == groq.memory_capacity == 230e6
+    assert groq.onchip_capacity == groq.memory_capacity == 230e6    # the SRAM is the main memory
     assert groq.external_memory_capacity == 0 and groq.weight_streaming is False
-    assert wse3.pe_count == 900_000 and wse3.sram_bytes == 44e9 and wse3.weight_streaming
-    assert wse3.sram_bandwidth == 21e15
+    assert wse3.pe_count == 900_000 and wse3.onchip_capacity == 44e9 and wse3.weight_streaming
+    assert wse3.onchip_bandwidth == 21e15
     assert sn.matrix_flops["bf16"] == 638e12 and sn.external_memory_capacity == 1.5e12
 
 

@@ -1,0 +1,64 @@
+"""Families that run a program's kernels one after another on one device (GPU, TPU, CPU).
+
+The schedule is the sum of the kernel times on device 0. Whether the program fits is its resident
+bytes against one device's memory; when it does not, the schedule says how many devices would hold
+it (the time stays that of one device until the placement planner shards the program over a group).
+"""
+
+from __future__ import annotations
+
+from math import ceil
+from typing import Any
+
+from ..kernels import Kernel
+from .common import KernelTime
+from .gemm import Gemm
+from .program import DeviceGroup, Program, Schedule
+from .routing import kernel_time
+from .vector import vector_kernel_time
+
+__all__ = ["SequentialModel", "one_device_schedule"]
+
+
+class SequentialModel:
+    """Base of the single-device families: :meth:`run` routes each kernel to a hook
+    (:meth:`gemm`, :meth:`attention`, :meth:`vector`) that the family implements."""
+
+    family = ""
+    default_fusion = "full"
+    vector_unit = "vector units"
+
+    def run(self, program: Program, devices: DeviceGroup) -> Schedule:
+        target = devices.target
+        times = [kernel_time(k, program, target, self) for k in program.kernels]
+        return one_device_schedule(program, target, times)
+
+    def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: Any) -> KernelTime:
+        raise NotImplementedError
+
+    def attention(self, kernel: Kernel, program: Program, target: Any) -> KernelTime:
+        raise NotImplementedError
+
+    def bandwidth(self, target: Any, nbytes: float) -> float:
+        """Bytes/s a kernel moving ``nbytes`` streams at: main memory unless a family knows better."""
+        return target.memory_bandwidth
+
+    def vector(self, kernel: Kernel, program: Program, target: Any) -> KernelTime:
+        return vector_kernel_time(kernel, target, self.vector_unit, target.launch_overhead,
+                                  bandwidth=self.bandwidth(target, kernel.cost.bytes), table=program.table)
+
+
+def one_device_schedule(program: Program, target: Any, times: list[KernelTime]) -> Schedule:
+    """Every kernel on device 0, in order; fit against one device's memory."""
+    required = program.memory_required
+    capacity = target.memory_capacity
+    fits = required <= capacity
+    needed = max(1, ceil(required / capacity))
+    notes = []
+    if program.unmodeled_nodes:
+        notes.append(f"{program.unmodeled_nodes} unmodeled node(s) are not timed")
+    if not fits:
+        notes.append(f"does not fit: {required / 1e9:.3g} GB needed, {capacity / 1e9:.3g} GB per device; "
+                     f"needs >= {needed} devices (time shown is for one device)")
+    return Schedule(times, sum(t.time_s for t in times), 1, {k.name: 0 for k in program.kernels},
+                    float(required), float(capacity), fits, needed, notes)

@@ -1,0 +1,64 @@
+"""Summary: what a schedule means for the product's questions (MFU, fit, energy, money, throughput).
+
+It reads the schedule (time, devices, memory and fit) and the program (for the dominant dtype and the
+kernel count); nothing here knows which family produced the schedule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..backends import Target
+from ..ir import Op
+from .execution import BOUNDS, Program, Schedule
+from .execution.common import matrix_rate
+from .execution.gemm import dot_gemm
+from .hotspots import hotspots
+from .interpreter import CostTable
+from .report import Timing
+
+__all__ = ["summarize", "bound_mix"]
+
+
+def bound_mix(schedule: Schedule) -> dict[str, float]:
+    """Fraction of the time spent in kernels bound by each resource."""
+    mix = {b: 0.0 for b in BOUNDS}
+    for t in schedule.times:
+        if t.time_s > 0:
+            mix[t.bound] += t.time_s
+    total = schedule.total_s
+    return {b: (v / total if total else 0.0) for b, v in mix.items()}
+
+
+def _dominant_dtype(table: CostTable) -> Any:
+    best, dtype = -1, None
+    for node, cost in table.costs.items():
+        if node.op is Op.DOT and cost.flops > best:
+            best, dtype = cost.flops, dot_gemm(table, node).dtype
+        elif node.op in (Op.CONV, Op.ATTENTION) and cost.flops > best and node.inputs[0] is not None:
+            best, dtype = cost.flops, node.inputs[0].type.dtype
+    return dtype
+
+
+def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_flops: int, items: int,
+              item_unit: str, price: float | None, speedups: dict[str, float]) -> Timing:
+    """The :class:`Timing` of ``schedule``: MFU against the dominant dtype's matrix peak over the
+    devices used, energy at TDP and money at the device-hour price for every device used."""
+    total, devices = schedule.total_s, schedule.devices
+    dtype = _dominant_dtype(program.table)
+    peak = (matrix_rate(target, dtype, program.options).flops_per_s if dtype is not None
+            else max(target.matrix_flops.values()))
+    mfu = modeled_flops / (total * peak * devices) if total > 0 else 0.0
+    energy = total * target.tdp * devices if target.tdp else None
+    price_h = price if price is not None else target.price_per_hour
+    cost = total / 3600 * price_h * devices if price_h is not None else None
+    return Timing(target=target.name, family=target.family, time_s=total, mfu=mfu, peak_flops=peak,
+                  dtype=dtype.value if dtype is not None else "", bound_mix=bound_mix(schedule),
+                  speedup_if_doubled=speedups, top=hotspots(program.kernels, schedule.times, total),
+                  devices=devices, memory_required=schedule.memory_required,
+                  memory_capacity=schedule.memory_capacity, fits=schedule.fits,
+                  devices_needed=schedule.devices_needed, items=items, item_unit=item_unit,
+                  throughput=items / total if total else 0.0, energy_j=energy, cost_usd=cost,
+                  price_per_hour=price_h, fusion=program.options.fusion or "",
+                  kernels=sum(1 for k in program.kernels if not k.is_free), notes=list(schedule.notes),
+                  plan=schedule.to_dict())
