@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from ..ir import DimRole, Graph, Sym
 from ..ir.dims import Dim
 
-__all__ = ["role_from_name", "role_at", "assign_roles"]
+__all__ = ["role_from_name", "role_at", "is_cache_input", "assign_roles"]
 
 _BATCH_INPUTS = frozenset({"input_ids", "attention_mask", "inputs_embeds", "token_type_ids", "position_ids",
                            "pixel_values", "input_features", "input_values", "decoder_input_ids",
@@ -41,10 +41,19 @@ def role_from_name(name: str) -> DimRole | None:
     return None
 
 
-def role_at(input_name: str, axis: int, rank: int) -> DimRole | None:
-    """The role of dim ``axis`` of a model input by Hugging Face's conventions, else None."""
+def is_cache_input(input_name: str) -> bool:
+    """A past key/value tensor (``past_key_values.0.key``, ``past_key``, ``key_cache``)."""
+    return bool(_KV_INPUT.search(input_name.lower()))
+
+
+def role_at(input_name: str, axis: int, rank: int, *, cached: bool = False) -> DimRole | None:
+    """The role of dim ``axis`` of a model input by Hugging Face's conventions, else None.
+
+    With a KV cache (``cached``) the attention mask spans past and new tokens, so its dim 1 is
+    neither the sequence nor the past length and gets no role.
+    """
     name = input_name.lower()
-    if _KV_INPUT.search(name):
+    if is_cache_input(name):
         # [batch, kv_heads, past, head_dim], or the legacy stacked [2, batch, heads, past, head_dim]
         if rank == 4:
             return {0: DimRole.BATCH, 2: DimRole.KV_LENGTH}.get(axis)
@@ -55,7 +64,7 @@ def role_at(input_name: str, axis: int, rank: int) -> DimRole | None:
         return DimRole.SEQUENCE
     if axis == 0 and name in _BATCH_INPUTS:
         return DimRole.BATCH
-    if axis == 1 and name in _SEQUENCE_INPUTS:
+    if axis == 1 and name in _SEQUENCE_INPUTS and not (cached and "attention_mask" in name):
         return DimRole.SEQUENCE
     return None
 
@@ -74,14 +83,15 @@ def assign_roles(graph: Graph, input_names: Iterable[tuple[str, str]] | None = N
 
     ``input_names`` pairs a graph input's IR name with the model's name for it when they differ.
     """
-    names = dict(input_names or ())
+    names = {v.name: v.source_name for v in graph.inputs} | dict(input_names or ())
+    cached = any(is_cache_input(n) for n in names.values())
     found: dict[str, DimRole] = {}
     for value in graph.inputs:
         for axis, d in enumerate(value.shape):
             sym = _plain_symbol(d)
             if sym is None or sym in found:
                 continue
-            role = role_from_name(sym) or role_at(names.get(value.name, value.source_name), axis, len(value.shape))
+            role = role_from_name(sym) or role_at(names[value.name], axis, len(value.shape), cached=cached)
             if role is not None:
                 found[sym] = role
     for name, spec in list(graph.dims.items()):

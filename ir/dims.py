@@ -39,6 +39,7 @@ class Sym:
 
     @classmethod
     def from_terms(cls, terms: poly.Terms) -> Sym:
+        """The dim with these terms; the algebra builds results here without printing or parsing."""
         self = object.__new__(cls)
         self._key = poly.canonical(terms)
         self.terms = dict(self._key)
@@ -182,7 +183,7 @@ class Sym:
         return self.expr
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Sym, (self.expr,))
+        return (Sym.from_terms, (dict(self.terms),))  # not the text: names need not be identifiers
 
 
 Dim = Union[int, Sym]
