@@ -33,6 +33,11 @@ class Sym:
     """
 
     __slots__ = ("terms", "_key", "_hash", "_text", "_symbols")
+    terms: dict[Any, int]          # monomial (atoms: names or Calls, with exponents) -> coefficient
+    _key: tuple[tuple[Any, int], ...]
+    _hash: int
+    _text: str | None
+    _symbols: frozenset[str] | None
 
     def __new__(cls, expr: str) -> Sym:
         return _parse_sym(" ".join(str(expr).split()))
@@ -44,8 +49,8 @@ class Sym:
         self._key = poly.canonical(terms)
         self.terms = dict(self._key)
         self._hash = hash(self._key)
-        self._text: str | None = None
-        self._symbols: frozenset[str] | None = None
+        self._text = None
+        self._symbols = None
         return self
 
     @classmethod
@@ -288,7 +293,10 @@ def dim_eq(a: Dim, b: Dim) -> bool | None:
     diff = dim_sub(a, b)
     if isinstance(diff, int):
         return diff == 0
-    if (diff.nonneg and diff.const_value > 0) or (_nonneg(-diff) and (-diff).const_value > 0):
+    if diff.nonneg and diff.const_value > 0:
+        return False
+    neg = -diff
+    if isinstance(neg, Sym) and neg.nonneg and neg.const_value > 0:
         return False
     return None
 
@@ -328,6 +336,11 @@ def apply_call(fn: str, args: tuple[Dim, ...]) -> Dim:
 
 # -- text ------------------------------------------------------------------------------------------
 
+def _monomial(d: Dim) -> bool:
+    """One term: its powers stay one term, so a large exponent (``a**16``) cannot blow up."""
+    return isinstance(d, int) or len(d.terms) == 1
+
+
 class _Build:
     """How parsed text becomes a dim (see :func:`.dim_parse.walk`)."""
 
@@ -344,7 +357,7 @@ class _Build:
             return dim_sub(a, b)
         if op == "*":
             return dim_mul(a, b)
-        if op == "**" and isinstance(b, int) and 0 <= b <= 8:
+        if op == "**" and isinstance(b, int) and 0 <= b <= (64 if _monomial(a) else 8):
             out: Dim = 1
             for _ in range(b):
                 out = dim_mul(out, a)

@@ -36,9 +36,14 @@ class DimRole(enum.Enum):
 
 
 class _HasRole(Protocol):
-    name: str
-    default: int | None
-    role: DimRole
+    """What the helpers read of a :class:`~narrowpipe.ir.DimSpec` (kept apart so graph.py imports this)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def default(self) -> int | None: ...
+    @property
+    def role(self) -> DimRole: ...
 
 
 def names_with_role(specs: Iterable[_HasRole], role: DimRole) -> list[str]:
