@@ -3,9 +3,10 @@
 Public API::
 
     g = narrowpipe.from_torch(model, args, kwargs)      # or narrowpipe.load("model.onnx" / ".pt2")
-    r = narrowpipe.analyze(g, batch=8, seq=2048)        # counts: r.flops, r.bytes, r.params, r.ops
-    r = narrowpipe.analyze(g, "h100", seq=2048)         # + times: r.time_s, r.mfu, r.ops[i].bound
-    c = narrowpipe.compare(g, ["h100", "tpu-v5e", "groq-lpu"])
+    r = narrowpipe.analyze(g, dims={"batch": 8, "seq": 2048})   # counts: r.flops, r.bytes, r.params, r.ops
+    r = narrowpipe.analyze(g, "h100", dims={"seq": 2048})       # + times: r.time_s, r.mfu, r.ops[i].bound
+    c = narrowpipe.compare(g, ["h100", "tpu-v5e", "groq-lpu"], dims={"batch": 8})
+    g.role_size(narrowpipe.DimRole.BATCH)                       # dims carry roles: batch, sequence, kv length
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .errors import (FrontendError, IRError, ModelLoadError, NarrowpipeError, Sh
                      TargetSpecError, UnboundDimError, UnknownTargetError, UnsupportedOpError,
                      VerificationError)
 from .frontends import from_torch
-from .ir import Graph
+from .ir import DimRole, Graph
 from .loading import load
 
 __version__ = "0.1.0"
@@ -32,7 +33,7 @@ def targets() -> list[tuple[str, str]]:
 
 
 __all__ = [
-    "from_torch", "load", "analyze", "compare", "whatif", "diagnose", "targets", "get_target", "Graph", "Report",
+    "from_torch", "load", "analyze", "compare", "whatif", "diagnose", "targets", "get_target", "Graph", "DimRole", "Report",
     "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",

@@ -175,7 +175,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
         from .costmodel.compare import prices_by_target
         price = prices_by_target(parse_prices(args.price)).get(get_target(args.target).name)
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
-                     **parse_sets(args.set))
+                     dims=parse_sets(args.set))
     print_report(report, console, top=None if args.all else args.top)
     return _write_json(args, console, report.to_json())
 
@@ -189,7 +189,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     if not specs:
         raise NarrowpipeError("--targets is empty")
     result = compare(graph, specs, strict=args.strict, prices=parse_prices(args.price), **_timing_kwargs(args),
-                     **parse_sets(args.set))
+                     dims=parse_sets(args.set))
     print_comparison(result, console)
     return _write_json(args, console, result.to_json())
 
@@ -202,7 +202,7 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
     from .render import print_whatif
     graph = _with_precision(resolve_model(args.model, rebuild=args.rebuild), args)
     result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
-                    **_timing_kwargs(args), **parse_sets(args.set))
+                    **_timing_kwargs(args), dims=parse_sets(args.set))
     print_whatif(result, console)
     return _write_json(args, console, json.dumps(result.to_dict(), indent=2))
 

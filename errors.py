@@ -69,7 +69,7 @@ class VerificationError(IRError):
 
 
 class UnboundDimError(NarrowpipeError):
-    """A symbolic dim has no value; bind it with ``--set NAME=VALUE`` or ``analyze(g, NAME=...)``."""
+    """A symbolic dim has no value; bind it with ``--set NAME=VALUE`` or ``analyze(g, dims={NAME: ...})``."""
 
 
 class TargetSpecError(NarrowpipeError):

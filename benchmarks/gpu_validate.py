@@ -153,7 +153,7 @@ class Runner:
 
     # -- prediction --------------------------------------------------------------------------
     def predict(self, graph: Graph, allow_tf32: bool = False, **dims: int) -> tuple[float, str]:
-        r = narrowpipe.analyze(graph, self.target, fusion="none", allow_tf32=allow_tf32, **dims)
+        r = narrowpipe.analyze(graph, self.target, fusion="none", allow_tf32=allow_tf32, dims=dims)
         assert r.timing is not None
         mix = r.timing.bound_mix
         bound = max(mix, key=mix.get) if mix else ""  # type: ignore[arg-type]
@@ -391,7 +391,7 @@ def _model_cases(r: Runner, name: str, cls_name: str, make: Callable[[], Any], d
             tf32 = r.device.type == "cuda" and bool(torch.backends.cudnn.allow_tf32 if vision
                                                     else torch.backends.cuda.matmul.allow_tf32)
             predicted, bound = r.predict(graph, allow_tf32=tf32, **dims)
-            report = narrowpipe.analyze(graph, **dims)
+            report = narrowpipe.analyze(graph, dims=dims)
             r.add("models", case, measured, predicted, bound, work=float(report.flops), unit="FLOP/s",
                   dtype=dname, batch=b, params=report.params, allow_tf32=tf32, export_s=round(export_s, 2))
     finally:

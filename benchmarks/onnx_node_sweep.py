@@ -94,7 +94,7 @@ def run_case(name: str, model: onnx.ModelProto, inputs: list[Any], directory: st
     onnx.save(model, path)
     try:
         graph = narrowpipe.load(path)
-        report = narrowpipe.analyze(graph, **bindings_from_inputs(graph, model, inputs))
+        report = narrowpipe.analyze(graph, dims=bindings_from_inputs(graph, model, inputs))
     except NarrowpipeError as exc:
         return CaseResult(name, ops, False, f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # a crash: reported, and counted against the frontend

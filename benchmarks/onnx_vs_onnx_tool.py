@@ -56,7 +56,7 @@ def _best(fn: Any, repeat: int) -> tuple[float, Any]:
 def _ours(path: str, dims: dict[str, int], repeat: int) -> dict[str, Any]:
     def run() -> Any:
         graph = narrowpipe.load(path)
-        return graph, narrowpipe.analyze(graph, **dims)
+        return graph, narrowpipe.analyze(graph, dims=dims)
     seconds, (graph, report) = _best(run, repeat)
     bindings = report.dims
     weights: dict[str, int] = {"tied": 0, "buffer": 0, "const": 0}

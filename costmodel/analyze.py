@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from math import prod
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import NarrowpipeError, UnboundDimError
@@ -12,7 +13,21 @@ from .interpreter import CostTable, interpret
 from .report import OpRow, Report, Unmodeled
 from .sizes import weight_bytes
 
-__all__ = ["analyze", "resolve_bindings", "build_report"]
+__all__ = ["analyze", "resolve_bindings", "build_report", "merge_dims"]
+
+
+def merge_dims(dims: Mapping[str, Any] | None, keyword_dims: Mapping[str, Any]) -> dict[str, Any]:
+    """One dict of dim bindings from ``dims={...}`` and the keyword convenience (``batch=8``).
+
+    Options and dims used to share one keyword namespace, so a dim named ``fusion`` or ``strict``
+    could not be bound; ``dims=`` takes any name. Giving one name both ways is an error.
+    """
+    out = dict(dims or {})
+    both = sorted(k for k in keyword_dims if k in out and out[k] != keyword_dims[k])
+    if both:
+        raise NarrowpipeError(f"dim(s) {', '.join(both)} given both in dims= and as keywords, with different values")
+    out.update(keyword_dims)
+    return out
 
 
 def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
@@ -36,7 +51,7 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
     if missing:
         raise UnboundDimError(
             f"graph {graph.name!r} has unbound symbolic dim(s): {', '.join(missing)}; bind them with "
-            f"--set {missing[0]}=VALUE (CLI) or analyze(graph, {missing[0]}=VALUE)")
+            f"--set {missing[0]}=VALUE (CLI) or analyze(graph, dims={{{missing[0]!r}: VALUE}})")
     return bindings
 
 
@@ -102,16 +117,21 @@ def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
     return notes
 
 
-def analyze(graph: Graph, target: Any = None, strict: bool = False, *, fusion: str | None = None,
-            allow_tf32: bool = False, sparse: bool = False, price: float | None = None, **dims: Any) -> Report:
+def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Mapping[str, Any] | None = None,
+            fusion: str | None = None, allow_tf32: bool = False, sparse: bool = False, price: float | None = None,
+            **keyword_dims: Any) -> Report:
     """Count every op of ``graph`` under the bound dims and, given a target, time it there.
+
+    ``dims`` binds symbolic dims by name (``dims={"batch": 8, "seq": 2048}``); unbound ones take the
+    graph's defaults. Dims may also be given as keywords (``batch=8``) where the name is not one of
+    this function's options.
 
     ``target`` is a catalog name or alias, a path to a target TOML file, or a ``Target``.
     ``fusion`` ("full" or "none") overrides the family default; ``allow_tf32`` runs fp32 matmuls
     on TF32 tensor cores; ``sparse`` uses 2:4 sparse rates where the chip has them; ``price``
     overrides the target's USD per device-hour.
     """
-    bindings = resolve_bindings(graph, dims)
+    bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
     table = interpret(graph, bindings, strict=strict)
     report = build_report(table)
     report.notes.extend(range_notes(graph, bindings))

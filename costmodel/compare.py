@@ -12,7 +12,7 @@ from typing import Any
 
 from ..backends import Target, get_target
 from ..ir import Graph
-from .analyze import build_report, range_notes, resolve_bindings
+from .analyze import build_report, merge_dims, range_notes, resolve_bindings
 from .interpreter import interpret
 from .report import Report
 from .targeted import apply_target
@@ -54,11 +54,14 @@ def prices_by_target(prices: Mapping[str, float] | None) -> dict[str, float]:
     return {get_target(k).name: v for k, v in (prices or {}).items()}
 
 
-def compare(graph: Graph, targets: Iterable[str | Target], *, strict: bool = False,
-            prices: Mapping[str, float] | None = None, fusion: str | None = None,
-            allow_tf32: bool = False, sparse: bool = False, **dims: Any) -> Comparison:
-    """Predict ``graph`` on each target (names, aliases, TOML paths or Target objects)."""
-    bindings = resolve_bindings(graph, dims)
+def compare(graph: Graph, targets: Iterable[str | Target], *, dims: Mapping[str, Any] | None = None,
+            strict: bool = False, prices: Mapping[str, float] | None = None, fusion: str | None = None,
+            allow_tf32: bool = False, sparse: bool = False, **keyword_dims: Any) -> Comparison:
+    """Predict ``graph`` on each target (names, aliases, TOML paths or Target objects).
+
+    ``dims={...}`` binds symbolic dims (keywords such as ``batch=8`` work where they name no option).
+    """
+    bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
     table = interpret(graph, bindings, strict=strict)
     counted = build_report(table)
     counted.notes.extend(range_notes(graph, bindings))
@@ -89,9 +92,13 @@ class WhatIf:
                 "base": self.base.to_dict(), "scaled": self.scaled.to_dict()}
 
 
-def whatif(graph: Graph, target: str | Target, factors: Mapping[str, float], **kwargs: Any) -> WhatIf:
-    """Re-run ``graph`` on ``target.scaled(**factors)`` (resources: see backends.RESOURCES)."""
+def whatif(graph: Graph, target: str | Target, factors: Mapping[str, float], *,
+           dims: Mapping[str, Any] | None = None, **kwargs: Any) -> WhatIf:
+    """Re-run ``graph`` on ``target.scaled(**factors)`` (resources: see backends.RESOURCES).
+
+    ``dims`` and the other keywords are :func:`compare`'s.
+    """
     base_target = get_target(target)
     scaled_target = base_target.scaled(**dict(factors))
-    both = compare(graph, [base_target, scaled_target], **kwargs)
+    both = compare(graph, [base_target, scaled_target], dims=dims, **kwargs)
     return WhatIf(both.reports[0], both.reports[1], dict(factors))

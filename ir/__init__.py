@@ -1,7 +1,9 @@
 """narrowpipe's graph IR: typed dataflow graphs over a canonical op set, free of torch and onnx."""
 
-from .dims import Dim, Shape, Sym, format_shape
+from .dims import Dim, Shape, Sym
+from .shapes import format_shape
 from .dtypes import DType
+from .roles import DimRole
 from .graph import DimSpec, Graph, Node, Placement, Source, Value, ValueKind, node_subgraphs
 from .nx import to_networkx
 from .ops import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, ops_in_group
@@ -14,7 +16,7 @@ from .types import TensorType
 from .verifier import problems, verify
 
 __all__ = [
-    "Dim", "Shape", "Sym", "format_shape", "DType", "DimSpec", "Graph", "Node", "Placement", "Source",
+    "Dim", "Shape", "Sym", "DimRole", "format_shape", "DType", "DimSpec", "Graph", "Node", "Placement", "Source",
     "Value", "ValueKind", "node_subgraphs", "to_networkx", "GROUP", "TRANSCENDENTAL_OPS", "VIEW_OPS",
     "Op", "OpGroup", "ops_in_group", "ALL", "AnalysisManager", "Pass", "PassResult", "Pipeline",
     "get_pass", "parse_pipeline", "register_analysis", "register_pass", "registered_analyses",

@@ -17,6 +17,7 @@ from ..errors import IRError
 from .dims import Shape
 from .dtypes import DType
 from .ops import Op, OpGroup
+from .roles import DimRole, names_with_role, role_size
 from .types import TensorType
 
 __all__ = ["ValueKind", "Value", "Node", "Graph", "Source", "Placement", "DimSpec"]
@@ -64,13 +65,14 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class DimSpec:
-    """A symbolic dim of the graph: its default value (e.g. the export's example size) and range."""
+    """A symbolic dim of the graph: its default value (e.g. the export's example size), range and role."""
 
     name: str
     default: int | None = None
     min: int | None = None
     max: int | None = None
     doc: str = ""
+    role: DimRole = DimRole.OTHER
 
 
 class Value:
@@ -227,6 +229,14 @@ class Graph:
 
     def default_bindings(self) -> dict[str, int]:
         return {name: spec.default for name, spec in self.dims.items() if spec.default is not None}
+
+    def dims_with_role(self, role: DimRole) -> list[str]:
+        """Names of the declared dims with ``role`` (what planners bind instead of matching names)."""
+        return names_with_role(self.dims.values(), role)
+
+    def role_size(self, role: DimRole, bindings: Mapping[str, int] | None = None) -> int:
+        """The size of ``role`` under ``bindings`` (else defaults): a product over its dims, 1 if none."""
+        return role_size(self.dims.values(), role, bindings)
 
     def __repr__(self) -> str:
         return (f"Graph({self.name!r}: {len(self.inputs)} inputs, {len(self.weights)} weights, "

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IRError
-from .dims import dim_from_json, dim_to_json
+from .shapes import dim_from_json, dim_to_json
 from .dtypes import DType
 from .graph import DimSpec, Graph, Placement, Source, Value, ValueKind
+from .roles import DimRole
 from .ops import Op
 from .types import TensorType
 
@@ -61,6 +62,13 @@ def _attr_from(v: Any, env: dict[str, Value]) -> Any:
     return v
 
 
+def _dim_to(d: DimSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": d.name, "default": d.default, "min": d.min, "max": d.max, "doc": d.doc}
+    if d.role is not DimRole.OTHER:
+        out["role"] = d.role.value  # absent means "other": files from before roles load unchanged
+    return out
+
+
 def graph_to_dict(graph: Graph) -> dict[str, Any]:
     def value(v: Value) -> dict[str, Any]:
         d = {"name": v.name, **_type_to(v.type)}
@@ -89,8 +97,7 @@ def graph_to_dict(graph: Graph) -> dict[str, Any]:
         nodes.append(entry)
     return {
         "format": FORMAT, "version": VERSION, "name": graph.name,
-        "dims": [{"name": d.name, "default": d.default, "min": d.min, "max": d.max, "doc": d.doc}
-                 for d in graph.dims.values()],
+        "dims": [_dim_to(d) for d in graph.dims.values()],
         "inputs": [value(v) for v in graph.inputs],
         "weights": [value(v) for v in graph.weights],
         "nodes": nodes,
@@ -113,7 +120,8 @@ def graph_from_dict(data: dict[str, Any]) -> Graph:
 def _build(data: dict[str, Any], outer: dict[str, Value] | None = None) -> Graph:
     g = Graph(data["name"])
     for d in data.get("dims", []):
-        g.declare_dim(DimSpec(d["name"], d.get("default"), d.get("min"), d.get("max"), d.get("doc", "")))
+        g.declare_dim(DimSpec(d["name"], d.get("default"), d.get("min"), d.get("max"), d.get("doc", ""),
+                              DimRole.parse(d.get("role"))))
     env: dict[str, Value] = dict(outer or {})
     for key, default_kind in (("inputs", ValueKind.INPUT), ("weights", ValueKind.PARAM)):
         for v in data[key]:

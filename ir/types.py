@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 
-from .dims import Shape, evaluate_dim, format_shape, is_static, shape_symbols
+from .dims import Shape
+from .shapes import evaluate_dim, format_shape, is_static, shape_symbols
 from .dtypes import DType
 
 __all__ = ["TensorType"]

@@ -10,6 +10,7 @@ they still match a fresh export).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 from collections.abc import Callable
@@ -150,8 +151,8 @@ def build_example(name: str, *, attn_implementation: str = "sdpa") -> Graph:
         args = ()
     graph = from_torch(model, args, kwargs, dynamic_shapes=dyn, name=ex.name)
     for dim, default in ex.dims.items():
-        spec = graph.dims.get(dim)
-        graph.declare_dim(DimSpec(dim, default, spec.min if spec else None, spec.max if spec else None))
+        spec = graph.dims.get(dim) or DimSpec(dim)
+        graph.declare_dim(dataclasses.replace(spec, default=default))
     graph.meta.update({"example": ex.name, "description": ex.description,
                        "transformers_version": transformers.__version__})
     return graph

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import narrowpipe
-from narrowpipe.ir import graph_to_dict
+from narrowpipe.ir import DimRole, graph_to_dict
 from narrowpipe.models.examples import EXAMPLES, build_example, load_example
 
 
@@ -52,3 +52,11 @@ def test_shipped_graph_equals_a_fresh_export(name):
     fresh, shipped = graph_to_dict(build_example(name)), graph_to_dict(load_example(name))
     for key in ("inputs", "weights", "nodes", "outputs", "dims"):
         assert fresh[key] == shipped[key], f"{name}: {key} differs; run tools/build_examples.py"
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_shipped_graphs_tag_batch_and_sequence_roles(name):
+    g = load_example(name)
+    assert g.dims_with_role(DimRole.BATCH) == ["batch"]
+    assert g.dims_with_role(DimRole.SEQUENCE) == (["seq"] if "seq" in g.dims else [])
+    assert g.dims_with_role(DimRole.KV_LENGTH) == []

@@ -45,7 +45,7 @@ def compare_goldens() -> dict[str, Any]:
         graph = load_example(name)
         for extra in VARIANTS.get(name, [{}]):
             key = name + "".join(f",{k}={v}" for k, v in sorted(extra.items()))
-            cmp = compare(graph, targets, **extra)
+            cmp = compare(graph, targets, dims=extra)
             d = cmp.to_dict()
             out[key] = {"dims": d["dims"], "targets": [_compact_report(r) for r in d["targets"]]}
     return out

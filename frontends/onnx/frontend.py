@@ -21,6 +21,7 @@ from onnx import GraphProto, ModelProto
 
 from ...errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError
 from ...ir import Graph
+from ..dim_roles import assign_roles
 from .functions import expand_function
 from .lowering import OnnxLowerer, Unordered
 from .masks import CausalMasks
@@ -133,6 +134,7 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
     lowerer.lower_graph(inferred.graph, graph, None, top=True)
     for spec in state.dims.values():
         graph.declare_dim(spec)
+    assign_roles(graph)  # batch / sequence / KV length, from dim_param names and input positions
     graph.meta.update({
         "source": "onnx", "file": file, "opsets": {k or "ai.onnx": v for k, v in opsets.items()},
         "ir_version": int(model.ir_version), "producer": f"{model.producer_name} {model.producer_version}".strip(),

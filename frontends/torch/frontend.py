@@ -21,6 +21,7 @@ from torch.export.graph_signature import InputKind
 
 from ...errors import FrontendError, ModelLoadError
 from ...ir import DimSpec, Graph, Value, ValueKind
+from ..dim_roles import assign_roles
 from .aten_table import ATEN_TABLE, IGNORED
 from .lowering import AtenLowerer
 from .types import SymbolTable
@@ -43,7 +44,8 @@ def from_torch(module: Any, args: tuple[Any, ...] | None = None, kwargs: Mapping
     """Lower an ``nn.Module`` (exported here), an ``ExportedProgram`` or an fx ``GraphModule``.
 
     ``dynamic_shapes`` follows ``torch.export``; dims given as ``torch.export.Dim("batch")`` keep
-    their names in the IR, with the example input's size as default binding.
+    their names in the IR, with the example input's size as default binding, and get a role
+    (:class:`~narrowpipe.ir.DimRole`) from their name or their place (dim 0 of ``input_ids`` is the batch).
     """
     if isinstance(module, ExportedProgram):
         return from_exported_program(module, strict=strict, name=name)
@@ -92,6 +94,7 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
             by_tensor[id(tensor)] = value
         mapping[node] = value
     _declare_dims(graph, ep, placeholders, renames)
+    assign_roles(graph)  # batch / sequence / KV length, from the Dim names and input positions
     constants = {node: state[spec.target] for spec, node in zip(sig.input_specs, placeholders)
                  if spec.target in state and isinstance(state[spec.target], torch.Tensor)}
     lowerer = AtenLowerer(graph, symbols, ATEN_TABLE, IGNORED, file=file, strict=strict, root=gm,

@@ -1,8 +1,9 @@
 """Translate torch's element types and (symbolic) sizes into IR types.
 
 Shapes come from the fake tensors torch.export records on every node (``meta["val"]``), so no
-weight is read. Symbolic sizes are sympy expressions over torch's own symbols (``s72``); they are
-renamed to the user's ``Dim`` names (``batch``) when known.
+weight is read. Symbolic sizes are sympy expressions over torch's own symbols (``s72``); their text
+is parsed into the IR's canonical polynomial form (so ``s1*s0`` and ``s0*s1`` are one dim, as in
+the ONNX frontend) and torch's symbols are renamed to the user's ``Dim`` names (``batch``) when known.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import torch
 
 from ...ir import DType, Sym, TensorType
+from ...ir.dims import parse_dim
 
 __all__ = ["torch_dtype", "SymbolTable", "DTYPES"]
 
@@ -56,8 +58,8 @@ class SymbolTable:
             if getattr(expr, "is_number", False):
                 out: int | Sym = int(expr)
             else:
-                out = Sym(str(expr))
-                if self.names and out.symbols & self.names.keys():
+                out = parse_dim(str(expr))
+                if isinstance(out, Sym) and self.names and out.symbols & self.names.keys():
                     out = out.rename(self.names)
             self._cache[expr] = out
             return out

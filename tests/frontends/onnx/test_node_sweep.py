@@ -80,7 +80,7 @@ def test_real_network_test_models_load_and_analyze() -> None:
     for path in files:
         try:
             graph = narrowpipe.load(path)
-            narrowpipe.analyze(graph, **_bindings(path, graph))
+            narrowpipe.analyze(graph, dims=_bindings(path, graph))
         except NarrowpipeError as exc:
             failures.append(f"{os.path.relpath(path, DATA)}: {exc}")
     assert not failures, "\n".join(failures)

@@ -22,7 +22,7 @@ CASES += [("gpt2", "legacy", "sdpa"), ("llama", "legacy", "sdpa"), ("llama", "dy
 def test_flops_and_params_match_the_torch_path(exported, name: str, exporter: str, attn: str) -> None:
     path, ref = exported(name, exporter, attn)
     graph = narrowpipe.load(path)
-    report = narrowpipe.analyze(graph, **onnx_models.dims_for(name))
+    report = narrowpipe.analyze(graph, dims=onnx_models.dims_for(name))
     assert report.modeled_flops == pytest.approx(ref["modeled_flops"], rel=0.005)
     assert report.params == ref["params"]
     assert not report.unmodeled

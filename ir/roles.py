@@ -1,0 +1,64 @@
+"""What a symbolic dim means to a planner: batch, sequence, KV-cache length, or something else.
+
+The cost model used to find the batch by matching the names ``batch`` and ``seq``, which breaks on
+any model whose exporter spelled them differently (``N``, ``batch_size``, ``sequence_length``).
+Frontends and model builders know where a dim sits (dim 0 of ``input_ids`` is the batch), so they
+tag it once on :class:`~narrowpipe.ir.DimSpec`, and serving and planning bind roles, never names.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from math import prod
+from typing import Protocol
+
+from ..errors import UnboundDimError
+
+__all__ = ["DimRole", "names_with_role", "role_size"]
+
+
+class DimRole(enum.Enum):
+    BATCH = "batch"            # independent samples: sequences, images
+    SEQUENCE = "sequence"      # tokens processed in this pass (the prompt in prefill, 1 in decode)
+    KV_LENGTH = "kv_length"    # tokens already held in the KV cache (past length) that attention reads
+    OTHER = "other"            # anything else: image size, number of boxes, a loop count
+
+    @classmethod
+    def parse(cls, text: str | DimRole | None) -> DimRole:
+        """A role from its JSON text; absent or unknown text is OTHER, so old and newer files load."""
+        if isinstance(text, DimRole):
+            return text
+        try:
+            return cls(text) if text else cls.OTHER
+        except ValueError:
+            return cls.OTHER
+
+
+class _HasRole(Protocol):
+    """What the helpers read of a :class:`~narrowpipe.ir.DimSpec` (kept apart so graph.py imports this)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def default(self) -> int | None: ...
+    @property
+    def role(self) -> DimRole: ...
+
+
+def names_with_role(specs: Iterable[_HasRole], role: DimRole) -> list[str]:
+    """The names of the dims tagged ``role``, in declaration order."""
+    return [s.name for s in specs if s.role is role]
+
+
+def role_size(specs: Iterable[_HasRole], role: DimRole, bindings: Mapping[str, int] | None = None) -> int:
+    """The bound size of a role: the product of its dims (bindings first, then defaults); 1 if none."""
+    values = []
+    for s in specs:
+        if s.role is not role:
+            continue
+        v = (bindings or {}).get(s.name, s.default)
+        if v is None:
+            raise UnboundDimError(f"dim {s.name} ({role.value}) has no value; bind it with dims={{{s.name!r}: N}}")
+        values.append(int(v))
+    return prod(values)
