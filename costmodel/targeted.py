@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..backends import Target, get_target
+from ..ir import DimRole, Graph
 from .execution import DeviceGroup, Program, Schedule, TimingOptions
 from .hotspots import hotspots
 from .interpreter import CostTable
@@ -22,10 +23,12 @@ from .timing import fused_program, time_program
 __all__ = ["apply_target", "time_program", "RESOURCE_DOUBLINGS", "hotspots"]
 
 
-def _items(dims: dict[str, int]) -> tuple[int, str]:
-    batch = dims.get("batch", 1)
-    if "seq" in dims:
-        return batch * dims["seq"], "tokens"
+def _items(graph: Graph, dims: dict[str, int]) -> tuple[int, str]:
+    """What one run processes: tokens (batch x sequence) when the graph has a sequence dim, else
+    samples; read from the dims' roles, never from their names."""
+    batch = graph.role_size(DimRole.BATCH, dims)
+    if graph.dims_with_role(DimRole.SEQUENCE):
+        return batch * graph.role_size(DimRole.SEQUENCE, dims), "tokens"
     return batch, "samples"
 
 
@@ -38,7 +41,7 @@ def apply_target(report: Report, table: CostTable, target: Target | str, *, fusi
     devices = DeviceGroup(target)
     schedule = time_program(program, devices)
     speedups = speedups_if_doubled(program, devices, schedule.total_s) if sensitivity else {}
-    items, unit = _items(report.dims)
+    items, unit = _items(table.graph, report.dims)
     timing = summarize(program, schedule, target, modeled_flops=report.modeled_flops, items=items,
                        item_unit=unit, price=price, speedups=speedups)
     return dataclasses.replace(report, ops=_rows(report.ops, program, schedule), target=target.name, timing=timing)
