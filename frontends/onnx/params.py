@@ -76,7 +76,7 @@ def _uses(graphs: list[GraphProto], names: set[str]) -> Uses:
 
 def _is_buffer_name(name: str) -> bool:
     last = name.replace("/", ".").split(".")[-1]
-    return last in BUFFER_NAMES or any(name.endswith(s) for s in BUFFER_NAMES)
+    return last in BUFFER_NAMES or name.endswith(BUFFER_NAMES)
 
 
 def classify_initializers(graph: GraphProto, graphs: list[GraphProto] | None = None,
