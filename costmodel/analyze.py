@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import NarrowpipeError, UnboundDimError
 from ..ir import Graph, OpGroup, ValueKind
-from .costcache import graph_index
+from .costcache import graph_index, paused_gc
 from .interpreter import CostTable, interpret
 from .report_rows import class_rows, node_rows
 from .report import Report, Unmodeled
@@ -84,9 +84,10 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, fusion: s
     on TF32 tensor cores; ``sparse`` uses 2:4 sparse rates where the chip has them; ``price``
     overrides the target's USD per device-hour.
     """
-    bindings = resolve_bindings(graph, dims)
-    table = interpret(graph, bindings, strict=strict)
-    report = build_report(table)
+    with paused_gc():
+        bindings = resolve_bindings(graph, dims)
+        table = interpret(graph, bindings, strict=strict)
+        report = build_report(table)
     report.notes.extend(range_notes(graph, bindings))
     if target is not None:
         from .targeted import apply_target  # the execution models, one per chip family
