@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import NarrowpipeError, UnboundDimError
-from ..ir import Graph, OpGroup, ValueKind, format_shape
+from ..ir import Graph, OpGroup, ValueKind
+from .costcache import graph_index, paused_gc
 from .interpreter import CostTable, interpret
-from .report import OpRow, Report, Unmodeled
+from .report import Report, Unmodeled
+from .report_rows import class_rows, node_rows
 from .sizes import weight_bytes
 
 __all__ = ["analyze", "resolve_bindings", "build_report", "merge_dims"]
@@ -32,8 +34,9 @@ def merge_dims(dims: Mapping[str, Any] | None, keyword_dims: Mapping[str, Any]) 
 
 def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
     """The graph's default dims overridden by ``dims``; every symbol used must end up bound."""
-    symbols = graph.symbols()
-    known = set(symbols) | set(graph.dims) | _trip_count_names(graph)
+    index = graph_index(graph)   # symbols and trip-count names, walked once per graph
+    symbols = index.symbols
+    known = set(symbols) | set(graph.dims) | index.trip_names
     unknown = [k for k in dims if k not in known and not k.endswith("_trips")]
     if unknown:
         listed = ", ".join(sorted(known)) or "none (the graph is fully static)"
@@ -55,42 +58,12 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
     return bindings
 
 
-def _trip_count_names(graph: Graph) -> set[str]:
-    """Loop trip counts given by name: optional dims (a loop counts once, with a note, if unbound)."""
-    from ..ir import node_subgraphs
-    out: set[str] = set()
-    for node in graph.nodes:
-        trips = node.attrs.get("trip_count")
-        if isinstance(trips, str):
-            out.add(trips)
-        for sub in node_subgraphs(node):
-            out |= _trip_count_names(sub)
-    return out
-
-
 def build_report(table: CostTable) -> Report:
     graph = table.graph
-    rows: list[OpRow] = []
-    unmodeled_ids = {id(n) for n in table.unmodeled}
     flops_by_group: dict[str, int] = {g.value: 0 for g in OpGroup}
     bytes_by_group: dict[str, int] = {g.value: 0 for g in OpGroup}
-    flops = trans = nbytes = comm = 0
-    for node, cost in table.costs.items():
-        group = node.group.value
-        for g, c in table.body_groups.get(node, {node.group: cost}).items():
-            flops_by_group[g.value] += c.flops
-            bytes_by_group[g.value] += c.bytes
-        flops += cost.flops
-        trans += cost.transcendentals
-        nbytes += cost.bytes
-        comm += cost.comm_bytes
-        out = node.outputs[0] if node.outputs else None
-        rows.append(OpRow(
-            name=node.name, op=node.label, group=group, flops=cost.flops, bytes=cost.bytes,
-            transcendentals=cost.transcendentals, bytes_read=cost.bytes_read,
-            bytes_written=cost.bytes_written, comm_bytes=cost.comm_bytes, source_op=node.source.op,
-            scope=node.source.scope, shape=format_shape(table.shapes[out]) if out is not None else "",
-            dtype=out.type.dtype.value if out is not None else "", modeled=id(node) not in unmodeled_ids))
+    rows_of = node_rows if table.index is None else class_rows
+    rows, (flops, trans, nbytes, comm) = rows_of(table, flops_by_group, bytes_by_group)
     counts: dict[str, int] = {}
     for node in table.unmodeled:
         counts[node.label] = counts.get(node.label, 0) + 1
@@ -131,9 +104,10 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
     on TF32 tensor cores; ``sparse`` uses 2:4 sparse rates where the chip has them; ``price``
     overrides the target's USD per device-hour.
     """
-    bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
-    table = interpret(graph, bindings, strict=strict)
-    report = build_report(table)
+    with paused_gc():
+        bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
+        table = interpret(graph, bindings, strict=strict)
+        report = build_report(table)
     report.notes.extend(range_notes(graph, bindings))
     if target is not None:
         from .targeted import apply_target  # the execution models, one per chip family

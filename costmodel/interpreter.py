@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..errors import IRError, NarrowpipeError, UnsupportedOpError
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, TensorType, Value
 from .cost import ZERO, Cost
+from .costcache import GraphIndex, graph_index
 from .opview import OpView
 from .rules import RULES
 
@@ -32,7 +33,9 @@ class ShapeBinder:
         self._shapes: dict[tuple, tuple[int, ...]] = {}
 
     def shape(self, value: Value) -> tuple[int, ...]:
-        shape = value.type.shape
+        return self.bind(value.type.shape)
+
+    def bind(self, shape: tuple) -> tuple[int, ...]:
         hit = self._shapes.get(shape)
         if hit is not None:
             return hit
@@ -65,6 +68,10 @@ class CostTable:
     #: For each top-level If/Loop/Scan: its cost split by the groups of the ops in its bodies (times
     #: the trip count), so contractions inside a loop count as contractions, not as "other".
     body_groups: dict[Node, dict[OpGroup, Cost]] = field(default_factory=dict)
+    #: Set when the graph was costed by class (:mod:`.costcache`): its index and each class's cost,
+    #: so the report sums per class too.
+    index: GraphIndex | None = None
+    class_costs: list[Cost | None] = field(default_factory=list)
 
     def total(self) -> Cost:
         total = ZERO
@@ -79,8 +86,12 @@ def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the walk allocates a Cost and a shape per node and frees none: collections only cost
     try:
-        _walk(graph, binder, table, strict, top=True)
-        table.peak_activation_bytes = _peak_activation_bytes(graph, table.shapes)
+        index = graph_index(graph)
+        if index.flat:
+            _walk_classes(graph, index, binder, table, strict)
+        else:
+            _walk(graph, binder, table, strict, top=True)
+            table.peak_activation_bytes = _peak_activation_bytes(graph, table.shapes)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -116,6 +127,39 @@ def _walk(graph: Graph, binder: ShapeBinder, table: CostTable, strict: bool, top
                 groups[g] = groups.get(g, ZERO) + c
         total = total + cost
     return total
+
+
+def _walk_classes(graph: Graph, index: GraphIndex, binder: ShapeBinder, table: CostTable, strict: bool) -> None:
+    """The walk of a graph without control flow, one rule call per class of equal nodes (the
+    first node of each class, in order, so errors name the same node as the plain walk)."""
+    bound = {s: binder.bind(s) for s in index.shapes}
+    by_id = [bound[s] for s in index.shapes]
+    table.shapes = {v: by_id[k] for v, k in zip(index.values, index.value_shape)}
+    costs = table.costs
+    class_costs: list[Cost | None] = [None] * len(index.counts)
+    no_rule = index.no_rule
+    unmodeled = table.unmodeled
+    for node, c in zip(graph.nodes, index.node_class):
+        if c >= 0:
+            cost = class_costs[c]
+            if cost is not None:
+                costs[node] = cost
+                if no_rule[c]:
+                    unmodeled.append(node)
+                continue
+        try:
+            cost = _node_cost(node, binder, table, strict)
+        except NarrowpipeError:
+            raise
+        except Exception as exc:  # a rule fed an ill-formed node: name it rather than crash
+            raise IRError(f"cannot cost node {node.name!r} ({node.label}, from {node.source.describe()}): "
+                          f"{type(exc).__name__}: {exc}") from exc
+        costs[node] = cost
+        if c >= 0:
+            class_costs[c] = cost
+    table.index = index
+    table.class_costs = class_costs
+    table.peak_activation_bytes = index.peak_activation_bytes(bound)
 
 
 def _node_cost(node: Node, binder: ShapeBinder, table: CostTable, strict: bool,

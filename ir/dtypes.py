@@ -15,6 +15,8 @@ __all__ = ["DType"]
 class DType(enum.Enum):
     """A tensor element type; ``value`` is the canonical name used in JSON and TOML files."""
 
+    __hash__ = object.__hash__   # exact for singletons compared by identity, and run in C (see Op)
+
     FP64 = "fp64"
     FP32 = "fp32"
     TF32 = "tf32"

@@ -41,9 +41,15 @@ class OpGroup(enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    #: Members are singletons compared by identity, so identity hashing is exact; it runs in C,
+    #: where Enum's default hashes the name in Python (ops and groups key per-node dicts and sets).
+    __hash__ = object.__hash__
+
 
 class Op(enum.Enum):
     """A canonical op; ``value`` is its lower-case name in text and JSON."""
+
+    __hash__ = object.__hash__   # as OpGroup's: exact for singletons, and run in C
 
     # contraction / convolution / attention
     DOT = "dot"

@@ -15,7 +15,7 @@ from typing import Any
 from ...ir import DType, Op, TensorType, Value
 from .contractions import conv_attrs, dot, matmul
 from .contrib_shapes import MS, gqa_geometry, heads
-from .masks import attention_mask_is_causal
+from .mask_hooks import attention_mask_is_causal
 from .nn import NN_LOWERINGS, attention_core
 from .node import NodeCx
 from .symdims import dim_add, dim_floordiv, dim_mul, to_dim

@@ -121,7 +121,7 @@ class OnnxLowerer:
         domain = "" if node.domain == "ai.onnx" else node.domain
         cx = NodeCx(self, node, index, scope, graph, opset if opset is not None else self.info.opsets.get(domain, 1),
                     source)
-        for i, (name, v) in enumerate(zip(cx.ins, cx.values)):
+        for i, (name, v) in enumerate(zip(cx.ins, cx.values) if None in cx.values else ()):
             if name and v is None:
                 if not self.info.sorted:
                     raise Unordered(name)

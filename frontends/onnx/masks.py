@@ -24,6 +24,9 @@ triangle (:func:`~.mask_pattern.is_lower_triangle`). Anything else (a float inpu
 external weights, a contraction on the way, an op the reference evaluator cannot run, a subgraph
 over the limit) leaves it non-causal: the inference only ever adds what it proved, and never raises.
 
+The hooks the lowerings call (``tag_mask_step``, ``attention_mask_is_causal``) live in
+:mod:`.mask_hooks`.
+
 Cost: nothing is done for a graph until a candidate appears (a ``Softmax`` fed by ``Add`` or
 ``Where``, or an attention op with a mask and no causal flag); then one pass indexes the graph's
 producers. An operand the lowered graph computes from a contraction or normalization (the scores
@@ -34,20 +37,16 @@ layer shares), and only when no tensor of its subgraph is large at the sizes tri
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from math import prod
-from typing import TYPE_CHECKING
 
 import numpy as np
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper, numpy_helper
 
-from ...ir import DType, Op, OpGroup, Sym, Value
+from ...ir import Op, OpGroup, Sym, Value
 from ..mask_pattern import MAX_NODES, SIZES, is_lower_triangle
 
-if TYPE_CHECKING:
-    from .node import NodeCx
-
-__all__ = ["CausalMasks", "tag_mask_step", "attention_mask_is_causal"]
+__all__ = ["CausalMasks"]
 
 #: ops that compute attention scores (or other activations) rather than masks: a walk that meets
 #: one is on the scores side of the mask add, and stops there instead of evaluating a model layer
@@ -359,77 +358,3 @@ def _fill(name: str, elem_type: int | None, dims: Dims, size: int) -> np.ndarray
     if "position" in name and shape and dtype != np.bool_:
         return np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
     return np.ones(shape, dtype=dtype)
-
-
-# -- hooks for the lowerings ----------------------------------------------------------------------
-
-def _masks_of(cx: NodeCx) -> CausalMasks | None:
-    """The model's mask test, for nodes of the top-level graph only (a body may read outer names,
-    and the nodes a function expands into are not in the graph)."""
-    masks: CausalMasks | None = getattr(cx.lw, "masks", None)
-    if masks is None or cx.scope.parent is not None:
-        return None
-    if masks.ir_value is None:
-        masks.ir_value = cx.scope.value   # the top-level scope: every ancestor is lowered by now
-    return masks
-
-
-def _may_mask(v: Value | None, *, ints: bool = False) -> bool:
-    """A cheap filter before any walk: masks are boolean or float (or integer, for onnxruntime's
-    ``mask_index``) tensors of rank 2 or more."""
-    if v is None or v.type.rank < 2:
-        return False
-    dt = v.type.dtype
-    return dt is DType.BOOL or dt.is_float or (ints and dt.is_int)
-
-
-def tag_mask_step(cx: NodeCx) -> None:
-    """For a ``Softmax``: when its input is an ``Add``/``Where`` with a causal mask operand (eager
-    attention's mask step), mark the IR node of that add/where ``causal_mask`` so the fused
-    attention kernel skips the masked blocks (:mod:`narrowpipe.costmodel.execution.gemm`)."""
-    masks = _masks_of(cx)
-    x = cx.input(0)
-    if masks is None or x is None or x.producer is None or not cx.ins:
-        return
-    ir = x.producer
-    if ir.op not in (Op.ADD, Op.WHERE) or ir.attrs.get("causal_mask"):
-        return
-    node = masks.producer(cx.ins[0])
-    if node is None or node.domain not in _DEFAULT_DOMAINS or node.op_type not in ("Add", "Where"):
-        return
-    if len(node.input) != len(ir.inputs):
-        return   # not the plain one-node lowering (an input is missing)
-    if _any_causal(masks, node, ir.inputs):
-        ir.attrs["causal_mask"] = True
-
-
-def _any_causal(masks: CausalMasks, node: NodeProto, operands: Iterable[Value | None]) -> bool:
-    """Whether an operand of the mask step is a causal mask, the likely mask tested first (the
-    second addend: ``scores + mask``; the condition of a where), so that a shared mask already
-    proved causal answers before the walk up the scores side."""
-    ops = list(operands)
-    pairs = list(zip(node.input, ops))
-    for name, v in reversed(pairs) if node.op_type == "Add" else pairs:
-        if name and _may_mask(v) and masks.is_causal(name, v):
-            return True
-    if node.op_type == "Where" and len(ops) == 3 and _may_mask(ops[0]) and ops[0] is not None \
-            and ops[0].type.dtype is DType.BOOL and ops[1] is not None and _is_scalar(ops[1]):
-        return masks.is_causal(node.input[0], ops[0], inverted=True)   # masked_fill(mask, fill): True blocks
-    return False
-
-
-def _is_scalar(v: Value) -> bool:
-    return all(d == 1 for d in v.type.shape)
-
-
-def attention_mask_is_causal(cx: NodeCx, *indices: int, nonzero: bool = False) -> bool:
-    """Whether one of the mask inputs ``indices`` of an attention op is a causal mask (the caller
-    checks the op's own causal flag first). ``nonzero`` for onnxruntime's integer ``mask_index``."""
-    masks = _masks_of(cx)
-    if masks is None:
-        return False
-    for i in indices:
-        if i < len(cx.ins) and cx.ins[i] and _may_mask(cx.input(i), ints=nonzero) \
-                and masks.is_causal(cx.ins[i], cx.input(i), nonzero=nonzero):
-            return True
-    return False

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...ir import DType, Op, TensorType, Value
-from .masks import attention_mask_is_causal, tag_mask_step
+from .mask_hooks import attention_mask_is_causal, tag_mask_step
 from .node import NodeCx
 from .shape_rules import broadcast
 from .symdims import dim_add, dim_floordiv, dim_mul

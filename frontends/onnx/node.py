@@ -51,24 +51,35 @@ class Scope:
         self.types = types
         self.parent = parent
 
-    def _lookup(self, table: str, name: str) -> Any:
-        """``name`` in this scope's ``table``, else in the enclosing scopes (ONNX subgraphs see outer names)."""
+    # One loop per table rather than one generic lookup by table name: these run several times per
+    # node, and the top-level scope (no parent) answers from its own dict.
+    def value(self, name: str) -> Value | None:
+        """``name`` in this scope, else in the enclosing scopes (ONNX subgraphs see outer names)."""
         s: Scope | None = self
         while s is not None:
-            v = getattr(s, table).get(name)
+            v = s.values.get(name)
             if v is not None:
                 return v
             s = s.parent
         return None
 
-    def value(self, name: str) -> Value | None:
-        return self._lookup("values", name)
-
     def known_value(self, name: str) -> np.ndarray | None:
-        return self._lookup("known", name)
+        s: Scope | None = self
+        while s is not None:
+            v = s.known.get(name)
+            if v is not None:
+                return v
+            s = s.parent
+        return None
 
     def type_of(self, name: str) -> onnx.TypeProto | None:
-        return self._lookup("types", name)
+        s: Scope | None = self
+        while s is not None:
+            v = s.types.get(name)
+            if v is not None:
+                return v
+            s = s.parent
+        return None
 
 
 def attr_value(a: AttributeProto) -> Any:
@@ -111,23 +122,25 @@ class NodeCx:
 
     def __init__(self, lw: OnnxLowerer, node: NodeProto, index: int, scope: Scope, graph: Graph,
                  opset: int, source: Source | None = None) -> None:
+        # Each protobuf field read builds a new Python object: every field is read once here.
         self.lw = lw
         self.node = node
-        self.op_type = node.op_type
+        op_type = self.op_type = node.op_type
         domain = node.domain
-        self.domain = "" if domain == "ai.onnx" else domain
-        self.key = self.op_type if not self.domain else f"{self.domain}::{self.op_type}"
-        self.name = node.name or f"{node.op_type}_{index}"
+        domain = self.domain = "" if domain == "ai.onnx" else domain
+        self.key = op_type if not domain else f"{domain}::{op_type}"
+        given = node.name
+        name = self.name = given or f"{op_type}_{index}"
         self.opset = opset
         self.scope = scope
         self.graph = graph
-        self.source = source or Source(op=_source_op(self.domain, self.op_type), name=self.name,
-                                       scope=module_scope(node.name), file=lw.info.file)
+        self.source = source or Source(_source_op(domain, op_type), name, module_scope(given), lw.info.file)
         self.folded: list[np.ndarray] | None = None
-        self.ins: list[str] = list(node.input)
-        self.outs: list[str] = list(node.output)
-        self.present: list[str] = [o for o in self.outs if o]
-        self.values: list[Value | None] = [scope.value(x) if x else None for x in self.ins]
+        ins = self.ins = list(node.input)
+        outs = self.outs = list(node.output)
+        self.present: list[str] = [o for o in outs if o]
+        lookup = scope.value
+        self.values: list[Value | None] = [lookup(x) if x else None for x in ins]
         self._attrs: dict[str, AttributeProto] | None = None
         self._types: list[TensorType] | None = None
 
@@ -300,6 +313,8 @@ def module_scope(name: str) -> str:
     """The module path in a node name written as one (torch's legacy exporter and tf2onnx name
     nodes ``/transformer/h.0/attn/MatMul``): ``transformer.h.0.attn``, so reports group and
     attribute ONNX nodes by module as they do torch ones. Names without a path give ``""``."""
-    path, sep, _ = name.rpartition("/")
-    return path.strip("/").replace("/", ".") if sep else ""
+    if "/" not in name:
+        return ""
+    path = name.rpartition("/")[0]
+    return path.strip("/").replace("/", ".")
 

@@ -67,16 +67,19 @@ def _uses(graphs: list[GraphProto], names: set[str]) -> Uses:
     out: Uses = {}
     for g in graphs:
         for node in g.node:
+            hits = [(i, x) for i, x in enumerate(node.input) if x in names]
+            if not hits:
+                continue
             domain = "" if node.domain == "ai.onnx" else node.domain
-            for i, x in enumerate(node.input):
-                if x in names:
-                    out.setdefault(x, []).append((domain, node.op_type, i))
+            op_type = node.op_type
+            for i, x in hits:
+                out.setdefault(x, []).append((domain, op_type, i))
     return out
 
 
 def _is_buffer_name(name: str) -> bool:
     last = name.replace("/", ".").split(".")[-1]
-    return last in BUFFER_NAMES or any(name.endswith(s) for s in BUFFER_NAMES)
+    return last in BUFFER_NAMES or name.endswith(BUFFER_NAMES)
 
 
 def classify_initializers(graph: GraphProto, graphs: list[GraphProto] | None = None,

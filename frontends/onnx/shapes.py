@@ -62,6 +62,8 @@ def weight_skeleton(model: ModelProto) -> ModelProto:
     They are marked external without a location, which inference and the lowering read as "dims
     only". Shape tensors (1-D integers) keep their values. Nothing large is copied.
     """
+    if not any(_needs_stub(t) for t in model.graph.initializer):
+        return model   # nothing to strip (inference returns a new model and leaves its input as it was)
     out = ModelProto()
     for fld in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
         if model.HasField(fld):
@@ -76,10 +78,7 @@ def weight_skeleton(model: ModelProto) -> ModelProto:
     g.value_info.extend(src.value_info)
     g.sparse_initializer.extend(src.sparse_initializer)
     for t in src.initializer:
-        dt = DTYPES.get(t.data_type)
-        dims = [int(d) for d in t.dims]
-        shape_tensor = t.data_type in (TensorProto.INT64, TensorProto.INT32) and len(dims) <= 1
-        if dt is None or shape_tensor or any(d < 0 for d in dims) or dt.nbytes(prod(dims)) <= _BIG:
+        if not _needs_stub(t):
             g.initializer.append(t)
             continue
         stub = g.initializer.add()
@@ -88,6 +87,17 @@ def weight_skeleton(model: ModelProto) -> ModelProto:
         stub.dims.extend(t.dims)
         stub.data_location = TensorProto.EXTERNAL
     return out
+
+
+def _needs_stub(t: TensorProto) -> bool:
+    """Whether inference should see ``t`` without its payload: a large inline tensor that is not a
+    shape tensor (an external one already carries none)."""
+    if t.data_location == TensorProto.EXTERNAL:
+        return False
+    dt = DTYPES.get(t.data_type)
+    dims = [int(d) for d in t.dims]
+    shape_tensor = t.data_type in (TensorProto.INT64, TensorProto.INT32) and len(dims) <= 1
+    return not (dt is None or shape_tensor or any(d < 0 for d in dims) or dt.nbytes(prod(dims)) <= _BIG)
 
 
 def _parse_errors(message: str) -> dict[str, str]:

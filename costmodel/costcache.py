@@ -1,0 +1,300 @@
+"""What analysis computes once per graph, so that each binding of the dims costs little.
+
+Why: a lowered model repeats a handful of node signatures thousands of times (every layer is the
+same block), and a cost rule is a pure function of the op, its attrs, its input and output types
+and which of its inputs are the same value (:meth:`~.opview.OpView.all_in_bytes` reads a value
+once). So a graph is indexed once into classes of nodes with equal signatures; each ``analyze``
+then runs each rule once per class, binds each distinct symbolic shape once, and finds peak memory
+from a liveness schedule worked out once. The index is cached per graph and rebuilt when
+``Graph.version`` moves (a node, input or output added). A caller that edits a node in place after
+analysing its graph (passes return new graphs instead) calls :func:`forget`.
+
+Graphs with control flow (If/Loop/Scan) keep the plain walk: their bodies are costed per trip.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Hashable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from ..ir import VIEW_OPS, Graph, Node, Op, Shape, TensorType, Value, node_subgraphs
+from ..ir.shapes import shape_symbols
+from .rules import RULES
+
+__all__ = ["GraphIndex", "graph_index", "forget", "node_signature", "freeze_attrs", "trip_count_names", "paused_gc"]
+
+CONTROL_FLOW = frozenset({Op.IF, Op.LOOP, Op.SCAN})
+
+#: Plain values whose equality is exact; tagged with their type so ``True``, ``1`` and ``1.0``
+#: (equal and equally hashed in Python) never share a key.
+_SCALARS = (bool, int, float, str, bytes, type(None))
+
+
+class _Unhashable(Exception):
+    """An attr value with no exact hashable form (an array, a graph): its node is costed alone."""
+
+
+_SCALAR_TYPES = frozenset(_SCALARS)
+
+
+def _freeze(v: Any) -> Hashable:
+    t = type(v)
+    if t in _SCALAR_TYPES:
+        return (t, v)
+    if t is list or t is tuple:
+        types = tuple(map(type, v))
+        if _SCALAR_TYPES.issuperset(types):   # the common case (perm, axes): no recursion
+            return (t, types, tuple(v))
+        return (t, tuple(map(_freeze, v)))
+    if t is dict:
+        return (t, tuple((k, _freeze(x)) for k, x in v.items()))
+    if isinstance(v, Graph):
+        raise _Unhashable
+    try:
+        hash(v)
+    except TypeError:
+        raise _Unhashable from None
+    return (t, v)
+
+
+def freeze_attrs(attrs: Mapping[str, Any]) -> Hashable | None:
+    """A hashable key equal only for attrs a rule cannot tell apart, or None when there is none
+    (an array, a nested graph)."""
+    if not attrs:
+        return ()
+    try:
+        return tuple((k, _freeze(v)) for k, v in attrs.items())
+    except _Unhashable:
+        return None
+
+
+def node_signature(node: Node, type_id: Mapping[int, int] | None = None) -> tuple | None:
+    """Everything a cost rule reads of ``node``: op, attrs, input/output types and which inputs
+    repeat a value. None when the attrs have no exact key (the node is then costed on its own).
+    ``type_id`` (id of a value -> number of its distinct type) spares hashing each type again."""
+    akey = freeze_attrs(node.attrs)
+    if akey is None:
+        return None
+    ins = node.inputs
+    if len(ins) > 1:
+        ids = [id(v) for v in ins]
+        aliasing: tuple[int, ...] = tuple(ids.index(i) for i in ids)
+    else:
+        aliasing = ()
+    if type_id is None:
+        return (node.op, akey, tuple(None if v is None else v.type for v in ins), aliasing,
+                tuple(v.type for v in node.outputs))
+    return (node.op, akey, tuple(None if v is None else type_id.get(id(v), v.type) for v in ins), aliasing,
+            tuple(type_id[id(v)] for v in node.outputs))
+
+
+def trip_count_names(graph: Graph) -> set[str]:
+    """Loop trip counts given by name: optional dims (a loop counts once, with a note, if unbound)."""
+    out: set[str] = set()
+    for node in graph.nodes:
+        trips = node.attrs.get("trip_count")
+        if isinstance(trips, str):
+            out.add(trips)
+        for sub in node_subgraphs(node):
+            out |= trip_count_names(sub)
+    return out
+
+
+@dataclass
+class GraphIndex:
+    """One graph's analysis skeleton: symbols, node classes, distinct shapes and liveness."""
+
+    version: int
+    n_nodes: int
+    symbols: frozenset[str]
+    trip_names: set[str]
+    #: No control flow: the class path applies (else every field below is empty).
+    flat: bool
+    #: Inputs, weights, then node outputs in order (the interpreter's order), and the index of
+    #: each one's symbolic shape in ``shapes``.
+    values: list[Value]
+    value_shape: list[int]
+    shapes: list[Shape]
+    #: Per node, its class (-1: costed alone); per class, whether its op has no rule and how many
+    #: nodes it has.
+    node_class: list[int]
+    no_rule: list[bool]
+    counts: list[int]
+    #: Liveness: per storage its type; the types of the graph inputs; per node index the
+    #: storages allocated there; per free point (-1 .. n) the storages freed there.
+    storage_types: list[TensorType]
+    input_storages: list[int]
+    allocs: list[tuple[int, ...]]
+    frees: dict[int, list[int]]
+
+    def peak_activation_bytes(self, bound: Mapping[Shape, tuple[int, ...]]) -> int:
+        """Peak bytes of live activations under one binding (``bound``: each symbolic shape of
+        ``shapes`` to its value), as ``interpreter._peak_activation_bytes`` finds them."""
+        sizes_by_type: dict[tuple[Any, tuple[int, ...]], int] = {}
+        sizes = []
+        for t in self.storage_types:
+            shape = bound[t.shape]
+            key = (t.dtype, shape)
+            n = sizes_by_type.get(key)
+            if n is None:
+                n = sizes_by_type[key] = t.dtype.nbytes(prod(shape))
+            sizes.append(n)
+        live = sum(sizes[s] for s in self.input_storages)
+        peak = live
+        frees = self.frees
+        live -= sum(sizes[s] for s in frees.get(-1, ()))
+        for i, allocated in enumerate(self.allocs):
+            for s in allocated:
+                live += sizes[s]
+            if live > peak:
+                peak = live
+            freed = frees.get(i)
+            if freed:
+                for s in freed:
+                    live -= sizes[s]
+        return peak
+
+
+_INDEXES: WeakKeyDictionary[Graph, GraphIndex] = WeakKeyDictionary()
+
+
+def graph_index(graph: Graph) -> GraphIndex:
+    """The cached index of ``graph``, rebuilt when the graph has changed since."""
+    index = _INDEXES.get(graph)
+    if index is None or index.version != graph.version or index.n_nodes != len(graph.nodes):
+        index = _INDEXES[graph] = _build(graph)
+    return index
+
+
+def forget(graph: Graph) -> None:
+    """Drop the cached index of ``graph`` (after editing one of its nodes in place)."""
+    _INDEXES.pop(graph, None)
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cycle collector off for a while. Why: analysing a graph allocates a few objects per
+    node (index, costs, rows) and frees none, and each collection meanwhile walks every object of the
+    graph (0.2 s per pass at 100,000 nodes) to find nothing."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _build(graph: Graph) -> GraphIndex:
+    with paused_gc():
+        return _index(graph)
+
+
+def _index(graph: Graph) -> GraphIndex:
+    flat = not any(node.op in CONTROL_FLOW for node in graph.nodes)
+    if not flat:
+        return GraphIndex(graph.version, len(graph.nodes), graph.symbols(), trip_count_names(graph), False,
+                          [], [], [], [], [], [], [], [], [], {})
+    index = GraphIndex(graph.version, len(graph.nodes), frozenset(), set(), True,
+                       [], [], [], [], [], [], [], [], [], {})
+    _classify(graph, index)
+    _liveness(graph, index)
+    return index
+
+
+def _classify(graph: Graph, index: GraphIndex) -> None:
+    """Classes of nodes, distinct shapes, and (from them) the graph's symbols and trip counts."""
+    values = index.values
+    values.extend(graph.inputs)
+    values.extend(graph.weights)
+    for node in graph.nodes:
+        values.extend(node.outputs)
+    type_ids: dict[TensorType, int] = {}
+    type_shape: list[int] = []     # per distinct type, its shape's number
+    shape_ids: dict[Shape, int] = {}
+    type_id: dict[int, int] = {}   # id(value) -> its type's number
+    for v in values:
+        t = v.type
+        k = type_ids.get(t)
+        if k is None:
+            k = type_ids[t] = len(type_shape)
+            s = shape_ids.get(t.shape)
+            if s is None:
+                s = shape_ids[t.shape] = len(index.shapes)
+                index.shapes.append(t.shape)
+            type_shape.append(s)
+        type_id[id(v)] = k
+        index.value_shape.append(type_shape[k])
+    symbols: set[str] = set()
+    for shape in index.shapes:
+        symbols |= shape_symbols(shape)
+    classes: dict[tuple, int] = {}
+    for node in graph.nodes:
+        sig = node_signature(node, type_id)
+        if sig is None:   # attrs with no exact key, perhaps a nested graph: its symbols count too
+            index.node_class.append(-1)
+            for sub in node_subgraphs(node):
+                symbols |= sub.symbols()
+                index.trip_names |= trip_count_names(sub)
+            _note_trips(node, index.trip_names)
+            continue
+        c = classes.get(sig)
+        if c is None:
+            c = classes[sig] = len(index.counts)
+            index.counts.append(0)
+            index.no_rule.append(RULES.get(node.op) is None)
+            _note_trips(node, index.trip_names)
+        index.counts[c] += 1
+        index.node_class.append(c)
+    index.symbols = frozenset(symbols)
+
+
+def _note_trips(node: Node, names: set[str]) -> None:
+    trips = node.attrs.get("trip_count")
+    if isinstance(trips, str):
+        names.add(trips)
+
+
+def _liveness(graph: Graph, index: GraphIndex) -> None:
+    """The interpreter's last-use walk, on storages instead of bytes (views alias their base)."""
+    storage: dict[int, int] = {}   # id(value) -> storage number
+    end: dict[int, int] = {}
+    types = index.storage_types
+    for v in graph.inputs:
+        storage[id(v)] = len(types)
+        index.input_storages.append(len(types))
+        end[len(types)] = -1
+        types.append(v.type)
+    n = len(graph.nodes)
+    storage_of = storage.get
+    allocs = index.allocs
+    for i, node in enumerate(graph.nodes):
+        for v in node.inputs:
+            sid = storage_of(id(v))   # None for weights and absent inputs
+            if sid is not None:
+                end[sid] = i   # the walk is in order: a read here is the latest so far
+        base = node.inputs[0] if node.inputs else None
+        if node.op in VIEW_OPS and base is not None and id(base) in storage:
+            alias = storage[id(base)]
+            for v in node.outputs:
+                storage[id(v)] = alias
+            allocs.append(())
+            continue
+        allocated = []
+        for v in node.outputs:
+            sid = storage[id(v)] = len(types)
+            types.append(v.type)
+            allocated.append(sid)
+            end[sid] = i
+        allocs.append(tuple(allocated))
+    for v in graph.outputs:
+        sid = storage.get(id(v))
+        if sid is not None:
+            end[sid] = n
+    for sid, e in end.items():
+        index.frees.setdefault(e, []).append(sid)
