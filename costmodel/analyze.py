@@ -55,7 +55,7 @@ def _trip_count_names(graph: Graph) -> set[str]:
 def build_report(table: CostTable) -> Report:
     graph = table.graph
     rows: list[OpRow] = []
-    unmodeled_ids = {id(n) for n in table.unmodeled}
+    unmodeled_nodes = set(table.unmodeled)
     flops_by_group: dict[str, int] = {g.value: 0 for g in OpGroup}
     bytes_by_group: dict[str, int] = {g.value: 0 for g in OpGroup}
     flops = trans = nbytes = comm = 0
@@ -74,7 +74,7 @@ def build_report(table: CostTable) -> Report:
             transcendentals=cost.transcendentals, bytes_read=cost.bytes_read,
             bytes_written=cost.bytes_written, comm_bytes=cost.comm_bytes, source_op=node.source.op,
             scope=node.source.scope, shape=format_shape(table.shapes[out]) if out is not None else "",
-            dtype=out.type.dtype.value if out is not None else "", modeled=id(node) not in unmodeled_ids))
+            dtype=out.type.dtype.value if out is not None else "", modeled=node not in unmodeled_nodes))
     counts: dict[str, int] = {}
     for node in table.unmodeled:
         counts[node.label] = counts.get(node.label, 0) + 1

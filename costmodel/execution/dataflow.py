@@ -53,11 +53,11 @@ def _microbatches(table: CostTable) -> int:
     """Independent inputs that stream through the chip pipeline: the sequences of the batch, or
     every token when all attention is causal (token t needs only the K/V of earlier tokens, which
     went through first), as in token-pipelined causal-LM prefill."""
-    from ...ir import Op
+    from ...ir import Op, is_causal
     b = table.bindings
     batch = max(int(b.get("batch", 1)), 1)
     attn = [n for n in table.graph.nodes if n.op is Op.ATTENTION]
-    if "seq" in b and attn and all(n.attrs.get("causal") for n in attn):
+    if "seq" in b and attn and all(is_causal(n) for n in attn):
         return batch * max(int(b["seq"]), 1)
     return batch
 

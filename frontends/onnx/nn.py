@@ -338,7 +338,8 @@ def _rotary(cx: NodeCx) -> None:
     x = cx.input(0)
     a = cx.emit(Op.MUL, [x], {"role": "rotary_cos"}, types=t, bind=False, suffix="cos").outputs[0]
     b = cx.emit(Op.MUL, [x], {"role": "rotary_sin"}, types=t, bind=False, suffix="sin").outputs[0]
-    cx.emit(Op.ADD, [a, b, *cx.inputs()[1:]], {"role": "rotary"})
+    tables = [v for v in cx.inputs()[1:] if v is not None]   # position ids, cos and sin caches
+    cx.emit(Op.ADD, [a, b, *tables], {"role": "rotary", "lookup_operands": len(tables)})
 
 
 NN_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
