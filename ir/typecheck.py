@@ -126,6 +126,8 @@ def _check_elementwise(node: Node) -> list[str]:
             want = None
         if want is not None and want is not result.dtype:
             out.append(f"cast to {want.value} yields {result.dtype.value}")
+    if node.op is Op.CAST:
+        ins = ins[:1]   # CastLike's second operand only names the dtype
     if node.op in _NOT_BROADCAST or not ins:
         return out
     shapes = [v.shape for v in ins]
