@@ -177,7 +177,22 @@ def _check_attention(node: Node) -> list[str]:
     return out
 
 
-_CHECKS: dict[Op, Callable[[Node], list[str]]] = {Op.DOT: _check_dot, Op.ATTENTION: _check_attention}
+def _check_same_shape(node: Node) -> list[str]:
+    """Softmax and the norms keep their input's shape (statistics live inside the op)."""
+    x = node.inputs[0] if node.inputs else None
+    if x is None or not node.outputs:
+        return []
+    got = node.outputs[0].shape
+    if _shape_mismatch(x.shape, got):
+        return [f"output shape {format_shape(got)} differs from its input's {format_shape(x.shape)}"]
+    return []
+
+
+_CHECKS: dict[Op, Callable[[Node], list[str]]] = {
+    Op.DOT: _check_dot, Op.ATTENTION: _check_attention,
+    **{op: _check_same_shape for op in (Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM, Op.RMS_NORM,
+                                        Op.GROUP_NORM, Op.INSTANCE_NORM)},
+}
 
 
 def type_problems(node: Node) -> list[str]:

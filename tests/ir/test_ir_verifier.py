@@ -119,3 +119,12 @@ def test_the_shipped_examples_verify():
     from narrowpipe.models.examples import example_names, load_example
     for name in example_names():
         verify(load_example(name), after=f"loading example {name}")
+
+
+def test_softmax_and_norms_keep_their_input_shape():
+    g = Graph("norms")
+    x = g.add_input("x", _t("b", 8, 16))
+    g.add_node(Op.SOFTMAX, [x], [_t("b", 8, 16)], {"axis": 2})
+    g.add_node(Op.LAYER_NORM, [x], [_t("b", 8, 8)], {"axis": 2})
+    found = problems(g)
+    assert len(found) == 1 and "output shape [b, 8, 8] differs from its input's [b, 8, 16]" in found[0]
