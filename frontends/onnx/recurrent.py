@@ -47,7 +47,13 @@ def _recurrent(kind: str) -> Callable[[NodeCx], None]:
         proj = _dot(cx, x, w, (2,), (2,), (), (), cx.tensor(dt, (*x.type.shape[:2], dirs, gh)), "input_proj")
         b = cx.input(3)
         if b is not None:
-            proj = cx.emit(Op.ADD, [proj, b], {"role": "bias"}, types=[proj.type], bind=False, suffix="bias").outputs[0]
+            # B is [dirs, 2*G*h]: the input and recurrent biases side by side, summed once (as
+            # runtimes do) into the [dirs, G*h] bias every step adds
+            pair = cx.emit(Op.RESHAPE, [b], {"role": "bias_pair"}, types=[cx.tensor(b.type.dtype, (dirs, 2, gh))],
+                           bind=False, suffix="bias_pair").outputs[0]
+            bias = cx.emit(Op.REDUCE_SUM, [pair], {"axes": (1,), "keepdims": False, "role": "bias"},
+                           types=[cx.tensor(b.type.dtype, (dirs, gh))], bind=False, suffix="bias_sum").outputs[0]
+            proj = cx.emit(Op.ADD, [proj, bias], {"role": "bias"}, types=[proj.type], bind=False, suffix="bias").outputs[0]
         # h for every step: the initial state broadcast over the steps (the recurrence is sequential)
         h0 = cx.input(5)
         state_t = cx.tensor(dt, (seq, dirs, batch, hidden))
