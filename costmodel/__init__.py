@@ -1,0 +1,4 @@
+"""How a program runs on a machine. Importing the package registers its passes and analyses
+(``precision``, ``fuse``, ``kernels``, ``cost-table``) with the IR's pass manager."""
+
+from . import fusion, precision  # noqa: F401  (registration)

@@ -73,7 +73,7 @@ def freeze_attrs(attrs: Mapping[str, Any]) -> Hashable | None:
         return None
 
 
-def node_signature(node: Node, type_id: Mapping[int, int] | None = None) -> tuple | None:
+def node_signature(node: Node, type_id: Mapping[Value, int] | None = None) -> tuple | None:
     """Everything a cost rule reads of ``node``: op, attrs, input/output types and which inputs
     repeat a value. None when the attrs have no exact key (the node is then costed on its own).
     ``type_id`` (id of a value -> number of its distinct type) spares hashing each type again."""
@@ -82,15 +82,14 @@ def node_signature(node: Node, type_id: Mapping[int, int] | None = None) -> tupl
         return None
     ins = node.inputs
     if len(ins) > 1:
-        ids = [id(v) for v in ins]
-        aliasing: tuple[int, ...] = tuple(ids.index(i) for i in ids)
+        aliasing: tuple[int, ...] = tuple(ins.index(v) for v in ins)
     else:
         aliasing = ()
     if type_id is None:
         return (node.op, akey, tuple(None if v is None else v.type for v in ins), aliasing,
                 tuple(v.type for v in node.outputs))
-    return (node.op, akey, tuple(None if v is None else type_id.get(id(v), v.type) for v in ins), aliasing,
-            tuple(type_id[id(v)] for v in node.outputs))
+    return (node.op, akey, tuple(None if v is None else type_id.get(v, v.type) for v in ins), aliasing,
+            tuple(type_id[v] for v in node.outputs))
 
 
 def trip_count_names(graph: Graph) -> set[str]:
@@ -217,7 +216,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     type_ids: dict[TensorType, int] = {}
     type_shape: list[int] = []     # per distinct type, its shape's number
     shape_ids: dict[Shape, int] = {}
-    type_id: dict[int, int] = {}   # id(value) -> its type's number
+    type_id: dict[Value, int] = {}   # value -> its type's number
     for v in values:
         t = v.type
         k = type_ids.get(t)
@@ -228,7 +227,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
                 s = shape_ids[t.shape] = len(index.shapes)
                 index.shapes.append(t.shape)
             type_shape.append(s)
-        type_id[id(v)] = k
+        type_id[v] = k
         index.value_shape.append(type_shape[k])
     symbols: set[str] = set()
     for shape in index.shapes:
@@ -262,11 +261,11 @@ def _note_trips(node: Node, names: set[str]) -> None:
 
 def _liveness(graph: Graph, index: GraphIndex) -> None:
     """The interpreter's last-use walk, on storages instead of bytes (views alias their base)."""
-    storage: dict[int, int] = {}   # id(value) -> storage number
+    storage: dict[Value | None, int] = {}   # value -> storage number
     end: dict[int, int] = {}
     types = index.storage_types
     for v in graph.inputs:
-        storage[id(v)] = len(types)
+        storage[v] = len(types)
         index.input_storages.append(len(types))
         end[len(types)] = -1
         types.append(v.type)
@@ -275,25 +274,25 @@ def _liveness(graph: Graph, index: GraphIndex) -> None:
     allocs = index.allocs
     for i, node in enumerate(graph.nodes):
         for v in node.inputs:
-            sid = storage_of(id(v))   # None for weights and absent inputs
+            sid = storage_of(v)   # None for weights and absent inputs
             if sid is not None:
                 end[sid] = i   # the walk is in order: a read here is the latest so far
         base = node.inputs[0] if node.inputs else None
-        if node.op in VIEW_OPS and base is not None and id(base) in storage:
-            alias = storage[id(base)]
+        if node.op in VIEW_OPS and base is not None and base in storage:
+            alias = storage[base]
             for v in node.outputs:
-                storage[id(v)] = alias
+                storage[v] = alias
             allocs.append(())
             continue
         allocated = []
         for v in node.outputs:
-            sid = storage[id(v)] = len(types)
+            sid = storage[v] = len(types)
             types.append(v.type)
             allocated.append(sid)
             end[sid] = i
         allocs.append(tuple(allocated))
     for v in graph.outputs:
-        sid = storage.get(id(v))
+        sid = storage.get(v)
         if sid is not None:
             end[sid] = n
     for sid, e in end.items():

@@ -222,40 +222,40 @@ def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]
     Views alias the storage of their first input; a storage is freed after the last node reading
     any of its aliases, unless it backs a graph output.
     """
-    storage: dict[int, int] = {}  # id(value) -> storage id (id of the owning value)
-    size: dict[int, int] = {}
-    end: dict[int, int] = {}
+    storage: dict[Value, Value] = {}  # value -> the value owning its storage
+    size: dict[Value, int] = {}
+    end: dict[Value, int] = {}
     n = len(graph.nodes)
     for v in graph.inputs:
-        storage[id(v)] = id(v)
-        size[id(v)] = v.type.dtype.nbytes(prod(shapes[v]))
-        end[id(v)] = -1
-    weights = {id(v) for v in graph.weights}
-    starts: dict[int, int] = {}
+        storage[v] = v
+        size[v] = v.type.dtype.nbytes(prod(shapes[v]))
+        end[v] = -1
+    weights = set(graph.weights)
+    starts: dict[Value, int] = {}
     for i, node in enumerate(graph.nodes):
         for v in node.inputs:
-            if v is None or id(v) in weights:
+            if v is None or v in weights:
                 continue
-            sid = storage.get(id(v))
+            sid = storage.get(v)
             if sid is not None and end.get(sid, -1) < i:
                 end[sid] = i
         base = node.inputs[0] if node.inputs else None
         for v in node.outputs:
-            if node.op in VIEW_OPS and base is not None and id(base) in storage:
-                storage[id(v)] = storage[id(base)]
+            if node.op in VIEW_OPS and base is not None and base in storage:
+                storage[v] = storage[base]
             else:
-                storage[id(v)] = id(v)
-                size[id(v)] = v.type.dtype.nbytes(prod(shapes[v]))
-                starts[id(v)] = i
-                end.setdefault(id(v), i)
+                storage[v] = v
+                size[v] = v.type.dtype.nbytes(prod(shapes[v]))
+                starts[v] = i
+                end.setdefault(v, i)
     for v in graph.outputs:
-        sid = storage.get(id(v))
+        sid = storage.get(v)
         if sid is not None:
             end[sid] = n
     frees: dict[int, int] = {}
     for sid, e in end.items():
         frees[e] = frees.get(e, 0) + size.get(sid, 0)
-    live = sum(size[id(v)] for v in graph.inputs)
+    live = sum(size[v] for v in graph.inputs)
     peak = live
     allocs: dict[int, int] = {}
     for sid, s in starts.items():

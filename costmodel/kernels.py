@@ -95,13 +95,13 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
         raise ValueError(f"unknown fusion mode {mode!r}; choose from {', '.join(FUSION_MODES)}")
     graph = table.graph
     nodes = graph.nodes
-    index = {id(n): i for i, n in enumerate(nodes)}
+    index = {n: i for i, n in enumerate(nodes)}
     base = _view_bases(graph)
     consumers = _consumers(graph, base)
     groups = _Groups(len(nodes))
     for i, n in enumerate(nodes):
         groups.heavy[i] = 1 if n.op in _HEAVY else 0
-    outputs = {id(base.get(id(v), v)) for v in graph.outputs}
+    outputs = {base.get(v, v) for v in graph.outputs}
     if mode == "full":
         _fuse_attention(nodes, index, base, consumers, groups)
         for i, node in enumerate(nodes):
@@ -110,12 +110,12 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
             for v in node.inputs:
                 if v is None:
                     continue
-                b = base.get(id(v), v)
+                b = base.get(v, v)
                 p = b.producer
-                if p is None or id(p) not in index or p.op in VIEW_OPS:
+                if p is None or p not in index or p.op in VIEW_OPS:
                     continue
-                j = index[id(p)]
-                if id(b) in outputs or len(consumers.get(id(b), ())) != 1:
+                j = index[p]
+                if b in outputs or len(consumers.get(b, ())) != 1:
                     continue
                 if _fusable(p, node) and _acyclic(node, j, i, groups, index, base) and \
                         groups.heavy[groups.find(j)] + groups.heavy[groups.find(i)] <= 1:
@@ -137,18 +137,18 @@ def _fusable(producer: Node, consumer: Node) -> bool:
     return False
 
 
-def _acyclic(consumer: Node, j: int, i: int, groups: _Groups, index: dict[int, int],
-             base: dict[int, Value]) -> bool:
+def _acyclic(consumer: Node, j: int, i: int, groups: _Groups, index: dict[Node, int],
+             base: dict[Value, Value]) -> bool:
     """Merging is safe if the consumer's other inputs come from before the producer's group."""
     gi, gj = groups.find(i), groups.find(j)
     start = groups.first[gj]
     for v in consumer.inputs:
         if v is None:
             continue
-        p = base.get(id(v), v).producer
-        if p is None or id(p) not in index:
+        p = base.get(v, v).producer
+        if p is None or p not in index:
             continue
-        k = index[id(p)]
+        k = index[p]
         gk = groups.find(k)
         if gk in (gi, gj):
             continue
@@ -157,8 +157,8 @@ def _acyclic(consumer: Node, j: int, i: int, groups: _Groups, index: dict[int, i
     return True
 
 
-def _fuse_attention(nodes: list[Node], index: dict[int, int], base: dict[int, Value],
-                    consumers: dict[int, list[Node]], groups: _Groups) -> None:
+def _fuse_attention(nodes: list[Node], index: dict[Node, int], base: dict[Value, Value],
+                    consumers: dict[Value, list[Node]], groups: _Groups) -> None:
     """Find DOT -> [scale/mask/cast]* -> SOFTMAX -> [cast]* -> DOT and make it one kernel."""
     for i, node in enumerate(nodes):
         if node.op is not Op.SOFTMAX:
@@ -167,31 +167,31 @@ def _fuse_attention(nodes: list[Node], index: dict[int, int], base: dict[int, Va
         v = node.inputs[0]
         first_dot = None
         while v is not None:
-            p = base.get(id(v), v).producer
-            if p is None or id(p) not in index:
+            p = base.get(v, v).producer
+            if p is None or p not in index:
                 break
             if p.op is Op.DOT and p.attrs.get("lhs_batch"):
-                first_dot = index[id(p)]
+                first_dot = index[p]
                 break
-            if p.op not in _ATTN_CHAIN or len(consumers.get(id(base.get(id(v), v)), ())) != 1:
+            if p.op not in _ATTN_CHAIN or len(consumers.get(base.get(v, v), ())) != 1:
                 break
-            chain.append(index[id(p)])
+            chain.append(index[p])
             v = _scores_input(p, base, index, consumers)
         if first_dot is None:
             continue
         out = node.outputs[0]
         second_dot = None
         for _ in range(4):
-            users = consumers.get(id(out), [])
+            users = consumers.get(out, [])
             if len(users) != 1:
                 break
             u = users[0]
             if u.op is Op.DOT and u.attrs.get("lhs_batch"):
-                second_dot = index[id(u)]
+                second_dot = index[u]
                 break
             if u.op not in _ATTN_CHAIN:
                 break
-            chain.append(index[id(u)])
+            chain.append(index[u])
             out = u.outputs[0]
         if second_dot is None:
             continue
@@ -201,60 +201,60 @@ def _fuse_attention(nodes: list[Node], index: dict[int, int], base: dict[int, Va
         groups.heavy[groups.find(root)] = 1
 
 
-def _scores_input(node: Node, base: dict[int, Value], index: dict[int, int],
-                  consumers: dict[int, list[Node]]) -> Value | None:
+def _scores_input(node: Node, base: dict[Value, Value], index: dict[Node, int],
+                  consumers: dict[Value, list[Node]]) -> Value | None:
     """The operand of a scale/mask step that carries the attention scores back toward QK^T: the
     one a batched DOT produced, else one from another single-use chain step. The mask operand is
     neither (shared by every layer, or built from positions); ``where(mask, scores, fill)`` puts the
     scores second, ``scores + mask`` and ``mask + scores`` either side."""
     ins = [v for v in (node.inputs[1:] if node.op is Op.WHERE else node.inputs) if v is not None]
-    producers = [(v, base.get(id(v), v).producer) for v in ins]
+    producers = [(v, base.get(v, v).producer) for v in ins]
     for v, p in producers:
-        if p is not None and p.op is Op.DOT and p.attrs.get("lhs_batch") and id(p) in index:
+        if p is not None and p.op is Op.DOT and p.attrs.get("lhs_batch") and p in index:
             return v
     for v, p in producers:
-        if p is not None and id(p) in index and p.op in _ATTN_CHAIN and \
-                len(consumers.get(id(base.get(id(v), v)), ())) == 1:
+        if p is not None and p in index and p.op in _ATTN_CHAIN and \
+                len(consumers.get(base.get(v, v), ())) == 1:
             return v
     return ins[0] if ins else None
 
 
-def _view_bases(graph: Graph) -> dict[int, Value]:
-    """Map each view's output (by id) to the value whose storage it aliases."""
-    base: dict[int, Value] = {}
+def _view_bases(graph: Graph) -> dict[Value, Value]:
+    """Map each view's output to the value whose storage it aliases."""
+    base: dict[Value, Value] = {}
     for node in graph.nodes:
         if node.op in VIEW_OPS and node.inputs and node.inputs[0] is not None:
             src = node.inputs[0]
-            b = base.get(id(src), src)
+            b = base.get(src, src)
             for v in node.outputs:
-                base[id(v)] = b
+                base[v] = b
     return base
 
 
-def _distinct_bases(node: Node, base: dict[int, Value]) -> Iterator[Value]:
+def _distinct_bases(node: Node, base: dict[Value, Value]) -> Iterator[Value]:
     """The storages a node reads, each once, looking through views."""
-    seen: set[int] = set()
+    seen: set[Value] = set()
     for v in node.inputs:
         if v is None:
             continue
-        b = base.get(id(v), v)
-        if id(b) not in seen:
-            seen.add(id(b))
+        b = base.get(v, v)
+        if b not in seen:
+            seen.add(b)
             yield b
 
 
-def _consumers(graph: Graph, base: dict[int, Value]) -> dict[int, list[Node]]:
+def _consumers(graph: Graph, base: dict[Value, Value]) -> dict[Value, list[Node]]:
     """Non-view nodes reading each base value (views are looked through)."""
-    out: dict[int, list[Node]] = {}
+    out: dict[Value, list[Node]] = {}
     for node in graph.nodes:
         if node.op not in VIEW_OPS:
             for b in _distinct_bases(node, base):
-                out.setdefault(id(b), []).append(node)
+                out.setdefault(b, []).append(node)
     return out
 
 
-def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[int, Value],
-             consumers: dict[int, list[Node]], graph_outputs: set[int]) -> list[Kernel]:
+def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[Value, Value],
+             consumers: dict[Value, list[Node]], graph_outputs: set[Value]) -> list[Kernel]:
     members: dict[int, list[int]] = {}
     for i in range(len(nodes)):
         members.setdefault(groups.find(i), []).append(i)
@@ -262,7 +262,7 @@ def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[in
     for root in sorted(members, key=lambda r: groups.first[r]):
         idx = members[root]
         group_nodes = [nodes[i] for i in idx]
-        ids = {id(n) for n in group_nodes}
+        ids = {n for n in group_nodes}
         if len(group_nodes) == 1 and group_nodes[0].op in VIEW_OPS:
             n = group_nodes[0]
             kernels.append(Kernel(n.name, "view", group_nodes, n, table.costs[n]))
@@ -274,20 +274,20 @@ def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[in
         for n in group_nodes:
             total = total + table.costs[n]
         internal_reads = 0
-        produced = {id(v) for n in group_nodes for v in n.outputs}
-        ext_inputs: dict[int, Value] = {}
+        produced = {v for n in group_nodes for v in n.outputs}
+        ext_inputs: dict[Value, Value] = {}
         for n in group_nodes:
             for b in _distinct_bases(n, base):
-                if id(b) in produced and len(group_nodes) > 1:
+                if b in produced and len(group_nodes) > 1:
                     internal_reads += b.type.dtype.nbytes(prod(table.shapes[b]))
-                elif id(b) not in produced:
-                    ext_inputs.setdefault(id(b), b)
+                elif b not in produced:
+                    ext_inputs.setdefault(b, b)
         written = 0
         outs: list[Value] = []
         for n in group_nodes:
             for v in n.outputs:
-                users = consumers.get(id(v), [])
-                if id(v) in graph_outputs or any(id(u) not in ids for u in users) or len(group_nodes) == 1:
+                users = consumers.get(v, [])
+                if v in graph_outputs or any(u not in ids for u in users) or len(group_nodes) == 1:
                     outs.append(v)
                     written += v.type.dtype.nbytes(prod(table.shapes[v])) if len(group_nodes) > 1 else 0
         if len(group_nodes) > 1:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from math import prod
 from typing import Any
 
-from ..ir import DType, Node
+from ..ir import DType, Node, Value
 
 __all__ = ["OpView"]
 
@@ -55,12 +55,12 @@ class OpView:
 
     def all_in_bytes(self) -> int:
         """Bytes of each distinct input tensor (a value read twice by one op is read once)."""
-        seen: set[int] = set()
+        seen: set[Value] = set()
         total = 0
         for i, v in enumerate(self.node.inputs):
-            if v is None or id(v) in seen:
+            if v is None or v in seen:
                 continue
-            seen.add(id(v))
+            seen.add(v)
             total += self.in_bytes(i)
         return total
 

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import DType, Graph, graph_from_dict, graph_to_dict
+from ..ir import DType, Graph, TensorType, Value, node_subgraphs
 from ..ir.passes import AnalysisManager, PassResult, register_pass
 
 __all__ = ["with_precision", "Precision"]
 
 
-def _retype(entry: dict, to: DType | None) -> None:
-    if to is None:
-        return
-    if DType(entry["dtype"]).is_float:
-        entry["dtype"] = to.value
+def _retype(value: Value, to: DType | None) -> None:
+    if to is not None and value.type.dtype.is_float:
+        value.type = TensorType(to, value.type.shape)
 
 
 def with_precision(graph: Graph, *, weights: DType | str | None = None,
@@ -29,26 +27,26 @@ def with_precision(graph: Graph, *, weights: DType | str | None = None,
     """A copy of ``graph`` with float weights and/or float activations (inputs included) retyped."""
     w = DType.parse(weights) if isinstance(weights, str) else weights
     a = DType.parse(activations) if isinstance(activations, str) else activations
-    data = graph_to_dict(graph)
-    _apply(data, w, a)
-    out = graph_from_dict(data)
+    out = graph.clone()
+    _apply(out, w, a)
     out.meta["precision"] = {"weights": w.value if w else None, "activations": a.value if a else None}
     return out
 
 
-def _apply(data: dict, w: DType | None, a: DType | None) -> None:
-    for v in data["weights"]:
+def _apply(graph: Graph, w: DType | None, a: DType | None) -> None:
+    """Retype in place: only ever called on a fresh clone, which no analysis has seen yet."""
+    for v in graph.weights:
         _retype(v, w)
-    for v in data["inputs"]:
+    for v in graph.inputs:
         _retype(v, a)
-    for node in data["nodes"]:
-        for v in node["outputs"]:
+    for node in graph.nodes:
+        for v in node.outputs:
             _retype(v, a)
-        if node.get("attrs", {}).get("to") and a is not None and DType.parse(str(node["attrs"]["to"])).is_float:
-            node["attrs"]["to"] = a.value
-        for attr in node.get("attrs", {}).values():
-            if isinstance(attr, dict) and "$graph" in attr:
-                _apply(attr["$graph"], w, a)
+        to = node.attrs.get("to")
+        if to and a is not None and (to if isinstance(to, DType) else DType.parse(str(to))).is_float:
+            node.attrs["to"] = a.value
+        for body in node_subgraphs(node):
+            _apply(body, w, a)
 
 
 @register_pass("precision")
@@ -60,6 +58,7 @@ class Precision:
     activations: str = ""
 
     def run(self, graph: Graph, am: AnalysisManager) -> PassResult:
+        """A new graph (the input is left as it was), so no analysis of the input is touched."""
         return PassResult(with_precision(graph, weights=self.weights or None, activations=self.activations or None))
 
 

@@ -22,7 +22,7 @@ def node_rows(table: CostTable, flops_by_group: dict[str, int],
     """One row per costed node; adds each node's cost to the group totals (a control-flow node's
     by the groups of its bodies' ops)."""
     rows: list[OpRow] = []
-    unmodeled_ids = {id(n) for n in table.unmodeled}
+    unmodeled = set(table.unmodeled)
     flops = trans = nbytes = comm = 0
     for node, cost in table.costs.items():
         group = node.group.value
@@ -39,7 +39,7 @@ def node_rows(table: CostTable, flops_by_group: dict[str, int],
             transcendentals=cost.transcendentals, bytes_read=cost.bytes_read,
             bytes_written=cost.bytes_written, comm_bytes=cost.comm_bytes, source_op=node.source.op,
             scope=node.source.scope, shape=format_shape(table.shapes[out]) if out is not None else "",
-            dtype=out.type.dtype.value if out is not None else "", modeled=id(node) not in unmodeled_ids))
+            dtype=out.type.dtype.value if out is not None else "", modeled=node not in unmodeled))
     return rows, (flops, trans, nbytes, comm)
 
 
@@ -48,7 +48,7 @@ def class_rows(table: CostTable, flops_by_group: dict[str, int],
     """The same rows and totals as :func:`node_rows`, for a table costed by class."""
     index = table.index
     assert index is not None
-    unmodeled_ids = {id(n) for n in table.unmodeled}
+    unmodeled = set(table.unmodeled)
     totals = [0, 0, 0, 0]
 
     def add(node_group: str, cost: Cost, k: int) -> None:
@@ -74,7 +74,7 @@ def class_rows(table: CostTable, flops_by_group: dict[str, int],
                 "bytes_written": cost.bytes_written, "comm_bytes": cost.comm_bytes,
                 "shape": format_shape(table.shapes[out]) if out is not None else "",
                 "dtype": out.type.dtype.value if out is not None else "",
-                "modeled": id(node) not in unmodeled_ids}
+                "modeled": node not in unmodeled}
             add(node.group.value, cost, index.counts[c] if c >= 0 else 1)
             if c >= 0:
                 common[c] = fields

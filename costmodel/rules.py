@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import ceil, log2, prod
 
-from ..ir import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup
+from ..ir import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
 from .cost import ZERO, Cost
 from .opview import OpView
 
@@ -85,13 +85,10 @@ def conv(v: OpView) -> Cost:
 
 
 def _attention_dims(v: OpView) -> tuple[int, int, int, int, int, int]:
-    """(batch, q heads, q len, kv len, qk head dim, v head dim) from q, k, v and the layout."""
-    q, k, val = v.shape(0), v.shape(1), v.shape(2)
-    if v.attrs.get("layout", "bhsd") == "bsd":
-        hq = int(v.attrs["num_heads"])
-        hk = int(v.attrs.get("kv_num_heads", hq))
-        return q[0], hq, q[1], k[1], q[2] // hq, val[2] // hk
-    return q[0], q[1], q[2], k[2], q[3], val[3]
+    """(batch, q heads, q len, kv len, qk head dim, v head dim), decoded by the IR's one reader."""
+    off = attention_operands(v.node)
+    a = attention_dims(v.attrs, v.shape(off), v.shape(off + 1), v.shape(off + 2))
+    return a.batch, a.heads, a.sq, a.sk, a.d, a.dv
 
 
 @_rule(Op.ATTENTION)
@@ -106,9 +103,7 @@ def attention(v: OpView) -> Cost:
 @_rule(Op.ATTENTION_BACKWARD)
 def attention_backward(v: OpView) -> Cost:
     """Inputs (grad_out, q, k, v): recompute scores, then four more matmuls (torch's count)."""
-    q, k, val = v.shape(1), v.shape(2), v.shape(3)
-    b, h, sq, d = q
-    sk, dv = k[2], val[3]
+    b, h, sq, sk, d, dv = _attention_dims(v)
     bh = b * h
     flops = 2 * bh * (sq * d * sk + sq * dv * sk + sk * sq * dv + sq * sk * d + d * sq * sk)
     return _traffic(v, flops, bh * sq * sk)

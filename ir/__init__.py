@@ -1,10 +1,11 @@
 """narrowpipe's graph IR: typed dataflow graphs over a canonical op set, free of torch and onnx."""
 
+from .attention import CAUSAL, AttentionDims, attention_dims, attention_operands, is_causal
 from .dims import Dim, Shape, Sym
 from .shapes import format_shape
 from .dtypes import DType
 from .roles import DimRole
-from .graph import DimSpec, Graph, Node, Placement, Source, Value, ValueKind, node_subgraphs
+from .graph import DimSpec, Graph, Node, Placement, Source, Use, Value, ValueKind, node_subgraphs
 from .nx import to_networkx
 from .ops import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, ops_in_group
 from .passes import (ALL, AnalysisManager, Pass, PassResult, Pipeline, get_pass, parse_pipeline,
@@ -13,13 +14,16 @@ from .passes import (ALL, AnalysisManager, Pass, PassResult, Pipeline, get_pass,
 from .printer import format_graph
 from .serialize import from_json, graph_from_dict, graph_to_dict, load_json, save_json, to_json
 from .types import TensorType
-from .verifier import problems, verify
+from .verifier import maybe_verify, problems, verify, verify_enabled
+from .verify_pass import verify_pass
 
 __all__ = [
+    "CAUSAL", "AttentionDims", "attention_dims", "attention_operands", "is_causal",
     "Dim", "Shape", "Sym", "DimRole", "format_shape", "DType", "DimSpec", "Graph", "Node", "Placement", "Source",
-    "Value", "ValueKind", "node_subgraphs", "to_networkx", "GROUP", "TRANSCENDENTAL_OPS", "VIEW_OPS",
+    "Use", "Value", "ValueKind", "node_subgraphs", "to_networkx", "GROUP", "TRANSCENDENTAL_OPS", "VIEW_OPS",
     "Op", "OpGroup", "ops_in_group", "ALL", "AnalysisManager", "Pass", "PassResult", "Pipeline",
     "get_pass", "parse_pipeline", "register_analysis", "register_pass", "registered_analyses",
     "registered_passes", "run_passes", "format_graph", "from_json", "graph_from_dict",
     "graph_to_dict", "load_json", "save_json", "to_json", "TensorType", "problems", "verify",
+    "maybe_verify", "verify_enabled", "verify_pass",
 ]

@@ -8,10 +8,11 @@ put every node on devices of a mesh. Control-flow ops keep their bodies as neste
 
 from __future__ import annotations
 
+import copy
 import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import IRError
 from .dims import Shape
@@ -20,7 +21,7 @@ from .ops import Op, OpGroup
 from .roles import DimRole, names_with_role, role_size
 from .types import TensorType
 
-__all__ = ["ValueKind", "Value", "Node", "Graph", "Source", "Placement", "DimSpec"]
+__all__ = ["ValueKind", "Value", "Node", "Graph", "Source", "Placement", "DimSpec", "Use"]
 
 
 class ValueKind(enum.Enum):
@@ -75,10 +76,21 @@ class DimSpec:
     role: DimRole = DimRole.OTHER
 
 
-class Value:
-    """An SSA value: a graph input, a weight, or the ``index``-th output of ``producer``."""
+class Use(NamedTuple):
+    """One read of a value: input ``index`` of ``node``."""
 
-    __slots__ = ("name", "type", "kind", "producer", "index", "source_name")
+    node: Node
+    index: int
+
+
+class Value:
+    """An SSA value: a graph input, a weight, or the ``index``-th output of ``producer``.
+
+    ``uses`` lists every node input that reads it (nested bodies included), kept current by the
+    graph's mutation API, so rewrites find consumers without rescanning the program.
+    """
+
+    __slots__ = ("name", "type", "kind", "producer", "index", "source_name", "uses")
 
     def __init__(self, name: str, type: TensorType, kind: ValueKind = ValueKind.ACTIVATION,
                  producer: Node | None = None, index: int = 0, source_name: str = "") -> None:
@@ -88,6 +100,7 @@ class Value:
         self.producer = producer
         self.index = index
         self.source_name = source_name or name
+        self.uses: list[Use] = []
 
     @property
     def dtype(self) -> DType:
@@ -102,20 +115,30 @@ class Value:
 
 
 class Node:
-    """One canonical op applied to input values, producing output values."""
+    """One canonical op applied to input values, producing output values.
 
-    __slots__ = ("name", "op", "inputs", "outputs", "attrs", "source", "placement")
+    ``inputs`` is a tuple: inputs change only through :meth:`Graph.set_input` (or
+    :meth:`Graph.replace_all_uses`), which keep the use-lists and the graph version current.
+    ``owner`` is the graph the node was added to (a nested body for control-flow bodies).
+    """
+
+    __slots__ = ("name", "op", "_inputs", "outputs", "attrs", "source", "placement", "owner")
 
     def __init__(self, name: str, op: Op, inputs: Iterable[Value | None], outputs: Iterable[Value],
                  attrs: Mapping[str, Any] | None = None, source: Source | None = None,
                  placement: Placement | None = None) -> None:
         self.name = name
         self.op = op
-        self.inputs: list[Value | None] = list(inputs)
+        self._inputs: tuple[Value | None, ...] = tuple(inputs)
         self.outputs: list[Value] = list(outputs)
         self.attrs: dict[str, Any] = dict(attrs or {})
         self.source = source or Source()
         self.placement = placement
+        self.owner: Graph | None = None
+
+    @property
+    def inputs(self) -> tuple[Value | None, ...]:
+        return self._inputs
 
     @property
     def group(self) -> OpGroup:
@@ -179,12 +202,77 @@ class Graph:
             base = names[i] if i < len(names) else (node.name if i == 0 else f"{node.name}.{i}")
             node.outputs.append(Value(self.fresh_name(base), t, ValueKind.ACTIVATION, node, i))
         self.nodes.append(node)
+        node.owner = self
+        for i, v in enumerate(node.inputs):
+            if v is not None:
+                v.uses.append(Use(node, i))
         self.version += 1
         return node
 
     def set_outputs(self, values: Iterable[Value]) -> None:
         self.outputs = list(values)
         self.version += 1
+
+    # -- mutation (every change bumps ``version`` so cached analyses are dropped) ---------------
+    def _touch(self, node: Node | None = None) -> None:
+        self.version += 1
+        if node is not None and node.owner is not None and node.owner is not self:
+            node.owner.version += 1
+
+    def set_input(self, node: Node, index: int, value: Value | None) -> None:
+        """Make input ``index`` of ``node`` read ``value``, keeping both use-lists current."""
+        old = node.inputs[index]
+        if old is value:
+            return
+        if old is not None:
+            old.uses.remove(Use(node, index))
+        if value is not None:
+            value.uses.append(Use(node, index))
+        node._inputs = node._inputs[:index] + (value,) + node._inputs[index + 1:]
+        self._touch(node)
+
+    def set_attr(self, node: Node, key: str, value: Any) -> None:
+        """Set an attribute through the graph so analyses that read attributes are recomputed."""
+        node.attrs[key] = value
+        self._touch(node)
+
+    def replace_all_uses(self, old: Value, new: Value) -> int:
+        """Point every reader of ``old`` (nested bodies and graph outputs included) at ``new``."""
+        if old is new:
+            return 0
+        uses = list(old.uses)
+        for use in uses:
+            self.set_input(use.node, use.index, new)
+        replaced = len(uses)
+        if any(v is old for v in self.outputs):
+            self.outputs = [new if v is old else v for v in self.outputs]
+            replaced += 1
+        self._touch()
+        return replaced
+
+    def remove(self, node: Node) -> None:
+        """Delete ``node``; refused while any of its outputs is still read or is a graph output."""
+        if node.owner is not self or node not in self.nodes:
+            raise IRError(f"node {node.name!r} ({node.op.value}) is not in graph {self.name!r}")
+        for v in node.outputs:
+            if v.uses or any(o is v for o in self.outputs):
+                users = ", ".join(sorted({u.node.name for u in v.uses})) or "graph outputs"
+                raise IRError(f"cannot remove node {node.name!r} ({node.op.value}): output "
+                              f"{v.name!r} is still used by {users}")
+        for i, v in enumerate(node.inputs):
+            if v is not None:
+                v.uses.remove(Use(node, i))
+        for sub in node_subgraphs(node):
+            _unlink_body(sub)
+        self.nodes.remove(node)
+        node.owner = None
+        self._touch()
+
+    def clone(self) -> Graph:
+        """A deep copy: fresh values, nodes and nested bodies with the same names, types and attrs.
+
+        Values from enclosing graphs that a nested body reads stay shared (they are not ours)."""
+        return _clone(self, {})
 
     def declare_dim(self, spec: DimSpec) -> None:
         self.dims[spec.name] = spec
@@ -241,6 +329,54 @@ class Graph:
     def __repr__(self) -> str:
         return (f"Graph({self.name!r}: {len(self.inputs)} inputs, {len(self.weights)} weights, "
                 f"{len(self.nodes)} nodes, {len(self.outputs)} outputs)")
+
+
+def _unlink_body(graph: Graph) -> None:
+    """Drop the uses a removed control-flow body held on values of enclosing graphs."""
+    for node in graph.nodes:
+        for i, v in enumerate(node.inputs):
+            if v is not None and Use(node, i) in v.uses:
+                v.uses.remove(Use(node, i))
+        for sub in node_subgraphs(node):
+            _unlink_body(sub)
+
+
+def _clone(graph: Graph, env: dict[Value, Value]) -> Graph:
+    out = Graph(graph.name)
+    out.dims = dict(graph.dims)
+    out.meta = copy.deepcopy(graph.meta)
+    out._names = set(graph._names)
+    for src, dst in ((graph.inputs, out.inputs), (graph.weights, out.weights)):
+        for v in src:
+            env[v] = Value(v.name, v.type, v.kind, source_name=v.source_name)
+            dst.append(env[v])
+    for node in graph.nodes:
+        new = Node(node.name, node.op, [None if v is None else env.get(v, v) for v in node.inputs], (),
+                   _clone_attr(node.attrs, env), node.source, node.placement)
+        for v in node.outputs:
+            env[v] = Value(v.name, v.type, v.kind, new, v.index, v.source_name)
+            new.outputs.append(env[v])
+        out.nodes.append(new)
+        new.owner = out
+        for i, v in enumerate(new.inputs):
+            if v is not None:
+                v.uses.append(Use(new, i))
+    out.outputs = [env.get(v, v) for v in graph.outputs]
+    return out
+
+
+def _clone_attr(value: Any, env: dict[Value, Value]) -> Any:
+    if isinstance(value, Graph):
+        return _clone(value, dict(env))   # a body sees the enclosing graph's values
+    if isinstance(value, Value):
+        return env.get(value, value)
+    if isinstance(value, dict):
+        return {k: _clone_attr(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone_attr(v, env) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_clone_attr(v, env) for v in value)
+    return copy.deepcopy(value)
 
 
 def node_subgraphs(node: Node) -> list[Graph]:

@@ -13,7 +13,13 @@ Attribute conventions (the verifier checks the ones marked required):
   ``[Cin, Cout/groups, *k]``); ``stride``, ``padding``, ``dilation``, ``groups``, ``transposed``.
 * ``ATTENTION``: inputs q, k, v (and an optional additive/boolean mask) in ``[B, H, S, D]``
   layout (``layout="bhsd"``) or ``[B, S, H*D]`` with ``num_heads``/``kv_num_heads``
-  (``layout="bsd"``); ``causal``, ``scale``.
+  (``layout="bsd"``); ``causal``, ``scale``. Read both layouts through
+  :func:`narrowpipe.ir.attention.attention_dims` only. ``causal`` (:data:`~.attention.CAUSAL`) also
+  marks the ``ADD``/``WHERE`` applying a proven causal mask in eager attention.
+* Elementwise ops: operands broadcast numpy-style, except that ``axis`` lines a lower-rank operand
+  up from that dim (ONNX's legacy broadcast, a conv's ``[C]`` bias) and the last
+  ``lookup_operands`` operands are tables the op reads by position (rotary cos/sin caches), not
+  operands of the elementwise arithmetic.
 * Collectives: ``group_size`` (devices taking part), ``axis`` (mesh axis name), ``reduce``.
 * ``UNKNOWN``: an op the frontend could not map; ``source_op`` names it. It is never costed as
   zero silently: reports list it as unmodeled.

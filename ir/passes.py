@@ -17,6 +17,7 @@ from typing import Any, Protocol, Union, get_type_hints, runtime_checkable
 
 from ..errors import PassError
 from .graph import Graph
+from .verifier import verify, verify_enabled
 
 __all__ = ["Pass", "PassResult", "Pipeline", "AnalysisManager", "register_pass", "register_analysis",
            "get_pass", "parse_pipeline", "registered_passes", "registered_analyses", "ALL", "run_passes"]
@@ -75,7 +76,8 @@ class AnalysisManager:
     """Caches analysis results per (analysis, graph, graph version)."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, int], tuple[int, Any]] = {}
+        # keyed by the graph object (not ``id()``, which a freed graph's successor may reuse)
+        self._cache: dict[tuple[str, Graph], tuple[int, Any]] = {}
         self.computed: list[str] = []  # names computed (not served from cache), for tests and tracing
 
     def get(self, name: str, graph: Graph) -> Any:
@@ -83,7 +85,7 @@ class AnalysisManager:
             fn = _ANALYSES[name]
         except KeyError:
             raise PassError(f"unknown analysis {name!r}; known: {', '.join(sorted(_ANALYSES)) or 'none'}") from None
-        key = (name, id(graph))
+        key = (name, graph)
         hit = self._cache.get(key)
         if hit is not None and hit[0] == graph.version:
             return hit[1]
@@ -92,19 +94,29 @@ class AnalysisManager:
         self.computed.append(name)
         return result
 
+    def put(self, name: str, graph: Graph, result: Any) -> None:
+        """Record ``result`` as analysis ``name`` of ``graph`` as it is now: a pass that computes an
+        analysis as a by-product (fusion's kernel list) hands it on; the next mutation drops it."""
+        if name not in _ANALYSES:
+            raise PassError(f"unknown analysis {name!r}; known: {', '.join(sorted(_ANALYSES)) or 'none'}")
+        self._cache[(name, graph)] = (graph.version, result)
+
     def invalidate(self, graph: Graph, preserved: Iterable[str] = ()) -> None:
+        """Drop ``graph``'s analyses except ``preserved``, which are re-stamped with the current
+        version (a pass that edited the graph in place vouches that they still hold)."""
         keep = set(preserved)
-        if "*" in keep:
-            return
-        for key in [k for k in self._cache if k[1] == id(graph) and k[0] not in keep]:
-            del self._cache[key]
+        for key in [k for k in self._cache if k[1] is graph]:
+            if "*" in keep or key[0] in keep:
+                self._cache[key] = (graph.version, self._cache[key][1])
+            else:
+                del self._cache[key]
 
     def carry_over(self, old: Graph, new: Graph, preserved: Iterable[str]) -> None:
         """When a pass returns a new graph, move the preserved analyses over to it."""
         keep = set(preserved)
-        for (name, gid), (_, result) in list(self._cache.items()):
-            if gid == id(old) and ("*" in keep or name in keep):
-                self._cache[(name, id(new))] = (new.version, result)
+        for (name, g), (_, result) in list(self._cache.items()):
+            if g is old and ("*" in keep or name in keep):
+                self._cache[(name, new)] = (new.version, result)
 
 
 def _run_one(p: PassLike, graph: Graph, am: AnalysisManager) -> Graph:
@@ -114,6 +126,8 @@ def _run_one(p: PassLike, graph: Graph, am: AnalysisManager) -> Graph:
         am.invalidate(graph, result.preserved)
     else:
         am.carry_over(graph, result.graph, result.preserved)
+    if verify_enabled():
+        verify(result.graph, after=f"pass {getattr(p, 'pass_name', None) or type(p).__name__}")
     return result.graph
 
 

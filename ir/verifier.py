@@ -1,46 +1,68 @@
 """The graph verifier: checks the invariants every pass and cost rule relies on.
 
-It collects every problem before raising, so a frontend bug shows all its symptoms at once.
+It collects every problem before raising, so a frontend bug shows all its symptoms at once. Besides
+the structure (each value defined once and before use, producers and indices pointing back, use-lists
+matching the inputs, no dangling uses) it checks each node's output type against its operands
+(:mod:`.typecheck`). Frontends and the pass manager run it when ``NARROWPIPE_VERIFY=1`` (always in
+the test suite), so a lowering that promises a shape it does not compute fails where it is made.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 from ..errors import VerificationError
 from .dims import Sym
-from .graph import Graph, Node, Value, node_subgraphs
+from .graph import Graph, Node, Use, Value, node_subgraphs
 from .ops import Op
+from .typecheck import type_problems
 
-__all__ = ["verify", "problems"]
+__all__ = ["verify", "problems", "verify_enabled", "maybe_verify", "ENV_FLAG"]
 
-_REQUIRED_ATTRS: dict[Op, tuple[str, ...]] = {
-    Op.DOT: ("lhs_contract", "rhs_contract"),
-    Op.CONV: ("stride", "padding", "dilation", "groups"),
-}
-_MIN_INPUTS: dict[Op, int] = {Op.DOT: 2, Op.CONV: 2, Op.ATTENTION: 3}
+#: The debug flag: when set to 1, frontends and passes verify the graphs they produce.
+ENV_FLAG = "NARROWPIPE_VERIFY"
 
 
-def verify(graph: Graph) -> Graph:
-    """Raise :class:`VerificationError` listing every broken invariant; return the graph if none."""
+def verify_enabled() -> bool:
+    return os.environ.get(ENV_FLAG, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def maybe_verify(graph: Graph, after: str) -> Graph:
+    """Verify ``graph`` when the debug flag is on (frontends and the pass manager call this)."""
+    return verify(graph, after) if verify_enabled() else graph
+
+
+def verify(graph: Graph, after: str = "") -> Graph:
+    """Raise :class:`VerificationError` listing every broken invariant; return the graph if none.
+
+    ``after`` names what produced the graph (a frontend, a pass) for the message."""
     found = problems(graph)
     if found:
         shown = "\n  ".join(found[:50])
         more = f"\n  ... and {len(found) - 50} more" if len(found) > 50 else ""
-        raise VerificationError(f"graph {graph.name!r} failed verification:\n  {shown}{more}")
+        made = f" after {after}" if after else ""
+        raise VerificationError(f"graph {graph.name!r} failed verification{made}:\n  {shown}{more}")
     return graph
+
+
+def _where(node: Node) -> str:
+    src = node.source.describe()
+    return f"node {node.name!r} ({node.label})" + (f" from {src}" if src else "")
 
 
 def problems(graph: Graph, outer: Iterable[Value] = ()) -> list[str]:
     """Every invariant violation found in ``graph`` (values in ``outer`` are visible, as in ONNX)."""
     out: list[str] = []
-    defined: set[int] = {id(v) for v in outer}
+    defined: set[Value] = set(outer)
     names: set[str] = set()
+    mine: list[Value] = []
 
     def define(v: Value, where: str) -> None:
-        if id(v) in defined:
+        if v in defined:
             out.append(f"{where}: value {v.name!r} defined twice")
-        defined.add(id(v))
+        defined.add(v)
+        mine.append(v)
         if v.name in names:
             out.append(f"{where}: duplicate value name {v.name!r}")
         names.add(v.name)
@@ -59,48 +81,45 @@ def problems(graph: Graph, outer: Iterable[Value] = ()) -> list[str]:
             out.append(f"weight {v.name!r} has kind {v.kind.value}")
         define(v, "weights")
     for node in graph.nodes:
-        out.extend(_check_node(node, defined))
+        out.extend(_check_node(node, graph, defined))
         for sub in node_subgraphs(node):
-            visible = [v for v in graph.values() if id(v) in defined]
-            out.extend(f"{node.name}/{p}" for p in problems(sub, visible))
+            out.extend(f"{node.name}/{p}" for p in problems(sub, defined))
         for i, v in enumerate(node.outputs):
             if v.producer is not node or v.index != i:
-                out.append(f"node {node.name!r}: output {i} ({v.name!r}) does not point back to it")
-            define(v, f"node {node.name!r}")
+                out.append(f"{_where(node)}: output {i} ({v.name!r}) does not point back to it")
+            define(v, _where(node))
     for v in graph.outputs:
-        if id(v) not in defined:
+        if v not in defined:
             out.append(f"graph output {v.name!r} is not defined")
+    out.extend(_dangling_uses(mine))
     return out
 
 
-def _check_node(node: Node, defined: set[int]) -> list[str]:
-    out: list[str] = []
-    where = f"node {node.name!r} ({node.op.value})"
+def _check_node(node: Node, graph: Graph, defined: set[Value]) -> list[str]:
+    where = _where(node)
     if not isinstance(node.op, Op):
         return [f"{where}: not a canonical op"]
+    out: list[str] = []
+    if node.owner is not graph:
+        out.append(f"{where}: owner is not the graph that lists it")
     for i, v in enumerate(node.inputs):
-        if v is not None and id(v) not in defined:
+        if v is None:
+            continue
+        if v not in defined:
             out.append(f"{where}: input {i} ({v.name!r}) used before it is defined")
-    present = [v for v in node.inputs if v is not None]
-    need = _MIN_INPUTS.get(node.op, 0)
-    if len(present) < need:
-        out.append(f"{where}: needs at least {need} inputs, has {len(present)}")
-    for key in _REQUIRED_ATTRS.get(node.op, ()):
-        if key not in node.attrs:
-            out.append(f"{where}: missing attribute {key!r}")
-    if node.op is Op.DOT and not out:
-        lhs, rhs = node.inputs[0], node.inputs[1]
-        assert lhs is not None and rhs is not None
-        for side, value, keys in (("lhs", lhs, ("lhs_contract", "lhs_batch")),
-                                  ("rhs", rhs, ("rhs_contract", "rhs_batch"))):
-            for key in keys:
-                for d in node.attrs.get(key, ()):
-                    if not 0 <= d < value.type.rank:
-                        out.append(f"{where}: {key} dim {d} out of range for {side} rank {value.type.rank}")
-        if len(node.attrs["lhs_contract"]) != len(node.attrs["rhs_contract"]):
-            out.append(f"{where}: lhs_contract and rhs_contract differ in length")
-        if len(node.attrs.get("lhs_batch", ())) != len(node.attrs.get("rhs_batch", ())):
-            out.append(f"{where}: lhs_batch and rhs_batch differ in length")
-    if node.op is Op.UNKNOWN and not (node.attrs.get("source_op") or node.source.op):
-        out.append(f"{where}: unknown op without a source_op")
+        if Use(node, i) not in v.uses:
+            out.append(f"{where}: input {i} ({v.name!r}) is missing from the value's use-list")
+    if not out:
+        out.extend(f"{where}: {reason}" for reason in type_problems(node))
+    return out
+
+
+def _dangling_uses(values: Iterable[Value]) -> list[str]:
+    """Use-list entries that point at removed nodes or at inputs that read something else."""
+    out: list[str] = []
+    for v in values:
+        for use in v.uses:
+            node = use.node
+            if node.owner is None or not 0 <= use.index < len(node.inputs) or node.inputs[use.index] is not v:
+                out.append(f"value {v.name!r}: dangling use by {node.name!r} input {use.index}")
     return out

@@ -51,11 +51,11 @@ def _microbatches(table: CostTable) -> int:
     """Independent inputs that stream through the chip pipeline: the sequences of the batch, or
     every token when all attention is causal (token t needs only the K/V of earlier tokens, which
     went through first), as in token-pipelined causal-LM prefill."""
-    from ...ir import DimRole, Op
+    from ...ir import DimRole, Op, is_causal
     graph, b = table.graph, table.bindings
     batch = max(graph.role_size(DimRole.BATCH, b), 1)
     attn = [n for n in graph.nodes if n.op is Op.ATTENTION]
-    if graph.dims_with_role(DimRole.SEQUENCE) and attn and all(n.attrs.get("causal") for n in attn):
+    if graph.dims_with_role(DimRole.SEQUENCE) and attn and all(is_causal(n) for n in attn):
         return batch * max(graph.role_size(DimRole.SEQUENCE, b), 1)
     return batch
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from ...ir import DType, Node, Op
+from ...ir import DType, Node, Op, attention_dims, attention_operands, is_causal
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import value_bytes
@@ -92,19 +92,14 @@ def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:
     """Dims of a fused attention kernel, from an ATTENTION node or an eager QK^T..PV pattern."""
     node = kernel.anchor
     if node.op in (Op.ATTENTION, Op.ATTENTION_BACKWARD):
-        off = 1 if node.op is Op.ATTENTION_BACKWARD else 0
-        q, k, v = (_shape(table, node, off + i) for i in range(3))
+        off = attention_operands(node)
+        a = attention_dims(node.attrs, *(_shape(table, node, off + i) for i in range(3)))
         qv = node.inputs[off]
         assert qv is not None
-        if node.attrs.get("layout", "bhsd") == "bsd":
-            hq = int(node.attrs["num_heads"])
-            hk = int(node.attrs.get("kv_num_heads", hq))
-            return AttentionShape(q[0] * hq, q[1], k[1], q[2] // hq, v[2] // hk,
-                                  bool(node.attrs.get("causal")), qv.type.dtype)
-        return AttentionShape(q[0] * q[1], q[2], k[2], q[3], v[3], bool(node.attrs.get("causal")), qv.type.dtype)
+        return AttentionShape(a.batch * a.heads, a.sq, a.sk, a.d, a.dv, is_causal(node), qv.type.dtype)
     dots = [n for n in kernel.nodes if n.op is Op.DOT]
     g1, g2 = dot_gemm(table, dots[0]), dot_gemm(table, dots[-1])
-    causal = any(n.attrs.get("causal_mask") for n in kernel.nodes)   # a mask the frontend proved causal
+    causal = any(is_causal(n) for n in kernel.nodes)   # a mask step the frontend proved causal
     return AttentionShape(g1.batch, g1.m, g1.n, g1.k, g2.n, causal, g1.dtype)
 
 

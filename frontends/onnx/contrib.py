@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...ir import DType, Op, TensorType, Value
+from ...ir import CAUSAL, DType, Op, TensorType, Value
 from .contractions import conv_attrs, dot, matmul
 from .contrib_shapes import MS, gqa_geometry, heads
 from .mask_hooks import attention_mask_is_causal
@@ -58,9 +58,9 @@ def _ms_attention(cx: NodeCx) -> None:
                         types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[1]))], bind=False, suffix="k_all").outputs[0]
             v = cx.emit(Op.RESHAPE, [present], {"layout_adapter": "2bnsh->bsd", "part": "v"},
                         types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[2]))], bind=False, suffix="v_all").outputs[0]
-    attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, "causal": bool(cx.attr("unidirectional", 0))}
-    if not attrs["causal"] and (attention_mask_is_causal(cx, 3, nonzero=True) or attention_mask_is_causal(cx, 5)):
-        attrs.update(causal=True, causal_from="mask")   # mask_index / attention_bias (.masks)
+    attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, CAUSAL: bool(cx.attr("unidirectional", 0))}
+    if not attrs[CAUSAL] and (attention_mask_is_causal(cx, 3, nonzero=True) or attention_mask_is_causal(cx, 5)):
+        attrs.update({CAUSAL: True, "causal_from": "mask"})   # mask_index / attention_bias (.masks)
     if cx.attr("scale"):
         attrs["scale"] = float(cx.attr("scale"))
     mask = cx.input(3)
@@ -127,9 +127,9 @@ def _ms_mha(cx: NodeCx) -> None:
                 cx.bind_at(idx, cx.emit(Op.IDENTITY, [t], types=[cx.out_type_at(idx)], bind=False,
                                         suffix=f"present{idx}").outputs[0])
         k, v = _as_bsd(cx, k, "k_bsd"), _as_bsd(cx, v, "v_bsd")
-    attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, "causal": bool(cx.attr("unidirectional", 0))}
-    if not attrs["causal"] and (attention_mask_is_causal(cx, 4, nonzero=True) or attention_mask_is_causal(cx, 5)):
-        attrs.update(causal=True, causal_from="mask")   # key_padding_mask / attention_bias (.masks)
+    attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, CAUSAL: bool(cx.attr("unidirectional", 0))}
+    if not attrs[CAUSAL] and (attention_mask_is_causal(cx, 4, nonzero=True) or attention_mask_is_causal(cx, 5)):
+        attrs.update({CAUSAL: True, "causal_from": "mask"})   # key_padding_mask / attention_bias (.masks)
     if cx.attr("scale"):
         attrs["scale"] = float(cx.attr("scale"))
     mask = cx.input(4) or cx.input(5)
@@ -150,7 +150,7 @@ def _ms_gqa(cx: NodeCx) -> None:
         k = cx.emit(Op.MUL, [k], {"role": "rotary"}, types=[k.type], bind=False, suffix="k_rotary").outputs[0]
     k = _with_past(cx, k, 3, 1, hk, "key")
     v = _with_past(cx, v, 4, 2, hk, "value")
-    attrs: dict[str, Any] = {"layout": "bsd", "num_heads": hq, "kv_num_heads": hk, "causal": True}
+    attrs: dict[str, Any] = {"layout": "bsd", "num_heads": hq, "kv_num_heads": hk, CAUSAL: True}
     if cx.attr("scale"):
         attrs["scale"] = float(cx.attr("scale"))
     if cx.attr("local_window_size", -1) not in (-1, None):

@@ -22,6 +22,7 @@ from onnx import GraphProto, ModelProto
 from ...errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError
 from ...ir import Graph
 from ..dim_roles import assign_roles
+from ...ir.verifier import maybe_verify
 from .functions import expand_function
 from .lowering import OnnxLowerer, Unordered
 from .masks import CausalMasks
@@ -143,4 +144,4 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
     })
     if errors:
         graph.meta["shape_inference_notes"] = [f"{k or '(model)'}: {v}" for k, v in sorted(errors.items())][:20]
-    return graph
+    return maybe_verify(graph, f"the ONNX frontend ({file or graph.name})")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from onnx import NodeProto
 
-from ...ir import DType, Op, Value
+from ...ir import CAUSAL, DType, Op, Value
 from .masks import _DEFAULT_DOMAINS, CausalMasks
 
 if TYPE_CHECKING:
@@ -43,14 +43,14 @@ def _may_mask(v: Value | None, *, ints: bool = False) -> bool:
 
 def tag_mask_step(cx: NodeCx) -> None:
     """For a ``Softmax``: when its input is an ``Add``/``Where`` with a causal mask operand (eager
-    attention's mask step), mark the IR node of that add/where ``causal_mask`` so the fused
+    attention's mask step), mark the IR node of that add/where :data:`~narrowpipe.ir.CAUSAL` so the fused
     attention kernel skips the masked blocks (:mod:`narrowpipe.costmodel.execution.gemm`)."""
     masks = _masks_of(cx)
     x = cx.input(0)
     if masks is None or x is None or x.producer is None or not cx.ins:
         return
     ir = x.producer
-    if ir.op not in (Op.ADD, Op.WHERE) or ir.attrs.get("causal_mask"):
+    if ir.op not in (Op.ADD, Op.WHERE) or ir.attrs.get(CAUSAL):
         return
     node = masks.producer(cx.ins[0])
     if node is None or node.domain not in _DEFAULT_DOMAINS or node.op_type not in ("Add", "Where"):
@@ -58,7 +58,7 @@ def tag_mask_step(cx: NodeCx) -> None:
     if len(node.input) != len(ir.inputs):
         return   # not the plain one-node lowering (an input is missing)
     if _any_causal(masks, node, ir.inputs):
-        ir.attrs["causal_mask"] = True
+        ir.attrs[CAUSAL] = True
 
 
 def _any_causal(masks: CausalMasks, node: NodeProto, operands: Iterable[Value | None]) -> bool:

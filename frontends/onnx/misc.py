@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...ir import Op, TensorType, Value, ValueKind
+from ...ir import DType, Op, TensorType, Value, ValueKind
 from .node import NodeCx
 from .tensor import norm_axis, one
 
@@ -31,8 +31,9 @@ def _stft(cx: NodeCx) -> None:
 
 
 def _window(cx: NodeCx) -> None:
-    """Hann/Hamming/Blackman windows: one cosine per element."""
-    cx.emit(Op.COS, cx.inputs(), {"window": cx.op_type})
+    """Hann/Hamming/Blackman windows: the positions 0..size-1, then one cosine per element."""
+    positions = cx.emit(Op.IOTA, cx.inputs(), {"window": cx.op_type}, bind=False, suffix="positions").outputs[0]
+    cx.emit(Op.COS, [positions], {"window": cx.op_type})
 
 
 def _col2im(cx: NodeCx) -> None:
@@ -49,7 +50,11 @@ def _regex(cx: NodeCx) -> None:
 
 
 def _binarizer(cx: NodeCx) -> None:
-    cx.emit(Op.GT, cx.inputs(), {"threshold": float(cx.attr("threshold", 0.0))})
+    """x > threshold as a bool mask, cast back to x's type (Binarizer yields 0/1 of its input type)."""
+    out = cx.out_types()[0]
+    mask = cx.emit(Op.GT, cx.inputs(), {"threshold": float(cx.attr("threshold", 0.0))},
+                   types=[TensorType(DType.BOOL, out.shape)], bind=False, suffix="mask").outputs[0]
+    cx.emit(Op.CAST, [mask], {"to": out.dtype.value})
 
 
 def _label_encoder(cx: NodeCx) -> None:

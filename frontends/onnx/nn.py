@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...ir import DType, Op, TensorType, Value
+from ...ir import CAUSAL, DType, Op, TensorType, Value
 from .mask_hooks import attention_mask_is_causal, tag_mask_step
 from .node import NodeCx
 from .shape_rules import broadcast
@@ -261,9 +261,9 @@ def _attention(cx: NodeCx) -> None:
     mask = cx.input(3)
     past_k, past_v = cx.input(4), cx.input(5)
     four_d = q.type.rank == 4
-    attrs: dict[str, Any] = {"causal": bool(cx.attr("is_causal", 0))}
-    if not attrs["causal"] and mask is not None and attention_mask_is_causal(cx, 3):
-        attrs.update(causal=True, causal_from="mask")   # a materialised causal mask (.masks)
+    attrs: dict[str, Any] = {CAUSAL: bool(cx.attr("is_causal", 0))}
+    if not attrs[CAUSAL] and mask is not None and attention_mask_is_causal(cx, 3):
+        attrs.update({CAUSAL: True, "causal_from": "mask"})   # a materialised causal mask (.masks)
     if cx.attr("scale") is not None:
         attrs["scale"] = float(cx.attr("scale"))
     if cx.attr("softcap"):
@@ -338,7 +338,8 @@ def _rotary(cx: NodeCx) -> None:
     x = cx.input(0)
     a = cx.emit(Op.MUL, [x], {"role": "rotary_cos"}, types=t, bind=False, suffix="cos").outputs[0]
     b = cx.emit(Op.MUL, [x], {"role": "rotary_sin"}, types=t, bind=False, suffix="sin").outputs[0]
-    cx.emit(Op.ADD, [a, b, *cx.inputs()[1:]], {"role": "rotary"})
+    tables = [v for v in cx.inputs()[1:] if v is not None]   # position ids, cos and sin caches
+    cx.emit(Op.ADD, [a, b, *tables], {"role": "rotary", "lookup_operands": len(tables)})
 
 
 NN_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {

@@ -47,7 +47,13 @@ def _recurrent(kind: str) -> Callable[[NodeCx], None]:
         proj = _dot(cx, x, w, (2,), (2,), (), (), cx.tensor(dt, (*x.type.shape[:2], dirs, gh)), "input_proj")
         b = cx.input(3)
         if b is not None:
-            proj = cx.emit(Op.ADD, [proj, b], {"role": "bias"}, types=[proj.type], bind=False, suffix="bias").outputs[0]
+            # B is [dirs, 2*G*h]: the input and recurrent biases side by side, summed once (as
+            # runtimes do) into the [dirs, G*h] bias every step adds
+            pair = cx.emit(Op.RESHAPE, [b], {"role": "bias_pair"}, types=[cx.tensor(b.type.dtype, (dirs, 2, gh))],
+                           bind=False, suffix="bias_pair").outputs[0]
+            bias = cx.emit(Op.REDUCE_SUM, [pair], {"axes": (1,), "keepdims": False, "role": "bias"},
+                           types=[cx.tensor(b.type.dtype, (dirs, gh))], bind=False, suffix="bias_sum").outputs[0]
+            proj = cx.emit(Op.ADD, [proj, bias], {"role": "bias"}, types=[proj.type], bind=False, suffix="bias").outputs[0]
         # h for every step: the initial state broadcast over the steps (the recurrence is sequential)
         h0 = cx.input(5)
         state_t = cx.tensor(dt, (seq, dirs, batch, hidden))
@@ -55,15 +61,29 @@ def _recurrent(kind: str) -> Callable[[NodeCx], None]:
                          {"role": "hidden_states"}, types=[state_t], bind=False, suffix="h").outputs[0]
         rec = _dot(cx, states, r, (3,), (2,), (1,), (0,), cx.tensor(dt, (dirs, seq, batch, gh)), "recurrent_proj",
                    sequential_steps=trip_attr(seq))
+        # the DOT yields [dirs, steps, batch, G*h] (batch dims first); a free view relabels it into
+        # X's layout so the gate add is elementwise (cost-equivalent, as contrib's layout adapters)
+        rec = cx.emit(Op.RESHAPE, [rec], {"layout_adapter": "dsbg->X"}, types=[steps_t], bind=False,
+                      suffix="recurrent_view").outputs[0]
         cur = cx.emit(Op.ADD, [proj, rec], {"role": "gates"}, types=[steps_t], bind=False, suffix="gates").outputs[0]
         cell = cx.input(6) if kind == "LSTM" else None
         for k, (op, width) in enumerate(steps):
             t = cx.tensor(dt, (*x.type.shape[:2], dirs, dim_mul(hidden, width)))
-            other = states if cell is None else cell
-            inputs = [cur] if op in (Op.SIGMOID, Op.TANH) else [cur, other]
+            # each step reads its gates' slice and the state over every step, both as free views
+            # in X's layout, so every step is a well-typed elementwise op of the width it computes
+            inputs = [_view_as(cx, Op.SLICE, cur, t, f"gates{k}")]
+            if op not in (Op.SIGMOID, Op.TANH):
+                inputs.append(_view_as(cx, Op.EXPAND, states if cell is None else cell, t, f"state{k}"))
             cur = cx.emit(op, inputs, {"cell": kind}, types=[t], bind=False, suffix=f"{op.value}{k}").outputs[0]
         _bind_outputs(cx, cur)
     return fn
+
+
+def _view_as(cx: NodeCx, op: Op, v: Value, t: Any, suffix: str) -> Value:
+    """``v`` itself when it already has type ``t``, else a free view of it with that type."""
+    if v.type == t:
+        return v
+    return cx.emit(op, [v], {"layout_adapter": "cell"}, types=[t], bind=False, suffix=suffix).outputs[0]
 
 
 def _dot(cx: NodeCx, lhs: Value, rhs: Value, lc: tuple[int, ...], rc: tuple[int, ...], lb: tuple[int, ...],

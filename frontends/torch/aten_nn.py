@@ -7,7 +7,7 @@ from math import ceil
 
 import torch.fx as fx
 
-from ...ir import DType, Op, TensorType
+from ...ir import CAUSAL, DType, Op, TensorType
 from .aten_args import arg, ints, norm_axis, rank_of, scalar, tensor_meta
 from .lowering import AtenLowerer
 
@@ -20,9 +20,9 @@ def _attention(cx: AtenLowerer, n: fx.Node, mask: object, causal: object, scale:
                dropout: object = 0.0) -> None:
     q, k, v = (cx.value(x) for x in n.args[:3])
     m = cx.value(mask)
-    attrs: dict[str, object] = {"layout": "bhsd", "causal": bool(causal), "dropout": scalar(dropout) or 0.0}
+    attrs: dict[str, object] = {"layout": "bhsd", CAUSAL: bool(causal), "dropout": scalar(dropout) or 0.0}
     if not causal and m is not None and cx.is_causal_mask(mask):
-        attrs.update(causal=True, causal_from="mask")   # eager runs call SDPA with is_causal=True
+        attrs.update({CAUSAL: True, "causal_from": "mask"})   # eager runs call SDPA with is_causal=True
     if scale is not None:
         attrs["scale"] = scalar(scale)
     cx.emit(Op.ATTENTION, [q, k, v] + ([m] if m is not None else []), n, attrs)

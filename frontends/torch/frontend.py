@@ -22,6 +22,7 @@ from torch.export.graph_signature import InputKind
 from ...errors import FrontendError, ModelLoadError
 from ...ir import DimSpec, Graph, Value, ValueKind
 from ..dim_roles import assign_roles
+from ...ir.verifier import maybe_verify
 from .aten_table import ATEN_TABLE, IGNORED
 from .lowering import AtenLowerer
 from .types import SymbolTable
@@ -101,7 +102,7 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
                           constants=constants)
     outputs = lowerer.lower(gm.graph, mapping, lambda n: lowerer.get_attr(gm, n))
     graph.set_outputs(outputs)
-    return graph
+    return maybe_verify(graph, "the torch frontend")
 
 
 def from_graph_module(gm: fx.GraphModule, args: tuple[Any, ...] = (), *, strict: bool = False,
@@ -137,7 +138,7 @@ def from_graph_module(gm: fx.GraphModule, args: tuple[Any, ...] = (), *, strict:
         return obj
 
     graph.set_outputs(lowerer.lower(gm.graph, mapping, get_attr))
-    return graph
+    return maybe_verify(graph, "the torch.fx frontend")
 
 
 def load_pt2(path: str | Path, *, strict: bool = False) -> Graph:

@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from ...errors import FrontendError, UnsupportedOpError
-from ...ir import Graph, Node, Op, Source, TensorType, Value, ValueKind
+from ...ir import CAUSAL, Graph, Node, Op, Source, TensorType, Value, ValueKind
 from .masks import CausalMasks
 from .types import SymbolTable
 
@@ -145,11 +145,11 @@ class AtenLowerer:
         return masks.is_causal(node)
 
     def mask_attrs(self, node: fx.Node) -> dict[str, Any]:
-        """``{"causal_mask": True}`` for eager attention's mask step (an add or where feeding a
+        """``{"causal": True}`` (:data:`~narrowpipe.ir.CAUSAL`) for eager attention's mask step (an add or where feeding a
         softmax, with a causal mask operand), so the fused attention kernel skips masked blocks."""
         feeds_softmax = any(u.op == "call_function" and op_key(u.target)[1] in _SOFTMAXES for u in node.users)
         if feeds_softmax and any(self.is_causal_mask(a) for a in node.args):
-            return {"causal_mask": True}
+            return {CAUSAL: True}
         return {}
 
     def _constant(self, node: fx.Node) -> Any:

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import narrowpipe
 from narrowpipe.frontends.onnx import masks as onnx_masks
 from narrowpipe.frontends.mask_pattern import MAX_NODES
-from narrowpipe.ir import Op
+from narrowpipe.ir import CAUSAL, Op
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 NEG_INF = float("-inf")
@@ -115,7 +115,7 @@ def _eager(kind: str, step: str = "auto"):
 
 
 def _tagged(graph) -> list:
-    return [n for n in graph.nodes if n.attrs.get("causal_mask")]
+    return [n for n in graph.nodes if n.attrs.get(CAUSAL)]
 
 
 # -- hand-built eager attention ------------------------------------------------------------------

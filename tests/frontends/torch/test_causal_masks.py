@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import narrowpipe  # noqa: E402
-from narrowpipe.ir import Op  # noqa: E402
+from narrowpipe.ir import CAUSAL, Op  # noqa: E402
 
 F = torch.nn.functional
 
@@ -64,7 +64,7 @@ def test_sdpa_masks_of_real_models(name, cls, config, causal):
 @pytest.mark.parametrize("name,cls,config,causal", CASES, ids=[c[0] for c in CASES])
 def test_eager_masks_of_real_models(name, cls, config, causal):
     g = _lm(cls, config(), "eager")
-    tagged = [n for n in g.nodes if n.attrs.get("causal_mask")]
+    tagged = [n for n in g.nodes if n.attrs.get(CAUSAL)]
     assert len(tagged) == (2 if causal else 0)
     assert all(n.op in (Op.ADD, Op.WHERE) for n in tagged)
 

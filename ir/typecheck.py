@@ -1,0 +1,215 @@
+"""Per-op type rules the verifier checks: a node's output types against its operands and attrs.
+
+Why a separate module: the structural checks (definitions, uses, order) hold for every op, while
+these rules are written per canonical op and grow with the op set. Symbolic dims compare
+structurally: two equal expressions agree, two ints must be equal, and anything else (an int
+against a symbol, two different expressions) is undecidable without bindings and so accepted,
+so a check never raises a false alarm on a graph that is right for some binding of its dims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .dims import Dim, Shape
+from .shapes import format_shape
+from .dtypes import DType
+from .graph import Node, Value
+from .ops import Op, OpGroup
+
+__all__ = ["type_problems", "may_equal", "REQUIRED_ATTRS"]
+
+#: Attributes a node of the op must carry; cost rules read them unconditionally.
+REQUIRED_ATTRS: dict[Op, tuple[str, ...]] = {
+    Op.DOT: ("lhs_contract", "rhs_contract"),
+    Op.CONV: ("stride", "padding", "dilation", "groups"),
+}
+_MIN_INPUTS: dict[Op, int] = {Op.DOT: 2, Op.CONV: 2, Op.ATTENTION: 3}
+#: Elementwise ops whose operands do not broadcast numpy-style: per-axis scales and zero points
+#: (``axis`` attr), and PReLU's per-channel slope (torch keeps it as ``[C]`` against ``[N, C, ...]``).
+_NOT_BROADCAST: frozenset[Op] = frozenset({Op.QUANTIZE, Op.DEQUANTIZE, Op.PRELU})
+#: Elementwise ops whose result is boolean whatever the operand type.
+_BOOL_RESULT: frozenset[Op] = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.ISNAN, Op.ISINF})
+
+
+def may_equal(a: Dim, b: Dim) -> bool:
+    """False only when ``a`` and ``b`` certainly differ (two different ints)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return True
+
+
+def _broadcast_dim(a: Dim, b: Dim) -> Dim | None:
+    """The broadcast of two dims; ``None`` when they certainly do not broadcast."""
+    if a == 1:
+        return b
+    if b == 1 or a == b:
+        return a
+    if isinstance(a, int) and isinstance(b, int):
+        return None
+    return a if isinstance(a, int) else b   # undecidable: keep the one that carries more facts
+
+
+def broadcast_shapes(shapes: Sequence[Shape]) -> Shape | None:
+    """Numpy broadcast of ``shapes`` (symbolic dims as above); ``None`` when they cannot broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = [1] * rank
+    for s in shapes:
+        for i, d in enumerate(s):
+            j = rank - len(s) + i
+            b = _broadcast_dim(out[j], d)
+            if b is None:
+                return None
+            out[j] = b
+    return tuple(out)
+
+
+def _shape_mismatch(expected: Shape, got: Shape) -> bool:
+    return len(expected) != len(got) or not all(may_equal(a, b) for a, b in zip(expected, got))
+
+
+def _check_dot(node: Node) -> list[str]:
+    lhs, rhs = node.inputs[0], node.inputs[1]
+    assert lhs is not None and rhs is not None
+    a = node.attrs
+    lc, rc = tuple(a["lhs_contract"]), tuple(a["rhs_contract"])
+    lb, rb = tuple(a.get("lhs_batch", ())), tuple(a.get("rhs_batch", ()))
+    out: list[str] = []
+    for side, value, dims in (("lhs", lhs, lc + lb), ("rhs", rhs, rc + rb)):
+        bad = [d for d in dims if not (isinstance(d, int) and 0 <= d < value.type.rank)]
+        if bad:
+            out.append(f"{side} dims {bad} out of range for rank {value.type.rank}")
+        if len(set(dims)) != len(dims):
+            out.append(f"{side} batch/contracting dims repeat: {list(dims)}")
+    if len(lc) != len(rc):
+        out.append("lhs_contract and rhs_contract differ in length")
+    if len(lb) != len(rb):
+        out.append("lhs_batch and rhs_batch differ in length")
+    if out:
+        return out
+    ls, rs = lhs.shape, rhs.shape
+    for i, j in zip(lc, rc):
+        if not may_equal(ls[i], rs[j]):
+            out.append(f"contracting dims differ: lhs dim {i} is {ls[i]}, rhs dim {j} is {rs[j]}")
+    batch: list[Dim] = []
+    for i, j in zip(lb, rb):
+        d = _broadcast_dim(ls[i], rs[j])
+        if d is None:
+            out.append(f"batch dims do not broadcast: lhs dim {i} is {ls[i]}, rhs dim {j} is {rs[j]}")
+            d = ls[i]
+        batch.append(d)
+    free_l = [d for i, d in enumerate(ls) if i not in lc and i not in lb]
+    free_r = [d for i, d in enumerate(rs) if i not in rc and i not in rb]
+    expected = (*batch, *free_l, *free_r)
+    got = node.outputs[0].shape if node.outputs else None
+    if got is not None and _shape_mismatch(expected, got):
+        out.append(f"output shape {format_shape(got)} is not batch+lhs free+rhs free "
+                   f"{format_shape(expected)} of {format_shape(ls)} x {format_shape(rs)}")
+    return out
+
+
+def _check_elementwise(node: Node) -> list[str]:
+    ins = [v for v in node.inputs if v is not None]
+    tables = node.attrs.get("lookup_operands", 0)
+    if isinstance(tables, int) and 0 < tables < len(ins):
+        ins = ins[:-tables]   # read by position (rotary caches), not broadcast (see ops.py)
+    out: list[str] = []
+    if not node.outputs:
+        return ["elementwise op without an output"]
+    result = node.outputs[0]
+    if node.op in _BOOL_RESULT and result.dtype is not DType.BOOL:
+        out.append(f"a comparison yields bool, not {result.dtype.value}")
+    if node.op is Op.CAST and "to" in node.attrs:
+        to = node.attrs["to"]
+        try:
+            want = to if isinstance(to, DType) else DType.parse(str(to))
+        except (ValueError, KeyError):
+            want = None
+        if want is not None and want is not result.dtype:
+            out.append(f"cast to {want.value} yields {result.dtype.value}")
+    if node.op is Op.CAST:
+        ins = ins[:1]   # CastLike's second operand only names the dtype
+    if node.op in _NOT_BROADCAST or not ins:
+        return out
+    shapes = [v.shape for v in ins]
+    axis = node.attrs.get("axis")
+    if isinstance(axis, int) and not isinstance(axis, bool):
+        shapes = _align_at_axis(shapes, axis)
+    expected = broadcast_shapes(shapes)
+    if expected is None:
+        out.append("operands do not broadcast: " + ", ".join(format_shape(v.shape) for v in ins))
+    elif _shape_mismatch(expected, result.shape):
+        out.append(f"output shape {format_shape(result.shape)} is not the broadcast "
+                   f"{format_shape(expected)} of its operands")
+    return out
+
+
+def _align_at_axis(shapes: list[Shape], axis: int) -> list[Shape]:
+    """ONNX's legacy broadcast, which the frontends keep for a conv's ``[C]`` bias (``axis=1``): a
+    lower-rank operand lines up with the full-rank ones from dim ``axis``, not from the right."""
+    rank = max(len(s) for s in shapes)
+    axis = axis + rank if axis < 0 else axis
+    out: list[Shape] = []
+    for s in shapes:
+        if len(s) < rank and 0 <= axis <= rank - len(s):
+            s = (*(1,) * axis, *s, *(1,) * (rank - axis - len(s)))
+        out.append(s)
+    return out
+
+
+def _check_attention(node: Node) -> list[str]:
+    q = node.inputs[0]
+    assert q is not None
+    bsd = node.attrs.get("layout", "bhsd") == "bsd"
+    out: list[str] = []
+    if bsd and "num_heads" not in node.attrs:
+        out.append("layout 'bsd' needs num_heads")
+    rank = 3 if bsd else 4
+    for i, v in enumerate(node.inputs[:3]):
+        if v is not None and v.type.rank != rank:
+            out.append(f"input {i} ({v.name!r}) has rank {v.type.rank}, layout {node.attrs.get('layout', 'bhsd')!r} needs {rank}")
+    if node.outputs and not out:
+        o = node.outputs[0].shape
+        if len(o) != rank:
+            out.append(f"output rank {len(o)}, layout needs {rank}")
+        elif not all(may_equal(a, b) for a, b in zip(o[:-1], q.shape[:-1])):
+            out.append(f"output {format_shape(o)} disagrees with query {format_shape(q.shape)} "
+                       "outside the head dim")
+    return out
+
+
+def _check_same_shape(node: Node) -> list[str]:
+    """Softmax and the norms keep their input's shape (statistics live inside the op)."""
+    x = node.inputs[0] if node.inputs else None
+    if x is None or not node.outputs:
+        return []
+    got = node.outputs[0].shape
+    if _shape_mismatch(x.shape, got):
+        return [f"output shape {format_shape(got)} differs from its input's {format_shape(x.shape)}"]
+    return []
+
+
+_CHECKS: dict[Op, Callable[[Node], list[str]]] = {
+    Op.DOT: _check_dot, Op.ATTENTION: _check_attention,
+    **{op: _check_same_shape for op in (Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM, Op.RMS_NORM,
+                                        Op.GROUP_NORM, Op.INSTANCE_NORM)},
+}
+
+
+def type_problems(node: Node) -> list[str]:
+    """Reasons ``node``'s attrs or output types disagree with its operands (empty when none)."""
+    out: list[str] = []
+    present = [v for v in node.inputs if v is not None]
+    need = _MIN_INPUTS.get(node.op, 0)
+    if len(present) < need:
+        out.append(f"needs at least {need} inputs, has {len(present)}")
+    out.extend(f"missing attribute {k!r}" for k in REQUIRED_ATTRS.get(node.op, ()) if k not in node.attrs)
+    if node.op is Op.UNKNOWN and not (node.attrs.get("source_op") or node.source.op):
+        out.append("unknown op without a source_op")
+    if out:
+        return out
+    check = _CHECKS.get(node.op)
+    if check is None and node.op.group is OpGroup.ELEMENTWISE:
+        check = _check_elementwise
+    return check(node) if check is not None else []
+
