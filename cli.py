@@ -306,6 +306,7 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
 @command("examples")
 def _examples(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
+
     from .models.examples import EXAMPLES
     t = Table(title="bundled examples")
     t.add_column("name")

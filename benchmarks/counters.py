@@ -40,8 +40,19 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 import narrowpipe  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (RESULTS, SCRATCH, environment, env_header, fmt_flops, fmt_g, fmt_s, md_table,  # noqa: E402
-                     median, timed, write_results)
+from _common import (  # noqa: E402
+    RESULTS,
+    SCRATCH,
+    env_header,
+    environment,
+    fmt_flops,
+    fmt_g,
+    fmt_s,
+    md_table,
+    median,
+    timed,
+    write_results,
+)
 
 # fvcore's by_operator() names for contractions and convolutions (what FlopCounterMode counts)
 FVCORE_MATMUL_CONV = {"addmm", "bmm", "mm", "matmul", "linear", "einsum", "conv"}

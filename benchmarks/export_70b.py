@@ -42,8 +42,7 @@ from narrowpipe.frontends.torch.frontend import from_exported_program  # noqa: E
 from narrowpipe.models.examples import EXAMPLES, load_example  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (RESULTS, SCRATCH, environment, env_header, fmt_flops, fmt_s, md_table, median,  # noqa: E402
-                     timed, write_results)
+from _common import RESULTS, SCRATCH, env_header, environment, fmt_flops, fmt_s, md_table, median, timed, write_results  # noqa: E402
 
 MAX_OVERHEAD = 0.20              # lowering + analyze, as a fraction of torch.export's time
 MAX_RSS_BYTES = 4 * 10**9        # 4 GB

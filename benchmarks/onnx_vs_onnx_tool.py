@@ -32,11 +32,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import onnx_models  # noqa: E402
-from _common import RESULTS, SCRATCH, environment, env_header, fmt_g, fmt_s, md_table, write_results  # noqa: E402
-
 import narrowpipe  # noqa: E402
 from narrowpipe.ir import ValueKind  # noqa: E402
+
+import onnx_models  # noqa: E402
+from _common import RESULTS, SCRATCH, env_header, environment, fmt_g, fmt_s, md_table, write_results  # noqa: E402
 
 BATCH, SEQ = 1, 128
 #: onnx-tool op types that are contractions or convolutions (what modeled FLOPs covers).

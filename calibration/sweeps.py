@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
-
 from functools import partial
 
 from ..costmodel.interpreter import op_cost

@@ -14,8 +14,8 @@ import torch.fx as fx
 
 from ...ir import Graph, Op
 from .aten_args import scalar
-from .aten_names import ELEMENTWISE_OPS
 from .aten_contractions import CONTRACTION_LOWERINGS
+from .aten_names import ELEMENTWISE_OPS
 from .aten_nn import NN_LOWERINGS
 from .aten_tensor import TENSOR_LOWERINGS
 from .lowering import AtenLowerer

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 import fuzz_onnx  # noqa: E402  (tools/, put on the path by conftest)
+import pytest
 
 
 def _corpus(exported) -> list[str]:
@@ -35,6 +34,7 @@ def test_fuzzed_files_only_raise_narrowpipe_errors(exported) -> None:
 
 def test_mutations_are_reproducible() -> None:
     import random
+
     import onnx
     src = fuzz_onnx.default_corpus()[0]
     data = open(src, "rb").read()
