@@ -28,7 +28,8 @@ def report_summary(r: Report) -> Table:
     t.add_row("peak activations", nbytes(r.peak_activation_bytes))
     if r.comm_bytes:
         t.add_row("communication", nbytes(r.comm_bytes))
-    groups = ", ".join(f"{g} {percent(v, r.flops)}" for g, v in sorted(r.flops_by_group.items(), key=lambda kv: -kv[1]) if v)
+    groups = ", ".join(f"{g} {percent(v, r.flops)}"
+                       for g, v in sorted(r.flops_by_group.items(), key=lambda kv: -kv[1]) if v)
     t.add_row("FLOPs by group", groups or "-")
     return t
 
