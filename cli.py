@@ -162,6 +162,12 @@ def _timing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"fusion": args.fusion, "allow_tf32": args.tf32, "sparse": args.sparse}
 
 
+def _dims(args: argparse.Namespace) -> dict[str, Any]:
+    """``--set`` bindings as keywords for ``analyze``/``compare``'s ``**dims`` (typed Any: a type
+    checker cannot tell these keys from the named options beside them)."""
+    return parse_sets(args.set)
+
+
 @command("analyze")
 def _analyze(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.analyze import analyze
@@ -175,7 +181,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
         from .costmodel.compare import prices_by_target
         price = prices_by_target(parse_prices(args.price)).get(get_target(args.target).name)
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
-                     **parse_sets(args.set))
+                     **_dims(args))
     print_report(report, console, top=None if args.all else args.top)
     return _write_json(args, console, report.to_json())
 
@@ -189,7 +195,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     if not specs:
         raise NarrowpipeError("--targets is empty")
     result = compare(graph, specs, strict=args.strict, prices=parse_prices(args.price), **_timing_kwargs(args),
-                     **parse_sets(args.set))
+                     **_dims(args))
     print_comparison(result, console)
     return _write_json(args, console, result.to_json())
 
@@ -285,11 +291,13 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
 def _validate(args: argparse.Namespace, console: Console) -> int:
     import json
 
-    from .backends import get_target
+    from .backends import CpuTarget, get_target
     from .calibration.validate import summarize, validate_model
     from .render.validation import validation_table
     target = get_target(args.target)
-    _set_threads(args.threads or (target.cores if getattr(target, "vendor", "") == "host" else None))
+    # a target `calibrate` wrote runs with the threads it was measured with
+    host_cores = target.cores if isinstance(target, CpuTarget) and target.vendor == "host" else None
+    _set_threads(args.threads or host_cores)
     results = [validate_model(args.model, target, batch=b, seq=args.seq, tiny=args.tiny)
                for b in (args.batch or [1, 8])]
     console.print(validation_table(results))

@@ -198,7 +198,7 @@ TRANSCENDENTAL_FNS = ("exp", "log", "tanh", "sigmoid", "erf", "gelu", "silu", "s
 def transcendental_sweep(device: str = "cpu", n: int = 1 << 18) -> Iterator[Measurement]:
     """Each function on ``n`` cache-resident elements: evaluations per second."""
     import torch
-    fns = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
+    fns: dict[str, Callable[..., Any]] = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
     x = torch.rand(n, device=device) + 0.5
     for name in TRANSCENDENTAL_FNS:
         fn = fns.get(name) or getattr(torch, name)

@@ -106,12 +106,14 @@ def _sweep_cases() -> Iterator[tuple[str, str, Callable[[], tuple[Any, tuple[Any
                                        (128, 128, 3, 2, 56, 2), (256, 256, 3, 1, 14, 8), (512, 2048, 1, 1, 7, 4),
                                        (32, 32, 3, 1, 64, 2)]:
         yield "conv", f"conv {cin}->{cout} k{k} s{s} {hw}px b{batch}", partial(conv, cin, cout, k, s, hw, batch)
-    for name, fn, sizes in [("add", torch.add, (1000, 100_000, 1_000_000, 3_000_000)),
-                            ("mul", torch.mul, (50_000, 2_000_000)),
-                            ("relu", torch.relu, (30_000, 5_000_000)),
-                            ("gelu", torch.nn.functional.gelu, (200_000, 2_000_000)),
-                            ("exp", torch.exp, (10_000, 1_000_000)),
-                            ("tanh", torch.tanh, (500_000,))]:
+    elementwise_cases: list[tuple[str, Callable[..., Any], tuple[int, ...]]] = [
+        ("add", torch.add, (1000, 100_000, 1_000_000, 3_000_000)),
+        ("mul", torch.mul, (50_000, 2_000_000)),
+        ("relu", torch.relu, (30_000, 5_000_000)),
+        ("gelu", torch.nn.functional.gelu, (200_000, 2_000_000)),
+        ("exp", torch.exp, (10_000, 1_000_000)),
+        ("tanh", torch.tanh, (500_000,))]
+    for name, fn, sizes in elementwise_cases:
         for size in sizes:
             arity = 2 if name in ("add", "mul") else 1
             yield "elementwise", f"{name} {size}", partial(elementwise, fn, size, arity)
