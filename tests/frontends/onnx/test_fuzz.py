@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import time
 
-import fuzz_onnx  # noqa: E402  (tools/, put on the path by conftest)
 import pytest
+
+import fuzz_onnx  # noqa: E402  (tools/, put on the path by conftest)
 
 
 def _corpus(exported) -> list[str]:

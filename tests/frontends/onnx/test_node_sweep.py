@@ -9,11 +9,12 @@ from collections import Counter
 
 import numpy as np
 import onnx
-import onnx_node_sweep  # noqa: E402  (benchmarks/, put on the path by conftest)
 import pytest
 
 import narrowpipe
 from narrowpipe.errors import NarrowpipeError
+
+import onnx_node_sweep  # noqa: E402  (benchmarks/, put on the path by conftest)
 
 DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 
