@@ -17,9 +17,18 @@ from .costmodel.analyze import analyze
 from .costmodel.compare import Comparison, WhatIf, compare, whatif
 from .costmodel.diagnose import Diagnosis, diagnose
 from .costmodel.report import Bottleneck, OpRow, Report, Timing, Unmodeled
-from .errors import (FrontendError, IRError, ModelLoadError, NarrowpipeError, ShapeError,
-                     TargetSpecError, UnboundDimError, UnknownTargetError, UnsupportedOpError,
-                     VerificationError)
+from .errors import (
+    FrontendError,
+    IRError,
+    ModelLoadError,
+    NarrowpipeError,
+    ShapeError,
+    TargetSpecError,
+    UnboundDimError,
+    UnknownTargetError,
+    UnsupportedOpError,
+    VerificationError,
+)
 from .frontends import from_torch
 from .ir import DimRole, Graph
 from .loading import load

@@ -275,8 +275,9 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
                            from_measurements=args.from_measurements, name=args.name,
                            progress=lambda what: bar.update(task, description=what, advance=1))
     console.print(f"wrote {args.out} ({target.display_name}) and {measurements_path(args.out)}")
-    console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, memory {target.memory_bandwidth / 1e9:.3g} GB/s "
-                  f"best, dispatch {target.launch_overhead * 1e6:.3g} us")
+    console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, "
+                  f"memory {target.memory_bandwidth / 1e9:.3g} GB/s best, "
+                  f"dispatch {target.launch_overhead * 1e6:.3g} us")
     return 0
 
 
@@ -284,12 +285,15 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
 def _validate(args: argparse.Namespace, console: Console) -> int:
     import json
 
-    from .backends import get_target
+    from .backends import CpuTarget, get_target
     from .calibration.validate import summarize, validate_model
     from .render.validation import validation_table
     target = get_target(args.target)
-    _set_threads(args.threads or (target.cores if getattr(target, "vendor", "") == "host" else None))
-    results = [validate_model(args.model, target, batch=b, seq=args.seq, tiny=args.tiny) for b in (args.batch or [1, 8])]
+    # a target `calibrate` wrote runs with the threads it was measured with
+    host_cores = target.cores if isinstance(target, CpuTarget) and target.vendor == "host" else None
+    _set_threads(args.threads or host_cores)
+    results = [validate_model(args.model, target, batch=b, seq=args.seq, tiny=args.tiny)
+               for b in (args.batch or [1, 8])]
     console.print(validation_table(results))
     cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
     return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 1,
@@ -306,6 +310,7 @@ def _diagnose(args: argparse.Namespace, console: Console) -> int:
 @command("examples")
 def _examples(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
+
     from .models.examples import EXAMPLES
     t = Table(title="bundled examples")
     t.add_column("name")

@@ -26,7 +26,8 @@ def load(path: str | Path | Any, **options: Any) -> Graph:
         try:
             from .frontends.torch.frontend import load_pt2
         except ImportError as exc:
-            raise ModelLoadError("loading .pt2 files needs torch: pip install 'narrowpipe[torch]'", file=str(p)) from exc
+            raise ModelLoadError("loading .pt2 files needs torch: pip install 'narrowpipe[torch]'",
+                                 file=str(p)) from exc
         return load_pt2(p, **options)
     if suffix == ".onnx":
         from .frontends.onnx.frontend import load_onnx

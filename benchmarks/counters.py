@@ -40,8 +40,19 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 import narrowpipe  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (RESULTS, SCRATCH, environment, env_header, fmt_flops, fmt_g, fmt_s, md_table,  # noqa: E402
-                     median, timed, write_results)
+from _common import (  # noqa: E402
+    RESULTS,
+    SCRATCH,
+    env_header,
+    environment,
+    fmt_flops,
+    fmt_g,
+    fmt_s,
+    md_table,
+    median,
+    timed,
+    write_results,
+)
 
 # fvcore's by_operator() names for contractions and convolutions (what FlopCounterMode counts)
 FVCORE_MATMUL_CONV = {"addmm", "bmm", "mm", "matmul", "linear", "einsum", "conv"}
@@ -199,9 +210,11 @@ def measure(case: Case, quick: bool, seq: int, repeat: int) -> dict[str, Any]:
         "ratios": {"narrowpipe/flop_counter_mode": med["narrowpipe"] / med["flop_counter_mode"],
                    "narrowpipe/fvcore": med["narrowpipe"] / med["fvcore"]},
         "counts": counts, "explanation": explain(counts, last, params),
-        "details": {"narrowpipe": {k: last["narrowpipe"][k] for k in ("flops_by_group", "params", "unmodeled", "nodes")},
+        "details": {"narrowpipe": {k: last["narrowpipe"][k]
+                                   for k in ("flops_by_group", "params", "unmodeled", "nodes")},
                     "flop_counter_mode_by_op": last["flop_counter_mode"]["by_op"],
-                    "fvcore_macs_by_op": last["fvcore"]["macs_by_op"], "fvcore_skipped_ops": last["fvcore"]["skipped_ops"]},
+                    "fvcore_macs_by_op": last["fvcore"]["macs_by_op"],
+                    "fvcore_skipped_ops": last["fvcore"]["skipped_ops"]},
         "runs_seconds": {t: [r["seconds"] for r in rs] for t, rs in runs.items()},
     }
     del model
@@ -294,11 +307,13 @@ def render(results: list[dict[str, Any]], env: dict[str, Any], args: argparse.Na
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: 2-layer models, seq 32, 1 repeat, writes to benchmarks/out/")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 2-layer models, seq 32, 1 repeat, writes to benchmarks/out/")
     p.add_argument("--models", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     p.add_argument("--seq", type=int, default=None, help="text sequence length (default 128, quick 32)")
     p.add_argument("--repeat", type=int, default=None, help="runs per tool, median reported (default 5, quick 1)")
-    p.add_argument("--out", type=Path, default=None, help="results directory (default benchmarks/results, quick benchmarks/out)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results directory (default benchmarks/results, quick benchmarks/out)")
     args = p.parse_args(argv)
     args.seq = args.seq or (32 if args.quick else 128)
     args.repeat = args.repeat or (1 if args.quick else 5)
@@ -316,14 +331,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[counters] {name} ...", file=sys.stderr, flush=True)
         r = measure(CASES[name], args.quick, args.seq, args.repeat)
         m = r["median_seconds"]
-        print(f"[counters] {name}: narrowpipe {fmt_s(m['narrowpipe'])}, FlopCounterMode {fmt_s(m['flop_counter_mode'])}, "
-              f"fvcore {fmt_s(m['fvcore'])}", file=sys.stderr, flush=True)
+        print(f"[counters] {name}: narrowpipe {fmt_s(m['narrowpipe'])}, "
+              f"FlopCounterMode {fmt_s(m['flop_counter_mode'])}, fvcore {fmt_s(m['fvcore'])}",
+              file=sys.stderr, flush=True)
         results.append(r)
     env = environment()
     text = render(results, env, args)
     print(text)
-    data = {"benchmark": "counters", "env": env, "settings": {"quick": args.quick, "seq": args.seq, "repeat": args.repeat,
-                                                             "batch": 1}, "results": results}
+    settings = {"quick": args.quick, "seq": args.seq, "repeat": args.repeat, "batch": 1}
+    data = {"benchmark": "counters", "env": env, "settings": settings, "results": results}
     md, js = write_results(out_dir, "counters", text, data)
     print(f"wrote {md} and {js}", file=sys.stderr)
     return 0

@@ -86,7 +86,8 @@ def main() -> int:
         lines.append(f"| {c.name} | {c.measured_s * 1e3:.1f} ms | {c.predicted_s * 1e3:.1f} ms | {c.error:+.1%} |")
     lines += ["", "| op case | measured | predicted | error |", "|---|---|---|---|"]
     for c in sweep:
-        lines.append(f"| {c.group}: {c.name} | {c.measured_s * 1e6:.1f} us | {c.predicted_s * 1e6:.1f} us | {c.error:+.1%} |")
+        lines.append(f"| {c.group}: {c.name} | {c.measured_s * 1e6:.1f} us | {c.predicted_s * 1e6:.1f} us "
+                     f"| {c.error:+.1%} |")
     lines += ["", f"Acceptance: per-op median <= 20%: {'PASS' if ok_ops else 'FAIL'}; "
               f"end-to-end <= 25%: {'PASS' if ok_e2e else 'FAIL'}", "", f"![predicted vs measured]({png.name})"]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")

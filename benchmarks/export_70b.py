@@ -42,8 +42,7 @@ from narrowpipe.frontends.torch.frontend import from_exported_program  # noqa: E
 from narrowpipe.models.examples import EXAMPLES, load_example  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (RESULTS, SCRATCH, environment, env_header, fmt_flops, fmt_s, md_table, median,  # noqa: E402
-                     timed, write_results)
+from _common import RESULTS, SCRATCH, env_header, environment, fmt_flops, fmt_s, md_table, median, timed, write_results  # noqa: E402
 
 MAX_OVERHEAD = 0.20              # lowering + analyze, as a fraction of torch.export's time
 MAX_RSS_BYTES = 4 * 10**9        # 4 GB
@@ -124,7 +123,8 @@ def flop_counter_on_exported(ep: torch.export.ExportedProgram, batch: int, seq: 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="1 repeat, no cross-checks, no tracemalloc; writes to benchmarks/out/")
+    p.add_argument("--quick", action="store_true",
+                   help="1 repeat, no cross-checks, no tracemalloc; writes to benchmarks/out/")
     p.add_argument("--example", default="llama-3-70b", choices=sorted(EXAMPLES), help="which causal-LM example")
     p.add_argument("--repeat", type=int, default=None, help="export + lowering repeats, median reported (default 3)")
     p.add_argument("--out", type=Path, default=None, help="results directory")
@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     phases["after warm-up"] = rss()
     build_s, (model, kwargs, dyn) = timed(lambda: meta_model(args.example))
     phases["after meta build"] = rss()
-    say(f"built {args.example} on meta in {fmt_s(build_s)}; {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B params")
+    n_params = sum(p.numel() for p in model.parameters())
+    say(f"built {args.example} on meta in {fmt_s(build_s)}; {n_params / 1e9:.2f}B params")
 
     runs: list[dict[str, float]] = []
     base_b, base_s = BINDINGS[0]
@@ -150,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         ep = graph = report = None
         gc.collect()
         export_s, ep = timed(lambda: export(model, kwargs, dyn))
-        lower_s, graph = timed(lambda: lower(ep, args.example))
-        analyze_s, report = timed(lambda: narrowpipe.analyze(graph, batch=base_b, seq=base_s))
+        lower_s, graph = timed(lambda ep=ep: lower(ep, args.example))
+        analyze_s, report = timed(lambda graph=graph: narrowpipe.analyze(graph, batch=base_b, seq=base_s))
         runs.append({"export": export_s, "lower": lower_s, "analyze": analyze_s})
         say(f"run {i + 1}: export {fmt_s(export_s)}, lower {fmt_s(lower_s)}, analyze {fmt_s(analyze_s)}")
     phases["after export + lowering + analyze"] = rss()
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     for b, s in BINDINGS:
         times = []
         for _ in range(5):
-            t, r = timed(lambda: narrowpipe.analyze(graph, batch=b, seq=s))
+            t, r = timed(lambda b=b, s=s: narrowpipe.analyze(graph, batch=b, seq=s))
             times.append(t)
         rebinding.append({"batch": b, "seq": s, "analyze_seconds": median(times), "runs_seconds": times,
                           "modeled_flops": r.modeled_flops, "flops": r.flops, "bytes": r.bytes,
@@ -228,24 +229,29 @@ def render(d: dict[str, Any]) -> str:
              "\n## Time (median)\n\n",
              md_table(["step", "time", "share of export"], [
                  ["torch.export (non-strict, dynamic batch and seq)", fmt_s(med["export"]), "100%"],
-                 ["narrowpipe lowering (`from_exported_program`)", fmt_s(med["lower"]), f"{med['lower'] / med['export']:.1%}"],
-                 ["narrowpipe `analyze` (batch 1, seq 2048)", fmt_s(med["analyze"]), f"{med['analyze'] / med['export']:.1%}"],
+                 ["narrowpipe lowering (`from_exported_program`)", fmt_s(med["lower"]),
+                  f"{med['lower'] / med['export']:.1%}"],
+                 ["narrowpipe `analyze` (batch 1, seq 2048)", fmt_s(med["analyze"]),
+                  f"{med['analyze'] / med['export']:.1%}"],
              ], "l"),
              "\n## Rebinding the symbolic dims (analyze only; same graph, no re-export)\n\n"]
     rows = []
     for r in d["rebinding"]:
         fcm = r.get("flop_counter_mode")
-        agree = "-" if fcm is None else ("equal" if fcm == r["modeled_flops"] else f"differs by {fmt_flops(r['modeled_flops'] - fcm)}")
+        agree = "-" if fcm is None else ("equal" if fcm == r["modeled_flops"]
+                                         else f"differs by {fmt_flops(r['modeled_flops'] - fcm)}")
         shipped = r.get("shipped_flops")
-        ship = "-" if shipped is None else ("equal" if (shipped, r["shipped_modeled_flops"]) == (r["flops"], r["modeled_flops"])
-                                            else f"differs: {fmt_flops(r['flops'] - shipped)}")
+        ship = "-" if shipped is None else (
+            "equal" if (shipped, r["shipped_modeled_flops"]) == (r["flops"], r["modeled_flops"])
+            else f"differs: {fmt_flops(r['flops'] - shipped)}")
         rows.append([r["batch"], r["seq"], fmt_s(r["analyze_seconds"]), tflop(r["modeled_flops"]), tflop(r["flops"]),
                      gb(r["peak_activation_bytes"]), agree, ship])
     lines.append(md_table(["batch", "seq", "analyze", "modeled TFLOP", "all TFLOP", "peak activations",
                            "FlopCounterMode (meta, exported module)", "shipped example"], rows))
     lines.append("\n## Memory\n\n")
     lines.append(md_table(["after", "RSS", "peak RSS so far"],
-                          [[k, gb(v.get("current", 0)), gb(v["peak"])] for k, v in d["rss_bytes_by_phase"].items()], "l"))
+                          [[k, gb(v.get("current", 0)), gb(v["peak"])] for k, v in d["rss_bytes_by_phase"].items()],
+                          "l"))
     c = d["checks"]
     if "tracemalloc_peak_lower_analyze_bytes" in c:
         lines.append(f"\nPython heap peak of one lowering + analyze (tracemalloc, separate untimed pass): "

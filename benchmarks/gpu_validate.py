@@ -240,10 +240,13 @@ def _matmul_case(r: Runner, name: str, m: int, n: int, k: int, case: str) -> Non
         a8 = a.to(torch.float8_e4m3fn)
         b8 = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn).t()      # column-major, as cuBLASLt wants
         one = torch.ones((), device=dev, dtype=torch.float32)
-        fn: Callable[[], Any] = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        def fn() -> Any:
+            return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
         in_dt, out_dt = DType.FP8_E4M3, DType.BF16
     else:
-        fn = lambda: torch.mm(a, b)  # noqa: E731
+        def fn() -> Any:
+            return torch.mm(a, b)
         in_dt = out_dt = _TORCH_TO_IR[tdt]
     saved = torch.backends.cuda.matmul.allow_tf32
     try:
@@ -271,7 +274,7 @@ def copy_section(r: Runner) -> None:
 def _copy_case(r: Runner, size: int, case: str) -> None:
     x = torch.empty(size, dtype=torch.uint8, device=r.device)
     y = torch.ones(size, dtype=torch.uint8, device=r.device)
-    measured = r.measure(lambda: x.copy_(y))
+    measured = r.measure(lambda x=x, y=y: x.copy_(y))
     del x, y
     g = one_op(case, Op.COPY, [(DType.UINT8, (size,))], (DType.UINT8, (size,)))
     predicted, bound = r.predict(g)
@@ -386,7 +389,7 @@ def _model_cases(r: Runner, name: str, cls_name: str, make: Callable[[], Any], d
                           "use_cache": False}
                 dims = {"batch": b, "seq": r.plan.seq}
             with torch.inference_mode():
-                measured = r.measure(lambda inputs=inputs: model(**inputs))
+                measured = r.measure(lambda inputs=inputs, model=model: model(**inputs))
             # what eager PyTorch does by default: TF32 off for matmuls, on for cuDNN convolutions
             tf32 = r.device.type == "cuda" and bool(torch.backends.cudnn.allow_tf32 if vision
                                                     else torch.backends.cuda.matmul.allow_tf32)

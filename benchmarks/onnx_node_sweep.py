@@ -27,9 +27,10 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import narrowpipe  # noqa: E402
-from _common import RESULTS, env_header, environment, write_results  # noqa: E402
 from narrowpipe.errors import NarrowpipeError  # noqa: E402
 from narrowpipe.ir import Graph, Op, Sym, node_subgraphs  # noqa: E402
+
+from _common import RESULTS, env_header, environment, write_results  # noqa: E402
 
 __all__ = ["CaseResult", "collect_cases", "run_case", "sweep"]
 

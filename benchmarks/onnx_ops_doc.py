@@ -17,11 +17,11 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import onnx_node_sweep  # noqa: E402
-
 from narrowpipe.costmodel.rules import RULES  # noqa: E402
 from narrowpipe.frontends.onnx.table import ONNX_TABLE  # noqa: E402
 from narrowpipe.ir import Op  # noqa: E402
+
+import onnx_node_sweep  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "onnx_ops.md")
 #: Control flow is costed by the interpreter itself (bodies times trip counts), not by a rule.

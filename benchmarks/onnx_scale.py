@@ -32,6 +32,7 @@ from onnx import TensorProto, helper
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import narrowpipe  # noqa: E402
+
 from _common import RESULTS, SCRATCH, env_header, environment, fmt_s, md_table, write_results  # noqa: E402
 
 HIDDEN = 64

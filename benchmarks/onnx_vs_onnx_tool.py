@@ -32,11 +32,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import onnx_models  # noqa: E402
-from _common import RESULTS, SCRATCH, environment, env_header, fmt_g, fmt_s, md_table, write_results  # noqa: E402
-
 import narrowpipe  # noqa: E402
 from narrowpipe.ir import ValueKind  # noqa: E402
+
+import onnx_models  # noqa: E402
+from _common import RESULTS, SCRATCH, env_header, environment, fmt_g, fmt_s, md_table, write_results  # noqa: E402
 
 BATCH, SEQ = 1, 128
 #: onnx-tool op types that are contractions or convolutions (what modeled FLOPs covers).
@@ -214,12 +214,14 @@ def write(rows: list[dict[str, Any]], size: str, env: dict[str, Any] | None = No
         table.append([r["model"], r["exporter"], fmt_g(ref["modeled_flops"]), fmt_g(ours["modeled_flops"]),
                       f"{ours['modeled_flops'] / ref['modeled_flops']:.5f}", f"{ours['params']:,} / {ref['params']:,}",
                       fmt_g(2 * tool["matmul_macs"]) if ok else "failed", fmt_g(2 * tool["macs"]) if ok else "-",
-                      f"{tool['params']:,}" if ok else "-", fmt_s(ours["seconds"]), fmt_s(tool["seconds"]) if ok else "-",
+                      f"{tool['params']:,}" if ok else "-", fmt_s(ours["seconds"]),
+                      fmt_s(tool["seconds"]) if ok else "-",
                       f"{tool['seconds'] / ours['seconds']:.1f}x" if ok else "-", _why(r)])
     text = (f"# ONNX frontend vs torch path vs onnx-tool ({size} models)\n\n" + env_header(env) +
             f"- also: onnx {env['onnx']}, onnx-tool {env['onnx_tool']}\n"
             f"- shapes: batch {BATCH}, sequence {SEQ} (images {224 if size == 'full' else 32}x"
-            f"{224 if size == 'full' else 32}); times are the best of the repeats, one process, warm file cache\n\n" + md_table(header, table, "ll" + "r" * 10 + "l") +
+            f"{224 if size == 'full' else 32}); times are the best of the repeats, one process, warm file cache\n\n" +
+            md_table(header, table, "ll" + "r" * 10 + "l") +
             "\n" + _NOTES)
     directory = RESULTS if size == "full" else SCRATCH
     write_results(directory, "onnx_vs_onnx_tool" if size == "full" else f"onnx_vs_onnx_tool_{size}", text,

@@ -126,29 +126,33 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         # curve's plateau efficiency, so curve x peak reproduces the bf16 rate actually reached.
         peaks["bf16"] = statistics.median(sorted(bf16)[-3:]) / c.matmul_efficiency
         bf16_source = "measured: bf16 GEMM plateau / fp32 plateau efficiency (calibrate)"
-    derived = f"derived: {host.cores} cores x {host.simd_bits // 32} lanes x 2 (FMA) x {host.fma_units} FMA units x {host.clock_hz / 1e9:.3g} GHz"
+    derived = (f"derived: {host.cores} cores x {host.simd_bits // 32} lanes x 2 (FMA) x {host.fma_units} FMA units"
+               f" x {host.clock_hz / 1e9:.3g} GHz")
+    bf16_derived = derived + (" x AMX" if host.amx else " x 2 (AVX512-BF16)" if host.bf16_simd else "")
     sources = {
         "matrix_flops.fp32": derived, "vector_flops.fp32": derived,
-        "matrix_flops.bf16": bf16_source or (derived + (" x AMX" if host.amx else " x 2 (AVX512-BF16)" if host.bf16_simd else "")),
+        "matrix_flops.bf16": bf16_source or bf16_derived,
         "vector_flops.bf16": derived, "memory_capacity": "measured: /proc/meminfo MemTotal",
         "memory_bandwidth": "measured: best eager elementwise-add bandwidth (calibrate)",
         "memory_efficiency": "measured: largest-transfer add bandwidth / best (calibrate)",
         "matmul_efficiency": "measured: square-GEMM plateau / derived peak (calibrate)",
         "launch_overhead": "measured: median dispatch time of a one-element add (calibrate)",
-        "matmul_curve": "measured: square GEMMs (calibrate)", "bandwidth_curve": "measured: eager elementwise adds, output allocation included (calibrate)",
+        "matmul_curve": "measured: square GEMMs (calibrate)",
+        "bandwidth_curve": "measured: eager elementwise adds, output allocation included (calibrate)",
         "matmul_skinny_curve": "measured: GEMMs with small M (calibrate)",
         "conv_curve": "measured: direct convolutions by kernel size (calibrate)",
         **{f"transcendental_flops.{k}": "measured: the function on cache-resident data (calibrate)"
            for k in c.transcendental},
         **{f"vector_op_flops.{k}": "measured: input elements/s of the eager op (calibrate)" for k in c.vector_ops},
         "scale_up_domain": "assumption: a single host", "memory_channels": "assumption: unknown in a VM; 1",
-        "amx_ops_per_cycle": "cpu flags (amx_bf16); 1,024 BF16 ops/cycle/core (INTEL-AMX)" if host.amx else "cpu flags: no AMX",
+        "amx_ops_per_cycle": ("cpu flags (amx_bf16); 1,024 BF16 ops/cycle/core (INTEL-AMX)" if host.amx
+                              else "cpu flags: no AMX"),
         "cores": host.sources.get("cores", "measured"), "clock_hz": host.sources.get("clock_hz", "assumption"),
         "simd_width_bits": host.sources.get("simd_width_bits", "cpu flags"),
         "fma_units": host.sources.get("fma_units", "assumption: 2"),
     }
-    for key, value in (("matmul_skinny_curve", c.skinny_curve), ("matmul_curve", c.matmul_curve), ("conv_curve", c.conv_curve),
-                       ("bandwidth_curve", c.bandwidth_curve)):
+    for key, value in (("matmul_skinny_curve", c.skinny_curve), ("matmul_curve", c.matmul_curve),
+                       ("conv_curve", c.conv_curve), ("bandwidth_curve", c.bandwidth_curve)):
         if not value:
             sources.pop(key, None)
     extra: dict[str, object] = {}
@@ -156,8 +160,10 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         extra["onchip_capacity"] = host.l3_bytes
         sources["onchip_capacity"] = host.sources.get("onchip_capacity", "lscpu")
     return CpuTarget(
-        name=name, family="cpu", vendor="host", display_name=f"{host.model} ({host.cores} thread{'s' if host.cores != 1 else ''}, calibrated)",
-        notes="Calibrated on this machine by `narrowpipe calibrate`; raw measurements are in the .measurements.json beside it.",
+        name=name, family="cpu", vendor="host",
+        display_name=f"{host.model} ({host.cores} thread{'s' if host.cores != 1 else ''}, calibrated)",
+        notes="Calibrated on this machine by `narrowpipe calibrate`; "
+              "raw measurements are in the .measurements.json beside it.",
         matrix_flops=peaks, vector_flops={"fp32": host.fp32_peak, "bf16": host.fp32_peak},
         memory_capacity=_meminfo_bytes(), memory_bandwidth=c.best_bandwidth, scale_up_domain=1,
         matmul_efficiency=c.matmul_efficiency, memory_efficiency=c.memory_efficiency,
@@ -187,5 +193,6 @@ def apply_measurements(base: Target, measurements: list[Measurement], name: str 
         base, name=name or f"{base.name}-calibrated", aliases=(), matmul_efficiency=c.matmul_efficiency,
         memory_efficiency=min(1.0, c.best_bandwidth * c.memory_efficiency / base.memory_bandwidth),
         launch_overhead=c.launch_overhead, matmul_curve=c.matmul_curve, matmul_skinny_curve=c.skinny_curve,
-        bandwidth_curve=tuple((x, min(1.0, y * c.best_bandwidth / base.memory_bandwidth)) for x, y in c.bandwidth_curve),
+        bandwidth_curve=tuple((x, min(1.0, y * c.best_bandwidth / base.memory_bandwidth))
+                              for x, y in c.bandwidth_curve),
         sources=sources)

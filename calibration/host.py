@@ -56,10 +56,16 @@ def _cpuinfo() -> str:
         return ""
 
 
+def _cpuinfo_field(info: str, key: str) -> str | None:
+    """The first ``key : value`` of /proc/cpuinfo's text, or None where the kernel does not report it."""
+    m = re.search(rf"{key}\s*:\s*(.+)", info)
+    return m.group(1) if m else None
+
+
 def describe_cpu(threads: int | None = None) -> HostCpu:
     info, ls = _cpuinfo(), _lscpu()
     sources: dict[str, str] = {}
-    model = ls.get("Model name") or (re.search(r"model name\s*:\s*(.+)", info) or [None, platform.processor()])[1] or "unknown CPU"
+    model = ls.get("Model name") or _cpuinfo_field(info, "model name") or platform.processor() or "unknown CPU"
     cores = threads or os.cpu_count() or 1
     sources["cores"] = "measured: threads torch uses (os.cpu_count / torch.get_num_threads)"
     clock = None
@@ -79,10 +85,11 @@ def describe_cpu(threads: int | None = None) -> HostCpu:
     if clock is None:
         clock = 2.5e9
         sources["clock_hz"] = "assumption: 2.5 GHz (the host reports no clock)"
-    flags = set((ls.get("Flags") or (re.search(r"flags\s*:\s*(.+)", info) or [None, ""])[1]).split())
+    flags = set((ls.get("Flags") or _cpuinfo_field(info, "flags") or "").split())
     simd = 512 if "avx512f" in flags else 256 if "avx2" in flags else 128
     sources["simd_width_bits"] = f"cpu flags ({'avx512f' if simd == 512 else 'avx2' if simd == 256 else 'sse'})"
-    sources["fma_units"] = "assumption: 2 FMA pipes per core (most x86 server cores); the measured efficiency absorbs the difference"
+    sources["fma_units"] = ("assumption: 2 FMA pipes per core (most x86 server cores); "
+                            "the measured efficiency absorbs the difference")
     l3 = None
     m = re.match(r"([\d.]+)\s*([KMG])i?B", ls.get("L3 cache", ""))
     if m:

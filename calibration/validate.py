@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from ..backends import Target, get_target
@@ -43,7 +44,8 @@ def _predict(module: Any, args: tuple[Any, ...], target: Target, kwargs: dict[st
     return report.time_s
 
 
-def _measure(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None, min_seconds: float = 0.05) -> float:
+def _measure(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
+             min_seconds: float = 0.05) -> float:
     import torch
     with torch.no_grad():
         return median_time(lambda: module(*args, **(kwargs or {})), warmup=2, repeats=5, min_seconds=min_seconds)
@@ -84,28 +86,39 @@ def _sweep_cases() -> Iterator[tuple[str, str, Callable[[], tuple[Any, tuple[Any
         def forward(self, *xs):
             return self.fn(*xs)
 
+    # The factories are bound with partial, not closures: callers may call them after the loop moved on.
+    def matmul(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[Any, tuple[Any, ...]]:
+        return MatMul(), (torch.randn(*a_shape), torch.randn(*b_shape))
+
+    def conv(cin: int, cout: int, k: int, s: int, hw: int, batch: int) -> tuple[Any, tuple[Any, ...]]:
+        return (nn.Conv2d(cin, cout, k, stride=s, padding=k // 2, bias=False).eval(),
+                (torch.randn(batch, cin, hw, hw),))
+
+    def elementwise(fn: Callable[..., Any], size: int, arity: int) -> tuple[Any, tuple[Any, ...]]:
+        return Bin(fn), tuple(torch.randn(size) for _ in range(arity))
+
     for m, n, k in [(100, 100, 100), (300, 500, 700), (1000, 200, 1000), (777, 777, 777), (1, 4096, 1024),
                     (4, 1024, 4096), (64, 3072, 768), (512, 768, 3072), (1536, 1024, 256)]:
-        yield "matmul", f"mm {m}x{n}x{k}", lambda m=m, n=n, k=k: (MatMul(), (torch.randn(m, k), torch.randn(k, n)))
+        yield "matmul", f"mm {m}x{n}x{k}", partial(matmul, (m, k), (k, n))
     for b, m, n, k in [(12, 128, 128, 64), (48, 64, 64, 128), (8, 256, 64, 256)]:
-        yield "matmul", f"bmm {b}x{m}x{n}x{k}", lambda b=b, m=m, n=n, k=k: (MatMul(), (torch.randn(b, m, k), torch.randn(b, k, n)))
+        yield "matmul", f"bmm {b}x{m}x{n}x{k}", partial(matmul, (b, m, k), (b, k, n))
     for cin, cout, k, s, hw, batch in [(3, 64, 7, 2, 224, 1), (64, 64, 3, 1, 56, 1), (64, 256, 1, 1, 56, 1),
                                        (128, 128, 3, 2, 56, 2), (256, 256, 3, 1, 14, 8), (512, 2048, 1, 1, 7, 4),
                                        (32, 32, 3, 1, 64, 2)]:
-        yield "conv", f"conv {cin}->{cout} k{k} s{s} {hw}px b{batch}", \
-            lambda cin=cin, cout=cout, k=k, s=s, hw=hw, batch=batch: (
-                nn.Conv2d(cin, cout, k, stride=s, padding=k // 2, bias=False).eval(), (torch.randn(batch, cin, hw, hw),))
-    for name, fn, sizes in [("add", torch.add, (1000, 100_000, 1_000_000, 3_000_000)),
-                            ("mul", torch.mul, (50_000, 2_000_000)),
-                            ("relu", torch.relu, (30_000, 5_000_000)),
-                            ("gelu", torch.nn.functional.gelu, (200_000, 2_000_000)),
-                            ("exp", torch.exp, (10_000, 1_000_000)),
-                            ("tanh", torch.tanh, (500_000,))]:
+        yield "conv", f"conv {cin}->{cout} k{k} s{s} {hw}px b{batch}", partial(conv, cin, cout, k, s, hw, batch)
+    elementwise_cases: list[tuple[str, Callable[..., Any], tuple[int, ...]]] = [
+        ("add", torch.add, (1000, 100_000, 1_000_000, 3_000_000)),
+        ("mul", torch.mul, (50_000, 2_000_000)),
+        ("relu", torch.relu, (30_000, 5_000_000)),
+        ("gelu", torch.nn.functional.gelu, (200_000, 2_000_000)),
+        ("exp", torch.exp, (10_000, 1_000_000)),
+        ("tanh", torch.tanh, (500_000,))]
+    for name, fn, sizes in elementwise_cases:
         for size in sizes:
             arity = 2 if name in ("add", "mul") else 1
-            yield "elementwise", f"{name} {size}", lambda fn=fn, size=size, arity=arity: (
-                Bin(fn), tuple(torch.randn(size) for _ in range(arity)))
-    yield "elementwise", "add broadcast 512x3072 + 3072", lambda: (Bin(torch.add), (torch.randn(512, 3072), torch.randn(3072)))
+            yield "elementwise", f"{name} {size}", partial(elementwise, fn, size, arity)
+    yield "elementwise", "add broadcast 512x3072 + 3072", \
+        lambda: (Bin(torch.add), (torch.randn(512, 3072), torch.randn(3072)))
 
 
 def op_sweep(target: Target | str, *, groups: tuple[str, ...] = ("matmul", "conv", "elementwise"),
@@ -127,7 +140,8 @@ def op_sweep(target: Target | str, *, groups: tuple[str, ...] = ("matmul", "conv
 VALIDATION_MODELS = ("gpt2", "bert-base", "resnet50")
 
 
-def build_validation_model(name: str, batch: int, seq: int = 128, tiny: bool = False) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+def build_validation_model(name: str, batch: int, seq: int = 128,
+                           tiny: bool = False) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     """A bundled example's architecture on the CPU with random weights, and inputs for it."""
     import os
 
@@ -187,7 +201,8 @@ def validate_model(name: str, target: Target | str, *, batch: int = 1, seq: int 
     report = analyze(graph, target, fusion="none")
     assert report.time_s is not None
     label = f"{name} b{batch}" + ("" if name == "resnet50" else f" s{seq}")
-    result = ModelValidation(name, batch, None if name == "resnet50" else seq, Case("model", label, measured, report.time_s))
+    result = ModelValidation(name, batch, None if name == "resnet50" else seq,
+                             Case("model", label, measured, report.time_s))
     if profile:
         predicted: dict[str, float] = {}
         for row in report.ops:

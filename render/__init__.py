@@ -7,5 +7,5 @@ from .comparison import comparison_table, print_comparison, print_whatif, timing
 from .tables import node_table, op_type_table, print_report, report_summary, unmodeled_table
 from .units import count, flops, nbytes, percent, seconds, si
 
-__all__ = ["comparison_table", "print_comparison", "print_whatif", "timing_summary", "node_table", "op_type_table", "print_report", "report_summary", "unmodeled_table",
-           "count", "flops", "nbytes", "percent", "seconds", "si"]
+__all__ = ["comparison_table", "print_comparison", "print_whatif", "timing_summary", "node_table", "op_type_table",
+           "print_report", "report_summary", "unmodeled_table", "count", "flops", "nbytes", "percent", "seconds", "si"]

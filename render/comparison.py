@@ -11,8 +11,8 @@ from ..costmodel.report import Report, Timing
 from .fit import fits as _fits
 from .units import nbytes, seconds, si
 
-__all__ = ["timing_summary", "comparison_table", "comparison_cards", "print_comparison", "print_whatif", "bound_mix_text",
-           "speedups_text"]
+__all__ = ["timing_summary", "comparison_table", "comparison_cards", "print_comparison", "print_whatif",
+           "bound_mix_text", "speedups_text"]
 
 _SHORT = {"compute": "C", "memory": "M", "interconnect": "I", "overhead": "O"}
 
@@ -63,7 +63,8 @@ def timing_summary(r: Report) -> Table:
     tab.add_column(style="bold")
     tab.add_column()
     tab.add_row("time", f"{seconds(t.time_s)}  ({si(t.throughput)} {t.item_unit}/s)")
-    tab.add_row("MFU", f"{t.mfu:.1%} of {si(t.peak_flops, 'FLOP/s')} {t.dtype}" + (f" x {t.devices}" if t.devices > 1 else ""))
+    tab.add_row("MFU", f"{t.mfu:.1%} of {si(t.peak_flops, 'FLOP/s')} {t.dtype}"
+                + (f" x {t.devices}" if t.devices > 1 else ""))
     tab.add_row("bound mix", bound_mix_text(t))
     tab.add_row("if doubled", speedups_text(t))
     tab.add_row("memory", _fit(t))

@@ -85,7 +85,7 @@ def print_diagnosis(d: Diagnosis, console: Console | None = None, *, top: int = 
     console.print(Group(*parts))
 
 
-def register_diagnose(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+def register_diagnose(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("diagnose", help="label a measured run from a torch.profiler trace: compute, memory, "
                                         "interconnect or launch bound, with the top offenders")
     p.add_argument("trace", help="Chrome trace JSON (.json or .json.gz) from torch.profiler with record_shapes=True")

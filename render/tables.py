@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -28,7 +28,8 @@ def report_summary(r: Report) -> Table:
     t.add_row("peak activations", nbytes(r.peak_activation_bytes))
     if r.comm_bytes:
         t.add_row("communication", nbytes(r.comm_bytes))
-    groups = ", ".join(f"{g} {percent(v, r.flops)}" for g, v in sorted(r.flops_by_group.items(), key=lambda kv: -kv[1]) if v)
+    groups = ", ".join(f"{g} {percent(v, r.flops)}"
+                       for g, v in sorted(r.flops_by_group.items(), key=lambda kv: -kv[1]) if v)
     t.add_row("FLOPs by group", groups or "-")
     return t
 
@@ -61,7 +62,9 @@ def node_table(r: Report, top: int | None = 20, console: Console | None = None) 
     (source, then shape, then intensity) are left out rather than folded."""
     drop: set[str] = set()
     table = _node_table(r, top, drop)
-    for col in _DROPPABLE if console is not None else ():
+    if console is None:
+        return table
+    for col in _DROPPABLE:
         if _fits(console, table):
             break
         drop.add(col)
@@ -88,7 +91,7 @@ def _node_table(r: Report, top: int | None, drop: set[str]) -> Table:
     for i in keep:
         t.add_column(columns[i][0], justify=columns[i][1], overflow="fold")  # type: ignore[arg-type]
     for row in shown:
-        cells: list[object] = [row.name, _op_text(row), row.scope or row.source_op, f"{row.dtype}{row.shape}",
+        cells: list[RenderableType] = [row.name, _op_text(row), row.scope or row.source_op, f"{row.dtype}{row.shape}",
                                flops(row.flops), nbytes(row.bytes), f"{row.intensity:.3g}" if row.bytes else "-"]
         if timed:
             fused = row.kernel and row.kernel != row.name
@@ -113,7 +116,7 @@ def unmodeled_table(r: Report) -> Table:
 
 def print_report(r: Report, console: Console | None = None, *, top: int | None = 20) -> None:
     console = console or Console()
-    parts = [report_summary(r)]
+    parts: list[RenderableType] = [report_summary(r)]
     if r.timing is not None:
         from .comparison import timing_summary
         parts.append(timing_summary(r))

@@ -109,7 +109,8 @@ _ABSURD = [-1, -7, 0, 1, 2**31, 2**40 + 1, 2**62, 3]
 def _mutate_node(node: onnx.NodeProto, graph: onnx.GraphProto, rng: random.Random) -> None:
     k = rng.randrange(9)
     if k == 0 and node.input:
-        node.input[rng.randrange(len(node.input))] = rng.choice(["", "no_such_value", node.output[0] if node.output else "x"])
+        node.input[rng.randrange(len(node.input))] = rng.choice(
+            ["", "no_such_value", node.output[0] if node.output else "x"])
     elif k == 1 and node.input:
         del node.input[rng.randrange(len(node.input))]
     elif k == 2:

@@ -77,7 +77,8 @@ def diffs(old: Any, new: Any, path: str = "", rel: float = 1e-9, limit: int = 50
             for i, (x, y) in enumerate(zip(a, b)):
                 walk(x, y, f"{p}[{i}]")
         elif isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-            if not (a == b or (math.isfinite(a) and math.isfinite(b) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-15))):
+            if not (a == b or (math.isfinite(a) and math.isfinite(b)
+                               and math.isclose(a, b, rel_tol=rel, abs_tol=1e-15))):
                 found.append(f"{p}: {a!r} -> {b!r}")
         elif a != b:
             found.append(f"{p}: {str(a)[:80]} -> {str(b)[:80]}")

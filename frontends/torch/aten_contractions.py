@@ -107,7 +107,7 @@ def _unsqueeze_front(cx: AtenLowerer, n: fx.Node, v: Value, rank: int) -> Value:
 def _einsum(cx: AtenLowerer, n: fx.Node) -> None:
     """Two-operand einsum as dot_general; letters in one operand only are summed out first."""
     equation = str(n.args[0]).replace(" ", "")
-    operands = [cx.value(x) for x in n.args[1]]
+    operands = [cx.value(x) for x in arg(n, 1, "tensors")]
     if "->" in equation:
         lhs_spec, out_spec = equation.split("->")
     else:
@@ -197,10 +197,10 @@ def _convolution_backward(cx: AtenLowerer, n: fx.Node) -> None:
     grad_out, x, w = (cx.value(v) for v in n.args[:3])
     assert grad_out is not None and x is not None and w is not None
     transposed = bool(n.args[6])
-    mask = list(n.args[10]) if len(n.args) > 10 else [True, True, True]
+    mask = list(arg(n, 10, "output_mask")) if len(n.args) > 10 else [True, True, True]
     base = {"stride": ints(n.args[3]), "padding": ints(n.args[4]), "dilation": ints(n.args[5]),
-            "groups": int(n.args[9]), "output_padding": ints(n.args[7])}
-    val = n.meta.get("val")
+            "groups": int(arg(n, 9, "groups")), "output_padding": ints(n.args[7])}
+    val: Any = n.meta.get("val")
     outs: list[Value | None] = [None, None, None]
     if mask[0] and val[0] is not None:
         outs[0] = cx.emit(Op.CONV, [grad_out, w], n, {**base, "transposed": not transposed, "role": "grad_input"},

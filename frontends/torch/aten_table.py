@@ -9,13 +9,14 @@ table becomes an ``UNKNOWN`` node that reports list as unmodeled.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch.fx as fx
 
 from ...ir import Graph, Op
-from .aten_args import scalar
-from .aten_names import ELEMENTWISE_OPS
+from .aten_args import arg, scalar
 from .aten_contractions import CONTRACTION_LOWERINGS
+from .aten_names import ELEMENTWISE_OPS
 from .aten_nn import NN_LOWERINGS
 from .aten_tensor import TENSOR_LOWERINGS
 from .lowering import AtenLowerer
@@ -49,10 +50,11 @@ IGNORED: frozenset[str] = frozenset({
 })
 
 
-def _inline(gm_arg_index: int):
+def _inline(gm_arg_index: int) -> Callable[[AtenLowerer, fx.Node], None]:
     """Higher-order wrappers (set_grad_enabled, autocast, invoke_subgraph): lower the body in place."""
     def fn(cx: AtenLowerer, n: fx.Node) -> None:
-        sub = cx.env.get(n.args[gm_arg_index])
+        gm_node = n.args[gm_arg_index]
+        sub = cx.env.get(gm_node) if isinstance(gm_node, fx.Node) else None
         if not isinstance(sub, fx.GraphModule):
             cx.emit(Op.UNKNOWN, cx.values(n.args), n, {"source_op": str(n.target)})
             return
@@ -66,10 +68,11 @@ def _inline(gm_arg_index: int):
 
 def _cond(cx: AtenLowerer, n: fx.Node) -> None:
     """torch.cond(pred, true_fn, false_fn, operands): an If with both branches as nested graphs."""
-    pred, true_gm, false_gm, operands = n.args[:4]
+    pred, true_gm, false_gm = n.args[:3]
+    operands = arg(n, 3, "operands")
     branches: dict[str, Graph] = {}
     for key, gm_node in (("then_branch", true_gm), ("else_branch", false_gm)):
-        gm = cx.env.get(gm_node)
+        gm = cx.env.get(gm_node) if isinstance(gm_node, fx.Node) else None
         if not isinstance(gm, fx.GraphModule):
             cx.emit(Op.UNKNOWN, cx.values(n.args), n, {"source_op": str(n.target)})
             return
@@ -81,17 +84,20 @@ def _cond(cx: AtenLowerer, n: fx.Node) -> None:
             outer = cx.value(a)
             if outer is not None:
                 mapping[p] = body.add_input(p.name, outer.type)
-        body.set_outputs(inner.lower(gm.graph, mapping, lambda node, gm=gm, inner=inner: inner.get_attr(gm, node)))
+        body.set_outputs(inner.lower(gm.graph, mapping, partial(inner.get_attr, gm)))
         branches[key] = body
     cx.emit(Op.IF, [cx.value(pred), *cx.values(operands)], n, branches)
+
+
+def _gelu(cx: AtenLowerer, n: fx.Node) -> None:
+    cx.emit(Op.GELU, [cx.value(n.args[0])], n, {"approximate": str(n.kwargs.get("approximate", "none"))})
 
 
 def _build() -> dict[str, Callable[[AtenLowerer, fx.Node], None]]:
     table: dict[str, Callable[[AtenLowerer, fx.Node], None]] = {}
     for name, op in ELEMENTWISE_OPS.items():
         table[name] = _elementwise(op)
-    table["gelu"] = lambda cx, n: cx.emit(Op.GELU, [cx.value(n.args[0])], n,
-                                          {"approximate": str(n.kwargs.get("approximate", "none"))})
+    table["gelu"] = _gelu
     table.update(CONTRACTION_LOWERINGS)
     table.update(NN_LOWERINGS)
     table.update(TENSOR_LOWERINGS)

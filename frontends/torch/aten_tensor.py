@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch.fx as fx
 
 from ...ir import Op
@@ -60,7 +63,7 @@ def _permute(cx: AtenLowerer, n: fx.Node) -> None:
     r = rank_of(n.args[0])
     target = str(n.target)
     if "permute" in target:
-        perm = tuple(norm_axis(d, r) for d in n.args[1])
+        perm = tuple(norm_axis(d, r) for d in arg(n, 1, "dims"))
     elif ".int" in target or "transpose" in target or "swap" in target:
         d0, d1 = (norm_axis(d, r) for d in n.args[1:3]) if len(n.args) >= 3 else (0, 1)
         perm_l = list(range(r))
@@ -72,7 +75,7 @@ def _permute(cx: AtenLowerer, n: fx.Node) -> None:
 
 
 def _concat(cx: AtenLowerer, n: fx.Node) -> None:
-    tensors = cx.values(n.args[0])
+    tensors = cx.values(arg(n, 0, "tensors"))
     rank = rank_of(n)
     cx.emit(Op.CONCAT, tensors, n, {"axis": norm_axis(arg(n, 1, "dim", 0), max(rank, 1))})
 
@@ -129,19 +132,20 @@ def _gather(cx: AtenLowerer, n: fx.Node) -> None:
 
 def _index(cx: AtenLowerer, n: fx.Node) -> None:
     """Advanced indexing x[i0, i1, ...]: a gather by every index tensor given."""
-    indices = [cx.value(i) for i in n.args[1]]
+    index_args = arg(n, 1, "indices")
+    indices = [cx.value(i) for i in index_args]
     cx.emit(Op.GATHER_ND, [cx.value(n.args[0]), *[i for i in indices if i is not None]], n,
-            {"indexed_dims": tuple(k for k, i in enumerate(n.args[1]) if i is not None)})
+            {"indexed_dims": tuple(k for k, i in enumerate(index_args) if i is not None)})
 
 
 def _index_put(cx: AtenLowerer, n: fx.Node) -> None:
-    indices = [cx.value(i) for i in n.args[1] if i is not None]
+    indices = [cx.value(i) for i in arg(n, 1, "indices") if i is not None]
     accumulate = bool(arg(n, 3, "accumulate", False))
     cx.emit(Op.INDEX_PUT, [cx.value(n.args[0]), *[i for i in indices if i is not None], cx.value(n.args[2])], n,
             {"reduce": "add" if accumulate else "none"})
 
 
-def _scatter(reduce: str):
+def _scatter(reduce: str) -> Callable[[AtenLowerer, fx.Node], None]:
     def fn(cx: AtenLowerer, n: fx.Node) -> None:
         ins = cx.values(n.args)
         red = reduce or (str(arg(n, 4, "reduce", "none")) if "reduce" in str(n.target) else "none")
@@ -149,10 +153,10 @@ def _scatter(reduce: str):
     return fn
 
 
-def _creation(op: Op, uninitialized: bool = False):
+def _creation(op: Op, uninitialized: bool = False) -> Callable[[AtenLowerer, fx.Node], None]:
     """Tensors made from nothing (or only from another's shape): their inputs are not read."""
     def fn(cx: AtenLowerer, n: fx.Node) -> None:
-        attrs = {"uninitialized": True} if uninitialized else {}
+        attrs: dict[str, Any] = {"uninitialized": True} if uninitialized else {}
         if op is Op.FILL and n.args and not isinstance(n.args[-1], fx.Node):
             attrs["value"] = scalar(n.args[-1]) if not isinstance(n.args[-1], (list, tuple)) else 0
         cx.emit(op, [], n, attrs or None)

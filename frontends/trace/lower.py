@@ -17,12 +17,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...ir import Graph
-from . import matmul as diagnose_aten_matmul, tensor as diagnose_aten_tensor, vector as diagnose_aten_vector
+from . import matmul as diagnose_aten_matmul
+from . import tensor as diagnose_aten_tensor
+from . import vector as diagnose_aten_vector
 from .call import Builder, Call
+from .collectives import collective_graph, collective_kind
 from .out_args import drops_out_arg
 from .read import TensorArg
 from .vector import ELEMENTWISE
-from .collectives import collective_graph, collective_kind
 
 __all__ = ["Call", "lower_call", "ELEMENTWISE", "VIEWS", "PASS_THROUGH", "collective_kind", "collective_graph",
            "covered"]

@@ -11,8 +11,7 @@ from __future__ import annotations
 from math import ceil
 
 from ...ir import DType, Graph, Op, TensorType
-from .call import (Builder, Call, GraphBuilder, bool_arg, broadcast, dtype_code, int_arg, per_dim,
-                                 registrar)
+from .call import Builder, Call, GraphBuilder, bool_arg, broadcast, dtype_code, int_arg, per_dim, registrar
 from .read import TensorArg
 
 __all__ = ["BUILDERS"]

@@ -10,12 +10,12 @@ diagnosed on a machine without torch, at the cost of counting the out buffer as 
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 __all__ = ["functional_arity", "drops_out_arg"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def functional_arity(name: str) -> int | None:
     """The most arguments a functional (no ``out``) overload of ``aten::name`` takes, or None."""
     try:

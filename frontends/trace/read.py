@@ -204,7 +204,9 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
             ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
         except (KeyError, TypeError, ValueError):
             continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        args = e.get("args")
+        if not isinstance(args, dict):
+            args = {}
         events.append(Event(str(e.get("name", "")), cat, ts, max(dur, 0.0), e.get("pid"), e.get("tid"), args))
     ops = [e for e in events if e.cat == CPU_OP]
     device = sorted((e for e in events if e.cat in _DEVICE), key=lambda e: e.ts)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from math import ceil
 
 from ...ir import DType, Graph, Op
-from .call import (Builder, Call, GraphBuilder, bool_arg, dtype_code, int_arg, ints, per_dim,
-                                 registrar)
+from .call import Builder, Call, GraphBuilder, bool_arg, dtype_code, int_arg, ints, per_dim, registrar
 
 __all__ = ["BUILDERS", "view"]
 

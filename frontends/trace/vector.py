@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..torch.aten_names import ELEMENTWISE_OPS
 from ...ir import DType, Graph, Op
+from ..torch.aten_names import ELEMENTWISE_OPS
 from .call import Builder, Call, GraphBuilder, bool_arg, broadcast, int_arg, ints
 
 __all__ = ["ELEMENTWISE", "BUILDERS", "elementwise"]

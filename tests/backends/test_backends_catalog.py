@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from narrowpipe.backends import (
     CpuTarget,
     DataflowTarget,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from narrowpipe.backends import DTYPES, RESOURCES, get_target
 from narrowpipe.errors import TargetSpecError
 

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 from backends_testdata import gpu_kwargs
+
 from narrowpipe.backends import (
     FrozenMap,
     GpuTarget,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from backends_testdata import MINIMAL_GPU_TOML
+
 from narrowpipe.backends import GpuTarget, get_system, get_target, load_target_file
 from narrowpipe.backends.defaults import DEFAULTS
 from narrowpipe.errors import NarrowpipeError, TargetSpecError

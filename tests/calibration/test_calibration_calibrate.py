@@ -16,7 +16,6 @@ from narrowpipe.errors import NarrowpipeError  # noqa: E402
 from narrowpipe.models.examples import load_example  # noqa: E402
 
 
-
 def test_target_file_round_trips_and_has_measured_curves(host, tmp_path):
     t = load_target_file(host)
     assert t.family == "cpu" and t.cores == 1

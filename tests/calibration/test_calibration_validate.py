@@ -16,8 +16,6 @@ torch = pytest.importorskip("torch")
 from narrowpipe.calibration.validate import op_sweep, validate_model  # noqa: E402
 
 
-
-
 def test_held_out_op_predictions_within_a_loose_bound(host, one_thread):
     cases = op_sweep(host, limit=4)
     assert {c.group for c in cases} == {"matmul", "conv", "elementwise"}

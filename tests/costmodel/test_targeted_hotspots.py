@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from rich.console import Console
 
 import narrowpipe
 from narrowpipe.cli import main

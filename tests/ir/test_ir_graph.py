@@ -2,8 +2,22 @@ import networkx as nx
 import pytest
 
 from narrowpipe.errors import VerificationError
-from narrowpipe.ir import (DimSpec, DType, Graph, Op, Placement, Sym, TensorType, ValueKind, format_graph,
-                           from_json, problems, to_json, to_networkx, verify)
+from narrowpipe.ir import (
+    DimSpec,
+    DType,
+    Graph,
+    Op,
+    Placement,
+    Sym,
+    TensorType,
+    ValueKind,
+    format_graph,
+    from_json,
+    problems,
+    to_json,
+    to_networkx,
+    verify,
+)
 
 
 def small_graph() -> Graph:

@@ -3,8 +3,17 @@ from dataclasses import dataclass
 import pytest
 
 from narrowpipe.errors import PassError
-from narrowpipe.ir import (AnalysisManager, DType, Graph, Op, PassResult, TensorType, parse_pipeline,
-                           register_analysis, register_pass)
+from narrowpipe.ir import (
+    AnalysisManager,
+    DType,
+    Graph,
+    Op,
+    PassResult,
+    TensorType,
+    parse_pipeline,
+    register_analysis,
+    register_pass,
+)
 
 
 @register_analysis("test.node-count")

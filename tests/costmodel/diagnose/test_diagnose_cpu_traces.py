@@ -178,8 +178,8 @@ def test_cli_main_exits_2_on_a_bad_trace_when_wired(tmp_path, capsys):
 
 
 def test_a_trace_without_shapes_is_an_error_naming_the_file(tmp_path):
-    from narrowpipe.frontends.trace.read import TraceError
     from narrowpipe.errors import NarrowpipeError
+    from narrowpipe.frontends.trace.read import TraceError
     with profile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
         torch.mm(torch.randn(8, 8), torch.randn(8, 8))
     path = tmp_path / "noshapes.json"

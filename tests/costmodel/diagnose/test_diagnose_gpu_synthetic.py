@@ -15,8 +15,8 @@ import pytest
 
 from narrowpipe.backends import get_target
 from narrowpipe.costmodel.diagnose import diagnose
-from narrowpipe.frontends.trace.read import TraceError
 from narrowpipe.errors import NarrowpipeError
+from narrowpipe.frontends.trace.read import TraceError
 
 H100 = get_target("h100")
 

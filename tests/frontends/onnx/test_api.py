@@ -27,7 +27,8 @@ def _mlp(path: Path | None = None) -> onnx.ModelProto:
     w2 = numpy_helper.from_array(np.zeros((32, 16), np.float32), "w2")
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="up"), helper.make_node("Relu", ["h"], ["a"]),
              helper.make_node("MatMul", ["a", "w2"], ["y"], name="down")]
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 16])],
+    g = helper.make_graph(nodes, "mlp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", 16])], [w1, w2])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     if path is not None:
@@ -47,7 +48,8 @@ def test_dims_are_declared_and_stay_symbolic(tmp_path: Path) -> None:
     graph = narrowpipe.load(_mlp())
     assert set(graph.dims) == {"batch", "sequence"}
     assert graph.symbols() == {"batch", "sequence"}
-    assert narrowpipe.analyze(graph, batch=4, sequence=3).flops == 2 * narrowpipe.analyze(graph, batch=2, sequence=3).flops
+    assert (narrowpipe.analyze(graph, batch=4, sequence=3).flops
+            == 2 * narrowpipe.analyze(graph, batch=2, sequence=3).flops)
     assert from_json(to_json(graph)).symbols() == graph.symbols()
 
 

@@ -35,6 +35,7 @@ def test_fuzzed_files_only_raise_narrowpipe_errors(exported) -> None:
 
 def test_mutations_are_reproducible() -> None:
     import random
+
     import onnx
     src = fuzz_onnx.default_corpus()[0]
     data = open(src, "rb").read()

@@ -164,7 +164,8 @@ def test_absurd_initializer_dims(tmp_path: Path) -> None:
 
 
 def test_cycle(tmp_path: Path) -> None:
-    nodes = [helper.make_node("Relu", ["b"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"], name="second")]
+    nodes = [helper.make_node("Relu", ["b"], ["a"], name="first"),
+             helper.make_node("Relu", ["a"], ["b"], name="second")]
     m = _model(nodes, [_vi("x", [2])], [_vi("b", [2])])
     _raises(_save(tmp_path, m), FrontendError, "cycle")
 

@@ -94,7 +94,8 @@ def test_matmul_integer_and_qlinear_matmul() -> None:
 
 def test_dequantized_int8_weights_are_params() -> None:
     w = np.ones((16, 8), np.int8)
-    graph, r = run([helper.make_node("DequantizeLinear", ["w", "s"], ["wf"]), helper.make_node("MatMul", ["x", "wf"], ["y"])],
+    graph, r = run([helper.make_node("DequantizeLinear", ["w", "s"], ["wf"]),
+                    helper.make_node("MatMul", ["x", "wf"], ["y"])],
                    [("x", F, [2, 16])], inits=[("w", w), ("s", np.array(0.5, np.float32))])
     assert r.params == 128
     assert r.modeled_flops == 2 * 2 * 8 * 16
@@ -262,7 +263,8 @@ def test_if_takes_the_costlier_branch() -> None:
 
 
 def test_scan_runs_its_body_per_element() -> None:
-    body = _body([helper.make_node("Add", ["acc", "x_t"], ["acc_out"]), helper.make_node("Identity", ["acc_out"], ["y_t"])],
+    body = _body([helper.make_node("Add", ["acc", "x_t"], ["acc_out"]),
+                  helper.make_node("Identity", ["acc_out"], ["y_t"])],
                  [("acc", F, [3]), ("x_t", F, [3])], [("acc_out", F, [3]), ("y_t", F, [3])])
     node = helper.make_node("Scan", ["init", "xs"], ["final", "ys"], body=body, num_scan_inputs=1)
     graph, r = run([node], [("init", F, [3]), ("xs", F, [6, 3])], outputs=["final", "ys"])
@@ -287,7 +289,8 @@ def test_norms_reductions_and_softmax_keep_their_axes() -> None:
     nodes = [helper.make_node("LayerNormalization", ["x", "g"], ["n"], axis=-1),
              helper.make_node("Softmax", ["n"], ["s"], axis=1),
              helper.make_node("ReduceMean", ["s", "axes"], ["y"], keepdims=0)]
-    graph, r = run(nodes, [("x", F, [2, 3, 4])], inits=[("g", np.ones(4, np.float32)), ("axes", np.array([2], np.int64))])
+    graph, r = run(nodes, [("x", F, [2, 3, 4])],
+                   inits=[("g", np.ones(4, np.float32)), ("axes", np.array([2], np.int64))])
     ln, sm, rm = graph.nodes
     assert (ln.op, ln.attrs["axis"]) == (Op.LAYER_NORM, 2)
     assert (sm.op, sm.attrs["axis"]) == (Op.SOFTMAX, 1)
@@ -314,7 +317,8 @@ def test_resize_and_pooling() -> None:
 
 def test_sources_name_the_onnx_node_and_file(tmp_path) -> None:
     g = helper.make_graph([helper.make_node("Gemm", ["a", "b", "c"], ["y"], name="fc1")], "t",
-                          [helper.make_tensor_value_info("a", F, [2, 3])], [helper.make_tensor_value_info("y", F, None)],
+                          [helper.make_tensor_value_info("a", F, [2, 3])],
+                          [helper.make_tensor_value_info("y", F, None)],
                           [numpy_helper.from_array(np.zeros((3, 4), np.float32), "b"),
                            numpy_helper.from_array(np.zeros(4, np.float32), "c")])
     path = tmp_path / "fc.onnx"

@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import narrowpipe
-from narrowpipe.frontends.onnx import masks as onnx_masks
 from narrowpipe.frontends.mask_pattern import MAX_NODES
+from narrowpipe.frontends.onnx import masks as onnx_masks
 from narrowpipe.ir import CAUSAL, Op
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -335,7 +335,7 @@ def test_real_model_opset23_attention(tmp_path) -> None:
     pytest.importorskip("transformers")
     import warnings
 
-    import onnx_models   # benchmarks/, put on the path by conftest
+    import onnx_models  # benchmarks/, put on the path by conftest
 
     wrapped = onnx_models._wrap(onnx_models.build("llama", "tiny", "sdpa"), "lm")
     dim = {0: torch.export.Dim("batch", max=4096), 1: torch.export.Dim("sequence", max=8192)}

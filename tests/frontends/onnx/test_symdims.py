@@ -6,8 +6,20 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from narrowpipe.frontends.onnx.symdims import (dim_add, dim_ceildiv, dim_eq, dim_floordiv, dim_max, dim_min,
-                                               dim_mod, dim_mul, dim_sub, parse_dim_param, to_dim, to_poly)
+from narrowpipe.frontends.onnx.symdims import (
+    dim_add,
+    dim_ceildiv,
+    dim_eq,
+    dim_floordiv,
+    dim_max,
+    dim_min,
+    dim_mod,
+    dim_mul,
+    dim_sub,
+    parse_dim_param,
+    to_dim,
+    to_poly,
+)
 from narrowpipe.ir import Sym
 
 B, S = Sym("batch"), Sym("sequence")

@@ -14,7 +14,8 @@ pytest.importorskip("transformers")
 import onnx_models  # noqa: E402  (benchmarks/, put on the path by conftest)
 
 CASES = [(name, exporter, "eager") for name in onnx_models.MODELS for exporter in ("legacy", "dynamo")]
-CASES += [("gpt2", "legacy", "sdpa"), ("llama", "legacy", "sdpa"), ("llama", "dynamo", "sdpa"), ("vit", "legacy", "sdpa")]
+CASES += [("gpt2", "legacy", "sdpa"), ("llama", "legacy", "sdpa"), ("llama", "dynamo", "sdpa"),
+          ("vit", "legacy", "sdpa")]
 
 
 @pytest.mark.slow
@@ -109,7 +110,8 @@ def test_dim_params_with_expressions_are_kept() -> None:
     import onnx
     from onnx import TensorProto, helper
     node = helper.make_node("Reshape", ["x", "shape"], ["y"])
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 8])],
+    g = helper.make_graph([node], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch*sequence", 8])],
                           [helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 8])])
     graph = narrowpipe.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from narrowpipe.frontends.trace.lower import ELEMENTWISE, Call, collective_kind, lower_call
-from narrowpipe.frontends.trace.read import TensorArg
 from narrowpipe.costmodel.interpreter import interpret
+from narrowpipe.frontends.trace.lower import Call, collective_kind, lower_call
+from narrowpipe.frontends.trace.read import TensorArg
 from narrowpipe.ir import DType, Op
 
 F32, BF16 = DType.FP32, DType.BF16
