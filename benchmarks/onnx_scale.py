@@ -139,8 +139,10 @@ def measure(n_nodes: int, repeat: int = 5, profile: bool = False) -> dict[str, f
     return {"nodes": len(model.graph.node), "file_mb": round(size / 1e6, 2),
             **{k: round(v, 4) for k, v in med.items()}, "total_s": round(total, 4),
             "us_per_node": round(1e6 * total / len(model.graph.node), 2),
-            "ratio_vs_onnx": round(total / med["onnx_s"], 2), "rebind_vs_load": round(med["rebind_s"] / med["load_s"], 3),
-            "flops": report.flops, "params": report.params, "runs": {k: [round(x, 4) for x in v] for k, v in times.items()}}
+            "ratio_vs_onnx": round(total / med["onnx_s"], 2),
+            "rebind_vs_load": round(med["rebind_s"] / med["load_s"], 3),
+            "flops": report.flops, "params": report.params,
+            "runs": {k: [round(x, 4) for x in v] for k, v in times.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

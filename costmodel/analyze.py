@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from math import prod
-
 from collections.abc import Mapping
+from math import prod
 from typing import Any
 
 from ..errors import NarrowpipeError, UnboundDimError

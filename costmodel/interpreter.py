@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Mapping
-from math import prod
 from dataclasses import dataclass, field
+from math import prod
 
 from ..errors import IRError, NarrowpipeError, UnsupportedOpError
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, TensorType, Value

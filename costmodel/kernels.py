@@ -15,10 +15,9 @@ it (or returned). ``mode="none"`` gives one kernel per op (eager PyTorch).
 
 from __future__ import annotations
 
-from math import prod
-
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from math import prod
 
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Value
 from .cost import Cost

@@ -2,17 +2,28 @@
 
 from .attention import CAUSAL, AttentionDims, attention_dims, attention_operands, is_causal
 from .dims import Dim, Shape, Sym
-from .shapes import format_shape
 from .dtypes import DType
-from .roles import DimRole
 from .graph import DimSpec, Graph, Node, Placement, Source, Use, Value, ValueKind, node_subgraphs
 from .nx import to_networkx
 from .ops import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, ops_in_group
-from .passes import (ALL, AnalysisManager, Pass, PassResult, Pipeline, get_pass, parse_pipeline,
-                     register_analysis, register_pass, registered_analyses, registered_passes,
-                     run_passes)
+from .passes import (
+                     ALL,
+                     AnalysisManager,
+                     Pass,
+                     PassResult,
+                     Pipeline,
+                     get_pass,
+                     parse_pipeline,
+                     register_analysis,
+                     register_pass,
+                     registered_analyses,
+                     registered_passes,
+                     run_passes,
+)
 from .printer import format_graph
+from .roles import DimRole
 from .serialize import from_json, graph_from_dict, graph_to_dict, load_json, save_json, to_json
+from .shapes import format_shape
 from .types import TensorType
 from .verifier import maybe_verify, problems, verify, verify_enabled
 from .verify_pass import verify_pass

@@ -37,10 +37,10 @@ class Pass(Protocol):
     def run(self, graph: Graph, am: AnalysisManager) -> Graph | PassResult: ...
 
 
-PassLike = Union[Pass, Callable[[Graph, "AnalysisManager"], Union[Graph, PassResult]]]
+PassLike = Union[Pass, Callable[[Graph, "AnalysisManager"], Graph | PassResult]]
 
 _PASSES: dict[str, Callable[..., Any]] = {}
-_ANALYSES: dict[str, Callable[[Graph, "AnalysisManager"], Any]] = {}
+_ANALYSES: dict[str, Callable[[Graph, AnalysisManager], Any]] = {}
 
 
 def register_pass(name: str) -> Callable[[Any], Any]:
@@ -57,7 +57,7 @@ def register_pass(name: str) -> Callable[[Any], Any]:
     return deco
 
 
-def register_analysis(name: str) -> Callable[[Callable[[Graph, "AnalysisManager"], Any]], Any]:
+def register_analysis(name: str) -> Callable[[Callable[[Graph, AnalysisManager], Any]], Any]:
     def deco(fn: Callable[[Graph, AnalysisManager], Any]) -> Any:
         _ANALYSES[name] = fn
         return fn

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IRError
-from .shapes import dim_from_json, dim_to_json
 from .dtypes import DType
 from .graph import DimSpec, Graph, Placement, Source, Value, ValueKind
-from .roles import DimRole
 from .ops import Op
+from .roles import DimRole
+from .shapes import dim_from_json, dim_to_json
 from .types import TensorType
 
 __all__ = ["graph_to_dict", "graph_from_dict", "to_json", "from_json", "save_json", "load_json",

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .dims import Dim, Shape
-from .shapes import format_shape
 from .dtypes import DType
-from .graph import Node, Value
+from .graph import Node
 from .ops import Op, OpGroup
+from .shapes import format_shape
 
 __all__ = ["type_problems", "may_equal", "REQUIRED_ATTRS"]
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from math import prod
 
 from .dims import Shape
-from .shapes import evaluate_dim, format_shape, is_static, shape_symbols
 from .dtypes import DType
+from .shapes import evaluate_dim, format_shape, is_static, shape_symbols
 
 __all__ = ["TensorType"]
 

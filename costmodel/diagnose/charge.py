@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...frontends.trace.lower import PASS_THROUGH
 from ...frontends.trace.collectives import collective_kind
+from ...frontends.trace.lower import PASS_THROUGH
+from ...frontends.trace.read import MEMCPY, Event, Trace
 from .cost import Costed, Coster
 from .labels import HOST_COPY
-from ...frontends.trace.read import MEMCPY, Event, Trace
 
 __all__ = ["Unit", "Charger", "UNMODELED"]
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...backends import Target
-from ...ir import DType, Op, OpGroup
-from ...frontends.trace.lower import Call, lower_call
 from ...frontends.trace.collectives import collective_graph, collective_kind
+from ...frontends.trace.lower import Call, lower_call
 from ...frontends.trace.read import Event, parse_dtype
+from ...ir import DType, Op, OpGroup
 from ..execution import DeviceGroup, Program
 from ..execution.collectives import Topology
 from ..execution.common import TimingOptions, matrix_rate, transcendental_rate, vector_rate

@@ -36,14 +36,25 @@ from __future__ import annotations
 import os
 
 from ...backends import Target, get_target
+from ...frontends.trace.read import Trace, intersection_length, load_trace, union_length
 from ...ir import DType
+from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD, TimingOptions, matrix_rate
 from .charge import UNMODELED, Charger, Unit
 from .cost import Coster
-from .labels import (HOST_COPY, LONG_CALL_LAUNCHES, LOW_COMPUTE_UTILIZATION, OVERHEAD_UTILIZATION,
-                              RUN_LABELS, Timeline, op_advice, op_bound, pct, run_advice, run_label)
+from .labels import (
+    HOST_COPY,
+    LONG_CALL_LAUNCHES,
+    LOW_COMPUTE_UTILIZATION,
+    OVERHEAD_UTILIZATION,
+    RUN_LABELS,
+    Timeline,
+    op_advice,
+    op_bound,
+    pct,
+    run_advice,
+    run_label,
+)
 from .report import DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION, Diagnosis, OpStat, UnmodeledStat
-from ...frontends.trace.read import Trace, intersection_length, load_trace, union_length
-from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD, TimingOptions, matrix_rate
 
 __all__ = ["diagnose", "Diagnosis", "OpStat", "UnmodeledStat", "OVERHEAD_UTILIZATION", "RUN_LABELS",
            "DIAGNOSIS_FORMAT", "DIAGNOSIS_VERSION", "LONG_CALL_LAUNCHES", "LOW_COMPUTE_UTILIZATION", "HOST_COPY",

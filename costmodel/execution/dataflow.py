@@ -24,8 +24,16 @@ from ...ir import DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import values_bytes, weight_bytes
-from .common import (KernelTime, matmul_efficiency, matrix_rate, memory_time, roofline, transcendental_rate,
-                     vector_rate, with_hop)
+from .common import (
+    KernelTime,
+    matmul_efficiency,
+    matrix_rate,
+    memory_time,
+    roofline,
+    transcendental_rate,
+    vector_rate,
+    with_hop,
+)
 from .gemm import Gemm, attention_shape
 from .program import DeviceGroup, Program, Schedule
 from .routing import kernel_time

@@ -22,8 +22,15 @@ from math import ceil, isqrt, log2
 from ...backends import GpuTarget
 from ...backends.defaults import ATTENTION_BLOCK, ATTENTION_MIN_BLOCK_ROWS, CACHE_RESIDENT_FRACTION
 from ..kernels import Kernel
-from .common import (KernelTime, causal_fraction, matmul_efficiency, matrix_rate, memory_time, roofline,
-                     transcendental_rate)
+from .common import (
+    KernelTime,
+    causal_fraction,
+    matmul_efficiency,
+    matrix_rate,
+    memory_time,
+    roofline,
+    transcendental_rate,
+)
 from .gemm import Gemm, attention_shape
 from .program import Program
 from .sequential import SequentialModel

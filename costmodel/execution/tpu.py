@@ -20,8 +20,15 @@ from math import ceil
 from ...backends import TpuTarget
 from ...backends.defaults import MXUS_PER_TENSORCORE, TPU_SUBLANE_ROWS
 from ..kernels import Kernel
-from .common import (KernelTime, causal_fraction, matmul_efficiency, matrix_rate, memory_time, roofline,
-                     transcendental_rate)
+from .common import (
+    KernelTime,
+    causal_fraction,
+    matmul_efficiency,
+    matrix_rate,
+    memory_time,
+    roofline,
+    transcendental_rate,
+)
 from .gemm import Gemm, attention_shape
 from .program import Program
 from .sequential import SequentialModel

@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 
 from .fold_math import MATH_FOLDERS
-from .fold_values import (FoldContext, Unfoldable, as_dims, as_ints, need, opt_ints, pack, scalar,
-                               shape_array, to_elem)
+from .fold_values import FoldContext, Unfoldable, as_dims, as_ints, need, opt_ints, pack, scalar, shape_array, to_elem
 from .symdims import Poly, dim_mul
 from .types import FOLD_LIMIT
 

@@ -21,8 +21,8 @@ from onnx import GraphProto, ModelProto
 
 from ...errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError
 from ...ir import Graph
-from ..dim_roles import assign_roles
 from ...ir.verifier import maybe_verify
+from ..dim_roles import assign_roles
 from .functions import expand_function
 from .lowering import OnnxLowerer, Unordered
 from .masks import CausalMasks

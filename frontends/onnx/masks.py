@@ -280,7 +280,7 @@ class CausalMasks:
         graph = helper.make_graph(nodes, "mask", inputs, [ValueInfoProto(name=name)])
         model = helper.make_model(graph, opset_imports=list(self._model.opset_import),
                                   ir_version=self._model.ir_version)
-        from onnx.reference import ReferenceEvaluator   # imported only when a mask is evaluated
+        from onnx.reference import ReferenceEvaluator  # imported only when a mask is evaluated
 
         run = ReferenceEvaluator(model)
         out = []

@@ -12,8 +12,7 @@ from typing import Any
 
 from ...ir import DType
 from .fold import as_dims, as_ints
-from .shape_base import (Dim, RuleContext, broadcast, inputs_shapes, length_of, max_dim, numel, rule_error,
-                              unknown_dims)
+from .shape_base import Dim, RuleContext, broadcast, inputs_shapes, length_of, max_dim, numel, rule_error, unknown_dims
 from .shape_windows import WINDOW_RULES, conv_out_dim
 from .shapes import Bounded, OutSpec
 from .symdims import dim_add, dim_ceildiv, dim_floordiv, dim_max, dim_min, dim_mul, dim_sub

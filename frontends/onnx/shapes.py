@@ -30,8 +30,8 @@ __all__ = ["run_inference", "ShapeState", "Bounded", "RawType", "OutSpec", "Unk"
 
 Unk = str  # an unknown dim: ONNX's generated name (``unk__3``) or "" when anonymous
 RawDim = Union[int, Sym, Unk]
-RawType = tuple[int, Union[tuple[RawDim, ...], None]]   # (ONNX elem type, dims or None = rank unknown)
-OutSpec = tuple[Union[DType, None], Union[tuple[Any, ...], None]]  # what a shape rule returns per output
+RawType = tuple[int, tuple[RawDim, ...] | None]   # (ONNX elem type, dims or None = rank unknown)
+OutSpec = tuple[DType | None, tuple[Any, ...] | None]  # what a shape rule returns per output
 
 _ERROR_NODE = re.compile(r"\(op_type:([\w.]+)(?:, node name: ([^)]*))?\)")
 _BIG = 1024  # initializers declared larger than this many bytes enter inference without their payload

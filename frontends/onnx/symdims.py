@@ -16,8 +16,20 @@ from functools import lru_cache
 from typing import Union
 
 from ...ir import Sym
-from ...ir.dims import (dim_add, dim_ceildiv, dim_eq, dim_floordiv, dim_lt, dim_max, dim_min, dim_mod, dim_mul,
-                        dim_sub, parse_dim, to_dim)
+from ...ir.dims import (
+    dim_add,
+    dim_ceildiv,
+    dim_eq,
+    dim_floordiv,
+    dim_lt,
+    dim_max,
+    dim_min,
+    dim_mod,
+    dim_mul,
+    dim_sub,
+    parse_dim,
+    to_dim,
+)
 
 __all__ = ["Poly", "DimLike", "to_poly", "to_dim", "dim_add", "dim_sub", "dim_mul", "dim_floordiv",
            "dim_ceildiv", "dim_mod", "dim_max", "dim_min", "dim_eq", "dim_lt", "sanitize_symbol",

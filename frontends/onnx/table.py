@@ -14,9 +14,9 @@ from .contractions import CONTRACTION_LOWERINGS
 from .contrib import CONTRIB_LOWERINGS
 from .contrib_shapes import CONTRIB_SHAPE_RULES
 from .control import CONTROL_LOWERINGS
-from .node import NodeCx
 from .misc import MISC_LOWERINGS
 from .nn import ELEMENTWISE_LOWERINGS, NN_LOWERINGS
+from .node import NodeCx
 from .recurrent import RECURRENT_LOWERINGS
 from .shapes import OutSpec
 from .tensor import TENSOR_LOWERINGS

@@ -21,8 +21,8 @@ from torch.export.graph_signature import InputKind
 
 from ...errors import FrontendError, ModelLoadError
 from ...ir import DimSpec, Graph, Value, ValueKind
-from ..dim_roles import assign_roles
 from ...ir.verifier import maybe_verify
+from ..dim_roles import assign_roles
 from .aten_table import ATEN_TABLE, IGNORED
 from .lowering import AtenLowerer
 from .types import SymbolTable

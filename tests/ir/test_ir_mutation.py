@@ -8,8 +8,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from narrowpipe.errors import IRError
-from narrowpipe.ir import (AnalysisManager, DType, Graph, Op, TensorType, Use, Value, format_graph,
-                           graph_to_dict, node_subgraphs, problems, register_analysis)
+from narrowpipe.ir import (
+    AnalysisManager,
+    DType,
+    Graph,
+    Op,
+    TensorType,
+    Use,
+    Value,
+    format_graph,
+    graph_to_dict,
+    node_subgraphs,
+    problems,
+    register_analysis,
+)
 
 T = TensorType(DType.FP32, (4,))
 _OPS = (Op.ADD, Op.MUL, Op.RELU, Op.NEG)

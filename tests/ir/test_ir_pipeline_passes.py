@@ -11,8 +11,18 @@ import narrowpipe  # noqa: F401  (registers the costmodel passes)
 from narrowpipe.costmodel.kernels import fuse
 from narrowpipe.costmodel.precision import with_precision
 from narrowpipe.errors import PassError, VerificationError
-from narrowpipe.ir import (AnalysisManager, DType, Graph, Op, PassResult, TensorType, graph_from_dict,
-                           graph_to_dict, parse_pipeline, register_pass)
+from narrowpipe.ir import (
+    AnalysisManager,
+    DType,
+    Graph,
+    Op,
+    PassResult,
+    TensorType,
+    graph_from_dict,
+    graph_to_dict,
+    parse_pipeline,
+    register_pass,
+)
 from narrowpipe.models.examples import load_example
 
 
