@@ -43,7 +43,7 @@ def targets() -> list[tuple[str, str]]:
 
 __all__ = [
     "from_torch", "load", "analyze", "compare", "whatif", "diagnose", "targets", "get_target", "Graph", "DimRole",
-    "Report",    "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
+    "Report", "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",
 ]
