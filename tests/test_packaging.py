@@ -96,6 +96,11 @@ def test_no_import_cycles_between_modules():
     assert cycles == []
 
 
+def test_no_module_over_the_line_limit():
+    long = {m: n for m, p in _package_modules().items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
 def test_readme_layout_table_matches_the_tree():
     text = (ROOT / "README.md").read_text()
     section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
