@@ -38,6 +38,14 @@ class Level:
                                 allow_zero=True)
     links: int | None = spec_field("count")
     dims: tuple[int, ...] = spec_field("dims")
+    #: Achievable bus bandwidth of a collective at large messages (NCCL's ``busbw``), per device:
+    #: what measurements reach, below the link peak. Collectives use it for the beta term.
+    bus_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
+    #: The switches reduce in the network (NVLink SHARP / NVLS, InfiniBand SHARP): an all-reduce
+    #: sends its buffer up once and receives the result once instead of 2(n-1)/n of it each way.
+    in_network_reduction: bool | None = spec_field("flag")
+    #: Achievable bus bandwidth of an all-reduce with in-network reduction (NVLS busbw).
+    reduction_bus_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
 
     def __post_init__(self) -> None:
         normalize_fields(self)

@@ -1,32 +1,65 @@
-"""Alpha-beta times of collectives on a target's topology: the one place that picks the link.
+"""Collectives on a topology: the one place that picks the network level and the algorithm.
 
-Ring algorithms over ``group_size`` devices: an all-reduce takes 2(n-1) steps, all-gather,
-reduce-scatter and all-to-all n-1, a point-to-point transfer one. Time = steps x link latency +
-bytes each device sends / link bandwidth (one direction). Groups larger than the scale-up domain
-(NVLink island, TPU slice) cross the scale-out network, whose bandwidth then sets the beta term.
-On a torus, a ring along one axis uses both directions of each link. Every caller that needs a
-collective's link (the execution models, diagnose) asks :meth:`Topology.link`, so the scale-up vs
-scale-out choice and the torus factor cannot drift apart.
+A :class:`Topology` is what collectives need to know of how devices are wired: a scale-up domain
+(NVLink/NVSwitch island, TPU ICI torus) whose devices share a fast level, joined by a scale-out
+network. It comes from a chip's target fields (:meth:`Topology.of`) or from a system file with its
+measured bus bandwidths and in-network reduction (:meth:`Topology.of_system`). For a collective over
+``group`` devices :meth:`Topology.time` times every algorithm that applies (:mod:`.algorithms`: ring,
+tree, in-network reduction inside a switch domain, per-axis rings on a torus, hierarchical across
+domains) and keeps the fastest, as NCCL's tuner and XLA's collective planner do. The execution models
+(collective nodes of a graph) and ``diagnose`` (link utilization) both ask here, so the level choice
+and the torus accounting cannot drift apart.
+
+Bandwidths are per device and one direction. A torus level's ``bandwidth`` is the sum over all its
+links, so a ring along one axis runs on ``2 x bandwidth / links`` (the axis's two links).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import ceil, prod
+from typing import TYPE_CHECKING
 
 from ...backends import Target
 from ...ir import Node, Op
 from ..cost import Cost
+from .algorithms import AlgoTime, bus_factor, hierarchical, in_network, ring, torus, tree
 from .common import KernelTime, roofline
 
-__all__ = ["Topology", "Link", "collective_time", "collective_seconds"]
+if TYPE_CHECKING:
+    from ...backends import System
+    from ...backends.system import Level
 
-_STEPS = {Op.ALL_REDUCE: 2, Op.ALL_GATHER: 1, Op.REDUCE_SCATTER: 1, Op.ALL_TO_ALL: 1}
+__all__ = ["Topology", "NetLevel", "Link", "collective_time", "collective_seconds"]
+
+
+@dataclass(frozen=True)
+class NetLevel:
+    """One network level seen from one device."""
+
+    bandwidth: float                      # link peak, per device, one direction
+    latency: float                        # alpha per step
+    bus_bandwidth: float | None = None    # measured achievable busbw (large messages)
+    torus_dims: tuple[int, ...] = ()
+    links: int | None = None
+    in_network_reduction: bool = False
+    reduction_bus_bandwidth: float | None = None
+
+    @property
+    def effective(self) -> float:
+        """What the beta term runs at: the measured bus bandwidth where known, else the peak."""
+        return self.bus_bandwidth or self.bandwidth
+
+    @property
+    def link_bandwidth(self) -> float:
+        """One link of a torus (the level's bandwidth over its links, two per axis by default)."""
+        links = self.links or 2 * max(len(self.torus_dims), 1)
+        return self.effective / links
 
 
 @dataclass(frozen=True)
 class Link:
-    """The link a collective's ring runs over: per-device one-direction bandwidth (torus factor
-    applied), latency per step, and whether it stays inside the scale-up domain."""
+    """The level a collective runs over and the bandwidth its transfer term used."""
 
     bandwidth: float
     latency: float
@@ -39,37 +72,93 @@ class Link:
 
 @dataclass(frozen=True)
 class Topology:
-    """How a target's devices are wired, as far as collectives care: a scale-up domain (a torus
-    when ``torus``) joined by a scale-out network. The seam where a System's levels plug in."""
+    """A scale-up domain of ``scale_up_domain`` devices on ``scale_up``, domains on ``scale_out``."""
 
     scale_up_domain: int
-    scale_up_bandwidth: float
-    scale_out_bandwidth: float
-    latency: float
-    torus: bool
+    scale_up: NetLevel
+    scale_out: NetLevel | None = None
 
     @classmethod
     def of(cls, target: Target) -> Topology:
-        return cls(target.scale_up_domain, target.scale_up_bandwidth or 0.0, target.scale_out_bandwidth or 0.0,
-                   target.link_latency or 0.0, bool(getattr(target, "torus_dims", ())))
+        up = NetLevel(target.scale_up_bandwidth or 0.0, target.link_latency or 0.0,
+                      torus_dims=tuple(getattr(target, "torus_dims", ()) or ()), links=target.scale_up_links)
+        out = NetLevel(target.scale_out_bandwidth, target.link_latency or 0.0) if target.scale_out_bandwidth else None
+        return cls(target.scale_up_domain, up, out)
 
-    def link(self, group_size: int) -> Link:
-        """The link a ring over ``group_size`` devices is limited by. A target without a scale-out
-        figure uses its scale-up bandwidth for large groups too (no better number is known)."""
-        intra = group_size <= self.scale_up_domain
-        bw = (self.scale_up_bandwidth if intra else self.scale_out_bandwidth) or self.scale_up_bandwidth
-        if self.torus and intra:
-            bw *= 2  # a torus ring sends both ways around the axis
-        return Link(bw, self.latency, intra)
+    @classmethod
+    def of_system(cls, system: System) -> Topology:
+        def level(lv: Level | None) -> NetLevel | None:
+            if lv is None:
+                return None
+            return NetLevel(lv.bandwidth, lv.latency, lv.bus_bandwidth, tuple(lv.dims) if lv.topology == "torus" else (),
+                            lv.links, bool(lv.in_network_reduction), lv.reduction_bus_bandwidth)
+        up = level(system.scale_up) or NetLevel(0.0, 0.0)
+        return cls(system.scale_up_domain, up, level(system.scale_out))
+
+    @property
+    def torus(self) -> bool:
+        return bool(self.scale_up.torus_dims)
+
+    def link(self, group: int) -> Link:
+        """The level a group of ``group`` devices is limited by (scale-out beyond the domain; a
+        topology without a scale-out figure uses its scale-up level, no better number being known)."""
+        if group <= self.scale_up_domain or self.scale_out is None:
+            up = self.scale_up
+            bw = 2 * up.link_bandwidth * len(_torus_axes(group, up.torus_dims)) if up.torus_dims else up.effective
+            return Link(bw, up.latency, group <= self.scale_up_domain)
+        return Link(self.scale_out.effective, self.scale_out.latency, False)
+
+    def time(self, op: Op, size: float, group: int) -> AlgoTime:
+        """The fastest algorithm for ``op`` on a ``size``-byte buffer over ``group`` devices."""
+        if group <= 1 or size <= 0:
+            return AlgoTime("none", 0.0, 0.0, 0.0)
+        up = self.scale_up
+        if group <= self.scale_up_domain or self.scale_out is None:
+            return min(self._within(op, size, group, up), key=lambda t: t.seconds)
+        out = self.scale_out
+        local = self.scale_up_domain
+        nodes = ceil(group / local)
+        flat_bw = min(up.effective, out.effective)
+        options = [ring(op, size, group, flat_bw, max(up.latency, out.latency))]
+        tr = tree(op, size, group, flat_bw, max(up.latency, out.latency))
+        options += [tr] if tr is not None else []
+        two = hierarchical(op, size, local, nodes, up.effective, up.latency, out.effective, out.latency)
+        options += [two] if two is not None else []
+        return min(options, key=lambda t: t.seconds)
+
+    def _within(self, op: Op, size: float, group: int, up: NetLevel) -> list[AlgoTime]:
+        if up.torus_dims:
+            return [torus(op, size, _torus_axes(group, up.torus_dims), up.link_bandwidth, up.latency)]
+        options = [ring(op, size, group, up.effective, up.latency)]
+        tr = tree(op, size, group, up.effective, up.latency)
+        options += [tr] if tr is not None else []
+        if up.in_network_reduction:
+            nvls = in_network(op, size, group, up.bandwidth, up.latency, up.reduction_bus_bandwidth)
+            options += [nvls] if nvls is not None else []
+        return options
+
+
+def _torus_axes(group: int, dims: tuple[int, ...]) -> tuple[int, ...]:
+    """The axes a group of ``group`` devices spans, filling whole axes first (how slices are laid
+    out on the torus): 16 devices on 16x16 use one axis, 64 on 4x4x4 all three; a remainder runs
+    as a ring along part of the next axis."""
+    axes: list[int] = []
+    for k in dims:
+        have = prod(axes) if axes else 1
+        if have >= group:
+            break
+        axes.append(min(k, ceil(group / have)))
+    return tuple(axes) or (group,)
 
 
 def collective_seconds(op: Op, comm_bytes: float, group_size: int, topology: Topology) -> tuple[float, Link]:
-    """Alpha-beta seconds of one collective (inf without bandwidth) and the link it ran over."""
+    """Seconds of one collective whose ring sends ``comm_bytes`` per device (the cost rules' count),
+    on the fastest algorithm, and the link it ran over (inf without bandwidth)."""
     link = topology.link(group_size)
     if link.bandwidth <= 0:
         return float("inf"), link
-    steps = _STEPS.get(op, 0) * (group_size - 1) or 1
-    return steps * link.latency + comm_bytes / link.bandwidth, link
+    factor = bus_factor(op, group_size) or 1.0
+    return topology.time(op, comm_bytes / factor, group_size).seconds, link
 
 
 def collective_time(node: Node, cost: Cost, target: Target) -> KernelTime:

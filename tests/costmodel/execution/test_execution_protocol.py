@@ -11,7 +11,7 @@ import pytest
 
 from narrowpipe.backends import get_target
 from narrowpipe.costmodel.execution import DeviceGroup, Program, Schedule, TimingOptions, model_for
-from narrowpipe.costmodel.execution.collectives import Topology, collective_seconds
+from narrowpipe.costmodel.execution.collectives import NetLevel, Topology, collective_seconds
 from narrowpipe.costmodel.execution.common import causal_fraction
 from narrowpipe.costmodel.interpreter import interpret
 from narrowpipe.costmodel.timing import fused_program, time_program
@@ -92,32 +92,37 @@ def test_a_device_group_smaller_than_the_layout_does_not_fit():
 
 
 def test_collective_picks_scale_up_inside_the_domain_and_scale_out_beyond():
-    topo = Topology(scale_up_domain=8, scale_up_bandwidth=400e9, scale_out_bandwidth=50e9, latency=2e-6,
-                    torus=False)
-    # all-reduce of 1 GB: 2(n-1) steps of latency + bytes / link bandwidth
+    topo = Topology(8, NetLevel(400e9, 2e-6), NetLevel(50e9, 2e-6))
+    # all-reduce of a 1 GB bus volume (the rules' comm bytes) over 8: ring, 2(n-1) steps of latency
     inside, link = collective_seconds(Op.ALL_REDUCE, 1e9, 8, topo)
     assert link.intra and link.bandwidth == 400e9
     assert inside == pytest.approx(14 * 2e-6 + 1e9 / 400e9, rel=1e-12)      # 2.528 ms
+    # 16 devices = 2 domains: reduce-scatter inside (7 steps, 7/8 of the 8/15 GB buffer at 400 GB/s),
+    # all-reduce of the 1/8 shard across 2 domains (2 steps, 1/8 buffer at 50 GB/s), all-gather inside
     beyond, link = collective_seconds(Op.ALL_REDUCE, 1e9, 16, topo)
     assert not link.intra and link.bandwidth == 50e9
-    assert beyond == pytest.approx(30 * 2e-6 + 1e9 / 50e9, rel=1e-12)       # 20.06 ms
+    size = 1e9 / (2 * 15 / 16)
+    two_level = 2 * (7 * 2e-6 + 7 / 8 * size / 400e9) + (2 * 2e-6 + size / 8 / 50e9)
+    assert beyond == pytest.approx(two_level, rel=1e-12)                      # 2.36 ms vs 20.06 flat
     gather, _ = collective_seconds(Op.ALL_GATHER, 1e9, 8, topo)
     assert gather == pytest.approx(7 * 2e-6 + 1e9 / 400e9, rel=1e-12)
 
 
-def test_torus_doubles_the_ring_bandwidth_inside_the_torus_only():
-    topo = Topology(scale_up_domain=256, scale_up_bandwidth=100e9, scale_out_bandwidth=25e9, latency=1e-6,
-                    torus=True)
-    inside, link = collective_seconds(Op.REDUCE_SCATTER, 1e9, 16, topo)
+def test_torus_rings_run_on_the_two_links_of_each_axis_they_span():
+    # a 16x16 torus with 4 links of 50 GB/s: a reduce-scatter over one axis (16 chips) is a
+    # bidirectional ring on 2 links = 100 GB/s, 15 steps
+    topo = Topology(256, NetLevel(200e9, 1e-6, torus_dims=(16, 16), links=4), NetLevel(25e9, 5e-6))
+    inside, link = collective_seconds(Op.REDUCE_SCATTER, 15 / 16 * 1e9, 16, topo)
+    assert link.bandwidth == 100e9
+    assert inside == pytest.approx(15e-6 + 15 / 16 * 1e9 / 100e9, rel=1e-12)
+    # the whole torus: both axes' rings busy at once, on all 4 links; 15 steps along each axis
+    whole, link = collective_seconds(Op.REDUCE_SCATTER, 255 / 256 * 1e9, 256, topo)
     assert link.bandwidth == 200e9
-    assert inside == pytest.approx(15e-6 + 1e9 / 200e9, rel=1e-12)          # 5.015 ms
-    beyond, link = collective_seconds(Op.REDUCE_SCATTER, 1e9, 512, topo)
-    assert link.bandwidth == 25e9                                             # the network is no torus
-    assert beyond == pytest.approx(511e-6 + 1e9 / 25e9, rel=1e-12)
+    assert whole == pytest.approx(30e-6 + 255 / 256 * 1e9 / 200e9, rel=1e-12)
 
 
 def test_a_target_without_scale_out_uses_its_scale_up_link_beyond_the_domain():
-    topo = Topology(scale_up_domain=8, scale_up_bandwidth=400e9, scale_out_bandwidth=0.0, latency=0.0, torus=False)
+    topo = Topology(8, NetLevel(400e9, 0.0))
     assert topo.link(64).bandwidth == 400e9 and not topo.link(64).intra
 
 

@@ -1,0 +1,130 @@
+"""Collective algorithms as alpha-beta models: time = steps x alpha + bytes on the wire / bandwidth.
+
+Each function times one algorithm for a buffer of ``size`` bytes (the full tensor each device holds
+before an all-reduce, gathers after an all-gather, or scatters before a reduce-scatter) over ``n``
+devices, with ``bw`` the per-device one-direction bandwidth the beta term runs at and ``alpha`` the
+latency of one step. The byte factors are NCCL's bus-bandwidth factors (nccl-tests PERFORMANCE.md):
+an all-reduce moves 2(n-1)/n of the buffer through every device, an all-gather or reduce-scatter
+(n-1)/n, so a measured ``busbw`` plugs straight into ``bw``.
+
+* ring: 2(n-1) steps for an all-reduce, n-1 for the others; bandwidth-optimal.
+* tree (NCCL's double binary tree): 2 log2(n) steps, the whole buffer up and down each tree half:
+  latency-optimal, so it wins on small messages across many devices.
+* in-network reduction (NVLS, SHARP): the switch reduces, so each device sends its buffer once and
+  receives the result once, concurrently: size / bw, two steps.
+* torus: a bidirectional ring per mesh axis the group spans, all spanned axes busy at once (the
+  buffer split into one part per axis, each part visiting the axes in a rotated order), so the
+  transfer runs on both links of every spanned axis.
+* hierarchical: reduce-scatter inside each scale-up domain, the inter-domain collective on the
+  1/local shard over the scale-out network, all-gather inside again (NCCL's and XLA's two-level
+  all-reduce).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, log2, prod
+
+from ...ir import Op
+
+__all__ = ["AlgoTime", "ring", "tree", "in_network", "torus", "hierarchical", "bus_factor"]
+
+
+@dataclass(frozen=True)
+class AlgoTime:
+    """One algorithm's time for one collective, split into its alpha and beta terms."""
+
+    algorithm: str
+    seconds: float
+    latency_s: float
+    transfer_s: float
+
+
+def bus_factor(op: Op, n: int) -> float:
+    """Bytes through each device per byte of buffer: 2(n-1)/n for an all-reduce, (n-1)/n for an
+    all-gather, reduce-scatter or all-to-all, 1 for a point-to-point transfer or broadcast."""
+    if n <= 1:
+        return 0.0
+    if op is Op.ALL_REDUCE:
+        return 2 * (n - 1) / n
+    if op in (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL):
+        return (n - 1) / n
+    return 1.0
+
+
+def _steps(op: Op, n: int) -> int:
+    if op is Op.ALL_REDUCE:
+        return 2 * (n - 1)
+    if op in (Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL):
+        return n - 1
+    return 1
+
+
+def _time(name: str, steps: float, alpha: float, nbytes: float, bw: float) -> AlgoTime:
+    lat = steps * alpha
+    beta = nbytes / bw if bw > 0 else float("inf")
+    return AlgoTime(name, lat + beta, lat, beta)
+
+
+def ring(op: Op, size: float, n: int, bw: float, alpha: float) -> AlgoTime:
+    """Ring: every device sends bus_factor x size in ``_steps`` steps."""
+    if n <= 1:
+        return AlgoTime("ring", 0.0, 0.0, 0.0)
+    return _time("ring", _steps(op, n), alpha, bus_factor(op, n) * size, bw)
+
+
+def tree(op: Op, size: float, n: int, bw: float, alpha: float) -> AlgoTime | None:
+    """Double binary tree all-reduce (NCCL): a reduce up and a broadcast down, 2 ceil(log2 n)
+    steps; with the two complementary trees each device forwards the whole buffer once going up
+    and once coming down (2 x size, against the ring's 2(n-1)/n x size): worse on bandwidth,
+    better on latency. Only all-reduce has a tree algorithm."""
+    if op is not Op.ALL_REDUCE or n <= 2:
+        return None
+    return _time("tree", 2 * ceil(log2(n)), alpha, 2 * size, bw)
+
+
+def in_network(op: Op, size: float, n: int, bw: float, alpha: float,
+               measured_busbw: float | None = None) -> AlgoTime | None:
+    """Switch-side reduction (NVLS / SHARP): the buffer goes up once and the sum comes down once,
+    in both directions at the same time, so an all-reduce moves ``size`` at the link's ``bw`` in two
+    steps. A measured NVLS bus bandwidth is NCCL's ``busbw`` (2(n-1)/n x size / time), so with one
+    the transfer term is the bus volume over it instead."""
+    if op is not Op.ALL_REDUCE or n <= 1:
+        return None
+    if measured_busbw:
+        return _time("in-network", 2, alpha, bus_factor(op, n) * size, measured_busbw)
+    return _time("in-network", 2, alpha, size, bw)
+
+
+def torus(op: Op, size: float, axes: tuple[int, ...], link_bw: float, alpha: float) -> AlgoTime:
+    """Bidirectional rings along every axis the group spans, all axes busy at once: the buffer is
+    cut into one part per axis and each part visits the axes in a rotated order (a reduce-scatter
+    leaves 1/k of a part for the next axis, an all-gather grows it back), so every link of the
+    spanned axes carries traffic the whole time. The transfer term is the bus volume over the
+    ``2 x len(axes)`` links (both directions of each axis); the latency term walks the axes one
+    after the other. On a whole pod this is the pod's published all-reduce bandwidth per chip
+    (TPU v4: 6 links x 45 GB/s = 270 GB/s, 1.1 PB/s over 4,096 chips; v5e: 200 GB/s, 51.2 TB/s
+    over 256)."""
+    axes = tuple(k for k in axes if k > 1)
+    n = prod(axes) if axes else 1
+    if n <= 1:
+        return AlgoTime("torus", 0.0, 0.0, 0.0)
+    if op not in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER):
+        return ring(op, size, n, 2 * link_bw * len(axes), alpha)
+    steps = sum(_steps(op, k) for k in axes)
+    return _time("torus", steps, alpha, bus_factor(op, n) * size, 2 * link_bw * len(axes))
+
+
+def hierarchical(op: Op, size: float, local: int, nodes: int, local_bw: float, local_alpha: float,
+                 net_bw: float, net_alpha: float) -> AlgoTime | None:
+    """Two levels: inside the domain, then across domains on the shard each device owns."""
+    if local <= 1 or nodes <= 1 or op not in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER):
+        return None
+    phases = 2 if op is Op.ALL_REDUCE else 1
+    inner = ring(Op.REDUCE_SCATTER, size, local, local_bw, local_alpha)
+    outer_ring = ring(op, size / local, nodes, net_bw, net_alpha)
+    outer_tree = tree(op, size / local, nodes, net_bw, net_alpha)
+    outer = min((t for t in (outer_ring, outer_tree) if t is not None), key=lambda t: t.seconds)
+    lat = phases * inner.latency_s + outer.latency_s
+    beta = phases * inner.transfer_s + outer.transfer_s
+    return AlgoTime(f"hierarchical ({outer.algorithm} across domains)", lat + beta, lat, beta)

@@ -1,0 +1,91 @@
+"""Collective algorithms (alpha-beta) against hand computations and published pod figures.
+
+Hand numbers pin each formula; the pod checks compare a prediction built from per-link figures
+(SB-TPU: 4.5e10 B/s one way per ICI link) with the vendor's separately published aggregate
+all-reduce bandwidth of the whole pod (GCP's TPU pages), so they are not the input restated."""
+
+from __future__ import annotations
+
+import pytest
+
+from narrowpipe.backends import get_system, get_target
+from narrowpipe.costmodel.execution.algorithms import bus_factor, hierarchical, in_network, ring, torus, tree
+from narrowpipe.costmodel.execution.collectives import NetLevel, Topology
+from narrowpipe.ir import Op
+
+GiB = 1 << 30
+
+
+def test_ring_all_reduce_moves_two_n_minus_one_over_n_of_the_buffer_in_two_n_minus_one_steps():
+    t = ring(Op.ALL_REDUCE, 8e9, 8, 100e9, 5e-6)
+    assert t.latency_s == pytest.approx(14 * 5e-6)
+    assert t.transfer_s == pytest.approx(2 * 7 / 8 * 8e9 / 100e9)          # 0.14 s
+    assert ring(Op.ALL_GATHER, 8e9, 8, 100e9, 5e-6).seconds == pytest.approx(7 * 5e-6 + 7 / 8 * 8e9 / 100e9)
+    assert ring(Op.SEND, 1e9, 2, 100e9, 5e-6).seconds == pytest.approx(5e-6 + 1e9 / 100e9)
+    assert bus_factor(Op.ALL_REDUCE, 1) == 0.0
+
+
+def test_tree_wins_on_small_messages_over_many_devices_and_ring_on_large_ones():
+    small_ring, small_tree = ring(Op.ALL_REDUCE, 64e3, 64, 50e9, 5e-6), tree(Op.ALL_REDUCE, 64e3, 64, 50e9, 5e-6)
+    assert small_tree.seconds < small_ring.seconds                     # 12 steps against 126
+    big_ring, big_tree = ring(Op.ALL_REDUCE, 1e9, 64, 50e9, 5e-6), tree(Op.ALL_REDUCE, 1e9, 64, 50e9, 5e-6)
+    assert big_ring.seconds < big_tree.seconds                          # 2 x 63/64 against 2 x the buffer
+    assert tree(Op.ALL_GATHER, 1e9, 64, 50e9, 5e-6) is None
+
+
+def test_in_network_reduction_sends_the_buffer_once_and_a_measured_busbw_is_the_bus_volume_rate():
+    assert in_network(Op.ALL_REDUCE, 1e9, 8, 450e9, 3e-6).seconds == pytest.approx(2 * 3e-6 + 1e9 / 450e9)
+    measured = in_network(Op.ALL_REDUCE, 16 * GiB, 8, 450e9, 3e-6, measured_busbw=480e9)
+    assert 2 * 7 / 8 * 16 * GiB / measured.transfer_s == pytest.approx(480e9)
+
+
+def test_hierarchical_all_reduce_is_intra_reduce_scatter_inter_shard_all_reduce_intra_all_gather():
+    t = hierarchical(Op.ALL_REDUCE, 8e9, 8, 4, 400e9, 3e-6, 50e9, 5e-6)
+    intra = 7 * 3e-6 + 7 / 8 * 8e9 / 400e9
+    inter = 6 * 5e-6 + 2 * 3 / 4 * 1e9 / 50e9
+    assert t.seconds == pytest.approx(2 * intra + inter)
+
+
+def test_dgx_h100_all_reduce_inside_the_node_uses_nvls_and_across_nodes_goes_hierarchical():
+    topo = Topology.of_system(get_system("dgx-h100").replicate(4))
+    inside = topo.time(Op.ALL_REDUCE, 16 * GiB, 8)
+    assert inside.algorithm == "in-network"
+    assert 2 * 7 / 8 * 16 * GiB / inside.seconds == pytest.approx(480e9, rel=1e-3)
+    across = topo.time(Op.ALL_REDUCE, 16 * GiB, 32)
+    assert across.algorithm.startswith("hierarchical")
+    flat = ring(Op.ALL_REDUCE, 16 * GiB, 32, 50e9, 5e-6)
+    assert across.seconds < flat.seconds
+
+
+def test_dgx_a100_has_no_in_network_reduction_and_runs_at_its_measured_ring_busbw():
+    t = Topology.of_system(get_system("dgx-a100")).time(Op.ALL_REDUCE, 16 * GiB, 8)
+    assert t.algorithm == "ring"
+    assert 2 * 7 / 8 * 16 * GiB / t.seconds == pytest.approx(234.9e9, rel=1e-3)
+
+
+@pytest.mark.parametrize("target, chips, published", [
+    ("tpu-v4", 4096, 1.1e15),      # GCP-V4: all-reduce bandwidth per pod 1.1 PB/s
+])
+def test_whole_pod_all_reduce_bandwidth_matches_the_published_pod_figure(target, chips, published):
+    topo = Topology.of(get_target(target))
+    size = 64 * GiB
+    t = topo.time(Op.ALL_REDUCE, size, chips)
+    per_chip_busbw = bus_factor(Op.ALL_REDUCE, chips) * size / t.seconds
+    assert per_chip_busbw * chips == pytest.approx(published, rel=0.05)
+
+
+def test_v5e_pod_all_reduce_bandwidth_matches_the_published_pod_figure():
+    topo = Topology.of_system(get_system("tpu-v5e-256"))
+    t = topo.time(Op.ALL_REDUCE, 64 * GiB, 256)
+    assert bus_factor(Op.ALL_REDUCE, 256) * 64 * GiB / t.seconds * 256 == pytest.approx(51.2e12, rel=0.05)
+
+
+def test_a_torus_group_on_one_axis_gets_that_axis_two_links_and_the_whole_torus_all_of_them():
+    level = NetLevel(270e9, 1e-6, torus_dims=(4, 4, 4), links=6)
+    topo = Topology(64, level)
+    one_axis = topo.time(Op.ALL_GATHER, 1e9, 4)
+    assert one_axis.transfer_s == pytest.approx(3 / 4 * 1e9 / 90e9)
+    whole = topo.time(Op.ALL_GATHER, 1e9, 64)
+    assert whole.transfer_s == pytest.approx(63 / 64 * 1e9 / 270e9)
+    assert whole.latency_s == pytest.approx(9 * 1e-6)                # 3 steps along each of 3 axes
+    assert torus(Op.ALL_TO_ALL, 1e9, (4,), 45e9, 1e-6).algorithm == "ring"
