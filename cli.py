@@ -48,7 +48,36 @@ def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Cal
 
 def parse_sets(items: Sequence[str] | None) -> dict[str, int]:
     """``["batch=8", "seq=2048"]`` -> ``{"batch": 8, "seq": 2048}`` (also accepts comma lists)."""
-    return _parse_pairs(items, "--set", "DIM=VALUE", int, "an integer")
+    grid = parse_grid(items)
+    many = sorted(k for k, v in grid.items() if len(v) > 1)
+    if many:
+        raise NarrowpipeError(f"--set {many[0]} has several values; this command binds one value per dim")
+    return {k: v[0] for k, v in grid.items()}
+
+
+def parse_grid(items: Sequence[str] | None) -> dict[str, list[int]]:
+    """``["batch=1,8,64", "seq=512,2048"]`` -> ``{"batch": [1, 8, 64], "seq": [512, 2048]}``: a value
+    without a name continues the list of the dim before it, so ``batch=8,seq=2048`` still binds two
+    dims. A dim given twice keeps its last list."""
+    out: dict[str, list[int]] = {}
+    for item in items or ():
+        current: str | None = None
+        for part in item.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "=" in part:
+                current, value = (s.strip() for s in part.split("=", 1))
+                out[current] = []
+            elif current is None:
+                raise NarrowpipeError(f"--set expects DIM=VALUE[,VALUE...], got {part!r}")
+            else:
+                value = part
+            try:
+                out[current].append(int(value))
+            except ValueError:
+                raise NarrowpipeError(f"--set {current}: {value!r} is not an integer") from None
+    return out
 
 
 def resolve_model(model: str, *, rebuild: bool = False) -> Any:
@@ -65,7 +94,8 @@ def resolve_model(model: str, *, rebuild: bool = False) -> Any:
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a .onnx/.pt2/.json file or a bundled example (see `narrowpipe examples`)")
-    p.add_argument("--set", action="append", metavar="DIM=VALUE", help="bind a symbolic dim, e.g. --set batch=8")
+    p.add_argument("--set", action="append", metavar="DIM=VALUE",
+                   help="bind a symbolic dim, e.g. --set batch=8; compare sweeps a list: --set batch=1,8,64")
     p.add_argument("--rebuild", action="store_true", help="re-export a bundled example instead of the shipped graph")
 
 
@@ -188,8 +218,15 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     specs = [t.strip() for t in args.targets.split(",") if t.strip()] + list(args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
-    result = compare(graph, specs, strict=args.strict, prices=parse_prices(args.price), **_timing_kwargs(args),
-                     dims=parse_sets(args.set))
+    grid = parse_grid(args.set)
+    options = {"strict": args.strict, "prices": parse_prices(args.price), **_timing_kwargs(args)}
+    if any(len(v) > 1 for v in grid.values()):
+        from .costmodel.sweep import sweep
+        from .render.sweep import print_sweep
+        swept = sweep(graph, specs, grid, **options)
+        print_sweep(swept, console)
+        return _write_json(args, console, swept.to_json())
+    result = compare(graph, specs, dims={k: v[0] for k, v in grid.items()}, **options)
     print_comparison(result, console)
     return _write_json(args, console, result.to_json())
 

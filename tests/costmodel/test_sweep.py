@@ -1,0 +1,56 @@
+"""Sweeps over a grid of dims: every point equals a plain ``compare`` at that binding, the CLI's
+``--set batch=1,8`` parses as a list, and ``--json`` holds every point."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from narrowpipe.cli import main, parse_grid, parse_sets
+from narrowpipe.costmodel.compare import compare
+from narrowpipe.costmodel.sweep import grid_points, sweep
+from narrowpipe.errors import NarrowpipeError
+from narrowpipe.models.examples import load_example
+
+
+def test_grid_points_vary_the_first_dim_slowest():
+    assert grid_points({"batch": [1, 8], "seq": [128, 512]}) == [
+        {"batch": 1, "seq": 128}, {"batch": 1, "seq": 512}, {"batch": 8, "seq": 128}, {"batch": 8, "seq": 512}]
+    with pytest.raises(NarrowpipeError, match="no values"):
+        grid_points({"batch": []})
+
+
+def test_every_sweep_point_equals_compare_at_that_binding():
+    graph = load_example("gpt2")
+    s = sweep(graph, ["h100", "tpu-v5e"], {"batch": [1, 4], "seq": [64]})
+    assert [p.dims for p in s.points] == [{"batch": 1, "seq": 64}, {"batch": 4, "seq": 64}]
+    for point in s.points:
+        alone = compare(graph, ["h100", "tpu-v5e"], dims=point.dims)
+        assert [r.time_s for r in point.reports] == [r.time_s for r in alone.reports]
+        assert [r.flops for r in point.reports] == [r.flops for r in alone.reports]
+    assert s.points[1].reports[0].flops > 3 * s.points[0].reports[0].flops
+
+
+def test_set_values_without_a_name_continue_the_dim_before_them():
+    assert parse_grid(["batch=1,8,64", "seq=512,2048"]) == {"batch": [1, 8, 64], "seq": [512, 2048]}
+    assert parse_grid(["batch=8,seq=2048"]) == {"batch": [8], "seq": [2048]}
+    assert parse_sets(["batch=8,seq=2048"]) == {"batch": 8, "seq": 2048}
+    with pytest.raises(NarrowpipeError, match="several values"):
+        parse_sets(["batch=1,8"])
+    with pytest.raises(NarrowpipeError, match="DIM=VALUE"):
+        parse_grid(["8"])
+    with pytest.raises(NarrowpipeError, match="not an integer"):
+        parse_grid(["batch=1,x"])
+
+
+def test_compare_with_value_lists_prints_one_row_per_point_and_target_and_writes_every_point(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    assert main(["compare", "gpt2", "--targets", "h100,groq-lpu", "--set", "batch=1,2", "--set", "seq=32",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "sweep over batch" in text and text.count("h100-sxm") == 2 and text.count("groq-lpu") == 2
+    data = json.loads(out.read_text())
+    assert data["format"] == "narrowpipe.sweep" and data["grid"] == {"batch": [1, 2], "seq": [32]}
+    assert [p["dims"] for p in data["points"]] == [{"batch": 1, "seq": 32}, {"batch": 2, "seq": 32}]
+    assert all(len(p["targets"]) == 2 for p in data["points"])
