@@ -16,6 +16,7 @@ from .analyze import build_report, merge_dims, range_notes, resolve_bindings
 from .interpreter import interpret
 from .report import Report
 from .targeted import apply_target
+from .verdict import verdict
 
 __all__ = ["Comparison", "compare", "prices_by_target", "WhatIf", "whatif", "COMPARISON_FORMAT"]
 
@@ -43,7 +44,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": COMPARISON_FORMAT, "version": 1, "graph": self.graph, "dims": self.dims,
-                "targets": [r.to_dict() for r in self.reports]}
+                "targets": [r.to_dict() for r in self.reports], "verdict": verdict(self.reports).to_dict()}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from ..costmodel.compare import Comparison, WhatIf
 from ..costmodel.report import Report, Timing
+from ..costmodel.verdict import verdict
 from .fit import fits as _fits
 from .units import nbytes, seconds, si
 
@@ -172,10 +173,38 @@ def print_comparison(c: Comparison, console: Console | None = None) -> None:
     for t in _timings(c):
         for note in t.notes:
             parts.append(Text(f"{t.target}: {note}", style="yellow"))
+    parts.append(verdict_text(c))
     parts.append(Text("bound mix: share of time in kernels bound by Compute, Memory, Interconnect, Overhead; "
                       "if doubled: the run's speed-up if that resource alone doubled (narrowest pipe first); "
                       "top kernels: share of the time and bound.", style="dim"))
     console.print(Group(*parts))  # type: ignore[arg-type]
+
+
+def verdict_text(c: Comparison) -> Text:
+    """One line: the fastest, cheapest and most frugal target, each with its narrowest pipe."""
+    v = verdict(c.reports)
+    out = Text("verdict: ", style="bold")
+    picks = []
+    if v.fastest is not None:
+        how = f"{si(v.fastest.value)} {v.fastest.unit}" if v.per_chip else seconds(v.fastest.value)
+        picks.append(("fastest", v.fastest, how))
+    if v.cheapest is not None:
+        picks.append(("cheapest", v.cheapest, f"${v.cheapest.value:.3g} per M {v.cheapest.unit.split()[-1]}"))
+    if v.most_per_joule is not None:
+        picks.append(("most per joule", v.most_per_joule, f"{si(v.most_per_joule.value)} {v.most_per_joule.unit}"))
+    if not picks:
+        if not v.excluded:
+            return out.append("no target was timed")
+        needs = ", ".join(f"{t.target} needs >= {t.devices_needed}" for t in _timings(c) if not t.fits)
+        return out.append(f"the program fits none of these targets as timed ({needs}); "
+                          "compare a sharded plan or a larger system")
+    for i, (label, p, how) in enumerate(picks):
+        out.append(("; " if i else "") + f"{label} {p.target} ({how}, {p.narrowest}-bound)")
+    if v.cheapest is None:
+        out.append("; no price for any target that fits (--price NAME=USD_PER_HOUR)", style="dim")
+    if v.excluded:
+        out.append(f"; does not fit: {', '.join(v.excluded)}", style="yellow")
+    return out
 
 
 def _spaced(tables: list[Table]):

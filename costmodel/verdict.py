@@ -1,0 +1,68 @@
+"""The verdict of a comparison: which target is fastest, cheapest per million items, and most
+frugal per joule, each with its narrowest pipe, so a reader can act on one line.
+
+Targets that use different numbers of chips (a dataflow layout over 16 chips against one GPU) are
+compared per chip for throughput (items/s per chip) and in total for money and energy (both
+already count every chip). Targets whose program does not fit are left out of every pick: a
+number for a model that cannot run is no answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .report import Report, Timing
+
+__all__ = ["Pick", "Verdict", "verdict"]
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One winner: the target, the figure it wins on, and its narrowest pipe (why)."""
+
+    target: str
+    value: float
+    unit: str
+    narrowest: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    fastest: Pick | None
+    cheapest: Pick | None
+    most_per_joule: Pick | None
+    per_chip: bool               # throughput compared per chip (targets use different chip counts)
+    excluded: tuple[str, ...]    # targets left out because the program does not fit
+
+    def to_dict(self) -> dict[str, object]:
+        def pick(p: Pick | None) -> dict[str, object] | None:
+            return None if p is None else {"target": p.target, "value": p.value, "unit": p.unit,
+                                           "narrowest": p.narrowest}
+        return {"fastest": pick(self.fastest), "cheapest": pick(self.cheapest),
+                "most_per_joule": pick(self.most_per_joule), "per_chip": self.per_chip,
+                "excluded": list(self.excluded)}
+
+
+def _best(timings: Sequence[Timing], value: Callable[[Timing], float | None], unit: str,
+          lowest: bool) -> Pick | None:
+    scored = [(v, t) for t in timings if (v := value(t)) is not None and v > 0]
+    if not scored:
+        return None
+    v, t = (min if lowest else max)(scored, key=lambda vt: vt[0])
+    return Pick(t.target, v, unit, t.narrowest)
+
+
+def verdict(reports: Sequence[Report]) -> Verdict:
+    timings = [r.timing for r in reports if r.timing is not None]
+    runnable = [t for t in timings if t.fits]
+    excluded = tuple(t.target for t in timings if not t.fits)
+    unit = runnable[0].item_unit if runnable else "items"
+    per_chip = len({t.devices for t in runnable}) > 1
+    if per_chip:
+        fastest = _best(runnable, lambda t: t.throughput / t.devices, f"{unit}/s per chip", lowest=False)
+    else:
+        fastest = _best(runnable, lambda t: t.time_s, "s", lowest=True)
+    cheapest = _best(runnable, lambda t: t.cost_per_million_items, f"$ per M {unit}", lowest=True)
+    frugal = _best(runnable, lambda t: t.items_per_joule, f"{unit}/J", lowest=False)
+    return Verdict(fastest, cheapest, frugal, per_chip, excluded)
