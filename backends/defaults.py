@@ -102,3 +102,11 @@ CACHE_RESIDENT_FRACTION: float = 0.5
 MIN_MATMUL_EFFICIENCY: float = 1e-4
 #: assumption: the same floor for an interpolated memory-bandwidth efficiency.
 MIN_MEMORY_EFFICIENCY: float = 1e-3
+#: fp32 matmuls on a chip with no fp32 matrix or vector rate (TPUs, dataflow chips) run as several
+#: 16-bit passes to keep fp32 accuracy: six bf16 passes for full float32 (XLA's float32 /
+#: BF16_BF16_F32_X6 algorithm; JAX "Matmul precision" docs, docs.jax.dev/en/latest/201/precision.html),
+#: three for the TF32-like level (BF16_BF16_F32_X3) when reduced precision is allowed (``--tf32``).
+#: A comparison then runs every target at the model's precision instead of mixing fp32 on one chip
+#: with bf16 on another.
+FP32_EMULATION_PASSES: int = 6
+FP32_REDUCED_EMULATION_PASSES: int = 3

@@ -146,6 +146,9 @@ class Timing:
     kernels: int
     notes: list[str] = field(default_factory=list)
     plan: dict[str, Any] = field(default_factory=dict)
+    #: What the dominant contraction runs as on this chip: the model's dtype when the chip has its
+    #: rate, else the fallback ("fp32 as 6x bf16", "fp4 as fp8"), so a comparison shows who ran what.
+    precision: str = ""
 
     @property
     def items_per_joule(self) -> float | None:

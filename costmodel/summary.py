@@ -46,14 +46,15 @@ def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_f
     devices used, energy at TDP and money at the device-hour price for every device used."""
     total, devices = schedule.total_s, schedule.devices
     dtype = _dominant_dtype(program.table)
-    peak = (matrix_rate(target, dtype, program.options).flops_per_s if dtype is not None
-            else max(target.matrix_flops.values()))
+    rate = matrix_rate(target, dtype, program.options) if dtype is not None else None
+    peak = rate.flops_per_s if rate is not None else max(target.matrix_flops.values())
+    precision = (rate.runs_as or rate.dtype) if rate is not None else ""
     mfu = modeled_flops / (total * peak * devices) if total > 0 else 0.0
     energy = total * target.tdp * devices if target.tdp else None
     price_h = price if price is not None else target.price_per_hour
     cost = total / 3600 * price_h * devices if price_h is not None else None
     return Timing(target=target.name, family=target.family, time_s=total, mfu=mfu, peak_flops=peak,
-                  dtype=dtype.value if dtype is not None else "", bound_mix=bound_mix(schedule),
+                  dtype=dtype.value if dtype is not None else "", precision=precision, bound_mix=bound_mix(schedule),
                   speedup_if_doubled=speedups, top=hotspots(program.kernels, schedule.times, total),
                   devices=devices, memory_required=schedule.memory_required,
                   memory_capacity=schedule.memory_capacity, fits=schedule.fits,

@@ -110,6 +110,11 @@ _ROWS = (
 _RIGHT = frozenset({"time", "throughput", "MFU"})
 
 
+def _kind(t: Timing) -> str:
+    """The family and what the model's contractions run as: ``(tpu, fp32 as 6x bf16)``."""
+    return f"({t.family}, {t.precision})" if t.precision else f"({t.family})"
+
+
 def _title(c: Comparison) -> str:
     dims = ", ".join(f"{k}={v}" for k, v in c.dims.items()) or "static"
     return f"{c.graph} ({dims})"
@@ -131,7 +136,7 @@ def comparison_table(c: Comparison) -> Table:
         tab.add_column(head, justify="right" if head in _RIGHT else "left")
     fastest = c.fastest.time_s
     for t in _timings(c):
-        name = Text(f"{t.target}\n({t.family})", style="bold" if t.time_s == fastest else "")
+        name = Text(f"{t.target}\n{_kind(t)}", style="bold" if t.time_s == fastest else "")
         tab.add_row(name, *(cell(t) for _, cell in _ROWS))
     return tab
 
@@ -141,7 +146,7 @@ def comparison_cards(c: Comparison, width: int) -> list[Table]:
     narrow terminal or a log, where a row per target would fold every cell."""
     timings = _timings(c)
     cells = [[cell(t) for _, cell in _ROWS] for t in timings]
-    col = [max([len(t.target), len(t.family) + 2] + [max((len(line) for line in str(x).split("\n")), default=0)
+    col = [max([len(t.target), len(_kind(t))] + [max((len(line) for line in str(x).split("\n")), default=0)
                                                       for x in row]) for t, row in zip(timings, cells)]
     label = max(len(h) for h, _ in _ROWS)
     fastest = c.fastest.time_s
@@ -156,7 +161,7 @@ def comparison_cards(c: Comparison, width: int) -> list[Table]:
                     show_edge=False)
         tab.add_column("", style="bold", no_wrap=True)
         for k in range(i, j):
-            tab.add_column(Text(f"{timings[k].target}\n({timings[k].family})",
+            tab.add_column(Text(f"{timings[k].target}\n{_kind(timings[k])}",
                                 style="bold underline" if timings[k].time_s == fastest else "bold"),
                            justify="left", overflow="fold")
         for r, (head, _) in enumerate(_ROWS):

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from math import ceil
 
 from ...backends import Target
-from ...backends.defaults import MIN_MATMUL_EFFICIENCY, MIN_MEMORY_EFFICIENCY, TRANSCENDENTAL_FRACTION, VECTOR_FRACTION
+from ...backends.defaults import (FP32_EMULATION_PASSES, FP32_REDUCED_EMULATION_PASSES, MIN_MATMUL_EFFICIENCY,
+                                  MIN_MEMORY_EFFICIENCY, TRANSCENDENTAL_FRACTION, VECTOR_FRACTION)
 from ...ir import DType
 
 __all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_rate", "memory_time",
@@ -44,6 +45,7 @@ class Rate:
     flops_per_s: float
     dtype: str
     note: str = ""
+    runs_as: str = ""     # short form of a fallback for tables ("fp32 as 6x bf16"); "" when native
 
 
 @dataclass(frozen=True)
@@ -97,27 +99,34 @@ def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOpt
 
     fp32 matmuls run on the vector units where the chip lists an FP32 vector rate and no FP32
     matrix rate (NVIDIA, torch's default without TF32); elsewhere (TPU, dataflow chips) they run as
-    bf16 passes, XLA's default matmul precision. The fallback is named in the returned note.
+    several bf16 (or fp16) passes that keep fp32 accuracy (:data:`FP32_EMULATION_PASSES`), so every
+    target of a comparison runs the model's own precision. The fallback is named in the note.
     """
     name = dtype.value
     table = target.sparse_matrix_flops if options.sparse and target.sparse_matrix_flops else target.matrix_flops
     if name == "fp32" and "fp32" not in table:
         if options.allow_tf32 and "tf32" in table:
-            return Rate(table["tf32"], "tf32", "fp32 matmul on TF32 tensor cores")
+            return Rate(table["tf32"], "tf32", "fp32 matmul on TF32 tensor cores", "fp32 as tf32")
         if "fp32" in target.vector_flops:
-            return Rate(target.vector_flops["fp32"], "fp32", "fp32 matmul on the vector units (no TF32)")
+            return Rate(target.vector_flops["fp32"], "fp32", "fp32 matmul on the vector units (no TF32)",
+                        "fp32 on vector units")
+        half = next((h for h in ("bf16", "fp16") if h in table), None)
+        if half is not None:
+            passes = FP32_REDUCED_EMULATION_PASSES if options.allow_tf32 else FP32_EMULATION_PASSES
+            return Rate(table[half] / passes, "fp32", f"no fp32 matrix rate: fp32 as {passes} {half} passes",
+                        f"fp32 as {passes}x {half}")
     if name in table:
         return Rate(table[name], name)
     if not dtype.is_float and not dtype.is_int:
         name = "fp32"
     for wider in _WIDER.get(name, ("bf16", "fp16", "fp32")):
         if wider in table:
-            return Rate(table[wider], wider, f"no {name} rate: runs as {wider}")
+            return Rate(table[wider], wider, f"no {name} rate: runs as {wider}", f"{name} as {wider}")
     if options.sparse and table is target.sparse_matrix_flops:
         return matrix_rate(target, dtype, TimingOptions(options.allow_tf32, False, options.fusion))
     floats = [k for k in _FLOAT_RATES if k in table]
     pick = floats[0] if floats else max(table, key=table.get)  # type: ignore[arg-type]
-    return Rate(table[pick], pick, f"no {name} rate: runs as {pick}")
+    return Rate(table[pick], pick, f"no {name} rate: runs as {pick}", f"{name} as {pick}")
 
 
 def vector_rate(target: Target, dtype: DType) -> Rate:
