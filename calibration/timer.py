@@ -12,17 +12,34 @@ import statistics
 import time
 from collections.abc import Callable
 
-__all__ = ["median_time", "quantile"]
+__all__ = ["median_time", "time_samples", "quantile", "spread"]
 
 
 def median_time(fn: Callable[[], object], *, device: str = "cpu", warmup: int = 2, repeats: int = 5,
                 min_seconds: float = 0.02, max_repeats: int = 200, q: float = 0.5) -> float:
     """The ``q`` quantile (default the median) of ``fn()``'s seconds; repeats grow until their total
     reaches ``min_seconds``."""
+    return quantile(time_samples(fn, device=device, warmup=warmup, repeats=repeats, min_seconds=min_seconds,
+                                 max_repeats=max_repeats), q)
+
+
+def spread(samples: list[float]) -> float:
+    """How much repeats disagree: the interquartile range over the median (0 for one sample), so a
+    reader can tell a 10% prediction error from a 10% noisy measurement."""
+    if len(samples) < 2:
+        return 0.0
+    med = statistics.median(samples)
+    return (quantile(samples, 0.75) - quantile(samples, 0.25)) / med if med > 0 else 0.0
+
+
+def time_samples(fn: Callable[[], object], *, device: str = "cpu", warmup: int = 2, repeats: int = 5,
+                 min_seconds: float = 0.02, max_repeats: int = 200) -> list[float]:
+    """Seconds of each timed call of ``fn`` after ``warmup`` calls; at least ``repeats`` calls, more
+    until their total reaches ``min_seconds`` (at most ``max_repeats``)."""
     for _ in range(warmup):
         fn()
     if device.startswith("cuda"):
-        return quantile(_cuda_samples(fn, repeats, min_seconds, max_repeats), q)
+        return _cuda_samples(fn, repeats, min_seconds, max_repeats)
     samples: list[float] = []
     total = 0.0
     while len(samples) < repeats or (total < min_seconds and len(samples) < max_repeats):
@@ -31,7 +48,7 @@ def median_time(fn: Callable[[], object], *, device: str = "cpu", warmup: int = 
         dt = time.perf_counter() - t0
         samples.append(dt)
         total += dt
-    return quantile(samples, q)
+    return samples
 
 
 def quantile(samples: list[float], q: float) -> float:

@@ -17,7 +17,8 @@ from typing import Any
 from ..backends import Target, get_target
 from ..costmodel.analyze import analyze
 from ..frontends.torch.frontend import from_torch
-from .timer import median_time
+from .guards import check_fits_in_memory, check_target_family, quiet_native_stderr
+from .timer import median_time, spread, time_samples
 
 __all__ = ["Case", "op_sweep", "validate_model", "ModelValidation", "build_validation_model", "summarize",
            "VALIDATION_MODELS"]
@@ -29,6 +30,7 @@ class Case:
     name: str
     measured_s: float
     predicted_s: float
+    spread: float | None = None   # interquartile range / median of the measured repeats
 
     @property
     def error(self) -> float:
@@ -49,6 +51,15 @@ def _measure(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None =
     import torch
     with torch.no_grad():
         return median_time(lambda: module(*args, **(kwargs or {})), warmup=2, repeats=5, min_seconds=min_seconds)
+
+
+def _measure_repeats(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], repeats: int,
+                     min_seconds: float) -> tuple[float, float]:
+    """(median seconds, spread) of an end-to-end forward pass over at least ``repeats`` runs."""
+    import torch
+    with torch.no_grad():
+        samples = time_samples(lambda: module(*args, **kwargs), warmup=2, repeats=repeats, min_seconds=min_seconds)
+    return statistics.median(samples), spread(samples)
 
 
 def _measure_cold(group: str, make: Callable[[], tuple[Any, tuple[Any, ...]]]) -> float:
@@ -168,6 +179,21 @@ def build_validation_model(name: str, batch: int, seq: int = 128,
     return model, (), kwargs
 
 
+def validation_param_count(name: str, tiny: bool = False) -> int:
+    """Parameters of the validation model, counted on the meta device (nothing allocated)."""
+    import torch
+    import transformers
+
+    from ..models.examples import EXAMPLES
+    ex = EXAMPLES[name]
+    config = ex.config()
+    if tiny:
+        _shrink(config)
+    with torch.device("meta"):
+        model = getattr(transformers, ex.model_class)(config)
+    return sum(p.numel() for p in model.parameters())
+
+
 def _shrink(config: Any) -> None:
     for key, value in (("n_layer", 2), ("num_hidden_layers", 2), ("n_embd", 128), ("hidden_size", 128),
                        ("intermediate_size", 512), ("n_head", 4), ("num_attention_heads", 4),
@@ -192,17 +218,21 @@ class ModelValidation:
 
 
 def validate_model(name: str, target: Target | str, *, batch: int = 1, seq: int = 128, tiny: bool = False,
-                   profile: bool = True) -> ModelValidation:
-    """Measure an eager forward pass and compare it (and its per-op-type times) with the prediction."""
+                   profile: bool = True, repeats: int = 5) -> ModelValidation:
+    """Measure an eager forward pass (``repeats`` runs or more: median and spread) and compare it,
+    and its per-op-type times, with the prediction. Refuses a non-CPU target and a model that
+    would not fit in this machine's memory, before building anything."""
     target = get_target(target)
+    check_target_family(target)
+    check_fits_in_memory(name, validation_param_count(name, tiny))
     model, args, kwargs = build_validation_model(name, batch, seq, tiny)
-    measured = _measure(model, args, kwargs, min_seconds=0.2)
+    measured, noise = _measure_repeats(model, args, kwargs, repeats, min_seconds=0.2)
     graph = from_torch(model, args, kwargs)
     report = analyze(graph, target, fusion="none")
     assert report.time_s is not None
     label = f"{name} b{batch}" + ("" if name == "resnet50" else f" s{seq}")
     result = ModelValidation(name, batch, None if name == "resnet50" else seq,
-                             Case("model", label, measured, report.time_s))
+                             Case("model", label, measured, report.time_s, noise))
     if profile:
         predicted: dict[str, float] = {}
         for row in report.ops:
@@ -226,7 +256,7 @@ def _profile_top_level(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     with torch.no_grad():
         model(*args, **kwargs)
         for _ in range(3):
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
+            with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
                 model(*args, **kwargs)
             totals: dict[str, float] = {}
             for ev in prof.events():

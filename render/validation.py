@@ -25,7 +25,8 @@ def cases_table(cases: Sequence[Case], title: str) -> Table:
                       ("error", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for c in cases:
-        t.add_row(c.group, c.name, seconds(c.measured_s), seconds(c.predicted_s), _err(c))
+        measured = seconds(c.measured_s) + (f" ±{c.spread / 2:.0%}" if c.spread else "")
+        t.add_row(c.group, c.name, measured, seconds(c.predicted_s), _err(c))
     return t
 
 
