@@ -6,6 +6,6 @@
 
 from .from_config import from_config
 from .spec import TransformerSpec
-from .transformer import build, transformer
+from .decoder import build, transformer
 
 __all__ = ["transformer", "from_config", "build", "TransformerSpec"]
