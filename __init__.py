@@ -45,7 +45,8 @@ def targets() -> list[tuple[str, str]]:
 
 
 __all__ = [
-    "from_torch", "load", "transformer", "from_config", "analyze", "compare", "whatif", "diagnose", "targets", "get_target", "Graph", "DimRole",
+    "from_torch", "load", "transformer", "from_config", "analyze", "compare", "whatif", "diagnose", "targets",
+    "get_target", "Graph", "DimRole",
     "Report", "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",

@@ -4,8 +4,8 @@
 ``examples`` holds the pre-lowered exports the CLI ships (importing it needs no torch either).
 """
 
+from .decoder import build, transformer
 from .from_config import from_config
 from .spec import TransformerSpec
-from .decoder import build, transformer
 
 __all__ = ["transformer", "from_config", "build", "TransformerSpec"]

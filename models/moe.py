@@ -29,7 +29,7 @@ __all__ = ["moe"]
 def moe(b: GraphBuilder, spec: TransformerSpec, x: Value) -> Value:
     """The sparse MoE block in module ``mlp``: router ``gate``, stacked experts ``experts``."""
     assert spec.experts is not None and spec.top_k is not None
-    e, k, hidden = spec.experts, spec.top_k, spec.hidden
+    k, hidden = spec.top_k, spec.hidden
     batch, seq = x.shape[0], x.shape[1]
     tokens = dim_mul(batch, seq)
     routed = dim_mul(tokens, k)
