@@ -34,7 +34,8 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
                 moe_renormalize: bool = True, parallel_block: bool = False, tie_embeddings: bool = False,
                 norm: str = "rms", positions: str = "rotary", max_positions: int | None = None,
                 attn_bias: bool = False, out_bias: bool = False, mlp_bias: bool = False,
-                norm_bias: bool | None = None, causal: bool = True, eps: float = 1e-5,
+                norm_bias: bool | None = None, causal: bool | None = None, encoder: bool = False,
+                type_vocab: int = 0, eps: float = 1e-5,
                 dtype: DType | str = DType.BF16, batch: int = 1, name: str = "transformer") -> Graph:
     """A causal language model's forward pass (``input_ids [batch, seq] -> logits [batch, seq, vocab]``).
 
@@ -49,6 +50,11 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
     ``tie_embeddings`` makes ``lm_head`` read the embedding table (one weight, counted once).
     ``positions`` is ``"rotary"``, ``"learned"`` (a ``max_positions`` x ``hidden`` table, GPT-2)
     or ``"none"``. ``norm`` is ``"rms"`` or ``"layer"``.
+
+    ``encoder`` builds BERT's layout instead (``BertModel``): bidirectional attention, post-norm
+    layers, a norm after the embeddings (plus ``type_vocab`` token-type rows, read for type 0),
+    no final norm and no ``lm_head``, and a pooler (first token, dense, tanh); the outputs are the
+    last hidden states and the pooled vector. ``causal`` defaults to ``not encoder``.
     """
     kv = kv_heads or heads
     spec = TransformerSpec(
@@ -57,7 +63,8 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
         activation=activation or ("silu" if gated_mlp else "gelu"), experts=experts, top_k=top_k,
         moe_renormalize=moe_renormalize, parallel_block=parallel_block, tie_embeddings=tie_embeddings,
         norm=norm, positions=positions, max_positions=max_positions, attn_bias=attn_bias, out_bias=out_bias,
-        mlp_bias=mlp_bias, norm_bias=norm_bias, causal=causal,
+        mlp_bias=mlp_bias, norm_bias=norm_bias, causal=not encoder if causal is None else causal,
+        encoder=encoder, type_vocab=type_vocab,
         dtype=dtype if isinstance(dtype, DType) else DType.parse(dtype))
     return build(spec, seq=seq, batch=batch, eps=eps, name=name)
 
@@ -81,10 +88,15 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, eps: float 
             table = b.weight("weight", (spec.vocab, spec.hidden))
             h = b.emit(Op.GATHER, [table, ids], (B, S, spec.hidden), {"axis": 0}, name="embedding")
         h = _positions(b, spec, h)
+        if spec.encoder:
+            h = _encoder_embeddings(b, spec, h, eps)
         rope = rotary_tables(b, spec, S) if spec.positions == "rotary" else None
         for i in range(spec.layers):
             with b.scope("layers", i):
                 h = _layer(b, spec, h, rope, eps)
+        if spec.encoder:
+            graph.set_outputs([h, _pooler(b, spec, h)])
+            return maybe_verify(graph, "narrowpipe.models.transformer")
         h = norm(b, spec, h, "norm", eps)
     with b.scope("lm_head"):
         head = table if spec.tie_embeddings else b.weight("weight", (spec.vocab, spec.hidden))
@@ -106,10 +118,33 @@ def _positions(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
     return b.binary(Op.ADD, h, rows, name="add_positions")
 
 
+def _encoder_embeddings(b: GraphBuilder, spec: TransformerSpec, h: Value, eps: float) -> Value:
+    """BERT's token-type rows (all type 0 when none are given, as ``BertModel`` does) and embedding norm."""
+    if spec.type_vocab:
+        with b.scope("embed_token_types"):
+            table = b.weight("weight", (spec.type_vocab, spec.hidden))
+            types = b.emit(Op.FILL, [], h.shape[:2], {"value": 0}, name="token_type_ids", dtype=DType.INT64)
+            rows = b.emit(Op.GATHER, [table, types], h.shape, {"axis": 0}, name="embedding")
+        h = b.binary(Op.ADD, h, rows, name="add_token_types")
+    return norm(b, spec, h, "embed_norm", eps)
+
+
+def _pooler(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
+    """BERT's pooler: the first token's hidden state through a dense layer and tanh."""
+    with b.scope("pooler"):
+        first = b.emit(Op.SLICE, [h], (h.shape[0], spec.hidden), {"axis": 1, "index": 0}, name="first_token",
+                       dtype=h.dtype)
+        return b.unary(Op.TANH, b.linear(first, spec.hidden, "dense", bias=True), name="tanh")
+
+
 def _layer(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Value, Value] | None,
            eps: float) -> Value:
-    """One decoder layer: pre-norm residual blocks, or one shared norm for a parallel block."""
+    """One layer: pre-norm residual blocks, one shared norm for a parallel block, or post-norm (encoder)."""
     ffn = moe if spec.is_moe else mlp
+    if spec.encoder:
+        x = norm(b, spec, b.binary(Op.ADD, x, attention(b, spec, x, rope), name="residual_attn"),
+                 "post_attention_layernorm", eps)
+        return norm(b, spec, b.binary(Op.ADD, x, ffn(b, spec, x), name="residual_mlp"), "post_mlp_layernorm", eps)
     if spec.parallel_block:
         h = norm(b, spec, x, "input_layernorm", eps)
         a = attention(b, spec, h, rope)

@@ -62,9 +62,18 @@ def _mixtral(c: Mapping[str, Any]) -> dict[str, Any]:
     return _llama(c) | dict(experts=c["num_local_experts"], top_k=c["num_experts_per_tok"])
 
 
+def _bert(c: Mapping[str, Any]) -> dict[str, Any]:
+    """BERT as ``BertModel``: the encoder and pooler, no masked-LM head."""
+    return dict(layers=c["num_hidden_layers"], hidden=c["hidden_size"], heads=c["num_attention_heads"],
+                vocab=c["vocab_size"], ffn=c["intermediate_size"], activation=_act(c.get("hidden_act", "gelu")),
+                norm="layer", positions="learned", max_positions=c["max_position_embeddings"], attn_bias=True,
+                out_bias=True, mlp_bias=True, encoder=True, type_vocab=c.get("type_vocab_size", 2),
+                eps=c.get("layer_norm_eps", 1e-12))
+
+
 #: model_type -> reader; architectures with parts the builder lacks (shared experts, q/k norms) are absent.
 SUPPORTED: dict[str, Reader] = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "qwen2": _qwen2,
-                                "mixtral": _mixtral}
+                                "mixtral": _mixtral, "bert": _bert}
 
 
 def _as_dict(config: Any) -> dict[str, Any]:
@@ -88,7 +97,7 @@ def _config_dtype(c: Mapping[str, Any]) -> DType | None:
 
 def from_config(config: Any, *, seq: int | None = None, batch: int = 1, dtype: DType | str | None = None,
                 name: str | None = None) -> Graph:
-    """The graph of a Hugging Face causal LM config (GPT-2, Llama, Mistral, Qwen2, Mixtral).
+    """The graph of a Hugging Face config: causal LMs (GPT-2, Llama, Mistral, Qwen2, Mixtral) or BERT.
 
     ``seq`` defaults to 2048, or the model's maximum positions when that is shorter; ``dtype`` to
     the config's own ``dtype`` when it names a float type, else bf16.

@@ -45,6 +45,8 @@ class TransformerSpec:
     mlp_bias: bool = False
     norm_bias: bool | None = None  # None: a layer norm has a bias, an RMS norm has none
     causal: bool = True
+    encoder: bool = False          # BERT's layout: see :func:`narrowpipe.models.transformer`
+    type_vocab: int = 0            # token-type (segment) embeddings of an encoder; 0: none
     dtype: DType = DType.BF16
 
     def __post_init__(self) -> None:
@@ -68,6 +70,8 @@ class TransformerSpec:
                                   f"got {self.positions!r}")
         if self.positions == "learned" and not self.max_positions:
             raise NarrowpipeError("transformer: learned positions need max_positions (the table's rows)")
+        if self.encoder and self.causal:
+            raise NarrowpipeError("transformer: an encoder attends both ways; pass causal=False")
         if self.positions == "rotary" and self.head_dim % 2:
             raise NarrowpipeError(f"transformer: rotary embedding needs an even head_dim, got {self.head_dim}")
 

@@ -60,6 +60,9 @@ def test_published_parameter_counts():
     gpt2 = from_config({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257,
                         "n_positions": 1024})
     assert gpt2.param_count() == 124_439_808
+    bert = from_config({"model_type": "bert", "num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
+                        "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512})
+    assert bert.param_count() == 109_482_240   # bert-base-uncased as BertModel
 
 
 def test_tied_embeddings_are_one_weight_read_twice_and_counted_once():
@@ -92,6 +95,7 @@ def test_scopes_follow_hugging_face_module_paths():
     {}, {"gated_mlp": True, "kv_heads": 1}, {"experts": 4, "top_k": 1, "gated_mlp": True},
     {"experts": 3, "top_k": 2}, {"parallel_block": True, "norm": "layer", "positions": "learned", "max_positions": 32},
     {"tie_embeddings": True, "attn_bias": True, "out_bias": True, "mlp_bias": True, "positions": "none"},
+    {"encoder": True, "type_vocab": 2, "norm": "layer", "positions": "learned", "max_positions": 32},
 ])
 def test_every_variant_verifies_costs_fully_and_round_trips_json(kwargs):
     g = verify(transformer(2, 32, 4, 50, seq=16, **kwargs))
@@ -100,6 +104,13 @@ def test_every_variant_verifies_costs_fully_and_round_trips_json(kwargs):
     again = from_json(to_json(g))
     assert narrowpipe.analyze(again, batch=2, seq=5).flops == report.flops
     assert again.param_count() == g.param_count()
+
+
+def test_an_encoder_is_bidirectional_and_ends_in_hidden_states_and_a_pooled_vector():
+    g = transformer(2, 32, 4, 50, seq=8, encoder=True, norm="layer", positions="learned", max_positions=16)
+    assert not any(n.attrs[CAUSAL] for n in g.nodes if n.op is Op.ATTENTION)
+    assert [str(v.type) for v in g.outputs] == ["bf16[batch, seq, 32]", "bf16[batch, 32]"]
+    assert not any(n.source.scope == "lm_head" for n in g.nodes)
 
 
 def test_parallel_block_has_one_norm_per_layer():
@@ -113,6 +124,8 @@ def test_bad_architectures_are_refused_with_a_reason():
         transformer(1, 64, 8, 100, kv_heads=3)
     with pytest.raises(NarrowpipeError, match="top_k"):
         transformer(1, 64, 8, 100, experts=4)
+    with pytest.raises(NarrowpipeError, match="attends both ways"):
+        transformer(1, 64, 8, 100, encoder=True, causal=True)
     with pytest.raises(NarrowpipeError, match="not supported"):
         from_config({"model_type": "qwen2_moe"})
     with pytest.raises(NarrowpipeError, match="lacks"):

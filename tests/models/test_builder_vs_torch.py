@@ -1,5 +1,6 @@
 """The model builder against independent references: a torch export of the same transformers model
-lowered by narrowpipe's torch frontend, and torch's FlopCounterMode on the eager model with real weights.
+(GPT-2, Llama with grouped-query attention, Mixtral, BERT's encoder)
+lowered by narrowpipe's torch frontend; and torch's FlopCounterMode on the eager model with real weights.
 
 Compared exactly: contraction FLOPs, attention FLOPs and parameters, at the export's dims and after
 rebinding ``batch`` and ``seq`` (the builder's dims are symbolic). Not compared: elementwise,
@@ -40,8 +41,18 @@ def _mixtral():
                                       num_local_experts=4, num_experts_per_tok=2)
 
 
+def _bert():
+    return transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                                   vocab_size=VOCAB)
+
+
 CONFIGS = {"gpt2": (_gpt2, transformers.GPT2LMHeadModel), "llama-gqa": (_llama_gqa, transformers.LlamaForCausalLM),
-           "mixtral": (_mixtral, transformers.MixtralForCausalLM)}
+           "mixtral": (_mixtral, transformers.MixtralForCausalLM), "bert": (_bert, transformers.BertModel)}
+
+
+def _cache_off(name):
+    """The causal LMs are run without a KV cache; BertModel has none to turn off."""
+    return {} if name == "bert" else {"use_cache": False}
 BATCH, SEQ = 2, 12
 
 
@@ -62,8 +73,9 @@ def exported():
         with torch.device("meta"):
             model = cls(config).eval()
         ids = torch.zeros(BATCH, SEQ, dtype=torch.long, device="meta")
-        dyn = {"input_ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=64)}, "use_cache": None}
-        graph = narrowpipe.from_torch(model, (), {"input_ids": ids, "use_cache": False}, dynamic_shapes=dyn)
+        dyn = {"input_ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=64)}}
+        dyn |= {k: None for k in _cache_off(name)}
+        graph = narrowpipe.from_torch(model, (), {"input_ids": ids, **_cache_off(name)}, dynamic_shapes=dyn)
         out[name] = (graph, config)
     return out
 
@@ -73,7 +85,7 @@ def _flop_counter(name, batch, seq):
     torch.manual_seed(0)
     model = CONFIGS[name][1](_config(name, "eager")).eval()
     with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(torch.randint(0, VOCAB, (batch, seq)), use_cache=False)
+        model(torch.randint(0, VOCAB, (batch, seq)), **_cache_off(name))
     return counter.get_total_flops(), sum(p.numel() for p in model.parameters())
 
 
