@@ -13,13 +13,14 @@ GQA kernel reads them; the attention rule counts over the query heads either way
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from ..ir import CAUSAL, DType, Op, Value, ValueKind
-from ..ir.dims import Dim
+from ..ir.dims import Dim, dim_add
 from .graph_builder import GraphBuilder
 from .spec import TransformerSpec
 
-__all__ = ["norm", "rotary_tables", "attention", "mlp", "activation"]
+__all__ = ["Cache", "norm", "rotary_tables", "attention", "mlp", "activation"]
 
 _ACTIVATION_OPS = {"gelu": (Op.GELU, {}), "gelu_tanh": (Op.GELU, {"approximate": "tanh"}),
                    "silu": (Op.SILU, {}), "relu": (Op.RELU, {})}
@@ -62,7 +63,10 @@ def rotary_tables(b: GraphBuilder, spec: TransformerSpec, seq: Dim) -> tuple[Val
 
 
 def _apply_rotary(b: GraphBuilder, x: Value, cos: Value, sin: Value, which: str) -> Value:
-    """``x*cos + rotate_half(x)*sin`` (rotate_half's slices and negation are folded into the sin term)."""
+    """``x*cos + rotate_half(x)*sin`` (rotate_half's slices and negation are folded into the sin term).
+
+    The tables hold the ``seq`` new positions (``past .. past+seq-1`` with a cache), so they are
+    ``[seq, head_dim]`` whatever the cache length."""
     a = b.binary(Op.MUL, x, cos, name=f"{which}_rope_cos")
     s = b.binary(Op.MUL, x, sin, name=f"{which}_rope_sin")
     return b.binary(Op.ADD, a, s, name=f"{which}_rope")
@@ -75,8 +79,13 @@ def _heads(b: GraphBuilder, x: Value, heads: int, head_dim: int, which: str) -> 
     return b.permute(y, (0, 2, 1, 3), name=f"{which}_transpose")
 
 
-def attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Value, Value] | None) -> Value:
-    """Self-attention in module ``self_attn``: q/k/v projections, rotary, fused attention, o_proj."""
+def attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Value, Value] | None,
+              cache: Cache | None = None) -> Value:
+    """Self-attention in module ``self_attn``: q/k/v projections, rotary, fused attention, o_proj.
+
+    With a ``cache`` the new keys and values are appended to the past ones (``[B, kv_heads, past, D]``
+    inputs), attention reads ``past + seq`` keys, and the appended tensors join ``cache.present``.
+    """
     batch, seq = x.shape[0], x.shape[1]
     hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
     with b.scope("self_attn"):
@@ -86,6 +95,9 @@ def attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Valu
         if rope is not None:
             q = _apply_rotary(b, q, *rope, "q")
             k = _apply_rotary(b, k, *rope, "k")
+        if cache is not None:
+            k, v = (_append(b, past, new, which) for past, new, which in ((cache.key, k, "k"), (cache.value, v, "v")))
+            cache.present.extend([k, v])
         attrs: dict[str, object] = {"layout": "bhsd", CAUSAL: spec.causal, "scale": 1 / math.sqrt(d),
                                     "dropout": 0.0}
         if hk != hq:
@@ -94,6 +106,21 @@ def attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Valu
         o = b.permute(o, (0, 2, 1, 3), name="o_transpose")
         o = b.reshape(o, (batch, seq, hq * d), name="o_view")
         return b.linear(o, spec.hidden, "o_proj", bias=spec.out_bias)
+
+
+@dataclass
+class Cache:
+    """One layer's KV cache: the past keys and values read, and the present ones the layer returns."""
+
+    key: Value
+    value: Value
+    present: list[Value] = field(default_factory=list)
+
+
+def _append(b: GraphBuilder, past: Value, new: Value, which: str) -> Value:
+    """``cat([past, new], dim=2)``: what a dynamic cache's update returns to attention."""
+    shape = (*new.shape[:2], dim_add(past.shape[2], new.shape[2]), new.shape[3])
+    return b.emit(Op.CONCAT, [past, new], shape, {"axis": 2}, name=f"{which}_cache", dtype=new.dtype)
 
 
 def mlp(b: GraphBuilder, spec: TransformerSpec, x: Value) -> Value:

@@ -17,10 +17,11 @@ The default dtype is bf16: the planner sizes deployments, and bf16 is what such 
 
 from __future__ import annotations
 
+from ..errors import NarrowpipeError
 from ..ir import DimRole, DimSpec, DType, Graph, Op, Value
 from ..ir.dims import Sym
 from ..ir.verifier import maybe_verify
-from .blocks import attention, mlp, norm, rotary_tables
+from .blocks import Cache, attention, mlp, norm, rotary_tables
 from .graph_builder import GraphBuilder
 from .moe import moe
 from .spec import TransformerSpec
@@ -35,7 +36,7 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
                 norm: str = "rms", positions: str = "rotary", max_positions: int | None = None,
                 attn_bias: bool = False, out_bias: bool = False, mlp_bias: bool = False,
                 norm_bias: bool | None = None, causal: bool | None = None, encoder: bool = False,
-                type_vocab: int = 0, eps: float = 1e-5,
+                type_vocab: int = 0, past: int | None = None, eps: float = 1e-5,
                 dtype: DType | str = DType.BF16, batch: int = 1, name: str = "transformer") -> Graph:
     """A causal language model's forward pass (``input_ids [batch, seq] -> logits [batch, seq, vocab]``).
 
@@ -55,6 +56,10 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
     layers, a norm after the embeddings (plus ``type_vocab`` token-type rows, read for type 0),
     no final norm and no ``lm_head``, and a pooler (first token, dense, tanh); the outputs are the
     last hidden states and the pooled vector. ``causal`` defaults to ``not encoder``.
+
+    ``past`` adds a KV cache: the default binding of the dim ``past`` (role KV_LENGTH), inputs
+    ``past_key_values.{i}.key``/``.value`` of ``[batch, kv_heads, past, head_dim]`` per layer, and the
+    updated caches as outputs after the logits; ``seq=1`` with a cache is one decode step.
     """
     kv = kv_heads or heads
     spec = TransformerSpec(
@@ -66,19 +71,24 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
         mlp_bias=mlp_bias, norm_bias=norm_bias, causal=not encoder if causal is None else causal,
         encoder=encoder, type_vocab=type_vocab,
         dtype=dtype if isinstance(dtype, DType) else DType.parse(dtype))
-    return build(spec, seq=seq, batch=batch, eps=eps, name=name)
+    return build(spec, seq=seq, batch=batch, past=past, eps=eps, name=name)
 
 
-def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, eps: float = 1e-5,
-          name: str = "transformer") -> Graph:
+def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, past: int | None = None,
+          eps: float = 1e-5, name: str = "transformer") -> Graph:
     """The graph of ``spec`` (what :func:`transformer` calls once it has filled in the defaults)."""
-    if spec.max_positions and seq > spec.max_positions:
-        raise ValueError(f"seq={seq} exceeds max_positions={spec.max_positions}")
+    if spec.max_positions and seq + (past or 0) > spec.max_positions:
+        raise NarrowpipeError(f"seq={seq} (+ past={past or 0}) exceeds max_positions={spec.max_positions}")
+    if past is not None and spec.encoder:
+        raise NarrowpipeError("transformer: an encoder keeps no KV cache (past is for decoders)")
     graph = Graph(name)
     graph.declare_dim(DimSpec("batch", default=batch, min=1, role=DimRole.BATCH,
                               doc="sequences per forward pass"))
     graph.declare_dim(DimSpec("seq", default=seq, min=1, max=spec.max_positions, role=DimRole.SEQUENCE,
                               doc="tokens per sequence in this pass"))
+    if past is not None:
+        graph.declare_dim(DimSpec("past", default=past, min=0, role=DimRole.KV_LENGTH,
+                                  doc="tokens already in the KV cache"))
     graph.meta.update({"builder": "narrowpipe.models.transformer", "spec": _spec_meta(spec)})
     b = GraphBuilder(graph, spec.dtype)
     B, S = Sym("batch"), Sym("seq")
@@ -91,9 +101,12 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, eps: float 
         if spec.encoder:
             h = _encoder_embeddings(b, spec, h, eps)
         rope = rotary_tables(b, spec, S) if spec.positions == "rotary" else None
+        caches: list[Cache] = []
         for i in range(spec.layers):
+            cache = _cache_inputs(b, spec, i) if past is not None else None
+            caches += [cache] if cache is not None else []
             with b.scope("layers", i):
-                h = _layer(b, spec, h, rope, eps)
+                h = _layer(b, spec, h, rope, eps, cache)
         if spec.encoder:
             graph.set_outputs([h, _pooler(b, spec, h)])
             return maybe_verify(graph, "narrowpipe.models.transformer")
@@ -101,7 +114,7 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, eps: float 
     with b.scope("lm_head"):
         head = table if spec.tie_embeddings else b.weight("weight", (spec.vocab, spec.hidden))
         logits = b.dot(h, head)
-    graph.set_outputs([logits])
+    graph.set_outputs([logits, *(v for c in caches for v in c.present)])
     return maybe_verify(graph, "narrowpipe.models.transformer")
 
 
@@ -116,6 +129,13 @@ def _positions(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
         pos = b.emit(Op.IOTA, [], (seq,), {"role": "positions"}, name="positions", dtype=DType.INT64)
         rows = b.emit(Op.GATHER, [table, pos], (seq, spec.hidden), {"axis": 0}, name="embedding")
     return b.binary(Op.ADD, h, rows, name="add_positions")
+
+
+def _cache_inputs(b: GraphBuilder, spec: TransformerSpec, layer: int) -> Cache:
+    """Layer ``layer``'s past keys and values, named as Hugging Face's legacy cache tuples."""
+    shape = (Sym("batch"), spec.kv_heads, Sym("past"), spec.head_dim)
+    key, value = (b.input(f"past_key_values.{layer}.{part}", shape, spec.dtype) for part in ("key", "value"))
+    return Cache(key, value)
 
 
 def _encoder_embeddings(b: GraphBuilder, spec: TransformerSpec, h: Value, eps: float) -> Value:
@@ -138,7 +158,7 @@ def _pooler(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
 
 
 def _layer(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Value, Value] | None,
-           eps: float) -> Value:
+           eps: float, cache: Cache | None = None) -> Value:
     """One layer: pre-norm residual blocks, one shared norm for a parallel block, or post-norm (encoder)."""
     ffn = moe if spec.is_moe else mlp
     if spec.encoder:
@@ -147,10 +167,10 @@ def _layer(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Value, 
         return norm(b, spec, b.binary(Op.ADD, x, ffn(b, spec, x), name="residual_mlp"), "post_mlp_layernorm", eps)
     if spec.parallel_block:
         h = norm(b, spec, x, "input_layernorm", eps)
-        a = attention(b, spec, h, rope)
+        a = attention(b, spec, h, rope, cache)
         m = ffn(b, spec, h)
         return b.binary(Op.ADD, b.binary(Op.ADD, x, a, name="residual_attn"), m, name="residual_mlp")
-    a = attention(b, spec, norm(b, spec, x, "input_layernorm", eps), rope)
+    a = attention(b, spec, norm(b, spec, x, "input_layernorm", eps), rope, cache)
     x = b.binary(Op.ADD, x, a, name="residual_attn")
     m = ffn(b, spec, norm(b, spec, x, "post_attention_layernorm", eps))
     return b.binary(Op.ADD, x, m, name="residual_mlp")

@@ -95,12 +95,13 @@ def _config_dtype(c: Mapping[str, Any]) -> DType | None:
         return None
 
 
-def from_config(config: Any, *, seq: int | None = None, batch: int = 1, dtype: DType | str | None = None,
-                name: str | None = None) -> Graph:
+def from_config(config: Any, *, seq: int | None = None, batch: int = 1, past: int | None = None,
+                dtype: DType | str | None = None, name: str | None = None) -> Graph:
     """The graph of a Hugging Face config: causal LMs (GPT-2, Llama, Mistral, Qwen2, Mixtral) or BERT.
 
     ``seq`` defaults to 2048, or the model's maximum positions when that is shorter; ``dtype`` to
-    the config's own ``dtype`` when it names a float type, else bf16.
+    the config's own ``dtype`` when it names a float type, else bf16; ``past`` adds a KV cache of that
+    default length (see :func:`~.decoder.transformer`).
     """
     c = _as_dict(config)
     model_type = str(c.get("model_type", ""))
@@ -115,5 +116,5 @@ def from_config(config: Any, *, seq: int | None = None, batch: int = 1, dtype: D
     limit = kwargs.get("max_positions")
     chosen = _config_dtype(c)
     resolved = dtype if dtype is not None else (chosen if chosen is not None and chosen.is_float else DType.BF16)
-    return transformer(**kwargs, seq=seq or min(2048, limit or 2048), batch=batch, dtype=resolved,
+    return transformer(**kwargs, seq=seq or min(2048, limit or 2048), batch=batch, past=past, dtype=resolved,
                        name=name or model_type)

@@ -48,6 +48,22 @@ def test_moe_expert_gemms_route_top_k_rows_per_token_whatever_the_split():
     assert weights == E * (2 * F * H + H * F)
 
 
+def test_a_kv_cache_adds_a_kv_length_dim_and_attention_over_past_plus_seq():
+    L, H, Hq, Hk, V = 2, 64, 8, 2, 100
+    d = H // Hq
+    cached = transformer(L, H, Hq, V, seq=1, kv_heads=Hk, past=100, gated_mlp=True)
+    plain = transformer(L, H, Hq, V, seq=1, kv_heads=Hk, gated_mlp=True)
+    assert cached.dims_with_role(DimRole.KV_LENGTH) == ["past"]
+    assert [v.name for v in cached.inputs][:3] == ["input_ids", "past_key_values.0.key", "past_key_values.0.value"]
+    assert str(cached.outputs[1].type) == "bf16[batch, 2, past + seq, 8]" and len(cached.outputs) == 1 + 2 * L
+    for b, s, p in ((1, 1, 100), (4, 1, 4095), (2, 16, 0)):
+        r = narrowpipe.analyze(cached, strict=True, batch=b, seq=s, past=p)
+        assert r.flops_by_group["attention"] == L * 4 * b * Hq * s * (p + s) * d
+        base = narrowpipe.analyze(plain, batch=b, seq=s)
+        assert r.flops_by_group["contraction"] == base.flops_by_group["contraction"]
+    assert cached.param_count() == plain.param_count()
+
+
 def test_published_parameter_counts():
     llama3_8b = from_config({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
                              "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -96,6 +112,7 @@ def test_scopes_follow_hugging_face_module_paths():
     {"experts": 3, "top_k": 2}, {"parallel_block": True, "norm": "layer", "positions": "learned", "max_positions": 32},
     {"tie_embeddings": True, "attn_bias": True, "out_bias": True, "mlp_bias": True, "positions": "none"},
     {"encoder": True, "type_vocab": 2, "norm": "layer", "positions": "learned", "max_positions": 32},
+    {"past": 9, "kv_heads": 2, "experts": 4, "top_k": 2, "gated_mlp": True},
 ])
 def test_every_variant_verifies_costs_fully_and_round_trips_json(kwargs):
     g = verify(transformer(2, 32, 4, 50, seq=16, **kwargs))
@@ -126,6 +143,10 @@ def test_bad_architectures_are_refused_with_a_reason():
         transformer(1, 64, 8, 100, experts=4)
     with pytest.raises(NarrowpipeError, match="attends both ways"):
         transformer(1, 64, 8, 100, encoder=True, causal=True)
+    with pytest.raises(NarrowpipeError, match="no KV cache"):
+        transformer(1, 64, 8, 100, encoder=True, past=4)
+    with pytest.raises(NarrowpipeError, match="max_positions"):
+        transformer(1, 64, 8, 100, seq=8, past=60, positions="learned", max_positions=64)
     with pytest.raises(NarrowpipeError, match="not supported"):
         from_config({"model_type": "qwen2_moe"})
     with pytest.raises(NarrowpipeError, match="lacks"):

@@ -124,3 +124,18 @@ def test_export_and_builder_rebind_alike(exported):
     built = narrowpipe.analyze(_built("llama-gqa", config), batch=5, seq=33)
     assert built.flops_by_group["contraction"] == ref.flops_by_group["contraction"]
     assert built.flops_by_group["attention"] == ref.flops_by_group["attention"]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa", "mixtral"])
+def test_a_cached_step_equals_flop_counter_mode(name, exported):
+    """Prefill 5 tokens, then count 3 more against the cache: the builder's graph with a KV cache,
+    bound to past=5, seq=3, counts the same matmul FLOPs (attention reads 8 keys per query)."""
+    torch.manual_seed(0)
+    model = CONFIGS[name][1](_config(name, "eager")).eval()
+    with torch.no_grad():
+        cache = model(torch.randint(0, VOCAB, (2, 5)), use_cache=True).past_key_values
+        with FlopCounterMode(display=False) as counter:
+            model(torch.randint(0, VOCAB, (2, 3)), cache=cache, use_cache=True)
+    graph = narrowpipe.from_config(exported[name][1], seq=1, batch=1, past=16, dtype="fp32")
+    g = narrowpipe.analyze(graph, strict=True, batch=2, seq=3, past=5).flops_by_group
+    assert g["contraction"] + g["attention"] == counter.get_total_flops()
