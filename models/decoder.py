@@ -4,7 +4,7 @@ Why: the placement planner needs graphs for configurations nobody has exported (
 hidden size under consideration), and an export of a large model costs minutes and a matching
 transformers class. The builder writes the same program the torch frontend would lower, block by
 block, so its FLOPs and parameter count agree with an export of the equivalent Hugging Face model
-(the tests check this on GPT-2, Llama with GQA and Mixtral), while the dims ``batch`` and ``seq``
+(the tests check this on GPT-2, Llama with GQA, Mixtral and BERT), while the dims ``batch`` and ``seq``
 stay symbolic with their roles, so one graph serves every batch size and prompt length.
 
 Scopes and weight names follow Hugging Face's Llama layout (``model.layers.3.mlp.down_proj``,
@@ -101,12 +101,10 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, past: int |
         if spec.encoder:
             h = _encoder_embeddings(b, spec, h, eps)
         rope = rotary_tables(b, spec, S) if spec.positions == "rotary" else None
-        caches: list[Cache] = []
+        caches = [_cache_inputs(b, spec, i) for i in range(spec.layers)] if past is not None else []
         for i in range(spec.layers):
-            cache = _cache_inputs(b, spec, i) if past is not None else None
-            caches += [cache] if cache is not None else []
             with b.scope("layers", i):
-                h = _layer(b, spec, h, rope, eps, cache)
+                h = _layer(b, spec, h, rope, eps, caches[i] if caches else None)
         if spec.encoder:
             graph.set_outputs([h, _pooler(b, spec, h)])
             return maybe_verify(graph, "narrowpipe.models.transformer")
