@@ -3,6 +3,8 @@
 Public API::
 
     g = narrowpipe.from_torch(model, args, kwargs)      # or narrowpipe.load("model.onnx" / ".pt2")
+    g = narrowpipe.transformer(layers=32, hidden=4096, heads=32, vocab=128256, kv_heads=8, gated_mlp=True)
+    g = narrowpipe.from_config(transformers.AutoConfig.from_pretrained(...))   # or a config.json dict
     r = narrowpipe.analyze(g, dims={"batch": 8, "seq": 2048})   # counts: r.flops, r.bytes, r.params, r.ops
     r = narrowpipe.analyze(g, "h100", dims={"seq": 2048})       # + times: r.time_s, r.mfu, r.ops[i].bound
     c = narrowpipe.compare(g, ["h100", "tpu-v5e", "groq-lpu"], dims={"batch": 8})
@@ -32,6 +34,7 @@ from .errors import (
 from .frontends import from_torch
 from .ir import DimRole, Graph
 from .loading import load
+from .models import from_config, transformer
 
 __version__ = "0.1.0"
 
@@ -42,7 +45,8 @@ def targets() -> list[tuple[str, str]]:
 
 
 __all__ = [
-    "from_torch", "load", "analyze", "compare", "whatif", "diagnose", "targets", "get_target", "Graph", "DimRole",
+    "from_torch", "load", "transformer", "from_config", "analyze", "compare", "whatif", "diagnose", "targets",
+    "get_target", "Graph", "DimRole",
     "Report", "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",

@@ -46,6 +46,8 @@ def kernel_time(kernel: Kernel, program: Program, target: Any, units: UnitTimes)
     if kernel.kind == "attention":
         return units.attention(kernel, program, target)
     gemms = kernel_gemms(program.table, kernel)
-    if gemms:
+    if gemms and min(gemms[0].batch, gemms[0].m, gemms[0].n, gemms[0].k) > 0:
         return units.gemm(kernel, gemms[0], program, target)
+    # an empty GEMM (a MoE expert group no row reaches at this binding) has no tiles to run: its
+    # kernel is what remains, memory traffic and epilogue, on the vector units
     return units.vector(kernel, program, target)

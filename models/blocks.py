@@ -1,0 +1,135 @@
+"""The blocks of a transformer layer, built as canonical IR: norms, attention, rotary, dense MLP.
+
+Each block emits what the torch frontend lowers the matching Hugging Face module to, where that
+decides a count: projections are ``DOT`` nodes on ``[out, in]`` weights (torch's ``aten.linear``),
+attention is one fused ``ATTENTION`` node in the ``bhsd`` layout the frontend gives SDPA, with the
+causal attribute set. Elsewhere it prefers the canonical op to the decomposition an export happens
+to contain (one ``RMS_NORM`` rather than ``pow, mean, add, rsqrt, mul, mul``; one ``GELU``), so
+elementwise and normalization counts follow the cost rules' per-op conventions rather than an
+exporter's spelling. Grouped-query attention passes k and v with ``kv_heads`` heads, as a fused
+GQA kernel reads them; the attention rule counts over the query heads either way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..ir import CAUSAL, DType, Op, Value, ValueKind
+from ..ir.dims import Dim, dim_add
+from .graph_builder import GraphBuilder
+from .spec import TransformerSpec
+
+__all__ = ["Cache", "norm", "rotary_tables", "attention", "mlp", "activation"]
+
+_ACTIVATION_OPS = {"gelu": (Op.GELU, {}), "gelu_tanh": (Op.GELU, {"approximate": "tanh"}),
+                   "silu": (Op.SILU, {}), "relu": (Op.RELU, {})}
+
+
+def norm(b: GraphBuilder, spec: TransformerSpec, x: Value, name: str, eps: float = 1e-5) -> Value:
+    """RMS or layer norm over the hidden dim, with its scale (and shift) as weights of module ``name``."""
+    op = Op.RMS_NORM if spec.norm == "rms" else Op.LAYER_NORM
+    with b.scope(name):
+        ins = [x, b.weight("weight", (spec.hidden,))]
+        if spec.has_norm_bias:
+            ins.append(b.weight("bias", (spec.hidden,)))
+        return b.emit(op, ins, x.shape, {"axis": x.type.rank - 1, "eps": eps}, name=f"{spec.norm}_norm")
+
+
+def activation(b: GraphBuilder, kind: str, x: Value) -> Value:
+    op, attrs = _ACTIVATION_OPS[kind]
+    with b.scope("act_fn"):
+        return b.unary(op, x, attrs, name=kind)
+
+
+def rotary_tables(b: GraphBuilder, spec: TransformerSpec, seq: Dim) -> tuple[Value, Value]:
+    """cos and sin tables ``[seq, head_dim]``, computed once per forward as ``model.rotary_emb`` does.
+
+    ``inv_freq`` is a buffer (not a parameter, as in Hugging Face); positions are ``0..seq-1``.
+    """
+    half = spec.head_dim // 2
+    with b.scope("rotary_emb"):
+        inv_freq = b.weight("inv_freq", (half,), kind=ValueKind.BUFFER, dtype=DType.FP32)
+        pos = b.emit(Op.IOTA, [], (seq, 1), {"role": "positions"}, name="positions", dtype=DType.FP32)
+        freqs = b.emit(Op.MUL, [pos, inv_freq], (seq, half), name="freqs", dtype=DType.FP32)
+        emb = b.emit(Op.CONCAT, [freqs, freqs], (seq, spec.head_dim), {"axis": 1}, name="cat", dtype=DType.FP32)
+        tables = []
+        for op in (Op.COS, Op.SIN):
+            t = b.unary(op, emb, name=op.value)
+            if b.dtype is not DType.FP32:
+                t = b.emit(Op.CAST, [t], t.shape, {"to": b.dtype.value}, name=f"{op.value}_cast")
+            tables.append(t)
+    return tables[0], tables[1]
+
+
+def _apply_rotary(b: GraphBuilder, x: Value, cos: Value, sin: Value, which: str) -> Value:
+    """``x*cos + rotate_half(x)*sin`` (rotate_half's slices and negation are folded into the sin term).
+
+    The tables hold the ``seq`` new positions (``past .. past+seq-1`` with a cache), so they are
+    ``[seq, head_dim]`` whatever the cache length."""
+    a = b.binary(Op.MUL, x, cos, name=f"{which}_rope_cos")
+    s = b.binary(Op.MUL, x, sin, name=f"{which}_rope_sin")
+    return b.binary(Op.ADD, a, s, name=f"{which}_rope")
+
+
+def _heads(b: GraphBuilder, x: Value, heads: int, head_dim: int, which: str) -> Value:
+    """``[B, S, H*D] -> [B, H, S, D]``: a view and a transpose, as the Hugging Face modules do."""
+    batch, seq = x.shape[0], x.shape[1]
+    y = b.reshape(x, (batch, seq, heads, head_dim), name=f"{which}_view")
+    return b.permute(y, (0, 2, 1, 3), name=f"{which}_transpose")
+
+
+def attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Value, Value] | None,
+              cache: Cache | None = None) -> Value:
+    """Self-attention in module ``self_attn``: q/k/v projections, rotary, fused attention, o_proj.
+
+    With a ``cache`` the new keys and values are appended to the past ones (``[B, kv_heads, past, D]``
+    inputs), attention reads ``past + seq`` keys, and the appended tensors join ``cache.present``.
+    """
+    batch, seq = x.shape[0], x.shape[1]
+    hq, hk, d = spec.heads, spec.kv_heads, spec.head_dim
+    with b.scope("self_attn"):
+        q = _heads(b, b.linear(x, hq * d, "q_proj", bias=spec.attn_bias), hq, d, "q")
+        k = _heads(b, b.linear(x, hk * d, "k_proj", bias=spec.attn_bias), hk, d, "k")
+        v = _heads(b, b.linear(x, hk * d, "v_proj", bias=spec.attn_bias), hk, d, "v")
+        if rope is not None:
+            q = _apply_rotary(b, q, *rope, "q")
+            k = _apply_rotary(b, k, *rope, "k")
+        if cache is not None:
+            k, v = (_append(b, past, new, which) for past, new, which in ((cache.key, k, "k"), (cache.value, v, "v")))
+            cache.present.extend([k, v])
+        attrs: dict[str, object] = {"layout": "bhsd", CAUSAL: spec.causal, "scale": 1 / math.sqrt(d),
+                                    "dropout": 0.0}
+        if hk != hq:
+            attrs["enable_gqa"] = True
+        o = b.emit(Op.ATTENTION, [q, k, v], (batch, hq, seq, d), attrs, name="attention")
+        o = b.permute(o, (0, 2, 1, 3), name="o_transpose")
+        o = b.reshape(o, (batch, seq, hq * d), name="o_view")
+        return b.linear(o, spec.hidden, "o_proj", bias=spec.out_bias)
+
+
+@dataclass
+class Cache:
+    """One layer's KV cache: the past keys and values read, and the present ones the layer returns."""
+
+    key: Value
+    value: Value
+    present: list[Value] = field(default_factory=list)
+
+
+def _append(b: GraphBuilder, past: Value, new: Value, which: str) -> Value:
+    """``cat([past, new], dim=2)``: what a dynamic cache's update returns to attention."""
+    shape = (*new.shape[:2], dim_add(past.shape[2], new.shape[2]), new.shape[3])
+    return b.emit(Op.CONCAT, [past, new], shape, {"axis": 2}, name=f"{which}_cache", dtype=new.dtype)
+
+
+def mlp(b: GraphBuilder, spec: TransformerSpec, x: Value) -> Value:
+    """The dense MLP in module ``mlp``: ``down(act(gate(x)) * up(x))`` when gated, else ``down(act(up(x)))``."""
+    with b.scope("mlp"):
+        up = b.linear(x, spec.ffn, "up_proj", bias=spec.mlp_bias)
+        if spec.gated_mlp:
+            gate = activation(b, spec.activation, b.linear(x, spec.ffn, "gate_proj", bias=spec.mlp_bias))
+            h = b.binary(Op.MUL, gate, up, name="gate_mul")
+        else:
+            h = activation(b, spec.activation, up)
+        return b.linear(h, spec.hidden, "down_proj", bias=spec.mlp_bias)

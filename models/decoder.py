@@ -1,0 +1,183 @@
+"""``transformer(...)``: a decoder-style language model built directly as IR, without torch.
+
+Why: the placement planner needs graphs for configurations nobody has exported (a 400B MoE, a
+hidden size under consideration), and an export of a large model costs minutes and a matching
+transformers class. The builder writes the same program the torch frontend would lower, block by
+block, so its FLOPs and parameter count agree with an export of the equivalent Hugging Face model
+(the tests check this on GPT-2, Llama with GQA, Mixtral and BERT), while the dims ``batch`` and ``seq``
+stay symbolic with their roles, so one graph serves every batch size and prompt length.
+
+Scopes and weight names follow Hugging Face's Llama layout (``model.layers.3.mlp.down_proj``,
+``model.embed_tokens.weight``, ``lm_head``) whatever the architecture, so reports group rows by layer
+and block the same way for every model the builder makes.
+
+The default dtype is bf16: the planner sizes deployments, and bf16 is what such models are served in
+(the torch exports in the tests are fp32, which changes bytes, never FLOPs or parameters).
+"""
+
+from __future__ import annotations
+
+from ..errors import NarrowpipeError
+from ..ir import DimRole, DimSpec, DType, Graph, Op, Value
+from ..ir.dims import Sym
+from ..ir.verifier import maybe_verify
+from .blocks import Cache, attention, mlp, norm, rotary_tables
+from .graph_builder import GraphBuilder
+from .moe import moe
+from .spec import TransformerSpec
+
+__all__ = ["transformer", "build"]
+
+
+def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 2048, *, ffn: int | None = None,
+                kv_heads: int | None = None, head_dim: int | None = None, gated_mlp: bool = False,
+                activation: str | None = None, experts: int | None = None, top_k: int | None = None,
+                moe_renormalize: bool = True, parallel_block: bool = False, tie_embeddings: bool = False,
+                norm: str = "rms", positions: str = "rotary", max_positions: int | None = None,
+                attn_bias: bool = False, out_bias: bool = False, mlp_bias: bool = False,
+                norm_bias: bool | None = None, causal: bool | None = None, encoder: bool = False,
+                type_vocab: int = 0, past: int | None = None, eps: float = 1e-5,
+                dtype: DType | str = DType.BF16, batch: int = 1, name: str = "transformer") -> Graph:
+    """A causal language model's forward pass (``input_ids [batch, seq] -> logits [batch, seq, vocab]``).
+
+    ``seq`` and ``batch`` are the default bindings of the symbolic dims ``seq`` (role SEQUENCE)
+    and ``batch`` (role BATCH). ``ffn`` defaults to ``4 * hidden``, ``kv_heads`` to ``heads``
+    (multi-head; fewer is grouped-query attention), ``head_dim`` to ``hidden // heads``.
+    ``gated_mlp`` makes the MLP ``down(act(gate(x)) * up(x))`` with ``activation`` SiLU by default
+    (plain MLPs default to GELU). ``experts`` and ``top_k`` replace every layer's MLP by a
+    mixture of experts with balanced routing (:mod:`narrowpipe.models.moe`: each expert GEMM gets
+    ``top_k * tokens / experts`` rows, as evenly as integers allow, so totals are exact).
+    ``parallel_block`` runs attention and MLP on one shared norm and adds both (GPT-J, Falcon).
+    ``tie_embeddings`` makes ``lm_head`` read the embedding table (one weight, counted once).
+    ``positions`` is ``"rotary"``, ``"learned"`` (a ``max_positions`` x ``hidden`` table, GPT-2)
+    or ``"none"``. ``norm`` is ``"rms"`` or ``"layer"``.
+
+    ``encoder`` builds BERT's layout instead (``BertModel``): bidirectional attention, post-norm
+    layers, a norm after the embeddings (plus ``type_vocab`` token-type rows, read for type 0),
+    no final norm and no ``lm_head``, and a pooler (first token, dense, tanh); the outputs are the
+    last hidden states and the pooled vector. ``causal`` defaults to ``not encoder``.
+
+    ``past`` adds a KV cache: the default binding of the dim ``past`` (role KV_LENGTH), inputs
+    ``past_key_values.{i}.key``/``.value`` of ``[batch, kv_heads, past, head_dim]`` per layer, and the
+    updated caches as outputs after the logits; ``seq=1`` with a cache is one decode step.
+    """
+    kv = kv_heads or heads
+    spec = TransformerSpec(
+        layers=layers, hidden=hidden, heads=heads, vocab=vocab, ffn=ffn or 4 * hidden, kv_heads=kv,
+        head_dim=head_dim or hidden // heads, gated_mlp=gated_mlp,
+        activation=activation or ("silu" if gated_mlp else "gelu"), experts=experts, top_k=top_k,
+        moe_renormalize=moe_renormalize, parallel_block=parallel_block, tie_embeddings=tie_embeddings,
+        norm=norm, positions=positions, max_positions=max_positions, attn_bias=attn_bias, out_bias=out_bias,
+        mlp_bias=mlp_bias, norm_bias=norm_bias, causal=not encoder if causal is None else causal,
+        encoder=encoder, type_vocab=type_vocab,
+        dtype=dtype if isinstance(dtype, DType) else DType.parse(dtype))
+    return build(spec, seq=seq, batch=batch, past=past, eps=eps, name=name)
+
+
+def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, past: int | None = None,
+          eps: float = 1e-5, name: str = "transformer") -> Graph:
+    """The graph of ``spec`` (what :func:`transformer` calls once it has filled in the defaults)."""
+    if spec.max_positions and seq + (past or 0) > spec.max_positions:
+        raise NarrowpipeError(f"seq={seq} (+ past={past or 0}) exceeds max_positions={spec.max_positions}")
+    if past is not None and spec.encoder:
+        raise NarrowpipeError("transformer: an encoder keeps no KV cache (past is for decoders)")
+    graph = Graph(name)
+    graph.declare_dim(DimSpec("batch", default=batch, min=1, role=DimRole.BATCH,
+                              doc="sequences per forward pass"))
+    graph.declare_dim(DimSpec("seq", default=seq, min=1, max=spec.max_positions, role=DimRole.SEQUENCE,
+                              doc="tokens per sequence in this pass"))
+    if past is not None:
+        graph.declare_dim(DimSpec("past", default=past, min=0, role=DimRole.KV_LENGTH,
+                                  doc="tokens already in the KV cache"))
+    graph.meta.update({"builder": "narrowpipe.models.transformer", "spec": _spec_meta(spec)})
+    b = GraphBuilder(graph, spec.dtype)
+    B, S = Sym("batch"), Sym("seq")
+    ids = b.input("input_ids", (B, S), DType.INT64)
+    with b.scope("model"):
+        with b.scope("embed_tokens"):
+            table = b.weight("weight", (spec.vocab, spec.hidden))
+            h = b.emit(Op.GATHER, [table, ids], (B, S, spec.hidden), {"axis": 0}, name="embedding")
+        h = _positions(b, spec, h)
+        if spec.encoder:
+            h = _encoder_embeddings(b, spec, h, eps)
+        rope = rotary_tables(b, spec, S) if spec.positions == "rotary" else None
+        caches = [_cache_inputs(b, spec, i) for i in range(spec.layers)] if past is not None else []
+        for i in range(spec.layers):
+            with b.scope("layers", i):
+                h = _layer(b, spec, h, rope, eps, caches[i] if caches else None)
+        if spec.encoder:
+            graph.set_outputs([h, _pooler(b, spec, h)])
+            return maybe_verify(graph, "narrowpipe.models.transformer")
+        h = norm(b, spec, h, "norm", eps)
+    with b.scope("lm_head"):
+        head = table if spec.tie_embeddings else b.weight("weight", (spec.vocab, spec.hidden))
+        logits = b.dot(h, head)
+    graph.set_outputs([logits, *(v for c in caches for v in c.present)])
+    return maybe_verify(graph, "narrowpipe.models.transformer")
+
+
+def _positions(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
+    """Learned absolute positions (GPT-2's ``wpe``): a gather of rows ``0..seq-1`` added to the tokens."""
+    if spec.positions != "learned":
+        return h
+    assert spec.max_positions is not None
+    seq = h.shape[1]
+    with b.scope("embed_positions"):
+        table = b.weight("weight", (spec.max_positions, spec.hidden))
+        pos = b.emit(Op.IOTA, [], (seq,), {"role": "positions"}, name="positions", dtype=DType.INT64)
+        rows = b.emit(Op.GATHER, [table, pos], (seq, spec.hidden), {"axis": 0}, name="embedding")
+    return b.binary(Op.ADD, h, rows, name="add_positions")
+
+
+def _cache_inputs(b: GraphBuilder, spec: TransformerSpec, layer: int) -> Cache:
+    """Layer ``layer``'s past keys and values, named as Hugging Face's legacy cache tuples."""
+    shape = (Sym("batch"), spec.kv_heads, Sym("past"), spec.head_dim)
+    key, value = (b.input(f"past_key_values.{layer}.{part}", shape, spec.dtype) for part in ("key", "value"))
+    return Cache(key, value)
+
+
+def _encoder_embeddings(b: GraphBuilder, spec: TransformerSpec, h: Value, eps: float) -> Value:
+    """BERT's token-type rows (all type 0 when none are given, as ``BertModel`` does) and embedding norm."""
+    if spec.type_vocab:
+        with b.scope("embed_token_types"):
+            table = b.weight("weight", (spec.type_vocab, spec.hidden))
+            types = b.emit(Op.FILL, [], h.shape[:2], {"value": 0}, name="token_type_ids", dtype=DType.INT64)
+            rows = b.emit(Op.GATHER, [table, types], h.shape, {"axis": 0}, name="embedding")
+        h = b.binary(Op.ADD, h, rows, name="add_token_types")
+    return norm(b, spec, h, "embed_norm", eps)
+
+
+def _pooler(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
+    """BERT's pooler: the first token's hidden state through a dense layer and tanh."""
+    with b.scope("pooler"):
+        first = b.emit(Op.SLICE, [h], (h.shape[0], spec.hidden), {"axis": 1, "index": 0}, name="first_token",
+                       dtype=h.dtype)
+        return b.unary(Op.TANH, b.linear(first, spec.hidden, "dense", bias=True), name="tanh")
+
+
+def _layer(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Value, Value] | None,
+           eps: float, cache: Cache | None = None) -> Value:
+    """One layer: pre-norm residual blocks, one shared norm for a parallel block, or post-norm (encoder)."""
+    ffn = moe if spec.is_moe else mlp
+    if spec.encoder:
+        x = norm(b, spec, b.binary(Op.ADD, x, attention(b, spec, x, rope), name="residual_attn"),
+                 "post_attention_layernorm", eps)
+        return norm(b, spec, b.binary(Op.ADD, x, ffn(b, spec, x), name="residual_mlp"), "post_mlp_layernorm", eps)
+    if spec.parallel_block:
+        h = norm(b, spec, x, "input_layernorm", eps)
+        a = attention(b, spec, h, rope, cache)
+        m = ffn(b, spec, h)
+        return b.binary(Op.ADD, b.binary(Op.ADD, x, a, name="residual_attn"), m, name="residual_mlp")
+    a = attention(b, spec, norm(b, spec, x, "input_layernorm", eps), rope, cache)
+    x = b.binary(Op.ADD, x, a, name="residual_attn")
+    m = ffn(b, spec, norm(b, spec, x, "post_attention_layernorm", eps))
+    return b.binary(Op.ADD, x, m, name="residual_mlp")
+
+
+def _spec_meta(spec: TransformerSpec) -> dict[str, object]:
+    """The spec as JSON-friendly data, kept in ``graph.meta`` so a saved graph says how it was made."""
+    out: dict[str, object] = {}
+    for key, value in vars(spec).items():
+        out[key] = value.value if isinstance(value, DType) else value
+    return out
+
