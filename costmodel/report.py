@@ -21,7 +21,7 @@ class Unmodeled(NamedTuple):
     """An op (by its source name) that has no cost rule, and how many nodes use it."""
 
     op: str
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count on purpose (python/mypy#4507)
 
 
 @dataclass(frozen=True)

@@ -137,8 +137,8 @@ def _reduce(kind: str) -> Callable[[FoldContext], list[np.ndarray]]:
             fn = np.frompyfunc(_binary_sym(dim_mul if kind == "prod" else dim_add), 2, 1)
             out = fn.reduce(data, axis=ax, keepdims=keep) if data.size else np.array(1 if kind == "prod" else 0)
             return [pack(np.asarray(out, dtype=object) if not isinstance(out, np.ndarray) else out)]
-        func = {"prod": np.prod, "sum": np.sum, "max": np.max, "min": np.min}[kind]
-        return [np.asarray(func(data, axis=ax, keepdims=keep))]
+        reducers: dict[str, Callable[..., Any]] = {"prod": np.prod, "sum": np.sum, "max": np.max, "min": np.min}
+        return [np.asarray(reducers[kind](data, axis=ax, keepdims=keep))]
     return f
 
 

@@ -277,12 +277,14 @@ class ShapeState:
                     mine = to_dim(mine.limit)
                 elif mine is None or isinstance(mine, (str, Bounded)):
                     bound = mine.limit if isinstance(mine, Bounded) else upper_bound()
+                    assert not isinstance(bound, Sym), "a symbolic limit is the dim itself (above)"
                     mine = self.generate(name, axis, node, op, bound, label=d)
                 if d:
                     self.subst[d] = mine
                 out.append(mine)
             else:
-                if flagged and isinstance(d, int) and isinstance(mine, int) and not isinstance(mine, bool) and d != mine:
+                mine_int = isinstance(mine, int) and not isinstance(mine, bool)
+                if flagged and isinstance(d, int) and mine_int and d != mine:
                     raise ShapeError(f"output {name!r}: declared shape {_fmt(dims)} disagrees with the op's "
                                      f"shape {_fmt(own_dims or ())}", file=self.file or None, node=node, op=op)
                 out.append(d)
