@@ -187,7 +187,7 @@ def _split_to_sequence(cx: NodeCx) -> None:
             elem[axis] = 1
         else:
             del elem[axis]
-    elif split is not None and len(split) == 1 and cx.input(1).type.rank == 0:  # type: ignore[union-attr]
+    elif split is not None and len(split) == 1 and cx.rank(1) == 0:
         n = dim_ceildiv(dim, split[0])
         elem[axis] = split[0]
     elif split is not None:

@@ -67,10 +67,11 @@ def _compare(kind: str) -> Callable[[Any, Any], bool]:
     return fn
 
 
-_ARITH: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]] = {
+#: op -> (numpy's function, or None where ONNX's integer semantics differ from numpy's; the symbolic one)
+_ARITH: dict[str, tuple[Callable[[Any, Any], Any] | None, Callable[[Any, Any], Any]]] = {
     "Add": (np.add, _binary_sym(dim_add)), "Sub": (np.subtract, _binary_sym(dim_sub)),
-    "Mul": (np.multiply, _binary_sym(dim_mul)), "Div": (None, _binary_sym(_int_div)),  # type: ignore[dict-item]
-    "Mod": (None, _binary_sym(dim_mod)), "Max": (np.maximum, _binary_sym(dim_max)),  # type: ignore[dict-item]
+    "Mul": (np.multiply, _binary_sym(dim_mul)), "Div": (None, _binary_sym(_int_div)),
+    "Mod": (None, _binary_sym(dim_mod)), "Max": (np.maximum, _binary_sym(dim_max)),
     "Min": (np.minimum, _binary_sym(dim_min)),
 }
 _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge"}

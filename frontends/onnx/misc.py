@@ -144,14 +144,15 @@ _UPDATES: dict[str, tuple[int, list[tuple[str, Op, tuple[str, ...]]], tuple[str,
 def _optimizer(cx: NodeCx) -> None:
     """Adagrad/Momentum/Adam(R, T, X..., G..., states...): the update rule per parameter."""
     n_states, steps, results = _UPDATES[cx.op_type]
-    tensors = [cx.input(i) for i in range(2, cx.n_inputs())]
+    inputs = [cx.input(i) for i in range(2, cx.n_inputs())]
+    tensors = [t for t in inputs if t is not None]
     n = len(tensors) // (2 + n_states)
-    if n == 0 or len(tensors) != n * (2 + n_states) or any(t is None for t in tensors):
+    if n == 0 or len(tensors) != n * (2 + n_states) or len(tensors) != len(inputs):
         raise cx.error(f"{cx.op_type} expects (R, T, X..., G..., states...) with equal counts")
     for p in range(n):
-        env: dict[str, Value] = {"X": tensors[p], "G": tensors[n + p]}  # type: ignore[dict-item]
+        env: dict[str, Value] = {"X": tensors[p], "G": tensors[n + p]}
         for s in range(n_states):
-            env[f"S{s + 1}"] = tensors[(2 + s) * n + p]  # type: ignore[assignment]
+            env[f"S{s + 1}"] = tensors[(2 + s) * n + p]
         t = env["X"].type
         for name, op, operands in steps:
             env[name] = cx.emit(op, [env[o] for o in operands], {"optimizer": cx.op_type}, types=[t], bind=False,

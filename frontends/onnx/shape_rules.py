@@ -143,9 +143,10 @@ def _tile(cx: RuleContext) -> list[OutSpec | None]:
 
 def _range(cx: RuleContext) -> list[OutSpec | None]:
     vals = [as_dims(cx.known(i)) for i in range(3)]
-    if any(v is None or len(v) != 1 for v in vals):
+    scalars = [v[0] for v in vals if v is not None and len(v) == 1]
+    if len(scalars) != 3:
         return [unknown_dims(cx, 1)]
-    start, limit, delta = (v[0] for v in vals)  # type: ignore[index]
+    start, limit, delta = scalars
     if not isinstance(delta, int) or delta == 0:
         return [None]
     span = dim_sub(limit, start) if delta > 0 else dim_sub(start, limit)

@@ -165,9 +165,12 @@ class ShapeState:
         if hit is not None:
             return hit
         raw = self.raw(tp, name, node)
-        if raw is None or raw[1] is None or raw[0] not in DTYPES or any(isinstance(d, str) for d in raw[1]):
+        if raw is None or raw[1] is None or raw[0] not in DTYPES:
             return None
-        t = TensorType(DTYPES[raw[0]], raw[1])  # type: ignore[arg-type]
+        dims = tuple(d for d in raw[1] if not isinstance(d, str))
+        if len(dims) != len(raw[1]):   # an unknown dim: not ready
+            return None
+        t = TensorType(DTYPES[raw[0]], dims)
         if len(self._ready) < 100_000:
             self._ready[key] = t
         return t
