@@ -83,9 +83,10 @@ def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
         if spec is None:
             continue
         if (spec.min is not None and value < spec.min) or (spec.max is not None and value > spec.max):
+            low = spec.min if spec.min is not None else "-inf"
+            high = spec.max if spec.max is not None else "inf"
             notes.append(f"{name}={value} is outside the range the graph was exported for "
-                         f"[{spec.min if spec.min is not None else '-inf'}, {spec.max if spec.max is not None else 'inf'}]; "
-                         f"the program may differ at that size")
+                         f"[{low}, {high}]; the program may differ at that size")
     return notes
 
 

@@ -273,8 +273,8 @@ def _liveness(graph: Graph, index: GraphIndex) -> None:
     storage_of = storage.get
     allocs = index.allocs
     for i, node in enumerate(graph.nodes):
-        for v in node.inputs:
-            sid = storage_of(v)   # None for weights and absent inputs
+        for operand in node.inputs:
+            sid = storage_of(operand)   # None for weights and absent inputs
             if sid is not None:
                 end[sid] = i   # the walk is in order: a read here is the latest so far
         base = node.inputs[0] if node.inputs else None

@@ -233,10 +233,10 @@ def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]
     weights = set(graph.weights)
     starts: dict[Value, int] = {}
     for i, node in enumerate(graph.nodes):
-        for v in node.inputs:
-            if v is None or v in weights:
+        for operand in node.inputs:
+            if operand is None or operand in weights:
                 continue
-            sid = storage.get(v)
+            sid = storage.get(operand)
             if sid is not None and end.get(sid, -1) < i:
                 end[sid] = i
         base = node.inputs[0] if node.inputs else None
@@ -269,7 +269,8 @@ def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]
 
 
 
-def op_cost(op: Op, inputs: list[TensorType], outputs: list[TensorType], attrs: Mapping[str, object] | None = None) -> Cost:
+def op_cost(op: Op, inputs: list[TensorType], outputs: list[TensorType],
+            attrs: Mapping[str, object] | None = None) -> Cost:
     """The cost rule's verdict for one op on concrete types, for callers that measure a single op
     (calibration records what each microbenchmark did in the same units as every report)."""
     g = Graph(op.value)

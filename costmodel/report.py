@@ -21,7 +21,7 @@ class Unmodeled(NamedTuple):
     """An op (by its source name) that has no cost rule, and how many nodes use it."""
 
     op: str
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count on purpose (python/mypy#4507)
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,8 @@ class Timing:
     @property
     def narrowest(self) -> str:
         """The resource whose doubling helps most."""
-        return max(self.speedup_if_doubled, key=self.speedup_if_doubled.get) if self.speedup_if_doubled else ""  # type: ignore[arg-type]
+        speedups = self.speedup_if_doubled
+        return max(speedups, key=lambda resource: speedups[resource]) if speedups else ""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -80,7 +80,7 @@ class Use(NamedTuple):
     """One read of a value: input ``index`` of ``node``."""
 
     node: Node
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index on purpose (python/mypy#4507)
 
 
 class Value:
@@ -259,9 +259,9 @@ class Graph:
                 users = ", ".join(sorted({u.node.name for u in v.uses})) or "graph outputs"
                 raise IRError(f"cannot remove node {node.name!r} ({node.op.value}): output "
                               f"{v.name!r} is still used by {users}")
-        for i, v in enumerate(node.inputs):
-            if v is not None:
-                v.uses.remove(Use(node, i))
+        for i, operand in enumerate(node.inputs):
+            if operand is not None:
+                operand.uses.remove(Use(node, i))
         for sub in node_subgraphs(node):
             _unlink_body(sub)
         self.nodes.remove(node)
@@ -358,9 +358,9 @@ def _clone(graph: Graph, env: dict[Value, Value]) -> Graph:
             new.outputs.append(env[v])
         out.nodes.append(new)
         new.owner = out
-        for i, v in enumerate(new.inputs):
-            if v is not None:
-                v.uses.append(Use(new, i))
+        for i, operand in enumerate(new.inputs):
+            if operand is not None:
+                operand.uses.append(Use(new, i))
     out.outputs = [env.get(v, v) for v in graph.outputs]
     return out
 

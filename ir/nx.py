@@ -22,12 +22,12 @@ def to_networkx(graph: Graph) -> nx.MultiDiGraph:
         g.add_node(node.name, op=node.op.value, group=node.group.value, kind="node",
                    source_op=node.source.op)
     for node in graph.nodes:
-        for v in node.inputs:
-            if v is None:
+        for operand in node.inputs:
+            if operand is None:
                 continue
-            src = v.producer.name if v.producer is not None else v.name
+            src = operand.producer.name if operand.producer is not None else operand.name
             if src not in g:  # a value captured from an enclosing graph
-                g.add_node(src, op="outer", group="input", kind="outer", type=str(v.type))
-            g.add_edge(src, node.name, value=v.name, dtype=v.type.dtype.value,
-                       shape=str(list(map(str, v.type.shape))))
+                g.add_node(src, op="outer", group="input", kind="outer", type=str(operand.type))
+            g.add_edge(src, node.name, value=operand.name, dtype=operand.type.dtype.value,
+                       shape=str(list(map(str, operand.type.shape))))
     return g

@@ -156,9 +156,12 @@ def get_pass(name: str, **options: Any) -> PassLike:
         raise PassError(f"unknown pass {name!r}; known: {', '.join(sorted(_PASSES)) or 'none'}") from None
     if dataclasses.is_dataclass(obj) and isinstance(obj, type):
         try:
-            return obj(**_coerce_options(obj, options))
+            made = obj(**_coerce_options(obj, options))
         except TypeError as exc:
             raise PassError(f"pass {name!r}: {exc}") from exc
+        if not isinstance(made, Pass):
+            raise PassError(f"pass {name!r}: {obj.__name__} has no run(graph, am) method")
+        return made
     if options:
         raise PassError(f"pass {name!r} takes no options, got {sorted(options)}")
     return obj

@@ -167,7 +167,8 @@ def _check_attention(node: Node) -> list[str]:
     rank = 3 if bsd else 4
     for i, v in enumerate(node.inputs[:3]):
         if v is not None and v.type.rank != rank:
-            out.append(f"input {i} ({v.name!r}) has rank {v.type.rank}, layout {node.attrs.get('layout', 'bhsd')!r} needs {rank}")
+            layout = node.attrs.get("layout", "bhsd")
+            out.append(f"input {i} ({v.name!r}) has rank {v.type.rank}, layout {layout!r} needs {rank}")
     if node.outputs and not out:
         o = node.outputs[0].shape
         if len(o) != rank:

@@ -9,8 +9,8 @@
   covers a roughly square block of output tiles, so A is re-read once per block column and B once
   per block row unless both fit in L2 (or the smaller one alone does).
 * Fused attention (FlashAttention style): QK^T and PV on tensor cores over 128-row query blocks,
-  causal blocks above the diagonal skipped (:func:`.common.causal_fraction`), exp on the special-function units (the two overlap);
-  traffic is Q, K, V and the output only.
+  causal blocks above the diagonal skipped (:func:`.common.causal_fraction`), exp on the
+  special-function units (the two overlap); traffic is Q, K, V and the output only.
 * Everything else on the CUDA cores: see :mod:`.vector`. Each kernel pays the launch overhead.
 """
 

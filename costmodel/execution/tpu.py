@@ -1,14 +1,15 @@
 """Systolic-array execution model (Google TPU MXU; by the same model Trainium and Gaudi).
 
 A contraction is cut into ``mxu_dim x mxu_dim`` weight tiles (K and N padded up to the array size,
-M to the 8-row sublane, ``TPU_SUBLANE_ROWS``); each tile is a fold that streams the M rows through an array. Weight loads
-are double-buffered, so a fold takes ``max(M, dim)`` cycles (a short M cannot hide the ``dim``
-cycles of loading the next tile: the decode regime) plus one fill and drain of ``2*dim``
-(SCALE-Sim's per-fold count ``2R + C + T - 2`` with the load overlapped). Folds are spread
-over all MXUs of all TensorCores (rows are split over arrays left idle); time = rounds x cycles per fold / clock, over the achievable
-efficiency. The cycle rate follows from the dtype's peak (peak = MXUs x dim^2 x 2 x clock), so
-int8's doubled rate and what-if changes of the peak carry through. Attention runs as its two contractions plus exp on the VPU;
-causal query blocks of one MXU tile above the diagonal are skipped (:func:`.common.causal_fraction`).
+M to the 8-row sublane, ``TPU_SUBLANE_ROWS``); each tile is a fold that streams the M rows through
+an array. Weight loads are double-buffered, so a fold takes ``max(M, dim)`` cycles (a short M cannot
+hide the ``dim`` cycles of loading the next tile: the decode regime) plus one fill and drain of
+``2*dim`` (SCALE-Sim's per-fold count ``2R + C + T - 2`` with the load overlapped). Folds are spread
+over all MXUs of all TensorCores (rows are split over arrays left idle); time = rounds x cycles per
+fold / clock, over the achievable efficiency. The cycle rate follows from the dtype's peak
+(peak = MXUs x dim^2 x 2 x clock), so int8's doubled rate and what-if changes of the peak carry
+through. Attention runs as its two contractions plus exp on the VPU; causal query blocks of one MXU
+tile above the diagonal are skipped (:func:`.common.causal_fraction`).
 Vector work runs on the VPU; XLA-style fusion keeps elementwise chains in one kernel.
 """
 
@@ -40,7 +41,8 @@ def _mxus(target: TpuTarget) -> int:
     return target.mxu_count or target.tensorcores * MXUS_PER_TENSORCORE
 
 
-def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float, target: TpuTarget) -> tuple[float, float]:
+def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float,
+                  target: TpuTarget) -> tuple[float, float]:
     """(seconds, executed FLOPs incl. padding) of a GEMM on the target's systolic arrays."""
     dim = target.mxu_dim
     mxus = _mxus(target)

@@ -97,10 +97,12 @@ def _gemm(cx: NodeCx) -> None:
     y = dot(cx, a, b, (0,) if ta else (1,), (1,) if tb else (0,), types=out, bind=last,
             extra={"transA": bool(ta), "transB": bool(tb)}).outputs[0]
     if alpha != 1.0:
-        y = cx.emit(Op.MUL, [y], {"scalar": alpha, "role": "alpha"}, types=out, bind=c is None, suffix="alpha").outputs[0]
+        y = cx.emit(Op.MUL, [y], {"scalar": alpha, "role": "alpha"}, types=out, bind=c is None,
+                    suffix="alpha").outputs[0]
     if c is not None:
         if beta != 1.0:
-            c = cx.emit(Op.MUL, [c], {"scalar": beta, "role": "beta"}, types=[c.type], bind=False, suffix="beta").outputs[0]
+            c = cx.emit(Op.MUL, [c], {"scalar": beta, "role": "beta"}, types=[c.type], bind=False,
+                        suffix="beta").outputs[0]
         cx.emit(Op.ADD, [y, c], {"role": "bias"}, suffix="bias")
 
 

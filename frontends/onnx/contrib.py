@@ -55,16 +55,18 @@ def _ms_attention(cx: NodeCx) -> None:
         if past is not None:
             total = present_t.shape[3]
             k = cx.emit(Op.RESHAPE, [present], {"layout_adapter": "2bnsh->bsd", "part": "k"},
-                        types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[1]))], bind=False, suffix="k_all").outputs[0]
+                        types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[1]))], bind=False,
+                        suffix="k_all").outputs[0]
             v = cx.emit(Op.RESHAPE, [present], {"layout_adapter": "2bnsh->bsd", "part": "v"},
-                        types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[2]))], bind=False, suffix="v_all").outputs[0]
+                        types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[2]))], bind=False,
+                        suffix="v_all").outputs[0]
     attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, CAUSAL: bool(cx.attr("unidirectional", 0))}
     if not attrs[CAUSAL] and (attention_mask_is_causal(cx, 3, nonzero=True) or attention_mask_is_causal(cx, 5)):
         attrs.update({CAUSAL: True, "causal_from": "mask"})   # mask_index / attention_bias (.masks)
     if cx.attr("scale"):
         attrs["scale"] = float(cx.attr("scale"))
     mask = cx.input(3)
-    attention_core(cx, q, k, v, mask, attrs, [cx.out_type_at(0)], bind_index=[0])
+    attention_core(cx, q, k, v, mask, attrs, [cx.out_type(0)], bind_index=[0])
 
 
 def _as_bsd(cx: NodeCx, t: Value, suffix: str) -> Value:
@@ -85,11 +87,13 @@ def _with_past(cx: NodeCx, new: Value, past_index: int, out_index: int, heads: i
     b, length, hidden = new.type.shape
     head_dim = to_dim(dim_floordiv(hidden, heads))
     as4 = cx.emit(Op.RESHAPE, [new], {"layout_adapter": "bsd->bnsh"},
-                  types=[cx.tensor(new.type.dtype, (b, heads, length, head_dim))], bind=False, suffix=f"{what}_4d").outputs[0]
+                  types=[cx.tensor(new.type.dtype, (b, heads, length, head_dim))], bind=False,
+                  suffix=f"{what}_4d").outputs[0]
     if past is not None:
         total = past.type.shape[2] if present_t is None else present_t.shape[2]
         t = present_t or cx.tensor(new.type.dtype, (b, heads, dim_add(past.type.shape[2], length), head_dim))
-        present = cx.emit(Op.CONCAT, [past, as4], {"axis": 2}, types=[t], bind=False, suffix=f"present_{what}").outputs[0]
+        present = cx.emit(Op.CONCAT, [past, as4], {"axis": 2}, types=[t], bind=False,
+                          suffix=f"present_{what}").outputs[0]
     else:
         present, total = as4, length
     if present_t is not None:
@@ -122,10 +126,10 @@ def _ms_mha(cx: NodeCx) -> None:
         k = _with_past(cx, k, 6, 1, n, "key")
         v = _with_past(cx, v, 7, 2, n, "value")
     else:
-        for idx, t in ((1, k), (2, v)):
-            if cx.has_output(idx):
-                cx.bind_at(idx, cx.emit(Op.IDENTITY, [t], types=[cx.out_type_at(idx)], bind=False,
-                                        suffix=f"present{idx}").outputs[0])
+        for out, t in ((1, k), (2, v)):
+            if cx.has_output(out):
+                cx.bind_at(out, cx.emit(Op.IDENTITY, [t], types=[cx.out_type(out)], bind=False,
+                                        suffix=f"present{out}").outputs[0])
         k, v = _as_bsd(cx, k, "k_bsd"), _as_bsd(cx, v, "v_bsd")
     attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, CAUSAL: bool(cx.attr("unidirectional", 0))}
     if not attrs[CAUSAL] and (attention_mask_is_causal(cx, 4, nonzero=True) or attention_mask_is_causal(cx, 5)):
@@ -134,7 +138,7 @@ def _ms_mha(cx: NodeCx) -> None:
         attrs["scale"] = float(cx.attr("scale"))
     mask = cx.input(4) or cx.input(5)
     idx = [0] + ([3] if cx.has_output(3) else [])
-    attention_core(cx, q, k, v, mask, attrs, [cx.out_type_at(i) for i in idx], bind_index=idx)
+    attention_core(cx, q, k, v, mask, attrs, [cx.out_type(i) for i in idx], bind_index=idx)
 
 
 def _ms_gqa(cx: NodeCx) -> None:
@@ -155,7 +159,7 @@ def _ms_gqa(cx: NodeCx) -> None:
         attrs["scale"] = float(cx.attr("scale"))
     if cx.attr("local_window_size", -1) not in (-1, None):
         attrs["window"] = int(cx.attr("local_window_size"))
-    attention_core(cx, q, k, v, cx.input(10) if cx.n_inputs() > 10 else None, attrs, [cx.out_type_at(0)],
+    attention_core(cx, q, k, v, cx.input(10) if cx.n_inputs() > 10 else None, attrs, [cx.out_type(0)],
                    bind_index=[0])
 
 
@@ -173,7 +177,7 @@ def _skip_norm(norm: Op) -> Callable[[NodeCx], None]:
         idx = [k for k in (0, 1, 2) if cx.has_output(k)]
         node = cx.emit(norm, [s] + [t for t in (gamma, beta) if t is not None],
                        {"axis": x.type.rank - 1, "epsilon": float(cx.attr("epsilon", 1e-12))},
-                       types=[cx.out_type_at(k) for k in idx], bind=False)
+                       types=[cx.out_type(k) for k in idx], bind=False)
         for k, value in zip(idx, node.outputs):
             cx.bind_at(k, value)
         if cx.has_output(3):
@@ -240,7 +244,7 @@ def _embed_ln(cx: NodeCx) -> None:
     if cx.has_output(1):
         mask = cx.input(7)
         m = cx.emit(Op.REDUCE_SUM, [mask] if mask is not None else [ids], {"axes": (1,), "keepdims": False},
-                    types=[cx.out_type_at(1)], bind=False, suffix="mask_index").outputs[0]
+                    types=[cx.out_type(1)], bind=False, suffix="mask_index").outputs[0]
         cx.bind_at(1, m)
     if cx.has_output(2):
         cx.bind_at(2, e)
@@ -259,7 +263,8 @@ def _bias_then(op: Op, **attrs: object) -> Callable[[NodeCx], None]:
         cx.bind_at(0, node.outputs[0])
         for k in range(1, cx.n_outputs()):
             if cx.has_output(k):
-                cx.bind_at(k, cx.emit(Op.FILL, [], None, types=[cx.out_type_at(k)], bind=False, suffix=f"out{k}").outputs[0])
+                fill = cx.emit(Op.FILL, [], None, types=[cx.out_type(k)], bind=False, suffix=f"out{k}")
+                cx.bind_at(k, fill.outputs[0])
     return fn
 
 

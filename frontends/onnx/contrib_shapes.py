@@ -41,8 +41,9 @@ def _skip_ln_shapes(cx: NodeCx) -> list[OutSpec | None]:
     x = cx.shape(0)
     if x is None:
         return [None] * cx.n_outputs()
-    stats = (DType.FP32, tuple(x[:-1]) + (1,))
-    return [(cx.dtype(0), x), stats, stats, (cx.dtype(0), x)][:cx.n_outputs()]
+    stats: OutSpec = (DType.FP32, tuple(x[:-1]) + (1,))
+    specs: list[OutSpec | None] = [(cx.dtype(0), x), stats, stats, (cx.dtype(0), x)]
+    return specs[:cx.n_outputs()]
 
 
 def _attention_shapes(cx: NodeCx) -> list[OutSpec | None]:

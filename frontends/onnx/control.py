@@ -15,7 +15,7 @@ from ...ir import DType, Op, Sym, TensorType, Value
 from .fold import as_dims
 from .node import NodeCx
 from .shapes import Bounded, OutSpec
-from .symdims import Poly, dim_add, dim_ceildiv, dim_eq, dim_max, dim_mul, dim_sub, to_dim
+from .symdims import DimLike, Poly, dim_add, dim_ceildiv, dim_eq, dim_max, dim_mul, dim_sub, to_dim
 
 __all__ = ["CONTROL_LOWERINGS", "merge_shapes", "trip_attr"]
 
@@ -99,13 +99,13 @@ def _scan(cx: NodeCx) -> None:
     for v in body.outputs[:n_state]:
         own.append((v.type.dtype, ((batch,) if legacy else ()) + tuple(v.type.shape)))
     for k, v in enumerate(body.outputs[n_state:]):
-        shape = list(v.type.shape)
+        out_shape: list[DimLike | None] = list(v.type.shape)
         axis = out_axes[k] if k < len(out_axes) and not legacy else 0
-        axis = axis + len(shape) + 1 if axis < 0 else axis
-        shape.insert(axis, length)
+        axis = axis + len(out_shape) + 1 if axis < 0 else axis
+        out_shape.insert(axis, length)
         if legacy:
-            shape.insert(0, batch)
-        own.append((v.type.dtype, tuple(shape)))
+            out_shape.insert(0, batch)
+        own.append((v.type.dtype, tuple(out_shape)))
     types = cx.settle(own, override=True)
     cx.emit(Op.SCAN, cx.inputs(), {"body": body, "scan_length": length if isinstance(length, int) else None,
                                    "trip_count": trip_attr(length)}, types=types)
@@ -180,14 +180,14 @@ def _split_to_sequence(cx: NodeCx) -> None:
     axis = axis + x.type.rank if axis < 0 else axis
     dim = x.type.shape[axis]
     split = as_dims(cx.known(1)) if cx.input(1) is not None else None
-    elem = list(x.type.shape)
+    elem: list[DimLike | Bounded] = list(x.type.shape)
     if cx.input(1) is None:
         n: Any = dim
         if cx.attr("keepdims", 1):
             elem[axis] = 1
         else:
             del elem[axis]
-    elif split is not None and len(split) == 1 and cx.input(1).type.rank == 0:  # type: ignore[union-attr]
+    elif split is not None and len(split) == 1 and cx.rank(1) == 0:
         n = dim_ceildiv(dim, split[0])
         elem[axis] = split[0]
     elif split is not None:
@@ -200,8 +200,9 @@ def _split_to_sequence(cx: NodeCx) -> None:
         shape = cx.shape(1) or ()
         n = shape[0] if len(shape) == 1 else None
         elem[axis] = Bounded(dim)
-    cx.emit(Op.SPLIT, cx.inputs(), {"axis": axis}, types=_seq_type(cx, to_dim(n) if isinstance(n, Poly) else n,
-                                                                   tuple(to_dim(e) if isinstance(e, Poly) else e for e in elem)))
+    length = to_dim(n) if isinstance(n, Poly) else n
+    elem_shape = tuple(to_dim(e) if isinstance(e, Poly) else e for e in elem)
+    cx.emit(Op.SPLIT, cx.inputs(), {"axis": axis}, types=_seq_type(cx, length, elem_shape))
 
 
 def _concat_from_sequence(cx: NodeCx) -> None:

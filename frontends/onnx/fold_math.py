@@ -67,10 +67,11 @@ def _compare(kind: str) -> Callable[[Any, Any], bool]:
     return fn
 
 
-_ARITH: dict[str, tuple[Callable[[Any, Any], Any], Callable[[Any, Any], Any]]] = {
+#: op -> (numpy's function, or None where ONNX's integer semantics differ from numpy's; the symbolic one)
+_ARITH: dict[str, tuple[Callable[[Any, Any], Any] | None, Callable[[Any, Any], Any]]] = {
     "Add": (np.add, _binary_sym(dim_add)), "Sub": (np.subtract, _binary_sym(dim_sub)),
-    "Mul": (np.multiply, _binary_sym(dim_mul)), "Div": (None, _binary_sym(_int_div)),  # type: ignore[dict-item]
-    "Mod": (None, _binary_sym(dim_mod)), "Max": (np.maximum, _binary_sym(dim_max)),  # type: ignore[dict-item]
+    "Mul": (np.multiply, _binary_sym(dim_mul)), "Div": (None, _binary_sym(_int_div)),
+    "Mod": (None, _binary_sym(dim_mod)), "Max": (np.maximum, _binary_sym(dim_max)),
     "Min": (np.minimum, _binary_sym(dim_min)),
 }
 _COMPARE = {"Equal": "eq", "Less": "lt", "Greater": "gt", "LessOrEqual": "le", "GreaterOrEqual": "ge"}
@@ -137,8 +138,8 @@ def _reduce(kind: str) -> Callable[[FoldContext], list[np.ndarray]]:
             fn = np.frompyfunc(_binary_sym(dim_mul if kind == "prod" else dim_add), 2, 1)
             out = fn.reduce(data, axis=ax, keepdims=keep) if data.size else np.array(1 if kind == "prod" else 0)
             return [pack(np.asarray(out, dtype=object) if not isinstance(out, np.ndarray) else out)]
-        func = {"prod": np.prod, "sum": np.sum, "max": np.max, "min": np.min}[kind]
-        return [np.asarray(func(data, axis=ax, keepdims=keep))]
+        reducers: dict[str, Callable[..., Any]] = {"prod": np.prod, "sum": np.sum, "max": np.max, "min": np.min}
+        return [np.asarray(reducers[kind](data, axis=ax, keepdims=keep))]
     return f
 
 

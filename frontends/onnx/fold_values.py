@@ -81,9 +81,10 @@ def as_dims(arr: np.ndarray | None) -> list[int | Poly] | None:
 
 def as_ints(arr: np.ndarray | None) -> list[int] | None:
     dims = as_dims(arr)
-    if dims is None or not all(isinstance(d, int) for d in dims):
+    if dims is None:
         return None
-    return [int(d) for d in dims]
+    ints = [int(d) for d in dims if isinstance(d, int)]
+    return ints if len(ints) == len(dims) else None
 
 
 def symbolic(*arrs: np.ndarray) -> bool:

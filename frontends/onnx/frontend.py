@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+import onnx.inliner  # a submodule `import onnx` does not load
 from onnx import GraphProto, ModelProto
 
 from ...errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError

@@ -9,6 +9,9 @@ op kept as its source so reports still name what the user wrote.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol, cast
+
 import onnx
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto
 
@@ -21,10 +24,29 @@ __all__ = ["expand_function", "function_for"]
 _MAX_DEPTH = 8
 
 
+class _FunctionSchema(Protocol):
+    """The function-body members of ``onnx.defs.OpSchema`` (there at run time, missing from onnx's stub)."""
+
+    @property
+    def has_function(self) -> bool: ...
+    @property
+    def function_opset_versions(self) -> list[int]: ...
+    @property
+    def function_body(self) -> FunctionProto: ...
+    @property
+    def has_context_dependent_function(self) -> bool: ...
+    @property
+    def context_dependent_function_opset_versions(self) -> list[int]: ...
+    def get_function_with_opset_version(self, version: int) -> bytes: ...
+    def get_context_dependent_function(self, node: bytes, types: Sequence[bytes]) -> bytes: ...
+    def get_context_dependent_function_with_opset_version(self, version: int, node: bytes,
+                                                          types: Sequence[bytes]) -> bytes: ...
+
+
 def function_for(cx: NodeCx) -> FunctionProto | None:
     """The function body of this node's op at its opset, or None when it has none."""
     try:
-        schema = onnx.defs.get_schema(cx.op_type, cx.opset, cx.domain)
+        schema = cast(_FunctionSchema, onnx.defs.get_schema(cx.op_type, cx.opset, cx.domain))
     except Exception:
         return None
     try:
@@ -34,7 +56,7 @@ def function_for(cx: NodeCx) -> FunctionProto | None:
                 return FunctionProto.FromString(schema.get_function_with_opset_version(max(versions)))
             return schema.function_body
         if schema.has_context_dependent_function:
-            types = []
+            types: list[bytes] = []
             for i in range(cx.n_inputs()):
                 v = cx.input(i)
                 if v is None:

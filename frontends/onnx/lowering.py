@@ -16,7 +16,7 @@ import onnx
 from onnx import GraphProto, NodeProto, TensorProto
 
 from ...errors import FrontendError, NarrowpipeError, ShapeError, UnsupportedOpError
-from ...ir import Graph, Op, Source, TensorType, Value, ValueKind
+from ...ir import Dim, Graph, Op, Source, TensorType, Value, ValueKind
 from .fold import FOLDERS, FROM_TYPE, fold
 from .masks import CausalMasks
 from .node import ModelInfo, NodeCx, Scope
@@ -104,13 +104,15 @@ class OnnxLowerer:
             raise ShapeError(f"graph input {vi.name!r} has no tensor type", file=file, node=vi.name)
         if raw[1] is None:
             raise ShapeError(f"graph input {vi.name!r} has no shape (its rank is unknown)", file=file, node=vi.name)
-        dims = []
+        dims: list[Dim] = []
         for axis, d in enumerate(raw[1]):
-            if isinstance(d, str):
-                d = self.state.subst.get(d) if d else None
-                if d is None:
-                    d = self.state.generate(vi.name, axis, vi.name, "graph input", None)
-            dims.append(d)
+            if not isinstance(d, str):
+                dims.append(d)
+                continue
+            known = self.state.subst.get(d) if d else None   # an unknown dim: the symbol it was given
+            if known is None:
+                known = self.state.generate(vi.name, axis, vi.name, "graph input", None)
+            dims.append(known)
         if vi.type.WhichOneof("value") == "sequence_type":
             dims.insert(0, self.state.generate(vi.name, -1, vi.name, "sequence input", None))
         return TensorType(dtype_of(raw[0], what=f"input {vi.name!r}", file=file, node=vi.name), tuple(dims))

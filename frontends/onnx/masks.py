@@ -288,7 +288,9 @@ class CausalMasks:
             values = {x: f if isinstance(f, np.ndarray) else
                       _fill(x, None if x in sized else self._inputs[x].type.tensor_type.elem_type, f, size)
                       for x, f in feeds.items()}
-            out.append(np.asarray(run.run(None, values)[0]))
+            results = run.run(None, values)
+            assert isinstance(results, list)   # a dict only with intermediate=True
+            out.append(np.asarray(results[0]))
         return out
 
     def _check_sizes(self, nodes: list[NodeProto], feeds: dict[str, np.ndarray | Dims]) -> None:

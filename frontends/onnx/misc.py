@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...ir import DType, Op, TensorType, Value, ValueKind
+from ...ir import Dim, DType, Op, TensorType, Value, ValueKind
 from .node import NodeCx
 from .tensor import norm_axis, one
 
@@ -97,11 +97,12 @@ def _svm(cx: NodeCx) -> None:
     rows = x.type.shape[:-1]
     if n_sv:
         vectors = cx.add_weight(f"{cx.name}.support_vectors", TensorType(dt, (n_sv, features)), ValueKind.PARAM)
-        k = cx.emit(Op.DOT, [x, vectors], dot, types=[cx.tensor(dt, (*rows, n_sv))], bind=False, suffix="kernel").outputs[0]
+        k = cx.emit(Op.DOT, [x, vectors], dot, types=[cx.tensor(dt, (*rows, n_sv))], bind=False,
+                    suffix="kernel").outputs[0]
         kernel = str(cx.attr("kernel_type", "LINEAR")).upper()
         k_op = {"RBF": Op.EXP, "POLY": Op.POW, "SIGMOID": Op.TANH}.get(kernel, Op.MUL)
         k = cx.emit(k_op, [k], {"kernel": kernel}, types=[k.type], bind=False, suffix="kernel_fn").outputs[0]
-        width = n_sv
+        width: Dim = n_sv
     else:
         k, width = x, features
     weights = cx.add_weight(f"{cx.name}.coefficients", TensorType(dt, (classes, width)), ValueKind.PARAM)
@@ -143,14 +144,15 @@ _UPDATES: dict[str, tuple[int, list[tuple[str, Op, tuple[str, ...]]], tuple[str,
 def _optimizer(cx: NodeCx) -> None:
     """Adagrad/Momentum/Adam(R, T, X..., G..., states...): the update rule per parameter."""
     n_states, steps, results = _UPDATES[cx.op_type]
-    tensors = [cx.input(i) for i in range(2, cx.n_inputs())]
+    inputs = [cx.input(i) for i in range(2, cx.n_inputs())]
+    tensors = [t for t in inputs if t is not None]
     n = len(tensors) // (2 + n_states)
-    if n == 0 or len(tensors) != n * (2 + n_states) or any(t is None for t in tensors):
+    if n == 0 or len(tensors) != n * (2 + n_states) or len(tensors) != len(inputs):
         raise cx.error(f"{cx.op_type} expects (R, T, X..., G..., states...) with equal counts")
     for p in range(n):
-        env: dict[str, Value] = {"X": tensors[p], "G": tensors[n + p]}  # type: ignore[dict-item]
+        env: dict[str, Value] = {"X": tensors[p], "G": tensors[n + p]}
         for s in range(n_states):
-            env[f"S{s + 1}"] = tensors[(2 + s) * n + p]  # type: ignore[assignment]
+            env[f"S{s + 1}"] = tensors[(2 + s) * n + p]
         t = env["X"].type
         for name, op, operands in steps:
             env[name] = cx.emit(op, [env[o] for o in operands], {"optimizer": cx.op_type}, types=[t], bind=False,
@@ -169,7 +171,8 @@ MISC_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
     "ai.onnx.ml::ArrayFeatureExtractor": one(Op.GATHER, axis=-1), "ai.onnx.ml::Binarizer": _binarizer,
     "ai.onnx.ml::LabelEncoder": _label_encoder, "ai.onnx.ml::CategoryMapper": _label_encoder,
     "ai.onnx.ml::LinearRegressor": _linear_model, "ai.onnx.ml::LinearClassifier": _linear_model,
-    "ai.onnx.ml::SVMClassifier": _svm, "ai.onnx.ml::SVMRegressor": _svm, "ai.onnx.ml::Normalizer": _normalizer, "ai.onnx.ml::Scaler": _scaler,
+    "ai.onnx.ml::SVMClassifier": _svm, "ai.onnx.ml::SVMRegressor": _svm,
+    "ai.onnx.ml::Normalizer": _normalizer, "ai.onnx.ml::Scaler": _scaler,
     "ai.onnx.ml::Imputer": one(Op.WHERE), "ai.onnx.ml::FeatureVectorizer": one(Op.CONCAT, axis=-1),
     "ai.onnx.ml::OneHotEncoder": one(Op.FILL),
     "ai.onnx.preview.training::Adagrad": _optimizer, "ai.onnx.preview.training::Momentum": _optimizer,

@@ -82,7 +82,8 @@ def _shrink(cx: NodeCx) -> None:
 
 ELEMENTWISE_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
     "Add": _ew(Op.ADD), "Sub": _ew(Op.SUB), "Mul": _ew(Op.MUL), "Div": _ew(Op.DIV), "Pow": _ew(Op.POW),
-    "Mod": _ew(Op.MOD, "fmod"), "Max": _ew(Op.MAXIMUM, variadic=True), "Min": _ew(Op.MINIMUM, variadic=True), "Sum": _ew(Op.ADD, variadic=True),
+    "Mod": _ew(Op.MOD, "fmod"), "Max": _ew(Op.MAXIMUM, variadic=True), "Min": _ew(Op.MINIMUM, variadic=True),
+    "Sum": _ew(Op.ADD, variadic=True),
     "Mean": _mean, "Neg": _ew(Op.NEG), "Abs": _ew(Op.ABS), "Sign": _ew(Op.SIGN),
     "Reciprocal": _ew(Op.RECIPROCAL), "Floor": _ew(Op.FLOOR), "Ceil": _ew(Op.CEIL), "Round": _ew(Op.ROUND),
     "Relu": _ew(Op.RELU), "LeakyRelu": _ew(Op.LEAKY_RELU, "alpha"), "PRelu": _ew(Op.PRELU),
@@ -193,7 +194,8 @@ def _resize(cx: NodeCx) -> None:
 
 
 def _grid_sample(cx: NodeCx) -> None:
-    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(str(cx.attr("mode", "linear")), str(cx.attr("mode", "linear")))
+    onnx_mode = str(cx.attr("mode", "linear"))
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(onnx_mode, onnx_mode)
     cx.emit(Op.RESIZE, cx.inputs(), {"mode": mode, "spatial_dims": max(cx.rank(0) - 2, 1), "grid": True})
 
 
@@ -221,8 +223,10 @@ def _dropout(cx: NodeCx) -> None:
     out_t = cx.out_type_at(0)
     assert x is not None and out_t is not None
     mask_t = cx.out_type_at(1) or TensorType(DType.BOOL, x.type.shape)
+    mask: Value | None
     if train:
-        mask = cx.emit(Op.RANDOM, [], {"distribution": "bernoulli"}, types=[mask_t], bind=False, suffix="mask").outputs[0]
+        mask = cx.emit(Op.RANDOM, [], {"distribution": "bernoulli"}, types=[mask_t], bind=False,
+                       suffix="mask").outputs[0]
         y = cx.emit(Op.MUL, [x, mask], types=[out_t], bind=False).outputs[0]
     else:
         y = cx.emit(Op.IDENTITY, [x], types=[out_t], bind=False).outputs[0]
@@ -284,11 +288,13 @@ def _attention(cx: NodeCx) -> None:
         if cx.has_output(1) and past_k is not None:
             cx.bind_at(1, k_all)
         elif cx.has_output(1):
-            cx.bind_at(1, cx.emit(Op.IDENTITY, [k], types=[cx.out_type_at(1)], bind=False, suffix="present_key").outputs[0])
+            present_k = cx.emit(Op.IDENTITY, [k], types=[cx.out_type(1)], bind=False, suffix="present_key")
+            cx.bind_at(1, present_k.outputs[0])
         if cx.has_output(2) and past_v is not None:
             cx.bind_at(2, v_all)
         elif cx.has_output(2):
-            cx.bind_at(2, cx.emit(Op.IDENTITY, [v], types=[cx.out_type_at(2)], bind=False, suffix="present_value").outputs[0])
+            present_v = cx.emit(Op.IDENTITY, [v], types=[cx.out_type(2)], bind=False, suffix="present_value")
+            cx.bind_at(2, present_v.outputs[0])
     idx = [0] + ([3] if cx.has_output(3) else [])
     types = [cx.out_type_at(i) for i in idx]
     attention_core(cx, q, k_all, v_all, mask, attrs, [t for t in types if t is not None], bind_index=idx)
@@ -298,8 +304,9 @@ def _bsd_with_cache(cx: NodeCx, new: Value, past: Value | None, heads: int, out_
     b, length, hidden = new.type.shape
     if past is None:
         if cx.has_output(out_index):
-            cx.bind_at(out_index, cx.emit(Op.RESHAPE, [new], {"layout_adapter": "bsd->bhsd"},
-                                          types=[cx.out_type_at(out_index)], bind=False, suffix=f"present_{what}").outputs[0])
+            adapter = cx.emit(Op.RESHAPE, [new], {"layout_adapter": "bsd->bhsd"}, types=[cx.out_type(out_index)],
+                              bind=False, suffix=f"present_{what}")
+            cx.bind_at(out_index, adapter.outputs[0])
         return new
     head_dim = dim_floordiv(hidden, heads)
     as4 = cx.emit(Op.RESHAPE, [new], {"layout_adapter": "bsd->bhsd"},

@@ -223,6 +223,13 @@ class NodeCx:
             return None
         return self.out_types()[sum(1 for o in self.outs[:k] if o)]
 
+    def out_type(self, k: int) -> TensorType:
+        """The type of ONNX output ``k``, which must be present (see :meth:`has_output`)."""
+        t = self.out_type_at(k)
+        if t is None:
+            raise self.error(f"output {k} is absent")
+        return t
+
     def has_output(self, k: int) -> bool:
         return k < len(self.outs) and bool(self.outs[k])
 

@@ -111,7 +111,10 @@ def classify_initializers(graph: GraphProto, graphs: list[GraphProto] | None = N
             params.append(t)
     tied = _tied(params, uses, payloads or dict)
     for t in params:
-        out[t.name] = (ValueKind.CONST, f"{t.name} (tied to {tied[t.name]})") if t.name in tied else (ValueKind.PARAM, "")
+        if t.name in tied:
+            out[t.name] = (ValueKind.CONST, f"{t.name} (tied to {tied[t.name]})")
+        else:
+            out[t.name] = (ValueKind.PARAM, "")
     return out
 
 
@@ -172,7 +175,7 @@ def _matrix(t: TensorProto, payloads: Mapping[str, memoryview]) -> np.ndarray | 
     dt = DTYPES.get(t.data_type)
     try:
         if dt is not None and dt.bits in (8, 16, 32, 64) and (t.name in payloads or t.HasField("raw_data")):
-            view = payloads.get(t.name)
+            view: memoryview | bytes | None = payloads.get(t.name)
             if view is None or len(view) != dt.nbytes(prod(t.dims)):
                 view = t.raw_data
             return np.frombuffer(view, dtype=f"<u{dt.bits // 8}").reshape(tuple(t.dims))

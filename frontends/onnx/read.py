@@ -20,8 +20,8 @@ from onnx import GraphProto, ModelProto, NodeProto
 from ...errors import FrontendError, ModelLoadError, ShapeError
 from .types import MAX_DIM
 
-__all__ = ["read_bytes", "parse_model", "check_model", "opset_versions", "iter_subgraphs", "all_graphs", "toposort", "sort_model",
-           "KNOWN_DOMAINS", "MAX_PROTO_BYTES"]
+__all__ = ["read_bytes", "parse_model", "check_model", "opset_versions", "iter_subgraphs", "all_graphs", "toposort",
+           "sort_model", "KNOWN_DOMAINS", "MAX_PROTO_BYTES"]
 
 #: protobuf refuses messages of 2 GiB and more; bigger models keep weights in external files.
 MAX_PROTO_BYTES = (1 << 31) - 1
@@ -272,7 +272,12 @@ def _node_reads(node: NodeProto) -> list[str]:
     """Names a node reads: its inputs and the outer names its subgraphs capture."""
     reads = list(node.input)
     for a in node.attribute:
-        subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []
+        if a.type == onnx.AttributeProto.GRAPH:
+            subs = [a.g]
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            subs = list(a.graphs)
+        else:
+            subs = []
         for g in subs:
             reads.extend(_captures(g))
     return reads

@@ -53,7 +53,8 @@ def _recurrent(kind: str) -> Callable[[NodeCx], None]:
                            bind=False, suffix="bias_pair").outputs[0]
             bias = cx.emit(Op.REDUCE_SUM, [pair], {"axes": (1,), "keepdims": False, "role": "bias"},
                            types=[cx.tensor(b.type.dtype, (dirs, gh))], bind=False, suffix="bias_sum").outputs[0]
-            proj = cx.emit(Op.ADD, [proj, bias], {"role": "bias"}, types=[proj.type], bind=False, suffix="bias").outputs[0]
+            proj = cx.emit(Op.ADD, [proj, bias], {"role": "bias"}, types=[proj.type], bind=False,
+                           suffix="bias").outputs[0]
         # h for every step: the initial state broadcast over the steps (the recurrence is sequential)
         h0 = cx.input(5)
         state_t = cx.tensor(dt, (seq, dirs, batch, hidden))

@@ -10,7 +10,6 @@ op's shape rule, then ONNX's inference of this one node from our already repaire
 from __future__ import annotations
 
 from collections.abc import Callable
-from math import prod
 
 import numpy as np
 import onnx
@@ -48,8 +47,10 @@ def resolve_types(cx: NodeCx, rules: Rules, own: list[OutSpec | None] | None = N
             return fast
     raws: list[RawType | None] = [state.raw(cx.scope.type_of(o), o, cx.name) if o else None for o in outputs]
     if override and own is not None:
-        raws = [(r[0], None) if r is not None and k < len(own) and own[k] is not None and own[k][1] is not None
-                else r for k, r in enumerate(raws)]
+        for k, r in enumerate(raws):
+            spec = own[k] if k < len(own) else None
+            if r is not None and spec is not None and spec[1] is not None:
+                raws[k] = (r[0], None)
     if own is None and (flagged or any(o and state.needs_repair(r) for o, r in zip(outputs, raws))):
         own = _own_shapes(cx, rules, raws)
     out: list[TensorType] = []
@@ -71,9 +72,7 @@ def _own_shapes(cx: NodeCx, rules: Rules, raws: list[RawType | None]) -> list[Ou
             own[k] = (_np_dtype(arr), tuple(arr.shape))
     rule = rules.get(cx.key)
     ruled = (rule(cx) if rule is not None and any(s is None for s in own) else []) + [None] * n
-    missing = [k for k in range(n) if outputs[k] and own[k] is None and
-               (ruled[k] is None or ruled[k][1] is None or
-                not ((raws[k] is not None and raws[k][0]) or ruled[k][0] is not None))]
+    missing = [k for k in range(n) if outputs[k] and own[k] is None and _needs_inference(ruled[k], raws[k])]
     inferred: list[OutSpec | None] = []
     if missing and cx.domain in _ONNX_DOMAINS and not _has_subgraph(cx.node):
         inferred = _node_inference(cx) or []
@@ -85,10 +84,21 @@ def _own_shapes(cx: NodeCx, rules: Rules, raws: list[RawType | None]) -> list[Ou
         r, i = ruled[k], inferred[k]
         dtype = (r[0] if r else None) or (i[0] if i else None)
         dims = r[1] if r is not None and r[1] is not None else (i[1] if i else None)
-        if dtype is None and not (raws[k] is not None and raws[k][0]):
+        if dtype is None and not _has_elem_type(raws[k]):
             dtype = fallback_dt
         own[k] = (dtype, dims)
     return own
+
+
+def _has_elem_type(raw: RawType | None) -> bool:
+    return raw is not None and bool(raw[0])
+
+
+def _needs_inference(ruled: OutSpec | None, raw: RawType | None) -> bool:
+    """Whether the rule left the dims unknown, or the dtype unknown to both the rule and ONNX."""
+    if ruled is None or ruled[1] is None:
+        return True
+    return not (_has_elem_type(raw) or ruled[0] is not None)
 
 
 def _node_inference(cx: NodeCx) -> list[OutSpec | None] | None:
@@ -118,12 +128,12 @@ def _np_dtype(arr: np.ndarray) -> DType | None:
 
 def _upper_bound(cx: NodeCx) -> int | None:
     """For data-dependent output sizes: the largest static input's element count."""
-    best = None
+    best: int | None = None
     for v in cx.values:
         if v is None:
             continue
         if not v.type.is_static:
             return None
-        n = prod(v.type.shape)
+        n = v.type.numel()
         best = n if best is None else max(best, n)
     return best

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ...errors import ShapeError
-from ...ir import DType
+from ...ir import DType, Value
 from .shapes import Bounded, OutSpec
 from .symdims import dim_eq, dim_max, dim_mul
 
@@ -27,9 +27,12 @@ class RuleContext(Protocol):
     op_type: str
     opset: int
     name: str
-    file: str
+
+    @property
+    def file(self) -> str: ...   # read-only: NodeCx takes it from the model being lowered
 
     def attr(self, name: str, default: Any = None) -> Any: ...
+    def input(self, i: int) -> Value | None: ...
     def known(self, i: int) -> np.ndarray | None: ...
     def shape(self, i: int) -> tuple[Any, ...] | None: ...
     def dtype(self, i: int) -> DType | None: ...

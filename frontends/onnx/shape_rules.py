@@ -35,7 +35,8 @@ def _same_as_input(cx: RuleContext) -> list[OutSpec | None]:
 def _dropout(cx: RuleContext) -> list[OutSpec | None]:
     """Output and mask share the input's shape (the mask is bool from opset 10, else the input type)."""
     x = cx.shape(0)
-    return [(None, x), (DType.BOOL if cx.opset >= 10 else cx.dtype(0), x)][:max(cx.n_outputs(), 1)]
+    specs: list[OutSpec | None] = [(None, x), (DType.BOOL if cx.opset >= 10 else cx.dtype(0), x)]
+    return specs[:max(cx.n_outputs(), 1)]
 
 
 def _matmul(cx: RuleContext) -> list[OutSpec | None]:
@@ -66,7 +67,8 @@ def _gemm(cx: RuleContext) -> list[OutSpec | None]:
     m, ka = (a[1], a[0]) if ta else (a[0], a[1])
     kb, n = (b[1], b[0]) if tb else (b[0], b[1])
     if isinstance(ka, int) and isinstance(kb, int) and ka != kb:
-        raise rule_error(cx, f"Gemm inner dims differ: A{list(map(str, a))} (transA={ta}), B{list(map(str, b))} (transB={tb})")
+        raise rule_error(cx, f"Gemm inner dims differ: A{list(map(str, a))} (transA={ta}), "
+                             f"B{list(map(str, b))} (transB={tb})")
     return [(None, (m, n))]
 
 
@@ -141,9 +143,10 @@ def _tile(cx: RuleContext) -> list[OutSpec | None]:
 
 def _range(cx: RuleContext) -> list[OutSpec | None]:
     vals = [as_dims(cx.known(i)) for i in range(3)]
-    if any(v is None or len(v) != 1 for v in vals):
+    scalars = [v[0] for v in vals if v is not None and len(v) == 1]
+    if len(scalars) != 3:
         return [unknown_dims(cx, 1)]
-    start, limit, delta = (v[0] for v in vals)  # type: ignore[index]
+    start, limit, delta = scalars
     if not isinstance(delta, int) or delta == 0:
         return [None]
     span = dim_sub(limit, start) if delta > 0 else dim_sub(start, limit)
@@ -358,7 +361,8 @@ _SAME_OPS = ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf
 SHAPE_RULES: dict[str, Callable[[Any], list[OutSpec | None]]] = {
     **{op: _broadcast_rule for op in _BROADCAST_OPS},
     **{op: _same_as_input for op in _SAME_OPS},
-    "Dropout": _dropout, "MatMul": _matmul, "MatMulInteger": _matmul, "Gemm": _gemm, "Reshape": _reshape, "Expand": _expand,
+    "Dropout": _dropout, "MatMul": _matmul, "MatMulInteger": _matmul, "Gemm": _gemm, "Reshape": _reshape,
+    "Expand": _expand,
     "ConstantOfShape": _constant_of_shape, "Tile": _tile, "Range": _range, "Concat": _concat,
     "Slice": _slice, "Gather": _gather, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze,
     "Flatten": _flatten, "Transpose": _transpose, "Split": _split, "Pad": _pad, **WINDOW_RULES,

@@ -114,15 +114,17 @@ def _resize(cx: RuleContext) -> list[OutSpec | None]:
     x = cx.shape(0)
     if x is None:
         return [None]
+    k1 = cx.known(1) if cx.n_inputs() > 1 else None
     if cx.op_type == "Upsample":
-        scales = cx.attr("scales") if cx.opset < 9 else (cx.known(1).tolist() if cx.known(1) is not None else None)
+        scales = cx.attr("scales") if cx.opset < 9 else (k1.tolist() if k1 is not None else None)
         sizes = None
     else:
-        sizes = as_dims(cx.known(3)) if cx.n_inputs() > 3 and cx.known(3) is not None and cx.known(3).size else None
+        k3 = cx.known(3) if cx.n_inputs() > 3 else None
+        sizes = as_dims(k3) if k3 is not None and k3.size else None
         k2 = cx.known(2) if cx.n_inputs() > 2 else None
         scales = k2.tolist() if k2 is not None and k2.size else None
-        if cx.opset < 11 and cx.n_inputs() > 1 and cx.known(1) is not None:
-            scales = cx.known(1).tolist()
+        if cx.opset < 11 and k1 is not None:
+            scales = k1.tolist()
     axes = cx.attr("axes")
     if sizes is not None:
         if axes is None and len(sizes) == len(x):

@@ -165,9 +165,12 @@ class ShapeState:
         if hit is not None:
             return hit
         raw = self.raw(tp, name, node)
-        if raw is None or raw[1] is None or raw[0] not in DTYPES or any(isinstance(d, str) for d in raw[1]):
+        if raw is None or raw[1] is None or raw[0] not in DTYPES:
             return None
-        t = TensorType(DTYPES[raw[0]], raw[1])  # type: ignore[arg-type]
+        dims = tuple(d for d in raw[1] if not isinstance(d, str))
+        if len(dims) != len(raw[1]):   # an unknown dim: not ready
+            return None
+        t = TensorType(DTYPES[raw[0]], dims)
         if len(self._ready) < 100_000:
             self._ready[key] = t
         return t
@@ -277,12 +280,14 @@ class ShapeState:
                     mine = to_dim(mine.limit)
                 elif mine is None or isinstance(mine, (str, Bounded)):
                     bound = mine.limit if isinstance(mine, Bounded) else upper_bound()
+                    assert not isinstance(bound, Sym), "a symbolic limit is the dim itself (above)"
                     mine = self.generate(name, axis, node, op, bound, label=d)
                 if d:
                     self.subst[d] = mine
                 out.append(mine)
             else:
-                if flagged and isinstance(d, int) and isinstance(mine, int) and not isinstance(mine, bool) and d != mine:
+                mine_int = isinstance(mine, int) and not isinstance(mine, bool)
+                if flagged and isinstance(d, int) and mine_int and d != mine:
                     raise ShapeError(f"output {name!r}: declared shape {_fmt(dims)} disagrees with the op's "
                                      f"shape {_fmt(own_dims or ())}", file=self.file or None, node=node, op=op)
                 out.append(d)

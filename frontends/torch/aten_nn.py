@@ -62,14 +62,15 @@ def _norm(op: Op, first_weight: int, *, axis_from_shape: int | None = None, trai
         if training is not None:
             attrs["training"] = bool(arg(n, training, "training", False))
         if op is Op.GROUP_NORM:
-            attrs["num_groups"] = int(n.args[1]) if isinstance(n.args[1], int) else int(n.args[6])
+            groups = n.args[1] if isinstance(n.args[1], int) else arg(n, 6, "group")
+            attrs["num_groups"] = int(groups)
         cx.emit(op, [x, *extra], n, attrs)
     return fn
 
 
 def _native_group_norm(cx: AtenLowerer, n: fx.Node) -> None:
     x = cx.value(n.args[0])
-    cx.emit(Op.GROUP_NORM, [x, *cx.values(n.args[1:3])], n, {"num_groups": int(n.args[6])})
+    cx.emit(Op.GROUP_NORM, [x, *cx.values(n.args[1:3])], n, {"num_groups": int(arg(n, 6, "group"))})
 
 
 def _softmax(op: Op):
@@ -153,7 +154,8 @@ def _addc(op: Op):
         p = cx.emit(op, [t1, t2], n, types=t, bind=False, name=f"{n.name}_{op.value}").outputs[0]
         value = arg(n, 3, "value", 1)
         if value != 1:
-            p = cx.emit(Op.MUL, [p], n, {"scalar": scalar(value)}, types=t, bind=False, name=f"{n.name}_value").outputs[0]
+            p = cx.emit(Op.MUL, [p], n, {"scalar": scalar(value)}, types=t, bind=False,
+                        name=f"{n.name}_value").outputs[0]
         cx.emit(Op.ADD, [a, p], n)
     return fn
 

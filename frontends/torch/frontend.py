@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,8 @@ def from_torch(module: Any, args: tuple[Any, ...] | None = None, kwargs: Mapping
     if isinstance(module, fx.GraphModule) and _is_aten_level(module):
         return from_graph_module(module, tuple(args or ()), strict=strict, name=name)
     if not isinstance(module, torch.nn.Module):
-        raise FrontendError(f"from_torch expects an nn.Module, ExportedProgram or GraphModule, got {type(module).__name__}")
+        raise FrontendError("from_torch expects an nn.Module, ExportedProgram or GraphModule, "
+                            f"got {type(module).__name__}")
     args = tuple(args or ())
     t0 = time.perf_counter()
     ep = export_module(module, args, kwargs, dynamic_shapes=dynamic_shapes)
@@ -159,8 +160,10 @@ def _is_aten_level(gm: fx.GraphModule) -> bool:
     for n in gm.graph.nodes:
         if n.op == "call_method" or (n.op == "call_module" and not str(n.target).startswith("_guards")):
             return False
-        if n.op == "call_function" and not isinstance(n.target, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
-            if getattr(n.target, "__module__", "") not in ("_operator", "operator") and "sym" not in getattr(n.target, "__name__", ""):
+        aten_op = isinstance(n.target, (torch._ops.OpOverload, torch._ops.HigherOrderOperator))
+        if n.op == "call_function" and not aten_op:
+            python_op = getattr(n.target, "__module__", "") in ("_operator", "operator")
+            if not python_op and "sym" not in getattr(n.target, "__name__", ""):
                 return False
     return True
 
@@ -192,6 +195,7 @@ def _dim_names(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[s
         specs = {names[i]: s for i, s in enumerate(dynamic_shapes) if i < len(names)}
     out: dict[tuple[str, int], str] = {}
     for arg_name, spec in specs.items():
+        items: Iterable[tuple[Any, Any]]   # (dim index, Dim) pairs of a dict or a list spec
         if isinstance(spec, Mapping):
             items = spec.items()
         elif isinstance(spec, (list, tuple)):
@@ -237,7 +241,7 @@ def _declare_dims(graph: Graph, ep: ExportedProgram, placeholders: list[fx.Node]
             user_ph = [n for n in placeholders if n.name in {v.name for v in graph.inputs}]
             tensors = [t for t in flat if isinstance(t, torch.Tensor)]
             for node, t in zip(user_ph, tensors):
-                val = node.meta.get("val")
+                val = node.meta["val"]   # missing or None: the except below gives up on examples
                 for d, size in zip(val.shape, t.shape):
                     if isinstance(d, torch.SymInt) and str(d.node.expr) in renames:
                         examples.setdefault(renames[str(d.node.expr)], int(size))

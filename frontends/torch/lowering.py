@@ -145,8 +145,8 @@ class AtenLowerer:
         return masks.is_causal(node)
 
     def mask_attrs(self, node: fx.Node) -> dict[str, Any]:
-        """``{"causal": True}`` (:data:`~narrowpipe.ir.CAUSAL`) for eager attention's mask step (an add or where feeding a
-        softmax, with a causal mask operand), so the fused attention kernel skips masked blocks."""
+        """``{"causal": True}`` (:data:`~narrowpipe.ir.CAUSAL`) for eager attention's mask step (an add or
+        where feeding a softmax, with a causal mask operand), so the fused attention kernel skips masked blocks."""
         feeds_softmax = any(u.op == "call_function" and op_key(u.target)[1] in _SOFTMAXES for u in node.users)
         if feeds_softmax and any(self.is_causal_mask(a) for a in node.args):
             return {CAUSAL: True}
@@ -194,7 +194,8 @@ class AtenLowerer:
     def _call(self, node: fx.Node) -> None:
         target = node.target
         if target is operator.getitem:
-            src = self.env.get(node.args[0])
+            base = node.args[0]
+            src = self.env.get(base) if isinstance(base, fx.Node) else None
             idx = node.args[1]
             self.env[node] = src[idx] if isinstance(src, list) and isinstance(idx, int) and idx < len(src) else None
             return

@@ -88,7 +88,7 @@ class CausalMasks:
         for n in subgraph:
             if n.op in ("placeholder", "get_attr"):
                 env[n] = self._leaf(n, size)
-            elif n.op == "call_function":
+            elif n.op == "call_function" and callable(n.target):   # never a str for call_function
                 args = fx.node.map_aggregate(n.args, lambda a: _concrete_arg(a, env))
                 kwargs = fx.node.map_aggregate(n.kwargs, lambda a: _concrete_arg(a, env))
                 env[n] = n.target(*args, **kwargs)

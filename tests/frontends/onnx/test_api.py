@@ -88,3 +88,22 @@ def test_the_onnx_path_never_imports_torch(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT.parent), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_model_local_functions_are_inlined_in_a_fresh_process(tmp_path: Path) -> None:
+    """``onnx.inliner`` is a submodule ``import onnx`` does not load; in a fresh process (no test
+    having imported it) the frontend must still find it."""
+    twice = helper.make_function("local", "Twice", ["x"], ["y"], [helper.make_node("Add", ["x", "x"], ["y"])],
+                                 [helper.make_opsetid("", 17)])
+    g = helper.make_graph([helper.make_node("Twice", ["a"], ["b"], domain="local")], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+                          functions=[twice])
+    onnx.save(m, str(tmp_path / "local.onnx"))
+    code = ("import narrowpipe\n"
+            f"ops = [n.op.value for n in narrowpipe.load({str(tmp_path / 'local.onnx')!r}).nodes]\n"
+            "assert ops == ['add'], ops\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT.parent), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
