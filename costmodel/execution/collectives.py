@@ -90,8 +90,9 @@ class Topology:
         def level(lv: Level | None) -> NetLevel | None:
             if lv is None:
                 return None
-            return NetLevel(lv.bandwidth, lv.latency, lv.bus_bandwidth, tuple(lv.dims) if lv.topology == "torus" else (),
-                            lv.links, bool(lv.in_network_reduction), lv.reduction_bus_bandwidth)
+            torus_dims = tuple(lv.dims) if lv.topology == "torus" else ()
+            return NetLevel(lv.bandwidth, lv.latency, lv.bus_bandwidth, torus_dims, lv.links,
+                            bool(lv.in_network_reduction), lv.reduction_bus_bandwidth)
         up = level(system.scale_up) or NetLevel(0.0, 0.0)
         return cls(system.scale_up_domain, up, level(system.scale_out))
 

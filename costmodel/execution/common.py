@@ -13,8 +13,14 @@ from dataclasses import dataclass, replace
 from math import ceil
 
 from ...backends import Target
-from ...backends.defaults import (FP32_EMULATION_PASSES, FP32_REDUCED_EMULATION_PASSES, MIN_MATMUL_EFFICIENCY,
-                                  MIN_MEMORY_EFFICIENCY, TRANSCENDENTAL_FRACTION, VECTOR_FRACTION)
+from ...backends.defaults import (
+    FP32_EMULATION_PASSES,
+    FP32_REDUCED_EMULATION_PASSES,
+    MIN_MATMUL_EFFICIENCY,
+    MIN_MEMORY_EFFICIENCY,
+    TRANSCENDENTAL_FRACTION,
+    VECTOR_FRACTION,
+)
 from ...ir import DType
 
 __all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_rate", "memory_time",
