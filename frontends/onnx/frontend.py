@@ -28,7 +28,7 @@ from .lowering import OnnxLowerer, Unordered
 from .masks import CausalMasks
 from .node import ModelInfo
 from .params import classify_initializers
-from .read import all_graphs, check_model, opset_versions, parse_model, read_bytes, sort_model
+from .read import all_graphs, check_model, node_fields, opset_versions, parse_model, read_bytes, sort_model
 from .shapes import ShapeState, run_inference
 from .symdims import parse_dim_param
 from .table import ONNX_TABLE, SHAPE_RULES_EXTRA
@@ -115,14 +115,16 @@ def _check_large_payloads(graph: GraphProto, file: str) -> None:
 
 def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payloads: Payloads | None, *,
            presorted: bool) -> Graph:
-    graphs = check_model(model, file=file)
+    fields = node_fields(model.graph)  # read once for checking, weight classes and lowering
+    graphs = check_model(model, file=file, top=fields)
     if model.functions:
         try:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:
             raise ModelLoadError(f"cannot inline the model's local functions: {exc}", file=file or None) from None
         graphs = all_graphs(model.graph)
-    params = classify_initializers(model.graph, graphs, payloads)
+        fields = node_fields(model.graph)
+    params = classify_initializers(model.graph, graphs, payloads, top=fields)
     _check_large_payloads(model.graph, file)
     inferred, errors = run_inference(model)
     state = ShapeState(file, _input_symbols(graphs), errors)
@@ -132,7 +134,9 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
     graph = Graph(name or model.graph.name or "onnx_model")
     lowerer = OnnxLowerer(info, state, ONNX_TABLE, SHAPE_RULES_EXTRA, fallback=expand_function)
     lowerer.masks = CausalMasks(model)  # the model with its initializer data, not the inference skeleton
-    lowerer.lower_graph(inferred.graph, graph, None, top=True)
+    # Inference types the nodes and keeps them as they were, in order: their fields still hold.
+    top_fields = fields if len(inferred.graph.node) == len(fields) else None
+    lowerer.lower_graph(inferred.graph, graph, None, top=True, fields=top_fields)
     for spec in state.dims.values():
         graph.declare_dim(spec)
     assign_roles(graph)  # batch / sequence / KV length, from dim_param names and input positions
