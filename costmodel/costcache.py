@@ -220,9 +220,11 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     type_shape: list[int] = []     # per distinct type, its shape's number
     shape_ids: dict[Shape, int] = {}
     type_id: dict[Value, int] = {}   # value -> its type's number
+    # Values share their type objects (frontends cache them): a lookup by identity spares hashing
+    # the type (a dataclass hash over dtype and dims) for almost every value.
+    by_identity: dict[int, int] = {}
 
-    def number(v: Value) -> int:
-        t = v.type
+    def number(t: TensorType) -> int:
         k = type_ids.get(t)
         if k is None:
             k = type_ids[t] = len(type_shape)
@@ -231,9 +233,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
                 s = shape_ids[t.shape] = len(shapes)
                 shapes.append(t.shape)
             type_shape.append(s)
-        type_id[v] = k
-        values.append(v)
-        value_shape.append(type_shape[k])
+        by_identity[id(t)] = k
         return k
 
     # Liveness state: value -> storage number, storage -> last reader.
@@ -241,25 +241,42 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     end: dict[int, int] = {}
     types = index.storage_types
     for v in graph.inputs:
-        number(v)
+        k = type_id[v] = number(v.type)
+        values.append(v)
+        value_shape.append(type_shape[k])
         storage[v] = len(types)
         index.input_storages.append(len(types))
         end[len(types)] = -1
         types.append(v.type)
     for v in graph.weights:
-        number(v)
+        k = type_id[v] = number(v.type)
+        values.append(v)
+        value_shape.append(type_shape[k])
     storage_of = storage.get
     allocs = index.allocs
     node_class = index.node_class
     counts = index.counts
     classes: dict[tuple, int] = {}
     type_of = type_id.get
+    known = by_identity.get
+    views = VIEW_OPS
     for i, node in enumerate(graph.nodes):
         ins = node.inputs
         outs = node.outputs
-        out_ids = tuple([number(v) for v in outs])
-        # -- class (see node_signature: the same key, built without a second lookup per output)
-        akey = freeze_attrs(node.attrs) if node.attrs else ()
+        out_ids = []
+        for v in outs:
+            t = v.type
+            k = known(id(t))
+            if k is None:
+                k = number(t)
+            type_id[v] = k
+            out_ids.append(k)
+            values.append(v)
+            value_shape.append(type_shape[k])
+        # -- class (the key of node_signature, built from the type numbers above)
+        attrs = node.attrs
+        akey = freeze_attrs(attrs) if attrs else ()
+        op = node.op
         if akey is None:   # attrs with no exact key, perhaps a nested graph: its symbols count too
             node_class.append(-1)
             for sub in node_subgraphs(node):
@@ -267,13 +284,13 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
                 index.trip_names |= trip_count_names(sub)
             _note_trips(node, index.trip_names)
         else:
-            sig = (node.op, akey, tuple([None if v is None else type_of(v, v.type) for v in ins]),
-                   tuple([ins.index(v) for v in ins]) if len(ins) > 1 else (), out_ids)
+            sig = (op, akey, tuple([None if v is None else type_of(v, v.type) for v in ins]),
+                   tuple([ins.index(v) for v in ins]) if len(ins) > 1 else (), tuple(out_ids))
             c = classes.get(sig)
             if c is None:
                 c = classes[sig] = len(counts)
                 counts.append(0)
-                index.no_rule.append(RULES.get(node.op) is None)
+                index.no_rule.append(RULES.get(op) is None)
                 _note_trips(node, index.trip_names)
             counts[c] += 1
             node_class.append(c)
@@ -282,9 +299,8 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
             sid = storage_of(v)   # None for weights and absent inputs
             if sid is not None:
                 end[sid] = i   # the walk is in order: a read here is the latest so far
-        base = ins[0] if ins else None
-        if node.op in VIEW_OPS and base is not None and base in storage:
-            alias = storage[base]
+        if op in views and ins and ins[0] is not None and ins[0] in storage:
+            alias = storage[ins[0]]
             for v in outs:
                 storage[v] = alias
             allocs.append(())
