@@ -70,7 +70,10 @@ def _uses(graphs: list[GraphProto], names: set[str], top: list[NodeFields] | Non
     out: Uses = {}
     for k, g in enumerate(graphs):
         rows = top if k == 0 and top is not None else node_fields(g)
+        disjoint = names.isdisjoint
         for op_type, domain, _name, ins, _outs in rows:
+            if disjoint(ins):   # most nodes of a big graph read no initializer: one C-level test
+                continue
             for i, x in enumerate(ins):
                 if x in names:
                     out.setdefault(x, []).append((domain, op_type, i))
