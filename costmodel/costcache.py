@@ -14,14 +14,13 @@ Graphs with control flow (If/Loop/Scan) keep the plain walk: their bodies are co
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Hashable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from math import prod
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from ..gcpause import paused_gc
 from ..ir import VIEW_OPS, Graph, Node, Op, Shape, TensorType, Value, node_subgraphs
 from ..ir.shapes import shape_symbols
 from .rules import RULES
@@ -173,20 +172,6 @@ def graph_index(graph: Graph) -> GraphIndex:
 def forget(graph: Graph) -> None:
     """Drop the cached index of ``graph`` (after editing one of its nodes in place)."""
     _INDEXES.pop(graph, None)
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Python's cycle collector off for a while. Why: analysing a graph allocates a few objects per
-    node (index, costs, rows) and frees none, and each collection meanwhile walks every object of the
-    graph (0.2 s per pass at 100,000 nodes) to find nothing."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _build(graph: Graph) -> GraphIndex:

@@ -9,7 +9,6 @@ is lowered through the one ONNX table. Whatever the input, the outcome is a grap
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable
 from math import prod
@@ -20,6 +19,7 @@ import onnx
 from onnx import GraphProto, ModelProto
 
 from ...errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError
+from ...gcpause import paused_gc
 from ...ir import Graph
 from ...ir.verifier import maybe_verify
 from ..dim_roles import assign_roles
@@ -57,13 +57,12 @@ def _convert(model: Any, file: str, strict: bool, name: str | None, payloads: Pa
     """``payloads`` gives zero-copy views of weight payloads in the file's bytes, when there is a file."""
     if not isinstance(model, ModelProto):
         raise ModelLoadError(f"expected an onnx.ModelProto, got {type(model).__name__}", file=file or None)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # lowering allocates millions of small objects and frees none: collections only cost
     try:
-        try:
-            return _lower(model, file, strict, name, payloads, presorted=False)
-        except Unordered:
-            return _lower(sort_model(model, file=file), file, strict, name, payloads, presorted=True)
+        with paused_gc():  # lowering allocates millions of small objects and frees none
+            try:
+                return _lower(model, file, strict, name, payloads, presorted=False)
+            except Unordered:
+                return _lower(sort_model(model, file=file), file, strict, name, payloads, presorted=True)
     except NarrowpipeError:
         raise
     except RecursionError:
@@ -72,9 +71,6 @@ def _convert(model: Any, file: str, strict: bool, name: str | None, payloads: Pa
         raise ModelLoadError("out of memory while reading the model", file=file or None) from None
     except Exception as exc:  # the last guard: a hostile file must never escape as a raw exception
         raise FrontendError(f"unexpected {type(exc).__name__} while lowering: {exc}", file=file or None) from exc
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _input_symbols(graphs: list[GraphProto]) -> set[str]:
