@@ -140,7 +140,7 @@ class NodeCx:
         self.ins = ins
         self.outs = outs
         self.present: list[str] = [o for o in outs if o]
-        lookup = scope.value
+        lookup = scope.values.get if scope.parent is None else scope.value  # the top graph sees only itself
         self.values: list[Value | None] = [lookup(x) if x else None for x in ins]
         self._attrs: dict[str, AttributeProto] | None = None
         self._types: list[TensorType] | None = None
