@@ -113,34 +113,39 @@ def measure(n_nodes: int, repeat: int = 5, profile: bool = False) -> dict[str, f
             fh.truncate(sum(4 * _numel(list(t.dims)) for t in model.graph.initializer if t.data_location == 1))
         size = os.path.getsize(path)
         times: dict[str, list[float]] = {"onnx_s": [], "load_s": [], "analyze_s": [], "rebind_s": []}
+        cpu: dict[str, list[float]] = {k: [] for k in times}
         for _ in range(repeat):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             onnx.shape_inference.infer_shapes(onnx.load(path, load_external_data=False))
-            t1 = time.perf_counter()
+            c1, t1 = time.process_time(), time.perf_counter()
             if profile:
                 import cProfile
                 import pstats
                 prof = cProfile.Profile()
                 prof.enable()
             graph = narrowpipe.load(path)
-            t2 = time.perf_counter()
+            c2, t2 = time.process_time(), time.perf_counter()
             report = narrowpipe.analyze(graph, batch=8)
-            t3 = time.perf_counter()
+            c3, t3 = time.process_time(), time.perf_counter()
             narrowpipe.analyze(graph, batch=16)
-            t4 = time.perf_counter()
+            c4, t4 = time.process_time(), time.perf_counter()
             if profile:
                 prof.disable()
                 pstats.Stats(prof).sort_stats("cumulative").print_stats(35)
-            for k, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            for k, dt, dc in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), (c1 - c0, c2 - c1, c3 - c2, c4 - c3)):
                 times[k].append(dt)
+                cpu[k].append(dc)
             del graph
     med = {k: statistics.median(v) for k, v in times.items()}
+    cmed = {k: statistics.median(v) for k, v in cpu.items()}
     total = med["load_s"] + med["analyze_s"]
     return {"nodes": len(model.graph.node), "file_mb": round(size / 1e6, 2),
             **{k: round(v, 4) for k, v in med.items()}, "total_s": round(total, 4),
             "us_per_node": round(1e6 * total / len(model.graph.node), 2),
             "ratio_vs_onnx": round(total / med["onnx_s"], 2),
             "rebind_vs_load": round(med["rebind_s"] / med["load_s"], 3),
+            "cpu": {k: round(v, 4) for k, v in cmed.items()},
+            "cpu_ratio_vs_onnx": round((cmed["load_s"] + cmed["analyze_s"]) / cmed["onnx_s"], 2),
             "flops": report.flops, "params": report.params,
             "runs": {k: [round(x, 4) for x in v] for k, v in times.items()}}
 
@@ -157,10 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     measure(10 * BLOCK_NODES, 1)   # warm-up: imports and one-time caches land on no measured size
     rows = [measure(n, repeat, args.profile) for n in sizes]
     header = ["nodes", "file", "onnx load + infer_shapes", "np load", "np analyze", "np load + analyze",
-              "per node", "**np / onnx** (bar 3)", "re-bind analyze", "**re-bind / load** (bar 0.1)"]
+              "per node", "**np / onnx** (bar 3)", "re-bind analyze", "**re-bind / load** (bar 0.1)",
+              "np / onnx, CPU time"]
     table = [[f"{r['nodes']:,}", f"{r['file_mb']} MB", fmt_s(r["onnx_s"]), fmt_s(r["load_s"]), fmt_s(r["analyze_s"]),
               fmt_s(r["total_s"]), f"{r['us_per_node']} us", f"{r['ratio_vs_onnx']:.2f}", fmt_s(r["rebind_s"]),
-              f"{r['rebind_vs_load']:.3f}"] for r in rows]
+              f"{r['rebind_vs_load']:.3f}", f"{r['cpu_ratio_vs_onnx']:.2f}"] for r in rows]
     print(md_table(header, table))
     if args.profile:
         return 0
@@ -182,6 +188,8 @@ this order: the reference, `onnx.load(path, load_external_data=False)` +
 weightless skeleton, symbolic repair, lowering to the IR); *np analyze*,
 `narrowpipe.analyze(graph, batch=8)` (the first analysis of the graph, which also indexes it);
 *re-bind*, `narrowpipe.analyze(graph, batch=16)` on the same graph. Medians over the rounds.
+The last column is the same ratio in process CPU time (`time.process_time`), which other jobs on
+a shared machine disturb much less than wall time.
 
 **The two ratios.** *np / onnx*: narrowpipe's load + analyze over the reference (the target is at
 most 3). *re-bind / load*: a second analysis with other dim values over lowering (the target is at
@@ -189,9 +197,13 @@ most 0.1): the graph is indexed once (`costmodel/costcache.py`: nodes in classes
 attrs, operand types and aliasing; distinct shapes; the liveness schedule), so a re-bind runs each
 cost rule once per class and is left with one report row per node.
 
-**Where the time goes** (`--profile`): narrowpipe's load runs ONNX's C++ shape inference too (a
-quarter to a third of it); the rest is one Python pass over the nodes (NodeCx, output types, IR
-nodes and values, sources). analyze is the per-graph index plus, per binding, one row per node.
+**Where the time goes** (`--profile`; process CPU time per phase at 100k nodes, 2026-12-03): ONNX's
+own C++ shape inference on the weightless skeleton, 0.49 s (the work the reference does; data
+propagation adds nothing measurable: 0.451 s vs 0.453 s without it); reading each node's fields
+from the protobuf once, 0.15 s; the model checks, 0.09 s; weight classes (initializer uses, tied
+copies), 0.23 s; lowering, 1.03 s, about 10 us per node (NodeCx, output types, IR nodes and
+values). analyze: the per-graph index (classes, shapes, liveness in one walk) 0.24 s, one report
+row per node 0.11 s, costing each class 0.04 s.
 """
 
 

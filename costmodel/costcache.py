@@ -14,14 +14,13 @@ Graphs with control flow (If/Loop/Scan) keep the plain walk: their bodies are co
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Hashable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from math import prod
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from ..gcpause import paused_gc
 from ..ir import VIEW_OPS, Graph, Node, Op, Shape, TensorType, Value, node_subgraphs
 from ..ir.shapes import shape_symbols
 from .rules import RULES
@@ -175,20 +174,6 @@ def forget(graph: Graph) -> None:
     _INDEXES.pop(graph, None)
 
 
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Python's cycle collector off for a while. Why: analysing a graph allocates a few objects per
-    node (index, costs, rows) and frees none, and each collection meanwhile walks every object of the
-    graph (0.2 s per pass at 100,000 nodes) to find nothing."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _build(graph: Graph) -> GraphIndex:
     with paused_gc():
         return _index(graph)
@@ -202,54 +187,126 @@ def _index(graph: Graph) -> GraphIndex:
     index = GraphIndex(graph.version, len(graph.nodes), frozenset(), set(), True,
                        [], [], [], [], [], [], [], [], [], {})
     _classify(graph, index)
-    _liveness(graph, index)
     return index
 
 
 def _classify(graph: Graph, index: GraphIndex) -> None:
-    """Classes of nodes, distinct shapes, and (from them) the graph's symbols and trip counts."""
+    """Classes of nodes, distinct shapes, liveness, and (from them) the graph's symbols and trip
+    counts, in one walk over the nodes.
+
+    Why one walk: at 100,000 nodes each pass over the nodes costs tens of milliseconds in attribute
+    reads alone, and the first analysis of a graph pays for all of them. The liveness part is the
+    interpreter's last-use walk on storages instead of bytes (views alias their base).
+    """
     values = index.values
-    values.extend(graph.inputs)
-    values.extend(graph.weights)
-    for node in graph.nodes:
-        values.extend(node.outputs)
+    value_shape = index.value_shape
+    shapes = index.shapes
     type_ids: dict[TensorType, int] = {}
     type_shape: list[int] = []     # per distinct type, its shape's number
     shape_ids: dict[Shape, int] = {}
     type_id: dict[Value, int] = {}   # value -> its type's number
-    for v in values:
-        t = v.type
+    # Values share their type objects (frontends cache them): a lookup by identity spares hashing
+    # the type (a dataclass hash over dtype and dims) for almost every value.
+    by_identity: dict[int, int] = {}
+
+    def number(t: TensorType) -> int:
         k = type_ids.get(t)
         if k is None:
             k = type_ids[t] = len(type_shape)
             s = shape_ids.get(t.shape)
             if s is None:
-                s = shape_ids[t.shape] = len(index.shapes)
-                index.shapes.append(t.shape)
+                s = shape_ids[t.shape] = len(shapes)
+                shapes.append(t.shape)
             type_shape.append(s)
-        type_id[v] = k
-        index.value_shape.append(type_shape[k])
-    symbols: set[str] = set()
-    for shape in index.shapes:
-        symbols |= shape_symbols(shape)
+        by_identity[id(t)] = k
+        return k
+
+    # Liveness state: value -> storage number, storage -> last reader.
+    storage: dict[Value | None, int] = {}
+    end: dict[int, int] = {}
+    types = index.storage_types
+    for v in graph.inputs:
+        k = type_id[v] = number(v.type)
+        values.append(v)
+        value_shape.append(type_shape[k])
+        storage[v] = len(types)
+        index.input_storages.append(len(types))
+        end[len(types)] = -1
+        types.append(v.type)
+    for v in graph.weights:
+        k = type_id[v] = number(v.type)
+        values.append(v)
+        value_shape.append(type_shape[k])
+    storage_of = storage.get
+    allocs = index.allocs
+    node_class = index.node_class
+    counts = index.counts
     classes: dict[tuple, int] = {}
-    for node in graph.nodes:
-        sig = node_signature(node, type_id)
-        if sig is None:   # attrs with no exact key, perhaps a nested graph: its symbols count too
-            index.node_class.append(-1)
+    type_of = type_id.get
+    known = by_identity.get
+    views = VIEW_OPS
+    for i, node in enumerate(graph.nodes):
+        ins = node.inputs
+        outs = node.outputs
+        out_ids = []
+        for v in outs:
+            t = v.type
+            hit = known(id(t))   # types are shared objects: identity first, then value equality
+            k = number(t) if hit is None else hit
+            type_id[v] = k
+            out_ids.append(k)
+            values.append(v)
+            value_shape.append(type_shape[k])
+        # -- class (the key of node_signature, built from the type numbers above)
+        attrs = node.attrs
+        akey = freeze_attrs(attrs) if attrs else ()
+        op = node.op
+        if akey is None:   # attrs with no exact key, perhaps a nested graph: its symbols count too
+            node_class.append(-1)
             for sub in node_subgraphs(node):
-                symbols |= sub.symbols()
+                index.symbols |= sub.symbols()
                 index.trip_names |= trip_count_names(sub)
             _note_trips(node, index.trip_names)
+        else:
+            sig = (op, akey, tuple([None if v is None else type_of(v, v.type) for v in ins]),
+                   tuple([ins.index(v) for v in ins]) if len(ins) > 1 else (), tuple(out_ids))
+            c = classes.get(sig)
+            if c is None:
+                c = classes[sig] = len(counts)
+                counts.append(0)
+                index.no_rule.append(RULES.get(op) is None)
+                _note_trips(node, index.trip_names)
+            counts[c] += 1
+            node_class.append(c)
+        # -- liveness
+        for operand in ins:
+            sid = storage_of(operand)   # None for weights and absent inputs
+            if sid is not None:
+                end[sid] = i   # the walk is in order: a read here is the latest so far
+        if op in views and ins and ins[0] is not None and ins[0] in storage:
+            alias = storage[ins[0]]
+            for v in outs:
+                storage[v] = alias
+            allocs.append(())
             continue
-        c = classes.get(sig)
-        if c is None:
-            c = classes[sig] = len(index.counts)
-            index.counts.append(0)
-            index.no_rule.append(RULES.get(node.op) is None)
-            _note_trips(node, index.trip_names)
-        index.counts[c] += 1
-        index.node_class.append(c)
+        allocated = []
+        for v in outs:
+            sid = storage[v] = len(types)
+            types.append(v.type)
+            allocated.append(sid)
+            end[sid] = i
+        allocs.append(tuple(allocated))
+    n = len(graph.nodes)
+    for v in graph.outputs:
+        sid = storage.get(v)
+        if sid is not None:
+            end[sid] = n
+    frees = index.frees
+    for sid, e in end.items():
+        frees.setdefault(e, []).append(sid)
+    symbols: set[str] = set(index.symbols)
+    for shape in shapes:
+        symbols |= shape_symbols(shape)
     index.symbols = frozenset(symbols)
 
 
@@ -257,43 +314,3 @@ def _note_trips(node: Node, names: set[str]) -> None:
     trips = node.attrs.get("trip_count")
     if isinstance(trips, str):
         names.add(trips)
-
-
-def _liveness(graph: Graph, index: GraphIndex) -> None:
-    """The interpreter's last-use walk, on storages instead of bytes (views alias their base)."""
-    storage: dict[Value | None, int] = {}   # value -> storage number
-    end: dict[int, int] = {}
-    types = index.storage_types
-    for v in graph.inputs:
-        storage[v] = len(types)
-        index.input_storages.append(len(types))
-        end[len(types)] = -1
-        types.append(v.type)
-    n = len(graph.nodes)
-    storage_of = storage.get
-    allocs = index.allocs
-    for i, node in enumerate(graph.nodes):
-        for operand in node.inputs:
-            sid = storage_of(operand)   # None for weights and absent inputs
-            if sid is not None:
-                end[sid] = i   # the walk is in order: a read here is the latest so far
-        base = node.inputs[0] if node.inputs else None
-        if node.op in VIEW_OPS and base is not None and base in storage:
-            alias = storage[base]
-            for v in node.outputs:
-                storage[v] = alias
-            allocs.append(())
-            continue
-        allocated = []
-        for v in node.outputs:
-            sid = storage[v] = len(types)
-            types.append(v.type)
-            allocated.append(sid)
-            end[sid] = i
-        allocs.append(tuple(allocated))
-    for v in graph.outputs:
-        sid = storage.get(v)
-        if sid is not None:
-            end[sid] = n
-    for sid, e in end.items():
-        index.frees.setdefault(e, []).append(sid)

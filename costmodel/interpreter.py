@@ -7,12 +7,12 @@ without a rule are collected as unmodeled (or raise, when ``strict``), never cos
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from math import prod
 
 from ..errors import IRError, NarrowpipeError, UnsupportedOpError
+from ..gcpause import paused_gc
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, TensorType, Value
 from .cost import ZERO, Cost
 from .costcache import GraphIndex, graph_index
@@ -83,18 +83,13 @@ class CostTable:
 def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False) -> CostTable:
     binder = ShapeBinder(bindings)
     table = CostTable(graph, dict(bindings), {}, {})
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # the walk allocates a Cost and a shape per node and frees none: collections only cost
-    try:
+    with paused_gc():  # the walk allocates a Cost and a shape per node and frees none
         index = graph_index(graph)
         if index.flat:
             _walk_classes(graph, index, binder, table, strict)
         else:
             _walk(graph, binder, table, strict, top=True)
             table.peak_activation_bytes = _peak_activation_bytes(graph, table.shapes)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return table
 
 

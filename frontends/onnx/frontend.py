@@ -9,7 +9,6 @@ is lowered through the one ONNX table. Whatever the input, the outcome is a grap
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable
 from math import prod
@@ -21,6 +20,7 @@ import onnx.inliner  # a submodule `import onnx` does not load
 from onnx import GraphProto, ModelProto
 
 from ...errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError
+from ...gcpause import paused_gc
 from ...ir import Graph
 from ...ir.verifier import maybe_verify
 from ..dim_roles import assign_roles
@@ -29,7 +29,7 @@ from .lowering import OnnxLowerer, Unordered
 from .masks import CausalMasks
 from .node import ModelInfo
 from .params import classify_initializers
-from .read import all_graphs, check_model, opset_versions, parse_model, read_bytes, sort_model
+from .read import all_graphs, check_model, node_fields, opset_versions, parse_model, read_bytes, sort_model
 from .shapes import ShapeState, run_inference
 from .symdims import parse_dim_param
 from .table import ONNX_TABLE, SHAPE_RULES_EXTRA
@@ -58,13 +58,12 @@ def _convert(model: Any, file: str, strict: bool, name: str | None, payloads: Pa
     """``payloads`` gives zero-copy views of weight payloads in the file's bytes, when there is a file."""
     if not isinstance(model, ModelProto):
         raise ModelLoadError(f"expected an onnx.ModelProto, got {type(model).__name__}", file=file or None)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # lowering allocates millions of small objects and frees none: collections only cost
     try:
-        try:
-            return _lower(model, file, strict, name, payloads, presorted=False)
-        except Unordered:
-            return _lower(sort_model(model, file=file), file, strict, name, payloads, presorted=True)
+        with paused_gc():  # lowering allocates millions of small objects and frees none
+            try:
+                return _lower(model, file, strict, name, payloads, presorted=False)
+            except Unordered:
+                return _lower(sort_model(model, file=file), file, strict, name, payloads, presorted=True)
     except NarrowpipeError:
         raise
     except RecursionError:
@@ -73,9 +72,6 @@ def _convert(model: Any, file: str, strict: bool, name: str | None, payloads: Pa
         raise ModelLoadError("out of memory while reading the model", file=file or None) from None
     except Exception as exc:  # the last guard: a hostile file must never escape as a raw exception
         raise FrontendError(f"unexpected {type(exc).__name__} while lowering: {exc}", file=file or None) from exc
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _input_symbols(graphs: list[GraphProto]) -> set[str]:
@@ -116,14 +112,16 @@ def _check_large_payloads(graph: GraphProto, file: str) -> None:
 
 def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payloads: Payloads | None, *,
            presorted: bool) -> Graph:
-    graphs = check_model(model, file=file)
+    fields = node_fields(model.graph)  # read once for checking, weight classes and lowering
+    graphs = check_model(model, file=file, top=fields)
     if model.functions:
         try:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:
             raise ModelLoadError(f"cannot inline the model's local functions: {exc}", file=file or None) from None
         graphs = all_graphs(model.graph)
-    params = classify_initializers(model.graph, graphs, payloads)
+        fields = node_fields(model.graph)
+    params = classify_initializers(model.graph, graphs, payloads, top=fields)
     _check_large_payloads(model.graph, file)
     inferred, errors = run_inference(model)
     state = ShapeState(file, _input_symbols(graphs), errors)
@@ -133,7 +131,9 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
     graph = Graph(name or model.graph.name or "onnx_model")
     lowerer = OnnxLowerer(info, state, ONNX_TABLE, SHAPE_RULES_EXTRA, fallback=expand_function)
     lowerer.masks = CausalMasks(model)  # the model with its initializer data, not the inference skeleton
-    lowerer.lower_graph(inferred.graph, graph, None, top=True)
+    # Inference types the nodes and keeps them as they were, in order: their fields still hold.
+    top_fields = fields if len(inferred.graph.node) == len(fields) else None
+    lowerer.lower_graph(inferred.graph, graph, None, top=True, fields=top_fields)
     for spec in state.dims.values():
         graph.declare_dim(spec)
     assign_roles(graph)  # batch / sequence / KV length, from dim_param names and input positions

@@ -20,6 +20,7 @@ from ...ir import Dim, Graph, Op, Source, TensorType, Value, ValueKind
 from .fold import FOLDERS, FROM_TYPE, fold
 from .masks import CausalMasks
 from .node import ModelInfo, NodeCx, Scope
+from .read import NodeFields
 from .resolve import resolve_types
 from .shape_rules import SHAPE_RULES
 from .shapes import OutSpec, ShapeState, graph_types
@@ -49,7 +50,9 @@ class OnnxLowerer:
 
     # -- graphs -----------------------------------------------------------------------------
     def lower_graph(self, gproto: GraphProto, graph: Graph, parent: Scope | None, *, top: bool,
-                    input_types: list[TensorType | None] | None = None) -> list[Value]:
+                    input_types: list[TensorType | None] | None = None,
+                    fields: list[NodeFields] | None = None) -> list[Value]:
+        """``fields``: :func:`.read.node_fields` of ``gproto`` when the caller has read them."""
         scope = Scope(graph_types(gproto), parent)
         for t in gproto.initializer:
             self._add_initializer(t, scope, graph, top)
@@ -61,8 +64,12 @@ class OnnxLowerer:
             forced = input_types[k] if input_types is not None and k < len(input_types) else None
             t = forced or self._input_type(vi, scope)
             scope.values[vi.name] = graph.add_input(vi.name, t, ValueKind.INPUT, source_name=vi.name)
-        for i, node in enumerate(gproto.node):
-            self.lower_node(node, i, scope, graph)
+        if fields is None:
+            for i, node in enumerate(gproto.node):
+                self.lower_node(node, i, scope, graph)
+        else:
+            for i, (node, row) in enumerate(zip(gproto.node, fields)):
+                self.lower_node(node, i, scope, graph, fields=row)
         outs: list[Value] = []
         for o in gproto.output:
             v = scope.value(o.name)
@@ -119,10 +126,14 @@ class OnnxLowerer:
 
     # -- nodes ------------------------------------------------------------------------------
     def lower_node(self, node: NodeProto, index: int, scope: Scope, graph: Graph, *,
-                   opset: int | None = None, source: Source | None = None) -> None:
-        domain = "" if node.domain == "ai.onnx" else node.domain
+                   opset: int | None = None, source: Source | None = None, fields: NodeFields | None = None) -> None:
+        if fields is None:
+            domain = node.domain
+            fields = (node.op_type, "" if domain == "ai.onnx" else domain, node.name, list(node.input),
+                      list(node.output))
+        domain = fields[1]
         cx = NodeCx(self, node, index, scope, graph, opset if opset is not None else self.info.opsets.get(domain, 1),
-                    source)
+                    source, fields)
         for i, (name, v) in enumerate(zip(cx.ins, cx.values) if None in cx.values else ()):
             if name and v is None:
                 if not self.info.sorted:

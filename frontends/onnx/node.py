@@ -19,6 +19,7 @@ from onnx import AttributeProto, GraphProto, NodeProto, TensorProto
 from ...errors import FrontendError, ShapeError
 from ...ir import DType, Graph, Node, Op, Source, TensorType, Value, ValueKind
 from .fold_values import as_ints
+from .read import NodeFields
 from .shapes import OutSpec
 from .symdims import Poly, to_dim
 from .types import small_array
@@ -121,25 +122,25 @@ class NodeCx:
                  "folded", "ins", "outs", "present", "values", "_attrs", "_types")
 
     def __init__(self, lw: OnnxLowerer, node: NodeProto, index: int, scope: Scope, graph: Graph,
-                 opset: int, source: Source | None = None) -> None:
-        # Each protobuf field read builds a new Python object: every field is read once here.
+                 opset: int, source: Source | None, fields: NodeFields) -> None:
+        # ``fields`` are the node's fields already read (:func:`.read.node_fields`): each protobuf
+        # field read builds new Python objects, so none is read again here.
         self.lw = lw
         self.node = node
-        op_type = self.op_type = node.op_type
-        domain = node.domain
-        domain = self.domain = "" if domain == "ai.onnx" else domain
+        op_type, domain, given, ins, outs = fields
+        self.op_type = op_type
+        self.domain = domain
         self.key = op_type if not domain else f"{domain}::{op_type}"
-        given = node.name
         name = self.name = given or f"{op_type}_{index}"
         self.opset = opset
         self.scope = scope
         self.graph = graph
         self.source = source or Source(_source_op(domain, op_type), name, module_scope(given), lw.info.file)
         self.folded: list[np.ndarray] | None = None
-        ins = self.ins = list(node.input)
-        outs = self.outs = list(node.output)
+        self.ins = ins
+        self.outs = outs
         self.present: list[str] = [o for o in outs if o]
-        lookup = scope.value
+        lookup = scope.values.get if scope.parent is None else scope.value  # the top graph sees only itself
         self.values: list[Value | None] = [lookup(x) if x else None for x in ins]
         self._attrs: dict[str, AttributeProto] | None = None
         self._types: list[TensorType] | None = None

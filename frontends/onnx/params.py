@@ -34,6 +34,7 @@ import onnx
 from onnx import GraphProto, TensorProto
 
 from ...ir import ValueKind
+from .read import NodeFields, node_fields
 from .types import DTYPES, is_external
 
 __all__ = ["classify_initializers", "BUFFER_NAMES", "QUANT_WEIGHT_SLOTS"]
@@ -63,18 +64,32 @@ _SAMPLES = 256
 Uses = dict[str, list[tuple[str, str, int]]]
 
 
-def _uses(graphs: list[GraphProto], names: set[str]) -> Uses:
+#: The ops whose input slots decide a weight's class; any other reader only makes a weight "used".
+_SLOTTED = {*QUANT_WEIGHT_SLOTS, *_BUFFER_SLOTS, *_EMBEDDING_SLOTS, *_MATMUL_SLOTS}
+_SLOTTED_OPS = {op for _domain, op in _SLOTTED}
+
+
+def _uses(graphs: list[GraphProto], names: set[str], top: list[NodeFields] | None = None) -> tuple[Uses, set[str]]:
+    """Initializer name -> (domain, op type, input slot) of each reader whose slot matters (the
+    ops of ``_SLOTTED``), and the names any other op reads. ``top``: the main graph's (the first
+    of ``graphs``) node fields when the caller has read them.
+
+    Why two tables: the classes only ask which slotted ops read a weight, and whether anything
+    else does; recording every read of a 100,000-node graph cost a fifth of a second.
+    """
     out: Uses = {}
-    for g in graphs:
-        for node in g.node:
-            hits = [(i, x) for i, x in enumerate(node.input) if x in names]
-            if not hits:
+    other: set[str] = set()
+    read_elsewhere = other.update
+    for k, g in enumerate(graphs):
+        rows = top if k == 0 and top is not None else node_fields(g)
+        for op_type, domain, _name, ins, _outs in rows:
+            if op_type not in _SLOTTED_OPS or (domain, op_type) not in _SLOTTED:
+                read_elsewhere(ins)
                 continue
-            domain = "" if node.domain == "ai.onnx" else node.domain
-            op_type = node.op_type
-            for i, x in hits:
-                out.setdefault(x, []).append((domain, op_type, i))
-    return out
+            for i, x in enumerate(ins):
+                if x in names:
+                    out.setdefault(x, []).append((domain, op_type, i))
+    return out, other & names
 
 
 def _is_buffer_name(name: str) -> bool:
@@ -83,13 +98,13 @@ def _is_buffer_name(name: str) -> bool:
 
 
 def classify_initializers(graph: GraphProto, graphs: list[GraphProto] | None = None,
-                          payloads: Callable[[], Mapping[str, memoryview]] | None = None
-                          ) -> dict[str, tuple[ValueKind, str]]:
+                          payloads: Callable[[], Mapping[str, memoryview]] | None = None,
+                          top: list[NodeFields] | None = None) -> dict[str, tuple[ValueKind, str]]:
     """Initializer name -> (kind, note) for the top-level graph (see the module docstring);
     ``graphs`` are all graphs whose nodes may read the initializers (the main one and its bodies),
     ``payloads`` gives zero-copy views of raw payloads in the file's bytes (:mod:`.wire`),
-    asked for only when there are embeddings to compare."""
-    uses = _uses(graphs if graphs is not None else [graph], {t.name for t in graph.initializer})
+    asked for only when there are embeddings to compare; ``top``: :func:`.read.node_fields` of ``graph``."""
+    uses, read_elsewhere = _uses(graphs if graphs is not None else [graph], {t.name for t in graph.initializer}, top)
     out: dict[str, tuple[ValueKind, str]] = {}
     params: list[TensorProto] = []
     for t in graph.initializer:
@@ -105,7 +120,8 @@ def classify_initializers(graph: GraphProto, graphs: list[GraphProto] | None = N
                 params.append(t)
             else:
                 out[t.name] = (ValueKind.CONST, "")
-        elif _is_buffer_name(t.name) or (used and all(i in _BUFFER_SLOTS.get((d, op), ()) for d, op, i in used)):
+        elif _is_buffer_name(t.name) or (used and t.name not in read_elsewhere and
+                                          all(i in _BUFFER_SLOTS.get((d, op), ()) for d, op, i in used)):
             out[t.name] = (ValueKind.BUFFER, "")
         else:
             params.append(t)

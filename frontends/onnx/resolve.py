@@ -35,10 +35,12 @@ def resolve_types(cx: NodeCx, rules: Rules, own: list[OutSpec | None] | None = N
     flagged = cx.name in state.errors
     if own is None and not flagged:
         fast: list[TensorType] = []
+        scope = cx.scope
+        type_of = scope.types.get if scope.parent is None else scope.type_of
         for o in outputs:
             if not o:
                 continue
-            tp = cx.scope.type_of(o)
+            tp = type_of(o)
             t = state.ready(tp, o, cx.name) if tp is not None else None
             if t is None:
                 break

@@ -158,12 +158,12 @@ class ShapeState:
 
     def ready(self, tp: TypeProto, name: str, node: str) -> TensorType | None:
         """The IR type of a fully known tensor type (the fast path: most values), else None."""
-        if tp.WhichOneof("value") != "tensor_type":
-            return None
         key = tp.SerializeToString()
-        hit = self._ready.get(key)
+        hit = self._ready.get(key)   # only tensor types are stored: a hit is one
         if hit is not None:
             return hit
+        if tp.WhichOneof("value") != "tensor_type":
+            return None
         raw = self.raw(tp, name, node)
         if raw is None or raw[1] is None or raw[0] not in DTYPES:
             return None
