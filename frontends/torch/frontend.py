@@ -74,7 +74,7 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
     graph = Graph(name or "exported_program")
     graph.meta.update({"source": "torch.export", "torch_version": torch.__version__})
     state = {**ep.state_dict, **getattr(ep, "constants", {})}
-    by_tensor: dict[int, Value] = {}
+    by_tensor: dict[tuple[Any, ...], Value] = {}
     mapping: dict[fx.Node, Any] = {}
     for spec, node in zip(sig.input_specs, placeholders):
         val = node.meta.get("val")
@@ -87,12 +87,13 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
             mapping[node] = graph.add_input(node.name, symbols.tensor_type(val), kind)
             continue
         tensor = state.get(spec.target) if spec.target else None
-        if tensor is not None and id(tensor) in by_tensor:  # a tied parameter: the same storage
-            mapping[node] = by_tensor[id(tensor)]
+        key = _storage_key(tensor) if isinstance(tensor, torch.Tensor) else None
+        if key is not None and key in by_tensor:  # a tied parameter: the same storage
+            mapping[node] = by_tensor[key]
             continue
         value = graph.add_input(node.name, symbols.tensor_type(val), kind, source_name=spec.target or node.name)
-        if tensor is not None:
-            by_tensor[id(tensor)] = value
+        if key is not None:
+            by_tensor[key] = value
         mapping[node] = value
     _declare_dims(graph, ep, placeholders, renames)
     assign_roles(graph)  # batch / sequence / KV length, from the Dim names and input positions
@@ -154,6 +155,20 @@ def load_pt2(path: str | Path, *, strict: bool = False) -> Graph:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+def _storage_key(t: torch.Tensor) -> tuple[Any, ...]:
+    """What makes two state-dict entries one weight. In memory a tied parameter is one object, but
+    ``torch.export.load`` hands back a separate tensor per name over one shared storage (GPT-2's
+    ``wte`` and ``lm_head``), so object identity would count the embedding twice. Meta and fake
+    tensors have no storage address (all read 0), so for them only identity can tell."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except Exception:  # tensor subclasses without a real storage
+        ptr = 0
+    if t.device.type == "meta" or ptr == 0:
+        return ("object", id(t))
+    return ("storage", t.device.type, ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
 
 def _is_aten_level(gm: fx.GraphModule) -> bool:
     for n in gm.graph.nodes:
