@@ -10,6 +10,7 @@ from ..errors import NarrowpipeError, UnboundDimError
 from ..ir import Graph, OpGroup, ValueKind
 from .costcache import graph_index, paused_gc
 from .interpreter import CostTable, interpret
+from .limits import range_warnings
 from .report import Report, Unmodeled
 from .report_rows import class_rows, node_rows
 from .sizes import weight_bytes
@@ -46,8 +47,10 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
             n = int(v)
         except (TypeError, ValueError):
             raise NarrowpipeError(f"dim {k} must be an integer, got {v!r}") from None
-        if n < 0:
-            raise NarrowpipeError(f"dim {k} must be >= 0, got {n}")
+        least = 0 if k in index.trip_names or k.endswith("_trips") else 1   # a loop may run 0 times
+        if n < least:
+            what = "dim" if least else "trip count"
+            raise NarrowpipeError(f"{what} {k} must be >= {least}, got {n}")
         bindings[k] = n
     missing = sorted(s for s in symbols if s not in bindings)
     if missing:
@@ -76,17 +79,8 @@ def build_report(table: CostTable) -> Report:
 
 
 def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
-    """Bindings outside the range a dim was exported for: the graph may not hold there."""
-    notes = []
-    for name, value in bindings.items():
-        spec = graph.dims.get(name)
-        if spec is None:
-            continue
-        if (spec.min is not None and value < spec.min) or (spec.max is not None and value > spec.max):
-            notes.append(f"{name}={value} is outside the range the graph was exported for "
-                         f"[{spec.min if spec.min is not None else '-inf'}, {spec.max if spec.max is not None else 'inf'}]; "
-                         f"the program may differ at that size")
-    return notes
+    """Bindings outside the range a dim was exported for (above it also warns: :mod:`.limits`)."""
+    return range_warnings(graph, bindings)
 
 
 def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Mapping[str, Any] | None = None,

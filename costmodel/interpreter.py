@@ -16,6 +16,7 @@ from ..errors import IRError, NarrowpipeError, UnsupportedOpError
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, TensorType, Value
 from .cost import ZERO, Cost
 from .costcache import GraphIndex, graph_index
+from .limits import check_size_limits
 from .opview import OpView
 from .rules import RULES
 
@@ -95,6 +96,7 @@ def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False
     finally:
         if gc_was_enabled:
             gc.enable()
+    check_size_limits(graph, table.shapes)
     return table
 
 
