@@ -7,7 +7,7 @@ from math import prod
 from typing import Any
 
 from ..errors import NarrowpipeError, UnboundDimError
-from ..ir import Graph, OpGroup, ValueKind
+from ..ir import DimRole, Graph, OpGroup, ValueKind
 from .costcache import graph_index, paused_gc
 from .interpreter import CostTable, interpret
 from .limits import range_warnings
@@ -47,10 +47,8 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
             n = int(v)
         except (TypeError, ValueError):
             raise NarrowpipeError(f"dim {k} must be an integer, got {v!r}") from None
-        least = 0 if k in index.trip_names or k.endswith("_trips") else 1   # a loop may run 0 times
-        if n < least:
-            what = "dim" if least else "trip count"
-            raise NarrowpipeError(f"{what} {k} must be >= {least}, got {n}")
+        if n < _least(graph, k, index.trip_names):
+            raise NarrowpipeError(f"dim {k} must be >= {_least(graph, k, index.trip_names)}, got {n}")
         bindings[k] = n
     missing = sorted(s for s in symbols if s not in bindings)
     if missing:
@@ -58,6 +56,16 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
             f"graph {graph.name!r} has unbound symbolic dim(s): {', '.join(missing)}; bind them with "
             f"--set {missing[0]}=VALUE (CLI) or analyze(graph, dims={{{missing[0]!r}: VALUE}})")
     return bindings
+
+
+def _least(graph: Graph, name: str, trip_names: frozenset[str] | set[str]) -> int:
+    """The smallest size a dim may take. A tensor dim of 0 is an empty model with nothing to count
+    (``--set seq=0`` is a typo, not a question), so 1; but a loop may run 0 times and a KV cache may
+    be empty (``past_sequence_length=0`` is the prefill step of a decoder-with-past export)."""
+    spec = graph.dims.get(name)
+    if name in trip_names or name.endswith("_trips") or (spec is not None and spec.role is DimRole.KV_LENGTH):
+        return 0
+    return 1
 
 
 def build_report(table: CostTable) -> Report:

@@ -42,3 +42,17 @@ def test_binding_above_the_exported_range_warns_loudly(capsys):
     assert main(["analyze", "bert-base", "--set", "batch=5000,seq=8", "--top", "1"]) == 0
     err = capsys.readouterr().err
     assert err.lstrip().startswith("warning:") and "batch=5000" in err
+
+
+def test_an_empty_kv_cache_may_be_bound_to_zero():
+    """past_sequence_length=0 is the prefill step of a decoder-with-past export, not a typo."""
+    from narrowpipe.ir import DimSpec, DType, Graph, Op, Sym, TensorType
+    g = Graph("kv")
+    g.declare_dim(DimSpec("past", 4, role=narrowpipe.DimRole.KV_LENGTH))
+    g.declare_dim(DimSpec("seq", 4, role=narrowpipe.DimRole.SEQUENCE))
+    k = g.add_input("k", TensorType(DType.FP32, (Sym("past") + Sym("seq"), 8)))
+    y = g.add_node(Op.EXP, [k], [TensorType(DType.FP32, (Sym("past") + Sym("seq"), 8))])
+    g.set_outputs(y.outputs)
+    assert narrowpipe.analyze(g, past=0, seq=3).transcendentals == 24
+    with pytest.raises(NarrowpipeError, match="seq must be >= 1"):
+        narrowpipe.analyze(g, past=0, seq=0)
