@@ -361,13 +361,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 1
+    from .costmodel.limits import DimRangeWarning
+    caught: list[warnings.WarningMessage] = []
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", DimRangeWarning)   # the rest keep Python's filters
                 return _COMMANDS[args.command](args, console)
-            finally:
-                _show_warnings(caught)
+        finally:
+            _show_warnings(caught)   # after the block: inside it, showwarning would record again
     except NarrowpipeError as exc:  # messages hold [brackets] (pip extras, paths): no markup
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
@@ -380,7 +382,7 @@ def _show_warnings(caught: list[warnings.WarningMessage]) -> None:
     a long table; anything else goes through Python's usual display."""
     err = Console(stderr=True)
     for w in caught:
-        if type(w.message).__name__ == "DimRangeWarning":
+        if w.category.__name__ == "DimRangeWarning":
             err.print(f"[bold yellow]warning:[/] {escape(str(w.message))}", highlight=False)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)

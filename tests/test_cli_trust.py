@@ -46,3 +46,24 @@ def test_targets_names_are_whole_and_peak_is_one_dtype(monkeypatch, capsys):
     assert "2.25 P" in b200                      # not fp4's 9 PFLOP/s
     groq = next(line for line in text.splitlines() if line.strip().startswith("groq-lpu"))
     assert "[fp16]" in groq                      # no bf16 there: the rate used is named
+
+
+def test_cli_leaves_other_warnings_to_pythons_filters(monkeypatch):
+    """Recording our range warning must not switch on warnings the filters hide, and a warning
+    shown again after the command is shown once (not recorded again, without end)."""
+    import warnings
+
+    import narrowpipe.cli as cli
+
+    def noisy(args, console):
+        warnings.warn("old API", DeprecationWarning, stacklevel=1)
+        warnings.warn("torch says", UserWarning, stacklevel=1)
+        return 0
+
+    monkeypatch.setitem(cli._COMMANDS, "examples", noisy)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("always", UserWarning)
+        assert main(["examples"]) == 0
+    messages = [str(w.message) for w in shown]
+    assert "old API" not in messages and messages.count("torch says") == 1
