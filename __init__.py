@@ -2,9 +2,11 @@
 
 Public API::
 
-    g = narrowpipe.from_torch(model, args, kwargs)      # or narrowpipe.load("model.onnx" / ".pt2")
+    g = narrowpipe.from_torch(model, args, kwargs)      # or narrowpipe.load("model.onnx" / ".pt2" / ".json")
     g = narrowpipe.transformer(layers=32, hidden=4096, heads=32, vocab=128256, kv_heads=8, gated_mlp=True)
     g = narrowpipe.from_config(transformers.AutoConfig.from_pretrained(...))   # or a config.json dict
+    g.save("model.json"); narrowpipe.load("model.json")  # the IR graph round-trips, dims named
+    narrowpipe.save_pt2(narrowpipe.export(model, args, dynamic_shapes=...), "m.pt2")  # Dim names kept
     r = narrowpipe.analyze(g, dims={"batch": 8, "seq": 2048})   # counts: r.flops, r.bytes, r.params, r.ops
     r = narrowpipe.analyze(g, "h100", dims={"seq": 2048})       # + times: r.time_s, r.mfu, r.ops[i].bound
     c = narrowpipe.compare(g, ["h100", "tpu-v5e", "groq-lpu"], dims={"batch": 8})
@@ -31,7 +33,7 @@ from .errors import (
     UnsupportedOpError,
     VerificationError,
 )
-from .frontends import from_torch
+from .frontends import export, from_torch, save_pt2
 from .ir import DimRole, Graph
 from .loading import load
 from .models import from_config, transformer
@@ -45,8 +47,8 @@ def targets() -> list[tuple[str, str]]:
 
 
 __all__ = [
-    "from_torch", "load", "transformer", "from_config", "analyze", "compare", "whatif", "diagnose", "targets",
-    "get_target", "Graph", "DimRole",
+    "from_torch", "export", "save_pt2", "load", "transformer", "from_config", "analyze", "compare", "whatif",
+    "diagnose", "targets", "get_target", "Graph", "DimRole",
     "Report", "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",

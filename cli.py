@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from .errors import NarrowpipeError
 
@@ -248,8 +250,8 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
 def _targets(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
 
-    from .backends import RESOURCES, get_target, targets
-    from .render import nbytes, si
+    from .backends import RESOURCES, get_target
+    from .render import si
     if args.resources:
         console.print("resources for whatif --scale: " + ", ".join(RESOURCES))
         return 0
@@ -270,23 +272,49 @@ def _targets(args: argparse.Namespace, console: Console) -> int:
                 tab.add_row(key, shown, t.sources.get(key, ""))
         console.print(tab)
         return 0
-    tab = Table(title="hardware targets")
-    for col in ("name", "family", "peak (dense)", "memory", "bandwidth", "TDP", "$/h"):
-        tab.add_column(col)
-    for name, family in targets():
-        t = get_target(name)
-        dt = max(t.matrix_flops, key=t.matrix_flops.get)  # type: ignore[arg-type]
-        tab.add_row(name, family, f"{si(t.matrix_flops[dt], 'FLOP/s')} {dt}", nbytes(t.memory_capacity),
-                    si(t.memory_bandwidth, "B/s"), f"{t.tdp:.0f} W" if t.tdp else "-",
-                    f"{t.price_per_hour:.2f}" if t.price_per_hour else "-")
-    console.print(tab)
+    console.print(_catalog_table())
     return 0
 
 
+def _catalog_table() -> Any:
+    """One row per chip. Names never wrap or get cut (they are what every other command takes);
+    the peak is one dtype for every row, the dense bf16 rate the cost model uses for a bf16
+    model, so the column compares like with like (it used to show each chip's highest rate: fp4
+    next to int4 next to bf16)."""
+    from rich import box
+    from rich.table import Table
+
+    from .backends import get_target, targets
+    from .costmodel.execution.common import matrix_rate
+    from .ir import DType
+    from .render import nbytes, si
+    rows = [(name, family, get_target(name)) for name, family in targets()]
+    caption = ("bf16 dense: the matrix peak a bf16 model runs at, FLOP/s "
+               "(a chip without bf16 runs it as the type in brackets)")
+    tab = Table(title="hardware targets", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                caption=caption)
+    tab.add_column("name", no_wrap=True, min_width=max(len(n) for n, _, _ in rows))
+    for col in ("family", "bf16 dense", "memory", "bandwidth", "TDP", "$/h"):
+        tab.add_column(col, justify="left" if col == "family" else "right", no_wrap=True)
+    for name, family, t in rows:
+        rate = matrix_rate(t, DType.BF16)
+        peak = si(rate.flops_per_s) + ("" if rate.dtype == "bf16" else escape(f" [{rate.dtype}]"))
+        tab.add_row(name, family, peak, nbytes(t.memory_capacity), si(t.memory_bandwidth, "B/s"),
+                    f"{t.tdp:.0f} W" if t.tdp else "-", f"{t.price_per_hour:.2f}" if t.price_per_hour else "-")
+    return tab
+
+
 def _write_json(args: argparse.Namespace, console: Console, text: str) -> int:
+    """Write ``--json``, creating missing folders: the analysis already ran, and losing it to a
+    traceback over ``out/`` not existing yet helps nobody."""
     if getattr(args, "json", None):
-        Path(args.json).write_text(text)
-        console.print(f"wrote {args.json}")
+        path = Path(args.json)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        except OSError as exc:
+            raise NarrowpipeError(f"cannot write --json {args.json}: {exc.strerror or exc}") from None
+        console.print(f"wrote {escape(args.json)}")
     return 0
 
 
@@ -370,13 +398,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 1
+    from .costmodel.limits import DimRangeWarning
+    caught: list[warnings.WarningMessage] = []
     try:
-        return _COMMANDS[args.command](args, console)
-    except NarrowpipeError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", DimRangeWarning)   # the rest keep Python's filters
+                return _COMMANDS[args.command](args, console)
+        finally:
+            _show_warnings(caught)   # after the block: inside it, showwarning would record again
+    except NarrowpipeError as exc:  # messages hold [brackets] (pip extras, paths): no markup
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _show_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """Ours (a dim above its exported range) go last on stderr in bold, where the eye lands after
+    a long table; anything else goes through Python's usual display."""
+    err = Console(stderr=True)
+    for w in caught:
+        if w.category.__name__ == "DimRangeWarning":
+            err.print(f"[bold yellow]warning:[/] {escape(str(w.message))}", highlight=False)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
 
 
 if __name__ == "__main__":

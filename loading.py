@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelLoadError
+from .errors import IRError, ModelLoadError
 from .ir import Graph, load_json
 
 __all__ = ["load", "SUFFIXES"]
@@ -14,7 +14,9 @@ SUFFIXES = (".pt2", ".onnx", ".json")
 
 
 def load(path: str | Path | Any, **options: Any) -> Graph:
-    """Load a ``.pt2`` (torch.export.save), ``.onnx`` file or ``onnx.ModelProto``, or a graph ``.json``."""
+    """Load a ``.pt2`` (torch.export.save or :func:`save_pt2`), ``.onnx`` file or ``onnx.ModelProto``,
+    or a graph ``.json`` (:meth:`Graph.save`). ``.pt2`` takes ``dynamic_shapes=`` (the spec it was
+    exported with) to name its dims where the archive does not."""
     if not isinstance(path, (str, Path)):
         if type(path).__name__ == "ModelProto":
             from .frontends.onnx.frontend import from_onnx_model
@@ -35,6 +37,9 @@ def load(path: str | Path | Any, **options: Any) -> Graph:
     if suffix == ".json":
         if not p.exists():
             raise ModelLoadError("file not found", file=str(p))
-        return load_json(p)
+        try:
+            return load_json(p)
+        except IRError as exc:
+            raise ModelLoadError(f"not a narrowpipe graph JSON: {exc}", file=str(p)) from None
     raise ModelLoadError(f"unknown model format {suffix or '(no suffix)'!r}; expected one of {', '.join(SUFFIXES)}",
                          file=str(p))

@@ -7,9 +7,10 @@ from math import prod
 from typing import Any
 
 from ..errors import NarrowpipeError, UnboundDimError
-from ..ir import Graph, OpGroup, ValueKind
+from ..ir import DimRole, Graph, OpGroup, ValueKind
 from .costcache import graph_index, paused_gc
 from .interpreter import CostTable, interpret
+from .limits import range_warnings
 from .report import Report, Unmodeled
 from .report_rows import class_rows, node_rows
 from .sizes import weight_bytes
@@ -46,8 +47,8 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
             n = int(v)
         except (TypeError, ValueError):
             raise NarrowpipeError(f"dim {k} must be an integer, got {v!r}") from None
-        if n < 0:
-            raise NarrowpipeError(f"dim {k} must be >= 0, got {n}")
+        if n < _least(graph, k, index.trip_names):
+            raise NarrowpipeError(f"dim {k} must be >= {_least(graph, k, index.trip_names)}, got {n}")
         bindings[k] = n
     missing = sorted(s for s in symbols if s not in bindings)
     if missing:
@@ -55,6 +56,16 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
             f"graph {graph.name!r} has unbound symbolic dim(s): {', '.join(missing)}; bind them with "
             f"--set {missing[0]}=VALUE (CLI) or analyze(graph, dims={{{missing[0]!r}: VALUE}})")
     return bindings
+
+
+def _least(graph: Graph, name: str, trip_names: frozenset[str] | set[str]) -> int:
+    """The smallest size a dim may take. A tensor dim of 0 is an empty model with nothing to count
+    (``--set seq=0`` is a typo, not a question), so 1; but a loop may run 0 times and a KV cache may
+    be empty (``past_sequence_length=0`` is the prefill step of a decoder-with-past export)."""
+    spec = graph.dims.get(name)
+    if name in trip_names or name.endswith("_trips") or (spec is not None and spec.role is DimRole.KV_LENGTH):
+        return 0
+    return 1
 
 
 def build_report(table: CostTable) -> Report:
@@ -76,18 +87,8 @@ def build_report(table: CostTable) -> Report:
 
 
 def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
-    """Bindings outside the range a dim was exported for: the graph may not hold there."""
-    notes = []
-    for name, value in bindings.items():
-        spec = graph.dims.get(name)
-        if spec is None:
-            continue
-        if (spec.min is not None and value < spec.min) or (spec.max is not None and value > spec.max):
-            low = spec.min if spec.min is not None else "-inf"
-            high = spec.max if spec.max is not None else "inf"
-            notes.append(f"{name}={value} is outside the range the graph was exported for "
-                         f"[{low}, {high}]; the program may differ at that size")
-    return notes
+    """Bindings outside the range a dim was exported for (above it also warns: :mod:`.limits`)."""
+    return range_warnings(graph, bindings)
 
 
 def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Mapping[str, Any] | None = None,

@@ -16,6 +16,7 @@ from ..gcpause import paused_gc
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, TensorType, Value
 from .cost import ZERO, Cost
 from .costcache import GraphIndex, graph_index
+from .limits import check_size_limits
 from .opview import OpView
 from .rules import RULES
 
@@ -90,6 +91,7 @@ def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False
         else:
             _walk(graph, binder, table, strict, top=True)
             table.peak_activation_bytes = _peak_activation_bytes(graph, table.shapes)
+    check_size_limits(graph, table.shapes)
     return table
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["from_torch", "load_pt2"]
+__all__ = ["from_torch", "load_pt2", "save_pt2", "export"]
 
 
 def from_torch(*args: Any, **kwargs: Any):  # noqa: ANN201 - see frontends.torch.frontend.from_torch
@@ -17,5 +17,15 @@ def from_torch(*args: Any, **kwargs: Any):  # noqa: ANN201 - see frontends.torch
 
 
 def load_pt2(*args: Any, **kwargs: Any):  # noqa: ANN201
-    from .torch.frontend import load_pt2 as impl
+    from .torch.pt2 import load_pt2 as impl
+    return impl(*args, **kwargs)
+
+
+def save_pt2(*args: Any, **kwargs: Any):  # noqa: ANN201 - see frontends.torch.pt2.save_pt2
+    from .torch.pt2 import save_pt2 as impl
+    return impl(*args, **kwargs)
+
+
+def export(*args: Any, **kwargs: Any):  # noqa: ANN201 - see frontends.torch.frontend.export_module
+    from .torch.frontend import export_module as impl
     return impl(*args, **kwargs)

@@ -274,6 +274,12 @@ class Graph:
         Values from enclosing graphs that a nested body reads stay shared (they are not ours)."""
         return _clone(self, {})
 
+    def save(self, path: Any) -> Any:
+        """Write narrowpipe JSON, which ``narrowpipe.load(path)`` reads back whole: export once with
+        torch or ONNX, analyze anywhere without them. See :func:`.serialize.save_json`."""
+        from .serialize import save_json
+        return save_json(self, path)
+
     def declare_dim(self, spec: DimSpec) -> None:
         self.dims[spec.name] = spec
         self.version += 1

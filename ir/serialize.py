@@ -160,8 +160,19 @@ def from_json(text: str) -> Graph:
     return graph_from_dict(data)
 
 
-def save_json(graph: Graph, path: str | Path) -> None:
-    Path(path).write_text(to_json(graph))
+def save_json(graph: Graph, path: str | Path) -> Path:
+    """Write ``graph`` to a ``.json`` path (folders created) and return it. Only ``.json``: a
+    ``.pt2`` holds a torch program, which an IR graph no longer is (``narrowpipe.save_pt2``)."""
+    p = Path(path)
+    if p.suffix.lower() != ".json":
+        hint = " (save torch programs with narrowpipe.save_pt2)" if p.suffix.lower() == ".pt2" else ""
+        raise IRError(f"a graph saves as narrowpipe JSON: give a .json path, not {p.name!r}{hint}")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(to_json(graph))
+    except OSError as exc:
+        raise IRError(f"cannot write {p}: {exc.strerror or exc}") from None
+    return p
 
 
 def load_json(path: str | Path) -> Graph:

@@ -102,5 +102,5 @@ def run_diagnose(args: argparse.Namespace, console: Console) -> int:
     print_diagnosis(d, console, top=args.top)
     if args.json:
         Path(args.json).write_text(d.to_json())
-        console.print(f"wrote {args.json}")
+        console.print(f"wrote {args.json}", markup=False)
     return 0

@@ -69,12 +69,20 @@ def _microbatches(table: CostTable) -> int:
 
 
 def _weight_bytes(kernel: Kernel, table: CostTable) -> int:
-    return values_bytes(table, (v for v in kernel.inputs if v.kind.is_weight))
+    return values_bytes(table, {v: None for v in kernel.inputs if v.kind.is_weight})
 
 
-def _footprint(kernel: Kernel, table: CostTable) -> int:
-    """What a kernel places on its chip: its weights and the activations it produces."""
-    return _weight_bytes(kernel, table) + values_bytes(table, kernel.outputs)
+def _footprints(kernels: list[Kernel], table: CostTable) -> list[int]:
+    """What each kernel places on its chip: the activations it produces and the weights it is the
+    first to use. A weight shared by several kernels (a tied embedding and LM head) lives in one
+    place, so it is counted once, where the layout first needs it."""
+    placed: set[object] = set()
+    out = []
+    for k in kernels:
+        new = [v for v in dict.fromkeys(k.inputs) if v.kind.is_weight and v not in placed]
+        placed.update(new)
+        out.append(values_bytes(table, new) + values_bytes(table, k.outputs))
+    return out
 
 
 @dataclass(frozen=True)
@@ -157,7 +165,7 @@ class DataflowModel:
         if not fits:
             notes.append(f"needs {chips} chips, more than the largest system ({limit})")
         chip_of: dict[str, int] = {}
-        footprints = [_footprint(k, program.table) for k in program.kernels]
+        footprints = _footprints(program.kernels, program.table)
         per_chip = (sum(footprints) or 1) / chips
         cum = 0.0
         for k, size in zip(program.kernels, footprints):

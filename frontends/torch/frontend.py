@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,13 @@ import torch.fx as fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from ...errors import FrontendError, ModelLoadError
+from ...errors import FrontendError
 from ...ir import DimSpec, Graph, Value, ValueKind
 from ...ir.verifier import maybe_verify
 from ..dim_roles import assign_roles
 from .aten_table import ATEN_TABLE, IGNORED
 from .lowering import AtenLowerer
+from .pt2 import names_from_spec, stamp_dim_names, stamped_dim_names
 from .types import SymbolTable
 
 __all__ = ["from_torch", "from_exported_program", "from_graph_module", "load_pt2", "export_module"]
@@ -32,12 +33,16 @@ __all__ = ["from_torch", "from_exported_program", "from_graph_module", "load_pt2
 
 def export_module(module: torch.nn.Module, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None,
                   *, dynamic_shapes: Any = None, strict: bool = False) -> ExportedProgram:
-    """``torch.export.export`` with errors turned into :class:`FrontendError`."""
+    """``torch.export.export`` with errors turned into :class:`FrontendError`, and the names of the
+    ``Dim``s recorded on the program (torch keeps only ``s77``), for :func:`from_torch` and
+    :func:`~.pt2.save_pt2`."""
     try:
-        return torch.export.export(module, tuple(args), dict(kwargs or {}), dynamic_shapes=dynamic_shapes,
-                                   strict=strict)
+        ep = torch.export.export(module, tuple(args), dict(kwargs or {}), dynamic_shapes=dynamic_shapes,
+                                 strict=strict)
     except Exception as exc:  # torch raises many types; the user needs the reason and the module
         raise FrontendError(f"torch.export failed for {type(module).__name__}: {type(exc).__name__}: {exc}") from exc
+    stamp_dim_names(ep, _dim_names(module, tuple(args), kwargs or {}, dynamic_shapes))  # torch drops them
+    return ep
 
 
 def from_torch(module: Any, args: tuple[Any, ...] | None = None, kwargs: Mapping[str, Any] | None = None, *,
@@ -49,7 +54,9 @@ def from_torch(module: Any, args: tuple[Any, ...] | None = None, kwargs: Mapping
     (:class:`~narrowpipe.ir.DimRole`) from their name or their place (dim 0 of ``input_ids`` is the batch).
     """
     if isinstance(module, ExportedProgram):
-        return from_exported_program(module, strict=strict, name=name)
+        from .pt2 import _program_names
+        return from_exported_program(module, strict=strict, name=name,
+                                     dim_names=_program_names(module, dynamic_shapes) or None)
     if isinstance(module, fx.GraphModule) and _is_aten_level(module):
         return from_graph_module(module, tuple(args or ()), strict=strict, name=name)
     if not isinstance(module, torch.nn.Module):
@@ -70,12 +77,12 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
     gm = ep.graph_module
     sig = ep.graph_signature
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    renames = _rename_symbols(ep, placeholders, dim_names or {})
+    renames = _rename_symbols(ep, placeholders, dim_names or stamped_dim_names(ep))
     symbols = SymbolTable(renames)
     graph = Graph(name or "exported_program")
     graph.meta.update({"source": "torch.export", "torch_version": torch.__version__})
     state = {**ep.state_dict, **getattr(ep, "constants", {})}
-    by_tensor: dict[int, Value] = {}
+    by_tensor: dict[tuple[Any, ...], Value] = {}
     mapping: dict[fx.Node, Any] = {}
     for spec, node in zip(sig.input_specs, placeholders):
         val = node.meta.get("val")
@@ -88,12 +95,13 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
             mapping[node] = graph.add_input(node.name, symbols.tensor_type(val), kind)
             continue
         tensor = state.get(spec.target) if spec.target else None
-        if tensor is not None and id(tensor) in by_tensor:  # a tied parameter: the same storage
-            mapping[node] = by_tensor[id(tensor)]
+        key = _storage_key(tensor) if isinstance(tensor, torch.Tensor) else None
+        if key is not None and key in by_tensor:  # a tied parameter: the same storage
+            mapping[node] = by_tensor[key]
             continue
         value = graph.add_input(node.name, symbols.tensor_type(val), kind, source_name=spec.target or node.name)
-        if tensor is not None:
-            by_tensor[id(tensor)] = value
+        if key is not None:
+            by_tensor[key] = value
         mapping[node] = value
     _declare_dims(graph, ep, placeholders, renames)
     assign_roles(graph)  # batch / sequence / KV length, from the Dim names and input positions
@@ -142,19 +150,27 @@ def from_graph_module(gm: fx.GraphModule, args: tuple[Any, ...] = (), *, strict:
     return maybe_verify(graph, "the torch.fx frontend")
 
 
-def load_pt2(path: str | Path, *, strict: bool = False) -> Graph:
-    """A program saved with ``torch.export.save``."""
-    p = Path(path)
-    if not p.exists():
-        raise ModelLoadError("file not found", file=str(p))
-    try:
-        ep = torch.export.load(str(p))
-    except Exception as exc:
-        raise ModelLoadError(f"not a torch.export archive: {type(exc).__name__}: {exc}", file=str(p)) from exc
-    return from_exported_program(ep, strict=strict, name=p.stem, file=str(p))
+def load_pt2(path: str | Path, *, strict: bool = False, dynamic_shapes: Any = None) -> Graph:
+    """A program saved with ``torch.export.save``: see :mod:`.pt2`."""
+    from .pt2 import load_pt2 as impl
+    return impl(path, strict=strict, dynamic_shapes=dynamic_shapes)
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+def _storage_key(t: torch.Tensor) -> tuple[Any, ...]:
+    """What makes two state-dict entries one weight. In memory a tied parameter is one object, but
+    ``torch.export.load`` hands back a separate tensor per name over one shared storage (GPT-2's
+    ``wte`` and ``lm_head``), so object identity would count the embedding twice. Meta and fake
+    tensors have no storage address (all read 0), so for them only identity can tell."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except Exception:  # tensor subclasses without a real storage
+        ptr = 0
+    if t.device.type == "meta" or ptr == 0:
+        return ("object", id(t))
+    return ("storage", t.device.type, ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
 
 def _is_aten_level(gm: fx.GraphModule) -> bool:
     for n in gm.graph.nodes:
@@ -190,23 +206,8 @@ def _dim_names(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[s
         return {}
     names = list(bound.arguments)
     if isinstance(dynamic_shapes, Mapping):
-        specs = dict(dynamic_shapes)
-    else:
-        specs = {names[i]: s for i, s in enumerate(dynamic_shapes) if i < len(names)}
-    out: dict[tuple[str, int], str] = {}
-    for arg_name, spec in specs.items():
-        items: Iterable[tuple[Any, Any]]   # (dim index, Dim) pairs of a dict or a list spec
-        if isinstance(spec, Mapping):
-            items = spec.items()
-        elif isinstance(spec, (list, tuple)):
-            items = enumerate(spec)
-        else:
-            continue
-        for dim, d in items:
-            dim_name = getattr(d, "__name__", None)
-            if isinstance(dim, int) and isinstance(dim_name, str) and dim_name not in ("AUTO", "DYNAMIC", "STATIC"):
-                out[(arg_name, dim)] = dim_name
-    return out
+        return names_from_spec(dynamic_shapes)
+    return names_from_spec({names[i]: s for i, s in enumerate(dynamic_shapes) if i < len(names)})
 
 
 def _rename_symbols(ep: ExportedProgram, placeholders: list[fx.Node],

@@ -64,4 +64,6 @@ def test_bindings_outside_the_exported_range_are_noted():
     g = symbolic_graph()
     g.declare_dim(__import__("narrowpipe").ir.DimSpec("n", 8, 2, 64))
     assert narrowpipe.analyze(g, n=32).notes == []
-    assert "outside the range" in narrowpipe.analyze(g, n=100).notes[0]
+    with pytest.warns(UserWarning, match="above the range"):
+        assert "above the range" in narrowpipe.analyze(g, n=100).notes[0]
+    assert "outside the range" in narrowpipe.analyze(g, n=1).notes[0]

@@ -38,6 +38,18 @@ def test_last_layer_with_a_fused_residual_epilogue_still_counts_with_its_layer()
     assert down.count == 32 and down.time_s == pytest.approx(sum(row.time_s for row in rows))
 
 
+def test_identical_layers_group_whole_on_a_dataflow_pipeline():
+    """On groq-lpu a chip-to-chip hop follows some layers and not others; grouping by predicted time
+    split llama's down_proj into x22 and x10. Same kernel, same scope pattern: one group of 32."""
+    r = narrowpipe.analyze(load_example("llama-3-8b"), "groq-lpu")
+    for proj in ("gate_proj", "up_proj", "down_proj"):
+        scope = f"model.layers.*.mlp.{proj}"
+        groups = [b for b in r.timing.top if b.scope == scope]
+        assert [b.count for b in groups] == [32], (proj, [b.label for b in r.timing.top])
+        rows = _anchor_rows(r, re.escape(scope).replace(r"\*", r"\d+"))
+        assert groups[0].time_s == pytest.approx(sum(row.time_s for row in rows))
+
+
 def test_unrepeated_kernel_keeps_its_own_name():
     r = narrowpipe.analyze(load_example("gpt2"), "h100")
     head = next(b for b in r.timing.top if b.scope == "lm_head")
@@ -45,16 +57,16 @@ def test_unrepeated_kernel_keeps_its_own_name():
 
 
 def test_kernels_of_different_shapes_are_not_merged():
-    """ResNet's 1x1 and 3x3 convolutions share a module path up to indices but not their cost."""
+    """ResNet's 1x1 and 3x3 convolutions share a module path up to indices but not their shapes."""
     r = narrowpipe.analyze(load_example("resnet50"), "h100")
     merged_apart = False
     for b in r.timing.top:
         same_path = _anchor_rows(r, re.escape(b.scope).replace(r"\*", r"\d+"))
         each = b.time_s / b.count
         members = [row for row in same_path if row.time_s == pytest.approx(each, rel=5e-3)]
-        assert len(members) == b.count
-        merged_apart |= len(members) < len(same_path)
-    assert merged_apart     # some kernel on the same path pattern has another cost and stayed apart
+        assert len(members) >= b.count   # a stride-2 first block can cost the same and still stay apart
+        merged_apart |= b.count < len(same_path)
+    assert merged_apart     # some kernel on the same path pattern has other shapes and stayed apart
 
 
 @pytest.mark.parametrize("columns,wide", [(250, True), (80, False)])
