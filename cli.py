@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets
 from .errors import NarrowpipeError
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
@@ -28,58 +29,6 @@ def command(name: str) -> Callable[[Callable[[argparse.Namespace, Console], int]
         _COMMANDS[name] = fn
         return fn
     return deco
-
-
-def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Callable[[str], Any],
-                 kind: str) -> dict[str, Any]:
-    """``["a=1", "b=2,c=3"]`` -> ``{"a": 1, "b": 2, "c": 3}``, with errors naming the flag."""
-    out: dict[str, Any] = {}
-    for item in items or ():
-        for part in item.split(","):
-            if not part.strip():
-                continue
-            if "=" not in part:
-                raise NarrowpipeError(f"{flag} expects {what}, got {part!r}")
-            k, v = part.split("=", 1)
-            try:
-                out[k.strip()] = convert(v)
-            except ValueError:
-                raise NarrowpipeError(f"{flag} {k.strip()}: {v!r} is not {kind}") from None
-    return out
-
-
-def parse_sets(items: Sequence[str] | None) -> dict[str, int]:
-    """``["batch=8", "seq=2048"]`` -> ``{"batch": 8, "seq": 2048}`` (also accepts comma lists)."""
-    grid = parse_grid(items)
-    many = sorted(k for k, v in grid.items() if len(v) > 1)
-    if many:
-        raise NarrowpipeError(f"--set {many[0]} has several values; this command binds one value per dim")
-    return {k: v[0] for k, v in grid.items()}
-
-
-def parse_grid(items: Sequence[str] | None) -> dict[str, list[int]]:
-    """``["batch=1,8,64", "seq=512,2048"]`` -> ``{"batch": [1, 8, 64], "seq": [512, 2048]}``: a value
-    without a name continues the list of the dim before it, so ``batch=8,seq=2048`` still binds two
-    dims. A dim given twice keeps its last list."""
-    out: dict[str, list[int]] = {}
-    for item in items or ():
-        current: str | None = None
-        for part in item.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "=" in part:
-                current, value = (s.strip() for s in part.split("=", 1))
-                out[current] = []
-            elif current is None:
-                raise NarrowpipeError(f"--set expects DIM=VALUE[,VALUE...], got {part!r}")
-            else:
-                value = part
-            try:
-                out[current].append(int(value))
-            except ValueError:
-                raise NarrowpipeError(f"--set {current}: {value!r} is not an integer") from None
-    return out
 
 
 def resolve_model(model: str, *, rebuild: bool = False) -> Any:
@@ -170,14 +119,6 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
                    help="USD per device-hour, e.g. --price h100=2.5 (repeatable)")
     p.add_argument("--weights", metavar="DTYPE", help="retype float weights, e.g. fp8_e4m3, fp4, int8, bf16")
     p.add_argument("--activations", metavar="DTYPE", help="retype float activations, e.g. bf16, fp8_e4m3")
-
-
-def parse_prices(items: Sequence[str] | None) -> dict[str, float]:
-    return _parse_pairs(items, "--price", "TARGET=USD", float, "a number")
-
-
-def parse_factors(text: str) -> dict[str, float]:
-    return _parse_pairs([text], "--scale", "RESOURCE=FACTOR", float, "a number")
 
 
 def _with_precision(graph: Any, args: argparse.Namespace) -> Any:

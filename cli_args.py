@@ -1,0 +1,71 @@
+"""Parsing the command line's value arguments: ``--set`` dims (one value, or lists for a sweep),
+``--price`` and ``--scale`` pairs, with errors that name the flag."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import NarrowpipeError
+
+__all__ = ["parse_sets", "parse_grid", "parse_prices", "parse_factors"]
+
+
+def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Callable[[str], Any],
+                 kind: str) -> dict[str, Any]:
+    """``["a=1", "b=2,c=3"]`` -> ``{"a": 1, "b": 2, "c": 3}``, with errors naming the flag."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        for part in item.split(","):
+            if not part.strip():
+                continue
+            if "=" not in part:
+                raise NarrowpipeError(f"{flag} expects {what}, got {part!r}")
+            k, v = part.split("=", 1)
+            try:
+                out[k.strip()] = convert(v)
+            except ValueError:
+                raise NarrowpipeError(f"{flag} {k.strip()}: {v!r} is not {kind}") from None
+    return out
+
+
+def parse_sets(items: Sequence[str] | None) -> dict[str, int]:
+    """``["batch=8", "seq=2048"]`` -> ``{"batch": 8, "seq": 2048}`` (also accepts comma lists)."""
+    grid = parse_grid(items)
+    many = sorted(k for k, v in grid.items() if len(v) > 1)
+    if many:
+        raise NarrowpipeError(f"--set {many[0]} has several values; this command binds one value per dim")
+    return {k: v[0] for k, v in grid.items()}
+
+
+def parse_grid(items: Sequence[str] | None) -> dict[str, list[int]]:
+    """``["batch=1,8,64", "seq=512,2048"]`` -> ``{"batch": [1, 8, 64], "seq": [512, 2048]}``: a value
+    without a name continues the list of the dim before it, so ``batch=8,seq=2048`` still binds two
+    dims. A dim given twice keeps its last list."""
+    out: dict[str, list[int]] = {}
+    for item in items or ():
+        current: str | None = None
+        for part in item.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "=" in part:
+                current, value = (s.strip() for s in part.split("=", 1))
+                out[current] = []
+            elif current is None:
+                raise NarrowpipeError(f"--set expects DIM=VALUE[,VALUE...], got {part!r}")
+            else:
+                value = part
+            try:
+                out[current].append(int(value))
+            except ValueError:
+                raise NarrowpipeError(f"--set {current}: {value!r} is not an integer") from None
+    return out
+
+
+def parse_prices(items: Sequence[str] | None) -> dict[str, float]:
+    return _parse_pairs(items, "--price", "TARGET=USD", float, "a number")
+
+
+def parse_factors(text: str) -> dict[str, float]:
+    return _parse_pairs([text], "--scale", "RESOURCE=FACTOR", float, "a number")
