@@ -10,12 +10,26 @@ from .ir import Graph, load_json
 
 __all__ = ["load", "SUFFIXES"]
 
+
+def _hf_config(path: Path) -> dict[str, Any] | None:
+    """The file's contents when it is a transformers ``config.json`` (it names a ``model_type`` and is
+    not a narrowpipe graph), else None."""
+    import json
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and "model_type" in data and "nodes" not in data:
+        return data
+    return None
+
 SUFFIXES = (".pt2", ".onnx", ".json")
 
 
 def load(path: str | Path | Any, **options: Any) -> Graph:
     """Load a ``.pt2`` (torch.export.save or :func:`save_pt2`), ``.onnx`` file or ``onnx.ModelProto``,
-    or a graph ``.json`` (:meth:`Graph.save`). ``.pt2`` takes ``dynamic_shapes=`` (the spec it was
+    or a graph ``.json`` (:meth:`Graph.save`), or a Hugging Face ``config.json`` (built by
+    :func:`narrowpipe.from_config`, no weights). ``.pt2`` takes ``dynamic_shapes=`` (the spec it was
     exported with) to name its dims where the archive does not."""
     if not isinstance(path, (str, Path)):
         if type(path).__name__ == "ModelProto":
@@ -37,6 +51,10 @@ def load(path: str | Path | Any, **options: Any) -> Graph:
     if suffix == ".json":
         if not p.exists():
             raise ModelLoadError("file not found", file=str(p))
+        config = _hf_config(p)
+        if config is not None:   # a Hugging Face config.json: built by the model builder, no weights
+            from .models import from_config
+            return from_config(config)
         try:
             return load_json(p)
         except IRError as exc:
