@@ -14,6 +14,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from .fit import fits
 from .units import flops, nbytes, seconds, si
 
 if TYPE_CHECKING:
@@ -27,6 +28,18 @@ _STYLE = {"compute": "green", "memory": "yellow", "overhead": "magenta", "interc
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _util(x: float | None) -> Text:
+    """A utilization, never printed above 100%: faster than the peak means a wrong target or count
+    (the diagnosis says which ops in a note)."""
+    if x is not None and x > 1.0:
+        return Text(">100%", style="bold red")
+    return Text(_pct(x))
+
+
+#: Columns dropped, in this order, until the offenders table fits the terminal unfolded.
+_DROPPABLE = ("FLOP/s", "B/s", "model", "shapes", "share", "what would move it")
 
 
 def diagnosis_summary(d: Diagnosis) -> Table:
@@ -43,25 +56,41 @@ def diagnosis_summary(d: Diagnosis) -> Table:
         t.add_row("communication", f"{seconds(d.comm_s)} vs compute {seconds(d.compute_s)} "
                                    f"(overlapped {seconds(d.overlap_s)})")
     t.add_row("work", f"{flops(d.flops)} ({flops(d.matmul_flops)} matmul-like), {nbytes(d.bytes)} compulsory")
-    t.add_row("MFU", f"{_pct(d.mfu)} of {si(d.peak_flops, 'FLOP/s')} {d.dtype}; bandwidth "
-                     f"{_pct(d.bandwidth_utilization)}")
+    t.add_row("MFU", Text.assemble(_util(d.mfu), f" of {si(d.peak_flops, 'FLOP/s')} {d.dtype}; bandwidth ",
+                                   _util(d.bandwidth_utilization)))
     return t
 
 
-def offenders_table(d: Diagnosis, top: int = 10) -> Table:
+def offenders_table(d: Diagnosis, top: int = 10, drop: frozenset[str] = frozenset()) -> Table:
     rows = d.top(top)
     t = Table(title=f"top {len(rows)} of {len(d.ops)} ops by time", title_justify="left")
-    for col, just in (("op", "left"), ("shapes", "left"), ("calls", "right"), ("time", "right"),
-                      ("share", "right"), ("FLOP/s", "right"), ("B/s", "right"), ("compute", "right"),
-                      ("memory", "right"), ("model", "right"), ("bound", "left"), ("what would move it", "left")):
+    columns = (("op", "left"), ("shapes", "left"), ("calls", "right"), ("time", "right"), ("share", "right"),
+               ("FLOP/s", "right"), ("B/s", "right"), ("compute", "right"), ("memory", "right"),
+               ("model", "right"), ("bound", "left"), ("what would move it", "left"))
+    keep = [i for i, (col, _) in enumerate(columns) if col not in drop]
+    for i in keep:
+        col, just = columns[i]
         t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     for o in rows:
         model = f"{seconds(o.predicted_s)}" if o.predicted_s is not None else "-"
-        util = _pct(o.link_utilization) if o.bound in ("interconnect", "host-copy") else _pct(o.memory_utilization)
-        t.add_row(o.name, o.shapes or o.kernel, str(o.calls), seconds(o.time_s), _pct(o.share),
-                  si(o.achieved_flops_per_s), si(o.achieved_bytes_per_s), _pct(o.compute_utilization), util, model,
-                  Text(o.bound, style=_STYLE.get(o.bound, "")), o.advice[0] if o.advice else "")
+        util = o.link_utilization if o.bound in ("interconnect", "host-copy") else o.memory_utilization
+        cells = (o.name, o.shapes or o.kernel, str(o.calls), seconds(o.time_s), _pct(o.share),
+                 si(o.achieved_flops_per_s), si(o.achieved_bytes_per_s), _util(o.compute_utilization), _util(util),
+                 model, Text(o.bound, style=_STYLE.get(o.bound, "")), o.advice[0] if o.advice else "")
+        t.add_row(*(cells[i] for i in keep))
     return t
+
+
+def fitting_offenders_table(d: Diagnosis, console: Console, top: int = 10) -> Table:
+    """The offenders table with the least useful columns dropped until it fits ``console``."""
+    drop: set[str] = set()
+    table = offenders_table(d, top)
+    for col in _DROPPABLE:
+        if fits(console, table):
+            break
+        drop.add(col)
+        table = offenders_table(d, top, frozenset(drop))
+    return table
 
 
 def unmodeled_table(d: Diagnosis) -> Table:
@@ -76,7 +105,16 @@ def unmodeled_table(d: Diagnosis) -> Table:
 
 def print_diagnosis(d: Diagnosis, console: Console | None = None, *, top: int = 10) -> None:
     console = console or Console()
-    parts: list[Table | Text] = [diagnosis_summary(d), offenders_table(d, top)]
+    table = fitting_offenders_table(d, console, top)
+    parts: list[Table | Text] = [diagnosis_summary(d), table]
+    if not any(c.header == "what would move it" for c in table.columns):   # too narrow: advice below
+        by_advice: dict[str, list[str]] = {}
+        for o in d.top(top):
+            if o.advice:
+                by_advice.setdefault(o.advice[0], [])
+                if o.name not in by_advice[o.advice[0]]:
+                    by_advice[o.advice[0]].append(o.name)
+        parts += [Text(f"  {', '.join(names)}: {advice}") for advice, names in by_advice.items()]
     if d.unmodeled:
         parts.append(unmodeled_table(d))
     parts.append(Text("what would move the run:", style="bold"))

@@ -149,8 +149,8 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     bw_util = nbytes / (tl.window_s * target.memory_bandwidth) if tl.window_s else 0.0
 
     label, reasons = run_label(tl, by_bound, trace.gpu)
-    reasons.append(f"MFU {mfu:.1%} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
-                   f"{bw_util:.1%} of {target.memory_bandwidth / 1e9:.4g} GB/s")
+    reasons.append(f"MFU {_share(mfu)} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
+                   f"{_share(bw_util)} of {target.memory_bandwidth / 1e9:.4g} GB/s")
     notes = ["bytes are compulsory traffic (inputs read once, outputs written once): memory utilization is a "
              "lower bound"]
     if by_bound["unmodeled"]:
@@ -164,6 +164,12 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
         notes.append(f"{pct(long_overhead, op_time_s)} of op time is in long calls reaching < "
                      f"{OVERHEAD_UTILIZATION:.0%} of {target.name}'s peaks: was the trace recorded on {target.name}? "
                      "(for a CPU host, describe the host as a target TOML)")
+    too_fast = [o for o in ops if max(o.compute_utilization or 0.0, o.memory_utilization or 0.0) > 1.0]
+    if too_fast:
+        names = ", ".join(dict.fromkeys(o.name for o in too_fast[:5]))
+        notes.append(f"{len(too_fast)} op(s) ran faster than {target.name}'s peaks allow ({names}): the trace was "
+                     f"not recorded on {target.name}, or their FLOPs/bytes are miscounted; their utilization "
+                     "shows as >100%")
     if dtype is DType.FP32 and not options.allow_tf32 and "tf32" in target.matrix_flops:
         notes.append("fp32 matmuls are rated without TF32; pass allow_tf32=True (--tf32) if TF32 was on")
     return Diagnosis(trace.path, target.name, "gpu" if trace.gpu else "cpu", label, reasons, tl.window_s,
@@ -171,3 +177,9 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
                      sum(o.flops for o in ops), matmul_flops, nbytes, mfu, peak, dtype.value, bw_util, ops,
                      unmodeled, run_advice(label, trace.gpu, tl.idle_s / tl.window_s if tl.window_s else 0.0,
                                            mfu, ops), notes)
+
+
+def _share(x: float) -> str:
+    """A share of a peak as people read it: never above 100% (faster than the peak is a wrong
+    target or a wrong count, which the notes say)."""
+    return f"{x:.1%}" if x <= 1.0 else ">100% (faster than the peak)"

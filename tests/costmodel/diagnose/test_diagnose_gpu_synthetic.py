@@ -153,3 +153,22 @@ def test_diagnosis_json_round_trips_through_json(tmp_path):
     assert data["format"] == "narrowpipe.diagnosis" and data["version"] == 1
     assert data["ops"][0]["op"] == "dot+add" and data["ops"][0]["flops"] == 2 * 8 * 64 * 32 + 8 * 32
     assert set(data["time_by_bound"]) >= {"compute", "memory", "overhead", "interconnect", "idle", "unmodeled"}
+
+
+def test_a_kernel_faster_than_the_peak_is_never_shown_above_100_percent(tmp_path):
+    from rich.console import Console
+
+    from narrowpipe.render.diagnosis import print_diagnosis
+    t = _Trace()
+    mm = t.op("aten::mm", 0, 2, [[4096, 4096], [4096, 4096]], ["c10::BFloat16", "c10::BFloat16"])
+    t.kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 1, 20, mm)   # 137 TFLOP in 20 us: 7 PFLOP/s
+    d = diagnose(t.write(tmp_path / "fast.json"), "h100")
+    assert d.ops[0].compute_utilization > 1
+    assert any("faster than h100-sxm's peaks" in n for n in d.notes)
+    console = Console(record=True, width=80)
+    print_diagnosis(d, console)
+    text = console.export_text()
+    assert ">100%" in text and "%" in text
+    import re
+    assert not [m for m in re.findall(r"(\d+)\.\d%", text) if int(m) > 100]   # no "700.0%"
+    assert all(len(line) <= 80 for line in text.splitlines())
