@@ -6,22 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import IRError, ModelLoadError
-from .ir import Graph, load_json
+from .ir import Graph, graph_from_dict
 
 __all__ = ["load", "SUFFIXES"]
-
-
-def _hf_config(path: Path) -> dict[str, Any] | None:
-    """The file's contents when it is a transformers ``config.json`` (it names a ``model_type`` and is
-    not a narrowpipe graph), else None."""
-    import json
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if isinstance(data, dict) and "model_type" in data and "nodes" not in data:
-        return data
-    return None
 
 SUFFIXES = (".pt2", ".onnx", ".json")
 
@@ -51,13 +38,25 @@ def load(path: str | Path | Any, **options: Any) -> Graph:
     if suffix == ".json":
         if not p.exists():
             raise ModelLoadError("file not found", file=str(p))
-        config = _hf_config(p)
-        if config is not None:   # a Hugging Face config.json: built by the model builder, no weights
-            from .models import from_config
-            return from_config(config)
-        try:
-            return load_json(p)
-        except IRError as exc:
-            raise ModelLoadError(f"not a narrowpipe graph JSON: {exc}", file=str(p)) from None
+        return _load_json(p)
     raise ModelLoadError(f"unknown model format {suffix or '(no suffix)'!r}; expected one of {', '.join(SUFFIXES)}",
                          file=str(p))
+
+
+def _load_json(path: Path) -> Graph:
+    """A graph ``.json`` (:meth:`Graph.save`) or a transformers ``config.json`` (it names a
+    ``model_type`` and holds no nodes), parsed once and told apart by its contents."""
+    import json
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"not a narrowpipe graph JSON: not JSON: {exc}", file=str(path)) from None
+    if isinstance(data, dict) and "model_type" in data and "nodes" not in data:
+        from .models import from_config  # a Hugging Face config.json: built by the model builder
+        return from_config(data)
+    if not isinstance(data, dict):
+        raise ModelLoadError("not a narrowpipe graph JSON: graph JSON must be an object", file=str(path))
+    try:
+        return graph_from_dict(data)
+    except IRError as exc:
+        raise ModelLoadError(f"not a narrowpipe graph JSON: {exc}", file=str(path)) from None

@@ -162,9 +162,7 @@ def build_validation_model(name: str, batch: int, seq: int = 128,
     from ..models.examples import EXAMPLES
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ex = EXAMPLES[name]
-    config = ex.config()
-    if tiny:
-        _shrink(config)
+    config = _config(name, tiny)
     if hasattr(config, "_attn_implementation") and ex.family != "vision":
         config._attn_implementation = "sdpa"
     torch.manual_seed(0)
@@ -185,13 +183,18 @@ def validation_param_count(name: str, tiny: bool = False) -> int:
     import transformers
 
     from ..models.examples import EXAMPLES
-    ex = EXAMPLES[name]
-    config = ex.config()
+    with torch.device("meta"):
+        model = getattr(transformers, EXAMPLES[name].model_class)(_config(name, tiny))
+    return sum(p.numel() for p in model.parameters())
+
+
+def _config(name: str, tiny: bool) -> Any:
+    """The bundled example's transformers config, shrunk to two small layers with ``tiny``."""
+    from ..models.examples import EXAMPLES
+    config = EXAMPLES[name].config()
     if tiny:
         _shrink(config)
-    with torch.device("meta"):
-        model = getattr(transformers, ex.model_class)(config)
-    return sum(p.numel() for p in model.parameters())
+    return config
 
 
 def _shrink(config: Any) -> None:

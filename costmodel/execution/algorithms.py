@@ -27,7 +27,7 @@ from math import ceil, log2, prod
 
 from ...ir import Op
 
-__all__ = ["AlgoTime", "ring", "tree", "in_network", "torus", "hierarchical", "bus_factor"]
+__all__ = ["AlgoTime", "ring", "tree", "in_network", "torus", "torus_bandwidth", "hierarchical", "bus_factor"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,12 @@ def in_network(op: Op, size: float, n: int, bw: float, alpha: float,
     return _time("in-network", 2, alpha, size, bw)
 
 
+def torus_bandwidth(axes: tuple[int, ...], link_bw: float) -> float:
+    """Per-device bandwidth of rings over ``axes`` all busy at once: both links (directions) of
+    every axis longer than one device."""
+    return 2 * link_bw * max(sum(1 for k in axes if k > 1), 1)
+
+
 def torus(op: Op, size: float, axes: tuple[int, ...], link_bw: float, alpha: float) -> AlgoTime:
     """Bidirectional rings along every axis the group spans, all axes busy at once: the buffer is
     cut into one part per axis and each part visits the axes in a rotated order (a reduce-scatter
@@ -109,10 +115,11 @@ def torus(op: Op, size: float, axes: tuple[int, ...], link_bw: float, alpha: flo
     n = prod(axes) if axes else 1
     if n <= 1:
         return AlgoTime("torus", 0.0, 0.0, 0.0)
+    bw = torus_bandwidth(axes, link_bw)
     if op not in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER):
-        return ring(op, size, n, 2 * link_bw * len(axes), alpha)
+        return ring(op, size, n, bw, alpha)
     steps = sum(_steps(op, k) for k in axes)
-    return _time("torus", steps, alpha, bus_factor(op, n) * size, 2 * link_bw * len(axes))
+    return _time("torus", steps, alpha, bus_factor(op, n) * size, bw)
 
 
 def hierarchical(op: Op, size: float, local: int, nodes: int, local_bw: float, local_alpha: float,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ...backends import Target
 from ...ir import Node, Op
 from ..cost import Cost
-from .algorithms import AlgoTime, bus_factor, hierarchical, in_network, ring, torus, tree
+from .algorithms import AlgoTime, bus_factor, hierarchical, in_network, ring, torus, torus_bandwidth, tree
 from .common import KernelTime, roofline
 
 if TYPE_CHECKING:
@@ -105,7 +105,8 @@ class Topology:
         topology without a scale-out figure uses its scale-up level, no better number being known)."""
         if group <= self.scale_up_domain or self.scale_out is None:
             up = self.scale_up
-            bw = 2 * up.link_bandwidth * len(_torus_axes(group, up.torus_dims)) if up.torus_dims else up.effective
+            axes = _torus_axes(group, up.torus_dims)
+            bw = torus_bandwidth(axes, up.link_bandwidth) if up.torus_dims else up.effective
             return Link(bw, up.latency, group <= self.scale_up_domain)
         return Link(self.scale_out.effective, self.scale_out.latency, False)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from math import ceil
 
 from ...backends import DataflowTarget
-from ...ir import DType
+from ...ir import DimRole, DType, Op, is_causal
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import values_bytes, weight_bytes
@@ -59,7 +59,6 @@ def _microbatches(table: CostTable) -> int:
     """Independent inputs that stream through the chip pipeline: the sequences of the batch, or
     every token when all attention is causal (token t needs only the K/V of earlier tokens, which
     went through first), as in token-pipelined causal-LM prefill."""
-    from ...ir import DimRole, Op, is_causal
     graph, b = table.graph, table.bindings
     batch = max(graph.role_size(DimRole.BATCH, b), 1)
     attn = [n for n in graph.nodes if n.op is Op.ATTENTION]
