@@ -16,8 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets
-from .errors import NarrowpipeError
+from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets, target_specs
+from .errors import NarrowpipeError, NarrowpipeWarning
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
 
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--targets", required=True,
                    help="comma-separated target names, aliases or .toml files (see `narrowpipe targets`)")
     p.add_argument("--target-file", action="append", default=[], metavar="FILE",
-                   help="add a user target from a TOML file (repeatable)")
+                   help="add a user target from a TOML file (repeatable); --targets may name it")
     p.add_argument("--json", metavar="FILE", help="write every target's full report (every op's bound) as JSON")
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     _add_timing_args(p)
@@ -158,7 +158,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.compare import compare
     from .render import print_comparison
     graph = _with_precision(resolve_model(args.model, rebuild=args.rebuild), args)
-    specs = [t.strip() for t in args.targets.split(",") if t.strip()] + list(args.target_file)
+    specs = target_specs(args.targets, args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
     grid = parse_grid(args.set)
@@ -189,29 +189,14 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
 
 @command("targets")
 def _targets(args: argparse.Namespace, console: Console) -> int:
-    from rich.table import Table
 
     from .backends import RESOURCES, get_target
-    from .render import si
     if args.resources:
         console.print("resources for whatif --scale: " + ", ".join(RESOURCES))
         return 0
     if args.show:
-        t = get_target(args.show)
-        tab = Table(title=f"{t.display_name} ({t.name}, {t.family})", title_justify="left")
-        tab.add_column("field")
-        tab.add_column("value", overflow="fold")
-        tab.add_column("source", overflow="fold")
-        for key, value in t.as_dict().items():
-            if key in ("sources", "notes") or value in (None, (), {}):
-                continue
-            if isinstance(value, dict):
-                for sub, v in value.items():
-                    tab.add_row(f"{key}.{sub}", si(v), t.sources.get(f"{key}.{sub}", t.sources.get(key, "")))
-            else:
-                shown = si(value) if isinstance(value, float) else str(value)
-                tab.add_row(key, shown, t.sources.get(key, ""))
-        console.print(tab)
+        from .render.target_card import target_card
+        console.print(target_card(get_target(args.show)))
         return 0
     console.print(_catalog_table())
     return 0
@@ -339,12 +324,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 1
-    from .costmodel.limits import DimRangeWarning
     caught: list[warnings.WarningMessage] = []
     try:
         try:
             with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", DimRangeWarning)   # the rest keep Python's filters
+                warnings.simplefilter("always", NarrowpipeWarning)   # the rest keep Python's filters
                 return _COMMANDS[args.command](args, console)
         finally:
             _show_warnings(caught)   # after the block: inside it, showwarning would record again
@@ -360,7 +344,7 @@ def _show_warnings(caught: list[warnings.WarningMessage]) -> None:
     a long table; anything else goes through Python's usual display."""
     err = Console(stderr=True)
     for w in caught:
-        if w.category.__name__ == "DimRangeWarning":
+        if issubclass(w.category, NarrowpipeWarning):
             err.print(f"[bold yellow]warning:[/] {escape(str(w.message))}", highlight=False)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)

@@ -8,7 +8,7 @@ from typing import Any
 
 from .errors import NarrowpipeError
 
-__all__ = ["parse_sets", "parse_grid", "parse_prices", "parse_factors"]
+__all__ = ["parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs"]
 
 
 def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Callable[[str], Any],
@@ -69,3 +69,22 @@ def parse_prices(items: Sequence[str] | None) -> dict[str, float]:
 
 def parse_factors(text: str) -> dict[str, float]:
     return _parse_pairs([text], "--scale", "RESOURCE=FACTOR", float, "a number")
+
+
+def target_specs(targets: str, files: Sequence[str]) -> list[Any]:
+    """``--targets`` names (catalog names, aliases, paths) with the ``--target-file`` chips mixed in:
+    a file's chip may be named in ``--targets`` by its ``name`` or an alias (it then takes that
+    place in the order); files not named there come last, in the order given."""
+    from .backends import get_target
+    loaded = [get_target(f) for f in files]
+    by_name = {n.lower(): t for t in loaded for n in (t.name, *t.aliases)}
+    used: set[int] = set()
+    specs: list[Any] = []
+    for name in (t.strip() for t in targets.split(",")):
+        if not name:
+            continue
+        chip = by_name.get(name.lower())
+        if chip is not None:
+            used.add(id(chip))
+        specs.append(chip if chip is not None else name)
+    return specs + [t for t in loaded if id(t) not in used]

@@ -22,6 +22,7 @@ __all__ = [
     "UnknownTargetError",
     "PassError",
     "TraceError",
+    "NarrowpipeWarning",
 ]
 
 
@@ -91,3 +92,8 @@ class TraceError(NarrowpipeError):
         self.file = str(file)
         self.reason = reason
         super().__init__(f"trace {self.file!r}: {reason}")
+
+
+class NarrowpipeWarning(UserWarning):
+    """Base of the warnings narrowpipe gives about the user's input (an unsourced number in a spec
+    file, a dim outside its exported range): the CLI shows them last, in bold, where the eye lands."""

@@ -61,7 +61,8 @@ def default_for(family: str, field: str) -> tuple[Any, str] | None:
     for scope in (family, "*"):
         table = DEFAULTS.get(scope, {})
         if field in table:
-            return table[field]
+            value, source = table[field]
+            return value, source.replace("{family}", family)
     return None
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from .frozen import FrozenMap
 from .units import SI_SUFFIX, UNITS
 
-__all__ = ["Spec", "spec_field", "specs", "stem", "file_keys", "NUMERIC_KINDS"]
+__all__ = ["Spec", "spec_field", "specs", "stem", "file_keys", "keymap", "NUMERIC_KINDS"]
 
 #: Kinds of field. quantity: a physical number with units; rates: dtype -> FLOP/s table;
 #: count: an integer; fraction: in (0, 1]; flag: bool; curve: ((size, fraction), ...);
@@ -92,3 +93,22 @@ def file_keys(name: str, spec: Spec) -> tuple[str, ...]:
         return (name,)
     base = stem(name, spec)
     return tuple(f"{base}_{suffix}" for suffix in UNITS[spec.units])
+
+
+_KEYMAPS: dict[type, dict[str, tuple[str, Spec, Decimal | None]]] = {}
+
+
+def keymap(cls: type) -> dict[str, tuple[str, Spec, Decimal | None]]:
+    """file key -> (field, spec, unit factor) for every spelling of every field of ``cls``."""
+    if cls in _KEYMAPS:
+        return _KEYMAPS[cls]
+    keys: dict[str, tuple[str, Spec, Decimal | None]] = {}
+    for name, spec in specs(cls):
+        if spec.kind == "sources":
+            continue
+        for key in file_keys(name, spec):
+            factor = UNITS[spec.units][key[len(stem(name, spec)) + 1:]] if spec.units else None
+            assert key not in keys, f"{cls.__name__}: key {key!r} is ambiguous"
+            keys[key] = (name, spec, factor)
+    _KEYMAPS[cls] = keys
+    return keys

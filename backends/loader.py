@@ -10,6 +10,7 @@ number converts back exactly, else the SI unit, so ``load(dump(t)) == t`` always
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
@@ -19,9 +20,9 @@ from ..errors import TargetSpecError
 from .checks import check_value, describe, is_absent
 from .defaults import LINK_LATENCY_DEFAULT, default_for
 from .families import TARGET_CLASSES
-from .fields import Spec, file_keys, specs, stem
+from .fields import Spec, keymap, specs, stem
 from .frozen import FrozenMap
-from .sourcing import suggest
+from .sourcing import UNSOURCED, UnsourcedSpecWarning, needed_keys, suggest
 from .system import System
 from .target import Target
 from .tomlio import dumps, read_toml
@@ -33,7 +34,7 @@ __all__ = ["target_from_dict", "target_to_dict", "load_target_file", "dump_targe
 
 _HEADER = ("narrowpipe {what} spec. Units are key suffixes (tflops = 1e12 FLOP/s, gb = 1e9 bytes,\n"
            "tbps/gbps = TB/s / GB/s, gbitps = Gb/s, us = microseconds); see backends/units.py.\n"
-           "Bandwidths are per device and one direction. Every number needs a [sources] entry.")
+           "Bandwidths are per device and one direction. Every number names its source in [sources].")
 _INTERCONNECT = ("scale_up_bandwidth", "scale_out_bandwidth", "ici_link_bandwidth",
                  "chip_to_chip_bandwidth")
 
@@ -41,66 +42,92 @@ _INTERCONNECT = ("scale_up_bandwidth", "scale_out_bandwidth", "ici_link_bandwidt
 # ---------------------------------------------------------------- generic field decoding
 
 
-_KEYMAPS: dict[type, dict[str, tuple[str, Spec, Decimal | None]]] = {}
+def _decode(cls: type, raw: Mapping[str, Any], prefix: str = "",
+            errors: list[str] | None = None) -> dict[str, Any]:
+    """Field values (SI) from one TOML table, checked key by key as written.
 
-
-def _keymap(cls: type) -> dict[str, tuple[str, Spec, Decimal | None]]:
-    """file key -> (field, spec, unit factor) for every spelling of every field of ``cls``."""
-    if cls in _KEYMAPS:
-        return _KEYMAPS[cls]
-    keys: dict[str, tuple[str, Spec, Decimal | None]] = {}
-    for name, spec in specs(cls):
-        if spec.kind == "sources":
-            continue
-        for key in file_keys(name, spec):
-            factor = UNITS[spec.units][key[len(stem(name, spec)) + 1:]] if spec.units else None
-            assert key not in keys, f"{cls.__name__}: key {key!r} is ambiguous"
-            keys[key] = (name, spec, factor)
-    _KEYMAPS[cls] = keys
-    return keys
-
-
-def _decode(cls: type, raw: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Field values (SI) from one TOML table, checked key by key as written."""
-    keymap = _keymap(cls)
+    With ``errors``, a bad key is recorded there and the rest are still read, so one load reports
+    every problem in the file at once (fixing a spec file one error per run is a chore).
+    """
+    collect: list[str] = [] if errors is None else errors
+    keys = keymap(cls)
     values: dict[str, Any] = {}
     used: dict[str, str] = {}
     for key, raw_value in raw.items():
         label = prefix + key
-        if key not in keymap:
-            raise TargetSpecError(f"field {label!r}: unknown key{suggest(key, list(keymap))}")
-        name, spec, factor = keymap[key]
-        if name in used:
-            raise TargetSpecError(f"field {label!r}: {name!r} is already given as "
-                                  f"{prefix + used[name]!r}")
-        used[name] = key
-        if spec.kind == "level":
-            if not isinstance(raw_value, Mapping):
-                raise TargetSpecError(f"field {label!r}: expected a table, got "
-                                      f"{describe(raw_value)}")
-            sub = _decode(spec.schema, raw_value, f"{label}.")
-            _require(spec.schema, sub, f"{label}.")
-            try:
-                values[name] = spec.schema(**sub)
-            except TargetSpecError as e:
-                raise TargetSpecError(f"{label}: {e}") from None
+        try:
+            decoded = _decode_key(keys, key, label, raw_value, used, collect)
+        except TargetSpecError as e:
+            collect.append(str(e))
             continue
-        value = check_value(label, spec, raw_value)
-        if factor is not None and spec.kind == "rates":
-            value = FrozenMap({d: to_si(r, factor) for d, r in value.items()})
-        elif factor is not None:
-            value = to_si(value, factor)
-        values[name] = value
+        if decoded is not None:
+            values[decoded[0]] = decoded[1]
+    if errors is None and collect:
+        raise TargetSpecError(collect[0])
     return values
 
 
-def _require(cls: type, values: Mapping[str, Any], prefix: str = "") -> None:
+def _decode_key(keys: Mapping[str, tuple[str, Spec, Decimal | None]], key: str, label: str,
+                raw_value: Any, used: dict[str, str], errors: list[str]) -> tuple[str, Any] | None:
+    """(field name, SI value) of one key; None when a nested table had errors (recorded)."""
+    if key not in keys:
+        raise TargetSpecError(f"field {label!r}: unknown key{suggest(key, list(keys))}")
+    name, spec, factor = keys[key]
+    if name in used:
+        raise TargetSpecError(f"field {label!r}: {name!r} is already given as "
+                              f"{label[:len(label) - len(key)] + used[name]!r}")
+    used[name] = key
+    if spec.kind == "level":
+        if not isinstance(raw_value, Mapping):
+            raise TargetSpecError(f"field {label!r}: expected a table, got {describe(raw_value)}")
+        before = len(errors)
+        sub = _decode(spec.schema, raw_value, f"{label}.", errors)
+        errors += _missing(spec.schema, sub, f"{label}.", written=raw_value)
+        if len(errors) > before:
+            return None
+        try:
+            return name, spec.schema(**sub)
+        except TargetSpecError as e:
+            raise TargetSpecError(f"{label}: {e}") from None
+    value = check_value(label, spec, raw_value)
+    if factor is not None and spec.kind == "rates":
+        value = FrozenMap({d: to_si(r, factor) for d, r in value.items()})
+    elif factor is not None:
+        value = to_si(value, factor)
+    return name, value
+
+
+def _missing(cls: type, values: Mapping[str, Any], prefix: str = "",
+             written: Mapping[str, Any] | None = None) -> list[str]:
+    """One message per required field of ``cls`` that ``values`` lacks, with the key to write;
+    a field ``written`` (the raw table) with a bad value has its error already."""
+    attempted = _attempted(cls, written or {})
+    out: list[str] = []
     for name, spec in specs(cls):
-        if spec.required and name not in values:
+        if spec.required and name not in values and name not in attempted:
             example = f"{stem(name, spec)}_{spec.unit or SI_SUFFIX[spec.units]}" \
                 if spec.units else name
             hint = f" (write it as {prefix}{example})" if example != name else ""
-            raise TargetSpecError(f"missing required field {prefix + name!r}{hint}")
+            out.append(f"missing required field {prefix + name!r}{hint}")
+    return out
+
+
+def _attempted(cls: type, raw: Mapping[str, Any]) -> frozenset[str]:
+    """Fields a raw table writes, valid or not."""
+    keys = keymap(cls)
+    return frozenset(keys[k][0] for k in raw if k in keys)
+
+
+def _require(cls: type, values: Mapping[str, Any], prefix: str = "") -> None:
+    _raise_all(_missing(cls, values, prefix))
+
+
+def _raise_all(errors: list[str]) -> None:
+    """One error naming every problem: the first alone reads as before, several are listed."""
+    if len(errors) == 1:
+        raise TargetSpecError(errors[0])
+    if errors:
+        raise TargetSpecError(f"{len(errors)} problems:\n  " + "\n  ".join(errors))
 
 
 def _flatten(raw: Any, prefix: str = "") -> dict[str, Any]:
@@ -116,10 +143,32 @@ def _flatten(raw: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _sources(cls: type, raw: Any, values: Mapping[str, Any]) -> dict[str, Any]:
-    """Flatten sources, expand a table-wide source (``matrix_flops = "X"``) to its entries, and
-    reject sources for values the file does not set (before defaults could fill them)."""
-    sources = _flatten(raw)
+def _source_key(cls: type, key: str) -> str:
+    """A ``[sources]`` key in field names: a source may be keyed by the value's own spelling
+    (``clock_mhz``, ``matrix_tflops.bf16``, ``scale_up.bandwidth_gbps``), as the value is written."""
+    head, _, rest = key.partition(".")
+    entry = keymap(cls).get(head)
+    if entry is None:
+        return key
+    name, spec, _ = entry
+    if spec.kind == "level" and rest:
+        return f"{name}.{_source_key(spec.schema, rest)}"
+    return f"{name}.{rest}" if rest else name
+
+
+def _sources(cls: type, raw: Any, values: Mapping[str, Any], *, require: bool = True,
+             origin: str = "", reported: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Flatten sources into field names, expand a table-wide source (``matrix_flops = "X"``) to
+    its entries, and reject sources for values the file does not set (before defaults could fill
+    them; fields in ``reported`` already have an error). Without ``require`` (a user's file), a
+    number with no source gets :data:`UNSOURCED` and one warning lists them: the file is the
+    user's own, the numbers their call."""
+    sources: dict[str, Any] = {}
+    for written, text in _flatten(raw).items():
+        key = _source_key(cls, written)
+        if key in sources:
+            raise TargetSpecError(f"field 'sources.{written}': the source of {key!r} is given twice")
+        sources[key] = text
     fields = dict(specs(cls))
     for key in list(sources):
         spec = fields.get(key)
@@ -127,11 +176,18 @@ def _sources(cls: type, raw: Any, values: Mapping[str, Any]) -> dict[str, Any]:
             text = sources.pop(key)
             for dtype in values.get(key, {}):
                 sources.setdefault(f"{key}.{dtype}", text)
-            if not values.get(key):
+            if not values.get(key) and key not in reported:
                 raise TargetSpecError(f"field 'sources.{key}': a source for a value that is "
                                       "not set")
-        elif key.split(".")[0] in fields and key.split(".")[0] not in values:
+        elif key.split(".")[0] in fields and key.split(".")[0] not in values.keys() | reported:
             raise TargetSpecError(f"field 'sources.{key}': a source for a value that is not set")
+    if not require:
+        missing = [k for k in needed_keys(cls, values) if k not in sources]
+        if missing:
+            warnings.warn(f"{origin}: no source for {', '.join(missing)}; the numbers are used as "
+                          "given (write 'assumption: <why>' to say where one came from)",
+                          UnsourcedSpecWarning, stacklevel=4)
+            sources.update({k: UNSOURCED for k in missing})
     return sources
 
 
@@ -144,23 +200,44 @@ def _construct(cls: type, values: dict[str, Any], sources: dict[str, Any]) -> An
 
 
 def _encode(obj: Any) -> dict[str, Any]:
+    out, written = _encode_fields(obj)
+    if hasattr(obj, "sources"):
+        out["sources"] = {_spelled(written, key): text for key, text in obj.sources.items()}
+    return out
+
+
+def _encode_fields(obj: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the TOML table of ``obj``'s fields, field name -> the key it was written under, nested
+    for levels), so sources can be keyed the way their values are spelled."""
     out: dict[str, Any] = {}
+    written: dict[str, Any] = {}
     for name, spec in specs(type(obj)):
         value = getattr(obj, name)
         if spec.kind == "sources" or is_absent(value) or value == "":
             continue
+        key = name
         if spec.kind == "level":
-            out[name] = _encode(value)
-        elif spec.units is not None:
+            out[name], written[name] = _encode_fields(value)
+            continue
+        if spec.units is not None:
             suffix, human = _human(value, spec)
-            out[f"{stem(name, spec)}_{suffix}"] = human
+            key = f"{stem(name, spec)}_{suffix}"
+            out[key] = human
         elif isinstance(value, tuple):
             out[name] = [list(v) if isinstance(v, tuple) else v for v in value]
         else:
             out[name] = value
-    if hasattr(obj, "sources"):
-        out["sources"] = dict(obj.sources)
-    return out
+        written[name] = key
+    return out, written
+
+
+def _spelled(written: Mapping[str, Any], key: str) -> str:
+    """A source key (field names) as the file spells its value: ``l2_bytes`` -> ``l2_mb``."""
+    head, _, rest = key.partition(".")
+    spelling = written.get(head, head)
+    if isinstance(spelling, Mapping):
+        return f"{head}.{_spelled(spelling, rest)}" if rest else head
+    return f"{spelling}.{rest}" if rest else spelling
 
 
 def _human(value: Any, spec: Spec) -> tuple[str, Any]:
@@ -194,15 +271,20 @@ def _human(value: Any, spec: Spec) -> tuple[str, Any]:
 # ---------------------------------------------------------------- targets
 
 
-def target_from_dict(raw: Mapping[str, Any], origin: str = "<dict>") -> Target:
-    """Build a target from parsed TOML (human units); errors are prefixed with ``origin``."""
+def target_from_dict(raw: Mapping[str, Any], origin: str = "<dict>", *,
+                     require_sources: bool = True) -> Target:
+    """Build a target from parsed TOML (human units); errors are prefixed with ``origin``.
+
+    Every problem in the file is reported in one error. ``require_sources=False`` (user files)
+    turns a missing source into a warning; the catalog requires them.
+    """
     try:
-        return _target_from_dict(raw)
+        return _target_from_dict(raw, require_sources, origin)
     except TargetSpecError as e:
         raise TargetSpecError(f"{origin}: {e}") from None
 
 
-def _target_from_dict(raw: Mapping[str, Any]) -> Target:
+def _target_from_dict(raw: Mapping[str, Any], require_sources: bool, origin: str) -> Target:
     if not isinstance(raw, Mapping):
         raise TargetSpecError(f"expected a table of fields, got {describe(raw)}")
     family = raw.get("family")
@@ -212,7 +294,8 @@ def _target_from_dict(raw: Mapping[str, Any]) -> Target:
         raise TargetSpecError(f"field 'family': unknown family {family!r}; expected one of: "
                               f"{', '.join(FAMILIES)}")
     cls = TARGET_CLASSES[family]
-    values = _decode(cls, {k: v for k, v in raw.items() if k != "sources"})
+    errors: list[str] = []
+    values = _decode(cls, {k: v for k, v in raw.items() if k != "sources"}, errors=errors)
     defaults: dict[str, tuple[Any, str]] = {}
     for name, _spec in specs(cls):
         default = None if name in values else default_for(family, name)
@@ -220,8 +303,15 @@ def _target_from_dict(raw: Mapping[str, Any]) -> Target:
             defaults[name] = default
     if "link_latency" not in values and any(values.get(f) for f in _INTERCONNECT):
         defaults["link_latency"] = LINK_LATENCY_DEFAULT
-    _require(cls, {**values, **defaults})
-    sources = _sources(cls, raw.get("sources", {}), values)  # before defaults: see _sources
+    errors += _missing(cls, {**values, **defaults}, written=raw)
+    reported = _attempted(cls, raw) | {n for n, spec in specs(cls) if spec.required and n not in values}
+    sources: dict[str, Any] = {}
+    try:   # before defaults: see _sources
+        sources = _sources(cls, raw.get("sources", {}), values, require=require_sources, origin=origin,
+                           reported=reported)
+    except TargetSpecError as e:
+        errors.append(str(e))
+    _raise_all(errors)
     for name, (value, source) in defaults.items():
         values[name], sources[name] = value, source
     target: Target = _construct(cls, values, sources)
@@ -233,9 +323,10 @@ def target_to_dict(target: Target) -> dict[str, Any]:
     return _encode(target)
 
 
-def load_target_file(path: str | os.PathLike[str]) -> Target:
-    """Read and validate one target spec file; every error names the file and the field."""
-    return target_from_dict(read_toml(path), origin=str(path))
+def load_target_file(path: str | os.PathLike[str], *, require_sources: bool = False) -> Target:
+    """Read and validate one target spec file; every error names the file and the field. A user's
+    file may leave sources out (a warning says which); the catalog loads with ``require_sources``."""
+    return target_from_dict(read_toml(path), origin=str(path), require_sources=require_sources)
 
 
 def dump_target(target: Target, path: str | os.PathLike[str]) -> Path:
@@ -248,15 +339,23 @@ def dump_target(target: Target, path: str | os.PathLike[str]) -> Path:
 # ---------------------------------------------------------------- systems
 
 
-def system_from_dict(raw: Mapping[str, Any], origin: str = "<dict>") -> System:
-    """Build a system from parsed TOML; errors are prefixed with ``origin``."""
+def system_from_dict(raw: Mapping[str, Any], origin: str = "<dict>", *,
+                     require_sources: bool = True) -> System:
+    """Build a system from parsed TOML; errors (all of them at once) are prefixed with ``origin``."""
     try:
         if not isinstance(raw, Mapping):
             raise TargetSpecError(f"expected a table of fields, got {describe(raw)}")
-        values = _decode(System, {k: v for k, v in raw.items() if k != "sources"})
-        _require(System, values)
-        system: System = _construct(System, values,
-                                    _sources(System, raw.get("sources", {}), values))
+        errors: list[str] = []
+        values = _decode(System, {k: v for k, v in raw.items() if k != "sources"}, errors=errors)
+        errors += _missing(System, values, written=raw)
+        sources: dict[str, Any] = {}
+        try:
+            sources = _sources(System, raw.get("sources", {}), values, require=require_sources,
+                               origin=origin, reported=_attempted(System, raw))
+        except TargetSpecError as e:
+            errors.append(str(e))
+        _raise_all(errors)
+        system: System = _construct(System, values, sources)
         return system
     except TargetSpecError as e:
         raise TargetSpecError(f"{origin}: {e}") from None
@@ -267,9 +366,9 @@ def system_to_dict(system: System) -> dict[str, Any]:
     return _encode(system)
 
 
-def load_system_file(path: str | os.PathLike[str]) -> System:
-    """Read and validate one system spec file."""
-    return system_from_dict(read_toml(path), origin=str(path))
+def load_system_file(path: str | os.PathLike[str], *, require_sources: bool = False) -> System:
+    """Read and validate one system spec file (sources optional for a user's, as for targets)."""
+    return system_from_dict(read_toml(path), origin=str(path), require_sources=require_sources)
 
 
 def dump_system(system: System, path: str | os.PathLike[str]) -> Path:

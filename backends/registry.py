@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable, Mapping
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -64,12 +64,12 @@ class _Index:
 
 @cache
 def _targets() -> _Index:
-    return _Index(CATALOG_DIR, load_target_file)
+    return _Index(CATALOG_DIR, partial(load_target_file, require_sources=True))
 
 
 @cache
 def _systems() -> _Index:
-    return _Index(SYSTEMS_DIR, load_system_file)
+    return _Index(SYSTEMS_DIR, partial(load_system_file, require_sources=True))
 
 
 def clear_cache() -> None:

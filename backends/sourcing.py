@@ -12,20 +12,33 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import TargetSpecError
+from ..errors import NarrowpipeWarning, TargetSpecError
 from .checks import is_absent
 from .fields import NUMERIC_KINDS, specs
 from .frozen import FrozenMap
 from .vocab import DTYPES
 
-__all__ = ["value_keys", "possible_keys", "check_sources", "suggest"]
+__all__ = ["value_keys", "needed_keys", "possible_keys", "check_sources", "suggest", "UNSOURCED",
+           "UnsourcedSpecWarning"]
+
+#: The source a user file's unsourced number gets (with a warning); the catalog never has one.
+UNSOURCED = "unsourced: the spec file gives no source"
+
+
+class UnsourcedSpecWarning(NarrowpipeWarning):
+    """A user's spec file has numbers without a source: loaded, but said."""
 
 
 def value_keys(obj: Any, prefix: str = "") -> list[str]:
     """Source keys of the facts ``obj`` actually holds, in declaration order."""
+    return needed_keys(type(obj), {name: getattr(obj, name) for name, _ in specs(type(obj))}, prefix)
+
+
+def needed_keys(cls: type, values: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Source keys that field ``values`` of schema ``cls`` need (before the object exists)."""
     keys: list[str] = []
-    for name, spec in specs(type(obj)):
-        value = getattr(obj, name)
+    for name, spec in specs(cls):
+        value: Any = values.get(name)
         if is_absent(value):
             continue
         if spec.kind == "level":

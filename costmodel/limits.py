@@ -11,13 +11,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 
-from ..errors import ShapeError
+from ..errors import NarrowpipeWarning, ShapeError
 from ..ir import Graph, Op, Sym, Value
 
 __all__ = ["check_size_limits", "range_warnings", "DimRangeWarning"]
 
 
-class DimRangeWarning(UserWarning):
+class DimRangeWarning(NarrowpipeWarning):
     """A dim bound outside the range its graph was exported for."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import narrowpipe
@@ -42,6 +43,21 @@ def test_user_chip_from_a_toml_file_needs_no_code(tmp_path, capsys):
     assert main(["compare", "gpt2", "--targets", "h100", "--target-file", str(path), "--set", "seq=1"]) == 0
 
 
+def test_a_target_file_chip_can_be_named_in_targets(tmp_path, capsys):
+    base = get_target("h100")
+    chip = dataclasses.replace(base.scaled(memory_bandwidth=1.5), name="my-chip", aliases=("mine",),
+                               sources={**base.sources})
+    path = dump_target(chip, tmp_path / "chip.toml")
+    out = tmp_path / "c.json"
+    assert main(["compare", "gpt2", "--targets", "MINE,h100", "--target-file", str(path), "--set", "seq=1",
+                 "--json", str(out)]) == 0
+    names = [t["target"] for t in json.loads(out.read_text())["targets"]]
+    assert names == ["my-chip", "h100-sxm"]          # named once, in the order --targets gives
+    assert main(["compare", "gpt2", "--targets", "h100", "--target-file", str(path), "--set", "seq=1",
+                 "--json", str(out)]) == 0
+    assert [t["target"] for t in json.loads(out.read_text())["targets"]] == ["h100-sxm", "my-chip"]
+
+
 def test_malformed_target_file_names_the_field(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "bad"\nfamily = "gpu"\nvendor = "x"\ndisplay_name = "x"\nmemory_capacity_gb = 80\n'
@@ -73,5 +89,16 @@ def test_targets_listing_and_show(capsys):
     assert main(["targets"]) == 0
     assert "groq-lpu" in capsys.readouterr().out
     assert main(["targets", "--show", "h100"]) == 0
-    assert "NV-H100" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "NV-H100" in out
+
+
+def test_targets_show_spells_fields_as_the_file_and_resolves_sources(capsys):
+    assert main(["targets", "--show", "h100"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "1830" in lines["clock_mhz"] and "MLE-ACC" in lines["clock_mhz"]   # value and source
+    assert "50" in lines["l2_mb"] and "clock_hz" not in lines
+    legend = out[out.index("sources:"):]
+    assert "NV-H100:" in legend and "nvidia.com/en-us/data-center/h100" in legend
     assert [n for n, f in narrowpipe.targets() if f == "dataflow"]

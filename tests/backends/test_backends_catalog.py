@@ -18,6 +18,7 @@ from narrowpipe.backends import (
 from narrowpipe.backends.loader import load_target_file
 from narrowpipe.backends.registry import CATALOG_DIR, _Index
 from narrowpipe.backends.sourcing import value_keys
+from narrowpipe.backends.tomlio import read_toml
 from narrowpipe.errors import TargetSpecError, UnknownTargetError
 
 REQUIRED_TARGETS = {
@@ -73,6 +74,23 @@ def test_catalog_system_sources_cite_a_known_key_or_say_assumption(name):
     refs = set(source_refs())
     bad = {k: v for k, v in get_system(name).sources.items() if not _cites_a_known_source(v, refs)}
     assert not bad
+
+
+@pytest.mark.parametrize("name", ALL_TARGETS)
+def test_catalog_sources_are_keyed_as_their_values_are_written(name):
+    """``clock_mhz = 1830`` has its source under ``clock_mhz``, not ``clock_hz``: one spelling."""
+    raw = read_toml(CATALOG_DIR / f"{name}.toml")
+    written = set(raw) - {"sources"}
+    bad = [k for k in _flat(raw["sources"]) if k.split(".")[0] not in written]
+    assert not bad
+
+
+def _flat(table, prefix=""):
+    for key, value in table.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield prefix + key
 
 
 def test_source_refs_come_from_the_reference_key_table():

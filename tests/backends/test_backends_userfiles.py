@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from backends_testdata import MINIMAL_GPU_TOML
 
-from narrowpipe.backends import GpuTarget, get_system, get_target, load_target_file
+from narrowpipe.backends import GpuTarget, dump_target, get_system, get_target, load_target_file
 from narrowpipe.backends.defaults import DEFAULTS
+from narrowpipe.backends.sourcing import UNSOURCED, UnsourcedSpecWarning
 from narrowpipe.errors import NarrowpipeError, TargetSpecError
 
 
@@ -116,8 +117,6 @@ MALFORMED = {
     "same field twice": (M.replace("memory_bandwidth_tbps = 4",
                                    "memory_bandwidth_tbps = 4\nmemory_bandwidth_gbps = 4000"),
                          "'memory_bandwidth' is already given as 'memory_bandwidth_tbps'"),
-    "missing source": (_edit(M, 'sm_count = "Acme datasheet"\n', ""),
-                       "no source for 'sm_count'"),
     "source typo": (_edit(M, 'sm_count = "Acme', 'sm_cont = "Acme'),
                     "field 'sources.sm_cont': no such field (did you mean 'sm_count'"),
     "source without value": (M + 'tdp = "datasheet"\n',
@@ -141,6 +140,54 @@ def test_malformed_spec_names_the_file_and_field(case, write_spec):
     message = str(info.value)
     assert message.startswith(f"{path}: "), message
     assert expected in message, message
+
+
+def test_every_problem_in_a_file_is_reported_at_once(write_spec):
+    text = _edit(_edit(_edit(M, "memory_bandwidth_tbps = 4", "memory_bandwidth_tbps = -3"),
+                       "sm_count = 100", "sm_cont = 100"), "memory_capacity_gb = 96\n", "")
+    with pytest.raises(TargetSpecError) as info:
+        load_target_file(write_spec(text))
+    message = str(info.value)
+    assert "4 problems" in message, message   # no echo: the bad value is not also "missing"
+    for part in ("'memory_bandwidth_tbps': expected a positive number, got -3",
+                 "'sm_cont': unknown key (did you mean 'sm_count'", "missing required field 'sm_count'",
+                 "missing required field 'memory_capacity'"):
+        assert part in message, message
+
+
+def test_a_user_file_may_leave_sources_out_with_a_warning(write_spec):
+    path = write_spec(_edit(_edit(M, 'sm_count = "Acme datasheet"\n', ""),
+                            'l2_bytes = "Acme datasheet"\n', ""))
+    with pytest.warns(UnsourcedSpecWarning, match=r"no source for sm_count, l2_bytes") as caught:
+        target = load_target_file(path)
+    assert str(path) in str(caught[0].message)
+    assert target.sm_count == 100 and target.source("sm_count") == UNSOURCED
+    with pytest.raises(TargetSpecError, match="no source for 'sm_count'"):   # the catalog's rule
+        load_target_file(path, require_sources=True)
+
+
+def test_a_source_may_be_keyed_as_its_value_is_written(write_spec):
+    text = _edit(_edit(M, 'l2_bytes = "Acme datasheet"', 'l2_mb = "L2 table"'),
+                 'matrix_flops = "Acme datasheet"', '"matrix_tflops.bf16" = "p. 3"\n'
+                 'matrix_flops.fp8_e4m3 = "p. 4"')
+    target = load_target_file(write_spec(text))
+    assert target.source("l2_bytes") == "L2 table"
+    assert target.source("matrix_flops.bf16") == "p. 3"
+    twice = _edit(M, 'l2_bytes = "Acme datasheet"', 'l2_bytes = "a"\nl2_mb = "b"')
+    with pytest.raises(TargetSpecError, match="the source of 'l2_bytes' is given twice"):
+        load_target_file(write_spec(twice))
+
+
+def test_a_dumped_file_keys_sources_as_its_values(write_spec, tmp_path):
+    target = load_target_file(write_spec(M))
+    dump_target(target, tmp_path / "out.toml")
+    text = (tmp_path / "out.toml").read_text()
+    values, sources = text.split("\n[sources]\n")
+    for written in ("l2_mb", "smem_per_sm_kib", "memory_bandwidth_tbps", "matrix_pflops.bf16"):
+        assert written.split(".")[0] in values, written
+        assert written in sources, sources
+    assert load_target_file(tmp_path / "out.toml") == target
+    assert "default for gpu targets" in sources   # the assumption names the family, not "{family}"
 
 
 def test_negative_number_message_is_exactly_the_documented_one(write_spec):

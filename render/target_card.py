@@ -1,0 +1,81 @@
+"""``narrowpipe targets --show NAME``: one chip's spec as its file spells it, each number beside its
+source, and the source keys resolved to titles and links.
+
+Fields are shown the way the spec file writes them (``clock_mhz = 1830``, ``l2_mb = 50``) with the
+source under the same key, so what the reader sees, what they would type in their own file and what
+the ``[sources]`` table says line up. A source string names short keys (``NV-H100; SB-GPU``); the
+legend below the table turns each into the document it stands for (``backends/catalog/SOURCES.toml``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from rich import box
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..backends import Target, source_refs, target_to_dict
+
+__all__ = ["target_card", "cited_keys"]
+
+
+def _rows(table: Mapping[str, Any], sources: Mapping[str, str], prefix: str = "") -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    for key, value in table.items():
+        if key in ("sources", "notes") or value in (None, (), [], {}, ""):
+            continue
+        label = prefix + key
+        if isinstance(value, Mapping):
+            whole = sources.get(label, "")
+            for sub, v in value.items():
+                rows.append((f"{label}.{sub}", _shown(v), sources.get(f"{label}.{sub}", whole)))
+        else:
+            rows.append((label, _shown(value), sources.get(label, "")))
+    return rows
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join("x".join(map(str, v)) if isinstance(v, list) else str(v) for v in value)
+    return str(value)
+
+
+def cited_keys(texts: list[str], known: Mapping[str, Any]) -> list[str]:
+    """The source keys (``NV-H100``) the texts cite, in order of first citation."""
+    seen: dict[str, None] = {}
+    for text in texts:
+        for token in re.findall(r"[A-Z0-9][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*", text):
+            if token in known:
+                seen.setdefault(token)
+    return list(seen)
+
+
+def target_card(target: Target) -> Group:
+    """The table of fields (as written in a spec file, human units) and the legend of sources."""
+    doc = target_to_dict(target)
+    sources = doc.get("sources", {})
+    tab = Table(title=f"{target.display_name} ({target.name}, {target.family})", title_justify="left",
+                box=box.SIMPLE_HEAD)
+    tab.add_column("field", no_wrap=True)
+    tab.add_column("value", overflow="fold")
+    tab.add_column("source", overflow="fold")
+    rows = _rows(doc, sources)
+    for label, value, source in rows:
+        tab.add_row(label, escape(value), escape(source))
+    refs = source_refs()
+    legend = Text()
+    for key in cited_keys([s for _, _, s in rows], refs):
+        ref = refs[key]
+        legend.append(f"{key}", style="bold")
+        legend.append(f": {ref.get('source', '')}" + (f" ({ref['date']})" if ref.get("date") else "") + "\n")
+    parts: list[Any] = [tab]
+    if target.notes:
+        parts.append(Text(f"notes: {target.notes}\n"))
+    if legend:
+        parts += [Text("sources:", style="bold"), legend]
+    return Group(*parts)
