@@ -15,7 +15,7 @@ from typing import Any
 __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "TRANSCENDENTAL_FRACTION", "VECTOR_FRACTION",
            "MXUS_PER_TENSORCORE", "AMX_BF16_OPS_PER_CYCLE", "AMX_OPS_PER_BF16_OP", "ATTENTION_BLOCK",
            "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS", "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
-           "MIN_MEMORY_EFFICIENCY"]
+           "MIN_MEMORY_EFFICIENCY", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
 
@@ -111,3 +111,16 @@ MIN_MEMORY_EFFICIENCY: float = 1e-3
 #: with bf16 on another.
 FP32_EMULATION_PASSES: int = 6
 FP32_REDUCED_EMULATION_PASSES: int = 3
+
+# -- power by utilization (costmodel/power.py) ---------------------------------------------------
+
+#: Board power with nothing running, as a fraction of TDP: 80.3 W idle against a 700 W TDP on an
+#: H200 SXM, measured by serialalice.pt's GPU energy benchmark (June 2026; lower confidence: one
+#: vendor page), i.e. 11.5%. Applied to every chip that gives no idle power of its own.
+IDLE_POWER_FRACTION: float = 0.115
+#: Power above idle of a kernel that keeps memory (and the links) at the achievable bandwidth the
+#: whole time, as a fraction of TDP. assumption: batch-1 LLM decode (memory-bound, ~85% of
+#: bandwidth) draws ~267 W of 700 W on an H100 SXM in the same benchmark (its lowest H100 reading),
+#: 0.38 of TDP: (0.38 - 0.115) / 0.85 ~ 0.31; HBM alone is ~3.9 pJ/bit (O'Connor et al., MICRO 2017),
+#: ~105 W at 3.35 TB/s, the rest is the on-chip path the bytes take.
+MEMORY_POWER_FRACTION: float = 0.31

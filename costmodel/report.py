@@ -118,7 +118,8 @@ class Timing:
       overhead halved). The narrowest pipe has the largest value.
     * ``memory_required``: weights + peak activations; ``fits`` compares it with the capacity of
       ``devices`` devices (for dataflow chips, their fast memory).
-    * ``energy_j``: time x TDP x devices; ``cost_usd``: time x price per device-hour x devices.
+    * ``energy_j``: each kernel's time x its power by utilization (idle + compute and memory terms,
+      capped at TDP; costmodel/power.py) over ``devices``; ``cost_usd``: time x price per device-hour x devices.
     * ``items``: tokens (batch x seq) for sequence models, else samples (batch).
     """
 

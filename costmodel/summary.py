@@ -15,6 +15,7 @@ from .execution.common import matrix_rate
 from .execution.gemm import dot_gemm
 from .hotspots import hotspots
 from .interpreter import CostTable
+from .power import schedule_energy
 from .report import Timing
 
 __all__ = ["summarize", "bound_mix"]
@@ -43,14 +44,15 @@ def _dominant_dtype(table: CostTable) -> Any:
 def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_flops: int, items: int,
               item_unit: str, price: float | None, speedups: dict[str, float]) -> Timing:
     """The :class:`Timing` of ``schedule``: MFU against the dominant dtype's matrix peak over the
-    devices used, energy at TDP and money at the device-hour price for every device used."""
+    devices used, energy from the power model by utilization (costmodel/power.py) and money at the
+    device-hour price for every device used."""
     total, devices = schedule.total_s, schedule.devices
     dtype = _dominant_dtype(program.table)
     rate = matrix_rate(target, dtype, program.options) if dtype is not None else None
     peak = rate.flops_per_s if rate is not None else max(target.matrix_flops.values())
     precision = (rate.runs_as or rate.dtype) if rate is not None else ""
     mfu = modeled_flops / (total * peak * devices) if total > 0 else 0.0
-    energy = total * target.tdp * devices if target.tdp else None
+    energy = schedule_energy(program, schedule, target)
     price_h = price if price is not None else target.price_per_hour
     cost = total / 3600 * price_h * devices if price_h is not None else None
     return Timing(target=target.name, family=target.family, time_s=total, mfu=mfu, peak_flops=peak,
