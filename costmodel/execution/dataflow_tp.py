@@ -48,7 +48,7 @@ def all_reduce_seconds(nbytes: float, chips: int, target: DataflowTarget) -> flo
     if not bw:
         return latency
     one_shot = latency + (chips - 1) * nbytes / bw
-    return min(one_shot, ring(Op.ALL_REDUCE, nbytes, chips, bw, latency).time_s)
+    return min(one_shot, ring(Op.ALL_REDUCE, nbytes, chips, bw, latency).seconds)
 
 
 def _split(kt: KernelTime, chips: int, stream_s: float, comm_s: float) -> KernelTime:
