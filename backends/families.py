@@ -36,6 +36,10 @@ class GpuTarget(Target):
     smem_per_sm: float | None = spec_field("quantity", units="bytes", unit="kib")  # reference only
     tile_shapes: tuple[tuple[int, int, int], ...] = spec_field("tiles", required=True)
     tensor_core_min_tile: tuple[int, int, int] | None = spec_field("tile")
+    #: Best fraction of the matrix peak a fused (FlashAttention-style) attention kernel reaches, for
+    #: long sequences; it is below the GEMM plateau (softmax, masking and the online rescale share the
+    #: SM with the MMAs). Absent: the GEMM efficiency curve.
+    attention_efficiency: float | None = spec_field("fraction")
 
     def _check_family(self) -> None:
         if not self.tile_shapes:

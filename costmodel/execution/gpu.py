@@ -66,6 +66,8 @@ class GpuModel(SequentialModel):
         s = attention_shape(program.table, kernel)
         rate = matrix_rate(target, s.dtype, replace(program.options, sparse=False))
         eff = matmul_efficiency(target, kernel.cost.flops)
+        if target.attention_efficiency is not None:
+            eff = min(eff, target.attention_efficiency)
         block_rows, bc = ATTENTION_BLOCK
         br = block_rows if s.sq >= block_rows else max(ATTENTION_MIN_BLOCK_ROWS, 2 ** ceil(log2(max(s.sq, 1))))
         qblocks, kblocks = ceil(s.sq / br), ceil(s.sk / bc)
