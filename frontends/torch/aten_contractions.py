@@ -181,7 +181,7 @@ def _grouped_mm(cx: AtenLowerer, n: fx.Node) -> None:
         return
     w, rc = _stored_experts(cx, n.args[1], w)
     attrs = {"rhs_contract": rc}
-    top_k = routed_top_k(offs)
+    top_k = routed_top_k(offs, w.type.shape[0])
     if top_k is not None:
         attrs["top_k"] = top_k
     out = cx.emit(Op.GROUPED_DOT, [x, w, offs], n, attrs, types=cx.out_types(n)[:1], bind=bias is None)
