@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import NarrowpipeError, UnboundDimError
 from ..ir import DimRole, Graph, OpGroup, ValueKind
 from .costcache import graph_index, paused_gc
+from .experts import ExpertBalance, routing_notes
 from .interpreter import CostTable, interpret
 from .limits import range_warnings
 from .report import Report, Unmodeled
@@ -83,7 +84,8 @@ def build_report(table: CostTable) -> Report:
                   bytes=nbytes, comm_bytes=comm, params=params, weight_bytes=weight_bytes(table),
                   peak_activation_bytes=table.peak_activation_bytes,
                   flops_by_group=flops_by_group, bytes_by_group=bytes_by_group,
-                  ops=rows, unmodeled=unmodeled, notes=list(table.notes))
+                  ops=rows, unmodeled=unmodeled,
+                  notes=list(table.notes) + routing_notes(graph.nodes, table.shapes, table.expert_balance))
 
 
 def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
@@ -93,7 +95,7 @@ def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
 
 def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Mapping[str, Any] | None = None,
             fusion: str | None = None, allow_tf32: bool = False, sparse: bool = False, price: float | None = None,
-            **keyword_dims: Any) -> Report:
+            expert_balance: str | ExpertBalance | None = None, **keyword_dims: Any) -> Report:
     """Count every op of ``graph`` under the bound dims and, given a target, time it there.
 
     ``dims`` binds symbolic dims by name (``dims={"batch": 8, "seq": 2048}``); unbound ones take the
@@ -103,11 +105,13 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
     ``target`` is a catalog name or alias, a path to a target TOML file, or a ``Target``.
     ``fusion`` ("full" or "none") overrides the family default; ``allow_tf32`` runs fp32 matmuls
     on TF32 tensor cores; ``sparse`` uses 2:4 sparse rates where the chip has them; ``price``
-    overrides the target's USD per device-hour.
+    overrides the target's USD per device-hour. ``expert_balance`` ("balanced", "zipf:S", "hot:F"; see
+    :mod:`narrowpipe.costmodel.experts`) is how a mixture of experts' routed rows spread over its experts.
     """
+    balance = ExpertBalance.parse(expert_balance)
     with paused_gc():
         bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
-        table = interpret(graph, bindings, strict=strict)
+        table = interpret(graph, bindings, strict=strict, expert_balance=balance)
         report = build_report(table)
     report.notes.extend(range_notes(graph, bindings))
     if target is not None:

@@ -16,6 +16,7 @@ from ..gcpause import paused_gc
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, TensorType, Value
 from .cost import ZERO, Cost
 from .costcache import GraphIndex, graph_index
+from .experts import BALANCED, ExpertBalance
 from .limits import check_size_limits
 from .opview import OpView
 from .rules import RULES
@@ -73,6 +74,8 @@ class CostTable:
     #: so the report sums per class too.
     index: GraphIndex | None = None
     class_costs: list[Cost | None] = field(default_factory=list)
+    #: The spread of routed rows over experts the grouped GEMMs were costed (and are timed) under.
+    expert_balance: ExpertBalance = BALANCED
 
     def total(self) -> Cost:
         total = ZERO
@@ -81,9 +84,10 @@ class CostTable:
         return total
 
 
-def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False) -> CostTable:
+def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False,
+              expert_balance: ExpertBalance = BALANCED) -> CostTable:
     binder = ShapeBinder(bindings)
-    table = CostTable(graph, dict(bindings), {}, {})
+    table = CostTable(graph, dict(bindings), {}, {}, expert_balance=expert_balance)
     with paused_gc():  # the walk allocates a Cost and a shape per node and frees none
         index = graph_index(graph)
         if index.flat:
@@ -173,7 +177,7 @@ def _node_cost(node: Node, binder: ShapeBinder, table: CostTable, strict: bool,
         return ZERO
     shapes = table.shapes
     view = OpView(node, [None if v is None else shapes.get(v) or binder.shape(v) for v in node.inputs],
-                  [shapes[v] for v in node.outputs])
+                  [shapes[v] for v in node.outputs], table.expert_balance)
     return rule(view)
 
 

@@ -27,7 +27,7 @@ __all__ = ["Kernel", "fuse", "FUSION_MODES"]
 
 FUSION_MODES = ("full", "none")
 
-_HEAVY = frozenset({Op.DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
+_HEAVY = frozenset({Op.DOT, Op.GROUPED_DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
 _LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
 _ATTN_CHAIN = frozenset({Op.MUL, Op.DIV, Op.ADD, Op.SUB, Op.CAST, Op.WHERE, Op.COPY})
 
@@ -53,7 +53,7 @@ def _kind(node: Node) -> str:
     op = node.op
     if op in VIEW_OPS:
         return "view"
-    if op is Op.DOT:
+    if op is Op.DOT or op is Op.GROUPED_DOT:
         return "matmul"
     if op is Op.CONV:
         return "conv"

@@ -23,6 +23,7 @@ from math import ceil, log2, prod
 
 from ..ir import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
 from .cost import ZERO, Cost
+from .experts import active_experts, expert_rows
 from .opview import OpView
 
 __all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "Rule"]
@@ -59,6 +60,22 @@ def dot(v: OpView) -> Cost:
     lhs = v.shape(0)
     k = prod(lhs[d] for d in v.attrs["lhs_contract"])
     return _traffic(v, 2 * v.out_numel() * k)
+
+
+@_rule(Op.GROUPED_DOT)
+def grouped_dot(v: OpView) -> Cost:
+    """A grouped GEMM (MoE experts): each of the S rows through its group's K x N matrix, 2 x S x K x N
+    FLOPs whatever the split; reads the rows, the offsets and only the groups some row reaches
+    (:func:`.experts.expert_rows` under the analysis' expert balance), writes [S, N]."""
+    rows, k = v.shape(0)
+    w = v.shape(1)
+    n = w[3 - int(v.attrs["rhs_contract"])]
+    split = expert_rows(rows, w[0], v.attrs.get("top_k"), v.expert_balance)
+    wdt = v.in_dtypes[1]
+    assert wdt is not None
+    read = v.in_bytes(0) + active_experts(split) * wdt.nbytes(prod(w[1:]))
+    read += sum(v.in_bytes(i) for i in range(2, len(v.in_shapes)) if v.has_input(i))
+    return Cost(2 * rows * k * n, 0, read, v.all_out_bytes())
 
 
 @_rule(Op.CONV)

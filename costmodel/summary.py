@@ -12,7 +12,7 @@ from ..backends import Target
 from ..ir import Op
 from .execution import BOUNDS, Program, Schedule
 from .execution.common import matrix_rate
-from .execution.gemm import dot_gemm
+from .execution.gemm import dot_gemm, grouped_gemm
 from .hotspots import hotspots
 from .interpreter import CostTable
 from .power import schedule_energy
@@ -36,6 +36,8 @@ def _dominant_dtype(table: CostTable) -> Any:
     for node, cost in table.costs.items():
         if node.op is Op.DOT and cost.flops > best:
             best, dtype = cost.flops, dot_gemm(table, node).dtype
+        elif node.op is Op.GROUPED_DOT and cost.flops > best:
+            best, dtype = cost.flops, grouped_gemm(table, node).dtype
         elif node.op in (Op.CONV, Op.ATTENTION) and cost.flops > best and node.inputs[0] is not None:
             best, dtype = cost.flops, node.inputs[0].type.dtype
     return dtype

@@ -1,15 +1,11 @@
-"""A mixture-of-experts MLP (Mixtral's sparse block) as canonical IR, with balanced routing.
+"""A mixture-of-experts MLP (Mixtral's sparse block) as canonical IR: router, dispatch, two grouped GEMMs.
 
-The IR has no grouped-GEMM op, and which expert a token goes to is data, not shape. So the expert
-GEMMs are modelled for *balanced* routing: the ``N = top_k * tokens`` routed rows are spread as
-evenly as integers allow, ``r = N mod E`` experts take ``q + 1`` rows and ``E - r`` take ``q``, with
-``q = N // E``. Each of the two groups is one batched ``DOT`` over its experts' slice of the stacked
-weights, so the FLOPs are exactly ``top_k * tokens`` rows through one expert each (what any routing
-costs, and what transformers' ``batched_mm`` and eager expert loops count), every expert's weights
-are read once (what a grouped GEMM reads), and the node count does not grow with the number of
-experts. ``r`` and ``q`` stay symbolic (``mod``/``floordiv`` of ``batch*seq``) until dims are bound.
-What balanced routing cannot show: a skewed router's hot expert (its GEMM is longer than ``q + 1``
-rows) and experts no token reaches, whose weights a real kernel does not read.
+The experts are :attr:`~narrowpipe.ir.Op.GROUPED_DOT` nodes over the ``N = top_k * tokens`` routed rows
+and the stacked expert weights, as transformers' default ``grouped_mm`` experts export: the FLOPs are
+exactly ``top_k * tokens`` rows through one expert each (what any routing costs, and what
+``batched_mm`` and the eager expert loop count), and how the rows spread over the experts (so which
+experts' weights are read at all, and how each expert's GEMM pads) is the analysis' expert balance
+(``narrowpipe.costmodel.experts``: balanced by default), not baked into the graph.
 
 Dispatch is a ``GATHER`` of the routed rows; combine scales them by their routing weights and sums
 the ``top_k`` rows of each token (the scatter back to token order is a permutation, left out).
@@ -18,7 +14,7 @@ the ``top_k`` rows of each token (the scatter back to token order is a permutati
 from __future__ import annotations
 
 from ..ir import DType, Op, Value
-from ..ir.dims import Dim, dim_floordiv, dim_mod, dim_mul, dim_sub
+from ..ir.dims import Dim, dim_mul
 from .blocks import activation
 from .graph_builder import GraphBuilder
 from .spec import TransformerSpec
@@ -64,40 +60,22 @@ def _router(b: GraphBuilder, spec: TransformerSpec, flat: Value, tokens: Dim) ->
 
 
 def _experts(b: GraphBuilder, spec: TransformerSpec, rows: Value, routed: Dim) -> Value:
-    """The expert MLPs over ``routed`` rows, as two balanced groups of batched GEMMs (module docstring)."""
-    assert spec.experts is not None
+    """The expert MLPs over ``routed`` rows: grouped up (gate and up) projection, activation, grouped down."""
+    assert spec.experts is not None and spec.top_k is not None
     e, hidden, ffn = spec.experts, spec.hidden, spec.ffn
     up_rows = 2 * ffn if spec.gated_mlp else ffn
     up_w = b.weight("gate_up_proj" if spec.gated_mlp else "up_proj", (e, up_rows, hidden))
     down_w = b.weight("down_proj", (e, hidden, ffn))
-    q = dim_floordiv(routed, e)
-    r = dim_mod(routed, e)
-    groups = (("long", r, q + 1), ("short", dim_sub(e, r), q))
-    outs: list[Value] = []
-    for label, count, length in groups:
-        if isinstance(count, int) and count == 0:
-            continue   # N divides evenly: every expert takes q rows
-        n = dim_mul(count, length)
-        chunk = b.emit(Op.SLICE, [rows], (n, hidden), {"axis": 0, "role": f"{label}_experts"},
-                       name=f"{label}_rows", dtype=rows.dtype)
-        x = b.reshape(chunk, (count, length, hidden), name=f"{label}_batch")
-        w1 = b.emit(Op.SLICE, [up_w], (count, up_rows, hidden), {"axis": 0}, name=f"{label}_up_weights")
-        w2 = b.emit(Op.SLICE, [down_w], (count, hidden, ffn), {"axis": 0}, name=f"{label}_down_weights")
-        h = _batched_linear(b, x, w1, f"{label}_up")
-        if spec.gated_mlp:
-            gate = b.emit(Op.SLICE, [h], (count, length, ffn), {"axis": 2, "part": "first_half"},
-                          name=f"{label}_gate")
-            up = b.emit(Op.SLICE, [h], (count, length, ffn), {"axis": 2, "part": "second_half"},
-                        name=f"{label}_up_half")
-            h = b.binary(Op.MUL, activation(b, spec.activation, gate), up, name=f"{label}_gate_mul")
-        else:
-            h = activation(b, spec.activation, h)
-        y = _batched_linear(b, h, w2, f"{label}_down")
-        outs.append(b.reshape(y, (n, hidden), name=f"{label}_flat"))
-    return b.emit(Op.CONCAT, outs, (routed, hidden), {"axis": 0}, name="concat_groups")
+    h = _grouped_linear(b, rows, up_w, spec.top_k, "up")
+    if spec.gated_mlp:
+        gate = b.emit(Op.SLICE, [h], (routed, ffn), {"axis": 1, "part": "first_half"}, name="gate")
+        up = b.emit(Op.SLICE, [h], (routed, ffn), {"axis": 1, "part": "second_half"}, name="up_half")
+        h = b.binary(Op.MUL, activation(b, spec.activation, gate), up, name="gate_mul")
+    else:
+        h = activation(b, spec.activation, h)
+    return _grouped_linear(b, h, down_w, spec.top_k, "down")
 
 
-def _batched_linear(b: GraphBuilder, x: Value, w: Value, name: str) -> Value:
-    """``[G, n, in] x [G, out, in] -> [G, n, out]``: one GEMM per expert of the group."""
-    return b.emit(Op.DOT, [x, w], (x.shape[0], x.shape[1], w.shape[1]),
-                  {"lhs_batch": (0,), "rhs_batch": (0,), "lhs_contract": (2,), "rhs_contract": (2,)}, name=name)
+def _grouped_linear(b: GraphBuilder, x: Value, w: Value, top_k: int, name: str) -> Value:
+    """``x [N, in]`` by each row's expert of the stacked ``[E, out, in]`` weights (``rhs_contract=2``)."""
+    return b.emit(Op.GROUPED_DOT, [x, w], (x.shape[0], w.shape[1]), {"rhs_contract": 2, "top_k": top_k}, name=name)

@@ -37,7 +37,7 @@ from .common import (
     with_hop,
 )
 from .dataflow_tp import is_tiered, tensor_parallel_schedule
-from .gemm import Gemm, attention_shape
+from .gemm import Gemm, attention_shape, grouped_gemm
 from .program import DeviceGroup, Program, Schedule
 from .residual import residual_adds
 from .routing import kernel_time
@@ -72,7 +72,15 @@ def _microbatches(table: CostTable) -> int:
 
 
 def _weight_bytes(kernel: Kernel, table: CostTable) -> int:
-    return values_bytes(table, {v: None for v in kernel.inputs if v.kind.is_weight})
+    """The weights a streaming kernel pulls from the external tier: a grouped GEMM pulls only the
+    experts some row reaches (under the analysis' expert balance), as its cost rule reads them."""
+    weights = {v: None for v in kernel.inputs if v.kind.is_weight}
+    anchor = kernel.anchor
+    experts = anchor.inputs[1] if anchor.op is Op.GROUPED_DOT and len(anchor.inputs) > 1 else None
+    if experts is not None and experts in weights:
+        del weights[experts]
+        return values_bytes(table, weights) + grouped_gemm(table, anchor).b_bytes
+    return values_bytes(table, weights)
 
 
 def _footprints(kernels: list[Kernel], table: CostTable) -> list[int]:

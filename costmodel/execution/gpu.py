@@ -87,8 +87,12 @@ class GpuModel(SequentialModel):
 
 
 def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float) -> tuple[float, float]:
+    """A grouped GEMM runs every reached expert's tiles in one grid (a persistent grouped kernel, as
+    CUTLASS's and Triton's MoE kernels do): the tiles add up over experts, each expert's rows padded
+    to whole tiles, then wave-quantize together; a hot expert costs its extra tiles."""
     tm, tn, tk = tile
-    tiles = g.batch * ceil(g.m / tm) * ceil(g.n / tn)
+    row_tiles = sum(ceil(r / tm) for r in g.group_rows) if g.group_rows else g.batch * ceil(g.m / tm)
+    tiles = row_tiles * ceil(g.n / tn)
     kiters = ceil(g.k / tk)
     split = max(1, min(sms // tiles, kiters)) if tiles < sms else 1
     items = tiles * split
@@ -98,13 +102,20 @@ def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float) -> 
 
 
 def _l2_rereads(g: Gemm, tile: tuple[int, int, int], target: GpuTarget) -> float:
-    """Operand bytes read again from DRAM because the L2 cannot hold them across the tile grid."""
-    a, b = g.a_bytes, g.b_bytes
+    """Operand bytes read again from DRAM because the L2 cannot hold them across the tile grid (a
+    grouped GEMM: per expert, over its rows and its own weights)."""
+    if g.group_rows:
+        per_b = g.b_bytes / len(g.group_rows)
+        return sum(_rereads(g.a_bytes * r / max(g.m, 1), per_b, r, g.n, tile, target) for r in g.group_rows)
+    return _rereads(g.a_bytes, g.b_bytes, g.m, g.n, tile, target)
+
+
+def _rereads(a: float, b: float, m: int, n: int, tile: tuple[int, int, int], target: GpuTarget) -> float:
     l2 = target.l2_bytes
     if a + b <= l2:
         return 0.0
     tm, tn, _ = tile
-    mt, nt = ceil(g.m / tm), ceil(g.n / tn)
+    mt, nt = ceil(m / tm), ceil(n / tn)
     r = min(mt, max(1, isqrt(target.sm_count)))
     c = min(nt, max(1, target.sm_count // r))
     resident = l2 * CACHE_RESIDENT_FRACTION

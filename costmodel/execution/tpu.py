@@ -69,7 +69,12 @@ class TpuModel(SequentialModel):
     def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: TpuTarget) -> KernelTime:
         rate = matrix_rate(target, g.dtype, program.options)
         eff = matmul_efficiency(target, g.flops)
-        compute, executed = systolic_time(g.batch, g.m, g.n, g.k, rate.flops_per_s, eff, target)
+        if g.group_rows:
+            # a grouped GEMM (XLA's ragged dot, Megablox) walks the experts in turn, each its own folds
+            parts = [systolic_time(1, r, g.n, g.k, rate.flops_per_s, eff, target) for r in g.group_rows]
+            compute, executed = sum(p[0] for p in parts), sum(p[1] for p in parts)
+        else:
+            compute, executed = systolic_time(g.batch, g.m, g.n, g.k, rate.flops_per_s, eff, target)
         mem = memory_time(target, kernel.cost.bytes)
         return roofline(compute, mem, 0.0, target.launch_overhead, "MXU", peak_flops=rate.flops_per_s,
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=target.memory_bandwidth,

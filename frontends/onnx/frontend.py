@@ -25,6 +25,7 @@ from ...ir import Graph
 from ...ir.verifier import maybe_verify
 from ..dim_roles import assign_roles
 from .functions import expand_function
+from .grouped_mm import fold_unrolled_grouped_mm
 from .lowering import OnnxLowerer, Unordered
 from .masks import CausalMasks
 from .node import ModelInfo
@@ -134,8 +135,10 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
     # Inference types the nodes and keeps them as they were, in order: their fields still hold.
     top_fields = fields if len(inferred.graph.node) == len(fields) else None
     lowerer.lower_graph(inferred.graph, graph, None, top=True, fields=top_fields)
+    folded = fold_unrolled_grouped_mm(graph)   # per-expert MatMuls back into grouped GEMMs
     for spec in state.dims.values():
-        graph.declare_dim(spec)
+        if spec.name not in folded:
+            graph.declare_dim(spec)
     assign_roles(graph)  # batch / sequence / KV length, from dim_param names and input positions
     graph.meta.update({
         "source": "onnx", "file": file, "opsets": {k or "ai.onnx": v for k, v in opsets.items()},
