@@ -1,8 +1,9 @@
 """The batch at which decode turns compute-bound, by the chip's ridge point and by the model.
 
 Decode at batch B does ``B x f`` FLOPs (f: the FLOPs of one sequence's token, attention over the
-context included) and moves ``W + B x b`` bytes (W: the weights a step reads, once for the whole
-batch; b: one sequence's KV cache read plus its activations). It turns compute-bound where
+context included) and moves ``W + B x b`` bytes (W: what a step reads once for the whole batch,
+the weights; b: one sequence's KV cache traffic, ``context + 1`` tokens read and one written). It
+turns compute-bound where
 ``B f / P = (W + B b) / BW`` with P and BW the achievable matrix rate and bandwidth:
 
     B* = (W / BW) / (f / P - b / BW) = R W / (f - R b),   R = P / BW (the ridge point, FLOP/byte)
@@ -64,8 +65,8 @@ def crossover(replica: Replica, context: int, *, limit: int = 1 << 14) -> Crosso
     one = time_step(g, target, batch=1, tokens=1, past=context, options=replica.options)
     two = time_step(g, target, batch=2, tokens=1, past=context, options=replica.options)
     f = float(two.flops - one.flops)
-    b = float(two.bytes - one.bytes)
-    w = float(one.bytes) - b
+    w = float(2 * one.traffic - two.traffic)          # the batch-independent part of the fused traffic
+    b = float(g.cache.bytes_per_token * (context + 2))
     peak = matrix_rate(target, _dtype(replica), replica.options).flops_per_s * target.matmul_efficiency
     bw = target.memory_bandwidth * target.memory_efficiency
     ridge = peak / bw

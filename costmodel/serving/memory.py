@@ -16,6 +16,7 @@ from ...backends.defaults import SERVING_MEMORY_RESERVE
 __all__ = ["Memory", "memory_budget"]
 
 _ORDER = ("reserve", "weights", "activations", "kv_cache")
+_LABELS = {"reserve": "runtime reserve", "weights": "weights", "activations": "activations", "kv_cache": "KV cache"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Memory:
         if over is None:
             return f"fits: {terms} = {self.required / gb:.3g} of {self.capacity / gb:.3g} GB per device"
         name, by, left = over
-        label = name.replace("_", " ")
+        label = _LABELS[name]
         return (f"does not fit: the {label} overflows by {by / gb:.3g} GB ({terms} = {self.required / gb:.3g} GB "
                 f"against {self.capacity / gb:.3g} GB per device; the terms before it leave {left / gb:.3g} GB "
                 f"for the {label}, which needs {getattr(self, name) / gb:.3g} GB)")

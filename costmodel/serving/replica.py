@@ -129,6 +129,7 @@ class Replica:
             time_s=time, compute_s=base.compute_s * pp, memory_s=base.memory_s * pp,
             comm_s=(comm * pp + (pp - 1) * hop), overhead_s=base.overhead_s * pp, attention_s=base.attention_s * pp,
             dense_s=time - base.attention_s * pp, flops=base.flops * scale, bytes=base.bytes * scale,
+            traffic=base.traffic * scale,
             kernels=base.kernels * pp + count * pp, devices=self.layout.devices,
             bound="interconnect" if comm + hop > max(base.memory_s, base.compute_s) else base.bound,
             activation_bytes=base.activation_bytes, weight_bytes=base.weight_bytes, notes=tuple(notes))

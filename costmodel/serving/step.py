@@ -29,7 +29,9 @@ __all__ = ["StepTime", "time_step", "activation_bytes"]
 class StepTime:
     """Predicted time of one step and what it is made of (sums over kernels, one replica).
 
-    ``attention_s`` is the time of the attention kernels, ``dense_s`` the rest; ``comm_s`` includes
+    ``bytes`` is the unfused ops' compulsory traffic (as ``analyze`` counts it), ``traffic`` the
+    fused kernels' (what memory time is charged for). ``attention_s`` is the time of the attention
+    kernels, ``dense_s`` the rest; ``comm_s`` includes
     the collectives a parallel layout adds. ``activation_bytes`` is the step's peak of live
     tensors other than the KV cache, per device; ``weight_bytes`` per device too.
     """
@@ -43,6 +45,7 @@ class StepTime:
     dense_s: float
     flops: int
     bytes: int
+    traffic: int
     kernels: int
     devices: int
     bound: str
@@ -78,6 +81,7 @@ def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past
         time_s=schedule.total_s, compute_s=terms["compute"], memory_s=terms["memory"],
         comm_s=terms["interconnect"], overhead_s=terms["overhead"], attention_s=attention,
         dense_s=schedule.total_s - attention, flops=total.flops, bytes=total.bytes,
+        traffic=sum(k.cost.bytes for k in program.kernels),
         kernels=sum(1 for k in program.kernels if not k.is_free), devices=schedule.devices,
         bound=max(by_bound, key=by_bound.get) if schedule.total_s > 0 else "overhead",  # type: ignore[arg-type]
         activation_bytes=activations // max(schedule.devices, 1), weight_bytes=weight_bytes(table),
