@@ -12,13 +12,15 @@ Without KV traffic (b = 0) and with 2-byte weights read once per 2 FLOPs per tok
 the chip's FLOP/byte ratio. The KV read raises it, and when one sequence's attention alone is
 below the ridge (``f <= R b``: long contexts, GQA caches) decode never turns compute-bound.
 
-``modelled`` asks the execution model instead: the smallest batch whose step spends more time
+``modelled`` asks the execution model instead: the first batch whose step spends more time
 computing than moving memory (sums of the kernels' compute and memory terms), which includes tile
-padding and wave quantization, so it differs from B* where the matrix units run padded rows.
+padding, wave quantization and L2 re-reads, so it differs from B* where the matrix units run
+padded rows (see :func:`_first_compute_bound` for the search).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,16 +78,32 @@ def crossover(replica: Replica, context: int, *, limit: int = 1 << 14) -> Crosso
         s = time_step(g, target, batch=batch, tokens=1, past=context, options=replica.options)
         return s.compute_s >= s.memory_s
 
-    modelled: int | None = None
-    if compute_bound(1):
-        modelled = 1
-    else:
-        lo, hi = 1, 2
-        while hi <= limit and not compute_bound(hi):
-            lo, hi = hi, hi * 2
-        if hi <= limit:
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if compute_bound(mid) else (mid, hi)
-            modelled = hi
+    modelled = _first_compute_bound(compute_bound, limit)
     return Crossover(analytic, modelled, ridge, f, b, w, context)
+
+
+def _first_compute_bound(compute_bound: Callable[[int], bool], limit: int) -> int | None:
+    """The first batch at which ``compute_bound`` holds. Tile padding makes it saw-toothed (a batch
+    just past a tile boundary computes padded rows), so doubling finds a compute-bound power of
+    two, the range from a quarter of it is scanned in 16 steps, and the first step that holds is
+    bisected."""
+    if compute_bound(1):
+        return 1
+    hi = 2
+    while hi <= limit and not compute_bound(hi):
+        hi *= 2
+    if hi > limit:
+        return None
+    lo = max(1, hi // 4)
+    stride = max(1, (hi - lo) // 16)
+    prev = lo
+    for b in range(lo + stride, hi + 1, stride):
+        if compute_bound(b):
+            hi = b
+            break
+        prev = b
+    lo = prev
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if compute_bound(mid) else (mid, hi)
+    return hi
