@@ -15,7 +15,8 @@ from typing import Any
 __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "TRANSCENDENTAL_FRACTION", "VECTOR_FRACTION",
            "MXUS_PER_TENSORCORE", "AMX_BF16_OPS_PER_CYCLE", "AMX_OPS_PER_BF16_OP", "ATTENTION_BLOCK",
            "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS", "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
-           "MIN_MEMORY_EFFICIENCY", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION"]
+           "MIN_MEMORY_EFFICIENCY", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION", "SERVING_MEMORY_RESERVE",
+           "DEQUANT_OPS_PER_WEIGHT"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
 
@@ -124,3 +125,16 @@ IDLE_POWER_FRACTION: float = 0.115
 #: 0.38 of TDP: (0.38 - 0.115) / 0.85 ~ 0.31; HBM alone is ~3.9 pJ/bit (O'Connor et al., MICRO 2017),
 #: ~105 W at 3.35 TB/s, the rest is the on-chip path the bytes take.
 MEMORY_POWER_FRACTION: float = 0.31
+
+# -- serving -----------------------------------------------------------------------------------
+
+#: Fraction of a device's memory a serving runtime leaves unallocated (CUDA/driver context, NCCL
+#: and cuBLAS workspaces, allocator fragmentation): vLLM preallocates weights, activations and KV
+#: cache within ``gpu_memory_utilization`` of the GPU, 0.9 by default (vLLM engine arguments,
+#: docs.vllm.ai), so 10% stays free. An assumption for other runtimes and chips.
+SERVING_MEMORY_RESERVE: float = 0.10
+#: Vector operations per weight element to dequantize a weight-only quantized matmul's weights in
+#: its kernel (a scale multiply and a convert per element; int4/fp4 unpacking folded in): an
+#: assumption in the spirit of Marlin/AWQ kernels, which dequantize each weight tile in registers
+#: once per tile of output rows. Timed on the vector units beside the tensor-core work.
+DEQUANT_OPS_PER_WEIGHT: int = 2

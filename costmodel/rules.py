@@ -26,10 +26,13 @@ from .cost import ZERO, Cost
 from .experts import active_experts, expert_rows
 from .opview import OpView
 
-__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "Rule"]
+__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "Rule", "IN_PLACE"]
 
 Rule = Callable[[OpView], Cost]
 RULES: dict[Op, Rule] = {}
+#: Attribute of a CONCAT or scatter that updates operand ``node.attrs[IN_PLACE]`` in place (see
+#: :mod:`narrowpipe.costmodel.serving.inplace`): only the other operands move.
+IN_PLACE = "in_place"
 
 
 def _rule(*ops: Op) -> Callable[[Rule], Rule]:
@@ -219,8 +222,19 @@ def view(v: OpView) -> Cost:
 @_rule(Op.PERMUTE, Op.COPY, Op.CONCAT, Op.SPLIT, Op.PAD, Op.TILE, Op.FLIP, Op.ROLL, Op.TRIANGULAR,
        Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH)
 def copy(v: OpView) -> Cost:
-    """Materializing data movement: read the inputs, write the outputs, no arithmetic."""
+    """Materializing data movement: read the inputs, write the outputs, no arithmetic.
+
+    A concat marked ``in_place`` (a KV cache append in a serving runtime: the new rows are written
+    into the cache's preallocated storage) moves only the operands other than the one it updates."""
+    if v.node.op is Op.CONCAT and IN_PLACE in v.attrs:
+        moved = _bytes_except(v, int(v.attrs[IN_PLACE]))
+        return Cost(0, 0, moved, moved)
     return _traffic(v)
+
+
+def _bytes_except(v: OpView, keep: int) -> int:
+    """Bytes of every operand but ``keep`` (the storage an in-place op updates)."""
+    return sum(v.in_bytes(i) for i in range(len(v.in_shapes)) if i != keep and v.has_input(i))
 
 
 @_rule(Op.GATHER, Op.GATHER_ELEMENTS, Op.GATHER_ND)
@@ -233,9 +247,16 @@ def gather(v: OpView) -> Cost:
 
 @_rule(Op.SCATTER, Op.SCATTER_ELEMENTS, Op.SCATTER_ND, Op.INDEX_PUT)
 def scatter(v: OpView) -> Cost:
-    """Out-of-place scatter: copy the data, read indices and updates; a reduce adds 1 FLOP per update."""
-    updates = v.numel(len(v.in_shapes) - 1) if v.in_shapes and v.in_shapes[-1] is not None else 0
+    """Out-of-place scatter: copy the data, read indices and updates; a reduce adds 1 FLOP per update.
+
+    Marked ``in_place`` (a static KV cache's ``index_copy_``), the data is updated where it lies:
+    indices and updates are read and only the updated elements are written."""
+    last = len(v.in_shapes) - 1
+    updates = v.numel(last) if v.in_shapes and v.in_shapes[-1] is not None else 0
     flops = updates if v.attrs.get("reduce") not in (None, "none", "") else 0
+    if IN_PLACE in v.attrs:
+        read = _bytes_except(v, int(v.attrs[IN_PLACE]))
+        return Cost(flops, 0, read, v.in_bytes(last) if updates else 0)
     return _traffic(v, flops)
 
 

@@ -116,10 +116,21 @@ def torus(op: Op, size: float, axes: tuple[int, ...], link_bw: float, alpha: flo
     if n <= 1:
         return AlgoTime("torus", 0.0, 0.0, 0.0)
     bw = torus_bandwidth(axes, link_bw)
+    if op is Op.ALL_TO_ALL:
+        return _torus_all_to_all(size, axes, link_bw, alpha)
     if op not in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER):
         return ring(op, size, n, bw, alpha)
     steps = sum(_steps(op, k) for k in axes)
     return _time("torus", steps, alpha, bus_factor(op, n) * size, bw)
+
+
+def _torus_all_to_all(size: float, axes: tuple[int, ...], link_bw: float, alpha: float) -> AlgoTime:
+    """Dimension-ordered all-to-all: one exchange per axis, in turn (each device's buffer keeps its
+    size, (k-1)/k of it leaving along the axis's two links), so the steps are the sum of the axes'
+    ``k - 1``, not the ``n - 1`` of one ring over every device (9 against 63 on a 4x4x4 cube)."""
+    steps = sum(k - 1 for k in axes)
+    beta = sum((k - 1) / k * size / (2 * link_bw) for k in axes)
+    return AlgoTime("torus", steps * alpha + beta, steps * alpha, beta)
 
 
 def hierarchical(op: Op, size: float, local: int, nodes: int, local_bw: float, local_alpha: float,

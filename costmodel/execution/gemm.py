@@ -45,6 +45,11 @@ class AttentionShape:
     dv: int
     causal: bool
     dtype: DType
+    #: Query heads sharing one K/V head (grouped-query / multi-query attention read K/V once per KV
+    #: head): decode kernels stack a group's query rows against the shared K/V (FlashDecoding's and
+    #: FlashInfer's head-group packing, TPU ragged paged attention), so ``sq * group`` rows meet
+    #: each K/V tile. 1 for multi-head attention and eager patterns.
+    group: int = 1
 
 
 def _wider(a: DType, b: DType) -> DType:
@@ -113,7 +118,8 @@ def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:
         a = attention_dims(node.attrs, *(_shape(table, node, off + i) for i in range(3)))
         qv = node.inputs[off]
         assert qv is not None
-        return AttentionShape(a.batch * a.heads, a.sq, a.sk, a.d, a.dv, is_causal(node), qv.type.dtype)
+        group = a.heads // a.kv_heads if 0 < a.kv_heads < a.heads and a.heads % a.kv_heads == 0 else 1
+        return AttentionShape(a.batch * a.heads, a.sq, a.sk, a.d, a.dv, is_causal(node), qv.type.dtype, group)
     dots = [n for n in kernel.nodes if n.op is Op.DOT]
     g1, g2 = dot_gemm(table, dots[0]), dot_gemm(table, dots[-1])
     causal = any(is_causal(n) for n in kernel.nodes)   # a mask step the frontend proved causal

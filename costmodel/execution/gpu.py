@@ -69,10 +69,13 @@ class GpuModel(SequentialModel):
         if target.attention_efficiency is not None:
             eff = min(eff, target.attention_efficiency)
         block_rows, bc = ATTENTION_BLOCK
-        br = block_rows if s.sq >= block_rows else max(ATTENTION_MIN_BLOCK_ROWS, 2 ** ceil(log2(max(s.sq, 1))))
-        qblocks, kblocks = ceil(s.sq / br), ceil(s.sk / bc)
-        frac = causal_fraction(s.causal, s.sq, s.sk, br)
-        items = s.batch_heads * qblocks
+        # short queries (decode) pack the query heads of a KV group into one block's rows
+        g = s.group if s.sq < block_rows and s.batch_heads % s.group == 0 else 1
+        rows = s.sq * g
+        br = block_rows if rows >= block_rows else max(ATTENTION_MIN_BLOCK_ROWS, 2 ** ceil(log2(max(rows, 1))))
+        qblocks, kblocks = ceil(rows / br), ceil(s.sk / bc)
+        frac = causal_fraction(s.causal, s.sq, s.sk, br) if g == 1 else 1.0
+        items = s.batch_heads // g * qblocks
         split = max(1, min(target.sm_count // max(items, 1), kblocks))  # split-KV for short queries
         waves = ceil(items * split / target.sm_count)
         per_item = ceil(kblocks / split) * frac * 2 * br * bc * (s.d + s.dv)

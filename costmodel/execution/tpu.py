@@ -85,8 +85,10 @@ class TpuModel(SequentialModel):
         rate = matrix_rate(target, s.dtype, replace(program.options, sparse=False))
         eff = matmul_efficiency(target, kernel.cost.flops)
         frac = causal_fraction(s.causal, s.sq, s.sk, target.mxu_dim)  # query blocks of one MXU tile
-        qk, e1 = systolic_time(s.batch_heads, s.sq, s.sk, s.d, rate.flops_per_s, eff, target)
-        pv, e2 = systolic_time(s.batch_heads, s.sq, s.dv, s.sk, rate.flops_per_s, eff, target)
+        # the query heads of a KV group are rows against the same K/V tiles (see AttentionShape.group)
+        g = s.group if s.batch_heads % s.group == 0 else 1
+        qk, e1 = systolic_time(s.batch_heads // g, s.sq * g, s.sk, s.d, rate.flops_per_s, eff, target)
+        pv, e2 = systolic_time(s.batch_heads // g, s.sq * g, s.dv, s.sk, rate.flops_per_s, eff, target)
         exp = s.batch_heads * s.sq * s.sk * frac / transcendental_rate(target)
         compute = max((qk + pv) * frac, exp)
         mem = memory_time(target, kernel.cost.bytes)

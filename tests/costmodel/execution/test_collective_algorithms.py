@@ -88,4 +88,12 @@ def test_a_torus_group_on_one_axis_gets_that_axis_two_links_and_the_whole_torus_
     whole = topo.time(Op.ALL_GATHER, 1e9, 64)
     assert whole.transfer_s == pytest.approx(63 / 64 * 1e9 / 270e9)
     assert whole.latency_s == pytest.approx(9 * 1e-6)                # 3 steps along each of 3 axes
-    assert torus(Op.ALL_TO_ALL, 1e9, (4,), 45e9, 1e-6).algorithm == "ring"
+    one = torus(Op.ALL_TO_ALL, 1e9, (4,), 45e9, 1e-6)          # one axis: that axis's ring
+    assert one.seconds == pytest.approx(ring(Op.ALL_TO_ALL, 1e9, 4, 90e9, 1e-6).seconds)
+
+
+def test_a_torus_all_to_all_exchanges_along_one_axis_after_another():
+    """Dimension-ordered: 3 + 3 + 3 steps on a 4x4x4 cube, not the 63 of a ring over 64 devices."""
+    t = torus(Op.ALL_TO_ALL, 64e3, (4, 4, 4), 45e9, 1e-6)
+    assert t.latency_s == pytest.approx(9e-6)
+    assert t.transfer_s == pytest.approx(3 * 3 / 4 * 64e3 / 90e9)

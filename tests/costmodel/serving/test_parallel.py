@@ -1,0 +1,60 @@
+"""Tensor- and pipeline-parallel decode: per-device shards and the collectives between devices."""
+
+import pytest
+
+import narrowpipe
+from narrowpipe.backends import get_target
+from narrowpipe.costmodel.execution.algorithms import ring, tree
+from narrowpipe.costmodel.serving.serve import replica_for, serve
+from narrowpipe.ir import Op
+
+SIZES = dict(layers=32, hidden=4096, heads=32, vocab=128256, ffn=14336, kv_heads=8, gated_mlp=True, seq=2048)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return narrowpipe.transformer(**SIZES)
+
+
+def test_tp_shards_weights_and_kv_and_adds_two_all_reduces_per_layer(graph):
+    one = replica_for(graph, "h100")
+    tp4 = replica_for(graph, "h100", tp=4)
+    w1, w4 = one.memory(1, 100).weights, tp4.memory(1, 100).weights
+    norms = 2 * (2 * 32 * 4096 + 4096)          # replicated on every device
+    assert w4 == pytest.approx((w1 - norms) / 4 + norms, rel=1e-6)
+    assert tp4.kv_bytes_per_token == one.kv_bytes_per_token // 4
+    step = tp4.step(1, 1, 2048)
+    assert "65 tensor-parallel collectives" in " ".join(step.notes)   # 2 x 32 all-reduces + logits
+
+
+def test_small_batch_all_reduce_is_latency_bound(graph):
+    """At batch 1 an all-reduce carries 8 KB: its time is the algorithm's steps x the link latency."""
+    h100 = get_target("h100")
+    size = 4096 * 2
+    times = [ring(Op.ALL_REDUCE, size, 4, h100.scale_up_bandwidth, h100.link_latency),
+             tree(Op.ALL_REDUCE, size, 4, h100.scale_up_bandwidth, h100.link_latency)]
+    best = min(t.seconds for t in times if t is not None)
+    assert best < 2 * 6 * h100.link_latency                 # latency, not bandwidth
+    tp4 = replica_for(graph, "h100", tp=4)
+    comm = tp4.step(1, 1, 2048).comm_s
+    per = best + h100.launch_overhead
+    logits = 32064 * 4 * 2
+    gather = ring(Op.ALL_GATHER, logits, 4, h100.scale_up_bandwidth, h100.link_latency).seconds + \
+        h100.launch_overhead
+    assert comm == pytest.approx(64 * per + gather, rel=1e-6)
+
+
+def test_tp_lowers_latency_and_pp_keeps_throughput(graph):
+    r1 = serve(graph, "h100", batch=1, context=2048, with_crossover=False)
+    r4 = serve(graph, "h100", batch=1, context=2048, tp=4, with_crossover=False)
+    p2 = serve(graph, "h100", batch=2, context=2048, pp=2, with_crossover=False)
+    assert r4.tpot_s < r1.tpot_s and r4.devices == 4
+    assert p2.tpot_s > r1.tpot_s                         # a token passes both stages
+    assert p2.memory.weights < 0.6 * r1.memory.weights
+
+
+def test_dataflow_chips_lay_themselves_out(graph):
+    with pytest.raises(narrowpipe.NarrowpipeError, match="dataflow"):
+        replica_for(graph, "groq-lpu", tp=2)
+    r = serve(graph, "groq-lpu", batch=1, context=2048, with_crossover=False)
+    assert r.devices > 1 and "dataflow layout" in r.layout
