@@ -3,9 +3,10 @@
 x is a kernel's arithmetic intensity (its FLOPs over its external bytes, fused intermediates
 excluded), y the FLOP/s it achieves in its predicted time. The roofs are the target's datasheet
 peaks, one per precision it lists (matrix units solid, vector units dashed), and one bandwidth slope
-per memory level (on-chip, main memory, a dataflow chip's external tier, the host link); the dotted
-pair is what the model times against (the run's dtype at the matmul efficiency, main memory at the
-memory efficiency). A point's area is its kernel's time; its colour the kernel's op group; the
+per memory level (on-chip, main memory, a dataflow chip's external tier, the host link). The run's own
+precision gets a dash-dotted roof where the chip emulates it (fp32 as six bf16 passes), and the
+dotted line is what the model times against (that peak at the matmul efficiency, main memory at
+the memory efficiency). A point's area is its kernel's time; its colour the kernel's op group; the
 report's top bottlenecks are labelled.
 
 A kernel without FLOPs (a copy, a gather) has no place on a FLOP/s axis and a kernel without
@@ -16,6 +17,7 @@ silently. Drawn with matplotlib's object API on the Agg canvas: no display, no p
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,32 +97,27 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     xs = [k.flops / k.bytes for k in shown]
     ys = [k.flops / k.kernel_s for k in shown]
     ridges = [peak / bw for bw in memory]
-    x_lo = min(xs + ridges + [1.0]) / 4
-    x_hi = max(xs + ridges + [1.0]) * 8
-    y_lo = min(ys + [peak * 1e-4]) / 4
-    y_hi = peak * 3
+    x_lo, x_hi = min(xs + ridges + [1.0]) / 4, max(xs + ridges + [1.0]) * 8
 
-    fig = Figure(figsize=(10, 6.5), layout="constrained")
+    fig = Figure(figsize=(10, 6.5))
+    fig.subplots_adjust(left=0.08, right=0.985, bottom=0.085, top=0.94)   # fixed: slope labels need the angle
     ax = fig.add_subplot()
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
-    ax.set_ylim(y_lo, y_hi)
+    ax.set_ylim(min(ys + [peak * 1e-4]) / 4, peak * 3)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of kernel traffic)")
     ax.set_ylabel("achieved FLOP/s (per device)")
+    top_bw = max(memory, default=0.0)
     for label, value, matrix in compute:
-        start = min(value / bw for bw in memory) if memory else x_lo
-        ax.plot([start, x_hi], [value, value], color="black", lw=1.2 if matrix else 0.9,
-                ls="-" if matrix else "--", gid="ceiling")
+        ax.plot([value / top_bw if top_bw else x_lo, x_hi], [value, value], color="black",
+                lw=1.2 if matrix else 0.9, ls="-" if matrix else "--", gid="ceiling")
         ax.annotate(f"{label} {si(value, 'FLOP/s')}", (x_hi, value), xytext=(-4, 2), textcoords="offset points",
                     ha="right", va="bottom", fontsize=7)
     for bw, labels in sorted(memory.items(), key=lambda kv: -kv[0]):
-        end = peak / bw
-        ax.plot([x_lo, end], [bw * x_lo, peak], color="dimgray", lw=1.0, gid="ceiling")
-        x_text = max(x_lo * 1.5, min(end / 30, x_hi))
-        ax.annotate(f"{' = '.join(labels)} {si(bw, 'B/s')}", (x_text, bw * x_text), xytext=(2, 4),
-                    textcoords="offset points", fontsize=7, color="dimgray", rotation=0)
-    _achievable(ax, report, x_lo, x_hi)
+        ax.plot([x_lo, peak / bw], [bw * x_lo, peak], color="dimgray", lw=1.0, gid="ceiling")
+        _slope_label(ax, max(x_lo * 1.5, peak / bw / 10), bw, f"{' = '.join(labels)} {si(bw, 'B/s')}")
+    _run_ceilings(ax, report, {v for _, v, _ in compute}, x_lo, x_hi)
     _points(ax, shown, xs, ys)
     _labels(ax, report, shown, xs, ys, top)
     busy = sum(k.time_s for k in report.timeline)     # device busy time (a pipeline's chips overlap)
@@ -134,21 +131,33 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     return fig
 
 
-def _achievable(ax: Any, report: Report, x_lo: float, x_hi: float) -> None:
-    """The ceilings the model times against: the run's dtype at the matmul efficiency, main memory
-    at the memory efficiency (calibration measures both)."""
+def _slope_label(ax: Any, x: float, bw: float, text: str) -> None:
+    """A bandwidth slope's label along its line: the angle is the slope's on screen (the axes'
+    position is fixed before this runs)."""
+    (x0, y0), (x1, y1) = ax.transData.transform([(x, bw * x), (x * 10, bw * x * 10)])
+    ax.annotate(text, (x, bw * x), xytext=(0, 3), textcoords="offset points", fontsize=7, color="dimgray",
+                rotation=math.degrees(math.atan2(y1 - y0, x1 - x0)), rotation_mode="anchor")
+
+
+def _run_ceilings(ax: Any, report: Report, roofs: set[float], x_lo: float, x_hi: float) -> None:
+    """What the model times this run against: the matrix peak of its dominant precision (a roof of
+    its own where the chip emulates it, e.g. fp32 as six bf16 passes), and dotted, that peak at the
+    matmul efficiency with main memory at the memory efficiency (the fractions calibration measures)."""
     assert report.timing is not None and report.ceilings is not None
-    ceil = report.ceilings
-    dtype = report.timing.dtype
-    rate = next((c.value for c in ceil.compute if c.field == f"matrix_flops.{dtype}"), None)
+    t, ceil = report.timing, report.ceilings
     bw = next((c.value for c in ceil.memory if c.field == "memory_bandwidth"), None)
-    if rate is None or bw is None:
+    if t.peak_flops <= 0 or bw is None:
         return
-    flops_s, bytes_s = rate * ceil.matmul_efficiency, bw * ceil.memory_efficiency
-    ridge = flops_s / bytes_s
-    ax.plot([x_lo, ridge, x_hi], [bytes_s * x_lo, flops_s, flops_s], color="gray", lw=0.9, ls=":",
-            gid="achievable", label=f"achievable ({dtype} x {ceil.matmul_efficiency:.2g}, "
-                                    f"memory x {ceil.memory_efficiency:.2g})")
+    runs_as = t.precision or t.dtype
+    if t.peak_flops not in roofs:
+        ax.plot([t.peak_flops / bw, x_hi], [t.peak_flops, t.peak_flops], color="black", lw=0.9, ls="-.",
+                gid="run-ceiling")
+        ax.annotate(f"{runs_as} {si(t.peak_flops, 'FLOP/s')}", (x_hi, t.peak_flops), xytext=(-4, 2),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=7)
+    flops_s, bytes_s = t.peak_flops * ceil.matmul_efficiency, bw * ceil.memory_efficiency
+    ax.plot([x_lo, flops_s / bytes_s, x_hi], [bytes_s * x_lo, flops_s, flops_s], color="gray", lw=0.9, ls=":",
+            gid="achievable", label=f"achievable: {runs_as} x {ceil.matmul_efficiency:.2g}, "
+                                    f"memory x {ceil.memory_efficiency:.2g}")
 
 
 def _points(ax: Any, shown: list[ScheduledKernel], xs: list[float], ys: list[float]) -> None:
