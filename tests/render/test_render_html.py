@@ -115,3 +115,16 @@ def test_page_is_self_contained_and_lists_unmodeled_ops(page):
     assert "<link" not in text and "<script src" not in text
     untimed = html_page(narrowpipe.analyze(load_example("gpt2"), dims={"seq": 8}))
     assert "No target: counts only" in untimed and 'id="ops-table"' in untimed and "<img" not in untimed
+
+
+def test_a_huge_graph_lists_its_slowest_ops_and_says_how_many_are_not(monkeypatch):
+    import narrowpipe.render.html as html
+    monkeypatch.setattr(html, "MAX_OP_ROWS", 10)
+    report = narrowpipe.analyze(load_example("gpt2"), "h100", dims={"seq": 8})
+    text = html.html_page(report)
+    body = text[text.index('id="ops-table"'):text.index("</table>", text.index('id="ops-table"'))]
+    assert body.count("<tr>") == 10 + 1                  # and the header row
+    listed = sum(1 for o in report.ops if o.flops or o.bytes or o.comm_bytes or o.time_s or not o.modeled)
+    assert f"{listed - 10} beyond the 10 slowest" in text
+    slowest = max(report.ops, key=lambda o: o.time_s or 0)
+    assert f"<td>{slowest.name}</td>" in body
