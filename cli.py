@@ -7,7 +7,9 @@ exit status 2, never a traceback: users get the file, node and reason.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets, target_specs
+from .cli_feedback import add_feedback_flags, load_model, say
+from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
 from .errors import NarrowpipeError, NarrowpipeWarning
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
@@ -53,6 +57,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="narrowpipe", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    add_feedback_flags(parser, subcommand=False)
     sub = parser.add_subparsers(dest="command")
 
     p = sub.add_parser("analyze", help="count FLOPs, bytes and params of every op")
@@ -63,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     p.add_argument("--target", help="time the model on a target (name, alias or .toml file)")
     _add_timing_args(p)
+    add_output_args(p)
 
     p = sub.add_parser("compare", help="predict a model on several hardware targets side by side")
     _add_model_args(p)
@@ -73,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write every target's full report (every op's bound) as JSON")
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     _add_timing_args(p)
+    add_output_args(p)
 
     p = sub.add_parser("whatif", help="re-run a model on a modified chip: which pipe is narrowest?")
     _add_model_args(p)
@@ -108,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     register_diagnose(sub)
 
     sub.add_parser("examples", help="list the bundled example models")
+    _COMMANDS.update(register_output_commands(sub))
+    for subparser in sub.choices.values():
+        add_feedback_flags(subparser, subcommand=True)
     return parser
 
 
@@ -142,7 +152,8 @@ def _timing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def _analyze(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.analyze import analyze
     from .render import print_report
-    graph = resolve_model(args.model, rebuild=args.rebuild)
+    check_outputs(args, timed=bool(args.target))
+    graph = load_model(args, console)
     if args.target:
         graph = _with_precision(graph, args)
     price = None
@@ -153,6 +164,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
                      dims=parse_sets(args.set))
     print_report(report, console, top=None if args.all else args.top)
+    write_outputs(args, console, report)
     return _write_json(args, console, report.to_json())
 
 
@@ -160,20 +172,24 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
 def _compare(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.compare import compare
     from .render import print_comparison
-    graph = _with_precision(resolve_model(args.model, rebuild=args.rebuild), args)
+    grid = parse_grid(args.set)
+    check_outputs(args, timed=True, sweep=any(len(v) > 1 for v in grid.values()))
+    graph = _with_precision(load_model(args, console), args)
     specs = target_specs(args.targets, args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
-    grid = parse_grid(args.set)
     options = {"strict": args.strict, "prices": parse_prices(args.price), **_timing_kwargs(args)}
     if any(len(v) > 1 for v in grid.values()):
-        from .costmodel.sweep import sweep
+        from .costmodel.sweep import grid_points, sweep
+        from .render.progress import progress
         from .render.sweep import print_sweep
-        swept = sweep(graph, specs, grid, **options)
+        with progress(console, "sweeping", total=len(grid_points(grid))) as step:
+            swept = sweep(graph, specs, grid, progress=step, **options)
         print_sweep(swept, console)
         return _write_json(args, console, swept.to_json())
     result = compare(graph, specs, dims={k: v[0] for k, v in grid.items()}, **options)
     print_comparison(result, console)
+    write_outputs(args, console, result)
     return _write_json(args, console, result.to_json())
 
 
@@ -183,7 +199,7 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
 
     from .costmodel.compare import whatif
     from .render import print_whatif
-    graph = _with_precision(resolve_model(args.model, rebuild=args.rebuild), args)
+    graph = _with_precision(load_model(args, console), args)
     result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
                     **_timing_kwargs(args), dims=parse_sets(args.set))
     print_whatif(result, console)
@@ -259,15 +275,12 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
         import torch  # noqa: F401
     except ImportError:
         raise NarrowpipeError("calibrate measures with torch: pip install 'narrowpipe[torch]'") from None
-    from rich.progress import Progress
-
     from .calibration import calibrate, measurements_path
+    from .render.progress import progress
     _set_threads(args.threads)
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("calibrating", total=None)
+    with progress(console, "calibrating") as step:
         target = calibrate(args.out, device=args.device, quick=args.quick, base=args.base,
-                           from_measurements=args.from_measurements, name=args.name,
-                           progress=lambda what: bar.update(task, description=what, advance=1))
+                           from_measurements=args.from_measurements, name=args.name, progress=step)
     console.print(f"wrote {args.out} ({target.display_name}) and {measurements_path(args.out)}")
     console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, "
                   f"memory {target.memory_bandwidth / 1e9:.3g} GB/s best, "
@@ -319,7 +332,7 @@ def _examples(args: argparse.Namespace, console: Console) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(quiet=args.quiet)
     if args.version:
         from . import __version__
         console.print(f"narrowpipe {__version__}")
@@ -332,14 +345,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", NarrowpipeWarning)   # the rest keep Python's filters
-                return _COMMANDS[args.command](args, console)
+                start = time.perf_counter()
+                status = _COMMANDS[args.command](args, console)
+                say(args, f"{args.command}: {time.perf_counter() - start:.2f} s")
+                return status
         finally:
             _show_warnings(caught)   # after the block: inside it, showwarning would record again
     except NarrowpipeError as exc:  # messages hold [brackets] (pip extras, paths): no markup
+        if args.verbose:
+            Console(stderr=True).print_exception()
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:   # `narrowpipe ... | head`: the reader left; stop quietly
+        sys.stdout = open(os.devnull, "w")   # noqa: SIM115 (the interpreter flushes stdout at exit)
+        return 141
 
 
 def _show_warnings(caught: list[warnings.WarningMessage]) -> None:

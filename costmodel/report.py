@@ -9,12 +9,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, NamedTuple
+
+from .ceilings import Ceilings
+from .timeline import ScheduledKernel
 
 __all__ = ["OpRow", "Report", "Unmodeled", "Timing", "Bottleneck", "REPORT_FORMAT", "REPORT_VERSION"]
 
 REPORT_FORMAT = "narrowpipe.report"
-REPORT_VERSION = 1
+#: 2: a timed report carries its ``timeline`` (every launched kernel: device, stream, start, terms) and
+#: its target's roofline ``ceilings``, so traces, plots and pages can be drawn from the JSON alone.
+REPORT_VERSION = 2
 
 
 class Unmodeled(NamedTuple):
@@ -194,6 +200,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     timing: Timing | None = None
+    #: Filled on a target: every launched kernel of the predicted schedule, and the chip's roofs.
+    timeline: list[ScheduledKernel] = field(default_factory=list)
+    ceilings: Ceilings | None = None
 
     @property
     def time_s(self) -> float | None:
@@ -227,6 +236,8 @@ class Report:
             "notes": list(self.notes),
             "extra": self.extra,
             "timing": self.timing.to_dict() if self.timing else None,
+            "ceilings": self.ceilings.to_dict() if self.ceilings else None,
+            "timeline": [k.to_dict() for k in self.timeline],
             "ops": [row.to_dict() for row in self.ops],
         }
 
@@ -248,7 +259,18 @@ class Report:
                    flops_by_group=dict(data["flops_by_group"]), bytes_by_group=dict(data["bytes_by_group"]),
                    ops=rows, unmodeled=[Unmodeled(u["op"], u["count"]) for u in data["unmodeled"]],
                    target=data.get("target"), notes=list(data.get("notes", [])),
-                   extra=dict(data.get("extra", {})), timing=_timing_from(data.get("timing")))
+                   extra=dict(data.get("extra", {})), timing=_timing_from(data.get("timing")),
+                   timeline=[ScheduledKernel.from_dict(k) for k in data.get("timeline", [])],
+                   ceilings=Ceilings.from_dict(data["ceilings"]) if data.get("ceilings") else None)
+
+    def plot_roofline(self, path: str | Path | None = None, *, top: int | None = None) -> Any:
+        """The roofline of this timed report (every kernel a point on its target's ceilings), written
+        to ``path`` (.png or .svg) when given; returns the matplotlib figure. Needs matplotlib.
+
+        A convenience over :func:`narrowpipe.render.roofline.plot_roofline`, imported here lazily:
+        results do not depend on their renderers."""
+        from ..render.roofline import plot_roofline
+        return plot_roofline(self, path, top=top)
 
 
 def _timing_from(data: Mapping[str, Any] | None) -> Timing | None:

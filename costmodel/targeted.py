@@ -12,12 +12,14 @@ import dataclasses
 
 from ..backends import Target, get_target
 from ..ir import DimRole, Graph
+from .ceilings import ceilings_of
 from .execution import DeviceGroup, Program, Schedule, TimingOptions
 from .hotspots import hotspots
 from .interpreter import CostTable
 from .report import OpRow, Report
 from .sensitivity import RESOURCE_DOUBLINGS, speedups_if_doubled
 from .summary import summarize
+from .timeline import timeline
 from .timing import fused_program, time_program
 
 __all__ = ["apply_target", "time_program", "RESOURCE_DOUBLINGS", "hotspots"]
@@ -44,7 +46,8 @@ def apply_target(report: Report, table: CostTable, target: Target | str, *, fusi
     items, unit = _items(table.graph, report.dims)
     timing = summarize(program, schedule, target, modeled_flops=report.modeled_flops, items=items,
                        item_unit=unit, price=price, speedups=speedups)
-    return dataclasses.replace(report, ops=_rows(report.ops, program, schedule), target=target.name, timing=timing)
+    return dataclasses.replace(report, ops=_rows(report.ops, program, schedule), target=target.name, timing=timing,
+                               timeline=timeline(program, schedule), ceilings=ceilings_of(target))
 
 
 def _rows(rows: list[OpRow], program: Program, schedule: Schedule) -> list[OpRow]:
