@@ -111,3 +111,41 @@ def test_a_skewed_router_reads_fewer_experts_same_flops(graphs):
     assert skewed.flops == balanced.flops
     assert balanced.bytes - skewed.bytes == LAYERS * 4 * 2 * (2 * F * H + H * F)
     assert any("hottest expert 4 rows, 4 of 8 experts read" in n for n in skewed.notes)
+
+
+def _qwen2_moe():
+    return transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeConfig(
+        hidden_size=H, intermediate_size=F, moe_intermediate_size=48, shared_expert_intermediate_size=80,
+        num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB, num_experts=E,
+        num_experts_per_tok=K)
+
+
+def _deepseek_v3():
+    """A dense first layer, then routed experts (grouped top-k routing) beside a shared expert; MLA attention."""
+    return transformers.DeepseekV3ForCausalLM, transformers.DeepseekV3Config(
+        hidden_size=H, intermediate_size=F, moe_intermediate_size=48, num_hidden_layers=2, first_k_dense_replace=1,
+        num_attention_heads=4, num_key_value_heads=4, vocab_size=VOCAB, n_routed_experts=E, num_experts_per_tok=K,
+        n_shared_experts=1, n_group=2, topk_group=1, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", [_qwen2_moe, _deepseek_v3], ids=["qwen2-moe", "deepseek-v3"])
+def test_shared_expert_models_equal_flop_counter_mode(build):
+    """Qwen2-MoE and DeepSeek-V3 (routed experts beside a shared expert) exported with their default
+    grouped experts count what FlopCounterMode counts running the batched_mm experts; top-2 is found
+    even behind DeepSeek's group-limited routing."""
+    cls, config = build()
+    config._attn_implementation, config._experts_implementation = "eager", "batched_mm"
+    torch.manual_seed(0)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        cls(config).eval()(torch.randint(0, VOCAB, (2, 12)), use_cache=False)
+    config._attn_implementation, config._experts_implementation = "sdpa", "grouped_mm"
+    with torch.device("meta"):
+        model = cls(config).to(torch.bfloat16).eval()
+    ids = torch.zeros(2, 12, dtype=torch.long, device="meta")
+    dyn = {"input_ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=64)}, "use_cache": None}
+    g = narrowpipe.from_torch(model, (), {"input_ids": ids, "use_cache": False}, dynamic_shapes=dyn)
+    r = narrowpipe.analyze(g, strict=True, batch=2, seq=12)
+    assert r.flops_by_group["contraction"] + r.flops_by_group["attention"] == counter.get_total_flops()
+    assert [n.attrs["top_k"] for n in _grouped(g)] == [K, K]
