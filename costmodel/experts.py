@@ -12,8 +12,9 @@ An :class:`ExpertBalance` names the spread as shares ``p_i`` of the routed rows,
 * ``balanced`` (the default): ``p_i = 1 / E``, what a router trained with a load-balancing loss aims for;
 * ``zipf:S``: ``p_i`` proportional to ``1 / i**S`` (``S >= 0``; ``S = 0`` is balanced, ``S = 1`` gives the
   hottest of 8 experts 37% of the rows);
-* ``hot:F``: the hottest expert takes the fraction ``F`` of the routed rows (``1/E <= F <= 1``), the
-  other experts share the rest evenly.
+* ``hot:F``: the hottest expert takes the fraction ``F`` of the routed rows (``0 < F <= 1``; an ``F``
+  below ``1/E`` would make it the coldest, and is taken as ``1/E``, balanced), the other experts share
+  the rest evenly.
 
 Rows per expert (:func:`expert_rows`) are ``rows x p_i``, capped at one row per token (with ``top_k``
 known, ``rows / top_k`` tokens each pick ``top_k`` *different* experts, so no expert takes more rows

@@ -45,8 +45,8 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
     (multi-head; fewer is grouped-query attention), ``head_dim`` to ``hidden // heads``.
     ``gated_mlp`` makes the MLP ``down(act(gate(x)) * up(x))`` with ``activation`` SiLU by default
     (plain MLPs default to GELU). ``experts`` and ``top_k`` replace every layer's MLP by a
-    mixture of experts with balanced routing (:mod:`narrowpipe.models.moe`: each expert GEMM gets
-    ``top_k * tokens / experts`` rows, as evenly as integers allow, so totals are exact).
+    mixture of experts (:mod:`narrowpipe.models.moe`: grouped GEMMs over the ``top_k * tokens`` routed
+    rows, exact FLOPs; how the rows spread over experts is the analysis' ``expert_balance``).
     ``parallel_block`` runs attention and MLP on one shared norm and adds both (GPT-J, Falcon).
     ``tie_embeddings`` makes ``lm_head`` read the embedding table (one weight, counted once).
     ``positions`` is ``"rotary"``, ``"learned"`` (a ``max_positions`` x ``hidden`` table, GPT-2)

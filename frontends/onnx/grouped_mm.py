@@ -12,6 +12,7 @@ row through one expert), and the expert balance of the analysis decides how the 
 from __future__ import annotations
 
 from ...ir import Graph, Node, Op, Value
+from ...ir.dims import Dim
 from ..moe_routing import routed_top_k
 
 __all__ = ["fold_unrolled_grouped_mm"]
@@ -34,8 +35,11 @@ def fold_unrolled_grouped_mm(graph: Graph) -> set[str]:
         if top_k is not None:
             attrs["top_k"] = top_k
         out = concat.outputs[0]
-        node = graph.add_node(Op.GROUPED_DOT, [x, w, offsets], [out.type], attrs, name=f"{concat.name}_grouped",
-                              source=concat.source)
+        rows = x.shape[0]
+        node = graph.add_node(Op.GROUPED_DOT, [x, w, offsets], [out.type.with_shape((rows, w.shape[2]))], attrs,
+                              name=f"{concat.name}_grouped", source=concat.source)
+        if out.shape[0] != rows:
+            _retype_rows(graph, out.shape[0], rows)
         graph.nodes.remove(node)   # added last; it belongs where the concat was (topological order)
         graph.nodes.insert(graph.nodes.index(concat), node)
         graph.replace_all_uses(out, node.outputs[0])
@@ -99,6 +103,14 @@ def _offsets(end: Value | None, dead: list[Node]) -> Value | None:
         dead.extend(use.node for use in out.uses if use.node.op is Op.RESHAPE)
     dead.append(split)
     return split.inputs[0]
+
+
+def _retype_rows(graph: Graph, old: Dim, rows: Dim) -> None:
+    """Shape inference left the concat's rows as the sum of the experts' unknown counts; every value
+    typed with that sum has the grouped GEMM's rows instead (the same count, now bound by the input)."""
+    for v in graph.values():
+        if any(d == old for d in v.shape):
+            v.type = v.type.with_shape(tuple(rows if d == old else d for d in v.shape))
 
 
 def _remove_dead(graph: Graph, candidates: list[Node]) -> None:

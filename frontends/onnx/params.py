@@ -53,7 +53,7 @@ QUANT_WEIGHT_SLOTS: dict[tuple[str, str], frozenset[int]] = {
     ("com.microsoft", "GatherBlockQuantized"): frozenset({0}),
     ("com.microsoft", "DynamicQuantizeMatMul"): frozenset({1}),
     ("com.microsoft", "MatMulIntegerToFloat"): frozenset({1}), ("com.microsoft", "QGemm"): frozenset({3}),
-    ("com.microsoft", "QAttention"): frozenset({1}),
+    ("com.microsoft", "QAttention"): frozenset({1}), ("com.microsoft", "QMoE"): frozenset({2, 5, 8}),
 }
 _BUFFER_SLOTS: dict[tuple[str, str], frozenset[int]] = {("", "BatchNormalization"): frozenset({3, 4})}
 #: Where an embedding table is read (``Gather`` data) and where a tied copy can be read as a weight.
