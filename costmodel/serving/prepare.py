@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import NarrowpipeError
-from ...ir import DimRole, DType, Graph, TensorType, Value
+from ...ir import IN_PLACE, DimRole, DType, Graph, TensorType, Value
 from ...models.decoder import build
 from ...models.spec import TransformerSpec
 from ..costcache import forget
@@ -76,7 +76,7 @@ def _retype_kv(graph: Graph, cache: KvCache, dtype: DType) -> None:
     names = {t.name for t in cache.tensors}
     storage: set[Value] = {v for v in graph.inputs if v.name in names}
     for node in graph.nodes:
-        if "in_place" in node.attrs and any(v in storage for v in node.inputs if v is not None):
+        if IN_PLACE in node.attrs and any(v in storage for v in node.inputs if v is not None):
             storage.update(node.outputs)
     for v in storage:
         v.type = TensorType(dtype, v.type.shape)
