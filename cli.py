@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets
+from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
 from .errors import NarrowpipeError
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     p.add_argument("--target", help="time the model on a target (name, alias or .toml file)")
     _add_timing_args(p)
+    add_mode_args(p)
 
     p = sub.add_parser("compare", help="predict a model on several hardware targets side by side")
     _add_model_args(p)
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write every target's full report (every op's bound) as JSON")
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     _add_timing_args(p)
+    add_mode_args(p)
 
     p = sub.add_parser("whatif", help="re-run a model on a modified chip: which pipe is narrowest?")
     _add_model_args(p)
@@ -106,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .render.diagnosis import register_diagnose
     register_diagnose(sub)
+    register_serve(sub)
 
     sub.add_parser("examples", help="list the bundled example models")
     return parser
@@ -147,8 +151,8 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
         from .backends import get_target
         from .costmodel.compare import prices_by_target
         price = prices_by_target(parse_prices(args.price)).get(get_target(args.target).name)
-    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
-                     dims=parse_sets(args.set))
+    graph, dims = apply_mode(graph, args, parse_sets(args.set))
+    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
     print_report(report, console, top=None if args.all else args.top)
     return _write_json(args, console, report.to_json())
 
@@ -161,7 +165,8 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     specs = [t.strip() for t in args.targets.split(",") if t.strip()] + list(args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
-    grid = parse_grid(args.set)
+    graph, fixed = apply_mode(graph, args, {})
+    grid = {**{k: [v] for k, v in fixed.items()}, **parse_grid(args.set)}
     options = {"strict": args.strict, "prices": parse_prices(args.price), **_timing_kwargs(args)}
     if any(len(v) > 1 for v in grid.values()):
         from .costmodel.sweep import sweep
@@ -311,6 +316,10 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
 def _diagnose(args: argparse.Namespace, console: Console) -> int:
     from .render.diagnosis import run_diagnose
     return run_diagnose(args, console)
+
+
+command("serve")(run_serve)
+command("serve-sweep")(run_serve_sweep)
 
 
 @command("examples")

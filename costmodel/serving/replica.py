@@ -46,7 +46,7 @@ class Layout:
     @property
     def label(self) -> str:
         if self.devices == 1:
-            return "1 device"
+            return "TP1"
         parts = ([f"TP{self.tp}"] if self.tp > 1 else []) + ([f"PP{self.pp}"] if self.pp > 1 else [])
         return " x ".join(parts)
 

@@ -106,8 +106,6 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
     ran = decode_step or prefill_step
     devices = ran.devices if ran is not None else 1
     cross = crossover(replica, ctx) if with_crossover and mode != "prefill" and not replica.dataflow else None
-    if not memory.fits:
-        notes.append(memory.explain())
     return ServingReport(
         model=sg.graph.name, target=t.name, mode=mode, layout=replica.layout.label if not replica.dataflow
         else f"dataflow layout ({devices} chips)", devices=devices, batch=batch, context=ctx, input_len=n_in,
