@@ -24,6 +24,7 @@ from ..kernels import Kernel
 from .common import (
     KernelTime,
     causal_fraction,
+    dequant_time,
     matmul_efficiency,
     matrix_rate,
     memory_time,
@@ -70,6 +71,8 @@ class TpuModel(SequentialModel):
         rate = matrix_rate(target, g.dtype, program.options)
         eff = matmul_efficiency(target, g.flops)
         compute, executed = systolic_time(g.batch, g.m, g.n, g.k, rate.flops_per_s, eff, target)
+        if g.narrow_rhs is not None:   # weight-only quantization: the VPU converts each weight tile once
+            compute = max(compute, dequant_time(target, g.dtype, g.batch * g.k * g.n, 1))
         mem = memory_time(target, kernel.cost.bytes)
         return roofline(compute, mem, 0.0, target.launch_overhead, "MXU", peak_flops=rate.flops_per_s,
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=target.memory_bandwidth,

@@ -61,8 +61,7 @@ class ServingGraph:
             return {}
         out = {n: batch for n in self.batch_dims}
         out.update({n: tokens for n in self.sequence_dims})
-        assert c.length_dim is not None
-        out[c.length_dim] = past
+        out.update(c.length_bindings(past))
         return out
 
 
