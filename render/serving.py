@@ -68,21 +68,22 @@ def print_capacity(plan: CapacityPlan, console: Console) -> None:
     tab = Table(title=f"{escape(plan.model)}{on}: {plan.rate:,g} req/s of {plan.input_len} in / {plan.output_len} "
                       f"out, TPOT <= {seconds(plan.tpot_target_s)}{ttft}", box=box.SIMPLE_HEAD,
                 title_justify="left", pad_edge=False, collapse_padding=True)
-    cols = (["target"] if len(targets) > 1 else []) + ["layout", "batch", "TPOT", "TTFT", "tok/s/dev", "replicas",
-                                                       "devices", "$/M tok", "limit"]
-    for col in cols:
-        tab.add_column(col, justify="left" if col in ("target", "layout", "limit") else "right",
-                       no_wrap=col not in ("layout", "limit"))
+    for col in ("layout", "batch", "TPOT", "TTFT", "tok/s/dev", "chips", "$/M tok", "limit"):
+        tab.add_column(col, justify="left" if col in ("layout", "limit") else "right", no_wrap=True)
+    missed: list[str] = []
     for c in plan.candidates:
-        lead = [c.target] if len(targets) > 1 else []
+        layout = c.layout.replace("dataflow layout (", "x").replace(" chips)", "")
+        layout = f"{c.target} {layout}" if len(targets) > 1 else layout
         if not c.meets:
-            tab.add_row(*lead, c.layout, "-", seconds(c.tpot_s), seconds(c.ttft_s), "-", "-", "-", "-",
-                        escape(c.why_not), style="dim")
+            missed.append(f"{c.target} {c.layout}: {c.why_not}")
+            tab.add_row(layout, "-", seconds(c.tpot_s), seconds(c.ttft_s), "-", "-", "-", f"[{len(missed)}]",
+                        style="dim")
             continue
-        tab.add_row(*lead, c.layout, str(c.batch), seconds(c.tpot_s), seconds(c.ttft_s),
-                    f"{c.tokens_per_s_per_device:,.0f}", str(c.replicas), str(c.total_devices),
-                    _money(c.cost_per_million_tokens), c.limited_by)
+        tab.add_row(layout, str(c.batch), seconds(c.tpot_s), seconds(c.ttft_s), f"{c.tokens_per_s_per_device:,.0f}",
+                    str(c.total_devices), _money(c.cost_per_million_tokens), c.limited_by.replace("memory", "mem"))
     console.print(tab)
+    for i, why in enumerate(missed, 1):
+        console.print(f"  [{i}] {escape(why)}", highlight=False)
     best, cheap, fast = plan.best_throughput, plan.cheapest, plan.best_latency
     if best is None:
         floor = f"{seconds(fast.min_tpot_s)} ({fast.target} {fast.layout})" if fast else "-"

@@ -202,13 +202,15 @@ def _candidate(replica: Replica, rate: float, input_len: int, output_len: int, t
     if fits == 0:
         mem = replica.memory(1, context, prefill_tokens=input_len, prefill_batch=1)
         return Candidate(replica.target.name, label, devices, 0, floor.tpot_s, floor.ttft_s, floor.tpot_s, 0.0, 0, 0,
-                         price_h, mem, mem.explain())
+                         price_h, mem, f"memory: {mem.short()} at batch 1")
     batch, state, why = _best_batch(replica, input_len, output_len, tpot, ttft, fits)
     mem = replica.memory(max(batch, 1), context, prefill_tokens=input_len, prefill_batch=1)
     if batch == 0 or state is None:
         return Candidate(replica.target.name, label, devices, 0, floor.tpot_s, floor.ttft_s, floor.tpot_s, 0.0, 0, 0,
                          price_h, mem, why, floor)
     tokens = batch / state.tpot_s
+    devices = replica.devices(batch, context)     # a dataflow layout grows with its KV cache
+    label = replica.layout.label if not replica.dataflow else f"dataflow layout ({devices} chips)"
     replicas = ceil(rate / (tokens / output_len))
     if batch == fits:
         limit = "memory"
