@@ -89,8 +89,9 @@ def print_capacity(plan: CapacityPlan, console: Console) -> None:
         floor = f"{seconds(fast.min_tpot_s)} ({fast.target} {fast.layout})" if fast else "-"
         console.print(f"[bold red]no layout meets the targets[/]; the lowest TPOT reachable is {floor}")
     else:
-        console.print(f"[bold]answer:[/] {best.total_devices} x {best.target} ({best.replicas} replicas of "
-                      f"{best.layout}, batch {best.batch} each) for {plan.rate:,g} requests/s")
+        replicas = f"{best.replicas} replica{'s' if best.replicas > 1 else ''}"
+        console.print(f"[bold]answer:[/] {best.total_devices} x {best.target} ({replicas} of {best.layout}, "
+                      f"batch {best.batch} each) for {plan.rate:,g} requests/s")
         console.print(f"  throughput: {best.target} {best.layout} "
                       f"({best.tokens_per_s_per_device:,.0f} tok/s per device)")
         if cheap is not None and cheap is not best:

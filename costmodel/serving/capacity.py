@@ -183,6 +183,7 @@ def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[
     for spec in specs:
         target = get_target(spec)
         base = replica_for(model, target, weights=weights, activations=activations, kv=kv, system=system)
+        base.source.check_context(input_len + output_len)
         name = base.source.graph.name
         notes = notes or list(base.notes)
         for layout in layouts_for(base.source, target, max_tp=max_tp, pps=pps):

@@ -49,6 +49,14 @@ class ServingGraph:
     def sequence_dims(self) -> list[str]:
         return self.graph.dims_with_role(DimRole.SEQUENCE)
 
+    def check_context(self, tokens: int) -> None:
+        """Refuse a sequence longer than the model's positions (GPT-2's learned table, a config's
+        ``max_position_embeddings``): the model cannot run it, so no figure would be an answer."""
+        limit = self.spec.max_positions if self.spec is not None else None
+        if limit and tokens > limit:
+            raise NarrowpipeError(f"{self.graph.name} handles at most {limit:,} positions; this question needs "
+                                  f"{tokens:,} (prompt + output, or the decode context + 1)")
+
     def bindings(self, batch: int, tokens: int, past: int) -> dict[str, int]:
         """Dims for ``batch`` sequences each adding ``tokens`` to a cache holding ``past``."""
         c = self.cache

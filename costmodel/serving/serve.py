@@ -66,6 +66,9 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
                               system=system, fusion=fusion)
     t = replica.target
     sg = replica.source
+    longest = (context if context is not None else (input_len or DEFAULT_INPUT)) + 1 if mode == "decode" else \
+        (input_len or context or DEFAULT_INPUT) + (output_len or DEFAULT_OUTPUT if mode == "generate" else 0)
+    sg.check_context(longest)
     price_h = price if price is not None else t.price_per_hour
     notes = list(replica.notes)
     ttft = tpot = e2e = out_rate = prompt_rate = None

@@ -38,3 +38,11 @@ def test_steady_state_admits_batch_over_output_requests_per_iteration(replica):
     ttft = replica.step(1, 32 + 256, 0).dense_s + s.decode_attention_s + replica.step(1, 256, 0).attention_s
     assert s.ttft_s == pytest.approx(ttft)
     assert s.ttft_s > s.iteration_s
+
+
+def test_a_context_beyond_the_models_positions_is_refused():
+    g = narrowpipe.transformer(layers=1, hidden=64, heads=2, vocab=100, positions="learned", max_positions=256,
+                               norm="layer", seq=8)
+    with pytest.raises(narrowpipe.NarrowpipeError, match="at most 256 positions"):
+        serve(g, "h100", mode="generate", batch=1, input_len=200, output_len=100)
+    assert serve(g, "h100", mode="decode", batch=1, context=255, with_crossover=False).tpot_s > 0
