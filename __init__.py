@@ -11,6 +11,8 @@ Public API::
     r = narrowpipe.analyze(g, "h100", dims={"seq": 2048})       # + times: r.time_s, r.mfu, r.ops[i].bound
     c = narrowpipe.compare(g, ["h100", "tpu-v5e", "groq-lpu"], dims={"batch": 8})
     g.role_size(narrowpipe.DimRole.BATCH)                       # dims carry roles: batch, sequence, kv length
+    s = narrowpipe.serve(g, "h100", mode="decode", batch=64, context=8192)   # s.tpot_s, s.max_batch, s.memory
+    p = narrowpipe.plan_capacity(g, "h100", rate=1000, input_len=2048, output_len=256, tpot=0.030)
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from .costmodel.analyze import analyze
 from .costmodel.compare import Comparison, WhatIf, compare, whatif
 from .costmodel.diagnose import Diagnosis, diagnose
 from .costmodel.report import Bottleneck, OpRow, Report, Timing, Unmodeled
+from .costmodel.serving import ServingReport, serve, serving_graph
+from .costmodel.serving.capacity import CapacityPlan, plan_capacity
 from .errors import (
     FrontendError,
     IRError,
@@ -33,7 +37,7 @@ from .errors import (
     UnsupportedOpError,
     VerificationError,
 )
-from .frontends import export, from_torch, save_pt2
+from .frontends import export, export_decode_step, from_torch, save_pt2
 from .ir import DimRole, Graph
 from .loading import load
 from .models import from_config, transformer
@@ -48,7 +52,8 @@ def targets() -> list[tuple[str, str]]:
 
 __all__ = [
     "from_torch", "export", "save_pt2", "load", "transformer", "from_config", "analyze", "compare", "whatif",
-    "diagnose", "targets", "get_target", "Graph", "DimRole",
+    "diagnose", "targets", "get_target", "Graph", "DimRole", "serve", "serving_graph", "plan_capacity",
+    "export_decode_step", "ServingReport", "CapacityPlan",
     "Report", "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",

@@ -21,6 +21,7 @@ from rich.markup import escape
 from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets, target_specs
 from .cli_feedback import add_feedback_flags, load_model, say
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
+from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
 from .errors import NarrowpipeError, NarrowpipeWarning
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="time the model on a target (name, alias or .toml file)")
     _add_timing_args(p)
     add_output_args(p)
+    add_mode_args(p)
 
     p = sub.add_parser("compare", help="predict a model on several hardware targets side by side")
     _add_model_args(p)
@@ -80,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     _add_timing_args(p)
     add_output_args(p)
+    add_mode_args(p)
 
     p = sub.add_parser("whatif", help="re-run a model on a modified chip: which pipe is narrowest?")
     _add_model_args(p)
@@ -113,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .render.diagnosis import register_diagnose
     register_diagnose(sub)
+    register_serve(sub)
 
     sub.add_parser("examples", help="list the bundled example models")
     _COMMANDS.update(register_output_commands(sub))
@@ -161,8 +165,8 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
         from .backends import get_target
         from .costmodel.compare import prices_by_target
         price = prices_by_target(parse_prices(args.price)).get(get_target(args.target).name)
-    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
-                     dims=parse_sets(args.set))
+    graph, dims = apply_mode(graph, args, parse_sets(args.set))
+    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
     print_report(report, console, top=None if args.all else args.top)
     write_outputs(args, console, report)
     return _write_json(args, console, report.to_json())
@@ -178,6 +182,8 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     specs = target_specs(args.targets, args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
+    graph, fixed = apply_mode(graph, args, {})
+    grid = {**{k: [v] for k, v in fixed.items()}, **grid}
     options = {"strict": args.strict, "prices": parse_prices(args.price), **_timing_kwargs(args)}
     if any(len(v) > 1 for v in grid.values()):
         from .costmodel.sweep import grid_points, sweep
@@ -312,6 +318,10 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
 def _diagnose(args: argparse.Namespace, console: Console) -> int:
     from .render.diagnosis import run_diagnose
     return run_diagnose(args, console)
+
+
+command("serve")(run_serve)
+command("serve-sweep")(run_serve_sweep)
 
 
 @command("examples")

@@ -21,18 +21,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import ceil, log2, prod
 
-from ..ir import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
+from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
 from .cost import ZERO, Cost
 from .experts import active_experts, expert_rows
 from .opview import OpView
 
-__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "Rule", "IN_PLACE"]
+__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "Rule"]
 
 Rule = Callable[[OpView], Cost]
 RULES: dict[Op, Rule] = {}
-#: Attribute of a CONCAT or scatter that updates operand ``node.attrs[IN_PLACE]`` in place (see
-#: :mod:`narrowpipe.costmodel.serving.inplace`): only the other operands move.
-IN_PLACE = "in_place"
+
 
 
 def _rule(*ops: Op) -> Callable[[Rule], Rule]:

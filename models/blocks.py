@@ -102,6 +102,8 @@ def attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Valu
                                     "dropout": 0.0}
         if hk != hq:
             attrs["enable_gqa"] = True
+        if spec.sliding_window is not None:
+            attrs["window"] = spec.sliding_window
         o = b.emit(Op.ATTENTION, [q, k, v], (batch, hq, seq, d), attrs, name="attention")
         o = b.permute(o, (0, 2, 1, 3), name="o_transpose")
         o = b.reshape(o, (batch, seq, hq * d), name="o_view")

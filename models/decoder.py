@@ -26,7 +26,10 @@ from .graph_builder import GraphBuilder
 from .moe import moe
 from .spec import TransformerSpec
 
-__all__ = ["transformer", "build"]
+__all__ = ["transformer", "build", "WINDOW_DIM"]
+
+#: The cache-length dim of sliding-window layers (see :func:`transformer`).
+WINDOW_DIM = "past_window"
 
 
 def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 2048, *, ffn: int | None = None,
@@ -36,7 +39,7 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
                 norm: str = "rms", positions: str = "rotary", max_positions: int | None = None,
                 attn_bias: bool = False, out_bias: bool = False, mlp_bias: bool = False,
                 norm_bias: bool | None = None, causal: bool | None = None, encoder: bool = False,
-                type_vocab: int = 0, past: int | None = None, eps: float = 1e-5,
+                type_vocab: int = 0, past: int | None = None, sliding_window: int | None = None, eps: float = 1e-5,
                 dtype: DType | str = DType.BF16, batch: int = 1, name: str = "transformer") -> Graph:
     """A causal language model's forward pass (``input_ids [batch, seq] -> logits [batch, seq, vocab]``).
 
@@ -60,6 +63,10 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
     ``past`` adds a KV cache: the default binding of the dim ``past`` (role KV_LENGTH), inputs
     ``past_key_values.{i}.key``/``.value`` of ``[batch, kv_heads, past, head_dim]`` per layer, and the
     updated caches as outputs after the logits; ``seq=1`` with a cache is one decode step.
+    ``sliding_window`` makes every layer attend to the last ``sliding_window`` tokens (Mistral 7B
+    v0.1): the attention nodes carry ``window``, and a cache holds ``past_window`` tokens (a second
+    KV_LENGTH dim, bound to ``min(past, sliding_window)``; ``graph.meta["kv_windows"]`` names the
+    windowed cache inputs). FLOPs count every key the attention is handed, as torch does for a mask.
     """
     kv = kv_heads or heads
     spec = TransformerSpec(
@@ -69,7 +76,7 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
         moe_renormalize=moe_renormalize, parallel_block=parallel_block, tie_embeddings=tie_embeddings,
         norm=norm, positions=positions, max_positions=max_positions, attn_bias=attn_bias, out_bias=out_bias,
         mlp_bias=mlp_bias, norm_bias=norm_bias, causal=not encoder if causal is None else causal,
-        encoder=encoder, type_vocab=type_vocab,
+        encoder=encoder, type_vocab=type_vocab, sliding_window=sliding_window,
         dtype=dtype if isinstance(dtype, DType) else DType.parse(dtype))
     return build(spec, seq=seq, batch=batch, past=past, eps=eps, name=name)
 
@@ -89,6 +96,10 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, past: int |
     if past is not None:
         graph.declare_dim(DimSpec("past", default=past, min=0, role=DimRole.KV_LENGTH,
                                   doc="tokens already in the KV cache"))
+        if spec.sliding_window is not None:
+            graph.declare_dim(DimSpec(WINDOW_DIM, default=min(past, spec.sliding_window), min=0,
+                                      max=spec.sliding_window, role=DimRole.KV_LENGTH,
+                                      doc="tokens a sliding-window layer's cache holds: min(past, window)"))
     graph.meta.update({"builder": "narrowpipe.models.transformer", "spec": _spec_meta(spec)})
     b = GraphBuilder(graph, spec.dtype)
     B, S = Sym("batch"), Sym("seq")
@@ -131,8 +142,12 @@ def _positions(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
 
 def _cache_inputs(b: GraphBuilder, spec: TransformerSpec, layer: int) -> Cache:
     """Layer ``layer``'s past keys and values, named as Hugging Face's legacy cache tuples."""
-    shape = (Sym("batch"), spec.kv_heads, Sym("past"), spec.head_dim)
+    length = Sym(WINDOW_DIM if spec.sliding_window is not None else "past")
+    shape = (Sym("batch"), spec.kv_heads, length, spec.head_dim)
     key, value = (b.input(f"past_key_values.{layer}.{part}", shape, spec.dtype) for part in ("key", "value"))
+    if spec.sliding_window is not None:
+        windows = b.graph.meta.setdefault("kv_windows", {})
+        windows.update({key.name: spec.sliding_window, value.name: spec.sliding_window})
     return Cache(key, value)
 
 

@@ -72,7 +72,13 @@ def _bert(c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: model_type -> reader; architectures with parts the builder lacks (shared experts, q/k norms) are absent.
-SUPPORTED: dict[str, Reader] = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "qwen2": _qwen2,
+def _mistral(c: Mapping[str, Any]) -> dict[str, Any]:
+    """Mistral: Llama's layout; v0.1 attends to a 4,096-token sliding window (``sliding_window``)."""
+    window = c.get("sliding_window")
+    return _llama(c) | ({"sliding_window": int(window)} if window else {})
+
+
+SUPPORTED: dict[str, Reader] = {"gpt2": _gpt2, "llama": _llama, "mistral": _mistral, "qwen2": _qwen2,
                                 "mixtral": _mixtral, "bert": _bert}
 
 

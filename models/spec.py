@@ -47,6 +47,7 @@ class TransformerSpec:
     causal: bool = True
     encoder: bool = False          # BERT's layout: see :func:`narrowpipe.models.transformer`
     type_vocab: int = 0            # token-type (segment) embeddings of an encoder; 0: none
+    sliding_window: int | None = None   # every layer attends to the last this-many tokens (Mistral 7B v0.1)
     dtype: DType = DType.BF16
 
     def __post_init__(self) -> None:
@@ -72,6 +73,8 @@ class TransformerSpec:
             raise NarrowpipeError("transformer: learned positions need max_positions (the table's rows)")
         if self.encoder and self.causal:
             raise NarrowpipeError("transformer: an encoder attends both ways; pass causal=False")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise NarrowpipeError(f"transformer: sliding_window must be positive, got {self.sliding_window}")
         if self.positions == "rotary" and self.head_dim % 2:
             raise NarrowpipeError(f"transformer: rotary embedding needs an even head_dim, got {self.head_dim}")
 

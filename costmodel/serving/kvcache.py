@@ -40,6 +40,7 @@ class KvTensor:
     bytes_per_token: int          # one token of one sequence
     dtype: str
     window: int | None = None     # a sliding-window layer keeps at most this many tokens
+    length_dim: str | None = None  # the KV_LENGTH dim of its length axis (None: static)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,16 @@ class KvCache:
     @property
     def is_static(self) -> bool:
         return self.length_dim is None
+
+    def length_bindings(self, past: int) -> dict[str, int]:
+        """Each cache-length dim bound for a cache of ``past`` tokens (a window caps its layers')."""
+        out: dict[str, int] = {}
+        for t in self.tensors:
+            if t.length_dim is not None:
+                out[t.length_dim] = min(past, t.window) if t.window else past
+        if self.length_dim is not None:
+            out.setdefault(self.length_dim, past)
+        return out
 
     def resident_bytes(self, batch: int, context: int) -> int:
         """Bytes the cache holds for ``batch`` sequences of ``context`` tokens (windows capped)."""
@@ -118,12 +129,16 @@ def find_kv_cache(graph: Graph) -> KvCache | None:
         length = next((i for i, name in axes if name in kv_dims), None)
         if length is None:
             continue
-        length_dim = length_dim or axes[length][1]
+        dim = axes[length][1]
+        if v.name not in windows:
+            length_dim = length_dim or dim
         batch = next((i for i, name in axes if name in batch_dims), None)
         skip = {length} | ({batch} if batch is not None else set())
-        tensors.append(KvTensor(v.name, batch, length, _per_token(v, skip), v.type.dtype.value, windows.get(v.name)))
+        tensors.append(KvTensor(v.name, batch, length, _per_token(v, skip), v.type.dtype.value, windows.get(v.name),
+                                dim))
     if tensors:
-        return KvCache(tuple(tensors), length_dim)
+        unwindowed = [d for d in kv_dims if d not in {t.length_dim for t in tensors if t.window}]
+        return KvCache(tuple(tensors), length_dim or (unwindowed[0] if unwindowed else tensors[0].length_dim))
     return _static_cache(graph, windows)
 
 
