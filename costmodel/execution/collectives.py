@@ -11,7 +11,9 @@ domains) and keeps the fastest, as NCCL's tuner and XLA's collective planner do.
 and the torus accounting cannot drift apart.
 
 Bandwidths are per device and one direction. A torus level's ``bandwidth`` is the sum over all its
-links, so a ring along one axis runs on ``2 x bandwidth / links`` (the axis's two links).
+links, so a ring along one axis runs on ``2 x bandwidth / links`` (the axis's two links); a mesh
+level (a TPU slice smaller than a full cube: no wraparound links) has the same axes without the
+wraparound, so one link's worth per axis and ``k - 1`` hops along an axis of ``k``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class NetLevel:
     bus_bandwidth: float | None = None    # measured achievable busbw (large messages)
     torus_dims: tuple[int, ...] = ()
     links: int | None = None
+    wraparound: bool = True                # False: a mesh (torus_dims without wraparound links)
     in_network_reduction: bool = False
     reduction_bus_bandwidth: float | None = None
 
@@ -90,9 +93,9 @@ class Topology:
         def level(lv: Level | None) -> NetLevel | None:
             if lv is None:
                 return None
-            torus_dims = tuple(lv.dims) if lv.topology == "torus" else ()
+            torus_dims = tuple(lv.dims) if lv.topology in ("torus", "mesh") else ()
             return NetLevel(lv.bandwidth, lv.latency, lv.bus_bandwidth, torus_dims, lv.links,
-                            bool(lv.in_network_reduction), lv.reduction_bus_bandwidth)
+                            lv.topology != "mesh", bool(lv.in_network_reduction), lv.reduction_bus_bandwidth)
         up = level(system.scale_up) or NetLevel(0.0, 0.0)
         return cls(system.scale_up_domain, up, level(system.scale_out))
 
@@ -106,15 +109,23 @@ class Topology:
         if group <= self.scale_up_domain or self.scale_out is None:
             up = self.scale_up
             axes = _torus_axes(group, up.torus_dims)
-            bw = torus_bandwidth(axes, up.link_bandwidth) if up.torus_dims else up.effective
+            bw = torus_bandwidth(axes, up.link_bandwidth, up.wraparound) if up.torus_dims else up.effective
             return Link(bw, up.latency, group <= self.scale_up_domain)
         return Link(self.scale_out.effective, self.scale_out.latency, False)
 
-    def time(self, op: Op, size: float, group: int) -> AlgoTime:
-        """The fastest algorithm for ``op`` on a ``size``-byte buffer over ``group`` devices."""
+    def time(self, op: Op, size: float, group: int, axes: tuple[int, ...] | None = None) -> AlgoTime:
+        """The fastest algorithm for ``op`` on a ``size``-byte buffer over ``group`` devices.
+
+        ``axes``: the torus axes the group spans, where the caller's layout names them (a 2D
+        weight-stationary ``x`` on one axis and ``yz`` on the others); by default the group fills
+        whole axes in order."""
         if group <= 1 or size <= 0:
             return AlgoTime("none", 0.0, 0.0, 0.0)
         up = self.scale_up
+        if axes is not None and up.torus_dims and group <= self.scale_up_domain:
+            if prod(axes) != group:
+                raise ValueError(f"torus axes {axes} do not hold a group of {group}")
+            return torus(op, size, axes, up.link_bandwidth, up.latency, up.wraparound)
         if group <= self.scale_up_domain or self.scale_out is None:
             return min(self._within(op, size, group, up), key=lambda t: t.seconds)
         out = self.scale_out
@@ -130,7 +141,8 @@ class Topology:
 
     def _within(self, op: Op, size: float, group: int, up: NetLevel) -> list[AlgoTime]:
         if up.torus_dims:
-            return [torus(op, size, _torus_axes(group, up.torus_dims), up.link_bandwidth, up.latency)]
+            return [torus(op, size, _torus_axes(group, up.torus_dims), up.link_bandwidth, up.latency,
+                          up.wraparound)]
         options = [ring(op, size, group, up.effective, up.latency)]
         tr = tree(op, size, group, up.effective, up.latency)
         options += [tr] if tr is not None else []

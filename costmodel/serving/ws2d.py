@@ -19,10 +19,10 @@ for ``B`` sequences, each chip:
 
 The head is one more all-gather and matmul over ``V/yz``. Each step's compute (per layer, built as an
 IR graph with the per-chip shapes and timed by the TPU execution model, MXU padding and per-kernel
-overhead included) and the collectives (timed on the system's torus by
-:class:`~narrowpipe.costmodel.execution.collectives.Topology`: ``x`` along one axis, ``yz`` over two)
-add up; nothing overlaps, a conservative reading of the paper, which overlaps some communication
-with its "looped CollectiveEinsum" (section 3.5).
+overhead included) and the collectives (timed on the system's torus or mesh by
+:class:`~narrowpipe.costmodel.execution.collectives.Topology`: ``x`` on the leading torus axes, ``yz``
+on the others, :func:`ws2d_torus_axes`) add up; nothing overlaps, a conservative reading of the paper,
+which overlaps some communication with its "looped CollectiveEinsum" (section 3.5).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from ..execution.collectives import Topology
 from ..interpreter import interpret
 from ..timing import fused_program, time_program
 
-__all__ = ["Ws2dStep", "ws2d_decode", "ws2d_axes"]
+__all__ = ["Ws2dStep", "ws2d_decode", "ws2d_axes", "ws2d_torus_axes"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,20 @@ def ws2d_axes(chips: int, hidden: int, ffn: int) -> tuple[int, int]:
             best = (cost, x, yz)
     assert best is not None
     return best[1], best[2]
+
+
+def ws2d_torus_axes(dims: tuple[int, ...], x: int, yz: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The torus axes ``x`` and ``yz`` span: ``x`` the leading axes whose product is ``x`` (one axis
+    of a 4x4x4 cube for x = 4, the paper's layout), ``yz`` the rest. None when the torus is not
+    exactly ``x * yz`` chips or no leading axes make ``x`` (the collectives then fill axes in order)."""
+    if math.prod(dims) != x * yz:
+        return None
+    acc = 1
+    for i, k in enumerate(dims):
+        if acc == x:
+            return tuple(dims[:i]), tuple(dims[i:])
+        acc *= k
+    return (tuple(dims), ()) if acc == x else None
 
 
 def _layer_graph(spec: TransformerSpec, b: int, ctx: int, x: int, yz: int, w: DType, a: DType,
@@ -149,24 +163,28 @@ def ws2d_decode(spec: TransformerSpec, target: Target, topology: Topology, chips
     e, f, hd, d = spec.hidden, spec.ffn, spec.heads * spec.head_dim, spec.head_dim
     n_in = (2 if spec.gated_mlp else 1) * f + hd + 2 * spec.kv_heads * d
 
-    def coll(op: Op, elements: float, group: int) -> float:
+    split = ws2d_torus_axes(topology.scale_up.torus_dims, x, yz) if topology.torus else None
+    spans = {"x": split[0], "yz": split[1], "all": topology.scale_up.torus_dims} if split else {}
+
+    def coll(op: Op, nbytes: float, span: str) -> float:
+        group = {"x": x, "yz": yz, "all": n}[span]
         if group <= 1:
             return 0.0
-        return topology.time(op, elements * ab, group).seconds + target.launch_overhead
+        return topology.time(op, nbytes, group, spans.get(span)).seconds + target.launch_overhead
 
     per_layer = {
         "kernels": layer_s,
-        "all-gather yz (B x E/x)": coll(Op.ALL_GATHER, batch * e / x, yz),
-        "all-reduce x (norm statistics)": topology.time(Op.ALL_REDUCE, batch * 2 * 4, x).seconds
-        + target.launch_overhead if x > 1 else 0.0,
-        "reduce-scatter x (B x in/yz)": coll(Op.REDUCE_SCATTER, batch * n_in / yz, x),
-        "all-to-all q,k,v to batch": coll(Op.ALL_TO_ALL, batch * (hd + 2 * spec.kv_heads * d) / n, n),
-        "all-to-all attention out": coll(Op.ALL_TO_ALL, batch * hd / n, n),
-        "all-gather x (B x out/yz)": coll(Op.ALL_GATHER, batch * (f + hd) / yz, x),
-        "reduce-scatter yz (B x E/x)": coll(Op.REDUCE_SCATTER, batch * e / x, yz),
+        "all-gather yz (B x E/x)": coll(Op.ALL_GATHER, batch * e / x * ab, "yz"),
+        "all-reduce x (norm statistics)": coll(Op.ALL_REDUCE, batch * 2 * 4, "x"),
+        "reduce-scatter x (B x in/yz)": coll(Op.REDUCE_SCATTER, batch * n_in / yz * ab, "x"),
+        "all-to-all q,k,v to batch": coll(Op.ALL_TO_ALL, batch * (hd + 2 * spec.kv_heads * d) / n * ab, "all"),
+        "all-to-all attention out": coll(Op.ALL_TO_ALL, batch * hd / n * ab, "all"),
+        "all-gather x (B x out/yz)": coll(Op.ALL_GATHER, batch * (f + hd) / yz * ab, "x"),
+        "reduce-scatter yz (B x E/x)": coll(Op.REDUCE_SCATTER, batch * e / x * ab, "yz"),
     }
     comm_layer = sum(v for k, v in per_layer.items() if k != "kernels")
-    head_comm = coll(Op.ALL_GATHER, batch * e / x, yz) + coll(Op.REDUCE_SCATTER, batch * spec.vocab / yz, x)
+    head_comm = (coll(Op.ALL_GATHER, batch * e / x * ab, "yz")
+                 + coll(Op.REDUCE_SCATTER, batch * spec.vocab / yz * ab, "x"))
     compute = spec.layers * layer_s + head_s
     comm = spec.layers * comm_layer + head_comm
     per_chip_params = spec.layers * (e * n_in + e * (f + hd) + e) / n + spec.vocab * e / n
