@@ -17,6 +17,13 @@ for ``B`` sequences, each chip:
 4. **all-gather over x** to ``B x (F + H d)/yz``; the fused output matmul (down, o) to ``B x E/x``,
    partial over yz; **reduce-scatter over yz** back to ``B x E/n``; the residual add.
 
+A **prefill** (:func:`ws2d_prefill`, the paper's low-latency rows: batch 1, table 2) runs the same
+layer over ``B x L`` token rows with attention **sharded over heads** instead (section 3.3: the
+queries of many tokens share each K/V, so the cache is no longer the traffic): each chip keeps its
+``H/n`` query heads from the reduce-scatter, the one K/V head is **all-gathered over every chip**
+(``B L x 2 d``), causal attention runs locally, and its output is already in the place the
+all-gather over x expects; no all-to-alls. The head computes the last token's logits only.
+
 The head is one more all-gather and matmul over ``V/yz``. Each step's compute (per layer, built as an
 IR graph with the per-chip shapes and timed by the TPU execution model, MXU padding and per-kernel
 overhead included) and the collectives (timed on the system's torus or mesh by
@@ -41,7 +48,7 @@ from ..execution.collectives import Topology
 from ..interpreter import interpret
 from ..timing import fused_program, time_program
 
-__all__ = ["Ws2dStep", "ws2d_decode", "ws2d_axes", "ws2d_torus_axes"]
+__all__ = ["Ws2dStep", "ws2d_decode", "ws2d_prefill", "ws2d_axes", "ws2d_torus_axes"]
 
 
 @dataclass(frozen=True)
@@ -90,39 +97,47 @@ def ws2d_torus_axes(dims: tuple[int, ...], x: int, yz: int) -> tuple[tuple[int, 
     return (tuple(dims), ()) if acc == x else None
 
 
-def _layer_graph(spec: TransformerSpec, b: int, ctx: int, x: int, yz: int, w: DType, a: DType,
+def _layer_graph(spec: TransformerSpec, b: int, seq: int, ctx: int, x: int, yz: int, w: DType, a: DType,
                  kv: DType) -> Graph:
-    """The compute of one layer on one chip (collective boundaries start new inputs)."""
+    """The compute of one layer on one chip (collective boundaries start new inputs): ``b x seq``
+    token rows; ``seq == 1`` a decode step against a cache of ``ctx``, else a prefill."""
     n = x * yz
     e, f, hd, d = spec.hidden, spec.ffn, spec.heads * spec.head_dim, spec.head_dim
+    t = b * seq
     g = Graph("ws2d_layer")
     bld = GraphBuilder(g, a)
     with bld.scope("layer"):
-        h = bld.input("h", (b, math.ceil(e / n)), a)
-        gathered = bld.input("gathered_yz", (b, math.ceil(e / x)), a)
+        h = bld.input("h", (t, math.ceil(e / n)), a)
+        gathered = bld.input("gathered_yz", (t, math.ceil(e / x)), a)
         norm_w = bld.weight("norm", (math.ceil(e / x),), dtype=w)
         normed = bld.emit(Op.LAYER_NORM if spec.norm == "layer" else Op.RMS_NORM, [gathered, norm_w],
                           gathered.shape, {"axis": 1, "eps": 1e-6}, name="norm")
         n_in = (2 if spec.gated_mlp else 1) * f + hd + 2 * spec.kv_heads * d
         w_in = bld.weight("w_in", (math.ceil(n_in / yz), math.ceil(e / x)), dtype=w)
         bld.dot(normed, w_in, name="w_in")
-        part = bld.input("scattered_x", (b, math.ceil(f / n)), a)
+        part = bld.input("scattered_x", (t, math.ceil(f / n)), a)
         gate = bld.unary(Op.SILU, part, name="silu")
-        bld.binary(Op.MUL, gate, bld.input("up", (b, math.ceil(f / n)), a), name="swiglu")
-        bs = math.ceil(b / n)                           # batch-sharded multi-query attention
-        q = bld.input("q", (bs, spec.heads, 1, d), a)
-        new_k, new_v = (bld.input(f"new_{p}", (bs, spec.kv_heads, 1, d), kv) for p in ("k", "v"))
-        kvs = []
-        for p, new in (("k", new_k), ("v", new_v)):
-            past = bld.input(f"cache_{p}", (bs, spec.kv_heads, ctx, d), kv)
-            kvs.append(bld.emit(Op.CONCAT, [past, new], (bs, spec.kv_heads, ctx + 1, d), {"axis": 2, IN_PLACE: 0},
-                                name=f"append_{p}", dtype=kv))
-        bld.emit(Op.ATTENTION, [q, *kvs], (bs, spec.heads, 1, d),
-                 {"layout": "bhsd", "causal": True, "scale": 1 / math.sqrt(d), "enable_gqa": True}, name="attention")
-        back = bld.input("gathered_x", (b, math.ceil((f + hd) / yz)), a)
+        bld.binary(Op.MUL, gate, bld.input("up", (t, math.ceil(f / n)), a), name="swiglu")
+        attn = {"layout": "bhsd", "causal": True, "scale": 1 / math.sqrt(d), "enable_gqa": True}
+        if seq == 1:
+            bs = math.ceil(b / n)                           # batch-sharded multi-query attention
+            q = bld.input("q", (bs, spec.heads, 1, d), a)
+            new_k, new_v = (bld.input(f"new_{p}", (bs, spec.kv_heads, 1, d), kv) for p in ("k", "v"))
+            kvs = []
+            for p, new in (("k", new_k), ("v", new_v)):
+                past = bld.input(f"cache_{p}", (bs, spec.kv_heads, ctx, d), kv)
+                kvs.append(bld.emit(Op.CONCAT, [past, new], (bs, spec.kv_heads, ctx + 1, d),
+                                    {"axis": 2, IN_PLACE: 0}, name=f"append_{p}", dtype=kv))
+            bld.emit(Op.ATTENTION, [q, *kvs], (bs, spec.heads, 1, d), attn, name="attention")
+        else:
+            hs = math.ceil(spec.heads / n)                  # head-sharded: K/V gathered onto every chip
+            q = bld.input("q", (b, hs, seq, d), a)
+            kvs = [bld.input(p, (b, spec.kv_heads, seq, d), kv) for p in ("k", "v")]
+            bld.emit(Op.ATTENTION, [q, *kvs], (b, hs, seq, d), attn, name="attention")
+        back = bld.input("gathered_x", (t, math.ceil((f + hd) / yz)), a)
         w_out = bld.weight("w_out", (math.ceil(e / x), math.ceil((f + hd) / yz)), dtype=w)
         bld.dot(back, w_out, name="w_out")
-        out = bld.input("scattered_yz", (b, math.ceil(e / n)), a)
+        out = bld.input("scattered_yz", (t, math.ceil(e / n)), a)
         res = bld.binary(Op.ADD, h, out, name="residual")
     g.set_outputs([v for node in g.nodes for v in node.outputs if not any(True for _ in v.uses)] + [res])
     return g
@@ -148,20 +163,41 @@ def ws2d_decode(spec: TransformerSpec, target: Target, topology: Topology, chips
                 kv: DType | None = None, axes: tuple[int, int] | None = None,
                 options: TimingOptions | None = None) -> Ws2dStep:
     """One decode step of ``batch`` sequences at ``context`` on ``chips`` chips (see the module doc)."""
+    return _step(spec, target, topology, chips, batch, 1, context, weights, activations, kv, axes, options)
+
+
+def ws2d_prefill(spec: TransformerSpec, target: Target, topology: Topology, chips: int, *, batch: int,
+                 seq: int, weights: DType | None = None, activations: DType | None = None,
+                 kv: DType | None = None, axes: tuple[int, int] | None = None,
+                 options: TimingOptions | None = None) -> Ws2dStep:
+    """The prefill of ``batch`` prompts of ``seq`` tokens, attention sharded over heads (module doc)."""
+    if seq < 2:
+        raise NarrowpipeError(f"a prefill needs prompts of 2 tokens or more, not {seq}")
+    return _step(spec, target, topology, chips, batch, seq, 0, weights, activations, kv, axes, options)
+
+
+def _step(spec: TransformerSpec, target: Target, topology: Topology, chips: int, batch: int, seq: int,
+          context: int, weights: DType | None, activations: DType | None, kv: DType | None,
+          axes: tuple[int, int] | None, options: TimingOptions | None) -> Ws2dStep:
     if target.family != "tpu":
         raise NarrowpipeError(f"the 2D weight-stationary layout is modelled for TPU tori, not {target.family}")
     x, yz = axes or ws2d_axes(chips, spec.hidden, spec.ffn)
     if x * yz != chips:
         raise NarrowpipeError(f"2D weight-stationary axes {x} x {yz} are not {chips} chips")
+    n = x * yz
+    if seq > 1 and spec.heads % n:
+        raise NarrowpipeError(f"head-sharded prefill attention needs the {spec.heads} heads to split over "
+                              f"{n} chips (Pope et al. pad PaLM 540B's 48 heads to 64 for this)")
     w, a = weights or spec.dtype, activations or spec.dtype
     kvd = kv or a
     opts = options or TimingOptions()
-    layer_s, layer_kernels = _kernels_s(_layer_graph(spec, batch, context, x, yz, w, a, kvd), target, opts)
+    graph = _layer_graph(spec, batch, seq, context, x, yz, w, a, kvd)
+    layer_s, layer_kernels = _kernels_s(graph, target, opts)
     head_s, _ = _kernels_s(_head_graph(spec, batch, x, yz, w, a), target, opts)
-    n = x * yz
     ab = a.nbytes(1000) / 1000
     e, f, hd, d = spec.hidden, spec.ffn, spec.heads * spec.head_dim, spec.head_dim
     n_in = (2 if spec.gated_mlp else 1) * f + hd + 2 * spec.kv_heads * d
+    t = batch * seq
 
     split = ws2d_torus_axes(topology.scale_up.torus_dims, x, yz) if topology.torus else None
     spans = {"x": split[0], "yz": split[1], "all": topology.scale_up.torus_dims} if split else {}
@@ -174,20 +210,24 @@ def ws2d_decode(spec: TransformerSpec, target: Target, topology: Topology, chips
 
     per_layer = {
         "kernels": layer_s,
-        "all-gather yz (B x E/x)": coll(Op.ALL_GATHER, batch * e / x * ab, "yz"),
-        "all-reduce x (norm statistics)": coll(Op.ALL_REDUCE, batch * 2 * 4, "x"),
-        "reduce-scatter x (B x in/yz)": coll(Op.REDUCE_SCATTER, batch * n_in / yz * ab, "x"),
-        "all-to-all q,k,v to batch": coll(Op.ALL_TO_ALL, batch * (hd + 2 * spec.kv_heads * d) / n * ab, "all"),
-        "all-to-all attention out": coll(Op.ALL_TO_ALL, batch * hd / n * ab, "all"),
-        "all-gather x (B x out/yz)": coll(Op.ALL_GATHER, batch * (f + hd) / yz * ab, "x"),
-        "reduce-scatter yz (B x E/x)": coll(Op.REDUCE_SCATTER, batch * e / x * ab, "yz"),
+        "all-gather yz (B x E/x)": coll(Op.ALL_GATHER, t * e / x * ab, "yz"),
+        "all-reduce x (norm statistics)": coll(Op.ALL_REDUCE, t * 2 * 4, "x"),
+        "reduce-scatter x (B x in/yz)": coll(Op.REDUCE_SCATTER, t * n_in / yz * ab, "x"),
     }
+    if seq == 1:
+        per_layer["all-to-all q,k,v to batch"] = coll(Op.ALL_TO_ALL, t * (hd + 2 * spec.kv_heads * d) / n * ab, "all")
+        per_layer["all-to-all attention out"] = coll(Op.ALL_TO_ALL, t * hd / n * ab, "all")
+    else:
+        per_layer["all-gather k,v (B L x 2d)"] = coll(Op.ALL_GATHER, t * 2 * spec.kv_heads * d * ab, "all")
+    per_layer["all-gather x (B x out/yz)"] = coll(Op.ALL_GATHER, t * (f + hd) / yz * ab, "x")
+    per_layer["reduce-scatter yz (B x E/x)"] = coll(Op.REDUCE_SCATTER, t * e / x * ab, "yz")
     comm_layer = sum(v for k, v in per_layer.items() if k != "kernels")
     head_comm = (coll(Op.ALL_GATHER, batch * e / x * ab, "yz")
                  + coll(Op.REDUCE_SCATTER, batch * spec.vocab / yz * ab, "x"))
     compute = spec.layers * layer_s + head_s
     comm = spec.layers * comm_layer + head_comm
     per_chip_params = spec.layers * (e * n_in + e * (f + hd) + e) / n + spec.vocab * e / n
-    notes = [f"2D weight-stationary on {x} x {yz} chips, {layer_kernels} kernels per layer, "
-             f"attention batch-sharded ({math.ceil(batch / n)} sequence(s) per chip)"]
+    attention = (f"attention batch-sharded ({math.ceil(batch / n)} sequence(s) per chip)" if seq == 1
+                 else f"attention head-sharded ({spec.heads // n} head(s) per chip, K/V gathered)")
+    notes = [f"2D weight-stationary on {x} x {yz} chips, {layer_kernels} kernels per layer, {attention}"]
     return Ws2dStep(compute + comm, compute, comm, per_layer, x, yz, w.nbytes(round(per_chip_params)), notes)

@@ -6,7 +6,8 @@ import pytest
 
 from narrowpipe.backends import get_system, get_target
 from narrowpipe.costmodel.execution.collectives import Topology
-from narrowpipe.costmodel.serving.ws2d import ws2d_axes, ws2d_decode, ws2d_torus_axes
+from narrowpipe.costmodel.serving.ws2d import ws2d_axes, ws2d_decode, ws2d_prefill, ws2d_torus_axes
+from narrowpipe.errors import NarrowpipeError
 from narrowpipe.ir import DType
 from narrowpipe.models.spec import TransformerSpec
 
@@ -97,3 +98,32 @@ def test_axes_minimise_the_layer_traffic():
     assert x * yz == 64
     best = 2 * 18432 / x + 4 * 73728 / yz
     assert all(best <= 2 * 18432 / a + 4 * 73728 / (64 // a) for a in (1, 2, 4, 8, 16, 32, 64))
+
+
+def test_a_prefill_gathers_the_kv_head_onto_every_chip_instead_of_two_all_to_alls():
+    """Head-sharded prefill attention (Pope et al. section 3.3): 2048 tokens of the one K/V head,
+    bf16, all-gathered over the whole cube (2 hops per axis, all 6 links), no all-to-alls."""
+    t, topo = get_target("tpu-v4"), Topology.of_system(get_system("tpu-v4-4x4x4"))
+    s = ws2d_prefill(replace(PALM, heads=64), t, topo, 64, batch=1, seq=2048, weights=DType.INT8, axes=(4, 16))
+    assert not any("all-to-all" in k for k in s.per_layer)
+    kv = s.per_layer["all-gather k,v (B L x 2d)"]
+    assert kv == pytest.approx(3 * 2 * 1.45e-6 + 63 / 64 * 2048 * 2 * 256 * 2 / 221e9 + t.launch_overhead, rel=1e-6)
+    assert "1 head(s) per chip" in s.notes[0]
+
+
+def test_a_prefill_refuses_heads_that_do_not_split_over_the_chips():
+    t, topo = get_target("tpu-v4"), Topology.of_system(get_system("tpu-v4-4x4x4"))
+    with pytest.raises(NarrowpipeError, match="48 heads to split over 64"):
+        ws2d_prefill(PALM, t, topo, 64, batch=1, seq=2048, axes=(4, 16))
+    with pytest.raises(NarrowpipeError, match="2 tokens or more"):
+        ws2d_prefill(PALM, t, topo, 64, batch=1, seq=1, axes=(4, 16))
+
+
+@pytest.mark.parametrize("spec, chips, system, axes, published_s", [
+    (replace(PALM, heads=64), 64, "tpu-v4-4x4x4", (4, 16), 0.29),   # Pope et al. table 2
+    (PALM_62B, 16, "tpu-v4-2x2x4", (2, 8), 0.16),                   # table 3
+])
+def test_batch_one_int8_prefills_are_within_the_issue_bar_of_pope(spec, chips, system, axes, published_s):
+    s = ws2d_prefill(spec, get_target("tpu-v4"), Topology.of_system(get_system(system)), chips, batch=1, seq=2048,
+                     weights=DType.INT8, axes=axes)
+    assert s.time_s == pytest.approx(published_s, rel=0.2)
