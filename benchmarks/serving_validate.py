@@ -202,14 +202,16 @@ def pope_analysis(steps: list[tuple[PopeRow, Ws2dStep]]) -> str:
 1. **int8 at 64 rows per chip runs at HBM speed in the paper, MXU-bound in the model.** int8
    saves {saved / 1e9:.2f} GB per chip per step; at the achievable HBM rate (0.85 x 1.2 TB/s) that is
    {at_hbm:.1f} ms, and the paper's int8/bf16 difference is {r16.published_ms - r8.published_ms:.1f} ms. The model saves
-   {gap:.1f} ms: its 64-row folds wait on the 128-cycle MXU weight load and the TPU model divides that
-   load by the 0.7 matmul efficiency too, so the fused input matmul takes 62 us on the MXU against
-   47 us of weight bytes. Not derating a load-bound fold (`max(rows / eff, dim)`) makes the difference
+   {gap:.1f} ms. TPU v4 has no faster int8 MXU rate (275 TOPS, as bf16: GCP-V4) and the paper keeps
+   bf16 activations (section 3.6), so int8 changes only the bytes; but the model's 64-row folds wait
+   on the 128-cycle MXU weight load and the TPU model divides that load by the 0.7 matmul efficiency
+   too, so the fused input matmul takes 64 us on the MXU against 48 us of weight bytes (per layer,
+   served model). Not derating a load-bound fold (`max(rows / eff, dim)`) makes the difference
    8.6 ms, but moves every TPU-family golden (GPT-2 decode -27%, ViT on v6e -20%) and the MXU model
    is being rewritten on branch wt-kern, whose fold adds 0.5 x dim cycles to the load-bound fold
    (192 cycles at 64 rows): still MXU-bound. `max(rows + overhead, dim)` (fill and drain hidden
    under the next tile's load) would agree with Pope. Pinned by the strict xfail
-   `test_int8_saves_the_weight_bytes_at_hbm_speed_as_pope_measured`. With it, the int8 rows move
+   `test_int8_saves_the_weight_bytes_at_hbm_speed_as_pope_measured`. With that fix the int8 rows move
    further from the paper (540B int8 -31%, 62B int8 -24%): the int8 rows' errors here are smaller for
    a wrong reason.
 2. **A per-layer term common to int8 and bf16.** With the weights at HBM speed, the bf16 row at batch
@@ -228,17 +230,16 @@ def pope_analysis(steps: list[tuple[PopeRow, Ws2dStep]]) -> str:
    {mesh_k:.0f} ms of kernels; no overlap gives {mesh_err:+.0%}, full overlap would give {mesh_full:+.0%}.
 
 With wt-kern's MXU model (efficiency 1, 512-row blocks, 0.5 x dim per fold; simulated on this branch
-by swapping its fold formula in, not merged) the rows read -19%, -24%, -18%, -10%, +4%: the
+by swapping its fold formula in, not merged) the decode rows read -19%, -24%, -18%, -10%, +4%: the
 large-batch rows lose the 0.7 derate.
 
 **Prefill**: the two low-latency prefill rows (batch 1, 2048 tokens, int8, 2D weight-stationary with
 attention sharded over heads: `ws2d_prefill`) are in the table ('prefill', published ms for the
 whole prompt). **Not added**: the high-throughput prefills (batch 512, weight-gathered XYZ layout:
-not modelled). Tables D.2-D.4 (the
-FasterTransformer benchmark: 20-128 input tokens, batches 4-1024): only partly read, so not
-transcribed. The paper's full text was not in the stored corpus: table 2 and section 4.4 come from
-two independent summaries of it that agree, table 3 from one; every row's latency agrees with its
-published MFU.
+not modelled). Tables D.2-D.4 (the FasterTransformer benchmark: 20-128 input tokens, batches
+4-1024): only partly read, so not transcribed. The paper's full text was not in the stored corpus:
+table 2 and section 4.4 come from two independent summaries of it that agree, table 3 from one;
+every row's latency agrees with its published MFU.
 """
 
 
