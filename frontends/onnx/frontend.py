@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 import onnx.inliner  # a submodule `import onnx` does not load
@@ -21,16 +21,17 @@ from onnx import GraphProto, ModelProto
 
 from ...errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError
 from ...gcpause import paused_gc
-from ...ir import Graph
+from ...ir import Graph, ValueKind
 from ...ir.verifier import maybe_verify
 from ..dim_roles import assign_roles
 from .functions import expand_function
+from .lazy_types import LazyTypes, check_declared_outputs, lazy_eligible
 from .lowering import OnnxLowerer, Unordered
 from .masks import CausalMasks
 from .node import ModelInfo
 from .params import classify_initializers
-from .read import all_graphs, check_model, node_fields, opset_versions, parse_model, read_bytes, sort_model
-from .shapes import ShapeState, run_inference
+from .read import NodeFields, all_graphs, check_model, node_fields, opset_versions, parse_model, read_bytes, sort_model
+from .shapes import ShapeState, run_inference, weight_skeleton
 from .symdims import parse_dim_param
 from .table import ONNX_TABLE, SHAPE_RULES_EXTRA
 from .types import DTYPES, check_payload, is_external
@@ -110,6 +111,12 @@ def _check_large_payloads(graph: GraphProto, file: str) -> None:
                              f"file holds {size} bytes", file=file, node=t.name)
 
 
+#: How nodes are typed: "auto" (node by node where that is exact, else whole-model inference),
+#: "full" (always whole-model inference) or "lazy" (node by node, failing where it cannot be exact;
+#: for tests that compare the two ways).
+TYPING = "auto"
+
+
 def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payloads: Payloads | None, *,
            presorted: bool) -> Graph:
     fields = node_fields(model.graph)  # read once for checking, weight classes and lowering
@@ -123,17 +130,56 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
         fields = node_fields(model.graph)
     params = classify_initializers(model.graph, graphs, payloads, top=fields)
     _check_large_payloads(model.graph, file)
+    symbols = _input_symbols(graphs)
+    if TYPING == "lazy" or (TYPING == "auto" and lazy_eligible(model, graphs, fields, ONNX_TABLE)):
+        try:
+            # large weights without their payload, as whole-model inference sees them (same known values)
+            return _build(_Model(model, graphs, symbols, params, file, strict, name, presorted),
+                          weight_skeleton(model), {}, fields, lazy=True)
+        except Unordered:
+            raise
+        except Exception:
+            if TYPING == "lazy":
+                raise
+            # the whole-model path below decides the outcome (types, or the error and its message)
     inferred, errors = run_inference(model)
-    state = ShapeState(file, _input_symbols(graphs), errors)
-    opsets = opset_versions(inferred)
-    info = ModelInfo(file=file, opsets=opsets, opset_protos=list(inferred.opset_import),
-                     ir_version=inferred.ir_version, strict=strict, params=params, sorted=presorted)
-    graph = Graph(name or model.graph.name or "onnx_model")
-    lowerer = OnnxLowerer(info, state, ONNX_TABLE, SHAPE_RULES_EXTRA, fallback=expand_function)
-    lowerer.masks = CausalMasks(model)  # the model with its initializer data, not the inference skeleton
     # Inference types the nodes and keeps them as they were, in order: their fields still hold.
     top_fields = fields if len(inferred.graph.node) == len(fields) else None
-    lowerer.lower_graph(inferred.graph, graph, None, top=True, fields=top_fields)
+    return _build(_Model(model, graphs, symbols, params, file, strict, name, presorted), inferred, errors, top_fields,
+                  lazy=False)
+
+
+class _Model(NamedTuple):
+    """The checked model and what was read of it before typing."""
+
+    model: ModelProto
+    graphs: list[GraphProto]
+    symbols: set[str]
+    params: dict[str, tuple[ValueKind, str]]
+    file: str
+    strict: bool
+    name: str | None
+    presorted: bool
+
+
+def _build(m: _Model, typed: ModelProto, errors: dict[str, str], fields: list[NodeFields] | None, *,
+           lazy: bool) -> Graph:
+    """Lower ``typed`` (the model after whole-model inference, or the model itself when ``lazy``)."""
+    model, file, symbols = m.model, m.file, m.symbols
+    state = ShapeState(file, symbols, errors)
+    if lazy:
+        state.lazy = LazyTypes()
+    opsets = opset_versions(typed)
+    info = ModelInfo(file=file, opsets=opsets, opset_protos=list(typed.opset_import),
+                     ir_version=typed.ir_version, strict=m.strict, params=m.params, sorted=m.presorted)
+    graph = Graph(m.name or model.graph.name or "onnx_model")
+    lowerer = OnnxLowerer(info, state, ONNX_TABLE, SHAPE_RULES_EXTRA, fallback=expand_function)
+    lowerer.masks = CausalMasks(model)  # the model with its initializer data, not the inference skeleton
+    if lazy:
+        lowerer.stamps = {}   # node signatures key both the types and the recipes of pure lowerings
+    lowerer.lower_graph(typed.graph, graph, None, top=True, fields=fields)
+    if lazy:
+        check_declared_outputs(typed.graph, graph, symbols)
     for spec in state.dims.values():
         graph.declare_dim(spec)
     assign_roles(graph)  # batch / sequence / KV length, from dim_param names and input positions
@@ -141,7 +187,7 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
         "source": "onnx", "file": file, "opsets": {k or "ai.onnx": v for k, v in opsets.items()},
         "ir_version": int(model.ir_version), "producer": f"{model.producer_name} {model.producer_version}".strip(),
         "onnx_version": onnx.__version__,
-        "external_data": any(is_external(t) for g in graphs for t in g.initializer),
+        "external_data": any(is_external(t) for g in m.graphs for t in g.initializer),
     })
     if errors:
         graph.meta["shape_inference_notes"] = [f"{k or '(model)'}: {v}" for k, v in sorted(errors.items())][:20]

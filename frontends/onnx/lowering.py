@@ -19,11 +19,12 @@ from ...errors import FrontendError, NarrowpipeError, ShapeError, UnsupportedOpE
 from ...ir import Dim, Graph, Op, Source, TensorType, Value, ValueKind
 from .fold import FOLDERS, FROM_TYPE, fold
 from .masks import CausalMasks
-from .node import ModelInfo, NodeCx, Scope
+from .node import ModelInfo, NodeCx, Scope, module_scope, source_op
 from .read import NodeFields
 from .resolve import resolve_types
 from .shape_rules import SHAPE_RULES
 from .shapes import OutSpec, ShapeState, graph_types
+from .stamp import PURE, Recipe, Recorder, node_signature, stamp
 from .types import FOLD_LIMIT, check_payload, declared_dims, dtype_of, small_array
 
 __all__ = ["OnnxLowerer", "Unordered"]
@@ -47,6 +48,8 @@ class OnnxLowerer:
         self.rules = {**SHAPE_RULES, **(rules or {})}
         self.fallback = fallback
         self.masks: CausalMasks | None = None  # causal-mask test of the top-level graph (.masks)
+        #: Recipes of pure lowerings by node signature (.stamp); None: every node is lowered alone.
+        self.stamps: dict[tuple, Recipe] | None = None
 
     # -- graphs -----------------------------------------------------------------------------
     def lower_graph(self, gproto: GraphProto, graph: Graph, parent: Scope | None, *, top: bool,
@@ -88,7 +91,8 @@ class OnnxLowerer:
         dtype = dtype_of(t.data_type, what=f"initializer {t.name!r}", file=file, node=t.name)
         check_payload(t, dims, dtype, self.info.file)
         kind, note = self.info.params.get(t.name, (ValueKind.CONST, "")) if top else (ValueKind.CONST, "")
-        scope.values[t.name] = graph.add_input(t.name, TensorType(dtype, dims), kind, source_name=note or t.name)
+        scope.values[t.name] = graph.add_input(t.name, self.state.shared(TensorType(dtype, dims)), kind,
+                                               source_name=note or t.name)
         n = prod(dims)
         if n <= 64 or (n <= FOLD_LIMIT and dtype.is_int):
             arr = small_array(t)
@@ -131,7 +135,26 @@ class OnnxLowerer:
             domain = node.domain
             fields = (node.op_type, "" if domain == "ai.onnx" else domain, node.name, list(node.input),
                       list(node.output))
-        domain = fields[1]
+        op_type, domain, given, ins, outs = fields
+        key = op_type if not domain else f"{domain}::{op_type}"
+        fn = self.table.get(key)
+        sig = None
+        if self.stamps is not None and fn in PURE and source is None and opset is None:
+            lookup = scope.values.get if scope.parent is None else scope.value
+            values = [lookup(x) if x else None for x in ins]
+            known = scope.known.get if scope.parent is None else scope.known_value
+            if (None not in values or all(v is not None or not x for x, v in zip(ins, values))) and not \
+                    (not domain and op_type in FOLDERS and (op_type in FROM_TYPE or all(not x or known(x) is not None
+                                                                                       for x in ins))):
+                sig = node_signature(key, self.info.opsets.get(domain, 1), node, ins, outs, values, known)
+                recipe = self.stamps.get(sig) if sig is not None else None
+                if recipe is not None:
+                    name = given or f"{op_type}_{index}"
+                    src = Source(source_op(domain, op_type), name, module_scope(given), self.info.file)
+                    stamp(recipe, graph, values, name, src, [o for o in outs if o], scope.values)
+                    if recipe.after is not None:
+                        recipe.after(self, scope, values, ins)
+                    return
         cx = NodeCx(self, node, index, scope, graph, opset if opset is not None else self.info.opsets.get(domain, 1),
                     source, fields)
         for i, (name, v) in enumerate(zip(cx.ins, cx.values) if None in cx.values else ()):
@@ -143,7 +166,8 @@ class OnnxLowerer:
         if not domain and cx.op_type in FOLDERS:
             if cx.op_type in FROM_TYPE or all(not n or scope.known_value(n) is not None for n in cx.ins):
                 cx.folded = fold(cx)
-        fn = self.table.get(cx.key)
+        if sig is not None:
+            cx.recorder = Recorder()
         try:
             if fn is not None:
                 fn(cx)
@@ -155,12 +179,17 @@ class OnnxLowerer:
             raise cx.error("the model nests too deeply to lower") from None
         except Exception as exc:  # a lowering bug or a malformed attribute: still name the node
             raise cx.error(f"cannot lower: {type(exc).__name__}: {exc}") from exc
-        values = scope.values
+        bound = scope.values
         for k, name in enumerate(cx.present):
-            if name not in values:
+            if name not in bound:
                 raise cx.error(f"output {name!r} was not produced by the lowering")
             if cx.folded is not None and k < len(cx.folded):
                 scope.known[name] = cx.folded[k]
+        rec = cx.recorder
+        if rec is not None and rec.valid and rec.steps and cx.folded is None and self.stamps is not None \
+                and sig is not None:
+            assert fn is not None
+            self.stamps[sig] = Recipe(rec.steps, PURE[fn], tuple(None if v is None else v.type for v in cx.values))
 
     def unknown(self, cx: NodeCx) -> None:
         """An op with no canonical lowering: an UNKNOWN node reports list as unmodeled."""

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 import onnx
@@ -24,6 +24,9 @@ from ...errors import ShapeError
 from ...ir import DimSpec, DType, Sym, TensorType
 from .symdims import Poly, parse_dim_param, sanitize_symbol, to_dim
 from .types import DTYPES, MAX_DIM, ONNX_OF, dtype_of, type_proto
+
+if TYPE_CHECKING:
+    from .lazy_types import LazyTypes
 
 __all__ = ["run_inference", "ShapeState", "Bounded", "RawType", "OutSpec", "Unk", "graph_types", "node_inference",
            "weight_skeleton"]
@@ -155,6 +158,14 @@ class ShapeState:
     _cache: dict[bytes, RawType] = field(default_factory=dict)
     _soft: dict[str, bool] = field(default_factory=dict)
     _ready: dict[bytes, TensorType] = field(default_factory=dict)
+    #: Set when the model is typed node by node instead of by whole-model inference.
+    lazy: LazyTypes | None = None
+    _shared: dict[TensorType, TensorType] = field(default_factory=dict)
+
+    def shared(self, t: TensorType) -> TensorType:
+        """One object per distinct type (weights repeat a few types thousands of times): later
+        lookups by identity (node signatures, the cost index) then skip hashing it again."""
+        return self._shared.setdefault(t, t)
 
     def ready(self, tp: TypeProto, name: str, node: str) -> TensorType | None:
         """The IR type of a fully known tensor type (the fast path: most values), else None."""
@@ -331,6 +342,9 @@ def node_inference(node: onnx.NodeProto, opset: int, opsets: list[onnx.OperatorS
                    in_data: list[np.ndarray | None], ir_version: int) -> list[OutSpec | None] | None:
     """ONNX's inference for one node whose inputs we typed ourselves; None if ONNX has no schema.
 
+    Symbolic input dims enter as opaque names (``__d0``, ``__d1``...: equal dims, equal names, as
+    ONNX compares them) and come back as the very dims they stand for, so a dim such as
+    ``min(128, sequence)`` survives the trip; any other name ONNX returns is an unknown dim.
     Raises the ONNX error (for the caller to turn into a :class:`ShapeError`) when the inputs are
     inconsistent for this op.
     """
@@ -340,10 +354,12 @@ def node_inference(node: onnx.NodeProto, opset: int, opsets: list[onnx.OperatorS
         return None
     types: dict[str, TypeProto] = {}
     data: dict[str, TensorProto] = {}
+    token: dict[Sym, Sym] = {}
     for name, t, arr in zip(node.input, in_types, in_data):
         if not name or t is None:
             continue
-        types[name] = type_proto(ONNX_OF.get(t[0], TensorProto.FLOAT), t[1])
+        dims = tuple(d if isinstance(d, int) else token.setdefault(d, Sym(f"__d{len(token)}")) for d in t[1])
+        types[name] = type_proto(ONNX_OF.get(t[0], TensorProto.FLOAT), dims)
         if arr is not None and arr.dtype != object:
             try:
                 data[name] = onnx.numpy_helper.from_array(arr, name)
@@ -351,15 +367,28 @@ def node_inference(node: onnx.NodeProto, opset: int, opsets: list[onnx.OperatorS
                 pass
     result = onnx.shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=opsets,
                                                      ir_version=ir_version)
-    state = ShapeState("", set(), {}, trust_all=True)  # the dims it sees are our own
+    ours = {v.expr: d for d, v in token.items()}
     out: list[OutSpec | None] = []
     for name in node.output:
         tp = result.get(name)
-        raw = state.raw(tp, name, lenient=True) if tp is not None else None
-        if raw is None:
+        kind = tp.WhichOneof("value") if tp is not None else None
+        while tp is not None and kind in ("sequence_type", "optional_type"):   # the element type
+            tp = getattr(tp, kind).elem_type
+            kind = tp.WhichOneof("value")
+        if tp is None or kind not in ("tensor_type", "sparse_tensor_type"):
             out.append(None)
             continue
-        dt = DTYPES.get(raw[0])
-        dims = None if raw[1] is None else tuple(None if isinstance(d, str) else d for d in raw[1])
-        out.append((dt, dims))
+        tt = getattr(tp, kind)
+        dt = DTYPES.get(tt.elem_type)
+        if not tt.HasField("shape"):
+            out.append((dt, None))
+            continue
+        got: list[int | Sym | None] = []
+        for d in tt.shape.dim:
+            which = d.WhichOneof("value")
+            if which == "dim_value" and 0 <= d.dim_value <= MAX_DIM:
+                got.append(d.dim_value)
+            else:
+                got.append(ours.get(d.dim_param) if which == "dim_param" else None)
+        out.append((dt, tuple(got)))
     return out
