@@ -30,8 +30,19 @@ from .lowering import OnnxLowerer, Unordered
 from .masks import CausalMasks
 from .node import ModelInfo
 from .params import classify_initializers
-from .read import NodeFields, all_graphs, check_model, node_fields, opset_versions, parse_model, read_bytes, sort_model
-from .shapes import ShapeState, run_inference, weight_skeleton
+from .read import (
+    InitFields,
+    NodeFields,
+    all_graphs,
+    check_model,
+    initializer_fields,
+    node_fields,
+    opset_versions,
+    parse_model,
+    read_bytes,
+    sort_model,
+)
+from .shapes import ShapeState, needs_stub, run_inference
 from .symdims import parse_dim_param
 from .table import ONNX_TABLE, SHAPE_RULES_EXTRA
 from .types import DTYPES, check_payload, is_external
@@ -94,21 +105,20 @@ def _input_symbols(graphs: list[GraphProto]) -> set[str]:
 _EXACT_CHECK = 1 << 20
 
 
-def _check_large_payloads(graph: GraphProto, file: str) -> None:
+def _check_large_payloads(inits: list[InitFields], file: str) -> None:
     """Payloads the lowering does not see (inference and lowering work on a skeleton without them)."""
     size = os.path.getsize(file) if file and os.path.isfile(file) else None
-    for t in graph.initializer:
-        dt = DTYPES.get(t.data_type)
-        if dt is None or is_external(t) or any(d < 0 for d in t.dims):
+    for t, name, data_type, dims, external in inits:
+        dt = DTYPES.get(data_type)
+        if dt is None or external or any(d < 0 for d in dims):
             continue
-        dims = tuple(int(d) for d in t.dims)
         nbytes = dt.nbytes(prod(dims))
         if nbytes <= _EXACT_CHECK:
             if nbytes > 1024:
                 check_payload(t, dims, dt, file)
         elif size is not None and nbytes > size:
-            raise ShapeError(f"initializer {t.name!r} declares dims {list(dims)} ({nbytes} bytes) but the whole "
-                             f"file holds {size} bytes", file=file, node=t.name)
+            raise ShapeError(f"initializer {name!r} declares dims {list(dims)} ({nbytes} bytes) but the whole "
+                             f"file holds {size} bytes", file=file, node=name)
 
 
 #: How nodes are typed: "auto" (node by node where that is exact, else whole-model inference),
@@ -128,25 +138,27 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
             raise ModelLoadError(f"cannot inline the model's local functions: {exc}", file=file or None) from None
         graphs = all_graphs(model.graph)
         fields = node_fields(model.graph)
-    params = classify_initializers(model.graph, graphs, payloads, top=fields)
-    _check_large_payloads(model.graph, file)
-    symbols = _input_symbols(graphs)
+    inits = initializer_fields(model.graph)  # read once too, for the same readers and the skeleton
+    stubs = [needs_stub(data_type, dims, external) for _t, _name, data_type, dims, external in inits]
+    params = classify_initializers(model.graph, graphs, payloads, top=fields, inits=inits)
+    _check_large_payloads(inits, file)
+    m = _Model(model, graphs, _input_symbols(graphs), params, file, strict, name, presorted)
     if TYPING == "lazy" or (TYPING == "auto" and lazy_eligible(model, graphs, fields, ONNX_TABLE)):
         try:
-            # large weights without their payload, as whole-model inference sees them (same known values)
-            return _build(_Model(model, graphs, symbols, params, file, strict, name, presorted),
-                          weight_skeleton(model), {}, fields, lazy=True)
+            # large weights as dims only, as whole-model inference sees them (the same known values)
+            return _build(m, model, {}, fields, list(zip(inits, stubs)), lazy=True)
         except Unordered:
             raise
         except Exception:
             if TYPING == "lazy":
                 raise
             # the whole-model path below decides the outcome (types, or the error and its message)
-    inferred, errors = run_inference(model)
-    # Inference types the nodes and keeps them as they were, in order: their fields still hold.
+    inferred, errors = run_inference(model, stubs)
+    # Inference types the nodes and keeps them as they were, in order: their fields still hold; and
+    # its skeleton keeps the initializers in order, with the stubs marked above.
     top_fields = fields if len(inferred.graph.node) == len(fields) else None
-    return _build(_Model(model, graphs, symbols, params, file, strict, name, presorted), inferred, errors, top_fields,
-                  lazy=False)
+    top_inits = list(zip(inits, stubs)) if len(inferred.graph.initializer) == len(inits) else None
+    return _build(m, inferred, errors, top_fields, top_inits, lazy=False)
 
 
 class _Model(NamedTuple):
@@ -162,8 +174,8 @@ class _Model(NamedTuple):
     presorted: bool
 
 
-def _build(m: _Model, typed: ModelProto, errors: dict[str, str], fields: list[NodeFields] | None, *,
-           lazy: bool) -> Graph:
+def _build(m: _Model, typed: ModelProto, errors: dict[str, str], fields: list[NodeFields] | None,
+           inits: list[tuple[InitFields, bool]] | None, *, lazy: bool) -> Graph:
     """Lower ``typed`` (the model after whole-model inference, or the model itself when ``lazy``)."""
     model, file, symbols = m.model, m.file, m.symbols
     state = ShapeState(file, symbols, errors)
@@ -177,7 +189,7 @@ def _build(m: _Model, typed: ModelProto, errors: dict[str, str], fields: list[No
     lowerer.masks = CausalMasks(model)  # the model with its initializer data, not the inference skeleton
     if lazy:
         lowerer.stamps = {}   # node signatures key both the types and the recipes of pure lowerings
-    lowerer.lower_graph(typed.graph, graph, None, top=True, fields=fields)
+    lowerer.lower_graph(typed.graph, graph, None, top=True, fields=fields, inits=inits)
     if lazy:
         check_declared_outputs(typed.graph, graph, symbols)
     for spec in state.dims.values():

@@ -19,13 +19,13 @@ from ...errors import FrontendError, NarrowpipeError, ShapeError, UnsupportedOpE
 from ...ir import Dim, Graph, Op, Source, TensorType, Value, ValueKind
 from .fold import FOLDERS, FROM_TYPE, fold
 from .masks import CausalMasks
-from .node import ModelInfo, NodeCx, Scope, module_scope, source_op
-from .read import NodeFields
+from .node import ModelInfo, NodeCx, Scope
+from .read import InitFields, NodeFields
 from .resolve import resolve_types
 from .shape_rules import SHAPE_RULES
 from .shapes import OutSpec, ShapeState, graph_types
-from .stamp import PURE, Recipe, Recorder, node_signature, stamp
-from .types import FOLD_LIMIT, check_payload, declared_dims, dtype_of, small_array
+from .stamp import PURE, Recipe, Recorder, lower_stamped, node_signature
+from .types import FOLD_LIMIT, check_payload, checked_dims, dtype_of, small_array
 
 __all__ = ["OnnxLowerer", "Unordered"]
 
@@ -54,11 +54,17 @@ class OnnxLowerer:
     # -- graphs -----------------------------------------------------------------------------
     def lower_graph(self, gproto: GraphProto, graph: Graph, parent: Scope | None, *, top: bool,
                     input_types: list[TensorType | None] | None = None,
-                    fields: list[NodeFields] | None = None) -> list[Value]:
-        """``fields``: :func:`.read.node_fields` of ``gproto`` when the caller has read them."""
+                    fields: list[NodeFields] | None = None,
+                    inits: list[tuple[InitFields, bool]] | None = None) -> list[Value]:
+        """``fields``: :func:`.read.node_fields` of ``gproto`` when the caller has read them;
+        ``inits``: its :func:`.read.initializer_fields`, each with whether inference saw it as a stub."""
         scope = Scope(graph_types(gproto), parent)
-        for t in gproto.initializer:
-            self._add_initializer(t, scope, graph, top)
+        if inits is None:
+            external = TensorProto.EXTERNAL
+            inits = [((t, t.name, t.data_type, tuple(t.dims), t.data_location == external), False)
+                     for t in gproto.initializer]
+        for f, stub in inits:
+            self._add_initializer(f, stub, scope, graph, top)
         for t in gproto.sparse_initializer:
             self._add_sparse(t, scope, graph, top)
         for k, vi in enumerate(gproto.input):
@@ -70,6 +76,8 @@ class OnnxLowerer:
         if fields is None:
             for i, node in enumerate(gproto.node):
                 self.lower_node(node, i, scope, graph)
+        elif self.stamps is not None and parent is None:
+            lower_stamped(self, gproto.node, fields, scope, graph)
         else:
             for i, (node, row) in enumerate(zip(gproto.node, fields)):
                 self.lower_node(node, i, scope, graph, fields=row)
@@ -83,21 +91,24 @@ class OnnxLowerer:
         graph.set_outputs(outs)
         return outs
 
-    def _add_initializer(self, t: TensorProto, scope: Scope, graph: Graph, top: bool) -> None:
+    def _add_initializer(self, f: InitFields, stub: bool, scope: Scope, graph: Graph, top: bool) -> None:
+        """``stub``: inference saw it without its payload (.shapes.weight_skeleton): it is dims only."""
+        t, name, data_type, dims, external = f
         file = self.info.file or None
-        if not t.name:
+        if not name:
             raise FrontendError("an initializer has no name", file=file)
-        dims = declared_dims(t, file=self.info.file)
-        dtype = dtype_of(t.data_type, what=f"initializer {t.name!r}", file=file, node=t.name)
-        check_payload(t, dims, dtype, self.info.file)
-        kind, note = self.info.params.get(t.name, (ValueKind.CONST, "")) if top else (ValueKind.CONST, "")
-        scope.values[t.name] = graph.add_input(t.name, self.state.shared(TensorType(dtype, dims)), kind,
-                                               source_name=note or t.name)
+        dims = checked_dims(name, dims, file=self.info.file)
+        dtype = dtype_of(data_type, what=f"initializer {name!r}", file=file, node=name)
+        if not (external or stub):
+            check_payload(t, dims, dtype, self.info.file)
+        kind, note = self.info.params.get(name, (ValueKind.CONST, "")) if top else (ValueKind.CONST, "")
+        scope.values[name] = graph.add_input(name, self.state.shared(TensorType(dtype, dims)), kind,
+                                             source_name=note or name)
         n = prod(dims)
-        if n <= 64 or (n <= FOLD_LIMIT and dtype.is_int):
+        if (n <= 64 or (n <= FOLD_LIMIT and dtype.is_int)) and not (external or stub):
             arr = small_array(t)
             if arr is not None:
-                scope.known[t.name] = arr
+                scope.known[name] = arr
 
     def _add_sparse(self, t: onnx.SparseTensorProto, scope: Scope, graph: Graph, top: bool) -> None:
         name = t.values.name
@@ -138,23 +149,12 @@ class OnnxLowerer:
         op_type, domain, given, ins, outs = fields
         key = op_type if not domain else f"{domain}::{op_type}"
         fn = self.table.get(key)
+        # a pure lowering of the top-level graph, typed node by node: record what it emits (.stamp)
         sig = None
-        if self.stamps is not None and fn in PURE and source is None and opset is None:
-            lookup = scope.values.get if scope.parent is None else scope.value
-            values = [lookup(x) if x else None for x in ins]
-            known = scope.known.get if scope.parent is None else scope.known_value
-            if (None not in values or all(v is not None or not x for x, v in zip(ins, values))) and not \
-                    (not domain and op_type in FOLDERS and (op_type in FROM_TYPE or all(not x or known(x) is not None
-                                                                                       for x in ins))):
-                sig = node_signature(key, self.info.opsets.get(domain, 1), node, ins, outs, values, known)
-                recipe = self.stamps.get(sig) if sig is not None else None
-                if recipe is not None:
-                    name = given or f"{op_type}_{index}"
-                    src = Source(source_op(domain, op_type), name, module_scope(given), self.info.file)
-                    stamp(recipe, graph, values, name, src, [o for o in outs if o], scope.values)
-                    if recipe.after is not None:
-                        recipe.after(self, scope, values, ins)
-                    return
+        if self.stamps is not None and fn in PURE and source is None and opset is None and scope.parent is None:
+            lookup = scope.values.get
+            sig = node_signature(key, self.info.opsets.get(domain, 1), node, ins, outs,
+                                 [lookup(x) if x else None for x in ins], scope.known.get)
         cx = NodeCx(self, node, index, scope, graph, opset if opset is not None else self.info.opsets.get(domain, 1),
                     source, fields)
         for i, (name, v) in enumerate(zip(cx.ins, cx.values) if None in cx.values else ()):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from onnx import AttributeProto, GraphProto, NodeProto, TensorProto
 from ...errors import FrontendError, ShapeError
 from ...ir import DType, Graph, Node, Op, Source, TensorType, Value, ValueKind
 from .fold_values import as_ints
+from .node_names import module_scope, source_op
 from .read import NodeFields
 from .shapes import OutSpec
 from .stamp import Recorder, node_signature
@@ -109,11 +109,6 @@ def attr_value(a: AttributeProto) -> Any:
     if t == AttributeProto.SPARSE_TENSOR:
         return a.sparse_tensor
     return None
-
-
-@lru_cache(maxsize=4096)
-def source_op(domain: str, op_type: str) -> str:
-    return f"{domain or 'ai.onnx'}::{op_type}"
 
 
 class NodeCx:
@@ -338,14 +333,3 @@ def _check_operands(cx: NodeCx, op: Op, inputs: list[Value | None], attrs: dict[
         assert x is not None and w is not None
         if x.type.rank < 3 or w.type.rank != x.type.rank:
             raise cx.error(f"convolution input rank {x.type.rank} and weight rank {w.type.rank} do not fit", ShapeError)
-
-
-def module_scope(name: str) -> str:
-    """The module path in a node name written as one (torch's legacy exporter and tf2onnx name
-    nodes ``/transformer/h.0/attn/MatMul``): ``transformer.h.0.attn``, so reports group and
-    attribute ONNX nodes by module as they do torch ones. Names without a path give ``""``."""
-    if "/" not in name:
-        return ""
-    path = name.rpartition("/")[0]
-    return path.strip("/").replace("/", ".")
-

@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
-from onnx import GraphProto, ModelProto, NodeProto
+from onnx import GraphProto, ModelProto, NodeProto, TensorProto
 
 from ...errors import FrontendError, ModelLoadError, ShapeError
 from .types import MAX_DIM
 
-__all__ = ["read_bytes", "parse_model", "check_model", "node_fields", "NodeFields", "opset_versions",
+__all__ = ["read_bytes", "parse_model", "check_model", "node_fields", "NodeFields", "initializer_fields",
+           "InitFields", "opset_versions",
            "iter_subgraphs", "all_graphs", "toposort", "sort_model", "KNOWN_DOMAINS", "MAX_PROTO_BYTES"]
 
 #: protobuf refuses messages of 2 GiB and more; bigger models keep weights in external files.
@@ -109,6 +110,18 @@ def node_fields(graph: GraphProto) -> list[NodeFields]:
         domain = node.domain
         append((node.op_type, "" if domain == "ai.onnx" else domain, node.name, list(node.input), list(node.output)))
     return out
+
+
+#: One initializer's fields as Python values: the tensor, its name, element type, declared dims
+#: and whether its payload is external.
+InitFields = tuple[TensorProto, str, int, tuple[int, ...], bool]
+
+
+def initializer_fields(graph: GraphProto) -> list[InitFields]:
+    """The fields of every initializer of ``graph``, read once (as :func:`node_fields`: weight
+    classes, payload checks, the inference skeleton and the lowering all read them)."""
+    external = TensorProto.EXTERNAL
+    return [(t, t.name, t.data_type, tuple(t.dims), t.data_location == external) for t in graph.initializer]
 
 
 def check_model(model: ModelProto, *, file: str = "", top: list[NodeFields] | None = None) -> list[GraphProto]:

@@ -28,8 +28,8 @@ from .types import DTYPES, MAX_DIM, ONNX_OF, dtype_of, type_proto
 if TYPE_CHECKING:
     from .lazy_types import LazyTypes
 
-__all__ = ["run_inference", "ShapeState", "Bounded", "RawType", "OutSpec", "Unk", "graph_types", "node_inference",
-           "weight_skeleton"]
+__all__ = ["run_inference", "needs_stub", "ShapeState", "Bounded", "RawType", "OutSpec", "Unk", "graph_types",
+           "node_inference", "weight_skeleton"]
 
 Unk = str  # an unknown dim: ONNX's generated name (``unk__3``) or "" when anonymous
 RawDim = Union[int, Sym, Unk]
@@ -40,12 +40,13 @@ _ERROR_NODE = re.compile(r"\(op_type:([\w.]+)(?:, node name: ([^)]*))?\)")
 _BIG = 1024  # initializers declared larger than this many bytes enter inference without their payload
 
 
-def run_inference(model: ModelProto) -> tuple[ModelProto, dict[str, str]]:
+def run_inference(model: ModelProto, stubs: list[bool] | None = None) -> tuple[ModelProto, dict[str, str]]:
     """ONNX shape inference with data propagation, on a skeleton of ``model`` whose large weights
     are declared but hold no data (inference only needs their dims; the caller's model is left as
     it was). Returns the typed skeleton and, per node name, the error strict inference reported
-    (those nodes are re-derived by the frontend's own rules)."""
-    skeleton = weight_skeleton(model)
+    (those nodes are re-derived by the frontend's own rules). ``stubs``: per initializer, whether
+    it enters without its payload (:func:`needs_stub`), when the caller has worked it out."""
+    skeleton = weight_skeleton(model, stubs)
     errors: dict[str, str] = {}
     try:
         inferred = onnx.shape_inference.infer_shapes(skeleton, strict_mode=True, data_prop=True)
@@ -59,13 +60,13 @@ def run_inference(model: ModelProto) -> tuple[ModelProto, dict[str, str]]:
     return inferred, errors
 
 
-def weight_skeleton(model: ModelProto) -> ModelProto:
+def weight_skeleton(model: ModelProto, stubs: list[bool] | None = None) -> ModelProto:
     """A copy of the model in which top-level initializers above 1 KiB (declared) carry no payload.
 
     They are marked external without a location, which inference and the lowering read as "dims
     only". Shape tensors (1-D integers) keep their values. Nothing large is copied.
     """
-    if not any(_needs_stub(t) for t in model.graph.initializer):
+    if not any(stubs if stubs is not None else map(_needs_stub, model.graph.initializer)):
         return model   # nothing to strip (inference returns a new model and leaves its input as it was)
     out = ModelProto()
     for fld in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
@@ -80,8 +81,8 @@ def weight_skeleton(model: ModelProto) -> ModelProto:
     g.output.extend(src.output)
     g.value_info.extend(src.value_info)
     g.sparse_initializer.extend(src.sparse_initializer)
-    for t in src.initializer:
-        if not _needs_stub(t):
+    for t, stub in zip(src.initializer, stubs if stubs is not None else map(_needs_stub, src.initializer)):
+        if not stub:
             g.initializer.append(t)
             continue
         stub = g.initializer.add()
@@ -93,13 +94,16 @@ def weight_skeleton(model: ModelProto) -> ModelProto:
 
 
 def _needs_stub(t: TensorProto) -> bool:
-    """Whether inference should see ``t`` without its payload: a large inline tensor that is not a
-    shape tensor (an external one already carries none)."""
-    if t.data_location == TensorProto.EXTERNAL:
+    return needs_stub(t.data_type, tuple(t.dims), t.data_location == TensorProto.EXTERNAL)
+
+
+def needs_stub(data_type: int, dims: tuple[int, ...], external: bool) -> bool:
+    """Whether inference should see a tensor without its payload: a large inline tensor that is
+    not a shape tensor (an external one already carries none)."""
+    if external:
         return False
-    dt = DTYPES.get(t.data_type)
-    dims = [int(d) for d in t.dims]
-    shape_tensor = t.data_type in (TensorProto.INT64, TensorProto.INT32) and len(dims) <= 1
+    dt = DTYPES.get(data_type)
+    shape_tensor = data_type in (TensorProto.INT64, TensorProto.INT32) and len(dims) <= 1
     return not (dt is None or shape_tensor or any(d < 0 for d in dims) or dt.nbytes(prod(dims)) <= _BIG)
 
 

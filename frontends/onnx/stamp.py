@@ -16,18 +16,22 @@ known inputs are never stamped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import NodeProto
 
 from ...ir import Graph, Node, Op, Source, TensorType, Value
+from .fold import FOLDERS, FROM_TYPE
+from .node_names import module_scope, source_op
 
 if TYPE_CHECKING:
+    from .lowering import OnnxLowerer
     from .node import NodeCx, Scope
+    from .read import NodeFields
 
-__all__ = ["pure", "PURE", "Recipe", "Recorder", "stamp", "node_signature"]
+__all__ = ["pure", "PURE", "Recipe", "Recorder", "lower_stamped", "node_signature"]
 
 #: After-stamp hook: (the lowerer, the scope, the node's operand values, its input names).
 Hook = Callable[[Any, "Scope", list["Value | None"], list[str]], None]
@@ -61,7 +65,8 @@ def node_signature(key: str, opset: int, node: NodeProto, ins: list[str], outs: 
             held.append((k, arr.dtype.str, arr.shape, arr.tobytes()))
     attrs = node.attribute
     return (key, opset, tuple([a.SerializeToString() for a in attrs]) if attrs else (),
-            tuple([bool(o) for o in outs]), tuple([0 if v is None else id(v.type) for v in values]),
+            tuple([bool(o) for o in outs]) if "" in outs else len(outs),
+            tuple([0 if v is None else id(v.type) for v in values]),
             tuple([values.index(v) for v in values]) if len(values) > 1 else (),   # x * x is not x * y
             tuple(held) if held is not None else ())
 
@@ -125,17 +130,62 @@ def _ref(v: Value | None, values: list[Value | None], made: list[Node]) -> int |
     return False   # a value from elsewhere (a weight the lowering made): not replayable
 
 
-def stamp(recipe: Recipe, graph: Graph, values: list[Value | None], name: str, source: Source,
-          present: list[str], target: dict[str, Value]) -> None:
-    """Replay ``recipe`` for one node: its IR nodes onto ``graph``, its outputs bound in ``target``."""
-    made: list[Node] = []
+def lower_stamped(lw: OnnxLowerer, nodes: Sequence[NodeProto], fields: list[NodeFields], scope: Scope,
+                  graph: Graph) -> None:
+    """Lower the top-level graph's nodes, stamping every node whose signature has a recipe and
+    handing the others to :meth:`~.lowering.OnnxLowerer.lower_node` (which records new recipes).
+
+    Why a loop of its own: at 100,000 nodes every step per node counts, so the stamped path reads
+    the node's fields, keys it and replays it here, with no NodeCx and no per-node call into the
+    lowerer."""
+    stamps = lw.stamps
+    assert stamps is not None and scope.parent is None
+    table, opsets, file = lw.table, lw.info.opsets, lw.info.file
+    lower_node = lw.lower_node
+    target = scope.values
+    lookup, known = target.get, scope.known.get
     add = graph.add_node
-    for op, refs, attrs, types, bind, suffix in recipe.steps:
-        ins = [None if r is None else values[r] if r >= 0 else made[(-1 - r) >> 8].outputs[(-1 - r) & 255]
-               for r in refs]
-        node = add(op, ins, types, attrs, name=f"{name}_{suffix}" if suffix else name, source=source,
-                   out_names=present if bind else None)
-        if bind:
-            for n, v in zip(present, node.outputs):
-                target[n] = v
-        made.append(node)
+    ops: dict[tuple[str, str], str] = {}
+    scopes: dict[str, str] = {}
+    for i, (node, row) in enumerate(zip(nodes, fields)):
+        op_type, domain, given, ins, outs = row
+        key = op_type if not domain else f"{domain}::{op_type}"
+        fn = table.get(key)
+        if fn not in PURE:
+            lower_node(node, i, scope, graph, fields=row)
+            continue
+        values = [lookup(x) if x else None for x in ins]
+        if None in values and any(x and v is None for x, v in zip(ins, values)):
+            lower_node(node, i, scope, graph, fields=row)   # an undefined input: its error, or a sort
+            continue
+        if not domain and op_type in FOLDERS and (op_type in FROM_TYPE or all(not x or known(x) is not None
+                                                                              for x in ins)):
+            lower_node(node, i, scope, graph, fields=row)   # folded: its values are known
+            continue
+        sig = node_signature(key, opsets.get(domain, 1), node, ins, outs, values, known)
+        recipe = stamps.get(sig) if sig is not None else None
+        if recipe is None:
+            lower_node(node, i, scope, graph, fields=row)
+            continue
+        name = given or f"{op_type}_{i}"
+        op_name = ops.get((domain, op_type))
+        if op_name is None:
+            op_name = ops[(domain, op_type)] = source_op(domain, op_type)
+        path = given.rpartition("/")[0]
+        module = scopes.get(path)
+        if module is None:
+            module = scopes[path] = module_scope(given)
+        source = Source(op_name, name, module, file)
+        present = [o for o in outs if o] if "" in outs else outs
+        made: list[Node] = []
+        for op, refs, attrs, types, bind, suffix in recipe.steps:
+            made_node = add(op, [None if r is None else values[r] if r >= 0 else
+                                 made[(-1 - r) >> 8].outputs[(-1 - r) & 255] for r in refs],
+                            types, attrs, name=f"{name}_{suffix}" if suffix else name, source=source,
+                            out_names=present if bind else None)
+            if bind:
+                for n, v in zip(present, made_node.outputs):
+                    target[n] = v
+            made.append(made_node)
+        if recipe.after is not None:
+            recipe.after(lw, scope, values, ins)
