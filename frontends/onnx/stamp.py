@@ -145,32 +145,34 @@ def lower_stamped(lw: OnnxLowerer, nodes: Sequence[NodeProto], fields: list[Node
     target = scope.values
     lookup, known = target.get, scope.known.get
     add = graph.add_node
-    ops: dict[tuple[str, str], str] = {}
     scopes: dict[str, str] = {}
+    #: per (domain, op type): its table key, source op, opset, whether its lowering is pure, and
+    #: 0 (never folded), 1 (folded when every input is known) or 2 (always folded)
+    kinds: dict[tuple[str, str], tuple[str, str, int, bool, int]] = {}
     for i, (node, row) in enumerate(zip(nodes, fields)):
         op_type, domain, given, ins, outs = row
-        key = op_type if not domain else f"{domain}::{op_type}"
-        fn = table.get(key)
-        if fn not in PURE:
+        kind = kinds.get((domain, op_type))
+        if kind is None:
+            key = op_type if not domain else f"{domain}::{op_type}"
+            folds = 0 if domain or op_type not in FOLDERS else 2 if op_type in FROM_TYPE else 1
+            kind = kinds[(domain, op_type)] = (key, source_op(domain, op_type), opsets.get(domain, 1),
+                                               table.get(key) in PURE, folds)
+        key, op_name, opset, is_pure, folds = kind
+        if not is_pure or folds == 2:
             lower_node(node, i, scope, graph, fields=row)
             continue
         values = [lookup(x) if x else None for x in ins]
         if None in values and any(x and v is None for x, v in zip(ins, values)):
             lower_node(node, i, scope, graph, fields=row)   # an undefined input: its error, or a sort
             continue
-        if not domain and op_type in FOLDERS and (op_type in FROM_TYPE or all(not x or known(x) is not None
-                                                                              for x in ins)):
-            lower_node(node, i, scope, graph, fields=row)   # folded: its values are known
-            continue
-        sig = node_signature(key, opsets.get(domain, 1), node, ins, outs, values, known)
-        recipe = stamps.get(sig) if sig is not None else None
+        sig = node_signature(key, opset, node, ins, outs, values, known)
+        # a folded node (every input known: its known values are the last part of the key) is lowered alone
+        recipe = stamps.get(sig) if sig is not None and not (folds and len(sig[-1]) == len(ins) - ins.count("")) \
+            else None
         if recipe is None:
             lower_node(node, i, scope, graph, fields=row)
             continue
         name = given or f"{op_type}_{i}"
-        op_name = ops.get((domain, op_type))
-        if op_name is None:
-            op_name = ops[(domain, op_type)] = source_op(domain, op_type)
         path = given.rpartition("/")[0]
         module = scopes.get(path)
         if module is None:
