@@ -93,8 +93,9 @@ def _uses(graphs: list[GraphProto], names: set[str], top: list[NodeFields] | Non
 
 
 def _is_buffer_name(name: str) -> bool:
-    last = name.replace("/", ".").split(".")[-1]
-    return last in BUFFER_NAMES or name.endswith(BUFFER_NAMES)
+    """Named like a persistent buffer: its last path component (after ``/`` or ``.``) or its tail
+    is one of :data:`BUFFER_NAMES` (the last component is a tail too, so one test covers both)."""
+    return name.endswith(BUFFER_NAMES)
 
 
 def classify_initializers(graph: GraphProto, graphs: list[GraphProto] | None = None,

@@ -146,12 +146,17 @@ def check_model(model: ModelProto, *, file: str = "", top: list[NodeFields] | No
         rows = top if top is not None and not graphs else node_fields(graph)  # the main graph comes first
         graphs.append(graph)
         _check_declared_dims(graph, file)
-        for i, (op_type, domain, name, _ins, _outs) in enumerate(rows):
-            if not op_type:
-                raise FrontendError(f"{where}: node #{i} has no op_type (a protobuf with missing fields)",
-                                    file=f, node=name or None)
-            if domain not in used:
+        if not all(row[0] for row in rows):
+            i, row = next((i, row) for i, row in enumerate(rows) if not row[0])
+            raise FrontendError(f"{where}: node #{i} has no op_type (a protobuf with missing fields)",
+                                file=f, node=row[2] or None)
+        new = {row[1] for row in rows} - used.keys()
+        for op_type, domain, name, _ins, _outs in rows:   # each new domain's first node, in order
+            if not new:
+                break
+            if domain in new:
                 used[domain] = (op_type, name)
+                new.discard(domain)
     for domain, (op_type, name) in used.items():
         if domain in local:
             continue
