@@ -318,7 +318,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
             _note_trips(node, index.trip_names)
         else:
             sig = (op, akey, tuple([None if v is None else type_of(v, v.type) for v in ins]),
-                   tuple([ins.index(v) for v in ins]) if len(ins) > 1 else (), tuple(out_ids))
+                   tuple(map(ins.index, ins)) if len(ins) > 1 else (), tuple(out_ids))
             c = classes.get(sig)
             if c is None:
                 c = classes[sig] = len(counts)

@@ -71,7 +71,7 @@ class OnnxLowerer:
             if scope.values.get(vi.name) is not None:
                 continue  # old models list initializers among the inputs too
             forced = input_types[k] if input_types is not None and k < len(input_types) else None
-            t = forced or self._input_type(vi, scope)
+            t = self.state.shared(forced or self._input_type(vi, scope))
             scope.values[vi.name] = graph.add_input(vi.name, t, ValueKind.INPUT, source_name=vi.name)
         if fields is None:
             for i, node in enumerate(gproto.node):

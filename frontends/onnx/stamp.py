@@ -148,20 +148,20 @@ def lower_stamped(lw: OnnxLowerer, nodes: Sequence[NodeProto], fields: list[Node
     scopes: dict[str, str] = {}
     #: per (domain, op type): its table key, source op, opset, whether its lowering is pure, and
     #: 0 (never folded), 1 (folded when every input is known) or 2 (always folded)
-    kinds: dict[tuple[str, str], tuple[str, str, int, bool, int]] = {}
+    kinds: dict[str | tuple[str, str], tuple[str, str, int, bool, int]] = {}
     for i, (node, row) in enumerate(zip(nodes, fields)):
         op_type, domain, given, ins, outs = row
-        kind = kinds.get((domain, op_type))
+        kind = kinds.get((domain, op_type) if domain else op_type)
         if kind is None:
             key = op_type if not domain else f"{domain}::{op_type}"
             folds = 0 if domain or op_type not in FOLDERS else 2 if op_type in FROM_TYPE else 1
-            kind = kinds[(domain, op_type)] = (key, source_op(domain, op_type), opsets.get(domain, 1),
-                                               table.get(key) in PURE, folds)
+            kind = (key, source_op(domain, op_type), opsets.get(domain, 1), table.get(key) in PURE, folds)
+            kinds[(domain, op_type) if domain else op_type] = kind
         key, op_name, opset, is_pure, folds = kind
         if not is_pure or folds == 2:
             lower_node(node, i, scope, graph, fields=row)
             continue
-        values = [lookup(x) if x else None for x in ins]
+        values = list(map(lookup, ins))   # lookup("") is None: an absent optional input
         if None in values and any(x and v is None for x, v in zip(ins, values)):
             lower_node(node, i, scope, graph, fields=row)   # an undefined input: its error, or a sort
             continue
