@@ -131,6 +131,10 @@ class GraphIndex:
     input_storages: list[int]
     allocs: list[tuple[int, ...]]
     frees: dict[int, list[int]]
+    #: The nodes a re-bind costs by rule (the first of each class, each node costed alone) and the
+    #: nodes whose op has no rule (listed as unmodeled), by position, in order.
+    cost_points: list[int] = field(default_factory=list)
+    unmodeled_at: list[int] = field(default_factory=list)
 
     #: The liveness above as arrays, built on the first peak query (:meth:`_live_arrays`).
     _live: tuple[list[TensorType], np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = \
@@ -287,6 +291,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     known = by_identity.get
     views = VIEW_OPS
     scalar_types = _SCALAR_TYPES
+    no_rule, cost_points, unmodeled_at = index.no_rule, index.cost_points, index.unmodeled_at
     for i, node in enumerate(graph.nodes):
         ins = node._inputs   # the ``inputs`` property, without a call per node
         outs = node.outputs
@@ -312,6 +317,9 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
         op = node.op
         if akey is None:   # attrs with no exact key, perhaps a nested graph: its symbols count too
             node_class.append(-1)
+            cost_points.append(i)
+            if RULES.get(op) is None:
+                unmodeled_at.append(i)
             for sub in node_subgraphs(node):
                 index.symbols |= sub.symbols()
                 index.trip_names |= trip_count_names(sub)
@@ -323,10 +331,13 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
             if c is None:
                 c = classes[sig] = len(counts)
                 counts.append(0)
-                index.no_rule.append(RULES.get(op) is None)
+                no_rule.append(RULES.get(op) is None)
+                cost_points.append(i)
                 _note_trips(node, index.trip_names)
             counts[c] += 1
             node_class.append(c)
+            if no_rule[c]:
+                unmodeled_at.append(i)
         # -- liveness
         for operand in ins:
             sid = storage_of(operand)   # None for weights and absent inputs
