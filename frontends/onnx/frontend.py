@@ -136,8 +136,8 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:
             raise ModelLoadError(f"cannot inline the model's local functions: {exc}", file=file or None) from None
-        graphs = all_graphs(model.graph)
         fields = node_fields(model.graph)
+        graphs = all_graphs(model.graph, fields)
     inits = initializer_fields(model.graph)  # read once too, for the same readers and the skeleton
     stubs = [needs_stub(data_type, dims, external) for _t, _name, data_type, dims, external in inits]
     params = classify_initializers(model.graph, graphs, payloads, top=fields, inits=inits)

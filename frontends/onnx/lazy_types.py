@@ -54,7 +54,7 @@ def lazy_eligible(model: ModelProto, graphs: list[GraphProto], fields: list[Node
         return False
     if not all(_is_tensor(vi) for vi in g.input) or not all(_is_tensor(vi) for vi in g.output):
         return False
-    for op_type, domain, _name, _ins, _outs in fields:
+    for op_type, domain, _name, _ins, _outs, _attrs in fields:
         if (op_type if not domain else f"{domain}::{op_type}") not in table:
             return False
     return True

@@ -145,15 +145,15 @@ class OnnxLowerer:
         if fields is None:
             domain = node.domain
             fields = (node.op_type, "" if domain == "ai.onnx" else domain, node.name, list(node.input),
-                      list(node.output))
-        op_type, domain, given, ins, outs = fields
+                      list(node.output), node.attribute)
+        op_type, domain, given, ins, outs, attrs = fields
         key = op_type if not domain else f"{domain}::{op_type}"
         fn = self.table.get(key)
         # a pure lowering of the top-level graph, typed node by node: record what it emits (.stamp)
         sig = None
         if self.stamps is not None and fn in PURE and source is None and opset is None and scope.parent is None:
             lookup = scope.values.get
-            sig = node_signature(key, self.info.opsets.get(domain, 1), node, ins, outs,
+            sig = node_signature(key, self.info.opsets.get(domain, 1), attrs, ins, outs,
                                  [lookup(x) if x else None for x in ins], scope.known.get)
         cx = NodeCx(self, node, index, scope, graph, opset if opset is not None else self.info.opsets.get(domain, 1),
                     source, fields)

@@ -123,7 +123,7 @@ class NodeCx:
         # field read builds new Python objects, so none is read again here.
         self.lw = lw
         self.node = node
-        op_type, domain, given, ins, outs = fields
+        op_type, domain, given, ins, outs, _attrs = fields
         self.op_type = op_type
         self.domain = domain
         self.key = op_type if not domain else f"{domain}::{op_type}"
@@ -149,7 +149,7 @@ class NodeCx:
     def signature(self) -> tuple | None:
         """See :func:`.stamp.node_signature`."""
         scope = self.scope
-        return node_signature(self.key, self.opset, self.node, self.ins, self.outs, self.values,
+        return node_signature(self.key, self.opset, self.node.attribute, self.ins, self.outs, self.values,
                               scope.known.get if scope.parent is None else scope.known_value)
 
     # -- attributes -------------------------------------------------------------------------

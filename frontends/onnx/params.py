@@ -82,7 +82,7 @@ def _uses(graphs: list[GraphProto], names: set[str], top: list[NodeFields] | Non
     read_elsewhere = other.update
     for k, g in enumerate(graphs):
         rows = top if k == 0 and top is not None else node_fields(g)
-        for op_type, domain, _name, ins, _outs in rows:
+        for op_type, domain, _name, ins, _outs, _attrs in rows:
             if op_type not in _SLOTTED_OPS or (domain, op_type) not in _SLOTTED:
                 read_elsewhere(ins)
                 continue

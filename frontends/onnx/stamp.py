@@ -47,7 +47,7 @@ def pure(fn: Callable[[NodeCx], None], *, after: Hook | None = None) -> Callable
     return fn
 
 
-def node_signature(key: str, opset: int, node: NodeProto, ins: list[str], outs: list[str],
+def node_signature(key: str, opset: int, attrs: Any, ins: list[str], outs: list[str],
                    values: list[Value | None], known: Callable[[str], np.ndarray | None]) -> tuple | None:
     """What a node's output types and a pure lowering's nodes follow from: op, opset,
     attributes, which outputs are present, input types, which inputs are the same value and
@@ -63,7 +63,6 @@ def node_signature(key: str, opset: int, node: NodeProto, ins: list[str], outs: 
             if held is None:
                 held = []
             held.append((k, arr.dtype.str, arr.shape, arr.tobytes()))
-    attrs = node.attribute
     return (key, opset, tuple([a.SerializeToString() for a in attrs]) if attrs else (),
             tuple([bool(o) for o in outs]) if "" in outs else len(outs),
             tuple([0 if v is None else id(v.type) for v in values]),
@@ -80,12 +79,17 @@ Step = tuple[Op, tuple[int | None, ...], dict[str, Any] | None, list[TensorType]
 class Recipe:
     """What a pure lowering emitted for one signature, and its after-stamp hook."""
 
-    __slots__ = ("steps", "after", "types")
+    __slots__ = ("steps", "after", "types", "single")
 
     def __init__(self, steps: list[Step], after: Hook | None, types: tuple) -> None:
         self.steps = steps
         self.after = after
         self.types = types   # the signature's input types, alive while the recipe is (their ids key it)
+        op, refs, attrs, out_types, bind, suffix = steps[0]
+        #: The common recipe, one node over the ONNX node's inputs in order that is the ONNX node:
+        #: its op, attrs and output types (None: replay the steps).
+        self.single = (op, attrs, out_types) if len(steps) == 1 and bind and not suffix and \
+            refs == tuple(range(len(types))) else None
 
 
 class Recorder:
@@ -150,7 +154,7 @@ def lower_stamped(lw: OnnxLowerer, nodes: Sequence[NodeProto], fields: list[Node
     #: 0 (never folded), 1 (folded when every input is known) or 2 (always folded)
     kinds: dict[str | tuple[str, str], tuple[str, str, int, bool, int]] = {}
     for i, (node, row) in enumerate(zip(nodes, fields)):
-        op_type, domain, given, ins, outs = row
+        op_type, domain, given, ins, outs, attrs = row
         kind = kinds.get((domain, op_type) if domain else op_type)
         if kind is None:
             key = op_type if not domain else f"{domain}::{op_type}"
@@ -165,7 +169,7 @@ def lower_stamped(lw: OnnxLowerer, nodes: Sequence[NodeProto], fields: list[Node
         if None in values and any(x and v is None for x, v in zip(ins, values)):
             lower_node(node, i, scope, graph, fields=row)   # an undefined input: its error, or a sort
             continue
-        sig = node_signature(key, opset, node, ins, outs, values, known)
+        sig = node_signature(key, opset, attrs, ins, outs, values, known)
         # a folded node (every input known: its known values are the last part of the key) is lowered alone
         recipe = stamps.get(sig) if sig is not None and not (folds and len(sig[-1]) == len(ins) - ins.count("")) \
             else None
@@ -179,6 +183,14 @@ def lower_stamped(lw: OnnxLowerer, nodes: Sequence[NodeProto], fields: list[Node
             module = scopes[path] = module_scope(given)
         source = Source(op_name, name, module, file)
         present = [o for o in outs if o] if "" in outs else outs
+        single = recipe.single
+        if single is not None:
+            made_node = add(single[0], values, single[2], single[1], name=name, source=source, out_names=present)
+            for n, v in zip(present, made_node.outputs):
+                target[n] = v
+            if recipe.after is not None:
+                recipe.after(lw, scope, values, ins)
+            continue
         made: list[Node] = []
         for op, refs, attrs, types, bind, suffix in recipe.steps:
             made_node = add(op, [None if r is None else values[r] if r >= 0 else
