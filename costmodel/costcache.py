@@ -249,9 +249,9 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     type_ids: dict[TensorType, int] = {}
     type_shape: list[int] = []     # per distinct type, its shape's number
     shape_ids: dict[Shape, int] = {}
-    type_id: dict[Value, int] = {}   # value -> its type's number
     # Values share their type objects (frontends cache them): a lookup by identity spares hashing
-    # the type (a dataclass hash over dtype and dims) for almost every value.
+    # the type (a dataclass hash over dtype and dims) for almost every value. Every value's type
+    # is numbered before a node reads it (the walk is in order), and held by the value meanwhile.
     by_identity: dict[int, int] = {}
 
     def number(t: TensorType) -> int:
@@ -271,7 +271,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     end: dict[int, int] = {}
     types = index.storage_types
     for v in graph.inputs:
-        k = type_id[v] = number(v.type)
+        k = number(v.type)
         values.append(v)
         value_shape.append(type_shape[k])
         storage[v] = len(types)
@@ -279,7 +279,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
         end[len(types)] = -1
         types.append(v.type)
     for v in graph.weights:
-        k = type_id[v] = number(v.type)
+        k = number(v.type)
         values.append(v)
         value_shape.append(type_shape[k])
     storage_of = storage.get
@@ -287,7 +287,6 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     node_class = index.node_class
     counts = index.counts
     classes: dict[tuple, int] = {}
-    type_of = type_id.get
     known = by_identity.get
     views = VIEW_OPS
     scalar_types = _SCALAR_TYPES
@@ -300,7 +299,6 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
             t = v.type
             hit = known(id(t))   # types are shared objects: identity first, then value equality
             k = number(t) if hit is None else hit
-            type_id[v] = k
             out_ids.append(k)
             values.append(v)
             value_shape.append(type_shape[k])
@@ -325,7 +323,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
                 index.trip_names |= trip_count_names(sub)
             _note_trips(node, index.trip_names)
         else:
-            sig = (op, akey, tuple([None if v is None else type_of(v, v.type) for v in ins]),
+            sig = (op, akey, tuple([None if v is None else known(id(v.type), v.type) for v in ins]),
                    tuple(map(ins.index, ins)) if len(ins) > 1 else (), tuple(out_ids))
             c = classes.get(sig)
             if c is None:
