@@ -4,7 +4,7 @@ Why: ``onnx.shape_inference.infer_shapes`` costs as much as reading the file (it
 model, infers every node in C++, and the typed copy is parsed and read back value by value), and
 on a plain graph of tensors it answers nothing the node-level inference cannot: each node's output
 types follow from its op, attributes, input types and known input values. A model's nodes repeat a
-few signatures thousands of times, so ONNX's inference of one node (:func:`.shapes.node_inference`)
+few signatures thousands of times, so ONNX's inference of one node (:func:`.node_infer.node_inference`)
 runs once per distinct signature here, repaired by the frontend's own rules like the whole-model
 answer is (:mod:`.resolve`), and every other node with that signature takes the cached types.
 

@@ -25,7 +25,7 @@ from .resolve import resolve_types
 from .shape_rules import SHAPE_RULES
 from .shapes import OutSpec, ShapeState, graph_types
 from .stamp import PURE, Recipe, Recorder, lower_stamped, node_signature
-from .types import FOLD_LIMIT, check_payload, checked_dims, dtype_of, small_array
+from .types import DTYPES, FOLD_LIMIT, check_payload, checked_dims, dtype_of, small_array
 
 __all__ = ["OnnxLowerer", "Unordered"]
 
@@ -98,12 +98,11 @@ class OnnxLowerer:
         if not name:
             raise FrontendError("an initializer has no name", file=file)
         dims = checked_dims(name, dims, file=self.info.file)
-        dtype = dtype_of(data_type, what=f"initializer {name!r}", file=file, node=name)
+        dtype = DTYPES.get(data_type) or dtype_of(data_type, what=f"initializer {name!r}", file=file, node=name)
         if not (external or stub):
             check_payload(t, dims, dtype, self.info.file)
         kind, note = self.info.params.get(name, (ValueKind.CONST, "")) if top else (ValueKind.CONST, "")
-        scope.values[name] = graph.add_input(name, self.state.shared(TensorType(dtype, dims)), kind,
-                                             source_name=note or name)
+        scope.values[name] = graph.add_input(name, self.state.tensor_type(dtype, dims), kind, source_name=note or name)
         n = prod(dims)
         if (n <= 64 or (n <= FOLD_LIMIT and dtype.is_int)) and not (external or stub):
             arr = small_array(t)

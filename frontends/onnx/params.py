@@ -114,7 +114,7 @@ def classify_initializers(graph: GraphProto, graphs: list[GraphProto] | None = N
     params: list[InitFields] = []
     for f in inits:
         _t, name, data_type, dims, _external = f
-        n = prod(dims) if all(d >= 0 for d in dims) else 0
+        n = prod(dims) if not dims or min(dims) >= 0 else 0
         dt = DTYPES.get(data_type)
         used = uses.get(name, [])
         if dt is None or n <= 1:

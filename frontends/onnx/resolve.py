@@ -18,7 +18,8 @@ from onnx import AttributeProto
 from ...errors import ShapeError
 from ...ir import DType, TensorType
 from .node import NodeCx
-from .shapes import OutSpec, RawType, node_inference
+from .node_infer import node_inference
+from .shapes import OutSpec, RawType
 from .types import DTYPES
 
 __all__ = ["resolve_types", "own_shapes", "node_specs"]

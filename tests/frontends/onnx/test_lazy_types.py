@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import narrowpipe
 from narrowpipe.errors import NarrowpipeError
-from narrowpipe.frontends.onnx import frontend, shapes
+from narrowpipe.frontends.onnx import frontend, node_infer, shapes
 from narrowpipe.frontends.onnx.lazy_types import NeedsInference
 from narrowpipe.ir import DType, Sym
 from narrowpipe.ir.serialize import graph_to_dict
@@ -142,7 +142,7 @@ def test_node_inference_returns_the_symbolic_dims_it_was_given() -> None:
     seq = Sym("seq")
     odd = Sym("min(128, seq)")
     node = helper.make_node("Transpose", ["a"], ["b"], perm=[1, 0, 2])
-    out = shapes.node_inference(node, 17, [helper.make_opsetid("", 17)], [(DType.FP32, (odd, seq, 4))], [None], 8)
+    out = node_infer.node_inference(node, 17, [helper.make_opsetid("", 17)], [(DType.FP32, (odd, seq, 4))], [None], 8)
     assert out == [(DType.FP32, (seq, odd, 4))]
 
 
