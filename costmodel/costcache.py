@@ -41,6 +41,7 @@ class _Unhashable(Exception):
 
 
 _SCALAR_TYPES = frozenset(_SCALARS)
+_UNSEEN = object()
 
 
 def _freeze(v: Any) -> Hashable:
@@ -290,6 +291,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     known = by_identity.get
     views = VIEW_OPS
     scalar_types = _SCALAR_TYPES
+    frozen: dict[tuple, Hashable | None] = {}
     no_rule, cost_points, unmodeled_at = index.no_rule, index.cost_points, index.unmodeled_at
     for i, node in enumerate(graph.nodes):
         ins = node._inputs   # the ``inputs`` property, without a call per node
@@ -306,12 +308,19 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
         attrs = node.attrs
         if not attrs:
             akey: Hashable | None = ()
-        else:   # freeze_attrs, with its common case (scalar values) inline
-            try:
-                akey = tuple([(k, (vt, v) if (vt := type(v)) in scalar_types else _freeze(v))
-                              for k, v in attrs.items()])
-            except _Unhashable:
-                akey = None
+        else:
+            # Frontends copy one attrs dict per node but share its values: attrs holding the very
+            # same objects under the same keys freeze alike, so the frozen key is looked up by the
+            # values' identities (all alive in the graph for the whole walk).
+            held = (*attrs, *map(id, attrs.values()))
+            akey = frozen.get(held, _UNSEEN)
+            if akey is _UNSEEN:
+                try:   # freeze_attrs, with its common case (scalar values) inline
+                    akey = tuple([(k, (vt, v) if (vt := type(v)) in scalar_types else _freeze(v))
+                                  for k, v in attrs.items()])
+                except _Unhashable:
+                    akey = None
+                frozen[held] = akey
         op = node.op
         if akey is None:   # attrs with no exact key, perhaps a nested graph: its symbols count too
             node_class.append(-1)
