@@ -139,7 +139,7 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
         fields = node_fields(model.graph)
         graphs = all_graphs(model.graph, fields)
     inits = initializer_fields(model.graph)  # read once too, for the same readers and the skeleton
-    stubs = [needs_stub(data_type, dims, external) for _t, _name, data_type, dims, external in inits]
+    stubs = [not external and needs_stub(data_type, dims, external) for _t, _name, data_type, dims, external in inits]
     params = classify_initializers(model.graph, graphs, payloads, top=fields, inits=inits)
     _check_large_payloads(inits, file)
     m = _Model(model, graphs, _input_symbols(graphs), params, file, strict, name, presorted)
