@@ -11,6 +11,8 @@ Public API::
     r = narrowpipe.analyze(g, "h100", dims={"seq": 2048})       # + times: r.time_s, r.mfu, r.ops[i].bound
     c = narrowpipe.compare(g, ["h100", "tpu-v5e", "groq-lpu"], dims={"batch": 8})
     g.role_size(narrowpipe.DimRole.BATCH)                       # dims carry roles: batch, sequence, kv length
+    t = narrowpipe.training_step(g, optimizer="adamw", recompute="selective")   # forward + backward + optimizer
+    narrowpipe.analyze(t, "h100").flops_by_phase                # {"forward": ..., "backward": ..., ...}
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .costmodel.analyze import analyze
 from .costmodel.compare import Comparison, WhatIf, compare, whatif
 from .costmodel.diagnose import Diagnosis, diagnose
 from .costmodel.report import Bottleneck, OpRow, Report, Timing, Unmodeled
+from .costmodel.training import build_training_graph
 from .errors import (
     FrontendError,
     IRError,
@@ -40,6 +43,9 @@ from .models import from_config, transformer
 
 __version__ = "0.1.0"
 
+#: One training step of a forward graph (see :func:`narrowpipe.costmodel.training.build_training_graph`).
+training_step = build_training_graph
+
 
 def targets() -> list[tuple[str, str]]:
     """Every catalog target as (name, family), sorted by name."""
@@ -48,7 +54,7 @@ def targets() -> list[tuple[str, str]]:
 
 __all__ = [
     "from_torch", "export", "save_pt2", "load", "transformer", "from_config", "analyze", "compare", "whatif",
-    "diagnose", "targets", "get_target", "Graph", "DimRole",
+    "diagnose", "targets", "get_target", "Graph", "DimRole", "training_step", "build_training_graph",
     "Report", "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",
