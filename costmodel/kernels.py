@@ -7,7 +7,10 @@ What fuses follows what production stacks do (torch.compile/Inductor, XLA, servi
 * chains of elementwise ops fuse, and fuse into a following reduction or normalization;
 * layout changes (permute, copy, cast) feeding a matmul are absorbed by it;
 * eager attention (QK^T, scale/mask, softmax, PV) becomes one fused attention kernel;
-* at most one heavy op (matmul, conv, attention) per kernel; collectives never fuse.
+* at most one heavy op (matmul, conv, attention) per kernel; collectives never fuse;
+* in a training step, nodes of different phases never fuse (AOTAutograd compiles the forward and the
+  backward as separate graphs), and each parameter's optimizer update is one kernel (torch's fused
+  AdamW, apex's FusedAdam): it reads the gradient and states once and writes the states back.
 
 A kernel's bytes are its external traffic only: inputs produced outside it and outputs used outside
 it (or returned). ``mode="none"`` gives one kernel per op (eager PyTorch).
@@ -30,6 +33,7 @@ FUSION_MODES = ("full", "none")
 _HEAVY = frozenset({Op.DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
 _LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
 _ATTN_CHAIN = frozenset({Op.MUL, Op.DIV, Op.ADD, Op.SUB, Op.CAST, Op.WHERE, Op.COPY})
+_PHASE = "phase"   # a training step's phase attr (costmodel.training.phases.PHASE)
 
 
 @dataclass
@@ -103,6 +107,7 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
     outputs = {base.get(v, v) for v in graph.outputs}
     if mode == "full":
         _fuse_attention(nodes, index, base, consumers, groups)
+        _fuse_optimizer_updates(nodes, groups)
         for i, node in enumerate(nodes):
             if node.op in VIEW_OPS or node.group is OpGroup.COLLECTIVE or node.op is Op.UNKNOWN:
                 continue
@@ -114,12 +119,22 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
                 if p is None or p not in index or p.op in VIEW_OPS:
                     continue
                 j = index[p]
-                if b in outputs or len(consumers.get(b, ())) != 1:
+                if b in outputs or len(consumers.get(b, ())) != 1 or p.attrs.get(_PHASE) != node.attrs.get(_PHASE):
                     continue
                 if _fusable(p, node) and _acyclic(node, j, i, groups, index, base) and \
                         groups.heavy[groups.find(j)] + groups.heavy[groups.find(i)] <= 1:
                     groups.union(j, i)
     return _kernels(table, nodes, groups, base, consumers, outputs)
+
+
+def _fuse_optimizer_updates(nodes: list[Node], groups: _Groups) -> None:
+    """One kernel per parameter's optimizer update (its nodes share the parameter's source name)."""
+    first: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        if node.attrs.get(_PHASE) == "optimizer" and node.op not in VIEW_OPS:
+            j = first.setdefault(node.source.name, i)
+            if j != i:
+                groups.union(j, i)
 
 
 def _fusable(producer: Node, consumer: Node) -> bool:
