@@ -22,6 +22,7 @@ __all__ = [
     "UnknownTargetError",
     "PassError",
     "TraceError",
+    "PlanError",
 ]
 
 
@@ -91,3 +92,8 @@ class TraceError(NarrowpipeError):
         self.file = str(file)
         self.reason = reason
         super().__init__(f"trace {self.file!r}: {reason}")
+
+
+class PlanError(NarrowpipeError):
+    """A parallel configuration is invalid or cannot run: sizes that do not divide, a device count
+    the strategy does not use, a model that fits no strategy. The message names the field and why."""

@@ -13,7 +13,9 @@ What fuses follows what production stacks do (torch.compile/Inductor, XLA, servi
   AdamW, apex's FusedAdam): it reads the gradient and states once and writes the states back.
 
 A kernel's bytes are its external traffic only: inputs produced outside it and outputs used outside
-it (or returned). ``mode="none"`` gives one kernel per op (eager PyTorch).
+it (or returned). ``mode="none"`` gives one kernel per op (eager PyTorch); ``mode="no-epilogue"`` fuses as ``full``
+except into matmuls and attention (library GEMMs called from an eager framework, whose hand-written
+fused kernels cover the elementwise chains: Megatron-LM's bias-GeLU and bias-dropout-add).
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Value
 from .cost import Cost
 from .interpreter import CostTable
 
-__all__ = ["Kernel", "fuse", "FUSION_MODES"]
+__all__ = ["Kernel", "fuse", "FUSION_MODES", "OWN_KERNEL"]
 
-FUSION_MODES = ("full", "none")
+FUSION_MODES = ("full", "no-epilogue", "none")
+#: Node attribute: the runtime launches this op as a kernel of its own (Megatron's fused softmax in
+#: unfused attention), so fusion groups it with nothing.
+OWN_KERNEL = "own_kernel"
 
 _HEAVY = frozenset({Op.DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
 _LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
@@ -105,22 +110,26 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
     for i, n in enumerate(nodes):
         groups.heavy[i] = 1 if n.op in _HEAVY else 0
     outputs = {base.get(v, v) for v in graph.outputs}
-    if mode == "full":
-        _fuse_attention(nodes, index, base, consumers, groups)
+    if mode in ("full", "no-epilogue"):
+        if mode == "full":
+            _fuse_attention(nodes, index, base, consumers, groups)
         _fuse_optimizer_updates(nodes, groups)
         for i, node in enumerate(nodes):
-            if node.op in VIEW_OPS or node.group is OpGroup.COLLECTIVE or node.op is Op.UNKNOWN:
+            if node.op in VIEW_OPS or node.group is OpGroup.COLLECTIVE or node.op is Op.UNKNOWN or \
+                    node.attrs.get(OWN_KERNEL):
                 continue
             for v in node.inputs:
                 if v is None:
                     continue
                 b = base.get(v, v)
                 p = b.producer
-                if p is None or p not in index or p.op in VIEW_OPS:
+                if p is None or p not in index or p.op in VIEW_OPS or p.attrs.get(OWN_KERNEL):
                     continue
                 j = index[p]
                 if b in outputs or len(consumers.get(b, ())) != 1 or p.attrs.get(_PHASE) != node.attrs.get(_PHASE):
                     continue
+                if mode == "no-epilogue" and p.op in _HEAVY:
+                    continue            # library GEMMs: nothing fuses into a matmul's epilogue
                 if _fusable(p, node) and _acyclic(node, j, i, groups, index, base) and \
                         groups.heavy[groups.find(j)] + groups.heavy[groups.find(i)] <= 1:
                     groups.union(j, i)
@@ -175,7 +184,7 @@ def _fuse_attention(nodes: list[Node], index: dict[Node, int], base: dict[Value,
                     consumers: dict[Value, list[Node]], groups: _Groups) -> None:
     """Find DOT -> [scale/mask/cast]* -> SOFTMAX -> [cast]* -> DOT and make it one kernel."""
     for i, node in enumerate(nodes):
-        if node.op is not Op.SOFTMAX:
+        if node.op is not Op.SOFTMAX or node.attrs.get(OWN_KERNEL):
             continue
         chain = [i]
         v = node.inputs[0]
