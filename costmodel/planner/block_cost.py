@@ -144,12 +144,13 @@ def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtim
         flops[phase] = flops.get(phase, 0) + cost.flops
     params = [w for w in local.weights if w.kind is ValueKind.PARAM]
     saved = _saved_bytes(local, table)
+    working = _working_peak(local, table)
     collectives = tuple(CollectiveUse(p, op, ph, ax, n, int(e[0]), int(e[1]), e[2], e[3])
                         for (p, op, ph, ax, n), e in uses.items())
     notes = tuple(local.meta.get("sharding_notes", ())) + tuple(train.meta.get("training", {}).get("notes", ()))
     return BlockCost(block.name, block.kind, times, comm, hidden, flops,
                      sum(_numel(table.shapes[w]) for w in params), sum(value_bytes(table, w) for w in params),
-                     saved, max(0, table.peak_activation_bytes - saved),
+                     saved, max(0, working - saved),
                      _boundary_bytes(local, table, forward.outputs[0].name if forward.outputs else None),
                      dict(local.meta.get("deferred_reductions", {})), collectives, notes,
                      tuple((w.name, _numel(table.shapes[w]), value_bytes(table, w)) for w in params))
@@ -212,6 +213,33 @@ def _saved_bytes(graph: Graph, table: Any) -> int:
         if any(u.node.attrs.get(PHASE) in ("backward", "recompute") for u in v.uses) and v.dtype.is_float:
             total += value_bytes(table, v)
     return total
+
+
+def _working_peak(graph: Graph, table: Any) -> int:
+    """Peak bytes of live activations over the forward, recomputation and backward of one microbatch
+    (a last-use walk like the interpreter's): the optimizer updates its states in place once per
+    step, after the activations are gone, so its temporaries are not part of this peak."""
+    nodes = [n for n in graph.nodes if n.attrs.get(PHASE, "forward") in PER_MICROBATCH]
+    last: dict[int, int] = {}
+    for i, n in enumerate(nodes):
+        for v in n.inputs:
+            if v is not None:
+                last[id(_base(v))] = i
+    live: dict[int, int] = {id(v): value_bytes(table, v) for v in graph.inputs if v.dtype.is_float}
+    cur = peak = sum(live.values())
+    for i, n in enumerate(nodes):
+        if n.op not in VIEW_OPS:
+            for o in n.outputs:
+                if id(o) not in live and last.get(id(o), -1) > i:
+                    live[id(o)] = value_bytes(table, o)
+                    cur += live[id(o)]
+        peak = max(peak, cur)
+        for v in n.inputs:
+            if v is not None:
+                b = id(_base(v))
+                if last.get(b) == i and b in live:
+                    cur -= live.pop(b)
+    return peak
 
 
 def _readers(v: Value) -> list[Any]:

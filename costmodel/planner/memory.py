@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .block_cost import BlockCost, unique_params
 from .runtime import Runtime
+from .step import DeviceLoad
 from .strategy import Parallel
 
 __all__ = ["DeviceMemory", "device_memory", "OPTIMIZER_STATES"]
@@ -64,23 +64,20 @@ def in_flight(p: Parallel, stage: int) -> float:
     return chunk_forwards / p.interleave
 
 
-def device_memory(p: Parallel, stage: int, blocks: list[BlockCost], runtime: Runtime, optimizer: str = "adam",
+def device_memory(p: Parallel, load: DeviceLoad, runtime: Runtime, optimizer: str = "adam",
                   param_dtype_bytes: int = 2) -> DeviceMemory:
-    """Memory of pipeline device ``stage`` holding ``blocks`` (its layers, plus the embedding or head)."""
+    """Memory of the pipeline device that runs ``load`` (its layers, plus the embedding or head)."""
     dp = p.dp * p.cp
-    params, pbytes = unique_params(blocks)
-    weights = float(pbytes)
-    grads = float(params * runtime.grad_reduce_dtype.nbytes(1))
+    weights = float(load.param_bytes)
+    grads = float(load.params * runtime.grad_reduce_dtype.nbytes(1))
     master = 4 if runtime.master_weights and param_dtype_bytes < 4 else 0
-    states = float(params * (master + 4 * OPTIMIZER_STATES.get(optimizer, 2)))
+    states = float(load.params * (master + 4 * OPTIMIZER_STATES.get(optimizer, 2)))
     if p.zero >= 1:
         states /= dp
     if p.zero >= 2:
         grads /= dp
     if p.zero >= 3:
-        largest = max((b.param_bytes for b in blocks), default=0)
-        weights = weights / dp + 2 * largest        # the shard plus the gathered block (and the next, prefetched)
-    saved = sum(b.saved_bytes for b in blocks)
-    activations = saved * in_flight(p, stage)
-    workspace = float(max((b.transient_bytes for b in blocks), default=0))
-    return DeviceMemory(stage, weights, grads, states, activations, workspace)
+        # the shard plus the gathered block (and the next one, prefetched)
+        weights = weights / dp + 2 * load.largest_param_bytes
+    activations = load.saved_bytes * in_flight(p, load.index)
+    return DeviceMemory(load.index, weights, grads, states, activations, float(load.transient_bytes))

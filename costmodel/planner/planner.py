@@ -24,7 +24,7 @@ from .block_cost import BlockCost, block_cost, block_key
 from .blocks import Blocks, split_blocks
 from .memory import DeviceMemory, device_memory
 from .runtime import Runtime, get_runtime
-from .step import StepTime, step_time
+from .step import CollectiveTimer, Layout, StepTime, layout, step_time
 from .strategy import Parallel
 
 __all__ = ["Planner", "Evaluation", "resolve_machine"]
@@ -86,9 +86,13 @@ class Planner:
         defaults = graph.default_bindings()
         self.seq = int(seq if seq is not None else defaults.get(self.seq_dim or "", 1))
         self.topology = self._topology()
+        self.timer = CollectiveTimer(self.topology)
         self.blocks: Blocks = split_blocks(graph)
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
         self._flops: tuple[float, float] | None = None
+        self._by_strategy: dict[tuple[Any, ...], tuple[list[BlockCost], BlockCost | None, BlockCost | None]] = {}
+        self._layouts: dict[tuple[Any, ...], Layout] = {}
+        self._pbytes = _param_dtype_bytes(graph)
 
     # -- machine -------------------------------------------------------------------------------------
     def _topology(self) -> Topology:
@@ -121,12 +125,21 @@ class Planner:
                                                 optimizer=self.optimizer)
         return hit
 
+    def _key(self, parallel: Parallel) -> tuple[Any, ...]:
+        return (parallel.tp, parallel.cp, parallel.ep, parallel.sequence_parallel, parallel.recompute,
+                parallel.microbatch)
+
     def costs(self, parallel: Parallel) -> tuple[list[BlockCost], BlockCost | None, BlockCost | None]:
-        b = self.blocks
-        layers = [self.cost(x, parallel) for x in b.layers]
-        pro = self.cost(b.prologue, parallel) if b.prologue is not None else None
-        epi = self.cost(b.epilogue, parallel) if b.epilogue is not None else None
-        return layers, pro, epi
+        key = self._key(parallel)
+        hit = self._by_strategy.get(key)
+        if hit is None:
+            b = self.blocks
+            distinct = {id(x): self.cost(x, parallel) for x in b.layers}
+            layers = [distinct[id(x)] for x in b.layers]
+            pro = self.cost(b.prologue, parallel) if b.prologue is not None else None
+            epi = self.cost(b.epilogue, parallel) if b.epilogue is not None else None
+            hit = self._by_strategy[key] = (layers, pro, epi)
+        return hit
 
     @property
     def cached_costs(self) -> int:
@@ -149,19 +162,19 @@ class Planner:
 
     def evaluate(self, parallel: Parallel) -> Evaluation:
         self.check(parallel)
-        layers, pro, epi = self.costs(parallel)
-        step = step_time(parallel, layers, pro, epi, self.topology, self.runtime)
-        per_device: list[list[BlockCost]] = [[] for _ in range(parallel.pp)]
-        for c, idx in enumerate(step.chunks):
-            per_device[c % parallel.pp].extend(layers[i] for i in idx)
-        if pro is not None:
-            per_device[0].append(pro)
-        if epi is not None:
-            per_device[(len(step.chunks) - 1) % parallel.pp].append(epi)
-        pbytes = _param_dtype_bytes(self.graph)
-        memory = [device_memory(parallel, s, blocks, self.runtime, self.optimizer, pbytes)
-                  for s, blocks in enumerate(per_device)]
+        lay = self.layout(parallel)
+        step = step_time(parallel, lay, self.timer, self.runtime)
+        memory = [device_memory(parallel, d, self.runtime, self.optimizer, self._pbytes) for d in lay.devices]
         return Evaluation(parallel, step, memory, float(self.target.memory_capacity))
+
+    def layout(self, parallel: Parallel) -> Layout:
+        """The blocks placed on pipeline devices (cached: shared by every strategy that differs only
+        in data parallelism, ZeRO or the microbatch count)."""
+        key = (self._key(parallel), parallel.pp, parallel.interleave)
+        hit = self._layouts.get(key)
+        if hit is None:
+            hit = self._layouts[key] = layout(parallel, *self.costs(parallel), self.runtime)
+        return hit
 
     # -- model FLOPs -------------------------------------------------------------------------------------
     def model_flops(self) -> tuple[float, float]:

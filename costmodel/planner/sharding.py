@@ -26,17 +26,16 @@ from ...errors import PlanError
 from ...ir import DimRole, DType, Graph, Node, Op, Placement, Source, Sym, TensorType, Value, ValueKind
 from ...ir.verifier import maybe_verify
 from ..interpreter import ShapeBinder
-from .shardrules import Decision, decide, reshape_map
+from .shardrules import Decision, decide
 from .shardspec import Spec
 from .strategy import Parallel
+from .weight_layout import PHASE, WeightLayouts
 
 __all__ = ["shard", "PHASE"]
 
 #: Ops that make a tensor from nothing: each device makes its own part where it is first read.
 _GENERATORS = frozenset({Op.RANDOM, Op.FILL, Op.IOTA, Op.CONSTANT})
 
-#: The node attribute that names a node's training phase (forward, backward, recompute, optimizer).
-PHASE = "phase"
 
 
 def shard(graph: Graph, parallel: Parallel, *, dims: Mapping[str, int] | None = None,
@@ -55,7 +54,7 @@ def shard(graph: Graph, parallel: Parallel, *, dims: Mapping[str, int] | None = 
     return _Shard(graph, bindings, parallel).run(grad_sync, grad_dtype)
 
 
-class _Shard:
+class _Shard(WeightLayouts):
     def __init__(self, graph: Graph, bindings: dict[str, int], parallel: Parallel) -> None:
         self.src = graph
         self.parallel = parallel
@@ -99,90 +98,6 @@ class _Shard:
         if token is not None and (axis == "cp" or axis == "tp" and self.parallel.sequence_parallel):
             return spec.resolved().add_axis(token, axis)
         return spec.resolved()
-
-    def decide_weights(self, node: Node) -> None:
-        if node.op is Op.DOT:
-            self._decide_dot(node)
-        elif node.op is Op.GATHER:
-            table, idx = node.inputs[0], node.inputs[1]
-            if table is not None and idx is not None and table.kind.is_weight and table not in self.specs:
-                rows = self.shape(table)[0]
-                tp = self.sizes["tp"]
-                # split a table's rows when it is larger than what it gathers: the saving outweighs
-                # the all-reduce of the output (word embeddings yes, position tables no)
-                spec = Spec.replicated(len(self.shape(table)))
-                if tp > 1 and rows % tp == 0 and rows > _numel(self.shape(idx)):
-                    spec = spec.with_dim(0, ("tp",))
-                self._set_weight(table, spec)
-
-    def _decide_dot(self, node: Node) -> None:
-        a = node.attrs
-        for w_i, act_i, wc, ac, wb in ((1, 0, a["rhs_contract"], a["lhs_contract"], a.get("rhs_batch", ())),
-                                        (0, 1, a["lhs_contract"], a["rhs_contract"], a.get("lhs_batch", ()))):
-            w, act = node.inputs[w_i], node.inputs[act_i]
-            if w is None or act is None or not w.kind.is_weight or w in self.specs or act.kind.is_weight:
-                continue
-            spec = Spec.replicated(len(self.shape(w)))
-            tp = self.sizes["tp"]
-            act_spec = self.spec(act)
-            wshape = self.shape(w)
-            if tp > 1:
-                row = next((i for i, d in enumerate(ac) if "tp" in act_spec.dims[d]), None)
-                if row is not None and wshape[wc[row]] % tp == 0:
-                    spec = spec.with_dim(wc[row], ("tp",))                        # row parallel
-                elif row is None and not self._tp_on_other_dim(act, act_spec, ac):
-                    free = [d for d in range(len(wshape)) if d not in wc and d not in wb]
-                    col = max(free, key=lambda d: wshape[d], default=None)
-                    out_dim = len(self.shape(node.outputs[0])) - len(free) + free.index(col) if col is not None else 0
-                    if (col is not None and wshape[col] % tp == 0 and w_i == 1
-                            and self._column_ok(node.outputs[0], out_dim, tp)):
-                        spec = spec.with_dim(col, ("tp",))                        # column parallel
-            self._set_weight(w, spec)
-
-    def _owner(self, w: Value) -> Spec | None:
-        """The layout of the parameter ``w`` is a state of: the longest decided weight name that
-        prefixes ``w``'s name at a dot, with the same shape."""
-        name = w.name
-        while "." in name:
-            name = name.rpartition(".")[0]
-            owner = self.by_name.get(name)
-            if owner is not None and owner in self.specs and self.shape(owner) == self.shape(w):
-                return self.specs[owner]
-        return None
-
-    def _set_weight(self, w: Value, spec: Spec) -> None:
-        self.specs[w] = self.weights[w] = spec
-
-    def _column_ok(self, v: Value, dim: int, k: int, depth: int = 0) -> bool:
-        """Whether a result split on ``dim`` can stay split until a contraction or the output: every
-        reshape keeps the split on a leading factor that ``k`` divides (whole heads), and no
-        normalization, top-k or reduction runs over it (a router's logits stay whole)."""
-        if depth > 8:
-            return True
-        if any(o is v for o in self.src.outputs):
-            return True
-        phase = v.producer.attrs.get(PHASE) if v.producer is not None else None
-        for use in v.uses:
-            n = use.node
-            if n.op in (Op.DOT, Op.ATTENTION) or n.attrs.get(PHASE) != phase:
-                continue                  # a pair found, or a later phase (backward reads saved values)
-            out = n.outputs[0] if n.outputs else None
-            if out is None:
-                return False
-            if n.op is Op.RESHAPE:
-                m = reshape_map(self.shape(v), self.shape(out))
-                if m is None or dim not in m or self.shape(out)[m[dim]] % k:
-                    return False
-                nd = m[dim]
-            elif n.op is Op.PERMUTE:
-                nd = list(n.attrs["perm"]).index(dim)
-            elif n.group.value == "elementwise" and len(self.shape(out)) >= len(self.shape(v)):
-                nd = dim + len(self.shape(out)) - len(self.shape(v))
-            else:
-                return False
-            if not self._column_ok(out, nd, k, depth + 1):
-                return False
-        return True
 
     # -- the walk ----------------------------------------------------------------------------------
     def run(self, grad_sync: bool, grad_dtype: DType | None) -> Graph:
@@ -355,13 +270,8 @@ class _Shard:
         purpose = {"tp": "tensor-parallel all-reduce"}.get(axis, f"{axis} all-reduce")
         return done, self._collective(Op.ALL_REDUCE, new, done.local_shape(shape, self.sizes), axis, phase,
                                       purpose, at, reduce="sum")
-
-    def _tp_on_other_dim(self, act: Value, spec: Spec, contract: tuple[int, ...]) -> bool:
-        """Whether ``tp`` already splits a kept dim of the activation other than its tokens (heads in
-        attention's batched contractions): then the weight stays whole. A sequence split (sequence
-        parallelism) does not count: the contraction gathers it first."""
-        return any("tp" in axes and not _symbols(act.shape[d]) & self.token_roles
-                   for d, axes in enumerate(spec.dims) if d not in contract)
+    def is_token_dim(self, v: Value, dim: int) -> bool:
+        return bool(_symbols(v.shape[dim]) & self.token_roles)
 
     def _has_tokens(self, v: Value) -> bool:
         return any(_symbols(d) & self.token_roles for d in v.shape)

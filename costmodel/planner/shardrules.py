@@ -14,77 +14,16 @@ A rule returns a :class:`Decision`; the pass (:mod:`.sharding`) inserts the coll
 each operand's layout into the wanted one and settles partial results right after their producer.
 """
 
+
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
-
 from ...ir import GROUP, VIEW_OPS, Node, Op, OpGroup, Value
+from .shardbase import LINEAR, Decision, Rule, RuleContext, axes_size, drop_duplicates, rest, whole
+from .shardrules_data import DATA_RULES, equal_piece, reshape_map, same_size_dims
 from .shardspec import Spec
 
-__all__ = ["Decision", "RuleContext", "decide", "reshape_map"]
+__all__ = ["Decision", "RuleContext", "decide", "reshape_map", "equal_piece"]
 
-
-@dataclass
-class Decision:
-    """Wanted operand layouts (None for absent operands) and the results' layouts."""
-
-    want: list[Spec | None]
-    outs: list[Spec]
-    #: Extra collectives the op needs besides resharding (a softmax split over its axis all-reduces
-    #: its row statistics): ``(axis, rows)`` per statistic.
-    stats: list[tuple[str, int]] = field(default_factory=list)
-
-
-_LINEAR = frozenset({Op.ADD, Op.SUB, Op.NEG, Op.CAST, Op.COPY, Op.IDENTITY})
-
-
-class RuleContext(Protocol):
-    @property
-    def sizes(self) -> Mapping[str, int]:
-        ...
-
-    def raw(self, v: Value) -> Spec:
-        """The layout as produced, partial sums included (``spec`` shows partial values settled)."""
-        ...
-
-    def shape(self, v: Value) -> tuple[int, ...]:
-        ...
-
-    def spec(self, v: Value) -> Spec:
-        ...
-
-    def decide_weights(self, node: Node) -> None:
-        """Fix the layout of any weight operand of ``node`` not decided yet."""
-        ...
-
-
-Rule = Callable[[RuleContext, Node], Decision]
-
-
-def _specs(ctx: RuleContext, node: Node) -> list[Spec | None]:
-    return [ctx.spec(v) if v is not None else None for v in node.inputs]
-
-
-def _whole(ctx: RuleContext, node: Node) -> Decision:
-    """Run unsplit: every operand gathered, every result whole."""
-    want = [Spec.replicated(len(ctx.shape(v))) if v is not None else None for v in node.inputs]
-    return Decision(want, [Spec.replicated(len(ctx.shape(v))) for v in node.outputs])
-
-
-def _drop_duplicates(dims: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
-    """An axis can split only one dim: later repeats are dropped (their operand gets gathered)."""
-    seen: set[str] = set()
-    out = []
-    for d in dims:
-        keep = tuple(a for a in d if a not in seen)
-        seen.update(keep)
-        out.append(keep)
-    return out
-
-
-# -- contractions ------------------------------------------------------------------------------------
 
 def _dot(ctx: RuleContext, node: Node) -> Decision:
     """dot_general: an axis on a batch pair or a free dim splits the result; on a contracted pair it
@@ -136,7 +75,7 @@ def _dot(ctx: RuleContext, node: Node) -> Decision:
             od = pairs[other][pairs[s_].index(d)]
             side[other][od] = tuple(y for y in side[other][od] if y != dup)
     else:
-        return _whole(ctx, node)
+        return whole(ctx, node)
     partial: str | None = None
     for dl, dr in zip(lc, rc):
         axes = side["l"][dl] or side["r"][dr]
@@ -150,15 +89,8 @@ def _dot(ctx: RuleContext, node: Node) -> Decision:
         side["r"][dr] = axes if rsh[dr] > 1 else ()
         out.append(axes)
     out += [side["l"][d] for d in lf] + [side["r"][d] for d in rf]
-    return Decision([Spec(tuple(side["l"])), Spec(tuple(side["r"])), *_rest(ctx, node, 2)], [Spec(tuple(out), partial)])
+    return Decision([Spec(tuple(side["l"])), Spec(tuple(side["r"])), *rest(ctx, node, 2)], [Spec(tuple(out), partial)])
 
-
-def _rest(ctx: RuleContext, node: Node, start: int) -> list[Spec | None]:
-    """Operands past the ones a rule reasons about: whole."""
-    return [Spec.replicated(len(ctx.shape(v))) if v is not None else None for v in node.inputs[start:]]
-
-
-# -- attention ----------------------------------------------------------------------------------------
 
 def _attention(ctx: RuleContext, node: Node) -> Decision:
     """Heads (and batch) stay split; a query split over the sequence (context parallelism) needs
@@ -188,7 +120,7 @@ def _attention(ctx: RuleContext, node: Node) -> Decision:
             dims = [qwant[0], (), (), ()][:len(shape)]
             heads = shape[head_dim] if not bsd else \
                 int(node.attrs.get("kv_num_heads") or node.attrs.get("num_heads", 1))
-            if heads_axes and heads % _size(ctx, heads_axes) == 0:
+            if heads_axes and heads % axes_size(ctx, heads_axes) == 0:
                 dims[head_dim] = heads_axes
             kv_spec = Spec(tuple(dims))
             want.append(kv_spec)
@@ -206,21 +138,12 @@ def _attention(ctx: RuleContext, node: Node) -> Decision:
     return Decision(want, outs)
 
 
-def _size(ctx: RuleContext, axes: tuple[str, ...]) -> int:
-    k = 1
-    for a in axes:
-        k *= ctx.sizes[a]
-    return k
-
-
-# -- elementwise, reductions, normalizations ---------------------------------------------------------
-
 def _elementwise(ctx: RuleContext, node: Node) -> Decision:
     """Operands line up from the right (numpy broadcast); a split dim of one operand splits the
     result, and the others are sliced to match (free) or, on a broadcast dim, read whole. A sum of
     partial sums over one axis stays partial (three projections' input gradients are added before
     the one all-reduce, as a fused QKV projection does)."""
-    if node.op in _LINEAR:
+    if node.op in LINEAR:
         raws = [ctx.raw(v) for v in node.inputs if v is not None]
         if raws and raws[0].partial and all(r == raws[0] for r in raws) and \
                 all(ctx.shape(v) == ctx.shape(node.outputs[0]) for v in node.inputs if v is not None):
@@ -239,7 +162,7 @@ def _elementwise(ctx: RuleContext, node: Node) -> Decision:
         for j, axes in enumerate(spec.dims):
             if axes and not dims[j + off] and shape[j] == out_shape[j + off]:
                 dims[j + off] = axes
-    dims = _drop_duplicates(dims)
+    dims = drop_duplicates(dims)
     if axis_attr is not None:
         dims = [()] * rank
     want: list[Spec | None] = []
@@ -275,13 +198,13 @@ def _reduction(ctx: RuleContext, node: Node) -> Decision:
     axes = _axes_attr(node, len(shape))
     if node.op in (Op.CUMSUM, Op.CUMPROD, Op.ARGMAX, Op.ARGMIN):
         dims = [() if d in axes else spec.dims[d] for d in range(len(shape))]
-        return Decision([Spec(tuple(dims)), *_rest(ctx, node, 1)],
+        return Decision([Spec(tuple(dims)), *rest(ctx, node, 1)],
                         [_result(ctx, o, dims, axes, len(shape), node) for o in node.outputs])
     split = [a for d in axes for a in spec.dims[d]]
     partial = split[0] if len(split) == 1 else None
     dims = [spec.dims[d] if d not in axes or partial else () for d in range(len(shape))]
     out = _result(ctx, node.outputs[0], dims, axes, len(shape), node)
-    return Decision([Spec(tuple(dims)), *_rest(ctx, node, 1)], [Spec(out.dims, partial)])
+    return Decision([Spec(tuple(dims)), *rest(ctx, node, 1)], [Spec(out.dims, partial)])
 
 
 def _result(ctx: RuleContext, out: Value, dims: list[tuple[str, ...]], axes: tuple[int, ...], rank: int,
@@ -303,7 +226,7 @@ def _normalization(ctx: RuleContext, node: Node) -> Decision:
     rank = len(shape)
     axis = int(node.attrs.get("axis", -1)) % rank if rank else 0
     if node.op in (Op.BATCH_NORM, Op.GROUP_NORM, Op.INSTANCE_NORM, Op.LRN):
-        return _whole(ctx, node)
+        return whole(ctx, node)
     normalized = range(axis, rank) if node.op in (Op.LAYER_NORM, Op.RMS_NORM) else (axis,)
     dims = list(spec.dims)
     stats: list[tuple[str, int]] = []
@@ -312,7 +235,7 @@ def _normalization(ctx: RuleContext, node: Node) -> Decision:
         rows = 1
         for d in range(rank):
             if d != axis:
-                rows *= shape[d] // _size(ctx, dims[d])
+                rows *= shape[d] // axes_size(ctx, dims[d])
         stats = [(split[0], rows), (split[0], rows)]
     else:
         for d in normalized:
@@ -334,165 +257,15 @@ def _param_like(ctx: RuleContext, v: Value, dims: list[tuple[str, ...]], rank: i
 
 # -- data movement -----------------------------------------------------------------------------------
 
-def reshape_map(src: tuple[int, ...], dst: tuple[int, ...]) -> dict[int, int] | None:
-    """Source dim -> result dim that carries its *leading* part, for the dims a reshape keeps whole
-    or splits (``[B, S, H*D] -> [B, S, H, D]``: 2 -> 2) or merges as the outer factor. None when
-    the shapes do not line up in groups."""
-    out: dict[int, int] = {}
-    i = j = 0
-    while i < len(src) and j < len(dst):
-        a, b = src[i], dst[j]
-        gi, gj = [i], [j]
-        while a != b:
-            if a < b and i + 1 < len(src):
-                i += 1
-                a *= src[i]
-                gi.append(i)
-            elif b < a and j + 1 < len(dst):
-                j += 1
-                b *= dst[j]
-                gj.append(j)
-            else:
-                return None
-        lead_src = next((d for d in gi if src[d] > 1), gi[0])
-        lead_dst = next((d for d in gj if dst[d] > 1), gj[0])
-        out[lead_src] = lead_dst
-        i += 1
-        j += 1
-    return out
-
-
-def _reshape(ctx: RuleContext, node: Node) -> Decision:
-    x, out = node.inputs[0], node.outputs[0]
-    assert x is not None
-    src, dst = ctx.shape(x), ctx.shape(out)
-    spec = ctx.spec(x)
-    mapping = reshape_map(src, dst) or {}
-    want: list[tuple[str, ...]] = [()] * len(src)
-    res: list[tuple[str, ...]] = [()] * len(dst)
-    for d, axes in enumerate(spec.dims):
-        if not axes or d not in mapping:
-            continue
-        k = _size(ctx, axes)
-        if dst[mapping[d]] % k == 0:
-            want[d] = axes
-            res[mapping[d]] = axes
-    return Decision([Spec(tuple(want)), *_rest(ctx, node, 1)], [Spec(tuple(res))])
-
-
-def _permute(ctx: RuleContext, node: Node) -> Decision:
-    x = node.inputs[0]
-    assert x is not None
-    spec = ctx.spec(x)
-    perm = tuple(node.attrs.get("perm") or reversed(range(spec.rank)))
-    return Decision([spec.resolved(), *_rest(ctx, node, 1)], [Spec(tuple(spec.dims[p] for p in perm))])
-
-
-def _same_size_dims(ctx: RuleContext, node: Node) -> Decision:
-    """Slice, pad, concat, expand, ...: a dim may stay split only where every operand and the
-    result have the same size along it."""
-    out_shape = ctx.shape(node.outputs[0])
-    x = node.inputs[0]
-    if x is None or len(ctx.shape(x)) != len(out_shape):
-        return _whole(ctx, node)
-    spec = ctx.spec(x)
-    dims = []
-    for d, axes in enumerate(spec.dims):
-        same = all(len(ctx.shape(v)) != len(out_shape) or ctx.shape(v)[d] == out_shape[d]
-                   for v in node.inputs if v is not None)
-        dims.append(axes if same else ())
-    want: list[Spec | None] = []
-    for v in node.inputs:
-        if v is None:
-            want.append(None)
-        elif len(ctx.shape(v)) == len(out_shape):
-            want.append(Spec(tuple(dims[d] if ctx.shape(v)[d] == out_shape[d] else () for d in range(len(dims)))))
-        else:
-            want.append(Spec.replicated(len(ctx.shape(v))))
-    return Decision(want, [Spec(tuple(dims)) if len(ctx.shape(o)) == len(out_shape)
-                           else Spec.replicated(len(ctx.shape(o))) for o in node.outputs])
-
-
-
-def _gather_rows(ctx: RuleContext, node: Node) -> Decision:
-    """An embedding lookup: a table split over its rows gives a partial result (rows another
-    device owns read as zero; Megatron's vocab-parallel embedding), split over its columns a result
-    split the same way; the indices' layout carries to the leading result dims."""
-    ctx.decide_weights(node)
-    table, idx = node.inputs[0], node.inputs[1]
-    axis = int(node.attrs.get("axis", 0))
-    if table is None or idx is None or axis != 0 or len(node.inputs) > 2:
-        return _whole(ctx, node)
-    ts, ish = ctx.spec(table), ctx.spec(idx)
-    row_axes = ts.dims[0]
-    if row_axes and not table.kind.is_weight:
-        ts = ts.with_dim(0, ())                 # rows of an activation: gather them first
-        row_axes = ()
-    out = [*ish.dims, *ts.dims[1:]]
-    if len(out) != len(ctx.shape(node.outputs[0])):
-        return _whole(ctx, node)
-    out = _drop_duplicates(out)
-    if row_axes and row_axes[0] in {a for d in out for a in d}:
-        return _whole(ctx, node)
-    partial = row_axes[0] if len(row_axes) == 1 else None
-    return Decision([ts, Spec(tuple(out[:ish.rank])), *_rest(ctx, node, 2)], [Spec(tuple(out), partial)])
-
-
-def _scatter_rows(ctx: RuleContext, node: Node) -> Decision:
-    """An embedding's gradient, rows scatter-added into a zeroed table (``into="zeros"``): each
-    device keeps only the rows it owns when the table is split as the forward split it (larger than
-    the rows it receives), so it reads every update whole over ``tp``; updates split over another
-    axis (context parallelism's sequence) leave a partial table, summed with the gradients."""
-    if node.attrs.get("into") != "zeros" or int(node.attrs.get("axis", 0)) != 0 or len(node.inputs) != 2:
-        return _whole(ctx, node)
-    idx, upd = node.inputs
-    if idx is None or upd is None:
-        return _whole(ctx, node)
-    out_shape = ctx.shape(node.outputs[0])
-    us = ctx.spec(upd)
-    ish = ctx.spec(idx)
-    rest = [a for d in us.dims[:ish.rank] for a in d if a != "tp"]
-    tp = ctx.sizes.get("tp", 1)
-    rows = ("tp",) if tp > 1 and out_shape[0] % tp == 0 and out_shape[0] > _numel(ctx.shape(idx)) else ()
-    keep = [tuple(a for a in d if a != "tp") for d in us.dims]
-    upd_want = Spec(tuple(keep[:ish.rank]) + ((),) * (us.rank - ish.rank))
-    idx_want = Spec(tuple(keep[:ish.rank]))
-    out = Spec((rows, *((),) * (len(out_shape) - 1)), rest[0] if len(rest) == 1 else None)
-    if len(rest) > 1:
-        return _whole(ctx, node)
-    return Decision([idx_want, upd_want], [out])
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _along_axis(ctx: RuleContext, node: Node) -> Decision:
-    """Sort, top-k, ...: whole along their axis, split elsewhere."""
-    x = node.inputs[0]
-    assert x is not None
-    spec, shape = ctx.spec(x), ctx.shape(x)
-    axis = int(node.attrs.get("axis", -1)) % max(len(shape), 1)
-    dims = [() if d == axis else a for d, a in enumerate(spec.dims)]
-    return Decision([Spec(tuple(dims)), *_rest(ctx, node, 1)],
-                    [Spec(tuple(dims)) if len(ctx.shape(o)) == len(shape) else Spec.replicated(len(ctx.shape(o)))
-                     for o in node.outputs])
-
-
 _BY_OP: dict[Op, Rule] = {Op.DOT: _dot, Op.ATTENTION: _attention, Op.ATTENTION_BACKWARD: _attention,
-                          Op.RESHAPE: _reshape, Op.PERMUTE: _permute, Op.GATHER: _gather_rows,
-                          Op.IDENTITY: _elementwise, Op.COPY: _elementwise, Op.SORT: _along_axis,
-                          Op.TOPK: _along_axis, Op.SCATTER: _scatter_rows}
+                          Op.IDENTITY: _elementwise, Op.COPY: _elementwise, **DATA_RULES}
 _BY_GROUP: dict[OpGroup, Rule] = {OpGroup.ELEMENTWISE: _elementwise, OpGroup.REDUCTION: _reduction,
-                                  OpGroup.NORMALIZATION: _normalization, OpGroup.DATA_MOVEMENT: _same_size_dims}
+                                  OpGroup.NORMALIZATION: _normalization, OpGroup.DATA_MOVEMENT: same_size_dims}
 
 
 def decide(ctx: RuleContext, node: Node) -> Decision:
     """The layouts ``node`` needs and gives; ops without a rule run whole."""
     rule = _BY_OP.get(node.op) or _BY_GROUP.get(GROUP[node.op])
     if rule is None or node.op in VIEW_OPS and node.op not in (Op.RESHAPE, Op.IDENTITY, Op.SLICE, Op.EXPAND):
-        return _whole(ctx, node)
+        return whole(ctx, node)
     return rule(ctx, node)
