@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .render.diagnosis import register_diagnose
     register_diagnose(sub)
+    from .render.plan import register_plan
+    register_plan(sub)
 
     sub.add_parser("examples", help="list the bundled example models")
     return parser
@@ -305,6 +307,12 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
     return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 1,
                                                   "target": target.name, "results": [r.to_dict() for r in results],
                                                   "summary": summarize(cases)}, indent=2))
+
+
+@command("plan")
+def _plan(args: argparse.Namespace, console: Console) -> int:
+    from .render.plan import run_plan
+    return run_plan(args, console)
 
 
 @command("diagnose")
