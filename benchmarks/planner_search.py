@@ -19,11 +19,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import megatron_validate as mv  # noqa: E402
+
 import narrowpipe  # noqa: E402
 from narrowpipe.costmodel.planner.planner import Planner  # noqa: E402
 from narrowpipe.costmodel.planner.search import candidates, search  # noqa: E402
 
-import megatron_validate as mv  # noqa: E402
 from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
 
 

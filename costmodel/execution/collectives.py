@@ -44,6 +44,7 @@ class NetLevel:
     links: int | None = None
     in_network_reduction: bool = False
     reduction_bus_bandwidth: float | None = None
+    reduction_latency: float | None = None      # fixed cost of one in-network reduction
 
     @property
     def effective(self) -> float:
@@ -92,7 +93,7 @@ class Topology:
                 return None
             torus_dims = tuple(lv.dims) if lv.topology == "torus" else ()
             return NetLevel(lv.bandwidth, lv.latency, lv.bus_bandwidth, torus_dims, lv.links,
-                            bool(lv.in_network_reduction), lv.reduction_bus_bandwidth)
+                            bool(lv.in_network_reduction), lv.reduction_bus_bandwidth, lv.reduction_latency)
         up = level(system.scale_up) or NetLevel(0.0, 0.0)
         return cls(system.scale_up_domain, up, level(system.scale_out))
 
@@ -145,11 +146,12 @@ class Topology:
     def _within(self, op: Op, size: float, group: int, up: NetLevel, stride: int = 1) -> list[AlgoTime]:
         if up.torus_dims:
             return [torus(op, size, _torus_axes(group, up.torus_dims, stride), up.link_bandwidth, up.latency)]
+        # NCCL's double binary trees span nodes; inside one switch domain its tree is a chain,
+        # no faster than the ring (the 8xH200 sweep runs Ring/LL below 2 MiB, then NVLS)
         options = [ring(op, size, group, up.effective, up.latency)]
-        tr = tree(op, size, group, up.effective, up.latency)
-        options += [tr] if tr is not None else []
         if up.in_network_reduction:
-            nvls = in_network(op, size, group, up.bandwidth, up.latency, up.reduction_bus_bandwidth)
+            alpha = up.reduction_latency / 2 if up.reduction_latency is not None else up.latency
+            nvls = in_network(op, size, group, up.bandwidth, alpha, up.reduction_bus_bandwidth)
             options += [nvls] if nvls is not None else []
         return options
 
