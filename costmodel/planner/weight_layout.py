@@ -126,6 +126,9 @@ class WeightLayouts:
                 nd = dim
             elif n.group.value == "elementwise" and len(self.shape(out)) >= len(self.shape(v)):
                 nd = dim + len(self.shape(out)) - len(self.shape(v))
+            elif n.group.value == "data_movement" and len(self.shape(out)) == len(self.shape(v)) and \
+                    self.shape(out)[dim] == self.shape(v)[dim]:
+                nd = dim                   # slices, concats, expands along other dims (rotate_half, repeat_kv)
             else:
                 return False
             if not self._column_ok(out, nd, k, depth + 1):

@@ -133,3 +133,13 @@ def test_unbound_dims_are_a_plan_error():
     g.dims["seq"] = type(g.dims["seq"])("seq", default=None, role=g.dims["seq"].role)
     with pytest.raises(PlanError, match="bind the dims"):
         shard(g, Parallel(tp=2))
+
+
+def test_an_exported_llama_with_grouped_query_attention_is_sharded_like_megatron():
+    g = load_example("llama-3-8b")    # rotate_half slices, repeat_kv expands 8 KV heads to 32
+    s = shard(g, Parallel(tp=8), dims={"batch": 1, "seq": 256})
+    assert [c[0] for c in _collectives(s)] == ["all_reduce"] * (1 + 2 * 32)
+    w = {k.removeprefix("p_model_layers_0_"): v for k, v in s.meta["weight_sharding"].items()
+         if k.startswith("p_model_layers_0_")}
+    assert w["self_attn_k_proj_weight"] == w["mlp_gate_proj_weight"] == "[tp, -]"
+    assert w["self_attn_o_proj_weight"] == w["mlp_down_proj_weight"] == "[-, tp]"
