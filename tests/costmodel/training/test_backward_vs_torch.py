@@ -95,6 +95,20 @@ def test_training_step_matmul_flops_equal_flop_counter_over_loss_backward(name):
     assert report.unmodeled == [] and step.meta["training"]["no_backward_rule"] == []
 
 
+def test_frozen_parameters_match_autograd_without_their_gradients():
+    """Freeze Llama's embedding and first norm: torch skips the embedding's gradient and layer 0's
+    q/k/v input gradients; so does the derived backward."""
+    model = _model("llama-gqa")
+    frozen = ("model.embed_tokens.weight", "model.layers.0.input_layernorm.weight")
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    graph = narrowpipe.from_torch(model, (), {"input_ids": ids, "use_cache": False})
+    for name, p in model.named_parameters():
+        p.requires_grad_(name not in frozen)
+    step = build_training_graph(graph, loss="cross_entropy", frozen=frozen)   # state-dict names
+    assert step.meta["training"]["frozen"] == 2
+    assert narrowpipe.analyze(step).modeled_flops == _torch_step_flops(model, "llama-gqa", ids)
+
+
 def test_fused_attention_backward_counts_as_torchs_sdpa_backward():
     """SDPA exports one fused attention op; its backward is one ATTENTION_BACKWARD counted as
     FlopCounterMode counts ``_scaled_dot_product_efficient_attention_backward`` (run here on meta
