@@ -13,6 +13,8 @@ Public API::
     g.role_size(narrowpipe.DimRole.BATCH)                       # dims carry roles: batch, sequence, kv length
     t = narrowpipe.training_step(g, optimizer="adamw", recompute="selective")   # forward + backward + optimizer
     narrowpipe.analyze(t, "h100").flops_by_phase                # {"forward": ..., "backward": ..., ...}
+    m = narrowpipe.training_memory(g, zero=3, dp=8, microbatch=1)  # bytes per device by term
+    m.overflow("h100")                                          # [(term, bytes over), ...]
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from .costmodel.analyze import analyze
 from .costmodel.compare import Comparison, WhatIf, compare, whatif
 from .costmodel.diagnose import Diagnosis, diagnose
 from .costmodel.report import Bottleneck, OpRow, Report, Timing, Unmodeled
-from .costmodel.training import build_training_graph
+from .costmodel.training import TrainingMemory, build_training_graph, training_memory
 from .errors import (
     FrontendError,
     IRError,
@@ -55,6 +57,7 @@ def targets() -> list[tuple[str, str]]:
 __all__ = [
     "from_torch", "export", "save_pt2", "load", "transformer", "from_config", "analyze", "compare", "whatif",
     "diagnose", "targets", "get_target", "Graph", "DimRole", "training_step", "build_training_graph",
+    "training_memory", "TrainingMemory",
     "Report", "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",

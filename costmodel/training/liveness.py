@@ -120,6 +120,10 @@ def _walk(graph: Graph) -> StepLiveness:
     saved = []
     for s in range(len(types)):
         grads = origin[s] == BACKWARD and OPTIMIZER in read_by[s]       # a parameter's gradient
+        if origin[s] is None and read_by[s] == {OPTIMIZER}:             # an optimizer state: its own term
+            allocs[born[s]].remove(s)
+            saved.append(False)
+            continue
         kept = origin[s] in (FORWARD, None) and bool(read_by[s] & {BACKWARD, RECOMPUTE})
         saved.append(kept)
         if grads:                           # counted as the gradients term, not as activations

@@ -17,7 +17,8 @@ The terms (bytes per device):
   interleaved schedule adds ``(pp - 1) / (pp x interleave)`` of that.
 * **temporary**: the step's peak beyond the saved activations (gradients of activations, the loss's
   buffers), split over ``tp``; with ZeRO-3 over ``dp > 1``, plus the gathered weights of two layers
-  (assumption: FSDP holds the layer it runs and prefetches the next).
+  (assumption: FSDP holds the layer it runs and prefetches the next; a module outside the layers,
+  such as the embedding, is a unit of its own).
 
 Activations are counted in the graph's own dtypes (the model builder's default is bf16; retype an
 fp32 export with ``costmodel.precision.with_precision`` first).
@@ -186,7 +187,7 @@ def training_memory(graph: Graph, *, param_dtype: DType | str | None = None, gra
     if zero >= 3 and dp > 1:
         per_layer: dict[str, int] = {}
         for p in params:
-            key = layer_of_scope(param_scope(p)) or ""
+            key = layer_of_scope(param_scope(p)) or param_scope(p)   # a layer, else its own module
             per_layer[key] = per_layer.get(key, 0) + pdt.nbytes(p.type.numel(defaults))
         temporary += _ceil_div(2 * max(per_layer.values(), default=0), shard)
     config = {"param_dtype": pdt.value, "grad_dtype": gdt.value, "master": mdt.value, "optimizer": optimizer,

@@ -140,3 +140,20 @@ def test_sdpa_export_trains_with_the_eager_matmul_count_plus_fused_attention():
     attention_fwd = sum(2 * 2 * BATCH * 8 * SEQ * SEQ * 8 for _ in range(2))   # QK^T and PV, 2 layers
     assert report.flops_by_group["contraction"] == _torch_step_flops(eager, "llama-gqa", ids) - 3 * attention_fwd
     assert report.flops_by_group["attention"] == attention_fwd + 5 * attention_fwd // 2
+
+
+def test_convolutional_net_matches_flop_counter_over_backward():
+    """Strided, grouped and transposed convolutions, batch norm in training mode, pooling, a linear
+    head: FlopCounterMode's ``convolution_backward`` and ``mm`` counts, exactly (the first conv's
+    input is data, so it gets no input gradient)."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 16, 3, padding=1, groups=2), nn.ReLU(), nn.ConvTranspose2d(16, 8, 2, stride=2),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    x = torch.randn(2, 3, 32, 32)
+    graph = narrowpipe.from_torch(model, (x,))
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
+    report = narrowpipe.analyze(build_training_graph(graph), strict=True)
+    assert report.modeled_flops == counter.get_total_flops()

@@ -78,8 +78,7 @@ def test_adam_step_touches_every_parameter_once_with_fp32_states():
     n = g.param_count()
     opt = [r for r in report.ops if r.phase == OPTIMIZER]
     assert sum(r.flops for r in opt) == 15 * n and sum(r.transcendentals for r in opt) == n
-    states = [w for w in step.weights if w.kind.value == "buffer" and w.name.endswith((".exp_avg", ".exp_avg_sq",
-                                                                                         ".master"))]
+    states = [v for v in step.inputs if v.name.endswith((".exp_avg", ".exp_avg_sq", ".master"))]
     assert sum(w.type.nbytes() for w in states) == 12 * n
     timed = narrowpipe.analyze(step, "h100")
     kernels = {r.kernel for r in timed.ops if r.phase == OPTIMIZER}
@@ -93,7 +92,7 @@ def test_frozen_parameters_get_no_gradient_and_no_state():
     n_layers, n_head, _, tokens = _hand_counts()
     step = build_training_graph(g, frozen=["model.embed_tokens.*"])
     assert step.meta["training"]["frozen"] == 1
-    assert not any(w.name.startswith("model.embed_tokens.weight.") for w in step.weights)
+    assert not any(v.name.startswith("model.embed_tokens.weight.") for v in step.inputs)
     assert not any(n.op.value == "scatter" for n in step.nodes)
     assert narrowpipe.analyze(step).flops_by_group["contraction"] == 6 * (n_layers + n_head) * tokens
     step = build_training_graph(g, frozen=["model.embed_tokens.*", "model.layers.0.input_layernorm.*"])
