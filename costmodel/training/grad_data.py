@@ -38,12 +38,15 @@ def _passthrough(cx: GradContext, node: Node, dys: list[Value | None], wants: li
 
 
 def _slice(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
-    """``slice_backward``: zeros of the input's shape with the gradient written in."""
+    """``slice_backward``: zeros of the input's shape with the gradient written in. The pieces of one
+    split (``piece`` attr) are joined into one concat when their gradients are summed (the walker's
+    :func:`join_pieces`), as torch's ``split_backward`` does."""
     x, dy = node.inputs[0], dys[0]
     assert x is not None and dy is not None
     if not wants[0]:
         return [None] * len(node.inputs)
-    return [cx.emit(Op.PAD, [dy], x.shape, dy.dtype, {"role": "slice_grad"}, name="grad"),
+    attrs = {"role": "slice_grad", **({"piece": node.attrs["piece"]} if "piece" in node.attrs else {})}
+    return [cx.emit(Op.PAD, [dy], x.shape, dy.dtype, attrs, name="grad"),
             *([None] * (len(node.inputs) - 1))]
 
 

@@ -93,6 +93,9 @@ def test_training_step_matmul_flops_equal_flop_counter_over_loss_backward(name):
     assert by_phase[FORWARD] == _torch_forward_flops(model, name, ids)
     assert by_phase[BACKWARD] == report.modeled_flops - by_phase[FORWARD]
     assert report.unmodeled == [] and step.meta["training"]["no_backward_rule"] == []
+    if name == "gpt2":   # c_attn's q/k/v split: one concat of the three gradients per layer, as split_backward
+        backward_ops = [n.op.value for n in step.nodes if n.attrs.get("phase") == BACKWARD]
+        assert backward_ops.count("concat") == 2 and "pad" not in backward_ops
 
 
 def test_frozen_parameters_match_autograd_without_their_gradients():
