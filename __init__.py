@@ -15,6 +15,8 @@ Public API::
     narrowpipe.analyze(t, "h100").flops_by_phase                # {"forward": ..., "backward": ..., ...}
     p = narrowpipe.plan(g, "dgx-h100", 64, global_batch=512, seq=4096, parallel={"tp": 8})  # a training plan
     p.step_time_s, p.breakdown, p.memory_per_device, p.runners_up; narrowpipe.Plan.from_json(p.to_json())
+    m = narrowpipe.training_memory(g, zero=3, dp=8, microbatch=1)  # bytes per device by term
+    m.overflow("h100")                                          # [(term, bytes over), ...]
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .costmodel.diagnose import Diagnosis, diagnose
 from .costmodel.planner import Parallel, Plan, shard
 from .costmodel.planner.api import plan as _plan
 from .costmodel.report import Bottleneck, OpRow, Report, Timing, Unmodeled
-from .costmodel.training import build_training_graph
+from .costmodel.training import TrainingMemory, build_training_graph, training_memory
 from .errors import (
     FrontendError,
     IRError,
@@ -68,6 +70,7 @@ def targets() -> list[tuple[str, str]]:
 __all__ = [
     "from_torch", "export", "save_pt2", "load", "transformer", "from_config", "analyze", "compare", "whatif",
     "diagnose", "targets", "get_target", "Graph", "DimRole", "training_step", "build_training_graph",
+    "training_memory", "TrainingMemory",
     "Report", "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets
+from .cli_train import add_train_args, print_training_memory, training_graph
 from .errors import NarrowpipeError
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     p.add_argument("--target", help="time the model on a target (name, alias or .toml file)")
     _add_timing_args(p)
+    add_train_args(p)
 
     p = sub.add_parser("compare", help="predict a model on several hardware targets side by side")
     _add_model_args(p)
@@ -144,6 +146,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     graph = resolve_model(args.model, rebuild=args.rebuild)
     if args.target:
         graph = _with_precision(graph, args)
+    forward, graph = graph, training_graph(graph, args)
     price = None
     if args.target and args.price:
         from .backends import get_target
@@ -152,6 +155,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
                      dims=parse_sets(args.set))
     print_report(report, console, top=None if args.all else args.top)
+    print_training_memory(forward, args, parse_sets(args.set), console)
     return _write_json(args, console, report.to_json())
 
 

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from ..errors import NarrowpipeError
 from ..ir import DType
 
-__all__ = ["TransformerSpec", "NORMS", "ACTIVATIONS", "POSITIONS"]
+__all__ = ["TransformerSpec", "NORMS", "ACTIVATIONS", "POSITIONS", "ATTENTION"]
 
 NORMS = ("rms", "layer")
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "relu")
 POSITIONS = ("rotary", "learned", "none")
+ATTENTION = ("fused", "eager")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class TransformerSpec:
     encoder: bool = False          # BERT's layout: see :func:`narrowpipe.models.transformer`
     type_vocab: int = 0            # token-type (segment) embeddings of an encoder; 0: none
     dtype: DType = DType.BF16
+    dropout: float = 0.0           # training: embeddings, attention probabilities, both residual branches
+    attention: str = "fused"       # one ATTENTION node, or eager QK^T, scale, mask, softmax, PV
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "vocab", "ffn", "kv_heads", "head_dim"):
@@ -72,6 +75,11 @@ class TransformerSpec:
             raise NarrowpipeError("transformer: learned positions need max_positions (the table's rows)")
         if self.encoder and self.causal:
             raise NarrowpipeError("transformer: an encoder attends both ways; pass causal=False")
+        if self.attention not in ATTENTION:
+            raise NarrowpipeError(f"transformer: attention must be one of {', '.join(ATTENTION)}, "
+                                  f"got {self.attention!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise NarrowpipeError(f"transformer: dropout must be in [0, 1), got {self.dropout!r}")
         if self.positions == "rotary" and self.head_dim % 2:
             raise NarrowpipeError(f"transformer: rotary embedding needs an even head_dim, got {self.head_dim}")
 

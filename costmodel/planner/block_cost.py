@@ -225,7 +225,8 @@ def _working_peak(graph: Graph, table: Any) -> int:
         for v in n.inputs:
             if v is not None:
                 last[id(_base(v))] = i
-    live: dict[int, int] = {id(v): value_bytes(table, v) for v in graph.inputs if v.dtype.is_float}
+    live: dict[int, int] = {id(v): value_bytes(table, v) for v in graph.inputs if v.dtype.is_float
+                            and any(u.node.attrs.get(PHASE, "forward") in PER_MICROBATCH for u in v.uses)}
     cur = peak = sum(live.values())
     for i, n in enumerate(nodes):
         if n.op not in VIEW_OPS:

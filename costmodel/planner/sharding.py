@@ -104,6 +104,8 @@ class _Shard(WeightLayouts):
         src, out = self.src, self.out
         out.meta.update({k: v for k, v in src.meta.items()})
         for v in src.inputs:
+            if self._owner_name(v) is not None:
+                continue                 # an optimizer state: laid out like its parameter when first read
             spec = self._input_spec(v)
             self.specs[v] = spec
             self.new[v] = out.add_input(v.name, self._local_type(v, spec), v.kind, v.source_name)
@@ -150,10 +152,15 @@ class _Shard(WeightLayouts):
             self.pending[node.outputs[0]] = node       # made in the layout its first reader wants
             return
         for v in node.inputs:             # optimizer states and master copies follow their parameter
-            if v is not None and v.kind.is_weight and v not in self.specs:
-                owner = self._owner(v)
-                if owner is not None:
-                    self._set_weight(v, owner)
+            if v is None or v in self.specs:
+                continue
+            owner = self._owner(v)
+            if v.kind.is_weight and owner is not None:
+                self._set_weight(v, owner)
+            elif not v.kind.is_weight and v.producer is None:
+                spec = owner if owner is not None else Spec.replicated(len(self.shape(v)))
+                self.specs[v] = spec
+                self.new[v] = self.out.add_input(v.name, self._local_type(v, spec), v.kind, v.source_name)
         decision = decide(self, node)
         if not all(s.divides(self.shape(o), self.sizes) for s, o in zip(decision.outs, node.outputs)):
             decision = Decision([Spec.replicated(len(self.shape(v))) if v is not None else None

@@ -82,16 +82,21 @@ class WeightLayouts:
                         spec = spec.with_dim(col, ("tp",))                        # column parallel
             self._set_weight(w, spec)
 
-    def _owner(self, w: Value) -> Spec | None:
-        """The layout of the parameter ``w`` is a state of: the longest decided weight name that
-        prefixes ``w``'s name at a dot, with the same shape."""
+    def _owner_name(self, w: Value) -> Value | None:
+        """The parameter ``w`` is a state or master copy of: the longest weight name that prefixes
+        ``w``'s name at a dot (``<param>.exp_avg``), with the same shape."""
         name = w.name
         while "." in name:
             name = name.rpartition(".")[0]
             owner = self.by_name.get(name)
-            if owner is not None and owner in self.specs and self.shape(owner) == self.shape(w):
-                return self.specs[owner]
+            if owner is not None and owner is not w and self.shape(owner) == self.shape(w):
+                return owner
         return None
+
+    def _owner(self, w: Value) -> Spec | None:
+        """The layout of the parameter ``w`` is a state of, once that parameter is laid out."""
+        owner = self._owner_name(w)
+        return self.specs.get(owner) if owner is not None else None
 
     def _column_ok(self, v: Value, dim: int, k: int, depth: int = 0) -> bool:
         """Whether a result split on ``dim`` can stay split until a contraction or the output: every

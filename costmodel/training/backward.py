@@ -21,6 +21,7 @@ from .grad_data import DATA_GRADS
 from .grad_elementwise import ELEMENTWISE_GRADS, NON_DIFFERENTIABLE
 from .grad_linear import attention_grad, conv_grad, dot_grad
 from .grad_norm import NORM_GRADS
+from .phases import FORWARD, PHASE
 
 __all__ = ["BACKWARD_RULES", "requires_grad", "backward", "has_backward_rule", "trainable", "param_scope"]
 
@@ -84,11 +85,38 @@ class _Accumulator:
         parts = self.parts.pop(v, None)
         if not parts:
             return None
+        parts = join_pieces(self.cx, v, parts)
         fitted = [self.cx.fit(g, v) for g in parts]
         total = fitted[0]
         for g in fitted[1:]:
             total = self.cx.add(total, g)
         return total
+
+
+def join_pieces(cx: GradContext, v: Value, parts: list[Value]) -> list[Value]:
+    """The gradients of a split's pieces as one concat (zeros for pieces without one) instead of a
+    zero-padded copy per piece summed: what torch's ``split_backward`` writes, once."""
+    pads = {g.producer.attrs["piece"]: g.producer for g in parts
+            if g.producer is not None and g.producer.op is Op.PAD and "piece" in g.producer.attrs}
+    if len(pads) < 2:
+        return parts
+    slices = sorted((u.node for u in v.uses if u.node.op is Op.SLICE and "piece" in u.node.attrs
+                     and u.node.attrs.get(PHASE) == FORWARD), key=lambda n: n.attrs["piece"])
+    shapes = [n.outputs[0].shape for n in slices]
+    diff = {i for s in shapes for i, (a, b) in enumerate(zip(s, v.shape)) if a != b}
+    if any(len(s) != len(v.shape) for s in shapes) or len(diff) != 1 or \
+            [n.attrs["piece"] for n in slices] != list(range(len(slices))):
+        return parts
+    pieces = []
+    for n in slices:
+        pad = pads.get(n.attrs["piece"])
+        out = n.outputs[0]
+        pieces.append(pad.inputs[0] if pad is not None and pad.inputs[0] is not None else
+                      cx.emit(Op.FILL, [], out.shape, out.dtype, {"value": 0}, name="grad_zero_piece"))
+    for pad in pads.values():
+        cx.graph.remove(pad)
+    rest = [g for g in parts if g.producer not in pads.values()]
+    return [*rest, cx.emit(Op.CONCAT, pieces, v.shape, pieces[0].dtype, {"axis": diff.pop()}, name="grad_split")]
 
 
 def _unmodeled(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool],

@@ -38,12 +38,15 @@ def _passthrough(cx: GradContext, node: Node, dys: list[Value | None], wants: li
 
 
 def _slice(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
-    """``slice_backward``: zeros of the input's shape with the gradient written in."""
+    """``slice_backward``: zeros of the input's shape with the gradient written in. The pieces of one
+    split (``piece`` attr) are joined into one concat when their gradients are summed (the walker's
+    :func:`join_pieces`), as torch's ``split_backward`` does."""
     x, dy = node.inputs[0], dys[0]
     assert x is not None and dy is not None
     if not wants[0]:
         return [None] * len(node.inputs)
-    return [cx.emit(Op.PAD, [dy], x.shape, dy.dtype, {"role": "slice_grad"}, name="grad"),
+    attrs = {"role": "slice_grad", **({"piece": node.attrs["piece"]} if "piece" in node.attrs else {})}
+    return [cx.emit(Op.PAD, [dy], x.shape, dy.dtype, attrs, name="grad"),
             *([None] * (len(node.inputs) - 1))]
 
 
@@ -109,6 +112,18 @@ def _gather(scatter: Op) -> Callable[[GradContext, Node, list[Value | None], lis
     return rule
 
 
+def _select(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
+    """top-k and sort: the values' gradient scattered back to where the indices say (torch's
+    ``value_selecting_reduction_backward``); the indices output carries none."""
+    x, dy = node.inputs[0], dys[0]
+    assert x is not None
+    if not wants[0] or dy is None or len(node.outputs) < 2:
+        return [None] * len(node.inputs)   # no indices to scatter by: left to the unmodeled path
+    g = cx.emit(Op.SCATTER_ELEMENTS, [cx.val(node.outputs[1]), dy], x.shape, dy.dtype,
+                {"axis": node.attrs.get("axis", -1), "reduce": "none", "into": "zeros"}, name="grad")
+    return [g, *([None] * (len(node.inputs) - 1))]
+
+
 def _pool(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
     """``max_pool2d_with_indices_backward`` / ``avg_pool2d_backward``: one kernel reading the output
     gradient and the input (for the argmax), writing the input's gradient."""
@@ -130,6 +145,7 @@ DATA_GRADS: dict[Op, Rule] = {
     Op.FLIP: _same_op(), Op.ROLL: _same_op(), Op.TRIANGULAR: _same_op(),
     Op.DEPTH_TO_SPACE: _same_op(Op.SPACE_TO_DEPTH), Op.SPACE_TO_DEPTH: _same_op(Op.DEPTH_TO_SPACE),
     Op.GATHER: _gather(Op.SCATTER), Op.GATHER_ELEMENTS: _gather(Op.SCATTER_ELEMENTS),
-    Op.GATHER_ND: _gather(Op.SCATTER_ND), Op.POOL: _pool, Op.ALL_REDUCE: _passthrough,
+    Op.GATHER_ND: _gather(Op.SCATTER_ND), Op.TOPK: _select, Op.SORT: _select,
+    Op.POOL: _pool, Op.ALL_REDUCE: _passthrough,
     **{op: _same_op(t) for op, t in _TRANSPOSE_COLLECTIVE.items()},
 }

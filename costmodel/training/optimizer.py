@@ -5,9 +5,10 @@ fp32 master weight and two fp32 moments, writes three of them back and the 16-bi
 time is its bytes, and its states are most of a training run's memory. Each op is the one torch's
 ``foreach`` AdamW runs (``torch/optim/adamw.py``: ``lerp_`` as multiply-add, ``mul_``/``addcmul_``,
 ``sqrt``, ``div_``/``add_``, ``addcdiv_``); a fusing target fuses them as it fuses any elementwise
-chain. States are weights of kind ``BUFFER`` named after the parameter (``<name>.exp_avg``,
-``.exp_avg_sq``, ``.master``), so ``weight_bytes`` counts them; the fp32 master copy exists only
-when the parameters are narrower than ``master`` (mixed precision: Micikevicius et al. 2018).
+chain. States are inputs of the step named after the parameter (``<name>.exp_avg``,
+``.exp_avg_sq``, ``.master``) and its outputs updated, so a report's peak memory holds them through
+the step and ``weight_bytes`` stays the weights; the fp32 master copy exists only when the
+parameters are narrower than ``master`` (mixed precision: Micikevicius et al. 2018).
 
 Hyperparameters are torch's defaults, as attributes for the record: they change no count.
 """
@@ -30,8 +31,10 @@ _LR, _BETA1, _BETA2, _EPS, _WD, _MU = 1e-3, 0.9, 0.999, 1e-8, 1e-2, 0.9
 
 
 def _state(graph: Graph, p: Value, which: str, dtype: DType) -> Value:
+    """A state the step reads and returns updated: an input of the step (a functional optimizer, as
+    in JAX), so liveness holds it for the whole step and frees it once its update has read it."""
     name = f"{p.source_name}.{which}"
-    return graph.add_input(name, TensorType(dtype, p.shape), ValueKind.BUFFER, source_name=name)
+    return graph.add_input(name, TensorType(dtype, p.shape), ValueKind.INPUT, source_name=name)
 
 
 def _update(cx: GradContext, graph: Graph, p: Value, g: Value, optimizer: str, master: DType) -> list[Value]:

@@ -24,20 +24,25 @@ from ...ir import Node, Op, Value
 from .context import GradContext
 from .phases import BACKWARD, PHASE, RECOMPUTE
 
-__all__ = ["RECOMPUTE_POLICIES", "Recompute", "layer_of", "attention_cores"]
+__all__ = ["RECOMPUTE_POLICIES", "Recompute", "layer_of", "layer_of_scope", "attention_cores"]
 
 RECOMPUTE_POLICIES = ("none", "selective", "full")
 #: Ops between QK^T and softmax, or softmax and PV, in an eager attention (scale, mask, dropout, casts).
 _CHAIN = frozenset({Op.MUL, Op.DIV, Op.ADD, Op.SUB, Op.CAST, Op.WHERE, Op.COPY, Op.RESHAPE, Op.EXPAND})
 
 
-def layer_of(node: Node) -> str | None:
-    """The layer a node belongs to: its module scope up to the first numeric part, or None."""
-    parts = node.source.scope.split(".")
+def layer_of_scope(scope: str) -> str | None:
+    """The layer of a module path: up to its first numeric part (``model.layers.3``), or None."""
+    parts = scope.split(".")
     for i, part in enumerate(parts):
         if part.isdigit():
             return ".".join(parts[: i + 1])
     return None
+
+
+def layer_of(node: Node) -> str | None:
+    """The layer a node belongs to, from its module scope."""
+    return layer_of_scope(node.source.scope)
 
 
 def _batched_dot(node: Node | None) -> bool:

@@ -103,3 +103,20 @@ def test_a_weight_two_blocks_share_is_held_once_and_repeated_layers_count_each_t
     head = _block("epilogue", "epilogue", weights=(("embed.weight", 5, 10), ("norm.weight", 1, 2)))
     layer = _block("layer.0", weights=(("layers.0.w", 3, 6),))
     assert unique_params([emb, layer, layer, head]) == (5 + 3 + 3 + 1, 10 + 6 + 6 + 2)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_parameter_terms_agree_with_the_training_memory_of_the_whole_graph(zero):
+    import narrowpipe
+    from narrowpipe.costmodel.planner.planner import Planner
+
+    g = narrowpipe.transformer(4, 512, 8, 4096, seq=256, tie_embeddings=True, dtype="bf16")
+    planner = Planner(g, "dgx-h100", 16, global_batch=16, runtime=dataclasses.replace(CORE, grad_reduce_dtype=
+                                                                                   narrowpipe.ir.DType.BF16))
+    ev = planner.evaluate(Parallel(tp=2, dp=8, zero=zero, global_batch=16))
+    ref = narrowpipe.training_memory(g, zero=zero, dp=8, tp=2, microbatch=1).terms()
+    mine = ev.memory[0].terms()
+    for term in ("weights", "gradients", "optimizer_states"):
+        # the same bytes per parameter, counted independently: the planner from its sharded blocks
+        # (norm scales whole on every tensor-parallel rank), training_memory as parameters / tp
+        assert mine[term] == pytest.approx(ref[term], rel=0.02), term

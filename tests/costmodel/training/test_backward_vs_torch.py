@@ -93,6 +93,23 @@ def test_training_step_matmul_flops_equal_flop_counter_over_loss_backward(name):
     assert by_phase[FORWARD] == _torch_forward_flops(model, name, ids)
     assert by_phase[BACKWARD] == report.modeled_flops - by_phase[FORWARD]
     assert report.unmodeled == [] and step.meta["training"]["no_backward_rule"] == []
+    if name == "gpt2":   # c_attn's q/k/v split: one concat of the three gradients per layer, as split_backward
+        backward_ops = [n.op.value for n in step.nodes if n.attrs.get("phase") == BACKWARD]
+        assert backward_ops.count("concat") == 2 and "pad" not in backward_ops
+
+
+def test_frozen_parameters_match_autograd_without_their_gradients():
+    """Freeze Llama's embedding and first norm: torch skips the embedding's gradient and layer 0's
+    q/k/v input gradients; so does the derived backward."""
+    model = _model("llama-gqa")
+    frozen = ("model.embed_tokens.weight", "model.layers.0.input_layernorm.weight")
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    graph = narrowpipe.from_torch(model, (), {"input_ids": ids, "use_cache": False})
+    for name, p in model.named_parameters():
+        p.requires_grad_(name not in frozen)
+    step = build_training_graph(graph, loss="cross_entropy", frozen=frozen)   # state-dict names
+    assert step.meta["training"]["frozen"] == 2
+    assert narrowpipe.analyze(step).modeled_flops == _torch_step_flops(model, "llama-gqa", ids)
 
 
 def test_fused_attention_backward_counts_as_torchs_sdpa_backward():
@@ -126,3 +143,20 @@ def test_sdpa_export_trains_with_the_eager_matmul_count_plus_fused_attention():
     attention_fwd = sum(2 * 2 * BATCH * 8 * SEQ * SEQ * 8 for _ in range(2))   # QK^T and PV, 2 layers
     assert report.flops_by_group["contraction"] == _torch_step_flops(eager, "llama-gqa", ids) - 3 * attention_fwd
     assert report.flops_by_group["attention"] == attention_fwd + 5 * attention_fwd // 2
+
+
+def test_convolutional_net_matches_flop_counter_over_backward():
+    """Strided, grouped and transposed convolutions, batch norm in training mode, pooling, a linear
+    head: FlopCounterMode's ``convolution_backward`` and ``mm`` counts, exactly (the first conv's
+    input is data, so it gets no input gradient)."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 16, 3, padding=1, groups=2), nn.ReLU(), nn.ConvTranspose2d(16, 8, 2, stride=2),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    x = torch.randn(2, 3, 32, 32)
+    graph = narrowpipe.from_torch(model, (x,))
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
+    report = narrowpipe.analyze(build_training_graph(graph), strict=True)
+    assert report.modeled_flops == counter.get_total_flops()
