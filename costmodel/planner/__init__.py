@@ -9,6 +9,7 @@ The pieces, in the order data flows: :mod:`.strategy` (the :class:`Parallel` val
 
 from .plan import Plan, RunnerUp
 from .sharding import shard
+from .stages import pipeline_stage
 from .strategy import Parallel
 
-__all__ = ["Parallel", "Plan", "RunnerUp", "shard"]
+__all__ = ["Parallel", "Plan", "RunnerUp", "shard", "pipeline_stage"]

@@ -34,7 +34,7 @@ from .weight_layout import PHASE, WeightLayouts
 __all__ = ["shard", "PHASE"]
 
 #: Ops that make a tensor from nothing: each device makes its own part where it is first read.
-_GENERATORS = frozenset({Op.RANDOM, Op.FILL, Op.IOTA, Op.CONSTANT})
+_GENERATORS = frozenset({Op.RANDOM, Op.FILL, Op.IOTA, Op.CONSTANT, Op.RECV})
 
 
 

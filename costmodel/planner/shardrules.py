@@ -258,7 +258,7 @@ def _param_like(ctx: RuleContext, v: Value, dims: list[tuple[str, ...]], rank: i
 # -- data movement -----------------------------------------------------------------------------------
 
 _BY_OP: dict[Op, Rule] = {Op.DOT: _dot, Op.ATTENTION: _attention, Op.ATTENTION_BACKWARD: _attention,
-                          Op.IDENTITY: _elementwise, Op.COPY: _elementwise, **DATA_RULES}
+                          Op.IDENTITY: _elementwise, Op.COPY: _elementwise, Op.SEND: _elementwise, **DATA_RULES}
 _BY_GROUP: dict[OpGroup, Rule] = {OpGroup.ELEMENTWISE: _elementwise, OpGroup.REDUCTION: _reduction,
                                   OpGroup.NORMALIZATION: _normalization, OpGroup.DATA_MOVEMENT: same_size_dims}
 

@@ -143,3 +143,24 @@ def test_an_exported_llama_with_grouped_query_attention_is_sharded_like_megatron
          if k.startswith("p_model_layers_0_")}
     assert w["self_attn_k_proj_weight"] == w["mlp_gate_proj_weight"] == "[tp, -]"
     assert w["self_attn_o_proj_weight"] == w["mlp_down_proj_weight"] == "[-, tp]"
+
+
+def test_a_pipeline_stage_program_sends_and_receives_at_its_boundaries():
+    from narrowpipe.costmodel.planner import pipeline_stage
+
+    train = build_training_graph(narrowpipe.transformer(4, H, HEADS, V, seq=S), recompute="none")
+    p = Parallel(pp=2, global_batch=1)
+    first = pipeline_stage(train, p, 0, dims={"batch": B, "seq": S})
+    last = pipeline_stage(train, p, 1, dims={"batch": B, "seq": S})
+    sends0 = [n for n in first.nodes if n.op.value == "send" and n.attrs["phase"] == "forward"]
+    recvs1 = [n for n in last.nodes if n.op.value == "recv" and n.attrs["phase"] == "forward"]
+    assert (B, S, H) in [tuple(n.outputs[0].shape) for n in sends0]          # the residual stream goes on
+    assert len(recvs1) == len(sends0)
+    assert any(n.op.value == "send" and n.attrs["phase"] == "backward" for n in last.nodes)
+    assert all(n.attrs["stride"] == 1 and n.attrs["group_size"] == 2 for n in sends0)
+    # the stage holds its two layers: half the layer contractions of the whole step
+    whole = narrowpipe.analyze(train, dims={"batch": B, "seq": S}).flops_by_group["contraction"]
+    parts = sum(narrowpipe.analyze(s).flops_by_group["contraction"] for s in (first, last))
+    assert parts == whole
+    with pytest.raises(PlanError, match="do not split evenly"):
+        pipeline_stage(train, Parallel(pp=3, global_batch=1), 0, dims={"batch": B, "seq": S})
