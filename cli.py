@@ -22,6 +22,7 @@ from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets, targe
 from .cli_feedback import add_feedback_flags, load_model, say
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
 from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
+from .cli_train import add_train_args, print_training_memory, training_graph
 from .errors import NarrowpipeError, NarrowpipeWarning
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_timing_args(p)
     add_output_args(p)
     add_mode_args(p)
+    add_train_args(p)
 
     p = sub.add_parser("compare", help="predict a model on several hardware targets side by side")
     _add_model_args(p)
@@ -117,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .render.diagnosis import register_diagnose
     register_diagnose(sub)
     register_serve(sub)
+    from .render.plan import register_plan
+    register_plan(sub)
 
     sub.add_parser("examples", help="list the bundled example models")
     _COMMANDS.update(register_output_commands(sub))
@@ -160,6 +164,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     graph = load_model(args, console)
     if args.target:
         graph = _with_precision(graph, args)
+    forward, graph = graph, training_graph(graph, args)
     price = None
     if args.target and args.price:
         from .backends import get_target
@@ -169,6 +174,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
     print_report(report, console, top=None if args.all else args.top)
     write_outputs(args, console, report)
+    print_training_memory(forward, args, parse_sets(args.set), console)
     return _write_json(args, console, report.to_json())
 
 
@@ -312,6 +318,12 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
     return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 1,
                                                   "target": target.name, "results": [r.to_dict() for r in results],
                                                   "summary": summarize(cases)}, indent=2))
+
+
+@command("plan")
+def _plan(args: argparse.Namespace, console: Console) -> int:
+    from .render.plan import run_plan
+    return run_plan(args, console)
 
 
 @command("diagnose")

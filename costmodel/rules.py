@@ -26,7 +26,7 @@ from .cost import ZERO, Cost
 from .experts import active_experts, expert_rows
 from .opview import OpView
 
-__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "Rule"]
+__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "NORM_GRAD_FLOPS_PER_ELEMENT", "Rule"]
 
 Rule = Callable[[OpView], Cost]
 RULES: dict[Op, Rule] = {}
@@ -173,8 +173,31 @@ NORM_FLOPS_PER_ELEMENT: dict[Op, int] = {
 }
 
 
+#: FLOPs per element of a normalization's backward kernel (``role="grad"``: inputs dy, then x or
+#: the output), per gradient it writes (attr ``grads``). Norms: recompute x_hat (2; RMS 1), g = dy*w
+#: (1), the row sums of g and g*x_hat (3; RMS 2), dx = rstd*(g - mean(g) - x_hat*mean(g*x_hat)) (4;
+#: RMS 3); dweight = sum of dy*x_hat (2), dbias = sum of dy (1). Softmax: dy*y, row sum, subtract,
+#: multiply (4); log-softmax: row sum of dy, y*sum, subtract (3, +1 exp). Statistics are saved by the
+#: forward, so no rsqrt is recomputed.
+NORM_GRAD_FLOPS_PER_ELEMENT: dict[Op, int] = {
+    Op.SOFTMAX: 4, Op.LOG_SOFTMAX: 3, Op.LAYER_NORM: 10, Op.RMS_NORM: 7, Op.BATCH_NORM: 10,
+    Op.GROUP_NORM: 10, Op.INSTANCE_NORM: 10}
+_PARAM_GRAD_FLOPS_PER_ELEMENT = {"weight": 2, "bias": 1}
+
+
+def _normalization_grad(v: OpView) -> Cost:
+    n = v.numel(0)
+    op = v.node.op
+    grads = v.attrs.get("grads", ("input",))
+    flops = n * (NORM_GRAD_FLOPS_PER_ELEMENT.get(op, NORM_FLOPS_PER_ELEMENT[op]) if "input" in grads else 0)
+    flops += n * sum(_PARAM_GRAD_FLOPS_PER_ELEMENT.get(g, 0) for g in grads)
+    return _traffic(v, flops, n if op is Op.LOG_SOFTMAX else 0)
+
+
 @_rule(*NORM_FLOPS_PER_ELEMENT)
 def normalization(v: OpView) -> Cost:
+    if v.attrs.get("role") == "grad":
+        return _normalization_grad(v)
     n = v.numel(0)
     op = v.node.op
     per = NORM_FLOPS_PER_ELEMENT[op]
@@ -349,6 +372,8 @@ def nonzero(v: OpView) -> Cost:
 def pool(v: OpView) -> Cost:
     """Max/average pooling: one FLOP per window element per output element."""
     window = prod(v.attrs.get("kernel", ()) or (1,))
+    if v.attrs.get("role") == "grad":   # inputs (dy, x): each output gradient spread over its window
+        return _traffic(v, v.out_numel() if v.attrs.get("global_pool") else v.numel(0) * window)
     if v.attrs.get("global_pool"):
         return _traffic(v, v.numel(0))
     return _traffic(v, v.out_numel() * window)
