@@ -241,13 +241,14 @@ def _catalog_table() -> Any:
     from rich import box
     from rich.table import Table
 
-    from .backends import get_target, targets
+    from .backends import CATALOG_PRICE_BASIS, get_target, targets
     from .costmodel.execution.common import matrix_rate
     from .ir import DType
     from .render import nbytes, si
     rows = [(name, family, get_target(name)) for name, family in targets()]
     caption = ("bf16 dense: the matrix peak a bf16 model runs at, FLOP/s "
-               "(a chip without bf16 runs it as the type in brackets)")
+               "(a chip without bf16 runs it as the type in brackets); $/h: hyperscaler on-demand list "
+               "price per chip (* on another basis: targets --show NAME says which)")
     tab = Table(title="hardware targets", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
                 caption=caption)
     tab.add_column("name", no_wrap=True, min_width=max(len(n) for n, _, _ in rows))
@@ -256,8 +257,10 @@ def _catalog_table() -> Any:
     for name, family, t in rows:
         rate = matrix_rate(t, DType.BF16)
         peak = si(rate.flops_per_s) + ("" if rate.dtype == "bf16" else escape(f" [{rate.dtype}]"))
+        price = "-" if t.price_per_hour is None else f"{t.price_per_hour:.2f}" + (
+            "" if t.price_basis == CATALOG_PRICE_BASIS else "*")
         tab.add_row(name, family, peak, nbytes(t.memory_capacity), si(t.memory_bandwidth, "B/s"),
-                    f"{t.tdp:.0f} W" if t.tdp else "-", f"{t.price_per_hour:.2f}" if t.price_per_hour else "-")
+                    f"{t.tdp:.0f} W" if t.tdp else "-", price)
     return tab
 
 

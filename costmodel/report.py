@@ -20,7 +20,7 @@ __all__ = ["OpRow", "Report", "Unmodeled", "Timing", "Bottleneck", "REPORT_FORMA
 REPORT_FORMAT = "narrowpipe.report"
 #: 2: a timed report carries its ``timeline`` (every launched kernel: device, stream, start, terms) and
 #: its target's roofline ``ceilings``, so traces, plots and pages can be drawn from the JSON alone.
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 
 
 class Unmodeled(NamedTuple):
@@ -127,6 +127,10 @@ class Timing:
       ``devices`` devices (for dataflow chips, their fast memory).
     * ``energy_j``: each kernel's time x its power by utilization (idle + compute and memory terms,
       capped at TDP; costmodel/power.py) over ``devices``; ``cost_usd``: time x price per device-hour x devices.
+    * ``price_basis``: what kind of price that is: the target's basis (``backends.vocab.PRICE_BASES``;
+      the catalog's is hyperscaler on-demand), ``"given"`` when the caller set the price, ``"unstated"``
+      when a spec file's price names none, ``""`` when there is no price. Costs on different bases do
+      not rank fairly, so the verdict says when they differ.
     * ``items``: tokens (batch x seq) for sequence models, else samples (batch).
     """
 
@@ -157,6 +161,7 @@ class Timing:
     #: What the dominant contraction runs as on this chip: the model's dtype when the chip has its
     #: rate, else the fallback ("fp32 as 6x bf16", "fp4 as fp8"), so a comparison shows who ran what.
     precision: str = ""
+    price_basis: str = ""
 
     @property
     def items_per_joule(self) -> float | None:
