@@ -25,6 +25,7 @@ from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, att
 from .cost import ZERO, Cost
 from .experts import active_experts, expert_rows
 from .opview import OpView
+from .rules_vision import VISION_RULES
 
 __all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "NORM_GRAD_FLOPS_PER_ELEMENT", "Rule"]
 
@@ -368,50 +369,5 @@ def nonzero(v: OpView) -> Cost:
     return _traffic(v, v.numel(0))
 
 
-@_rule(Op.POOL)
-def pool(v: OpView) -> Cost:
-    """Max/average pooling: one FLOP per window element per output element."""
-    window = prod(v.attrs.get("kernel", ()) or (1,))
-    if v.attrs.get("role") == "grad":   # inputs (dy, x): each output gradient spread over its window
-        return _traffic(v, v.out_numel() if v.attrs.get("global_pool") else v.numel(0) * window)
-    if v.attrs.get("global_pool"):
-        return _traffic(v, v.numel(0))
-    return _traffic(v, v.out_numel() * window)
-
-
-_RESIZE_TAPS = {"nearest": 0, "linear": 2, "bilinear": 2, "cubic": 4, "bicubic": 4}
-
-
-@_rule(Op.RESIZE)
-def resize(v: OpView) -> Cost:
-    """Interpolation: per output element, 2 FLOPs per tap in each resized dim (nearest: none)."""
-    taps = _RESIZE_TAPS.get(str(v.attrs.get("mode", "nearest")), 2)
-    dims = int(v.attrs.get("spatial_dims", max(len(v.out_shapes[0]) - 2, 1)))
-    return _traffic(v, v.out_numel() * 2 * taps * dims if taps else 0)
-
-
-@_rule(Op.ROI_ALIGN)
-def roi_align(v: OpView) -> Cost:
-    """Bilinear samples: 4 taps x 2 FLOPs per sample, ``sampling_ratio``^2 samples per output."""
-    s = max(int(v.attrs.get("sampling_ratio", 2)), 1)
-    return _traffic(v, v.out_numel() * s * s * 8)
-
-
-@_rule(Op.NMS)
-def nms(v: OpView) -> Cost:
-    """Pairwise IoU over the boxes of each batch and class: about 10 FLOPs per pair."""
-    boxes = v.shape(0)
-    n = boxes[1] if len(boxes) > 1 else boxes[0]
-    batch = boxes[0] if len(boxes) > 1 else 1
-    classes = v.shape(1)[1] if v.has_input(1) and len(v.shape(1)) > 1 else 1
-    return _traffic(v, 10 * batch * classes * n * n)
-
-
-@_rule(Op.FFT)
-def fft(v: OpView) -> Cost:
-    """Cooley-Tukey: 5 N log2 N real FLOPs per transform of length N."""
-    shape = v.shape(0)
-    axis = int(v.attrs.get("axis", -1)) % max(len(shape), 1)
-    n = max(shape[axis], 2) if shape else 2
-    transforms = prod(shape) // n if shape else 1
-    return _traffic(v, int(5 * n * log2(n)) * transforms)
+# the vision and signal ops' rules live in rules_vision.py, in the same registry
+RULES.update(VISION_RULES)
