@@ -25,7 +25,7 @@ from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, att
 from .cost import ZERO, Cost
 from .experts import active_experts, expert_rows
 from .opview import OpView
-from .rules_vision import VISION_RULES
+from .rules_vision import VISION_RULES, _traffic
 
 __all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "NORM_GRAD_FLOPS_PER_ELEMENT", "Rule"]
 
@@ -40,10 +40,6 @@ def _rule(*ops: Op) -> Callable[[Rule], Rule]:
             RULES[op] = fn
         return fn
     return deco
-
-
-def _traffic(v: OpView, flops: int = 0, transcendentals: int = 0) -> Cost:
-    return Cost(flops, transcendentals, v.all_in_bytes(), v.all_out_bytes())
 
 
 def rule_for(op: Op) -> Rule | None:

@@ -13,6 +13,7 @@ __all__ = ["VISION_RULES"]
 
 
 def _traffic(v: OpView, flops: int = 0, transcendentals: int = 0) -> Cost:
+    """Every input read once and every output written once (also used by rules.py)."""
     return Cost(flops, transcendentals, v.all_in_bytes(), v.all_out_bytes())
 
 

@@ -14,6 +14,7 @@ caches: one entry per distinct (block, strategy-that-changes-the-block), never o
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from math import prod
 from typing import Any
 
 from ...backends import Target
@@ -149,11 +150,11 @@ def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtim
                         for (p, op, ph, ax, n), e in uses.items())
     notes = tuple(local.meta.get("sharding_notes", ())) + tuple(train.meta.get("training", {}).get("notes", ()))
     return BlockCost(block.name, block.kind, times, comm, hidden, flops,
-                     sum(_numel(table.shapes[w]) for w in params), sum(value_bytes(table, w) for w in params),
+                     sum(prod(table.shapes[w]) for w in params), sum(value_bytes(table, w) for w in params),
                      saved, max(0, working - saved),
                      _boundary_bytes(local, table, forward.outputs[0].name if forward.outputs else None),
                      dict(local.meta.get("deferred_reductions", {})), collectives, notes,
-                     tuple((w.name, _numel(table.shapes[w]), value_bytes(table, w)) for w in params))
+                     tuple((w.name, prod(table.shapes[w]), value_bytes(table, w)) for w in params))
 
 
 def unique_params(blocks: list[BlockCost]) -> tuple[int, int]:
@@ -270,10 +271,3 @@ def _base(v: Value) -> Value:
             break
         v = src
     return v
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -20,16 +20,17 @@ it like any other op.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from math import prod
 from typing import Any
 
 from ...errors import PlanError
-from ...ir import DimRole, DType, Graph, Node, Op, Placement, Source, Sym, TensorType, Value, ValueKind
+from ...ir import DimRole, DType, Graph, Node, Op, Placement, Source, TensorType, Value, ValueKind
 from ...ir.verifier import maybe_verify
 from ..interpreter import ShapeBinder
 from .shardrules import Decision, decide
 from .shardspec import Spec
 from .strategy import Parallel
-from .weight_layout import PHASE, WeightLayouts
+from .weight_layout import PHASE, WeightLayouts, _symbols
 
 __all__ = ["shard", "PHASE"]
 
@@ -262,7 +263,7 @@ class _Shard(WeightLayouts):
         assert axis is not None
         shape = self.shape(orig)
         if phase != "forward" and not self._has_tokens(orig):
-            nbytes = _numel(spec.local_shape(shape, self.sizes)) * orig.dtype.nbytes(1)
+            nbytes = prod(spec.local_shape(shape, self.sizes)) * orig.dtype.nbytes(1)
             self.deferred[axis] = self.deferred.get(axis, 0) + nbytes
             return spec.resolved(), new
         token = want.dim_of(axis)
@@ -350,14 +351,3 @@ def _local_attrs(node: Node, decision: Decision, sizes: Mapping[str, int]) -> di
                     k *= sizes[a]
                 attrs[key] = int(attrs[key]) // k
     return attrs
-
-
-def _symbols(dim: object) -> frozenset[str]:
-    return dim.symbols if isinstance(dim, Sym) else frozenset()
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -11,6 +11,7 @@ by rows when it is larger than what it gathers.
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from ...ir import Graph, Node, Op, Sym, Value
@@ -54,7 +55,7 @@ class WeightLayouts:
                 # split a table's rows when it is larger than what it gathers: the saving outweighs
                 # the all-reduce of the output (word embeddings yes, position tables no)
                 spec = Spec.replicated(len(self.shape(table)))
-                if tp > 1 and rows % tp == 0 and rows > _numel(self.shape(idx)):
+                if tp > 1 and rows % tp == 0 and rows > prod(self.shape(idx)):
                     spec = spec.with_dim(0, ("tp",))
                 self._set_weight(table, spec)
 
@@ -150,11 +151,3 @@ class WeightLayouts:
 
 def _symbols(dim: object) -> frozenset[str]:
     return dim.symbols if isinstance(dim, Sym) else frozenset()
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
