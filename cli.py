@@ -22,6 +22,7 @@ from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets, targe
 from .cli_feedback import add_feedback_flags, load_model, say
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
 from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
+from .cli_train import add_train_args, print_training_memory, training_graph
 from .errors import NarrowpipeError, NarrowpipeWarning
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_timing_args(p)
     add_output_args(p)
     add_mode_args(p)
+    add_train_args(p)
 
     p = sub.add_parser("compare", help="predict a model on several hardware targets side by side")
     _add_model_args(p)
@@ -117,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .render.diagnosis import register_diagnose
     register_diagnose(sub)
     register_serve(sub)
+    from .render.plan import register_plan
+    register_plan(sub)
 
     sub.add_parser("examples", help="list the bundled example models")
     _COMMANDS.update(register_output_commands(sub))
@@ -160,6 +164,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     graph = load_model(args, console)
     if args.target:
         graph = _with_precision(graph, args)
+    forward, graph = graph, training_graph(graph, args)
     price = None
     if args.target and args.price:
         from .backends import get_target
@@ -169,6 +174,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
     print_report(report, console, top=None if args.all else args.top)
     write_outputs(args, console, report)
+    print_training_memory(forward, args, parse_sets(args.set), console)
     return _write_json(args, console, report.to_json())
 
 
@@ -223,36 +229,9 @@ def _targets(args: argparse.Namespace, console: Console) -> int:
         from .render.target_card import target_card
         console.print(target_card(get_target(args.show)))
         return 0
-    console.print(_catalog_table())
+    from .render.catalog_table import catalog_table
+    console.print(catalog_table())
     return 0
-
-
-def _catalog_table() -> Any:
-    """One row per chip. Names never wrap or get cut (they are what every other command takes);
-    the peak is one dtype for every row, the dense bf16 rate the cost model uses for a bf16
-    model, so the column compares like with like (it used to show each chip's highest rate: fp4
-    next to int4 next to bf16)."""
-    from rich import box
-    from rich.table import Table
-
-    from .backends import get_target, targets
-    from .costmodel.execution.common import matrix_rate
-    from .ir import DType
-    from .render import nbytes, si
-    rows = [(name, family, get_target(name)) for name, family in targets()]
-    caption = ("bf16 dense: the matrix peak a bf16 model runs at, FLOP/s "
-               "(a chip without bf16 runs it as the type in brackets)")
-    tab = Table(title="hardware targets", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-                caption=caption)
-    tab.add_column("name", no_wrap=True, min_width=max(len(n) for n, _, _ in rows))
-    for col in ("family", "bf16 dense", "memory", "bandwidth", "TDP", "$/h"):
-        tab.add_column(col, justify="left" if col == "family" else "right", no_wrap=True)
-    for name, family, t in rows:
-        rate = matrix_rate(t, DType.BF16)
-        peak = si(rate.flops_per_s) + ("" if rate.dtype == "bf16" else escape(f" [{rate.dtype}]"))
-        tab.add_row(name, family, peak, nbytes(t.memory_capacity), si(t.memory_bandwidth, "B/s"),
-                    f"{t.tdp:.0f} W" if t.tdp else "-", f"{t.price_per_hour:.2f}" if t.price_per_hour else "-")
-    return tab
 
 
 def _write_json(args: argparse.Namespace, console: Console, text: str) -> int:
@@ -312,6 +291,12 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
     return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 1,
                                                   "target": target.name, "results": [r.to_dict() for r in results],
                                                   "summary": summarize(cases)}, indent=2))
+
+
+@command("plan")
+def _plan(args: argparse.Namespace, console: Console) -> int:
+    from .render.plan import run_plan
+    return run_plan(args, console)
 
 
 @command("diagnose")

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from ..errors import NarrowpipeError
 from ..ir import DimRole, DimSpec, DType, Graph, Op, Value
-from ..ir.dims import Sym
+from ..ir.dims import Sym, dim_add
 from ..ir.verifier import maybe_verify
-from .blocks import Cache, attention, mlp, norm, rotary_tables
+from .blocks import Cache, attention, causal_mask, mlp, norm, rotary_tables
+from .blocks import dropout as dropout_block
 from .graph_builder import GraphBuilder
 from .moe import moe
 from .spec import TransformerSpec
@@ -40,7 +41,8 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
                 attn_bias: bool = False, out_bias: bool = False, mlp_bias: bool = False,
                 norm_bias: bool | None = None, causal: bool | None = None, encoder: bool = False,
                 type_vocab: int = 0, past: int | None = None, sliding_window: int | None = None, eps: float = 1e-5,
-                dtype: DType | str = DType.BF16, batch: int = 1, name: str = "transformer") -> Graph:
+                dtype: DType | str = DType.BF16, batch: int = 1, dropout: float = 0.0, attention: str = "fused",
+                name: str = "transformer") -> Graph:
     """A causal language model's forward pass (``input_ids [batch, seq] -> logits [batch, seq, vocab]``).
 
     ``seq`` and ``batch`` are the default bindings of the symbolic dims ``seq`` (role SEQUENCE)
@@ -67,6 +69,12 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
     v0.1): the attention nodes carry ``window``, and a cache holds ``past_window`` tokens (a second
     KV_LENGTH dim, bound to ``min(past, sliding_window)``; ``graph.meta["kv_windows"]`` names the
     windowed cache inputs). FLOPs count every key the attention is handed, as torch does for a mask.
+
+    For training graphs: ``dropout`` adds GPT/Megatron's dropouts (a Bernoulli mask and a multiply,
+    as the torch frontend lowers ``nn.Dropout``) after the embeddings, on the attention
+    probabilities and on both residual branches; ``attention="eager"`` writes attention as
+    ``QK^T``, scale, causal mask, softmax, (dropout,) ``PV`` (Megatron without FlashAttention) instead
+    of one fused ``ATTENTION`` node. Neither changes a FLOP of the matmuls.
     """
     kv = kv_heads or heads
     spec = TransformerSpec(
@@ -77,7 +85,7 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
         norm=norm, positions=positions, max_positions=max_positions, attn_bias=attn_bias, out_bias=out_bias,
         mlp_bias=mlp_bias, norm_bias=norm_bias, causal=not encoder if causal is None else causal,
         encoder=encoder, type_vocab=type_vocab, sliding_window=sliding_window,
-        dtype=dtype if isinstance(dtype, DType) else DType.parse(dtype))
+        dtype=dtype if isinstance(dtype, DType) else DType.parse(dtype), dropout=dropout, attention=attention)
     return build(spec, seq=seq, batch=batch, past=past, eps=eps, name=name)
 
 
@@ -111,7 +119,11 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, past: int |
         h = _positions(b, spec, h)
         if spec.encoder:
             h = _encoder_embeddings(b, spec, h, eps)
+        with b.scope("drop"):
+            h = dropout_block(b, h, spec.dropout)
         rope = rotary_tables(b, spec, S) if spec.positions == "rotary" else None
+        if spec.attention == "eager" and spec.causal:
+            b.shared["causal_mask"] = causal_mask(b, S, dim_add(Sym("past"), S) if past is not None else S)
         caches = [_cache_inputs(b, spec, i) for i in range(spec.layers)] if past is not None else []
         for i in range(spec.layers):
             with b.scope("layers", i):
@@ -173,7 +185,9 @@ def _pooler(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
 def _layer(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Value, Value] | None,
            eps: float, cache: Cache | None = None) -> Value:
     """One layer: pre-norm residual blocks, one shared norm for a parallel block, or post-norm (encoder)."""
-    ffn = moe if spec.is_moe else mlp
+    def ffn(b: GraphBuilder, spec: TransformerSpec, x: Value) -> Value:
+        return dropout_block(b, (moe if spec.is_moe else mlp)(b, spec, x), spec.dropout, "mlp_dropout")
+
     if spec.encoder:
         x = norm(b, spec, b.binary(Op.ADD, x, attention(b, spec, x, rope), name="residual_attn"),
                  "post_attention_layernorm", eps)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from ..errors import NarrowpipeError
 from ..ir import DType
 
-__all__ = ["TransformerSpec", "NORMS", "ACTIVATIONS", "POSITIONS"]
+__all__ = ["TransformerSpec", "NORMS", "ACTIVATIONS", "POSITIONS", "ATTENTION"]
 
 NORMS = ("rms", "layer")
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "relu")
 POSITIONS = ("rotary", "learned", "none")
+ATTENTION = ("fused", "eager")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class TransformerSpec:
     type_vocab: int = 0            # token-type (segment) embeddings of an encoder; 0: none
     sliding_window: int | None = None   # every layer attends to the last this-many tokens (Mistral 7B v0.1)
     dtype: DType = DType.BF16
+    dropout: float = 0.0           # training: embeddings, attention probabilities, both residual branches
+    attention: str = "fused"       # one ATTENTION node, or eager QK^T, scale, mask, softmax, PV
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "vocab", "ffn", "kv_heads", "head_dim"):
@@ -75,6 +78,11 @@ class TransformerSpec:
             raise NarrowpipeError("transformer: an encoder attends both ways; pass causal=False")
         if self.sliding_window is not None and self.sliding_window < 1:
             raise NarrowpipeError(f"transformer: sliding_window must be positive, got {self.sliding_window}")
+        if self.attention not in ATTENTION:
+            raise NarrowpipeError(f"transformer: attention must be one of {', '.join(ATTENTION)}, "
+                                  f"got {self.attention!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise NarrowpipeError(f"transformer: dropout must be in [0, 1), got {self.dropout!r}")
         if self.positions == "rotary" and self.head_dim % 2:
             raise NarrowpipeError(f"transformer: rotary embedding needs an even head_dim, got {self.head_dim}")
 

@@ -11,6 +11,7 @@ import bisect
 import math
 from dataclasses import dataclass, replace
 from math import ceil
+from typing import Any
 
 from ...backends import Target
 from ...backends.defaults import (
@@ -45,6 +46,9 @@ class TimingOptions:
     allow_tf32: bool = False      # fp32 matmuls on TF32 tensor cores (torch's default is off)
     sparse: bool = False          # 2:4 structured-sparse weights where the chip supports it
     fusion: str | None = None     # None: the family's default ("full", CPU "none")
+    #: The network collectives run on (an ``execution.collectives.Topology``, e.g. a system's with its
+    #: measured bus bandwidths); None: the chip's own scale-up and scale-out fields.
+    topology: Any = None
 
 
 @dataclass(frozen=True)

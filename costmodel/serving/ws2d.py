@@ -206,7 +206,7 @@ def _step(spec: TransformerSpec, target: Target, topology: Topology, chips: int,
         group = {"x": x, "yz": yz, "all": n}[span]
         if group <= 1:
             return 0.0
-        return topology.time(op, nbytes, group, spans.get(span)).seconds + target.launch_overhead
+        return topology.time(op, nbytes, group, axes=spans.get(span)).seconds + target.launch_overhead
 
     per_layer = {
         "kernels": layer_s,

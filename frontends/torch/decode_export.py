@@ -53,7 +53,7 @@ def export_decode_step(model: Any, *, batch: int = 2, past: int = 16, static: bo
             raise FrontendError(f"static-cache export of {type(model).__name__} failed: "
                                 f"{type(exc).__name__}: {exc}") from exc
         return from_exported_program(ep, name=label)
-    register_dynamic_cache_export_support()
+    _register_cache_pytree(DynamicCache, register_dynamic_cache_export_support)
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     dtype = next(model.parameters()).dtype
@@ -68,3 +68,17 @@ def export_decode_step(model: Any, *, batch: int = 2, past: int = 16, static: bo
     # Dim.AUTO has no name: the first cache tensor's length is called ``past``
     names = {("input_ids", 0): "batch", ("cache_key_cache_0", 2): "past"}
     return from_exported_program(ep, name=label, dim_names=names)
+
+
+def _register_cache_pytree(cache_type: type, register: Any) -> None:
+    """Make ``DynamicCache`` flatten as transformers' export support does ({key_cache, value_cache}
+    lists, the shape the dynamic-shapes spec here follows). Other code in the same process may have
+    registered it another way first (transformers' ONNX export path flattens it to one flat list),
+    and registration keeps the first: replace whatever is there."""
+    import torch.fx._pytree as fx_pytree
+    from torch.utils import _pytree as pytree
+    if cache_type in pytree.SUPPORTED_NODES:
+        pytree._deregister_pytree_node(cache_type)
+    if cache_type in fx_pytree.SUPPORTED_NODES:
+        fx_pytree._deregister_pytree_flatten_spec(cache_type)
+    register()

@@ -142,3 +142,34 @@ def test_explicit_axes_must_hold_the_group():
         topo.time(Op.ALL_GATHER, 1e6, 16).seconds)
     with pytest.raises(ValueError, match="do not hold"):
         topo.time(Op.ALL_GATHER, 1e6, 16, axes=(4,))
+
+
+def test_a_strided_group_on_a_torus_takes_the_outer_axes_with_wraparound_hops():
+    """The planner's outer group (16 members 4 ranks apart on a 4x4x4 cube) skips the axis the inner
+    groups fill and runs on the other two, like ws2d's named ``yz`` axes: 2 + 2 hops of 1.45 us
+    (wraparound, SB-SHARD's per-hop figure), 15/16 of the buffer over both links of two axes, each
+    link 221/6 GB/s (the cube's measured bus bandwidth over its 6 links)."""
+    topo = Topology.of_system(get_system("tpu-v4-4x4x4"))
+    strided = topo.time(Op.ALL_GATHER, 1e8, 16, 4)
+    assert strided.latency_s == pytest.approx(4 * 1.45e-6)
+    assert strided.transfer_s == pytest.approx(15 / 16 * 1e8 / (2 * 2 * 221e9 / 6))
+    assert strided.seconds == pytest.approx(topo.time(Op.ALL_GATHER, 1e8, 16, axes=(4, 4)).seconds)
+    assert topo.link(16, 4).bandwidth == pytest.approx(4 * 221e9 / 6)
+
+
+def test_a_strided_group_on_a_mesh_slice_pays_k_minus_one_hops_and_one_link_per_axis():
+    """On the 2x2x4 mesh (no wraparound) 8 members 2 ranks apart span the axes of 2 and 4: 1 + 3 hops,
+    7/8 of the buffer over one link per axis (148/4 GB/s each); the inner pair, 1 hop on one link."""
+    topo = Topology.of_system(get_system("tpu-v4-2x2x4"))
+    outer = topo.time(Op.ALL_GATHER, 1e8, 8, 2)
+    assert outer.algorithm == "mesh"
+    assert outer.latency_s == pytest.approx(4 * 1.45e-6)
+    assert outer.transfer_s == pytest.approx(7 / 8 * 1e8 / (2 * 148e9 / 4))
+    assert outer.seconds == pytest.approx(topo.time(Op.ALL_GATHER, 1e8, 8, axes=(2, 4)).seconds)
+    inner = topo.time(Op.ALL_GATHER, 1e8, 2, 1)
+    assert inner.seconds == pytest.approx(1.45e-6 + 1 / 2 * 1e8 / (148e9 / 4))
+    # 4 members 4 ranks apart: the long axis alone (3 hops, one link), not the two short axes that
+    # 4 contiguous ranks fill (1 + 1 hops over two links)
+    long_axis, short_axes = topo.time(Op.ALL_GATHER, 1e8, 4, 4), topo.time(Op.ALL_GATHER, 1e8, 4, 1)
+    assert long_axis.seconds == pytest.approx(3 * 1.45e-6 + 3 / 4 * 1e8 / (148e9 / 4))
+    assert short_axes.seconds == pytest.approx(2 * 1.45e-6 + 3 / 4 * 1e8 / (2 * 148e9 / 4))
