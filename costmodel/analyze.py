@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import partial
 from math import prod
 from typing import Any
 
@@ -11,9 +12,10 @@ from ..ir import DimRole, Graph, OpGroup, ValueKind
 from .costcache import graph_index, paused_gc
 from .experts import ExpertBalance, routing_notes
 from .interpreter import CostTable, interpret
+from .lazy_rows import LazyRows
 from .limits import range_warnings
-from .report import Report, Unmodeled
-from .report_rows import class_rows, node_rows
+from .report import OpRow, Report, Unmodeled
+from .report_rows import class_rows, class_totals, node_rows
 from .sizes import weight_bytes
 
 __all__ = ["analyze", "resolve_bindings", "build_report", "merge_dims"]
@@ -73,8 +75,12 @@ def build_report(table: CostTable) -> Report:
     graph = table.graph
     flops_by_group: dict[str, int] = {g.value: 0 for g in OpGroup}
     bytes_by_group: dict[str, int] = {g.value: 0 for g in OpGroup}
-    rows_of = node_rows if table.index is None else class_rows
-    rows, (flops, trans, nbytes, comm) = rows_of(table, flops_by_group, bytes_by_group)
+    rows: Sequence[OpRow]
+    if table.index is None:
+        rows, (flops, trans, nbytes, comm) = node_rows(table, flops_by_group, bytes_by_group)
+    else:   # totals by class now; the hundred thousand rows only if someone reads them
+        flops, trans, nbytes, comm = class_totals(table, flops_by_group, bytes_by_group)
+        rows = LazyRows(partial(class_rows, table))
     counts: dict[str, int] = {}
     for node in table.unmodeled:
         counts[node.label] = counts.get(node.label, 0) + 1

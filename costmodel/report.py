@@ -7,7 +7,7 @@ report written today can be read by deployment tooling tomorrow without the grap
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -200,7 +200,7 @@ class Report:
     peak_activation_bytes: int
     flops_by_group: dict[str, int]
     bytes_by_group: dict[str, int]
-    ops: list[OpRow]
+    ops: Sequence[OpRow]   # a list, or LazyRows (costmodel/lazy_rows.py): built on first read
     unmodeled: list[Unmodeled]
     target: str | None = None
     notes: list[str] = field(default_factory=list)

@@ -9,6 +9,7 @@ nodes get 0 s and the kernel's name), so the rows add up to the total. The steps
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from ..backends import Target, get_target
 from ..ir import DimRole, Graph
@@ -50,7 +51,7 @@ def apply_target(report: Report, table: CostTable, target: Target | str, *, fusi
                                timeline=timeline(program, schedule), ceilings=ceilings_of(target))
 
 
-def _rows(rows: list[OpRow], program: Program, schedule: Schedule) -> list[OpRow]:
+def _rows(rows: Sequence[OpRow], program: Program, schedule: Schedule) -> list[OpRow]:
     """Each row with its kernel's name, and its kernel's time on the kernel's anchor (0 elsewhere)."""
     by_node = {n.name: (k, t, n is k.anchor) for k, t in zip(program.kernels, schedule.times) for n in k.nodes}
     out: list[OpRow] = []
