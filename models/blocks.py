@@ -20,7 +20,8 @@ from ..ir.dims import Dim, dim_add
 from .graph_builder import GraphBuilder
 from .spec import TransformerSpec
 
-__all__ = ["Cache", "norm", "rotary_tables", "attention", "mlp", "activation", "dropout", "causal_mask"]
+__all__ = ["Cache", "norm", "rotary_tables", "apply_rotary", "attention", "mlp", "activation", "dropout",
+           "causal_mask"]
 
 _ACTIVATION_OPS = {"gelu": (Op.GELU, {}), "gelu_tanh": (Op.GELU, {"approximate": "tanh"}),
                    "silu": (Op.SILU, {}), "relu": (Op.RELU, {})}
@@ -71,7 +72,7 @@ def rotary_tables(b: GraphBuilder, spec: TransformerSpec, seq: Dim) -> tuple[Val
     return tables[0], tables[1]
 
 
-def _apply_rotary(b: GraphBuilder, x: Value, cos: Value, sin: Value, which: str) -> Value:
+def apply_rotary(b: GraphBuilder, x: Value, cos: Value, sin: Value, which: str) -> Value:
     """``x*cos + rotate_half(x)*sin`` (rotate_half's slices and negation are folded into the sin term).
 
     The tables hold the ``seq`` new positions (``past .. past+seq-1`` with a cache), so they are
@@ -102,8 +103,8 @@ def attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Valu
         k = _heads(b, b.linear(x, hk * d, "k_proj", bias=spec.attn_bias), hk, d, "k")
         v = _heads(b, b.linear(x, hk * d, "v_proj", bias=spec.attn_bias), hk, d, "v")
         if rope is not None:
-            q = _apply_rotary(b, q, *rope, "q")
-            k = _apply_rotary(b, k, *rope, "k")
+            q = apply_rotary(b, q, *rope, "q")
+            k = apply_rotary(b, k, *rope, "k")
         if cache is not None:
             k, v = (_append(b, past, new, which) for past, new, which in ((cache.key, k, "k"), (cache.value, v, "v")))
             cache.present.extend([k, v])
