@@ -110,9 +110,9 @@ def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOpt
     """
     name = dtype.value
     table = target.sparse_matrix_flops if options.sparse and target.sparse_matrix_flops else target.matrix_flops
+    if name == "fp32" and options.allow_tf32 and table.get("tf32", 0.0) > table.get("fp32", 0.0):
+        return Rate(table["tf32"], "tf32", "fp32 matmul on TF32 tensor cores", "fp32 as tf32")
     if name == "fp32" and "fp32" not in table:
-        if options.allow_tf32 and "tf32" in table:
-            return Rate(table["tf32"], "tf32", "fp32 matmul on TF32 tensor cores", "fp32 as tf32")
         if "fp32" in target.vector_flops:
             return Rate(target.vector_flops["fp32"], "fp32", "fp32 matmul on the vector units (no TF32)",
                         "fp32 on vector units")
