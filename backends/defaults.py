@@ -16,7 +16,7 @@ __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "
            "VECTOR_FRACTION",
            "MXUS_PER_TENSORCORE", "AMX_BF16_OPS_PER_CYCLE", "AMX_OPS_PER_BF16_OP", "ATTENTION_BLOCK",
            "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS", "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
-           "MIN_MEMORY_EFFICIENCY", "SPLIT_K_PARTIAL_BYTES", "FP32_EMULATION_PASSES",
+           "MIN_MEMORY_EFFICIENCY", "SPLIT_K_PARTIAL_BYTES", "SKINNY_TILE_STEP", "FP32_EMULATION_PASSES",
            "FP32_REDUCED_EMULATION_PASSES"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
@@ -137,4 +137,8 @@ FP32_EMULATION_PASSES: int = 6
 #: Bytes per element of a split-K GEMM's partial sums: fp32 accumulators written by each split and
 #: read back by the reduction (cuBLAS and CUTLASS reduce split-K partials in fp32 workspace).
 SPLIT_K_PARTIAL_BYTES: int = 4
+#: A GEMM side narrower than a CTA tile shrinks the tile to it in steps of this many rows or columns
+#: (the n=8 side of the smallest tensor-core MMA, mma.m16n8k16, PTX ISA): libraries run skinny
+#: GEMMs with narrow-tile or GEMV-like kernels rather than padding N=8 to a 128-wide tile.
+SKINNY_TILE_STEP: int = 8
 FP32_REDUCED_EMULATION_PASSES: int = 3

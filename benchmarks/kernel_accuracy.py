@@ -53,6 +53,9 @@ HARNESS = DATA / "harness.toml"
 FIT_KEY = "NP-KERNEL-FIT"
 #: (source, chip) pairs never fitted: every row is held out.
 INDEPENDENT = {("DEEPBENCH", "v100-sxm2")}
+#: The harness each host-timed source measured through: both TPU sources time one jitted JAX call
+#: with block_until_ready per iteration, so they share one per-call dispatch overhead.
+HARNESS_OF = {"JAX-PALLAS-MATMUL": "jax", "TPU-V6E-GEMM": "jax"}
 MEDIAN_BAR, P90_BAR = 0.10, 0.25
 CLASSES = ("small GEMM", "short-K GEMM", "GEMM", "conv fwd", "conv bwd")
 #: catalog file keys of fitted fields and the factor from SI units to them
@@ -80,7 +83,7 @@ def is_held_out(m: KernelMeasurement) -> bool:
 
 
 def harness_overheads(path: Path = HARNESS) -> dict[str, float]:
-    """Per-source host overhead (seconds) fitted on the fit rows; 0 for sources without one."""
+    """Per-harness host overhead (seconds) fitted on the fit rows; 0 for harnesses without one."""
     return {k: float(v) * 1e-6 for k, v in read_toml(path).get("host_overhead_us", {}).items()} if path.exists() else {}
 
 
@@ -111,13 +114,13 @@ def fit_chips(rows: Sequence[KernelMeasurement], log: Any = print) -> tuple[dict
             values = {f: getattr(targets[src], f) for f, src in copies.items() if src in targets}
             target = fitted_target(target, values, "copied")
         fit_rows = [r for r in by_chip[chip] if not is_held_out(r)]
-        if not fit_rows:
+        if not fit_rows or not fields:       # nothing of its own to fit: copied values, shared harness
             targets[chip] = target
             continue
         res = fit_kernel_terms(kernel_cases(fit_rows), target, fields, source=FIT_KEY)
         targets[chip] = res.target
         for source in {r.source for r in fit_rows if r.timing == "host"}:
-            hosts[source] = res.host_overhead
+            hosts[HARNESS_OF.get(source, source)] = res.host_overhead
         log(f"  {chip}: {len(fit_rows)} fit rows, {res.values or '(nothing fitted)'}"
             + (f", host overhead {res.host_overhead * 1e6:.0f} us" if res.host_overhead else ""))
     for name, _family in catalog_targets():      # catalog chips with no rows that copy a fitted chip
@@ -141,7 +144,7 @@ def evaluate(rows: Sequence[KernelMeasurement], targets: dict[str, Target] | Non
         cases: list[KernelCase] = kernel_cases(chip_rows, target)
         for c in cases:
             m = c.measurement
-            err = errors([c], target, hosts.get(m.source, 0.0))[0]
+            err = errors([c], target, hosts.get(HARNESS_OF.get(m.source, m.source), 0.0))[0]
             out.append({"chip": chip, "source": m.source, "kind": m.kind, "dtype": m.dtype, "shape": m.shape_text,
                         "class": kernel_class(m), "held_out": is_held_out(m), "measured_s": m.seconds,
                         "predicted_s": m.seconds * (1 + err), "error": err})
@@ -178,11 +181,12 @@ def write_catalog(targets: dict[str, Target], hosts: dict[str, float]) -> None:
         for f in [*fields, *copies]:
             key, factor = _FILE_KEYS.get(f, (f, 1.0))
             value = getattr(target, f) * factor
-            text, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {round(value, 4):g}", text)
+            text, n = re.subn(rf"(?m)^{key} = (?!\")[^\n]*$", f"{key} = {round(value, 4):g}", text)
             assert n == 1, f"{path}: no line {key!r} to update"
         path.write_text(text)
-    lines = ["# Per-call host overhead of each host-timed source's harness (JAX dispatch + block_until_ready),",
-             "# fitted by benchmarks/kernel_accuracy.py on the fit rows of that source.", "[host_overhead_us]"]
+    lines = ["# Per-call host overhead of the harness host-timed sources measured through (JAX dispatch +",
+             "# block_until_ready), fitted by benchmarks/kernel_accuracy.py on the fit rows; HARNESS_OF there",
+             "# maps sources to harnesses.", "[host_overhead_us]"]
     lines += [f'"{k}" = {v * 1e6:g}' for k, v in sorted(hosts.items())]
     HARNESS.write_text("\n".join(lines) + "\n")
 
@@ -231,8 +235,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = evaluate(rows, targets, hosts)
     env = environment()
     held = per_chip(records, True)
+    columns = ["chip", "source", "kind", "dtype", "shape", "class", "measured_s", "predicted_s"]
     data = {"env": env, "bars": {"median_abs": MEDIAN_BAR, "p90_abs": P90_BAR}, "held_out": held,
-            "fit": per_chip(records, False), "rows": records}
+            "fit": per_chip(records, False), "row_columns": columns,
+            "held_out_rows": [[float(f"{r[c]:.4g}") if isinstance(r[c], float) else r[c] for c in columns]
+                              for r in records if r["held_out"]]}
     md, js = write_results(RESULTS, "kernel_accuracy", markdown(records, env), data)
     for chip, s in held.items():
         a = s["all"]

@@ -41,6 +41,7 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "gemm_epilogue_exposed": (0.0, 0.25, 0.5, 0.75, 1.0),
         "gemm_max_split_k": (1, 2, 4, 8, 16, 32),
         "matmul_efficiency": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
+        "matmul_efficiency_fp32": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
     },
     "tpu": {
         "mxu_fold_overhead": tuple(round(0.05 * i, 2) for i in range(21)),

@@ -44,6 +44,9 @@ class TimingOptions:
     allow_tf32: bool = False      # fp32 matmuls on TF32 tensor cores (torch's default is off)
     sparse: bool = False          # 2:4 structured-sparse weights where the chip supports it
     fusion: str | None = None     # None: the family's default ("full", CPU "none")
+    #: A whole model run eagerly pays the host's per-op glue (a CPU's ``eager_op_overhead``) beside
+    #: each op's dispatch; a bare op timed alone in a loop does not (``False``).
+    eager_overhead: bool = True
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOpt
         if wider in table:
             return Rate(table[wider], wider, f"no {name} rate: runs as {wider}", f"{name} as {wider}")
     if options.sparse and table is target.sparse_matrix_flops:
-        return matrix_rate(target, dtype, TimingOptions(options.allow_tf32, False, options.fusion))
+        return matrix_rate(target, dtype, replace(options, sparse=False))
     floats = [k for k in _FLOAT_RATES if k in table]
     pick = floats[0] if floats else max(table, key=table.get)  # type: ignore[arg-type]
     return Rate(table[pick], pick, f"no {name} rate: runs as {pick}", f"{name} as {pick}")
@@ -174,10 +177,14 @@ def interpolate(curve: tuple[tuple[float, float], ...], x: float, default: float
     return y0 + t * (y1 - y0)
 
 
-def matmul_efficiency(target: Target, flops: float, min_mn: int | None = None) -> float:
+def matmul_efficiency(target: Target, flops: float, min_mn: int | None = None, dtype: str | None = None) -> float:
     """Achieved fraction of peak for a GEMM of ``flops``; ``min_mn`` (the smaller of M and N)
-    applies the target's skinny-GEMM factor where it has one."""
+    applies the target's skinny-GEMM factor where it has one; ``dtype`` (the rate's: ``fp32`` or
+    ``tf32``) selects a GPU's fp32 plateau where it lists one."""
     eff = interpolate(target.matmul_curve, flops, target.matmul_efficiency)
+    fp32 = getattr(target, "matmul_efficiency_fp32", None)
+    if fp32 is not None and dtype in ("fp32", "tf32"):
+        eff *= fp32 / target.matmul_efficiency
     if min_mn is not None and target.matmul_skinny_curve:
         eff *= interpolate(target.matmul_skinny_curve, float(max(min_mn, 1)), 1.0)
     return max(eff, MIN_MATMUL_EFFICIENCY)

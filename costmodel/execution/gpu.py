@@ -15,7 +15,9 @@
 * Fused attention (FlashAttention style): QK^T and PV on tensor cores over 128-row query blocks,
   causal blocks above the diagonal skipped (:func:`.common.causal_fraction`), exp on the
   special-function units (the two overlap); traffic is Q, K, V and the output only.
-* Everything else on the CUDA cores: see :mod:`.vector`. Each kernel pays the launch overhead.
+* Depthwise convolutions (one channel per group) are per-channel windows, not GEMMs: they run on the
+  CUDA cores as memory-bound kernels. Everything else on the CUDA cores: see :mod:`.vector`. Each
+  kernel pays the launch overhead.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from ...backends.defaults import (
     ATTENTION_BLOCK,
     ATTENTION_MIN_BLOCK_ROWS,
     CACHE_RESIDENT_FRACTION,
+    SKINNY_TILE_STEP,
     SPLIT_K_PARTIAL_BYTES,
     default_value,
 )
 from ..kernels import Kernel
 from .common import (
     KernelTime,
+    Rate,
     causal_fraction,
     matmul_efficiency,
     matrix_rate,
@@ -43,7 +47,7 @@ from .common import (
     transcendental_rate,
 )
 from .conv_algos import ConvPlan, conv_plans
-from .gemm import Gemm, attention_shape
+from .gemm import Gemm, attention_shape, is_depthwise
 from .program import Program
 from .sequential import SequentialModel
 
@@ -56,6 +60,8 @@ class GpuModel(SequentialModel):
     vector_unit = "CUDA cores"
 
     def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: GpuTarget) -> KernelTime:
+        if kernel.kind == "conv" and is_depthwise(program.table, kernel.anchor):
+            return self.vector(kernel, program, target)     # a per-channel window: memory-bound
         rate = matrix_rate(target, g.dtype, program.options)
         p = gemm_terms(target)
         plans = [ConvPlan("", g)]
@@ -69,7 +75,11 @@ class GpuModel(SequentialModel):
             reads = kernel.cost.bytes_read if plan.extra_kernels == 0 and plan is plans[0] else \
                 plan.gemm.a_bytes + plan.gemm.b_bytes
             writes = kernel.cost.bytes_written if plan is plans[0] else plan.gemm.c_bytes
-            gt = _gemm_time(plan.gemm, reads, writes, rate.flops_per_s, target, p)
+            # a weight-gradient kernel parallelizes its long reduction (batch x positions) over the
+            # SMs by design; the library's split-K limit is for ordinary GEMMs
+            wgrad = kernel.kind == "conv" and kernel.anchor.attrs.get("role") == "grad_weight"
+            gt = _gemm_time(plan.gemm, reads, writes, rate, target,
+                            replace(p, max_split_k=target.sm_count) if wgrad else p)
             serial = memory_time(target, plan.extra_bytes) + plan.extra_kernels * target.launch_overhead
             total = gt.time + serial
             if best is None or total < best[0] * (1 - 1e-9):
@@ -137,17 +147,19 @@ class GemmTime:
     bytes: float
 
 
-def _gemm_time(g: Gemm, reads: float, writes: float, peak: float, target: GpuTarget, p: GemmTerms) -> GemmTime:
+def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarget, p: GemmTerms) -> GemmTime:
     """The fastest of the target's tiles for ``g`` (as a heuristic-driven library would pick)."""
-    per_sm = peak * matmul_efficiency(target, g.flops) / target.sm_count
-    epilogue = memory_time(target, writes) * p.epilogue_exposed
+    per_sm = rate.flops_per_s * matmul_efficiency(target, g.flops, dtype=rate.dtype) / target.sm_count
     best: GemmTime | None = None
     for tile in target.tile_shapes:
         compute, executed, waves, split = _tile_time(g, tile, target.sm_count, per_sm, p.max_split_k)
         tile_reads = reads + _l2_rereads(g, tile, target)
         partials = 2 * split * g.batch * g.m * g.n * SPLIT_K_PARTIAL_BYTES if split > 1 else 0
         compute += waves * p.wave_overhead
-        mem = memory_time(target, tile_reads + partials)
+        # each wave's output write overlaps the next wave's main loop; the last wave's is exposed
+        exposed = writes * p.epilogue_exposed / waves
+        mem = memory_time(target, tile_reads + partials + writes - exposed)
+        epilogue = memory_time(target, exposed)
         t = max(compute, mem) + epilogue
         if best is None or t < best.time * (1 - 1e-9):
             best = GemmTime(t, compute + epilogue, mem + epilogue, executed, tile_reads + partials + writes)
@@ -157,8 +169,13 @@ def _gemm_time(g: Gemm, reads: float, writes: float, peak: float, target: GpuTar
 
 def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float,
                max_split: int) -> tuple[float, float, int, int]:
-    """(seconds of MMA work, executed FLOPs, waves, split-K factor) of ``g`` in ``tile`` CTAs."""
+    """(seconds of MMA work, executed FLOPs, waves, split-K factor) of ``g`` in ``tile`` CTAs.
+
+    A side of the problem narrower than the tile shrinks the tile to it (in steps of
+    :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs."""
     tm, tn, tk = tile
+    tm = min(tm, ceil(g.m / SKINNY_TILE_STEP) * SKINNY_TILE_STEP)
+    tn = min(tn, ceil(g.n / SKINNY_TILE_STEP) * SKINNY_TILE_STEP)
     tiles = g.batch * ceil(g.m / tm) * ceil(g.n / tn)
     kiters = ceil(g.k / tk)
     split = max(1, min(sms // tiles, kiters, max_split)) if tiles < sms else 1
