@@ -43,8 +43,10 @@ class GpuTarget(Target):
     #: kernels write C after their K loop; Hopper's TMA-store kernels overlap it), and the largest
     #: split-K the library picks. Measured per chip (``calibrate --from-measurements``).
     gemm_latency: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
-    #: fp32 matmuls (on the CUDA cores, or TF32/XF32 units) run other kernels than 16-bit ones and
-    #: reach another fraction of their peak; absent, ``matmul_efficiency`` applies to them too.
+    #: fp32 matmuls run other kernels than 16-bit ones and reach another fraction of their peak:
+    #: on TF32/XF32 tensor cores (``_tf32``, where allowed) or on fp32 units (``_fp32``: CUDA cores,
+    #: or fp32 matrix cores). Absent, ``matmul_efficiency`` applies to them too.
+    matmul_efficiency_tf32: float | None = spec_field("fraction")
     matmul_efficiency_fp32: float | None = spec_field("fraction")
     gemm_wave_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
     gemm_epilogue_exposed: float | None = spec_field("fraction", allow_zero=True)

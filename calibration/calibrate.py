@@ -23,6 +23,9 @@ from ..errors import NarrowpipeError
 from .eager import fit_eager_overhead, measure_eager
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
+from ..costmodel.execution import TimingOptions
+from ..costmodel.execution.common import matrix_rate
+from ..ir import DType
 from .kernel_fit import TERM_GRIDS, fit_kernel_terms, kernel_cases
 from .kernel_measurements import read_kernel_measurements
 from .sweeps import Measurement, run_all
@@ -115,8 +118,12 @@ def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path
     if not rows:
         raise NarrowpipeError(f"{path}: no measurements")
     fields = list(TERM_GRIDS.get(target.family, {}))
-    if target.family == "gpu" and not any(r.dtype in ("fp32", "tf32") for r in rows):
-        fields.remove("matmul_efficiency_fp32")
+    if target.family == "gpu":       # a plateau for the fp32 unit the rows ran on, if any did
+        has_tf32 = any(r.dtype == "tf32" for r in rows) and matrix_rate(
+            target, DType.FP32, TimingOptions(allow_tf32=True)).dtype == "tf32"
+        has_fp32 = any(r.dtype == "fp32" for r in rows) or (any(r.dtype == "tf32" for r in rows) and not has_tf32)
+        fields = [f for f in fields if (f != "matmul_efficiency_tf32" or has_tf32)
+                  and (f != "matmul_efficiency_fp32" or has_fp32)]
     if target.family == "tpu":
         fields = ["mxu_fold_overhead"]        # matmul_efficiency stays: the fold model holds the losses
     if not fields:

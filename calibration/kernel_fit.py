@@ -39,8 +39,8 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "gemm_latency": tuple(x * 0.5 * _US for x in range(0, 25)),
         "gemm_wave_overhead": tuple(x * _US for x in (0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4)),
         "gemm_epilogue_exposed": (0.0, 0.25, 0.5, 0.75, 1.0),
-        "gemm_max_split_k": (1, 2, 4, 8, 16, 32),
         "matmul_efficiency": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
+        "matmul_efficiency_tf32": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
         "matmul_efficiency_fp32": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
     },
     "tpu": {

@@ -180,11 +180,11 @@ def interpolate(curve: tuple[tuple[float, float], ...], x: float, default: float
 def matmul_efficiency(target: Target, flops: float, min_mn: int | None = None, dtype: str | None = None) -> float:
     """Achieved fraction of peak for a GEMM of ``flops``; ``min_mn`` (the smaller of M and N)
     applies the target's skinny-GEMM factor where it has one; ``dtype`` (the rate's: ``fp32`` or
-    ``tf32``) selects a GPU's fp32 plateau where it lists one."""
+    ``tf32``) selects a GPU's plateau for that unit where it lists one."""
     eff = interpolate(target.matmul_curve, flops, target.matmul_efficiency)
-    fp32 = getattr(target, "matmul_efficiency_fp32", None)
-    if fp32 is not None and dtype in ("fp32", "tf32"):
-        eff *= fp32 / target.matmul_efficiency
+    plateau = getattr(target, f"matmul_efficiency_{dtype}", None) if dtype in ("fp32", "tf32") else None
+    if plateau is not None:
+        eff *= plateau / target.matmul_efficiency
     if min_mn is not None and target.matmul_skinny_curve:
         eff *= interpolate(target.matmul_skinny_curve, float(max(min_mn, 1)), 1.0)
     return max(eff, MIN_MATMUL_EFFICIENCY)
