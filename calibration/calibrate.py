@@ -19,13 +19,13 @@ from datetime import date
 from pathlib import Path
 
 from ..backends import CpuTarget, Target, dump_target, get_target
+from ..costmodel.execution import TimingOptions
+from ..costmodel.execution.common import matrix_rate
 from ..errors import NarrowpipeError
+from ..ir import DType
 from .eager import fit_eager_overhead, measure_eager
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
-from ..costmodel.execution import TimingOptions
-from ..costmodel.execution.common import matrix_rate
-from ..ir import DType
 from .kernel_fit import TERM_GRIDS, fit_kernel_terms, kernel_cases
 from .kernel_measurements import read_kernel_measurements
 from .sweeps import Measurement, run_all
