@@ -36,8 +36,8 @@ _US = 1e-6
 #: The grid each fittable field is searched over (SI units), by family.
 TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
     "gpu": {
-        "gemm_latency": tuple(x * 0.5 * _US for x in range(0, 25)),
-        "gemm_wave_overhead": tuple(x * _US for x in (0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4)),
+        "gemm_latency": tuple(x * 0.5 * _US for x in range(0, 41)),
+        "gemm_wave_overhead": tuple(x * _US for x in (0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8)),
         "gemm_epilogue_exposed": (0.0, 0.25, 0.5, 0.75, 1.0),
         "matmul_efficiency": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
         "matmul_efficiency_tf32": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
@@ -102,6 +102,12 @@ def fitted_target(target: Target, values: Mapping[str, Any], source: str) -> Tar
     return dataclasses.replace(target, **values, sources=sources)
 
 
+def _near(grid: Sequence[Any], value: Any, steps: int = 2) -> Sequence[Any]:
+    """The grid points within ``steps`` of the one nearest ``value``."""
+    i = min(range(len(grid)), key=lambda j: abs(float(grid[j]) - float(value)))
+    return grid[max(0, i - steps): i + steps + 1]
+
+
 @dataclass
 class FitResult:
     target: Target
@@ -113,7 +119,7 @@ class FitResult:
 
 
 def fit_kernel_terms(cases: Sequence[KernelCase], target: Target, fields: Sequence[str],
-                     source: str = "measured: calibrate --from-measurements", rounds: int = 3) -> FitResult:
+                     source: str = "measured: calibrate --from-measurements", rounds: int = 4) -> FitResult:
     """Fit ``fields`` of ``target`` (and a host overhead if any case is host-timed) to ``cases``."""
     if not cases:
         raise NarrowpipeError(f"no measurements of {target.name!r} to fit")
@@ -131,20 +137,37 @@ def fit_kernel_terms(cases: Sequence[KernelCase], target: Target, fields: Sequen
 
     best = trial(values, host)
     history: list[tuple[str, Any, float]] = []
+    names = [*fields, *(["host_overhead"] if fit_host else [])]
+
+    def grid_of(name: str) -> tuple[Any, ...]:
+        return HOST_GRID if name == "host_overhead" else grids[name]
+
+    def current(name: str) -> Any:
+        return host if name == "host_overhead" else values[name]
+
+    def try_point(point: Mapping[str, Any]) -> bool:
+        nonlocal best, values, host
+        vals = {**values, **{k: v for k, v in point.items() if k != "host_overhead"}}
+        h = point.get("host_overhead", host)
+        s = trial(vals, h)
+        if s < best - 1e-12:
+            best, values, host = s, vals, h
+            history.append((",".join(point), tuple(point.values()), s))
+            return True
+        return False
+
     for _ in range(rounds):
+        # coordinate descent over each field's whole grid, then joint moves of every pair of fields
+        # within two grid steps (terms that trade off, as a latency floor and a per-wave fill do)
         changed = False
-        for name in [*fields, *(["host_overhead"] if fit_host else [])]:
-            grid = HOST_GRID if name == "host_overhead" else grids[name]
-            for v in grid:
-                vals = values if name == "host_overhead" else {**values, name: v}
-                s = trial(vals, v if name == "host_overhead" else host)
-                if s < best - 1e-12:
-                    best, changed = s, True
-                    if name == "host_overhead":
-                        host = v
-                    else:
-                        values = vals
-                    history.append((name, v, s))
+        for name in names:
+            for v in grid_of(name):
+                changed |= try_point({name: v})
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                for va in _near(grid_of(a), current(a)):
+                    for vb in _near(grid_of(b), current(b)):
+                        changed |= try_point({a: va, b: vb})
         if not changed:
             break
     final = fitted_target(target, values, source) if values else target
