@@ -191,6 +191,28 @@ def write_catalog(targets: dict[str, Target], hosts: dict[str, float]) -> None:
     HARNESS.write_text("\n".join(lines) + "\n")
 
 
+NOTES = """
+## Reading it
+
+* **Before this work** (the code at 762f479, all XLA-table rows, prototype run): predictions were 30-80%
+  too fast across the board: H100 bf16 small GEMMs -71% (median signed), short-K -36%, larger ones
+  -29%; B200 -50..-78%; MI300X/MI355X bf16 -45..-78%. The GEMM latency floor (4-7 us of kernel time on
+  these chips), the per-wave fill and the exposed output write are most of the difference.
+* **What is modelled**: every GEMM-class kernel pays `gemm_latency`, `gemm_wave_overhead` per wave
+  and the last wave's share (`gemm_epilogue_exposed`) of its output write; fp32 matmuls reach their
+  own plateau (`matmul_efficiency_tf32`/`_fp32`); convolutions run the fastest of implicit GEMM
+  (channels padded to the tensor-core K step), fused Winograd F(2x2,3x3) and non-fused F(4x4,3x3)/
+  F(2x2,5x5) (fp32 on CUDA cores); TPU matmuls lose `mxu_fold_overhead` x dim cycles per fold.
+* **Why the rest miss the bars**: what is left is mostly the libraries' own choices per shape, which
+  no size-only model reproduces. On the AMD rows neighbouring shapes differ by 1.5-2x (MI355X
+  256x2048x1024: 9.0 us, x2048: 6.7 us); DeepBench-era cuBLAS ran N=16 GEMMs as slowly as N=128 (no
+  narrow tiles), and cuDNN 7.6's fp16 weight gradients of 1-channel and 1x1 layers on V100 run 10-18x
+  slower than the tensor-core model allows. The 90th percentiles are these rows; the medians are 9-22%.
+* **Split**: parameters are fitted on the other half (`fit rows`); V100 rows are never fitted (its
+  terms are T4's, its fp32 plateau P100's): an independent check of the transfer.
+"""
+
+
 def _pct(s: dict[str, Any], key: str) -> str:
     return "-" if not s.get("n") else f"{100 * s[key]:.1f}%"
 
@@ -216,7 +238,9 @@ def markdown(records: Sequence[dict[str, Any]], env: dict[str, Any]) -> str:
                         "fit median abs"], rows, "l")
             + "\n## Held out, by class (median abs / p90 abs (rows))\n\n"
             + md_table(["chip", *CLASSES], classes, "l")
-            + "\n## Sources\n\n" + ", ".join(f"{s} on {c}" for s, c in sources) + "\n")
+            + NOTES
+            + "\n## Sources\n\n" + ", ".join(f"{s} on {c}" for s, c in sources)
+            + " (rows and what was left out: `benchmarks/data/README.md`)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
