@@ -78,3 +78,14 @@ def test_calibrate_from_a_kernel_csv_writes_a_target_with_measured_terms(tmp_pat
     assert get_target(str(tmp_path / "b200-mine.toml")).gemm_latency == pytest.approx(3e-6)
     with pytest.raises(NarrowpipeError, match="pass --base"):
         calibrate(tmp_path / "x.toml", from_measurements=csv)
+
+
+def test_the_cli_calibrates_a_chip_from_a_kernel_csv(tmp_path, capsys):
+    from narrowpipe.cli import main
+    rows = _measured_as(get_target("h100"), _rows("h100"))
+    csv = tmp_path / "h100.csv"
+    csv.write_text("source,chip,kind,dtype,shape,measured_us,timing\n" + "".join(
+        f"mine,h100,gemm,bf16,{r.shape_text},{r.seconds * 1e6!r},kernel\n" for r in rows))
+    out = tmp_path / "mine.toml"
+    assert main(["calibrate", "--base", "h100", "--from-measurements", str(csv), "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out and get_target(str(out)).name == "h100-sxm-calibrated"
