@@ -56,6 +56,15 @@ def _llama(c: Mapping[str, Any], *, attn_bias: bool | None = None, out_bias: boo
                 eps=c.get("rms_norm_eps", 1e-6))
 
 
+def _first(c: Mapping[str, Any], *keys: str) -> Any:
+    """The first of ``keys`` the config has (transformers renames some on ``to_dict``: Qwen3-MoE's
+    ``num_experts`` is written ``num_local_experts``)."""
+    for key in keys:
+        if c.get(key) is not None:
+            return c[key]
+    raise KeyError(keys[0])
+
+
 def _windows(c: Mapping[str, Any], default: Callable[[int], bool]) -> dict[str, Any]:
     """``sliding_window`` and ``sliding_layers`` from the config's ``layer_types`` (what a transformers
     config object holds), else from ``default(layer)``, the family's rule for a ``config.json`` that
@@ -88,6 +97,28 @@ def _qwen2(c: Mapping[str, Any]) -> dict[str, Any]:
     return _llama(c, attn_bias=True, out_bias=False) | _windows(c, lambda i: i >= first)
 
 
+def _qwen3(c: Mapping[str, Any]) -> dict[str, Any]:
+    """Qwen3: Llama's layout with an RMS norm over each head's q and k; windows as Qwen2's."""
+    if not c.get("use_sliding_window", False):
+        c = {**c, "sliding_window": None}
+    first = int(c.get("max_window_layers", 28))
+    return _llama(c) | {"qk_norm": True} | _windows(c, lambda i: i >= first)
+
+
+def _qwen3_moe(c: Mapping[str, Any]) -> dict[str, Any]:
+    """Qwen3-MoE: q/k norms, experts of ``moe_intermediate_size`` with no shared expert, dense MLPs as
+    Qwen2-MoE places them; with ``use_sliding_window`` every layer is windowed."""
+    if not c.get("use_sliding_window", False):
+        c = {**c, "sliding_window": None}
+    layers, step = int(c["num_hidden_layers"]), int(c.get("decoder_sparse_step", 1))
+    only = set(c.get("mlp_only_layers") or [])
+    experts = int(_first(c, "num_experts", "num_local_experts"))
+    dense = [i for i in range(layers) if i in only or not (experts > 0 and (i + 1) % step == 0)]
+    return _llama(c) | _windows(c, lambda i: True) | dict(
+        qk_norm=True, experts=experts, top_k=c["num_experts_per_tok"], expert_ffn=c["moe_intermediate_size"],
+        moe_renormalize=bool(c.get("norm_topk_prob", False)), dense_layers=dense)
+
+
 def _mixtral(c: Mapping[str, Any]) -> dict[str, Any]:
     return _llama(c) | dict(experts=c["num_local_experts"], top_k=c["num_experts_per_tok"])
 
@@ -98,7 +129,7 @@ def _qwen2_moe(c: Mapping[str, Any]) -> dict[str, Any]:
     ``use_sliding_window``, the odd-numbered layers below ``max_window_layers`` are windowed."""
     layers, step = int(c["num_hidden_layers"]), int(c.get("decoder_sparse_step", 1))
     only = set(c.get("mlp_only_layers") or [])
-    experts = int(c["num_experts"])
+    experts = int(_first(c, "num_experts", "num_local_experts"))
     dense = [i for i in range(layers) if i in only or not (experts > 0 and (i + 1) % step == 0)]
     if not c.get("use_sliding_window", False):
         c = {**c, "sliding_window": None}
@@ -129,7 +160,7 @@ def _deepseek(c: Mapping[str, Any], *, v3: bool) -> dict[str, Any]:
     groups and renormalizes (``norm_topk_prob``); V2 on softmax scores, group-limited only with
     ``topk_method="group_limited_greedy"``, never renormalized."""
     head_dim = int(c["qk_nope_head_dim"]) + int(c["qk_rope_head_dim"])
-    experts = c.get("n_routed_experts") or c.get("num_local_experts") or c.get("num_experts")
+    experts = next((c[k] for k in ("n_routed_experts", "num_local_experts", "num_experts") if c.get(k)), None)
     shared = int(c.get("n_shared_experts") or 0)
     limited = v3 or c.get("topk_method") == "group_limited_greedy"
     groups = (int(c["n_group"]), int(c["topk_group"])) if limited and c.get("n_group") else None
@@ -177,10 +208,11 @@ def _bert(c: Mapping[str, Any]) -> dict[str, Any]:
                 eps=c.get("layer_norm_eps", 1e-12))
 
 
-#: model_type -> reader; architectures with parts the builder lacks are absent.
+#: model_type -> reader; architectures with parts the builder lacks (vision towers, bidirectional Gemma,
+#: state-space layers) are absent.
 SUPPORTED: dict[str, Reader] = {
-    "gpt2": _gpt2, "llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "mixtral": _mixtral,
-    "qwen2_moe": _qwen2_moe, "deepseek_v2": functools.partial(_deepseek, v3=False),
+    "gpt2": _gpt2, "llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "qwen3": _qwen3, "mixtral": _mixtral,
+    "qwen2_moe": _qwen2_moe, "qwen3_moe": _qwen3_moe, "deepseek_v2": functools.partial(_deepseek, v3=False),
     "deepseek_v3": functools.partial(_deepseek, v3=True), "gemma2": functools.partial(_gemma, version=2),
     "gemma3_text": functools.partial(_gemma, version=3), "bert": _bert}
 
@@ -206,8 +238,8 @@ def _config_dtype(c: Mapping[str, Any]) -> DType | None:
 
 def from_config(config: Any, *, seq: int | None = None, batch: int = 1, past: int | None = None,
                 dtype: DType | str | None = None, name: str | None = None, **overrides: Any) -> Graph:
-    """The graph of a Hugging Face config: causal LMs (GPT-2, Llama, Mistral, Qwen2, Mixtral, Qwen2-MoE,
-    DeepSeek-V2/V3, Gemma-2, Gemma-3's text model) or BERT.
+    """The graph of a Hugging Face config: causal LMs (GPT-2, Llama, Mistral, Qwen2, Qwen3, Mixtral,
+    Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3, Gemma-2, Gemma-3's text model) or BERT.
 
     ``seq`` defaults to 2048, or the model's maximum positions when that is shorter; ``dtype`` to
     the config's own ``dtype`` when it names a float type, else bf16; ``past`` adds a KV cache of that

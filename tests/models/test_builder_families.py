@@ -1,6 +1,6 @@
 """The builder's newer families against independent references: shared experts (Qwen2-MoE, DeepSeek),
 latent attention (DeepSeek-V2/V3), sliding windows (Mistral, Qwen2, Gemma-2/3 alternating local and
-global layers), each a tiny transformers model with random weights.
+global layers), q/k norms (Gemma-3, Qwen3, Qwen3-MoE), each a tiny transformers model with random weights.
 
 References: torch.export of the model lowered by narrowpipe's torch frontend (contraction plus attention
 FLOPs and parameters at the export's dims); FlopCounterMode running the eager model at two bindings and
@@ -77,8 +77,23 @@ def _gemma3():
         head_dim=16, vocab_size=VOCAB, sliding_window=W, sliding_window_pattern=2)
 
 
+def _qwen3():
+    return transformers.Qwen3ForCausalLM, transformers.Qwen3Config(
+        hidden_size=H, intermediate_size=F, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, vocab_size=VOCAB)
+
+
+def _qwen3_moe():
+    """q/k norms, experts with no shared one, a dense MLP on the odd-step layer (decoder_sparse_step=2)."""
+    return transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig(
+        hidden_size=H, intermediate_size=F, moe_intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, vocab_size=VOCAB, num_experts=8, num_experts_per_tok=2,
+        decoder_sparse_step=2, norm_topk_prob=True)
+
+
 FAMILIES = {"qwen2-moe": _qwen2_moe, "deepseek-v3": _deepseek_v3, "deepseek-v2": _deepseek_v2,
-            "mistral": _mistral, "qwen2": _qwen2, "gemma2": _gemma2, "gemma3": _gemma3}
+            "mistral": _mistral, "qwen2": _qwen2, "gemma2": _gemma2, "gemma3": _gemma3, "qwen3": _qwen3,
+            "qwen3-moe": _qwen3_moe}
 #: sdpa refuses Gemma-2's soft-capping; DeepSeek-V2's complex rotary exports aten.polar, which the torch
 #: frontend does not lower (elementwise, outside the compared groups)
 EAGER_EXPORT, LOOSE_EXPORT = {"gemma2"}, {"deepseek-v2"}

@@ -103,6 +103,11 @@ def test_published_parameter_counts_of_the_new_families():
                  "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
                  "sliding_window": 512, "max_position_embeddings": 32768}
     assert from_config(gemma3_1b).param_count() == 999_885_952
+    qwen3_30b_a3b = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+                     "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+                     "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936, "num_experts": 128,
+                     "num_experts_per_tok": 8, "norm_topk_prob": True, "max_position_embeddings": 40960}
+    assert from_config(qwen3_30b_a3b).param_count() == 30_532_122_624       # Qwen3-30B-A3B: "30.5B"
 
 
 def test_shared_experts_dense_layers_and_the_gate_by_hand():
