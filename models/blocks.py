@@ -7,7 +7,9 @@ causal attribute set. Elsewhere it prefers the canonical op to the decomposition
 to contain (one ``RMS_NORM`` rather than ``pow, mean, add, rsqrt, mul, mul``; one ``GELU``), so
 elementwise and normalization counts follow the cost rules' per-op conventions rather than an
 exporter's spelling. Grouped-query attention passes k and v with ``kv_heads`` heads, as a fused
-GQA kernel reads them; the attention rule counts over the query heads either way.
+GQA kernel reads them; the attention rule counts over the query heads either way. Attention-side
+switches of the families (a layer's sliding window, Gemma's soft-capping and softmax scale, Qwen3's
+and Gemma-3's q/k norms) are attributes or small nodes here; latent attention is :mod:`.mla`.
 """
 
 from __future__ import annotations

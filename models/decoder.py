@@ -4,12 +4,14 @@ Why: the placement planner needs graphs for configurations nobody has exported (
 hidden size under consideration), and an export of a large model costs minutes and a matching
 transformers class. The builder writes the same program the torch frontend would lower, block by
 block, so its FLOPs and parameter count agree with an export of the equivalent Hugging Face model
-(the tests check this on GPT-2, Llama with GQA, Mixtral and BERT), while the dims ``batch`` and ``seq``
-stay symbolic with their roles, so one graph serves every batch size and prompt length.
+(the tests check this on GPT-2, Llama with GQA, Mixtral, BERT, Qwen2/3 and their MoEs, DeepSeek-V2/V3,
+Mistral and Gemma-2/3), while the dims ``batch`` and ``seq`` stay symbolic with their roles, so one graph
+serves every batch size and prompt length.
 
 Scopes and weight names follow Hugging Face's Llama layout (``model.layers.3.mlp.down_proj``,
-``model.embed_tokens.weight``, ``lm_head``) whatever the architecture, so reports group rows by layer
-and block the same way for every model the builder makes.
+``model.embed_tokens.weight``, ``lm_head``) whatever the architecture (a family's own module names
+inside a block: DeepSeek's ``kv_b_proj``, Gemma's ``pre_feedforward_layernorm``), so reports group rows
+by layer and block the same way for every model the builder makes.
 
 The default dtype is bf16: the planner sizes deployments, and bf16 is what such models are served in
 (the torch exports in the tests are fp32, which changes bytes, never FLOPs or parameters).
