@@ -21,6 +21,8 @@ from rich.markup import escape
 from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets, target_specs
 from .cli_feedback import add_feedback_flags, load_model, say
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
+from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
+from .cli_train import add_train_args, print_training_memory, training_graph
 from .errors import NarrowpipeError, NarrowpipeWarning
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
@@ -69,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="time the model on a target (name, alias or .toml file)")
     _add_timing_args(p)
     add_output_args(p)
+    add_mode_args(p)
+    add_train_args(p)
 
     p = sub.add_parser("compare", help="predict a model on several hardware targets side by side")
     _add_model_args(p)
@@ -80,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     _add_timing_args(p)
     add_output_args(p)
+    add_mode_args(p)
 
     p = sub.add_parser("whatif", help="re-run a model on a modified chip: which pipe is narrowest?")
     _add_model_args(p)
@@ -113,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .render.diagnosis import register_diagnose
     register_diagnose(sub)
+    register_serve(sub)
+    from .render.plan import register_plan
+    register_plan(sub)
 
     sub.add_parser("examples", help="list the bundled example models")
     _COMMANDS.update(register_output_commands(sub))
@@ -156,15 +164,17 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     graph = load_model(args, console)
     if args.target:
         graph = _with_precision(graph, args)
+    forward, graph = graph, training_graph(graph, args)
     price = None
     if args.target and args.price:
         from .backends import get_target
         from .costmodel.compare import prices_by_target
         price = prices_by_target(parse_prices(args.price)).get(get_target(args.target).name)
-    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
-                     dims=parse_sets(args.set))
+    graph, dims = apply_mode(graph, args, parse_sets(args.set))
+    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
     print_report(report, console, top=None if args.all else args.top)
     write_outputs(args, console, report)
+    print_training_memory(forward, args, parse_sets(args.set), console)
     return _write_json(args, console, report.to_json())
 
 
@@ -178,6 +188,8 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     specs = target_specs(args.targets, args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
+    graph, fixed = apply_mode(graph, args, {})
+    grid = {**{k: [v] for k, v in fixed.items()}, **grid}
     options = {"strict": args.strict, "prices": parse_prices(args.price), **_timing_kwargs(args)}
     if any(len(v) > 1 for v in grid.values()):
         from .costmodel.sweep import grid_points, sweep
@@ -217,36 +229,9 @@ def _targets(args: argparse.Namespace, console: Console) -> int:
         from .render.target_card import target_card
         console.print(target_card(get_target(args.show)))
         return 0
-    console.print(_catalog_table())
+    from .render.catalog_table import catalog_table
+    console.print(catalog_table())
     return 0
-
-
-def _catalog_table() -> Any:
-    """One row per chip. Names never wrap or get cut (they are what every other command takes);
-    the peak is one dtype for every row, the dense bf16 rate the cost model uses for a bf16
-    model, so the column compares like with like (it used to show each chip's highest rate: fp4
-    next to int4 next to bf16)."""
-    from rich import box
-    from rich.table import Table
-
-    from .backends import get_target, targets
-    from .costmodel.execution.common import matrix_rate
-    from .ir import DType
-    from .render import nbytes, si
-    rows = [(name, family, get_target(name)) for name, family in targets()]
-    caption = ("bf16 dense: the matrix peak a bf16 model runs at, FLOP/s "
-               "(a chip without bf16 runs it as the type in brackets)")
-    tab = Table(title="hardware targets", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-                caption=caption)
-    tab.add_column("name", no_wrap=True, min_width=max(len(n) for n, _, _ in rows))
-    for col in ("family", "bf16 dense", "memory", "bandwidth", "TDP", "$/h"):
-        tab.add_column(col, justify="left" if col == "family" else "right", no_wrap=True)
-    for name, family, t in rows:
-        rate = matrix_rate(t, DType.BF16)
-        peak = si(rate.flops_per_s) + ("" if rate.dtype == "bf16" else escape(f" [{rate.dtype}]"))
-        tab.add_row(name, family, peak, nbytes(t.memory_capacity), si(t.memory_bandwidth, "B/s"),
-                    f"{t.tdp:.0f} W" if t.tdp else "-", f"{t.price_per_hour:.2f}" if t.price_per_hour else "-")
-    return tab
 
 
 def _write_json(args: argparse.Namespace, console: Console, text: str) -> int:
@@ -308,10 +293,20 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
                                                   "summary": summarize(cases)}, indent=2))
 
 
+@command("plan")
+def _plan(args: argparse.Namespace, console: Console) -> int:
+    from .render.plan import run_plan
+    return run_plan(args, console)
+
+
 @command("diagnose")
 def _diagnose(args: argparse.Namespace, console: Console) -> int:
     from .render.diagnosis import run_diagnose
     return run_diagnose(args, console)
+
+
+command("serve")(run_serve)
+command("serve-sweep")(run_serve_sweep)
 
 
 @command("examples")

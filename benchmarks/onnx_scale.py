@@ -184,12 +184,11 @@ softmax, a residual add and a layer norm) over a symbolic `batch` dim (hidden {H
 128 tokens); the weights are external data in a sparse file that is never read. Each round runs, in
 this order: the reference, `onnx.load(path, load_external_data=False)` +
 `onnx.shape_inference.infer_shapes(model)` (what reading and typing the file costs ONNX itself);
-*np load*, `narrowpipe.load(path)` (read, checks, ONNX shape inference with data propagation on a
-weightless skeleton, symbolic repair, lowering to the IR); *np analyze*,
-`narrowpipe.analyze(graph, batch=8)` (the first analysis of the graph, which also indexes it);
-*re-bind*, `narrowpipe.analyze(graph, batch=16)` on the same graph. Medians over the rounds.
-The last column is the same ratio in process CPU time (`time.process_time`), which other jobs on
-a shared machine disturb much less than wall time.
+*np load*, `narrowpipe.load(path)` (read, checks, weight classes, typing, lowering to the IR);
+*np analyze*, `narrowpipe.analyze(graph, batch=8)` (the first analysis of the graph, which also
+indexes it); *re-bind*, `narrowpipe.analyze(graph, batch=16)` on the same graph. Medians over the
+rounds. The last column is the same ratio in process CPU time (`time.process_time`), which other
+jobs on a shared machine disturb much less than wall time.
 
 **The two ratios.** *np / onnx*: narrowpipe's load + analyze over the reference (the target is at
 most 3). *re-bind / load*: a second analysis with other dim values over lowering (the target is at
@@ -197,13 +196,27 @@ most 0.1): the graph is indexed once (`costmodel/costcache.py`: nodes in classes
 attrs, operand types and aliasing; distinct shapes; the liveness schedule), so a re-bind runs each
 cost rule once per class and is left with one report row per node.
 
-**Where the time goes** (`--profile`; process CPU time per phase at 100k nodes, 2026-12-03): ONNX's
-own C++ shape inference on the weightless skeleton, 0.49 s (the work the reference does; data
-propagation adds nothing measurable: 0.451 s vs 0.453 s without it); reading each node's fields
-from the protobuf once, 0.15 s; the model checks, 0.09 s; weight classes (initializer uses, tied
-copies), 0.23 s; lowering, 1.03 s, about 10 us per node (NodeCx, output types, IR nodes and
-values). analyze: the per-graph index (classes, shapes, liveness in one walk) 0.24 s, one report
-row per node 0.11 s, costing each class 0.04 s.
+**How the load stays near ONNX's own cost.** This graph is a plain graph of tensors (no control
+flow, no declared intermediate types, every op in the table), so the frontend types it node by
+node instead of running ONNX's whole-model inference (`frontends/onnx/lazy_types.py`): ONNX's
+inference of one node runs once per node signature (op, attributes, input types, known inputs),
+about two dozen here, and the lowering of each signature is recorded once and stamped onto the
+graph for every node that repeats it (`frontends/onnx/stamp.py`). Models this cannot type exactly
+as whole-model inference would fall back to it; the two paths give identical graphs on the 2,048
+models tried (ONNX's node tests and backend data models, 14 transformers exports;
+`tests/frontends/onnx/test_lazy_types.py`).
+
+**Where the time goes** (process CPU time, minimum of 6 loads at 100k nodes, 2026-12-03, on the
+same shared machine): np load 1.24 s = reading each node's fields once 0.21 s (2 us a node: five
+protobuf reads, two lists, its attributes), checks 0.05 s, initializer fields and weight classes
+0.19 s (25,000 initializers; a fifth of it reading external-data locations to find tied copies),
+lowering 0.68 s (about 6 us a node: its operands, its signature, the IR node, value and source;
+`Graph.add_node` 0.23 s of it). np analyze 0.42 s = the per-graph index (classes, shapes, liveness
+in one walk) 0.20 s, one report row per node 0.12 s, costing each class, the cost table and the
+peak 0.05 s. ONNX's reference is superlinear (about 3.7 us a node at 10k nodes, 5.5 us at 100k), so
+the ratio is higher on the smaller graphs. Re-bind 0.17 s, of which the 100,000 report rows are
+0.1 s: with loading 2x faster than before, the re-bind ratio (0.074 before) now misses its 0.1 bar;
+what is left of it is one row object per node (`costmodel/report_rows.py`, outside this change).
 """
 
 

@@ -44,7 +44,7 @@ class Comparison:
         raise KeyError(target)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": COMPARISON_FORMAT, "version": 1, "graph": self.graph, "dims": self.dims,
+        return {"format": COMPARISON_FORMAT, "version": 2, "graph": self.graph, "dims": self.dims,
                 "targets": [r.to_dict() for r in self.reports], "verdict": verdict(self.reports).to_dict()}
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from math import prod
+from typing import cast
 
 from ..errors import IRError, NarrowpipeError, UnsupportedOpError
 from ..gcpause import paused_gc
@@ -135,19 +136,12 @@ def _walk_classes(graph: Graph, index: GraphIndex, binder: ShapeBinder, table: C
     first node of each class, in order, so errors name the same node as the plain walk)."""
     bound = {s: binder.bind(s) for s in index.shapes}
     by_id = [bound[s] for s in index.shapes]
-    table.shapes = {v: by_id[k] for v, k in zip(index.values, index.value_shape)}
-    costs = table.costs
+    table.shapes = dict(zip(index.values, map(by_id.__getitem__, index.value_shape)))
+    nodes = graph.nodes
     class_costs: list[Cost | None] = [None] * len(index.counts)
-    no_rule = index.no_rule
-    unmodeled = table.unmodeled
-    for node, c in zip(graph.nodes, index.node_class):
-        if c >= 0:
-            cost = class_costs[c]
-            if cost is not None:
-                costs[node] = cost
-                if no_rule[c]:
-                    unmodeled.append(node)
-                continue
+    alone: dict[int, Cost] = {}
+    for i in index.cost_points:   # in node order: an error names the node the plain walk would
+        node = nodes[i]
         try:
             cost = _node_cost(node, binder, table, strict)
         except NarrowpipeError:
@@ -155,9 +149,18 @@ def _walk_classes(graph: Graph, index: GraphIndex, binder: ShapeBinder, table: C
         except Exception as exc:  # a rule fed an ill-formed node: name it rather than crash
             raise IRError(f"cannot cost node {node.name!r} ({node.label}, from {node.source.describe()}): "
                           f"{type(exc).__name__}: {exc}") from exc
-        costs[node] = cost
+        c = index.node_class[i]
         if c >= 0:
             class_costs[c] = cost
+        else:
+            alone[i] = cost
+    costed = cast("list[Cost]", class_costs)   # every class's first node is a cost point
+    if alone:
+        table.costs = {node: costed[c] if c >= 0 else alone[i]
+                       for i, (node, c) in enumerate(zip(nodes, index.node_class))}
+    else:
+        table.costs = dict(zip(nodes, map(costed.__getitem__, index.node_class)))
+    table.unmodeled = [nodes[i] for i in index.unmodeled_at]   # in node order, as the plain walk lists them
     table.index = index
     table.class_costs = class_costs
     table.peak_activation_bytes = index.peak_activation_bytes(bound)

@@ -20,7 +20,7 @@ __all__ = ["OpRow", "Report", "Unmodeled", "Timing", "Bottleneck", "REPORT_FORMA
 REPORT_FORMAT = "narrowpipe.report"
 #: 2: a timed report carries its ``timeline`` (every launched kernel: device, stream, start, terms) and
 #: its target's roofline ``ceilings``, so traces, plots and pages can be drawn from the JSON alone.
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 
 
 class Unmodeled(NamedTuple):
@@ -54,6 +54,7 @@ class OpRow:
     utilization: float | None = None
     unit: str | None = None
     kernel: str | None = None       # the fused kernel this node runs in (its anchor's name)
+    phase: str | None = None        # of a training step: forward, recompute, backward or optimizer
 
     @classmethod
     def from_fields(cls, shared: Mapping[str, Any], **own: Any) -> OpRow:
@@ -126,6 +127,10 @@ class Timing:
       ``devices`` devices (for dataflow chips, their fast memory).
     * ``energy_j``: each kernel's time x its power by utilization (idle + compute and memory terms,
       capped at TDP; costmodel/power.py) over ``devices``; ``cost_usd``: time x price per device-hour x devices.
+    * ``price_basis``: what kind of price that is: the target's basis (``backends.vocab.PRICE_BASES``;
+      the catalog's is hyperscaler on-demand), ``"given"`` when the caller set the price, ``"unstated"``
+      when a spec file's price names none, ``""`` when there is no price. Costs on different bases do
+      not rank fairly, so the verdict says when they differ.
     * ``items``: tokens (batch x seq) for sequence models, else samples (batch).
     """
 
@@ -156,6 +161,7 @@ class Timing:
     #: What the dominant contraction runs as on this chip: the model's dtype when the chip has its
     #: rate, else the fallback ("fp32 as 6x bf16", "fp4 as fp8"), so a comparison shows who ran what.
     precision: str = ""
+    price_basis: str = ""
 
     @property
     def items_per_joule(self) -> float | None:
@@ -213,6 +219,27 @@ class Report:
         return self.timing.mfu if self.timing else None
 
     @property
+    def flops_by_phase(self) -> dict[str, int]:
+        """FLOPs per phase of a training step (``build_training_graph``), in the order they run;
+        empty for a graph without phases."""
+        return self._by_phase(lambda row: row.flops)
+
+    @property
+    def time_by_phase(self) -> dict[str, float]:
+        """Predicted seconds per phase on the target (each fused kernel counted in its anchor's phase)."""
+        if self.timing is None:
+            return {}
+        return self._by_phase(lambda row: row.time_s or 0.0)
+
+    def _by_phase(self, key: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for row in self.ops:
+            if row.phase is not None:
+                out[row.phase] = out.get(row.phase, 0) + key(row)
+        order = ("forward", "recompute", "backward", "optimizer")
+        return {p: out[p] for p in sorted(out, key=lambda p: (order.index(p) if p in order else len(order), p))}
+
+    @property
     def modeled_flops(self) -> int:
         """FLOPs of contraction, convolution and attention: what torch's FlopCounterMode counts."""
         g = self.flops_by_group
@@ -232,6 +259,8 @@ class Report:
             },
             "flops_by_group": dict(self.flops_by_group),
             "bytes_by_group": dict(self.bytes_by_group),
+            **({"flops_by_phase": phases, "time_by_phase": self.time_by_phase} if (phases := self.flops_by_phase)
+               else {}),
             "unmodeled": [{"op": u.op, "count": u.count} for u in self.unmodeled],
             "notes": list(self.notes),
             "extra": self.extra,

@@ -39,7 +39,8 @@ def node_rows(table: CostTable, flops_by_group: dict[str, int],
             transcendentals=cost.transcendentals, bytes_read=cost.bytes_read,
             bytes_written=cost.bytes_written, comm_bytes=cost.comm_bytes, source_op=node.source.op,
             scope=node.source.scope, shape=format_shape(table.shapes[out]) if out is not None else "",
-            dtype=out.type.dtype.value if out is not None else "", modeled=node not in unmodeled))
+            dtype=out.type.dtype.value if out is not None else "", modeled=node not in unmodeled,
+            phase=node.attrs.get("phase")))
     return rows, (flops, trans, nbytes, comm)
 
 
@@ -74,7 +75,7 @@ def class_rows(table: CostTable, flops_by_group: dict[str, int],
                 "bytes_written": cost.bytes_written, "comm_bytes": cost.comm_bytes,
                 "shape": format_shape(table.shapes[out]) if out is not None else "",
                 "dtype": out.type.dtype.value if out is not None else "",
-                "modeled": node not in unmodeled}
+                "modeled": node not in unmodeled, "phase": node.attrs.get("phase")}
             add(node.group.value, cost, index.counts[c] if c >= 0 else 1)
             if c >= 0:
                 common[c] = fields

@@ -21,18 +21,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import ceil, log2, prod
 
-from ..ir import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
+from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
 from .cost import ZERO, Cost
 from .experts import active_experts, expert_rows
 from .opview import OpView
+from .rules_vision import VISION_RULES, _traffic
 
-__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "Rule", "IN_PLACE"]
+__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "NORM_GRAD_FLOPS_PER_ELEMENT", "Rule"]
 
 Rule = Callable[[OpView], Cost]
 RULES: dict[Op, Rule] = {}
-#: Attribute of a CONCAT or scatter that updates operand ``node.attrs[IN_PLACE]`` in place (see
-#: :mod:`narrowpipe.costmodel.serving.inplace`): only the other operands move.
-IN_PLACE = "in_place"
+
 
 
 def _rule(*ops: Op) -> Callable[[Rule], Rule]:
@@ -41,10 +40,6 @@ def _rule(*ops: Op) -> Callable[[Rule], Rule]:
             RULES[op] = fn
         return fn
     return deco
-
-
-def _traffic(v: OpView, flops: int = 0, transcendentals: int = 0) -> Cost:
-    return Cost(flops, transcendentals, v.all_in_bytes(), v.all_out_bytes())
 
 
 def rule_for(op: Op) -> Rule | None:
@@ -175,8 +170,31 @@ NORM_FLOPS_PER_ELEMENT: dict[Op, int] = {
 }
 
 
+#: FLOPs per element of a normalization's backward kernel (``role="grad"``: inputs dy, then x or
+#: the output), per gradient it writes (attr ``grads``). Norms: recompute x_hat (2; RMS 1), g = dy*w
+#: (1), the row sums of g and g*x_hat (3; RMS 2), dx = rstd*(g - mean(g) - x_hat*mean(g*x_hat)) (4;
+#: RMS 3); dweight = sum of dy*x_hat (2), dbias = sum of dy (1). Softmax: dy*y, row sum, subtract,
+#: multiply (4); log-softmax: row sum of dy, y*sum, subtract (3, +1 exp). Statistics are saved by the
+#: forward, so no rsqrt is recomputed.
+NORM_GRAD_FLOPS_PER_ELEMENT: dict[Op, int] = {
+    Op.SOFTMAX: 4, Op.LOG_SOFTMAX: 3, Op.LAYER_NORM: 10, Op.RMS_NORM: 7, Op.BATCH_NORM: 10,
+    Op.GROUP_NORM: 10, Op.INSTANCE_NORM: 10}
+_PARAM_GRAD_FLOPS_PER_ELEMENT = {"weight": 2, "bias": 1}
+
+
+def _normalization_grad(v: OpView) -> Cost:
+    n = v.numel(0)
+    op = v.node.op
+    grads = v.attrs.get("grads", ("input",))
+    flops = n * (NORM_GRAD_FLOPS_PER_ELEMENT.get(op, NORM_FLOPS_PER_ELEMENT[op]) if "input" in grads else 0)
+    flops += n * sum(_PARAM_GRAD_FLOPS_PER_ELEMENT.get(g, 0) for g in grads)
+    return _traffic(v, flops, n if op is Op.LOG_SOFTMAX else 0)
+
+
 @_rule(*NORM_FLOPS_PER_ELEMENT)
 def normalization(v: OpView) -> Cost:
+    if v.attrs.get("role") == "grad":
+        return _normalization_grad(v)
     n = v.numel(0)
     op = v.node.op
     per = NORM_FLOPS_PER_ELEMENT[op]
@@ -347,48 +365,5 @@ def nonzero(v: OpView) -> Cost:
     return _traffic(v, v.numel(0))
 
 
-@_rule(Op.POOL)
-def pool(v: OpView) -> Cost:
-    """Max/average pooling: one FLOP per window element per output element."""
-    window = prod(v.attrs.get("kernel", ()) or (1,))
-    if v.attrs.get("global_pool"):
-        return _traffic(v, v.numel(0))
-    return _traffic(v, v.out_numel() * window)
-
-
-_RESIZE_TAPS = {"nearest": 0, "linear": 2, "bilinear": 2, "cubic": 4, "bicubic": 4}
-
-
-@_rule(Op.RESIZE)
-def resize(v: OpView) -> Cost:
-    """Interpolation: per output element, 2 FLOPs per tap in each resized dim (nearest: none)."""
-    taps = _RESIZE_TAPS.get(str(v.attrs.get("mode", "nearest")), 2)
-    dims = int(v.attrs.get("spatial_dims", max(len(v.out_shapes[0]) - 2, 1)))
-    return _traffic(v, v.out_numel() * 2 * taps * dims if taps else 0)
-
-
-@_rule(Op.ROI_ALIGN)
-def roi_align(v: OpView) -> Cost:
-    """Bilinear samples: 4 taps x 2 FLOPs per sample, ``sampling_ratio``^2 samples per output."""
-    s = max(int(v.attrs.get("sampling_ratio", 2)), 1)
-    return _traffic(v, v.out_numel() * s * s * 8)
-
-
-@_rule(Op.NMS)
-def nms(v: OpView) -> Cost:
-    """Pairwise IoU over the boxes of each batch and class: about 10 FLOPs per pair."""
-    boxes = v.shape(0)
-    n = boxes[1] if len(boxes) > 1 else boxes[0]
-    batch = boxes[0] if len(boxes) > 1 else 1
-    classes = v.shape(1)[1] if v.has_input(1) and len(v.shape(1)) > 1 else 1
-    return _traffic(v, 10 * batch * classes * n * n)
-
-
-@_rule(Op.FFT)
-def fft(v: OpView) -> Cost:
-    """Cooley-Tukey: 5 N log2 N real FLOPs per transform of length N."""
-    shape = v.shape(0)
-    axis = int(v.attrs.get("axis", -1)) % max(len(shape), 1)
-    n = max(shape[axis], 2) if shape else 2
-    transforms = prod(shape) // n if shape else 1
-    return _traffic(v, int(5 * n * log2(n)) * transforms)
+# the vision and signal ops' rules live in rules_vision.py, in the same registry
+RULES.update(VISION_RULES)

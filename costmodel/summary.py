@@ -57,6 +57,7 @@ def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_f
     energy = schedule_energy(program, schedule, target)
     price_h = price if price is not None else target.price_per_hour
     cost = total / 3600 * price_h * devices if price_h is not None else None
+    basis = "given" if price is not None else (target.price_basis or "unstated") if price_h is not None else ""
     return Timing(target=target.name, family=target.family, time_s=total, mfu=mfu, peak_flops=peak,
                   dtype=dtype.value if dtype is not None else "", precision=precision, bound_mix=bound_mix(schedule),
                   speedup_if_doubled=speedups, top=hotspots(program.kernels, schedule.times, total),
@@ -64,6 +65,6 @@ def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_f
                   memory_capacity=schedule.memory_capacity, fits=schedule.fits,
                   devices_needed=schedule.devices_needed, items=items, item_unit=item_unit,
                   throughput=items / total if total else 0.0, energy_j=energy, cost_usd=cost,
-                  price_per_hour=price_h, fusion=program.options.fusion or "",
+                  price_per_hour=price_h, price_basis=basis, fusion=program.options.fusion or "",
                   kernels=sum(1 for k in program.kernels if not k.is_free), notes=list(schedule.notes),
                   plan=schedule.to_dict())

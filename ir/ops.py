@@ -28,6 +28,9 @@ Attribute conventions (the verifier checks the ones marked required):
   ``lookup_operands`` operands are tables the op reads by position (rotary cos/sin caches), not
   operands of the elementwise arithmetic.
 * Collectives: ``group_size`` (devices taking part), ``axis`` (mesh axis name), ``reduce``.
+* ``in_place`` (:data:`IN_PLACE`, on ``CONCAT`` and the scatter ops): the index of the operand the op
+  updates where it lies (torch's ``index_copy_``, a KV cache append into preallocated storage);
+  the output aliases it, and only the other operands are read and written.
 * ``UNKNOWN``: an op the frontend could not map; ``source_op`` names it. It is never costed as
   zero silently: reports list it as unmodeled.
 """
@@ -36,7 +39,10 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Op", "OpGroup", "GROUP", "VIEW_OPS", "TRANSCENDENTAL_OPS", "ops_in_group"]
+__all__ = ["Op", "OpGroup", "GROUP", "VIEW_OPS", "TRANSCENDENTAL_OPS", "ops_in_group", "IN_PLACE"]
+
+#: The attribute naming the operand a CONCAT or scatter updates in place (see the module doc).
+IN_PLACE = "in_place"
 
 
 class OpGroup(enum.Enum):

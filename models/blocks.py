@@ -23,7 +23,7 @@ from .graph_builder import GraphBuilder
 from .spec import TransformerSpec
 
 __all__ = ["Cache", "norm", "rotary_tables", "apply_rotary", "heads_view", "attention", "attention_attrs",
-           "append_cache", "mlp", "activation"]
+           "append_cache", "mlp", "activation", "dropout", "causal_mask"]
 
 _ACTIVATION_OPS = {"gelu": (Op.GELU, {}), "gelu_tanh": (Op.GELU, {"approximate": "tanh"}),
                    "silu": (Op.SILU, {}), "relu": (Op.RELU, {})}
@@ -39,6 +39,15 @@ def norm(b: GraphBuilder, spec: TransformerSpec, x: Value, name: str, eps: float
         if spec.has_norm_bias:
             ins.append(b.weight("bias", (size,)))
         return b.emit(op, ins, x.shape, {"axis": x.type.rank - 1, "eps": eps}, name=f"{spec.norm}_norm")
+
+
+def dropout(b: GraphBuilder, x: Value, p: float, name: str = "dropout") -> Value:
+    """Training-mode dropout as the torch frontend lowers it: a Bernoulli mask and a multiply."""
+    if not p:
+        return x
+    mask = b.emit(Op.RANDOM, [], x.shape, {"distribution": "bernoulli", "p": p}, name=f"{name}_mask",
+                  dtype=DType.BOOL)
+    return b.binary(Op.MUL, x, mask, name=name)
 
 
 def activation(b: GraphBuilder, kind: str, x: Value) -> Value:
@@ -108,17 +117,59 @@ def attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Valu
         if cache is not None:
             k, v = append_cache(b, cache.key, k, "k"), append_cache(b, cache.value, v, "v")
             cache.present.extend([k, v])
-        o = b.emit(Op.ATTENTION, [q, k, v], (batch, hq, seq, dv), attention_attrs(spec, d, hk != hq, window),
-                   name="attention")
+        if spec.attention == "eager":
+            o = _eager_attention(b, spec, q, k, v)
+        else:
+            o = b.emit(Op.ATTENTION, [q, k, v], (batch, hq, seq, dv), attention_attrs(spec, d, hk != hq, window),
+                       name="attention")
         o = b.permute(o, (0, 2, 1, 3), name="o_transpose")
         o = b.reshape(o, (batch, seq, hq * dv), name="o_view")
-        return b.linear(o, spec.hidden, "o_proj", bias=spec.out_bias)
+        return dropout(b, b.linear(o, spec.hidden, "o_proj", bias=spec.out_bias), spec.dropout, "resid_dropout")
+
+
+def _eager_attention(b: GraphBuilder, spec: TransformerSpec, q: Value, k: Value, v: Value) -> Value:
+    """``softmax(QK^T * scale + causal mask) V`` as separate ops (what eager PyTorch and Megatron
+    without FlashAttention run, and what the torch frontend lowers HF's eager attention to); grouped
+    keys and values are broadcast to the query heads by views (HF's ``repeat_kv``). The scale and
+    Gemma-2's soft-cap are those of the fused node (:func:`attention_attrs`); a window is not built
+    here (the spec refuses eager attention with one)."""
+    batch, _, seq, _ = q.shape
+    hq, d, dv = spec.heads, spec.head_dim, spec.value_dim
+    k, v = (_repeat_kv(b, t, hq, which) for t, which in ((k, "k"), (v, "v")))
+    kv_len = k.shape[2]
+    dot = {"lhs_batch": (0, 1), "rhs_batch": (0, 1), "lhs_contract": (3,)}
+    s = b.emit(Op.DOT, [q, k], (batch, hq, seq, kv_len), {**dot, "rhs_contract": (3,)}, name="scores")
+    s = b.emit(Op.MUL, [s], s.shape, {"scalar": spec.attn_scale or 1 / math.sqrt(d)}, name="scale")
+    if spec.attn_softcap is not None:           # tanh(s / cap) * cap, as Gemma-2's eager attention
+        s = b.emit(Op.DIV, [s], s.shape, {"scalar": spec.attn_softcap}, name="softcap_div")
+        s = b.emit(Op.MUL, [b.unary(Op.TANH, s, name="softcap_tanh")], s.shape, {"scalar": spec.attn_softcap},
+                   name="softcap")
+    if spec.causal:
+        s = b.emit(Op.ADD, [s, b.shared["causal_mask"]], s.shape, {CAUSAL: True}, name="mask")
+    p = dropout(b, b.emit(Op.SOFTMAX, [s], s.shape, {"axis": 3}, name="softmax"), spec.dropout, "attn_dropout")
+    return b.emit(Op.DOT, [p, v], (batch, hq, seq, dv), {**dot, "rhs_contract": (2,)}, name="context")
+
+
+def causal_mask(b: GraphBuilder, seq: Dim, kv_len: Dim) -> Value:
+    """``-inf`` above the diagonal, 0 elsewhere: ``[seq, kv_len]``, built once for every layer."""
+    fill = b.emit(Op.FILL, [], (seq, kv_len), {"value": float("-inf")}, name="mask_fill")
+    return b.emit(Op.TRIANGULAR, [fill], (seq, kv_len), {"upper": True, "diagonal": 1}, name="causal_mask")
+
+
+def _repeat_kv(b: GraphBuilder, x: Value, heads: int, which: str) -> Value:
+    batch, kv, length, d = x.shape
+    if kv == heads:
+        return x
+    assert isinstance(kv, int)
+    y = b.reshape(x, (batch, kv, 1, length, d), name=f"{which}_unsqueeze")
+    y = b.emit(Op.EXPAND, [y], (batch, kv, heads // kv, length, d), name=f"{which}_expand", dtype=x.dtype)
+    return b.reshape(y, (batch, heads, length, d), name=f"{which}_repeat")
 
 
 def attention_attrs(spec: TransformerSpec, qk_dim: int, grouped: bool, window: int | None) -> dict[str, object]:
     """The fused attention node's attributes: layout, causality, softmax scale, GQA, window, soft-cap."""
     attrs: dict[str, object] = {"layout": "bhsd", CAUSAL: spec.causal,
-                                "scale": spec.attn_scale or 1 / math.sqrt(qk_dim), "dropout": 0.0}
+                                "scale": spec.attn_scale or 1 / math.sqrt(qk_dim), "dropout": spec.dropout}
     if grouped:
         attrs["enable_gqa"] = True
     if window is not None:

@@ -25,9 +25,10 @@ from typing import Any
 
 from ..errors import NarrowpipeError
 from ..ir import DimRole, DimSpec, DType, Graph, Op, Value
-from ..ir.dims import Sym
+from ..ir.dims import Sym, dim_add
 from ..ir.verifier import maybe_verify
-from .blocks import Cache, attention, mlp, norm, rotary_tables
+from .blocks import Cache, attention, causal_mask, mlp, norm, rotary_tables
+from .blocks import dropout as dropout_block
 from .graph_builder import GraphBuilder
 from .mla import mla_attention
 from .moe import moe
@@ -49,7 +50,8 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
                 attn_bias: bool = False, out_bias: bool = False, mlp_bias: bool = False,
                 norm_bias: bool | None = None, causal: bool | None = None, encoder: bool = False,
                 type_vocab: int = 0, past: int | None = None, sliding_window: int | None = None, eps: float = 1e-5,
-                dtype: DType | str = DType.BF16, batch: int = 1, name: str = "transformer", **variants: Any) -> Graph:
+                dtype: DType | str = DType.BF16, batch: int = 1, dropout: float = 0.0, attention: str = "fused",
+                name: str = "transformer", **variants: Any) -> Graph:
     """A causal language model's forward pass (``input_ids [batch, seq] -> logits [batch, seq, vocab]``).
 
     ``seq`` and ``batch`` are the default bindings of the symbolic dims ``seq`` (role SEQUENCE)
@@ -73,10 +75,10 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
     ``past_key_values.{i}.key``/``.value`` of ``[batch, kv_heads, past, head_dim]`` per layer, and the
     updated caches as outputs after the logits; ``seq=1`` with a cache is one decode step.
 
-    ``sliding_window=W`` makes layers attend to the last ``W`` tokens, their own included (Mistral 7B
-    v0.1; ``sliding_layers`` picks the windowed layers, e.g. Gemma's every other one): their attention
+    ``sliding_window=W`` makes layers attend to the last ``W`` tokens, their own included: every layer
+    (Mistral 7B v0.1), or those ``sliding_layers`` names (Gemma's local layers). Their attention
     nodes carry ``window=W``, and their caches hold at most ``W - 1`` past tokens, as transformers'
-    sliding cache layers do, along a second KV_LENGTH dim ``past_window`` (bind it to
+    ``DynamicSlidingWindowLayer`` does, along a second KV_LENGTH dim ``past_window`` (bind it to
     ``min(past, W - 1)``; ``graph.meta["kv_windows"]`` names each windowed cache input and its cap).
     Attention FLOPs count every key a node is handed, as torch counts a masked attention.
 
@@ -89,6 +91,12 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
     qk_rope_head_dim]`` per layer) and mixtures of experts (``expert_ffn``, ``shared_ffn``,
     ``shared_gate``, ``dense_layers``, ``router``, ``expert_groups``, ``routed_scale``, ``router_fp32``;
     :mod:`narrowpipe.models.moe`).
+
+    For training graphs: ``dropout`` adds GPT/Megatron's dropouts (a Bernoulli mask and a multiply,
+    as the torch frontend lowers ``nn.Dropout``) after the embeddings, on the attention
+    probabilities and on both residual branches; ``attention="eager"`` writes attention as
+    ``QK^T``, scale, causal mask, softmax, (dropout,) ``PV`` (Megatron without FlashAttention) instead
+    of one fused ``ATTENTION`` node. Neither changes a FLOP of the matmuls.
     """
     if "qk_nope_head_dim" in variants:
         nope = int(variants.pop("qk_nope_head_dim"))
@@ -106,7 +114,8 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
         norm=norm, positions=positions, max_positions=max_positions, attn_bias=attn_bias, out_bias=out_bias,
         mlp_bias=mlp_bias, norm_bias=norm_bias, causal=not encoder if causal is None else causal,
         encoder=encoder, type_vocab=type_vocab, sliding_window=sliding_window,
-        dtype=dtype if isinstance(dtype, DType) else DType.parse(dtype), **variants)
+        dtype=dtype if isinstance(dtype, DType) else DType.parse(dtype), dropout=dropout, attention=attention,
+        **variants)
     return build(spec, seq=seq, batch=batch, past=past, eps=eps, name=name)
 
 
@@ -125,9 +134,9 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, past: int |
     if past is not None:
         graph.declare_dim(DimSpec("past", default=past, min=0, role=DimRole.KV_LENGTH,
                                   doc="tokens already in the KV cache"))
-        if any(spec.window(i) for i in range(spec.layers)):
-            assert spec.sliding_window is not None
-            cap = spec.sliding_window - 1
+        caps = {c for c in (spec.cached_window(i) for i in range(spec.layers)) if c is not None}
+        if caps:
+            cap = max(caps)
             graph.declare_dim(DimSpec(WINDOW_DIM, default=min(past, cap), min=0, max=cap, role=DimRole.KV_LENGTH,
                                       doc=f"tokens a sliding-window layer's cache holds: min(past, {cap})"))
     graph.meta.update({"builder": "narrowpipe.models.transformer", "spec": _spec_meta(spec)})
@@ -143,7 +152,11 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, past: int |
         h = _positions(b, spec, h)
         if spec.encoder:
             h = _encoder_embeddings(b, spec, h, eps)
+        with b.scope("drop"):
+            h = dropout_block(b, h, spec.dropout)
         ropes = _ropes(b, spec, S)
+        if spec.attention == "eager" and spec.causal:
+            b.shared["causal_mask"] = causal_mask(b, S, dim_add(Sym("past"), S) if past is not None else S)
         caches = [_cache_inputs(b, spec, i) for i in range(spec.layers)] if past is not None else []
         for i in range(spec.layers):
             with b.scope("layers", i):
@@ -194,8 +207,8 @@ def _positions(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
 def _cache_inputs(b: GraphBuilder, spec: TransformerSpec, layer: int) -> Cache:
     """Layer ``layer``'s past keys and values, named as Hugging Face's legacy cache tuples: per-head keys
     and values, or MLA's latent and rotary key (one "head" each); a windowed layer's along ``past_window``."""
-    window = spec.window(layer)
-    length = Sym(WINDOW_DIM if window else "past")
+    cap = spec.cached_window(layer)
+    length = Sym(WINDOW_DIM if cap is not None else "past")
     if spec.is_mla:
         assert spec.kv_lora_rank is not None
         shapes = [(Sym("batch"), 1, length, spec.kv_lora_rank), (Sym("batch"), 1, length, spec.qk_rope_head_dim)]
@@ -203,9 +216,9 @@ def _cache_inputs(b: GraphBuilder, spec: TransformerSpec, layer: int) -> Cache:
         shapes = [(Sym("batch"), spec.kv_heads, length, d) for d in (spec.head_dim, spec.value_dim)]
     key, value = (b.input(f"past_key_values.{layer}.{part}", shape, spec.dtype)
                   for part, shape in zip(("key", "value"), shapes))
-    if window:
+    if cap is not None:
         windows = b.graph.meta.setdefault(KV_WINDOWS_META, {})
-        windows.update({key.name: window - 1, value.name: window - 1})
+        windows.update({key.name: cap, value.name: cap})
     return Cache(key, value)
 
 
@@ -233,7 +246,8 @@ def _layer(b: GraphBuilder, spec: TransformerSpec, i: int, x: Value, rope: tuple
     """Layer ``i``: pre-norm residual blocks, one shared norm for a parallel block, Gemma's sandwich of
     norms around each block, or post-norm (encoder); experts or a dense MLP as the layer has."""
     def ffn(h: Value) -> Value:
-        return moe(b, spec, h) if spec.layer_is_moe(i) else mlp(b, spec, h)
+        out = moe(b, spec, h) if spec.layer_is_moe(i) else mlp(b, spec, h)
+        return dropout_block(b, out, spec.dropout, "mlp_dropout")
 
     def attend(h: Value) -> Value:
         if spec.is_mla:

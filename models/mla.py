@@ -28,7 +28,7 @@ DeepSeek-V3, against ``2 * 128 * 128 = 32768`` for a plain multi-head cache of i
 from __future__ import annotations
 
 from ..ir import Op, Value
-from .blocks import Cache, append_cache, apply_rotary, attention_attrs, heads_view, norm
+from .blocks import Cache, append_cache, apply_rotary, attention_attrs, dropout, heads_view, norm
 from .graph_builder import GraphBuilder
 from .spec import TransformerSpec
 
@@ -71,8 +71,9 @@ def mla_attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[
             o = _absorbed(b, spec, q_pass, q_rot, latent, k_rot)
         else:
             o = _decompressed(b, spec, q_pass, q_rot, latent, k_rot)
-        return b.linear(b.reshape(o, (batch, seq, h * spec.value_dim), name="o_view"), spec.hidden, "o_proj",
-                        bias=spec.attn_bias)
+        o = b.linear(b.reshape(o, (batch, seq, h * spec.value_dim), name="o_view"), spec.hidden, "o_proj",
+                     bias=spec.attn_bias)
+        return dropout(b, o, spec.dropout, "resid_dropout")
 
 
 def _decompressed(b: GraphBuilder, spec: TransformerSpec, q_pass: Value, q_rot: Value, latent: Value,

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from ..errors import NarrowpipeError
 from ..ir import DType
 
-__all__ = ["TransformerSpec", "NORMS", "ACTIVATIONS", "POSITIONS", "ROUTERS"]
+__all__ = ["TransformerSpec", "NORMS", "ACTIVATIONS", "POSITIONS", "ROUTERS", "ATTENTION"]
 
 NORMS = ("rms", "layer")
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "relu")
 POSITIONS = ("rotary", "learned", "none")
 ROUTERS = ("softmax", "sigmoid")
+ATTENTION = ("fused", "eager")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class TransformerSpec:
     routed_scale: float = 1.0          # DeepSeek's routed_scaling_factor on the routing weights
     router_fp32: bool = False          # DeepSeek: the router's weight and logits stay fp32
     dtype: DType = DType.BF16
+    dropout: float = 0.0           # training: embeddings, attention probabilities, both residual branches
+    attention: str = "fused"       # one ATTENTION node, or eager QK^T, scale, mask, softmax, PV
 
     def __post_init__(self) -> None:
         for name in ("sliding_layers", "dense_layers", "expert_groups"):   # lists from JSON or a caller
@@ -104,6 +107,11 @@ class TransformerSpec:
             raise NarrowpipeError("transformer: an encoder attends both ways; pass causal=False")
         if self.positions == "rotary" and self.rope_dim % 2:
             raise NarrowpipeError(f"transformer: rotary embedding needs an even head_dim, got {self.rope_dim}")
+        if self.attention not in ATTENTION:
+            raise NarrowpipeError(f"transformer: attention must be one of {', '.join(ATTENTION)}, "
+                                  f"got {self.attention!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise NarrowpipeError(f"transformer: dropout must be in [0, 1), got {self.dropout!r}")
         self._check_windows()
         self._check_mla()
         self._check_moe()
@@ -120,6 +128,9 @@ class TransformerSpec:
                 raise NarrowpipeError(f"transformer: sliding_layers {bad} are not layers (0..{self.layers - 1})")
         if self.sliding_window is not None and not self.causal:
             raise NarrowpipeError("transformer: a sliding window is modelled for causal attention only")
+        if self.sliding_window is not None and self.attention == "eager":
+            raise NarrowpipeError("transformer: eager attention builds a causal mask only; a sliding window "
+                                  "is modelled with fused attention (attention='fused')")
 
     def _check_mla(self) -> None:
         if self.kv_lora_rank is None:
@@ -137,6 +148,9 @@ class TransformerSpec:
         if self.sliding_window is not None or self.qk_norm or self.attn_softcap is not None:
             raise NarrowpipeError("transformer: sliding windows, q/k norms and soft-capping are not modelled "
                                   "with latent attention")
+        if self.attention == "eager":
+            raise NarrowpipeError("transformer: latent attention is built fused (attention='fused'); its eager "
+                                  "form is not modelled")
 
     def _check_moe(self) -> None:
         moe_only = (self.expert_ffn, self.shared_ffn, self.expert_groups)
@@ -182,6 +196,13 @@ class TransformerSpec:
         if self.sliding_window is None or (self.sliding_layers is not None and layer not in self.sliding_layers):
             return None
         return self.sliding_window
+
+    def cached_window(self, layer: int) -> int | None:
+        """The most past tokens layer ``layer``'s cache holds: ``window - 1`` for a windowed layer (the
+        new token makes ``window`` keys; transformers' ``DynamicSlidingWindowLayer`` keeps the last
+        ``sliding_window - 1``), None when the cache keeps every token."""
+        window = self.window(layer)
+        return None if window is None else window - 1
 
     def layer_is_moe(self, layer: int) -> bool:
         return self.is_moe and layer not in self.dense_layers

@@ -34,6 +34,9 @@ class Gemm:
     c_bytes: int
     flops: int                 # the node's FLOPs, from its cost rule (rules.py holds the formula)
     group_rows: tuple[int, ...] = ()   # a grouped GEMM: the M rows of each expert some row reaches
+    #: The rhs (weight) operand's type when it is narrower than the compute type: a weight-only
+    #: quantized matmul, whose kernel dequantizes the weights before the matrix units use them.
+    narrow_rhs: DType | None = None
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,10 @@ def dot_gemm(table: CostTable, node: Node) -> Gemm:
     m = prod(d for i, d in enumerate(ls) if i not in lc and i not in lb)
     n = prod(d for i, d in enumerate(rs) if i not in rc and i not in rb)
     out = node.outputs[0]
-    return Gemm(batch, m, n, k, _wider(lhs.type.dtype, rhs.type.dtype), value_bytes(table, lhs),
-                value_bytes(table, rhs), value_bytes(table, out), table.costs[node].flops)
+    wide = _wider(lhs.type.dtype, rhs.type.dtype)
+    narrow = rhs.type.dtype if rhs.type.dtype.bits < wide.bits else None
+    return Gemm(batch, m, n, k, wide, value_bytes(table, lhs), value_bytes(table, rhs), value_bytes(table, out),
+                table.costs[node].flops, narrow_rhs=narrow)
 
 
 def grouped_gemm(table: CostTable, node: Node) -> Gemm:

@@ -25,6 +25,7 @@ from ..kernels import Kernel
 from .common import (
     KernelTime,
     causal_fraction,
+    dequant_time,
     matmul_efficiency,
     matrix_rate,
     memory_time,
@@ -50,6 +51,8 @@ class GpuModel(SequentialModel):
         best: tuple[float, float, float, float] | None = None   # (time, compute, executed, bytes)
         for tile in target.tile_shapes:
             compute, executed = _tile_time(g, tile, target.sm_count, per_sm)
+            if g.narrow_rhs is not None:    # weight-only quantization: every row tile dequantizes its weights
+                compute = max(compute, dequant_time(target, g.dtype, g.batch * g.k * g.n, ceil(g.m / tile[0])))
             nbytes = kernel.cost.bytes + _l2_rereads(g, tile, target)
             t = max(compute, memory_time(target, nbytes))
             if best is None or t < best[0] * (1 - 1e-9):

@@ -15,9 +15,10 @@ must be admitted, which means ``batch x input_len / output_len`` prompt tokens a
 iteration alongside the ``batch`` decode tokens. One iteration runs the dense layers (projections,
 MLP, norms: everything but attention) once over all its tokens, reading the weights once, and
 attention per request: decode attention over the average cache (``input_len + output_len / 2``)
-and prefill attention for the admitted prompts. A request's prompt is spread over
-``output_len / batch`` iterations when ``batch < output_len`` (Sarathi-style chunks of the
-iteration's prefill budget), so TTFT is ``max(1, output_len / batch)`` iterations.
+and prefill attention for the admitted prompts; TPOT is that average iteration. A new request's
+prompt is prefilled in one iteration beside the running decodes (vLLM's scheduling when the prompt
+fits its token budget), so TTFT is that iteration: the dense layers over ``batch + input_len``
+tokens, the decodes' attention and the prompt's own (queueing for a free slot is not modelled).
 """
 
 from __future__ import annotations
@@ -107,5 +108,5 @@ def steady_state(replica: Replica, batch: int, input_len: int, output_len: int) 
     decode_attn = replica.step(batch, 1, input_len + output_len // 2).attention_s
     prefill_attn = replica.step(1, input_len, 0).attention_s * admitted
     iteration = dense + decode_attn + prefill_attn
-    ttft = max(1.0, output_len / batch) * iteration
+    ttft = replica.step(1, batch + input_len, 0).dense_s + decode_attn + replica.step(1, input_len, 0).attention_s
     return SteadyState(batch, iteration, ttft, prefill_tokens, dense, decode_attn, prefill_attn)

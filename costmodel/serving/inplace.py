@@ -21,8 +21,7 @@ Both return a new graph; the input is never edited.
 
 from __future__ import annotations
 
-from ...ir import VIEW_OPS, Graph, Op, Value
-from ..rules import IN_PLACE
+from ...ir import IN_PLACE, VIEW_OPS, Graph, Op, Value
 from .kvcache import KvCache
 
 __all__ = ["mark_in_place", "fold_repeat_kv", "serving_rewrites"]

@@ -3,7 +3,9 @@
 Why from the graph and not from a config: the bytes a token costs in the cache are whatever the
 program stores, and that differs by architecture in ways a formula keyed on "layers x heads x dim"
 misses: grouped-query and multi-query attention store ``kv_heads`` heads, an MLA-style model stores
-one latent vector per token, a sliding-window layer keeps only its window. Every cache tensor has a
+one latent vector per token (``kv_lora_rank + qk_rope_head_dim`` values per layer, not ``2 x heads x
+head_dim``), a sliding-window layer of window ``W`` keeps only the last ``W - 1`` tokens (the cap is per
+input, in ``graph.meta["kv_windows"]``, as the model builder writes it). Every cache tensor has a
 batch axis and a length axis; the product of its other dims times its dtype's size is what one token
 of one sequence costs in it, and the cache is the sum over its tensors.
 
@@ -39,7 +41,8 @@ class KvTensor:
     length_axis: int
     bytes_per_token: int          # one token of one sequence
     dtype: str
-    window: int | None = None     # a sliding-window layer keeps at most this many tokens
+    window: int | None = None     # a sliding-window layer keeps at most this many tokens (its window - 1)
+    length_dim: str | None = None  # the KV_LENGTH dim of its length axis (None: static)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,16 @@ class KvCache:
     @property
     def is_static(self) -> bool:
         return self.length_dim is None
+
+    def length_bindings(self, past: int) -> dict[str, int]:
+        """Each cache-length dim bound for a cache of ``past`` tokens (a window caps its layers')."""
+        out: dict[str, int] = {}
+        for t in self.tensors:
+            if t.length_dim is not None:
+                out[t.length_dim] = min(past, t.window) if t.window else past
+        if self.length_dim is not None:
+            out.setdefault(self.length_dim, past)
+        return out
 
     def resident_bytes(self, batch: int, context: int) -> int:
         """Bytes the cache holds for ``batch`` sequences of ``context`` tokens (windows capped)."""
@@ -118,12 +131,16 @@ def find_kv_cache(graph: Graph) -> KvCache | None:
         length = next((i for i, name in axes if name in kv_dims), None)
         if length is None:
             continue
-        length_dim = length_dim or axes[length][1]
+        dim = axes[length][1]
+        if v.name not in windows:
+            length_dim = length_dim or dim
         batch = next((i for i, name in axes if name in batch_dims), None)
         skip = {length} | ({batch} if batch is not None else set())
-        tensors.append(KvTensor(v.name, batch, length, _per_token(v, skip), v.type.dtype.value, windows.get(v.name)))
+        tensors.append(KvTensor(v.name, batch, length, _per_token(v, skip), v.type.dtype.value, windows.get(v.name),
+                                dim))
     if tensors:
-        return KvCache(tuple(tensors), length_dim)
+        unwindowed = [d for d in kv_dims if d not in {t.length_dim for t in tensors if t.window}]
+        return KvCache(tuple(tensors), length_dim or (unwindowed[0] if unwindowed else tensors[0].length_dim))
     return _static_cache(graph, windows)
 
 

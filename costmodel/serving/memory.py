@@ -55,6 +55,11 @@ class Memory:
             used += need
         return _ORDER[-1], self.required - self.capacity, 0.0   # unreachable: not fits means a term crosses
 
+    def short(self) -> str:
+        """A few words for a table cell: ``fits`` or ``KV cache +12.3 GB``."""
+        over = self.overflow
+        return "fits" if over is None else f"{_LABELS[over[0]]} +{over[1] / 1e9:.3g} GB"
+
     def explain(self) -> str:
         """One sentence: fits with what to spare, or which term overflows and by how much."""
         gb = 1e9

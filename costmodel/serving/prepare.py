@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import NarrowpipeError
-from ...ir import DimRole, DType, Graph, TensorType, Value
+from ...ir import IN_PLACE, DimRole, DType, Graph, TensorType, Value
 from ...models.decoder import build
 from ...models.spec import TransformerSpec
 from ..costcache import forget
@@ -49,6 +49,14 @@ class ServingGraph:
     def sequence_dims(self) -> list[str]:
         return self.graph.dims_with_role(DimRole.SEQUENCE)
 
+    def check_context(self, tokens: int) -> None:
+        """Refuse a sequence longer than the model's positions (GPT-2's learned table, a config's
+        ``max_position_embeddings``): the model cannot run it, so no figure would be an answer."""
+        limit = self.spec.max_positions if self.spec is not None else None
+        if limit and tokens > limit:
+            raise NarrowpipeError(f"{self.graph.name} handles at most {limit:,} positions; this question needs "
+                                  f"{tokens:,} (prompt + output, or the decode context + 1)")
+
     def bindings(self, batch: int, tokens: int, past: int) -> dict[str, int]:
         """Dims for ``batch`` sequences each adding ``tokens`` to a cache holding ``past``."""
         c = self.cache
@@ -61,8 +69,7 @@ class ServingGraph:
             return {}
         out = {n: batch for n in self.batch_dims}
         out.update({n: tokens for n in self.sequence_dims})
-        assert c.length_dim is not None
-        out[c.length_dim] = past
+        out.update(c.length_bindings(past))
         return out
 
 
@@ -76,7 +83,7 @@ def _retype_kv(graph: Graph, cache: KvCache, dtype: DType) -> None:
     names = {t.name for t in cache.tensors}
     storage: set[Value] = {v for v in graph.inputs if v.name in names}
     for node in graph.nodes:
-        if "in_place" in node.attrs and any(v in storage for v in node.inputs if v is not None):
+        if IN_PLACE in node.attrs and any(v in storage for v in node.inputs if v is not None):
             storage.update(node.outputs)
     for v in storage:
         v.type = TensorType(dtype, v.type.shape)

@@ -46,7 +46,7 @@ class Layout:
     @property
     def label(self) -> str:
         if self.devices == 1:
-            return "1 device"
+            return "TP1"
         parts = ([f"TP{self.tp}"] if self.tp > 1 else []) + ([f"PP{self.pp}"] if self.pp > 1 else [])
         return " x ".join(parts)
 
@@ -135,10 +135,20 @@ class Replica:
             activation_bytes=base.activation_bytes, weight_bytes=base.weight_bytes, notes=tuple(notes))
 
     def devices(self, batch: int = 1, context: int = 1) -> int:
-        """Devices one replica uses (a dataflow layout decides its own chip count)."""
+        """Devices one replica uses. A dataflow layout decides its own chip count for the weights
+        and activations; serving adds chips until the KV cache fits too (their hops are not timed)."""
         if not self.dataflow:
             return self.layout.devices
-        return self.step(batch, 1, context).devices
+        return self._chips(batch, context, activation_bytes(self.device_graph, batch, 1))
+
+    def _chips(self, batch: int, context: int, activations: float) -> int:
+        laid = self.step(batch, 1, context).devices
+        total = self._weights() + activations + self.device_graph.cache.resident_bytes(batch, context + 1)
+        return max(laid, ceil(total / self.target.memory_capacity))
+
+    def note_once(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     # -- memory -----------------------------------------------------------------------------------
     def memory(self, batch: int, context: int, *, prefill_tokens: int | None = None,
@@ -152,7 +162,9 @@ class Replica:
         if prefill_tokens:
             acts = max(acts, activation_bytes(g, ceil((prefill_batch or batch) / pp), prefill_tokens))
         kv = g.cache.resident_bytes(batch, context)
-        chips = self.devices(batch, max(context - 1, 0)) if self.dataflow else 1
+        chips = self._chips(batch, max(context - 1, 0), acts) if self.dataflow else 1
+        if self.dataflow and chips > self.step(batch, 1, max(context - 1, 0)).devices:
+            self.note_once("the dataflow layout gets more chips to hold the KV cache; their hops are not timed")
         return memory_budget(self.target.memory_capacity, weights=self._weights() / chips, activations=acts / chips,
                              kv_cache=kv / chips, reserve_fraction=self.reserve)
 

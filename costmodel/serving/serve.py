@@ -66,6 +66,9 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
                               system=system, fusion=fusion)
     t = replica.target
     sg = replica.source
+    longest = (context if context is not None else (input_len or DEFAULT_INPUT)) + 1 if mode == "decode" else \
+        (input_len or context or DEFAULT_INPUT) + (output_len or DEFAULT_OUTPUT if mode == "generate" else 0)
+    sg.check_context(longest)
     price_h = price if price is not None else t.price_per_hour
     notes = list(replica.notes)
     ttft = tpot = e2e = out_rate = prompt_rate = None
@@ -106,8 +109,6 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
     ran = decode_step or prefill_step
     devices = ran.devices if ran is not None else 1
     cross = crossover(replica, ctx) if with_crossover and mode != "prefill" and not replica.dataflow else None
-    if not memory.fits:
-        notes.append(memory.explain())
     return ServingReport(
         model=sg.graph.name, target=t.name, mode=mode, layout=replica.layout.label if not replica.dataflow
         else f"dataflow layout ({devices} chips)", devices=devices, batch=batch, context=ctx, input_len=n_in,

@@ -33,13 +33,12 @@ from typing import Any
 
 from ...backends import Target
 from ...errors import NarrowpipeError
-from ...ir import DType, Graph, Op
+from ...ir import IN_PLACE, DType, Graph, Op
 from ...models.graph_builder import GraphBuilder
 from ...models.spec import TransformerSpec
 from ..execution import DeviceGroup, TimingOptions
 from ..execution.collectives import Topology
 from ..interpreter import interpret
-from ..rules import IN_PLACE
 from ..timing import fused_program, time_program
 
 __all__ = ["Ws2dStep", "ws2d_decode", "ws2d_axes"]

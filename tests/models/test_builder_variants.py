@@ -229,6 +229,8 @@ def test_every_new_variant_verifies_costs_fully_and_round_trips_json(kwargs):
     ({"experts": 8, "top_k": 4, "expert_groups": (4, 1)}, "at least top_k"),
     ({"experts": 8, "top_k": 2, "router": "argmax"}, "router must be"),
     ({"experts": 4, "top_k": 2, "dense_layers": [2]}, "are not layers"),
+    ({"sliding_window": 8, "attention": "eager"}, "eager attention builds a causal mask only"),
+    (dict(MLA, attention="eager"), "latent attention is built fused"),
 ])
 def test_bad_variants_are_refused_with_a_reason(kwargs, match):
     with pytest.raises(NarrowpipeError, match=match):
@@ -257,3 +259,29 @@ def test_absorbed_attention_costs_less_than_expanding_a_long_cache():
               or n.op is Op.ATTENTION)
     assert att == 2 * 128 * (128 * 512 + 512 * 128) + 2 * 128 * 32768 * (576 + 512)
     assert att < costs[kv_b].flops / 100
+
+
+def test_training_dropouts_reach_latent_attention_and_dense_layers_among_experts():
+    """``dropout=p``: one mask after the embeddings, and per layer one on the attention output and one on
+    the MLP's, whichever block the layer has (MLA; experts or a dense layer); the attention
+    probabilities' dropout is the fused node's attribute."""
+    g = _mla(dropout=0.1, experts=4, top_k=2, expert_ffn=32, dense_layers=[0])
+    masks = [n for n in g.nodes if n.op is Op.RANDOM]
+    assert len(masks) == 1 + 2 * 2
+    assert {n.attrs["dropout"] for n in g.nodes if n.op is Op.ATTENTION} == {0.1}
+
+
+def test_eager_attention_keeps_the_family_scale_softcap_and_value_width():
+    """Eager attention with Gemma-2's scale and soft-cap and a value head wider than q/k: QK^T and PV by
+    hand, 2*b*h*s*s*(d + dv), equal to what the fused node of the same spec costs."""
+    kw = dict(seq=8, head_dim=16, v_head_dim=24, attn_scale=0.1, attn_softcap=50.0)
+    eager, fused = (transformer(1, 64, 4, 50, attention=a, **kw) for a in ("eager", "fused"))
+    dims = {"batch": 2, "seq": 8}
+    costs = interpret(eager, dims).costs
+    by_name = {n.name.removeprefix("model_layers_0_self_attn_"): n for n in eager.nodes}
+    assert costs[by_name["scores"]].flops == 2 * 2 * 4 * 8 * 8 * 16
+    assert costs[by_name["context"]].flops == 2 * 2 * 4 * 8 * 8 * 24
+    attn = next(n for n in fused.nodes if n.op is Op.ATTENTION)
+    assert interpret(fused, dims).costs[attn].flops == 2 * 2 * 4 * 8 * 8 * (16 + 24)
+    assert by_name["scale"].attrs["scalar"] == 0.1 == attn.attrs["scale"]
+    assert by_name["softcap_div"].attrs["scalar"] == 50.0 and by_name["softcap_tanh"].op is Op.TANH

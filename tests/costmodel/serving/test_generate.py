@@ -34,4 +34,15 @@ def test_steady_state_admits_batch_over_output_requests_per_iteration(replica):
     s = steady_state(replica, batch=32, input_len=256, output_len=64)
     assert s.prefill_tokens == pytest.approx(32 * 256 / 64)
     assert s.iteration_s == pytest.approx(s.dense_s + s.decode_attention_s + s.prefill_attention_s)
-    assert s.ttft_s == pytest.approx(2 * s.iteration_s)          # output_len / batch iterations
+    # the prompt's own iteration: dense layers over the decodes and the whole prompt
+    ttft = replica.step(1, 32 + 256, 0).dense_s + s.decode_attention_s + replica.step(1, 256, 0).attention_s
+    assert s.ttft_s == pytest.approx(ttft)
+    assert s.ttft_s > s.iteration_s
+
+
+def test_a_context_beyond_the_models_positions_is_refused():
+    g = narrowpipe.transformer(layers=1, hidden=64, heads=2, vocab=100, positions="learned", max_positions=256,
+                               norm="layer", seq=8)
+    with pytest.raises(narrowpipe.NarrowpipeError, match="at most 256 positions"):
+        serve(g, "h100", mode="generate", batch=1, input_len=200, output_len=100)
+    assert serve(g, "h100", mode="decode", batch=1, context=255, with_crossover=False).tpot_s > 0
