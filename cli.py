@@ -7,7 +7,9 @@ exit status 2, never a traceback: users get the file, node and reason.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets, target_specs
+from .cli_feedback import add_feedback_flags, load_model, say
+from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
+from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
+from .cli_train import add_train_args, print_training_memory, training_graph
 from .errors import NarrowpipeError, NarrowpipeWarning
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
@@ -53,6 +59,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="narrowpipe", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    add_feedback_flags(parser, subcommand=False)
     sub = parser.add_subparsers(dest="command")
 
     p = sub.add_parser("analyze", help="count FLOPs, bytes and params of every op")
@@ -63,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     p.add_argument("--target", help="time the model on a target (name, alias or .toml file)")
     _add_timing_args(p)
+    add_output_args(p)
+    add_mode_args(p)
+    add_train_args(p)
 
     p = sub.add_parser("compare", help="predict a model on several hardware targets side by side")
     _add_model_args(p)
@@ -73,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write every target's full report (every op's bound) as JSON")
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     _add_timing_args(p)
+    add_output_args(p)
+    add_mode_args(p)
 
     p = sub.add_parser("whatif", help="re-run a model on a modified chip: which pipe is narrowest?")
     _add_model_args(p)
@@ -107,8 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .render.diagnosis import register_diagnose
     register_diagnose(sub)
+    register_serve(sub)
+    from .render.plan import register_plan
+    register_plan(sub)
 
     sub.add_parser("examples", help="list the bundled example models")
+    _COMMANDS.update(register_output_commands(sub))
+    for subparser in sub.choices.values():
+        add_feedback_flags(subparser, subcommand=True)
     return parser
 
 
@@ -120,6 +138,8 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
                    help="USD per device-hour, e.g. --price h100=2.5 (repeatable)")
     p.add_argument("--weights", metavar="DTYPE", help="retype float weights, e.g. fp8_e4m3, fp4, int8, bf16")
     p.add_argument("--activations", metavar="DTYPE", help="retype float activations, e.g. bf16, fp8_e4m3")
+    p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: balanced (default), "
+                   "zipf:S (share of the i-th expert ~ 1/i^S) or hot:F (the hottest expert takes F of the rows)")
 
 
 def _with_precision(graph: Any, args: argparse.Namespace) -> Any:
@@ -133,24 +153,29 @@ def _with_precision(graph: Any, args: argparse.Namespace) -> Any:
 
 
 def _timing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return {"fusion": args.fusion, "allow_tf32": args.tf32, "sparse": args.sparse}
+    return {"fusion": args.fusion, "allow_tf32": args.tf32, "sparse": args.sparse,
+            "expert_balance": args.expert_balance}
 
 
 @command("analyze")
 def _analyze(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.analyze import analyze
     from .render import print_report
-    graph = resolve_model(args.model, rebuild=args.rebuild)
+    check_outputs(args, timed=bool(args.target))
+    graph = load_model(args, console)
     if args.target:
         graph = _with_precision(graph, args)
+    forward, graph = graph, training_graph(graph, args)
     price = None
     if args.target and args.price:
         from .backends import get_target
         from .costmodel.compare import prices_by_target
         price = prices_by_target(parse_prices(args.price)).get(get_target(args.target).name)
-    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args),
-                     dims=parse_sets(args.set))
+    graph, dims = apply_mode(graph, args, parse_sets(args.set))
+    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
     print_report(report, console, top=None if args.all else args.top)
+    write_outputs(args, console, report)
+    print_training_memory(forward, args, parse_sets(args.set), console)
     return _write_json(args, console, report.to_json())
 
 
@@ -158,20 +183,26 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
 def _compare(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.compare import compare
     from .render import print_comparison
-    graph = _with_precision(resolve_model(args.model, rebuild=args.rebuild), args)
+    grid = parse_grid(args.set)
+    check_outputs(args, timed=True, sweep=any(len(v) > 1 for v in grid.values()))
+    graph = _with_precision(load_model(args, console), args)
     specs = target_specs(args.targets, args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
-    grid = parse_grid(args.set)
+    graph, fixed = apply_mode(graph, args, {})
+    grid = {**{k: [v] for k, v in fixed.items()}, **grid}
     options = {"strict": args.strict, "prices": parse_prices(args.price), **_timing_kwargs(args)}
     if any(len(v) > 1 for v in grid.values()):
-        from .costmodel.sweep import sweep
+        from .costmodel.sweep import grid_points, sweep
+        from .render.progress import progress
         from .render.sweep import print_sweep
-        swept = sweep(graph, specs, grid, **options)
+        with progress(console, "sweeping", total=len(grid_points(grid))) as step:
+            swept = sweep(graph, specs, grid, progress=step, **options)
         print_sweep(swept, console)
         return _write_json(args, console, swept.to_json())
     result = compare(graph, specs, dims={k: v[0] for k, v in grid.items()}, **options)
     print_comparison(result, console)
+    write_outputs(args, console, result)
     return _write_json(args, console, result.to_json())
 
 
@@ -181,7 +212,7 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
 
     from .costmodel.compare import whatif
     from .render import print_whatif
-    graph = _with_precision(resolve_model(args.model, rebuild=args.rebuild), args)
+    graph = _with_precision(load_model(args, console), args)
     result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
                     **_timing_kwargs(args), dims=parse_sets(args.set))
     print_whatif(result, console)
@@ -199,36 +230,9 @@ def _targets(args: argparse.Namespace, console: Console) -> int:
         from .render.target_card import target_card
         console.print(target_card(get_target(args.show)))
         return 0
-    console.print(_catalog_table())
+    from .render.catalog_table import catalog_table
+    console.print(catalog_table())
     return 0
-
-
-def _catalog_table() -> Any:
-    """One row per chip. Names never wrap or get cut (they are what every other command takes);
-    the peak is one dtype for every row, the dense bf16 rate the cost model uses for a bf16
-    model, so the column compares like with like (it used to show each chip's highest rate: fp4
-    next to int4 next to bf16)."""
-    from rich import box
-    from rich.table import Table
-
-    from .backends import get_target, targets
-    from .costmodel.execution.common import matrix_rate
-    from .ir import DType
-    from .render import nbytes, si
-    rows = [(name, family, get_target(name)) for name, family in targets()]
-    caption = ("bf16 dense: the matrix peak a bf16 model runs at, FLOP/s "
-               "(a chip without bf16 runs it as the type in brackets)")
-    tab = Table(title="hardware targets", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-                caption=caption)
-    tab.add_column("name", no_wrap=True, min_width=max(len(n) for n, _, _ in rows))
-    for col in ("family", "bf16 dense", "memory", "bandwidth", "TDP", "$/h"):
-        tab.add_column(col, justify="left" if col == "family" else "right", no_wrap=True)
-    for name, family, t in rows:
-        rate = matrix_rate(t, DType.BF16)
-        peak = si(rate.flops_per_s) + ("" if rate.dtype == "bf16" else escape(f" [{rate.dtype}]"))
-        tab.add_row(name, family, peak, nbytes(t.memory_capacity), si(t.memory_bandwidth, "B/s"),
-                    f"{t.tdp:.0f} W" if t.tdp else "-", f"{t.price_per_hour:.2f}" if t.price_per_hour else "-")
-    return tab
 
 
 def _write_json(args: argparse.Namespace, console: Console, text: str) -> int:
@@ -257,15 +261,12 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
         import torch  # noqa: F401
     except ImportError:
         raise NarrowpipeError("calibrate measures with torch: pip install 'narrowpipe[torch]'") from None
-    from rich.progress import Progress
-
     from .calibration import calibrate, measurements_path
+    from .render.progress import progress
     _set_threads(args.threads)
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("calibrating", total=None)
+    with progress(console, "calibrating") as step:
         target = calibrate(args.out, device=args.device, quick=args.quick, base=args.base,
-                           from_measurements=args.from_measurements, name=args.name,
-                           progress=lambda what: bar.update(task, description=what, advance=1))
+                           from_measurements=args.from_measurements, name=args.name, progress=step)
     raw = measurements_path(args.out)
     console.print(f"wrote {args.out} ({target.display_name})" + (f" and {raw}" if raw.exists() else ""))
     console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, "
@@ -294,10 +295,20 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
                                                   "summary": summarize(cases)}, indent=2))
 
 
+@command("plan")
+def _plan(args: argparse.Namespace, console: Console) -> int:
+    from .render.plan import run_plan
+    return run_plan(args, console)
+
+
 @command("diagnose")
 def _diagnose(args: argparse.Namespace, console: Console) -> int:
     from .render.diagnosis import run_diagnose
     return run_diagnose(args, console)
+
+
+command("serve")(run_serve)
+command("serve-sweep")(run_serve_sweep)
 
 
 @command("examples")
@@ -318,7 +329,7 @@ def _examples(args: argparse.Namespace, console: Console) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(quiet=args.quiet)
     if args.version:
         from . import __version__
         console.print(f"narrowpipe {__version__}")
@@ -331,14 +342,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", NarrowpipeWarning)   # the rest keep Python's filters
-                return _COMMANDS[args.command](args, console)
+                start = time.perf_counter()
+                status = _COMMANDS[args.command](args, console)
+                say(args, f"{args.command}: {time.perf_counter() - start:.2f} s")
+                return status
         finally:
             _show_warnings(caught)   # after the block: inside it, showwarning would record again
     except NarrowpipeError as exc:  # messages hold [brackets] (pip extras, paths): no markup
+        if args.verbose:
+            Console(stderr=True).print_exception()
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:   # `narrowpipe ... | head`: the reader left; stop quietly
+        sys.stdout = open(os.devnull, "w")   # noqa: SIM115 (the interpreter flushes stdout at exit)
+        return 141
 
 
 def _show_warnings(caught: list[warnings.WarningMessage]) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "PassError",
     "TraceError",
     "NarrowpipeWarning",
+    "PlanError",
 ]
 
 
@@ -97,3 +98,8 @@ class TraceError(NarrowpipeError):
 class NarrowpipeWarning(UserWarning):
     """Base of the warnings narrowpipe gives about the user's input (an unsourced number in a spec
     file, a dim outside its exported range): the CLI shows them last, in bold, where the eye lands."""
+
+
+class PlanError(NarrowpipeError):
+    """A parallel configuration is invalid or cannot run: sizes that do not divide, a device count
+    the strategy does not use, a model that fits no strategy. The message names the field and why."""

@@ -8,7 +8,7 @@ from typing import Any
 from .errors import IRError, ModelLoadError
 from .ir import Graph, graph_from_dict
 
-__all__ = ["load", "SUFFIXES"]
+__all__ = ["load", "load_model", "SUFFIXES"]
 
 SUFFIXES = (".pt2", ".onnx", ".json")
 
@@ -41,6 +41,18 @@ def load(path: str | Path | Any, **options: Any) -> Graph:
         return _load_json(p)
     raise ModelLoadError(f"unknown model format {suffix or '(no suffix)'!r}; expected one of {', '.join(SUFFIXES)}",
                          file=str(p))
+
+
+def load_model(model: str | Path | Graph) -> Graph:
+    """A model argument as the API and CLI take it: a graph, a file (.onnx, .pt2, .json) or the name
+    of a bundled example."""
+    if isinstance(model, Graph):
+        return model
+    path = Path(model)
+    if path.suffix.lower() in SUFFIXES or path.exists():
+        return load(path)
+    from .models.examples import load_example
+    return load_example(str(model))  # raises with close matches
 
 
 def _load_json(path: Path) -> Graph:

@@ -30,14 +30,14 @@ from .registry import clear_cache, get_system, get_target, source_refs, systems,
 from .scaling import RESOURCES
 from .system import Level, System
 from .target import Target
-from .vocab import DTYPES, FAMILIES, TOPOLOGIES
+from .vocab import CATALOG_PRICE_BASIS, DTYPES, FAMILIES, PRICE_BASES, TOPOLOGIES
 
 __all__ = [
     # schema
     "Target", "GpuTarget", "TpuTarget", "DataflowTarget", "CpuTarget", "TARGET_CLASSES",
     "System", "Level", "FrozenMap",
     # vocabularies
-    "DTYPES", "FAMILIES", "TOPOLOGIES", "RESOURCES",
+    "DTYPES", "FAMILIES", "TOPOLOGIES", "RESOURCES", "PRICE_BASES", "CATALOG_PRICE_BASIS",
     # catalog
     "targets", "get_target", "systems", "get_system", "source_refs", "clear_cache",
     # files

@@ -114,7 +114,7 @@ def _text(label: str, value: Any, spec: Spec) -> str:
         raise _fail(label, "a string", value)
     if spec.required and not value.strip():
         raise _fail(label, "a non-empty string", value, show_type=False)
-    if spec.choices and value not in spec.choices:
+    if spec.choices and value and value not in spec.choices:  # "" is an optional field left unset
         raise TargetSpecError(f"field {label!r}: unknown value {value!r}; "
                               f"expected one of: {', '.join(spec.choices)}")
     return value

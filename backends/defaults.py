@@ -17,7 +17,8 @@ __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "
            "MXUS_PER_TENSORCORE", "AMX_BF16_OPS_PER_CYCLE", "AMX_OPS_PER_BF16_OP", "ATTENTION_BLOCK",
            "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS", "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
            "MIN_MEMORY_EFFICIENCY", "SPLIT_K_PARTIAL_BYTES", "SKINNY_TILE_STEP", "FP32_EMULATION_PASSES",
-           "FP32_REDUCED_EMULATION_PASSES"]
+           "FP32_REDUCED_EMULATION_PASSES", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
+           "SERVING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
 _GEMM = "assumption: default for gpu targets when the spec gives none; calibrate --from-measurements to measure"
@@ -134,6 +135,7 @@ MIN_MEMORY_EFFICIENCY: float = 1e-3
 #: A comparison then runs every target at the model's precision instead of mixing fp32 on one chip
 #: with bf16 on another.
 FP32_EMULATION_PASSES: int = 6
+FP32_REDUCED_EMULATION_PASSES: int = 3
 #: Bytes per element of a split-K GEMM's partial sums: fp32 accumulators written by each split and
 #: read back by the reduction (cuBLAS and CUTLASS reduce split-K partials in fp32 workspace).
 SPLIT_K_PARTIAL_BYTES: int = 4
@@ -141,4 +143,29 @@ SPLIT_K_PARTIAL_BYTES: int = 4
 #: (the n=8 side of the smallest tensor-core MMA, mma.m16n8k16, PTX ISA): libraries run skinny
 #: GEMMs with narrow-tile or GEMV-like kernels rather than padding N=8 to a 128-wide tile.
 SKINNY_TILE_STEP: int = 8
-FP32_REDUCED_EMULATION_PASSES: int = 3
+
+# -- power by utilization (costmodel/power.py) ---------------------------------------------------
+
+#: Board power with nothing running, as a fraction of TDP: 80.3 W idle against a 700 W TDP on an
+#: H200 SXM, measured by serialalice.pt's GPU energy benchmark (June 2026; lower confidence: one
+#: vendor page), i.e. 11.5%. Applied to every chip that gives no idle power of its own.
+IDLE_POWER_FRACTION: float = 0.115
+#: Power above idle of a kernel that keeps memory (and the links) at the achievable bandwidth the
+#: whole time, as a fraction of TDP. assumption: batch-1 LLM decode (memory-bound, ~85% of
+#: bandwidth) draws ~267 W of 700 W on an H100 SXM in the same benchmark (its lowest H100 reading),
+#: 0.38 of TDP: (0.38 - 0.115) / 0.85 ~ 0.31; HBM alone is ~3.9 pJ/bit (O'Connor et al., MICRO 2017),
+#: ~105 W at 3.35 TB/s, the rest is the on-chip path the bytes take.
+MEMORY_POWER_FRACTION: float = 0.31
+
+# -- serving -----------------------------------------------------------------------------------
+
+#: Fraction of a device's memory a serving runtime leaves unallocated (CUDA/driver context, NCCL
+#: and cuBLAS workspaces, allocator fragmentation): vLLM preallocates weights, activations and KV
+#: cache within ``gpu_memory_utilization`` of the GPU, 0.9 by default (vLLM engine arguments,
+#: docs.vllm.ai), so 10% stays free. An assumption for other runtimes and chips.
+SERVING_MEMORY_RESERVE: float = 0.10
+#: Vector operations per weight element to dequantize a weight-only quantized matmul's weights in
+#: its kernel (a scale multiply and a convert per element; int4/fp4 unpacking folded in): an
+#: assumption in the spirit of Marlin/AWQ kernels, which dequantize each weight tile in registers
+#: once per tile of output rows. Timed on the vector units beside the tensor-core work.
+DEQUANT_OPS_PER_WEIGHT: int = 2

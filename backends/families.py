@@ -51,6 +51,10 @@ class GpuTarget(Target):
     gemm_wave_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
     gemm_epilogue_exposed: float | None = spec_field("fraction", allow_zero=True)
     gemm_max_split_k: int | None = spec_field("count")
+    #: Best fraction of the matrix peak a fused (FlashAttention-style) attention kernel reaches, for
+    #: long sequences; it is below the GEMM plateau (softmax, masking and the online rescale share the
+    #: SM with the MMAs). Absent: the GEMM efficiency curve.
+    attention_efficiency: float | None = spec_field("fraction")
 
     def _check_family(self) -> None:
         if not self.tile_shapes:

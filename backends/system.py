@@ -46,6 +46,9 @@ class Level:
     in_network_reduction: bool | None = spec_field("flag")
     #: Achievable bus bandwidth of an all-reduce with in-network reduction (NVLS busbw).
     reduction_bus_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
+    #: Fixed time of one in-network all-reduce (NVLS: multicast setup and switch round trip), in
+    #: place of the per-step latency; without it the reduction pays two steps of ``latency``.
+    reduction_latency: float | None = spec_field("quantity", units="time", unit="us")
 
     def __post_init__(self) -> None:
         normalize_fields(self)

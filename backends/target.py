@@ -20,7 +20,7 @@ from ..errors import TargetSpecError
 from .checks import normalize_fields
 from .fields import spec_field, specs
 from .sourcing import check_sources
-from .vocab import FAMILIES, TRANSCENDENTALS, VECTOR_OPS
+from .vocab import FAMILIES, PRICE_BASES, TRANSCENDENTALS, VECTOR_OPS
 
 __all__ = ["Target", "NAME_PATTERN"]
 
@@ -62,6 +62,8 @@ class Target:
     # power and money
     tdp: float | None = spec_field("quantity", units="power", unit="w")
     price_per_hour: float | None = spec_field("quantity", units="usd", unit="usd")
+    #: What kind of price ``price_per_hour`` is (vocab.PRICE_BASES); comparisons say when bases differ.
+    price_basis: str = spec_field("text", choices=PRICE_BASES)
     # achievable ceilings (what calibration updates)
     matmul_efficiency: float = spec_field("fraction", required=True)
     memory_efficiency: float = spec_field("fraction", required=True)
@@ -97,6 +99,8 @@ class Target:
         if extra:
             raise TargetSpecError(f"field 'sparse_matrix_flops': {', '.join(extra)} "
                                   "has a sparse rate but no dense rate in matrix_flops")
+        if self.price_basis and self.price_per_hour is None:
+            raise TargetSpecError("field 'price_basis': a basis for a price that is not set")
         self._check_family()
         object.__setattr__(self, "sources", check_sources(self))
 

@@ -6,7 +6,7 @@ the spelling, and so a typo such as ``fp8e4m3`` fails loudly with the valid list
 
 from __future__ import annotations
 
-__all__ = ["DTYPES", "FAMILIES", "TOPOLOGIES", "TRANSCENDENTALS", "VECTOR_OPS"]
+__all__ = ["DTYPES", "FAMILIES", "TOPOLOGIES", "TRANSCENDENTALS", "VECTOR_OPS", "PRICE_BASES", "CATALOG_PRICE_BASIS"]
 
 #: Dtypes a rate table may name, widest first. Integer rates are OP/s (vendors' TOPS).
 #: FP8 has two formats; when a vendor quotes one "FP8" rate both entries carry it.
@@ -40,3 +40,13 @@ VECTOR_OPS: tuple[str, ...] = (
     "layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm", "softmax", "log_softmax",
     "pool", "reduce_sum", "reduce_mean", "reduce_max", "cumsum", "gather", "resize", "conv_depthwise",
 )
+
+#: What a target's ``price_per_hour`` is, so that a verdict never ranks a discount against a list
+#: price unawares. "hyperscaler-on-demand": the on-demand list price of an AWS, Google Cloud, Azure
+#: or Oracle instance in a US region divided by its chips (the catalog's one basis);
+#: "other-on-demand": another provider's published on-demand price, used only where no hyperscaler
+#: list read rents the chip.
+PRICE_BASES: tuple[str, ...] = ("hyperscaler-on-demand", "other-on-demand")
+
+#: The basis every catalog price has unless its file says otherwise (and its notes say why).
+CATALOG_PRICE_BASIS = "hyperscaler-on-demand"

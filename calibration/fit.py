@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from ..backends import CpuTarget, Target
 from ..backends.defaults import AMX_BF16_OPS_PER_CYCLE
 from .host import HostCpu
+from .robust import check_gemm_plateau, monotone, plausible_rates, robust_median
 from .sweeps import Measurement
 
 __all__ = ["fit_curves", "host_target", "apply_measurements", "Curves"]
@@ -56,20 +57,24 @@ def _binned(points: Iterable[tuple[float, float]], per_decade: int = 3) -> tuple
     out = []
     for key in sorted(bins):
         xs, ys = zip(*bins[key])
-        out.append((float(statistics.median(xs)), min(max(round(float(statistics.median(ys)), 4), 1e-4), 1.0)))
+        out.append((float(statistics.median(xs)), min(max(round(robust_median(ys), 4), 1e-4), 1.0)))
     return tuple(out)
 
 
-def fit_curves(measurements: list[Measurement], peaks: dict[str, float]) -> Curves:
-    """Fit curves; ``peaks`` maps dtype -> the theoretical matrix FLOP/s the efficiencies refer to."""
+def fit_curves(measurements: list[Measurement], peaks: dict[str, float], vector_peak: float | None = None) -> Curves:
+    """Fit curves; ``peaks`` maps dtype -> the theoretical matrix FLOP/s the efficiencies refer to.
+    Outliers are dropped, the GEMM curves made monotone and implausible values refused or left out
+    (:mod:`.robust`); ``vector_peak`` (fp32 FLOP/s) is what function rates are judged against."""
     dispatch = [m.seconds for m in measurements if m.kind == "dispatch"]
     overhead = statistics.median(dispatch) if dispatch else 0.0
     curve_dtype = "fp32" if any(m.kind == "matmul" and m.dtype == "fp32" for m in measurements) else None
     mm = [m for m in measurements if m.kind == "matmul" and m.shape[0] == m.shape[1] == m.shape[2]
           and m.dtype in peaks and (curve_dtype is None or m.dtype == curve_dtype)]
     eff_points = [(float(m.flops), m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype])) for m in mm]
-    mcurve = _binned(eff_points)
+    mcurve = monotone(_binned(eff_points))
     plateau = statistics.median([y for _, y in mcurve[-3:]]) if mcurve else 0.5
+    if mcurve:
+        check_gemm_plateau(plateau)
     adds = [m for m in measurements if m.kind == "add" and m.seconds > 1.5 * overhead]
     bw_points = [(float(m.bytes), m.bytes / (m.seconds - overhead)) for m in adds]
     best = max((bw for _, bw in bw_points), default=1e10)
@@ -83,9 +88,12 @@ def fit_curves(measurements: list[Measurement], peaks: dict[str, float]) -> Curv
             eff = m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype])
             square = interpolate(mcurve, float(m.flops), plateau)
             skinny.setdefault(side, []).append(eff / square)
-    scurve = tuple((side, min(max(round(statistics.median(v), 4), 1e-4), 1.0)) for side, v in sorted(skinny.items()))
+    scurve = monotone(tuple((side, min(max(round(robust_median(v), 4), 1e-4), 1.0))
+                            for side, v in sorted(skinny.items())))
     trans = {m.kind.split(":", 1)[1]: m.flops / max(m.seconds - overhead, 1e-9)
              for m in measurements if m.kind.startswith("transcendental:")}
+    vector_peak = vector_peak or peaks.get("fp32", 0.0)
+    trans = plausible_rates(trans, vector_peak, "function") if vector_peak else trans
     if trans:
         trans["default"] = statistics.median(trans.values())
     conv: dict[float, list[float]] = {}
@@ -93,7 +101,7 @@ def fit_curves(measurements: list[Measurement], peaks: dict[str, float]) -> Curv
         if m.kind == "conv" and m.dtype in peaks:
             area = float(m.shape[2] * m.shape[2])
             conv.setdefault(area, []).append(m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype]))
-    ccurve = tuple((a, min(max(round(statistics.median(v), 4), 1e-4), 1.0)) for a, v in sorted(conv.items()))
+    ccurve = tuple((a, min(max(round(robust_median(v), 4), 1e-4), 1.0)) for a, v in sorted(conv.items()))
     vops = {m.kind.split(":", 1)[1]: m.flops / max(m.seconds - overhead, 1e-9)
             for m in measurements if m.kind.startswith("vector_op:")}
     return Curves(overhead, mcurve, round(min(max(plateau, 1e-3), 1.0), 4), bcurve, best,
@@ -117,7 +125,7 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
     for m in measurements:  # a derived peak below a measured rate is wrong: the measurement wins
         if m.kind == "matmul" and m.dtype == "fp32":
             peaks["fp32"] = max(peaks["fp32"], m.flops / m.seconds)
-    c = fit_curves(measurements, peaks)
+    c = fit_curves(measurements, peaks, host.fp32_peak)
     bf16 = [m.flops / m.seconds for m in measurements if m.kind == "matmul" and m.dtype == "bf16"
             and m.shape[0] == m.shape[1] == m.shape[2]]
     bf16_source = None

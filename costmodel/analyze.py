@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import partial
 from math import prod
 from typing import Any
 
 from ..errors import NarrowpipeError, UnboundDimError
 from ..ir import DimRole, Graph, OpGroup, ValueKind
 from .costcache import graph_index, paused_gc
+from .experts import ExpertBalance, routing_notes
 from .interpreter import CostTable, interpret
+from .lazy_rows import LazyRows
 from .limits import range_warnings
-from .report import Report, Unmodeled
-from .report_rows import class_rows, node_rows
+from .report import OpRow, Report, Unmodeled
+from .report_rows import class_rows, class_totals, node_rows
 from .sizes import weight_bytes
 
 __all__ = ["analyze", "resolve_bindings", "build_report", "merge_dims"]
@@ -72,8 +75,12 @@ def build_report(table: CostTable) -> Report:
     graph = table.graph
     flops_by_group: dict[str, int] = {g.value: 0 for g in OpGroup}
     bytes_by_group: dict[str, int] = {g.value: 0 for g in OpGroup}
-    rows_of = node_rows if table.index is None else class_rows
-    rows, (flops, trans, nbytes, comm) = rows_of(table, flops_by_group, bytes_by_group)
+    rows: Sequence[OpRow]
+    if table.index is None:
+        rows, (flops, trans, nbytes, comm) = node_rows(table, flops_by_group, bytes_by_group)
+    else:   # totals by class now; the hundred thousand rows only if someone reads them
+        flops, trans, nbytes, comm = class_totals(table, flops_by_group, bytes_by_group)
+        rows = LazyRows(partial(class_rows, table))
     counts: dict[str, int] = {}
     for node in table.unmodeled:
         counts[node.label] = counts.get(node.label, 0) + 1
@@ -83,7 +90,8 @@ def build_report(table: CostTable) -> Report:
                   bytes=nbytes, comm_bytes=comm, params=params, weight_bytes=weight_bytes(table),
                   peak_activation_bytes=table.peak_activation_bytes,
                   flops_by_group=flops_by_group, bytes_by_group=bytes_by_group,
-                  ops=rows, unmodeled=unmodeled, notes=list(table.notes))
+                  ops=rows, unmodeled=unmodeled,
+                  notes=list(table.notes) + routing_notes(graph.nodes, table.shapes, table.expert_balance))
 
 
 def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
@@ -93,7 +101,8 @@ def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
 
 def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Mapping[str, Any] | None = None,
             fusion: str | None = None, allow_tf32: bool = False, sparse: bool = False, price: float | None = None,
-            eager_overhead: bool = True, **keyword_dims: Any) -> Report:
+            expert_balance: str | ExpertBalance | None = None, eager_overhead: bool = True,
+            **keyword_dims: Any) -> Report:
     """Count every op of ``graph`` under the bound dims and, given a target, time it there.
 
     ``dims`` binds symbolic dims by name (``dims={"batch": 8, "seq": 2048}``); unbound ones take the
@@ -103,12 +112,15 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
     ``target`` is a catalog name or alias, a path to a target TOML file, or a ``Target``.
     ``fusion`` ("full" or "none") overrides the family default; ``allow_tf32`` runs fp32 matmuls
     on TF32 tensor cores; ``sparse`` uses 2:4 sparse rates where the chip has them; ``price``
-    overrides the target's USD per device-hour. ``eager_overhead=False`` leaves out a CPU's per-op host
-    glue of eager runs (``eager_op_overhead``): for a bare op timed alone rather than a whole model.
+    overrides the target's USD per device-hour. ``expert_balance`` ("balanced", "zipf:S", "hot:F"; see
+    :mod:`narrowpipe.costmodel.experts`) is how a mixture of experts' routed rows spread over its experts.
+    ``eager_overhead=False`` leaves out a CPU's per-op host glue of eager runs (``eager_op_overhead``):
+    for a bare op timed alone rather than a whole model.
     """
+    balance = ExpertBalance.parse(expert_balance)
     with paused_gc():
         bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
-        table = interpret(graph, bindings, strict=strict)
+        table = interpret(graph, bindings, strict=strict, expert_balance=balance)
         report = build_report(table)
     report.notes.extend(range_notes(graph, bindings))
     if target is not None:

@@ -13,6 +13,7 @@ from typing import Any
 from ..backends import Target, get_target
 from ..ir import Graph
 from .analyze import build_report, merge_dims, range_notes, resolve_bindings
+from .experts import ExpertBalance
 from .interpreter import interpret
 from .report import Report
 from .targeted import apply_target
@@ -43,7 +44,7 @@ class Comparison:
         raise KeyError(target)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": COMPARISON_FORMAT, "version": 1, "graph": self.graph, "dims": self.dims,
+        return {"format": COMPARISON_FORMAT, "version": 2, "graph": self.graph, "dims": self.dims,
                 "targets": [r.to_dict() for r in self.reports], "verdict": verdict(self.reports).to_dict()}
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -57,13 +58,15 @@ def prices_by_target(prices: Mapping[str, float] | None) -> dict[str, float]:
 
 def compare(graph: Graph, targets: Iterable[str | Target], *, dims: Mapping[str, Any] | None = None,
             strict: bool = False, prices: Mapping[str, float] | None = None, fusion: str | None = None,
-            allow_tf32: bool = False, sparse: bool = False, **keyword_dims: Any) -> Comparison:
+            allow_tf32: bool = False, sparse: bool = False, expert_balance: str | ExpertBalance | None = None,
+            **keyword_dims: Any) -> Comparison:
     """Predict ``graph`` on each target (names, aliases, TOML paths or Target objects).
 
-    ``dims={...}`` binds symbolic dims (keywords such as ``batch=8`` work where they name no option).
+    ``dims={...}`` binds symbolic dims (keywords such as ``batch=8`` work where they name no option);
+    ``expert_balance`` as for :func:`~narrowpipe.analyze`.
     """
     bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
-    table = interpret(graph, bindings, strict=strict)
+    table = interpret(graph, bindings, strict=strict, expert_balance=ExpertBalance.parse(expert_balance))
     counted = build_report(table)
     counted.notes.extend(range_notes(graph, bindings))
     price_of = prices_by_target(prices)

@@ -15,10 +15,12 @@ Graphs with control flow (If/Loop/Scan) keep the plain walk: their bodies are co
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 from weakref import WeakKeyDictionary
+
+import numpy as np
 
 from ..gcpause import paused_gc
 from ..ir import VIEW_OPS, Graph, Node, Op, Shape, TensorType, Value, node_subgraphs
@@ -39,6 +41,7 @@ class _Unhashable(Exception):
 
 
 _SCALAR_TYPES = frozenset(_SCALARS)
+_UNSEEN = object()
 
 
 def _freeze(v: Any) -> Hashable:
@@ -129,19 +132,64 @@ class GraphIndex:
     input_storages: list[int]
     allocs: list[tuple[int, ...]]
     frees: dict[int, list[int]]
+    #: The nodes a re-bind costs by rule (the first of each class, each node costed alone) and the
+    #: nodes whose op has no rule (listed as unmodeled), by position, in order.
+    cost_points: list[int] = field(default_factory=list)
+    unmodeled_at: list[int] = field(default_factory=list)
+
+    #: The liveness above as arrays, built on the first peak query (:meth:`_live_arrays`).
+    _live: tuple[list[TensorType], np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = \
+        field(default=None, repr=False, compare=False)
 
     def peak_activation_bytes(self, bound: Mapping[Shape, tuple[int, ...]]) -> int:
         """Peak bytes of live activations under one binding (``bound``: each symbolic shape of
-        ``shapes`` to its value), as ``interpreter._peak_activation_bytes`` finds them."""
-        sizes_by_type: dict[tuple[Any, tuple[int, ...]], int] = {}
-        sizes = []
-        for t in self.storage_types:
-            shape = bound[t.shape]
-            key = (t.dtype, shape)
-            n = sizes_by_type.get(key)
-            if n is None:
-                n = sizes_by_type[key] = t.dtype.nbytes(prod(shape))
-            sizes.append(n)
+        ``shapes`` to its value), as ``interpreter._peak_activation_bytes`` finds them.
+
+        Why arrays: a re-bind of a 100,000-node graph walked 100,000 storages in Python. Storages
+        are numbered in allocation order, so the live bytes after node ``i`` allocates are a prefix
+        sum of allocations less a prefix sum of frees; sizes come from the few distinct storage
+        types, and sums stay exact in int64 (checked, else the walk below)."""
+        kinds, kind_of, alloc_end, free_order, free_end = self._live_arrays()
+        kind_size = [t.dtype.nbytes(prod(bound[t.shape])) for t in kinds]
+        if not kind_size or max(kind_size) * max(len(kind_of), 1) >= 1 << 62:
+            return self._peak_walk(bound)
+        sizes = np.asarray(kind_size, dtype=np.int64)[kind_of]
+        cum_alloc = np.concatenate(([0], np.cumsum(sizes)))
+        cum_free = np.concatenate(([0], np.cumsum(sizes[free_order])))
+        peak = int(cum_alloc[len(self.input_storages)])
+        if len(alloc_end):
+            peak = max(peak, int((cum_alloc[alloc_end] - cum_free[free_end]).max()))
+        return peak
+
+    def _live_arrays(self) -> tuple[list[TensorType], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Distinct storage types, each storage's type, per node the storages allocated up to it,
+        the freed storages in order of their free point, and per node those freed before it."""
+        if self._live is None:
+            kinds: list[TensorType] = []
+            kind_ids: dict[TensorType, int] = {}
+            by_identity: dict[int, int] = {}
+            kind_of = np.empty(len(self.storage_types), dtype=np.int64)
+            for sid, t in enumerate(self.storage_types):
+                k = by_identity.get(id(t))
+                if k is None:
+                    k = by_identity[id(t)] = kind_ids.setdefault(t, len(kinds))
+                    if k == len(kinds):
+                        kinds.append(t)
+                kind_of[sid] = k
+            counts = np.fromiter((len(a) for a in self.allocs), dtype=np.int64, count=len(self.allocs))
+            alloc_end = len(self.input_storages) + np.cumsum(counts)
+            points = sorted(e for e in self.frees if e < len(self.allocs))
+            free_order = np.fromiter((sid for e in points for sid in self.frees[e]), dtype=np.int64)
+            freed_by = np.zeros(len(self.allocs) + 1, dtype=np.int64)   # freed at point e, indexed e + 1
+            for e in points:
+                freed_by[e + 1] = len(self.frees[e])
+            free_end = np.cumsum(freed_by)[:len(self.allocs)]   # node i: those freed at points -1 .. i - 1
+            self._live = (kinds, kind_of, alloc_end, free_order, free_end)
+        return self._live
+
+    def _peak_walk(self, bound: Mapping[Shape, tuple[int, ...]]) -> int:
+        """The same peak, storage by storage, in Python ints (sizes too large for int64 sums)."""
+        sizes = [t.dtype.nbytes(prod(bound[t.shape])) for t in self.storage_types]
         live = sum(sizes[s] for s in self.input_storages)
         peak = live
         frees = self.frees
@@ -151,10 +199,8 @@ class GraphIndex:
                 live += sizes[s]
             if live > peak:
                 peak = live
-            freed = frees.get(i)
-            if freed:
-                for s in freed:
-                    live -= sizes[s]
+            for s in frees.get(i, ()):
+                live -= sizes[s]
         return peak
 
 
@@ -204,9 +250,9 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     type_ids: dict[TensorType, int] = {}
     type_shape: list[int] = []     # per distinct type, its shape's number
     shape_ids: dict[Shape, int] = {}
-    type_id: dict[Value, int] = {}   # value -> its type's number
     # Values share their type objects (frontends cache them): a lookup by identity spares hashing
-    # the type (a dataclass hash over dtype and dims) for almost every value.
+    # the type (a dataclass hash over dtype and dims) for almost every value. Every value's type
+    # is numbered before a node reads it (the walk is in order), and held by the value meanwhile.
     by_identity: dict[int, int] = {}
 
     def number(t: TensorType) -> int:
@@ -226,7 +272,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     end: dict[int, int] = {}
     types = index.storage_types
     for v in graph.inputs:
-        k = type_id[v] = number(v.type)
+        k = number(v.type)
         values.append(v)
         value_shape.append(type_shape[k])
         storage[v] = len(types)
@@ -234,7 +280,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
         end[len(types)] = -1
         types.append(v.type)
     for v in graph.weights:
-        k = type_id[v] = number(v.type)
+        k = number(v.type)
         values.append(v)
         value_shape.append(type_shape[k])
     storage_of = storage.get
@@ -242,42 +288,63 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
     node_class = index.node_class
     counts = index.counts
     classes: dict[tuple, int] = {}
-    type_of = type_id.get
     known = by_identity.get
     views = VIEW_OPS
+    scalar_types = _SCALAR_TYPES
+    frozen: dict[tuple, Hashable | None] = {}
+    no_rule, cost_points, unmodeled_at = index.no_rule, index.cost_points, index.unmodeled_at
     for i, node in enumerate(graph.nodes):
-        ins = node.inputs
+        ins = node._inputs   # the ``inputs`` property, without a call per node
         outs = node.outputs
         out_ids = []
         for v in outs:
             t = v.type
             hit = known(id(t))   # types are shared objects: identity first, then value equality
             k = number(t) if hit is None else hit
-            type_id[v] = k
             out_ids.append(k)
             values.append(v)
             value_shape.append(type_shape[k])
         # -- class (the key of node_signature, built from the type numbers above)
         attrs = node.attrs
-        akey = freeze_attrs(attrs) if attrs else ()
+        if not attrs:
+            akey: Hashable | None = ()
+        else:
+            # Frontends copy one attrs dict per node but share its values: attrs holding the very
+            # same objects under the same keys freeze alike, so the frozen key is looked up by the
+            # values' identities (all alive in the graph for the whole walk).
+            held = (*attrs, *map(id, attrs.values()))
+            akey = frozen.get(held, _UNSEEN)
+            if akey is _UNSEEN:
+                try:   # freeze_attrs, with its common case (scalar values) inline
+                    akey = tuple([(k, (vt, v) if (vt := type(v)) in scalar_types else _freeze(v))
+                                  for k, v in attrs.items()])
+                except _Unhashable:
+                    akey = None
+                frozen[held] = akey
         op = node.op
         if akey is None:   # attrs with no exact key, perhaps a nested graph: its symbols count too
             node_class.append(-1)
+            cost_points.append(i)
+            if RULES.get(op) is None:
+                unmodeled_at.append(i)
             for sub in node_subgraphs(node):
                 index.symbols |= sub.symbols()
                 index.trip_names |= trip_count_names(sub)
             _note_trips(node, index.trip_names)
         else:
-            sig = (op, akey, tuple([None if v is None else type_of(v, v.type) for v in ins]),
-                   tuple([ins.index(v) for v in ins]) if len(ins) > 1 else (), tuple(out_ids))
+            sig = (op, akey, tuple([None if v is None else known(id(v.type), v.type) for v in ins]),
+                   tuple(map(ins.index, ins)) if len(ins) > 1 else (), tuple(out_ids))
             c = classes.get(sig)
             if c is None:
                 c = classes[sig] = len(counts)
                 counts.append(0)
-                index.no_rule.append(RULES.get(op) is None)
+                no_rule.append(RULES.get(op) is None)
+                cost_points.append(i)
                 _note_trips(node, index.trip_names)
             counts[c] += 1
             node_class.append(c)
+            if no_rule[c]:
+                unmodeled_at.append(i)
         # -- liveness
         for operand in ins:
             sid = storage_of(operand)   # None for weights and absent inputs

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from math import prod
+from typing import cast
 
 from ..errors import IRError, NarrowpipeError, UnsupportedOpError
 from ..gcpause import paused_gc
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, TensorType, Value
 from .cost import ZERO, Cost
 from .costcache import GraphIndex, graph_index
+from .experts import BALANCED, ExpertBalance
 from .limits import check_size_limits
 from .opview import OpView
 from .rules import RULES
@@ -73,6 +75,8 @@ class CostTable:
     #: so the report sums per class too.
     index: GraphIndex | None = None
     class_costs: list[Cost | None] = field(default_factory=list)
+    #: The spread of routed rows over experts the grouped GEMMs were costed (and are timed) under.
+    expert_balance: ExpertBalance = BALANCED
 
     def total(self) -> Cost:
         total = ZERO
@@ -81,9 +85,10 @@ class CostTable:
         return total
 
 
-def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False) -> CostTable:
+def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False,
+              expert_balance: ExpertBalance = BALANCED) -> CostTable:
     binder = ShapeBinder(bindings)
-    table = CostTable(graph, dict(bindings), {}, {})
+    table = CostTable(graph, dict(bindings), {}, {}, expert_balance=expert_balance)
     with paused_gc():  # the walk allocates a Cost and a shape per node and frees none
         index = graph_index(graph)
         if index.flat:
@@ -131,19 +136,12 @@ def _walk_classes(graph: Graph, index: GraphIndex, binder: ShapeBinder, table: C
     first node of each class, in order, so errors name the same node as the plain walk)."""
     bound = {s: binder.bind(s) for s in index.shapes}
     by_id = [bound[s] for s in index.shapes]
-    table.shapes = {v: by_id[k] for v, k in zip(index.values, index.value_shape)}
-    costs = table.costs
+    table.shapes = dict(zip(index.values, map(by_id.__getitem__, index.value_shape)))
+    nodes = graph.nodes
     class_costs: list[Cost | None] = [None] * len(index.counts)
-    no_rule = index.no_rule
-    unmodeled = table.unmodeled
-    for node, c in zip(graph.nodes, index.node_class):
-        if c >= 0:
-            cost = class_costs[c]
-            if cost is not None:
-                costs[node] = cost
-                if no_rule[c]:
-                    unmodeled.append(node)
-                continue
+    alone: dict[int, Cost] = {}
+    for i in index.cost_points:   # in node order: an error names the node the plain walk would
+        node = nodes[i]
         try:
             cost = _node_cost(node, binder, table, strict)
         except NarrowpipeError:
@@ -151,9 +149,18 @@ def _walk_classes(graph: Graph, index: GraphIndex, binder: ShapeBinder, table: C
         except Exception as exc:  # a rule fed an ill-formed node: name it rather than crash
             raise IRError(f"cannot cost node {node.name!r} ({node.label}, from {node.source.describe()}): "
                           f"{type(exc).__name__}: {exc}") from exc
-        costs[node] = cost
+        c = index.node_class[i]
         if c >= 0:
             class_costs[c] = cost
+        else:
+            alone[i] = cost
+    costed = cast("list[Cost]", class_costs)   # every class's first node is a cost point
+    if alone:
+        table.costs = {node: costed[c] if c >= 0 else alone[i]
+                       for i, (node, c) in enumerate(zip(nodes, index.node_class))}
+    else:
+        table.costs = dict(zip(nodes, map(costed.__getitem__, index.node_class)))
+    table.unmodeled = [nodes[i] for i in index.unmodeled_at]   # in node order, as the plain walk lists them
     table.index = index
     table.class_costs = class_costs
     table.peak_activation_bytes = index.peak_activation_bytes(bound)
@@ -173,7 +180,7 @@ def _node_cost(node: Node, binder: ShapeBinder, table: CostTable, strict: bool,
         return ZERO
     shapes = table.shapes
     view = OpView(node, [None if v is None else shapes.get(v) or binder.shape(v) for v in node.inputs],
-                  [shapes[v] for v in node.outputs])
+                  [shapes[v] for v in node.outputs], table.expert_balance)
     return rule(view)
 
 

@@ -7,10 +7,15 @@ What fuses follows what production stacks do (torch.compile/Inductor, XLA, servi
 * chains of elementwise ops fuse, and fuse into a following reduction or normalization;
 * layout changes (permute, copy, cast) feeding a matmul are absorbed by it;
 * eager attention (QK^T, scale/mask, softmax, PV) becomes one fused attention kernel;
-* at most one heavy op (matmul, conv, attention) per kernel; collectives never fuse.
+* at most one heavy op (matmul, conv, attention) per kernel; collectives never fuse;
+* in a training step, nodes of different phases never fuse (AOTAutograd compiles the forward and the
+  backward as separate graphs), and each parameter's optimizer update is one kernel (torch's fused
+  AdamW, apex's FusedAdam): it reads the gradient and states once and writes the states back.
 
 A kernel's bytes are its external traffic only: inputs produced outside it and outputs used outside
-it (or returned). ``mode="none"`` gives one kernel per op (eager PyTorch).
+it (or returned). ``mode="none"`` gives one kernel per op (eager PyTorch); ``mode="no-epilogue"`` fuses as ``full``
+except into matmuls and attention (library GEMMs called from an eager framework, whose hand-written
+fused kernels cover the elementwise chains: Megatron-LM's bias-GeLU and bias-dropout-add).
 """
 
 from __future__ import annotations
@@ -23,13 +28,17 @@ from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Value
 from .cost import Cost
 from .interpreter import CostTable
 
-__all__ = ["Kernel", "fuse", "FUSION_MODES"]
+__all__ = ["Kernel", "fuse", "FUSION_MODES", "OWN_KERNEL"]
 
-FUSION_MODES = ("full", "none")
+FUSION_MODES = ("full", "no-epilogue", "none")
+#: Node attribute: the runtime launches this op as a kernel of its own (Megatron's fused softmax in
+#: unfused attention), so fusion groups it with nothing.
+OWN_KERNEL = "own_kernel"
 
-_HEAVY = frozenset({Op.DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
+_HEAVY = frozenset({Op.DOT, Op.GROUPED_DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
 _LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
 _ATTN_CHAIN = frozenset({Op.MUL, Op.DIV, Op.ADD, Op.SUB, Op.CAST, Op.WHERE, Op.COPY})
+_PHASE = "phase"   # a training step's phase attr (costmodel.training.phases.PHASE)
 
 
 @dataclass
@@ -53,7 +62,7 @@ def _kind(node: Node) -> str:
     op = node.op
     if op in VIEW_OPS:
         return "view"
-    if op is Op.DOT:
+    if op is Op.DOT or op is Op.GROUPED_DOT:
         return "matmul"
     if op is Op.CONV:
         return "conv"
@@ -101,25 +110,40 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
     for i, n in enumerate(nodes):
         groups.heavy[i] = 1 if n.op in _HEAVY else 0
     outputs = {base.get(v, v) for v in graph.outputs}
-    if mode == "full":
-        _fuse_attention(nodes, index, base, consumers, groups)
+    if mode in ("full", "no-epilogue"):
+        if mode == "full":
+            _fuse_attention(nodes, index, base, consumers, groups)
+        _fuse_optimizer_updates(nodes, groups)
         for i, node in enumerate(nodes):
-            if node.op in VIEW_OPS or node.group is OpGroup.COLLECTIVE or node.op is Op.UNKNOWN:
+            if node.op in VIEW_OPS or node.group is OpGroup.COLLECTIVE or node.op is Op.UNKNOWN or \
+                    node.attrs.get(OWN_KERNEL):
                 continue
             for v in node.inputs:
                 if v is None:
                     continue
                 b = base.get(v, v)
                 p = b.producer
-                if p is None or p not in index or p.op in VIEW_OPS:
+                if p is None or p not in index or p.op in VIEW_OPS or p.attrs.get(OWN_KERNEL):
                     continue
                 j = index[p]
-                if b in outputs or len(consumers.get(b, ())) != 1:
+                if b in outputs or len(consumers.get(b, ())) != 1 or p.attrs.get(_PHASE) != node.attrs.get(_PHASE):
                     continue
+                if mode == "no-epilogue" and p.op in _HEAVY:
+                    continue            # library GEMMs: nothing fuses into a matmul's epilogue
                 if _fusable(p, node) and _acyclic(node, j, i, groups, index, base) and \
                         groups.heavy[groups.find(j)] + groups.heavy[groups.find(i)] <= 1:
                     groups.union(j, i)
     return _kernels(table, nodes, groups, base, consumers, outputs)
+
+
+def _fuse_optimizer_updates(nodes: list[Node], groups: _Groups) -> None:
+    """One kernel per parameter's optimizer update (its nodes share the parameter's source name)."""
+    first: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        if node.attrs.get(_PHASE) == "optimizer" and node.op not in VIEW_OPS:
+            j = first.setdefault(node.source.name, i)
+            if j != i:
+                groups.union(j, i)
 
 
 def _fusable(producer: Node, consumer: Node) -> bool:
@@ -160,7 +184,7 @@ def _fuse_attention(nodes: list[Node], index: dict[Node, int], base: dict[Value,
                     consumers: dict[Value, list[Node]], groups: _Groups) -> None:
     """Find DOT -> [scale/mask/cast]* -> SOFTMAX -> [cast]* -> DOT and make it one kernel."""
     for i, node in enumerate(nodes):
-        if node.op is not Op.SOFTMAX:
+        if node.op is not Op.SOFTMAX or node.attrs.get(OWN_KERNEL):
             continue
         chain = [i]
         v = node.inputs[0]

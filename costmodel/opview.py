@@ -11,16 +11,21 @@ from math import prod
 from typing import Any
 
 from ..ir import DType, Node, Value
+from .experts import BALANCED, ExpertBalance
 
 __all__ = ["OpView"]
 
 
 class OpView:
-    __slots__ = ("node", "in_shapes", "out_shapes", "in_dtypes", "out_dtypes")
+    """``expert_balance`` is the analysis' assumed spread of routed rows over experts, the one input of a
+    rule that is not in the graph (a grouped GEMM reads only the experts some row reaches)."""
+
+    __slots__ = ("node", "in_shapes", "out_shapes", "in_dtypes", "out_dtypes", "expert_balance")
 
     def __init__(self, node: Node, in_shapes: Sequence[tuple[int, ...] | None],
-                 out_shapes: Sequence[tuple[int, ...]]) -> None:
+                 out_shapes: Sequence[tuple[int, ...]], expert_balance: ExpertBalance = BALANCED) -> None:
         self.node = node
+        self.expert_balance = expert_balance
         self.in_shapes = list(in_shapes)
         self.out_shapes = list(out_shapes)
         self.in_dtypes: list[DType | None] = [None if v is None else v.type.dtype for v in node.inputs]

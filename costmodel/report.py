@@ -7,14 +7,20 @@ report written today can be read by deployment tooling tomorrow without the grap
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, NamedTuple
+
+from .ceilings import Ceilings
+from .timeline import ScheduledKernel
 
 __all__ = ["OpRow", "Report", "Unmodeled", "Timing", "Bottleneck", "REPORT_FORMAT", "REPORT_VERSION"]
 
 REPORT_FORMAT = "narrowpipe.report"
-REPORT_VERSION = 1
+#: 2: a timed report carries its ``timeline`` (every launched kernel: device, stream, start, terms) and
+#: its target's roofline ``ceilings``, so traces, plots and pages can be drawn from the JSON alone.
+REPORT_VERSION = 3
 
 
 class Unmodeled(NamedTuple):
@@ -48,6 +54,7 @@ class OpRow:
     utilization: float | None = None
     unit: str | None = None
     kernel: str | None = None       # the fused kernel this node runs in (its anchor's name)
+    phase: str | None = None        # of a training step: forward, recompute, backward or optimizer
 
     @classmethod
     def from_fields(cls, shared: Mapping[str, Any], **own: Any) -> OpRow:
@@ -118,7 +125,12 @@ class Timing:
       overhead halved). The narrowest pipe has the largest value.
     * ``memory_required``: weights + peak activations; ``fits`` compares it with the capacity of
       ``devices`` devices (for dataflow chips, their fast memory).
-    * ``energy_j``: time x TDP x devices; ``cost_usd``: time x price per device-hour x devices.
+    * ``energy_j``: each kernel's time x its power by utilization (idle + compute and memory terms,
+      capped at TDP; costmodel/power.py) over ``devices``; ``cost_usd``: time x price per device-hour x devices.
+    * ``price_basis``: what kind of price that is: the target's basis (``backends.vocab.PRICE_BASES``;
+      the catalog's is hyperscaler on-demand), ``"given"`` when the caller set the price, ``"unstated"``
+      when a spec file's price names none, ``""`` when there is no price. Costs on different bases do
+      not rank fairly, so the verdict says when they differ.
     * ``items``: tokens (batch x seq) for sequence models, else samples (batch).
     """
 
@@ -149,6 +161,7 @@ class Timing:
     #: What the dominant contraction runs as on this chip: the model's dtype when the chip has its
     #: rate, else the fallback ("fp32 as 6x bf16", "fp4 as fp8"), so a comparison shows who ran what.
     precision: str = ""
+    price_basis: str = ""
 
     @property
     def items_per_joule(self) -> float | None:
@@ -187,12 +200,15 @@ class Report:
     peak_activation_bytes: int
     flops_by_group: dict[str, int]
     bytes_by_group: dict[str, int]
-    ops: list[OpRow]
+    ops: Sequence[OpRow]   # a list, or LazyRows (costmodel/lazy_rows.py): built on first read
     unmodeled: list[Unmodeled]
     target: str | None = None
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     timing: Timing | None = None
+    #: Filled on a target: every launched kernel of the predicted schedule, and the chip's roofs.
+    timeline: list[ScheduledKernel] = field(default_factory=list)
+    ceilings: Ceilings | None = None
 
     @property
     def time_s(self) -> float | None:
@@ -201,6 +217,27 @@ class Report:
     @property
     def mfu(self) -> float | None:
         return self.timing.mfu if self.timing else None
+
+    @property
+    def flops_by_phase(self) -> dict[str, int]:
+        """FLOPs per phase of a training step (``build_training_graph``), in the order they run;
+        empty for a graph without phases."""
+        return self._by_phase(lambda row: row.flops)
+
+    @property
+    def time_by_phase(self) -> dict[str, float]:
+        """Predicted seconds per phase on the target (each fused kernel counted in its anchor's phase)."""
+        if self.timing is None:
+            return {}
+        return self._by_phase(lambda row: row.time_s or 0.0)
+
+    def _by_phase(self, key: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for row in self.ops:
+            if row.phase is not None:
+                out[row.phase] = out.get(row.phase, 0) + key(row)
+        order = ("forward", "recompute", "backward", "optimizer")
+        return {p: out[p] for p in sorted(out, key=lambda p: (order.index(p) if p in order else len(order), p))}
 
     @property
     def modeled_flops(self) -> int:
@@ -222,10 +259,14 @@ class Report:
             },
             "flops_by_group": dict(self.flops_by_group),
             "bytes_by_group": dict(self.bytes_by_group),
+            **({"flops_by_phase": phases, "time_by_phase": self.time_by_phase} if (phases := self.flops_by_phase)
+               else {}),
             "unmodeled": [{"op": u.op, "count": u.count} for u in self.unmodeled],
             "notes": list(self.notes),
             "extra": self.extra,
             "timing": self.timing.to_dict() if self.timing else None,
+            "ceilings": self.ceilings.to_dict() if self.ceilings else None,
+            "timeline": [k.to_dict() for k in self.timeline],
             "ops": [row.to_dict() for row in self.ops],
         }
 
@@ -247,7 +288,18 @@ class Report:
                    flops_by_group=dict(data["flops_by_group"]), bytes_by_group=dict(data["bytes_by_group"]),
                    ops=rows, unmodeled=[Unmodeled(u["op"], u["count"]) for u in data["unmodeled"]],
                    target=data.get("target"), notes=list(data.get("notes", [])),
-                   extra=dict(data.get("extra", {})), timing=_timing_from(data.get("timing")))
+                   extra=dict(data.get("extra", {})), timing=_timing_from(data.get("timing")),
+                   timeline=[ScheduledKernel.from_dict(k) for k in data.get("timeline", [])],
+                   ceilings=Ceilings.from_dict(data["ceilings"]) if data.get("ceilings") else None)
+
+    def plot_roofline(self, path: str | Path | None = None, *, top: int | None = None) -> Any:
+        """The roofline of this timed report (every kernel a point on its target's ceilings), written
+        to ``path`` (.png or .svg) when given; returns the matplotlib figure. Needs matplotlib.
+
+        A convenience over :func:`narrowpipe.render.roofline.plot_roofline`, imported here lazily:
+        results do not depend on their renderers."""
+        from ..render.roofline import plot_roofline
+        return plot_roofline(self, path, top=top)
 
 
 def _timing_from(data: Mapping[str, Any] | None) -> Timing | None:

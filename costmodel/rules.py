@@ -21,14 +21,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import ceil, log2, prod
 
-from ..ir import GROUP, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
+from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
 from .cost import ZERO, Cost
+from .experts import active_experts, expert_rows
 from .opview import OpView
+from .rules_vision import VISION_RULES, _traffic
 
-__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "Rule"]
+__all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "NORM_GRAD_FLOPS_PER_ELEMENT", "Rule"]
 
 Rule = Callable[[OpView], Cost]
 RULES: dict[Op, Rule] = {}
+
 
 
 def _rule(*ops: Op) -> Callable[[Rule], Rule]:
@@ -37,10 +40,6 @@ def _rule(*ops: Op) -> Callable[[Rule], Rule]:
             RULES[op] = fn
         return fn
     return deco
-
-
-def _traffic(v: OpView, flops: int = 0, transcendentals: int = 0) -> Cost:
-    return Cost(flops, transcendentals, v.all_in_bytes(), v.all_out_bytes())
 
 
 def rule_for(op: Op) -> Rule | None:
@@ -59,6 +58,22 @@ def dot(v: OpView) -> Cost:
     lhs = v.shape(0)
     k = prod(lhs[d] for d in v.attrs["lhs_contract"])
     return _traffic(v, 2 * v.out_numel() * k)
+
+
+@_rule(Op.GROUPED_DOT)
+def grouped_dot(v: OpView) -> Cost:
+    """A grouped GEMM (MoE experts): each of the S rows through its group's K x N matrix, 2 x S x K x N
+    FLOPs whatever the split; reads the rows, the offsets and only the groups some row reaches
+    (:func:`.experts.expert_rows` under the analysis' expert balance), writes [S, N]."""
+    rows, k = v.shape(0)
+    w = v.shape(1)
+    n = w[3 - int(v.attrs["rhs_contract"])]
+    split = expert_rows(rows, w[0], v.attrs.get("top_k"), v.expert_balance)
+    wdt = v.in_dtypes[1]
+    assert wdt is not None
+    read = v.in_bytes(0) + active_experts(split) * wdt.nbytes(prod(w[1:]))
+    read += sum(v.in_bytes(i) for i in range(2, len(v.in_shapes)) if v.has_input(i))
+    return Cost(2 * rows * k * n, 0, read, v.all_out_bytes())
 
 
 @_rule(Op.CONV)
@@ -155,8 +170,31 @@ NORM_FLOPS_PER_ELEMENT: dict[Op, int] = {
 }
 
 
+#: FLOPs per element of a normalization's backward kernel (``role="grad"``: inputs dy, then x or
+#: the output), per gradient it writes (attr ``grads``). Norms: recompute x_hat (2; RMS 1), g = dy*w
+#: (1), the row sums of g and g*x_hat (3; RMS 2), dx = rstd*(g - mean(g) - x_hat*mean(g*x_hat)) (4;
+#: RMS 3); dweight = sum of dy*x_hat (2), dbias = sum of dy (1). Softmax: dy*y, row sum, subtract,
+#: multiply (4); log-softmax: row sum of dy, y*sum, subtract (3, +1 exp). Statistics are saved by the
+#: forward, so no rsqrt is recomputed.
+NORM_GRAD_FLOPS_PER_ELEMENT: dict[Op, int] = {
+    Op.SOFTMAX: 4, Op.LOG_SOFTMAX: 3, Op.LAYER_NORM: 10, Op.RMS_NORM: 7, Op.BATCH_NORM: 10,
+    Op.GROUP_NORM: 10, Op.INSTANCE_NORM: 10}
+_PARAM_GRAD_FLOPS_PER_ELEMENT = {"weight": 2, "bias": 1}
+
+
+def _normalization_grad(v: OpView) -> Cost:
+    n = v.numel(0)
+    op = v.node.op
+    grads = v.attrs.get("grads", ("input",))
+    flops = n * (NORM_GRAD_FLOPS_PER_ELEMENT.get(op, NORM_FLOPS_PER_ELEMENT[op]) if "input" in grads else 0)
+    flops += n * sum(_PARAM_GRAD_FLOPS_PER_ELEMENT.get(g, 0) for g in grads)
+    return _traffic(v, flops, n if op is Op.LOG_SOFTMAX else 0)
+
+
 @_rule(*NORM_FLOPS_PER_ELEMENT)
 def normalization(v: OpView) -> Cost:
+    if v.attrs.get("role") == "grad":
+        return _normalization_grad(v)
     n = v.numel(0)
     op = v.node.op
     per = NORM_FLOPS_PER_ELEMENT[op]
@@ -202,8 +240,19 @@ def view(v: OpView) -> Cost:
 @_rule(Op.PERMUTE, Op.COPY, Op.CONCAT, Op.SPLIT, Op.PAD, Op.TILE, Op.FLIP, Op.ROLL, Op.TRIANGULAR,
        Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH)
 def copy(v: OpView) -> Cost:
-    """Materializing data movement: read the inputs, write the outputs, no arithmetic."""
+    """Materializing data movement: read the inputs, write the outputs, no arithmetic.
+
+    A concat marked ``in_place`` (a KV cache append in a serving runtime: the new rows are written
+    into the cache's preallocated storage) moves only the operands other than the one it updates."""
+    if v.node.op is Op.CONCAT and IN_PLACE in v.attrs:
+        moved = _bytes_except(v, int(v.attrs[IN_PLACE]))
+        return Cost(0, 0, moved, moved)
     return _traffic(v)
+
+
+def _bytes_except(v: OpView, keep: int) -> int:
+    """Bytes of every operand but ``keep`` (the storage an in-place op updates)."""
+    return sum(v.in_bytes(i) for i in range(len(v.in_shapes)) if i != keep and v.has_input(i))
 
 
 @_rule(Op.GATHER, Op.GATHER_ELEMENTS, Op.GATHER_ND)
@@ -216,9 +265,16 @@ def gather(v: OpView) -> Cost:
 
 @_rule(Op.SCATTER, Op.SCATTER_ELEMENTS, Op.SCATTER_ND, Op.INDEX_PUT)
 def scatter(v: OpView) -> Cost:
-    """Out-of-place scatter: copy the data, read indices and updates; a reduce adds 1 FLOP per update."""
-    updates = v.numel(len(v.in_shapes) - 1) if v.in_shapes and v.in_shapes[-1] is not None else 0
+    """Out-of-place scatter: copy the data, read indices and updates; a reduce adds 1 FLOP per update.
+
+    Marked ``in_place`` (a static KV cache's ``index_copy_``), the data is updated where it lies:
+    indices and updates are read and only the updated elements are written."""
+    last = len(v.in_shapes) - 1
+    updates = v.numel(last) if v.in_shapes and v.in_shapes[-1] is not None else 0
     flops = updates if v.attrs.get("reduce") not in (None, "none", "") else 0
+    if IN_PLACE in v.attrs:
+        read = _bytes_except(v, int(v.attrs[IN_PLACE]))
+        return Cost(flops, 0, read, v.in_bytes(last) if updates else 0)
     return _traffic(v, flops)
 
 
@@ -309,48 +365,5 @@ def nonzero(v: OpView) -> Cost:
     return _traffic(v, v.numel(0))
 
 
-@_rule(Op.POOL)
-def pool(v: OpView) -> Cost:
-    """Max/average pooling: one FLOP per window element per output element."""
-    window = prod(v.attrs.get("kernel", ()) or (1,))
-    if v.attrs.get("global_pool"):
-        return _traffic(v, v.numel(0))
-    return _traffic(v, v.out_numel() * window)
-
-
-_RESIZE_TAPS = {"nearest": 0, "linear": 2, "bilinear": 2, "cubic": 4, "bicubic": 4}
-
-
-@_rule(Op.RESIZE)
-def resize(v: OpView) -> Cost:
-    """Interpolation: per output element, 2 FLOPs per tap in each resized dim (nearest: none)."""
-    taps = _RESIZE_TAPS.get(str(v.attrs.get("mode", "nearest")), 2)
-    dims = int(v.attrs.get("spatial_dims", max(len(v.out_shapes[0]) - 2, 1)))
-    return _traffic(v, v.out_numel() * 2 * taps * dims if taps else 0)
-
-
-@_rule(Op.ROI_ALIGN)
-def roi_align(v: OpView) -> Cost:
-    """Bilinear samples: 4 taps x 2 FLOPs per sample, ``sampling_ratio``^2 samples per output."""
-    s = max(int(v.attrs.get("sampling_ratio", 2)), 1)
-    return _traffic(v, v.out_numel() * s * s * 8)
-
-
-@_rule(Op.NMS)
-def nms(v: OpView) -> Cost:
-    """Pairwise IoU over the boxes of each batch and class: about 10 FLOPs per pair."""
-    boxes = v.shape(0)
-    n = boxes[1] if len(boxes) > 1 else boxes[0]
-    batch = boxes[0] if len(boxes) > 1 else 1
-    classes = v.shape(1)[1] if v.has_input(1) and len(v.shape(1)) > 1 else 1
-    return _traffic(v, 10 * batch * classes * n * n)
-
-
-@_rule(Op.FFT)
-def fft(v: OpView) -> Cost:
-    """Cooley-Tukey: 5 N log2 N real FLOPs per transform of length N."""
-    shape = v.shape(0)
-    axis = int(v.attrs.get("axis", -1)) % max(len(shape), 1)
-    n = max(shape[axis], 2) if shape else 2
-    transforms = prod(shape) // n if shape else 1
-    return _traffic(v, int(5 * n * log2(n)) * transforms)
+# the vision and signal ops' rules live in rules_vision.py, in the same registry
+RULES.update(VISION_RULES)

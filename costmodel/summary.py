@@ -12,9 +12,10 @@ from ..backends import Target
 from ..ir import Op
 from .execution import BOUNDS, Program, Schedule
 from .execution.common import matrix_rate
-from .execution.gemm import dot_gemm
+from .execution.gemm import dot_gemm, grouped_gemm
 from .hotspots import hotspots
 from .interpreter import CostTable
+from .power import schedule_energy
 from .report import Timing
 
 __all__ = ["summarize", "bound_mix"]
@@ -35,6 +36,8 @@ def _dominant_dtype(table: CostTable) -> Any:
     for node, cost in table.costs.items():
         if node.op is Op.DOT and cost.flops > best:
             best, dtype = cost.flops, dot_gemm(table, node).dtype
+        elif node.op is Op.GROUPED_DOT and cost.flops > best:
+            best, dtype = cost.flops, grouped_gemm(table, node).dtype
         elif node.op in (Op.CONV, Op.ATTENTION) and cost.flops > best and node.inputs[0] is not None:
             best, dtype = cost.flops, node.inputs[0].type.dtype
     return dtype
@@ -43,16 +46,18 @@ def _dominant_dtype(table: CostTable) -> Any:
 def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_flops: int, items: int,
               item_unit: str, price: float | None, speedups: dict[str, float]) -> Timing:
     """The :class:`Timing` of ``schedule``: MFU against the dominant dtype's matrix peak over the
-    devices used, energy at TDP and money at the device-hour price for every device used."""
+    devices used, energy from the power model by utilization (costmodel/power.py) and money at the
+    device-hour price for every device used."""
     total, devices = schedule.total_s, schedule.devices
     dtype = _dominant_dtype(program.table)
     rate = matrix_rate(target, dtype, program.options) if dtype is not None else None
     peak = rate.flops_per_s if rate is not None else max(target.matrix_flops.values())
     precision = (rate.runs_as or rate.dtype) if rate is not None else ""
     mfu = modeled_flops / (total * peak * devices) if total > 0 else 0.0
-    energy = total * target.tdp * devices if target.tdp else None
+    energy = schedule_energy(program, schedule, target)
     price_h = price if price is not None else target.price_per_hour
     cost = total / 3600 * price_h * devices if price_h is not None else None
+    basis = "given" if price is not None else (target.price_basis or "unstated") if price_h is not None else ""
     return Timing(target=target.name, family=target.family, time_s=total, mfu=mfu, peak_flops=peak,
                   dtype=dtype.value if dtype is not None else "", precision=precision, bound_mix=bound_mix(schedule),
                   speedup_if_doubled=speedups, top=hotspots(program.kernels, schedule.times, total),
@@ -60,6 +65,6 @@ def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_f
                   memory_capacity=schedule.memory_capacity, fits=schedule.fits,
                   devices_needed=schedule.devices_needed, items=items, item_unit=item_unit,
                   throughput=items / total if total else 0.0, energy_j=energy, cost_usd=cost,
-                  price_per_hour=price_h, fusion=program.options.fusion or "",
+                  price_per_hour=price_h, price_basis=basis, fusion=program.options.fusion or "",
                   kernels=sum(1 for k in program.kernels if not k.is_free), notes=list(schedule.notes),
                   plan=schedule.to_dict())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +57,13 @@ class Sweep:
 
 
 def sweep(graph: Graph, targets: Iterable[str | Target], grid: Mapping[str, Sequence[int]],
-          **options: Any) -> Sweep:
-    """Compare ``graph`` on ``targets`` at every point of ``grid``; ``options`` as for ``compare``."""
+          *, progress: Callable[[str], None] | None = None, **options: Any) -> Sweep:
+    """Compare ``graph`` on ``targets`` at every point of ``grid``; ``options`` as for ``compare``.
+    ``progress`` is called after each point with its bindings (the CLI's progress bar)."""
     specs = list(targets)
-    points = [compare(graph, specs, dims=point, **options) for point in grid_points(grid)]
+    points = []
+    for point in grid_points(grid):
+        points.append(compare(graph, specs, dims=point, **options))
+        if progress is not None:
+            progress(", ".join(f"{k}={v}" for k, v in point.items()))
     return Sweep(graph.name, {k: list(v) for k, v in grid.items()}, points)

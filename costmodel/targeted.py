@@ -9,15 +9,18 @@ nodes get 0 s and the kernel's name), so the rows add up to the total. The steps
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from ..backends import Target, get_target
 from ..ir import DimRole, Graph
+from .ceilings import ceilings_of
 from .execution import DeviceGroup, Program, Schedule, TimingOptions
 from .hotspots import hotspots
 from .interpreter import CostTable
 from .report import OpRow, Report
 from .sensitivity import RESOURCE_DOUBLINGS, speedups_if_doubled
 from .summary import summarize
+from .timeline import timeline
 from .timing import fused_program, time_program
 
 __all__ = ["apply_target", "time_program", "RESOURCE_DOUBLINGS", "hotspots"]
@@ -44,10 +47,11 @@ def apply_target(report: Report, table: CostTable, target: Target | str, *, fusi
     items, unit = _items(table.graph, report.dims)
     timing = summarize(program, schedule, target, modeled_flops=report.modeled_flops, items=items,
                        item_unit=unit, price=price, speedups=speedups)
-    return dataclasses.replace(report, ops=_rows(report.ops, program, schedule), target=target.name, timing=timing)
+    return dataclasses.replace(report, ops=_rows(report.ops, program, schedule), target=target.name, timing=timing,
+                               timeline=timeline(program, schedule), ceilings=ceilings_of(target))
 
 
-def _rows(rows: list[OpRow], program: Program, schedule: Schedule) -> list[OpRow]:
+def _rows(rows: Sequence[OpRow], program: Program, schedule: Schedule) -> list[OpRow]:
     """Each row with its kernel's name, and its kernel's time on the kernel's anchor (0 elsewhere)."""
     by_node = {n.name: (k, t, n is k.anchor) for k, t in zip(program.kernels, schedule.times) for n in k.nodes}
     out: list[OpRow] = []

@@ -5,12 +5,17 @@ Targets that use different numbers of chips (a dataflow layout over 16 chips aga
 compared per chip for throughput (items/s per chip) and in total for money and energy (both
 already count every chip). Targets whose program does not fit are left out of every pick: a
 number for a model that cannot run is no answer.
+
+"Cheapest" is only fair when the prices compared are of one kind. The catalog's are all hyperscaler
+on-demand list prices (backends/vocab.py), but a chip no hyperscaler rents, a ``--price`` or a spec
+file can bring another kind, so the verdict groups the priced targets by ``price_basis`` and a
+renderer says so when there is more than one group.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .report import Report, Timing
 
@@ -34,6 +39,8 @@ class Verdict:
     most_per_joule: Pick | None
     per_chip: bool               # throughput compared per chip (targets use different chip counts)
     excluded: tuple[str, ...]    # targets left out because the program does not fit
+    #: price basis -> the runnable targets priced on it (more than one key: costs are on mixed bases)
+    price_bases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
         def pick(p: Pick | None) -> dict[str, object] | None:
@@ -41,7 +48,8 @@ class Verdict:
                                            "narrowest": p.narrowest}
         return {"fastest": pick(self.fastest), "cheapest": pick(self.cheapest),
                 "most_per_joule": pick(self.most_per_joule), "per_chip": self.per_chip,
-                "excluded": list(self.excluded)}
+                "excluded": list(self.excluded),
+                "price_bases": {basis: list(names) for basis, names in self.price_bases.items()}}
 
 
 def _best(timings: Sequence[Timing], value: Callable[[Timing], float | None], unit: str,
@@ -65,4 +73,9 @@ def verdict(reports: Sequence[Report]) -> Verdict:
         fastest = _best(runnable, lambda t: t.time_s, "s", lowest=True)
     cheapest = _best(runnable, lambda t: t.cost_per_million_items, f"$ per M {unit}", lowest=True)
     frugal = _best(runnable, lambda t: t.items_per_joule, f"{unit}/J", lowest=False)
-    return Verdict(fastest, cheapest, frugal, per_chip, excluded)
+    bases: dict[str, tuple[str, ...]] = {}
+    for t in runnable:
+        if t.cost_usd is not None:
+            basis = t.price_basis or "unstated"
+            bases[basis] = (*bases.get(basis, ()), t.target)
+    return Verdict(fastest, cheapest, frugal, per_chip, excluded, bases)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["from_torch", "load_pt2", "save_pt2", "export"]
+__all__ = ["from_torch", "load_pt2", "save_pt2", "export", "export_decode_step"]
 
 
 def from_torch(*args: Any, **kwargs: Any):  # noqa: ANN201 - see frontends.torch.frontend.from_torch
@@ -28,4 +28,9 @@ def save_pt2(*args: Any, **kwargs: Any):  # noqa: ANN201 - see frontends.torch.p
 
 def export(*args: Any, **kwargs: Any):  # noqa: ANN201 - see frontends.torch.frontend.export_module
     from .torch.frontend import export_module as impl
+    return impl(*args, **kwargs)
+
+
+def export_decode_step(*args: Any, **kwargs: Any):  # noqa: ANN201 - see frontends.torch.decode_export
+    from .torch.decode_export import export_decode_step as impl
     return impl(*args, **kwargs)

@@ -83,6 +83,9 @@ class Use(NamedTuple):
     index: int  # type: ignore[assignment]  # shadows tuple.index on purpose (python/mypy#4507)
 
 
+_new_use = tuple.__new__   # Use(node, i) without the NamedTuple's Python-level __new__ (hot)
+
+
 class Value:
     """An SSA value: a graph input, a weight, or the ``index``-th output of ``producer``.
 
@@ -197,15 +200,16 @@ class Graph:
         if not isinstance(op, Op):
             raise IRError(f"not a canonical op: {op!r}")
         node = Node(self.fresh_name(name or op.value), op, inputs, (), attrs, source)
-        names = list(out_names) if out_names is not None else []
+        names = out_names if out_names is None or isinstance(out_names, (list, tuple)) else list(out_names)
+        n_names = len(names) if names is not None else 0
         for i, t in enumerate(out_types):
-            base = names[i] if i < len(names) else (node.name if i == 0 else f"{node.name}.{i}")
+            base = names[i] if i < n_names else (node.name if i == 0 else f"{node.name}.{i}")  # type: ignore[index]
             node.outputs.append(Value(self.fresh_name(base), t, ValueKind.ACTIVATION, node, i))
         self.nodes.append(node)
         node.owner = self
-        for i, v in enumerate(node.inputs):
+        for i, v in enumerate(node._inputs):
             if v is not None:
-                v.uses.append(Use(node, i))
+                v.uses.append(_new_use(Use, (node, i)))
         self.version += 1
         return node
 

@@ -9,6 +9,13 @@ Attribute conventions (the verifier checks the ones marked required):
 * ``DOT`` (dot_general): ``lhs_contract``, ``rhs_contract`` (required), ``lhs_batch``,
   ``rhs_batch``; output dims are batch, then lhs free dims, then rhs free dims, in order. Batch
   dims broadcast (size 1 against n), as ``torch.matmul`` does.
+* ``GROUPED_DOT`` (a grouped GEMM, the experts of a mixture of experts): inputs ``x [S, K]`` (the routed
+  rows, sorted by group), ``w [G, K, N]`` (``rhs_contract=1``, required) or ``[G, N, K]``
+  (``rhs_contract=2``) and, optionally, ``offsets [G]`` (where each group's rows end: data, so only
+  its presence is known); output ``[S, N]``. Row ``r`` is multiplied by its group's matrix. How the
+  ``S`` rows split over the ``G`` groups is data too: the cost model takes it from the analysis'
+  expert balance (``costmodel/experts.py``). ``top_k`` (optional): the groups each token is routed
+  to, so ``S / top_k`` tokens and no group gets more rows than there are tokens.
 * ``CONV``: input ``[N, C, *spatial]``, weight ``[Cout, Cin/groups, *k]`` (transposed:
   ``[Cin, Cout/groups, *k]``); ``stride``, ``padding``, ``dilation``, ``groups``, ``transposed``.
 * ``ATTENTION``: inputs q, k, v (and an optional additive/boolean mask) in ``[B, H, S, D]``
@@ -21,6 +28,9 @@ Attribute conventions (the verifier checks the ones marked required):
   ``lookup_operands`` operands are tables the op reads by position (rotary cos/sin caches), not
   operands of the elementwise arithmetic.
 * Collectives: ``group_size`` (devices taking part), ``axis`` (mesh axis name), ``reduce``.
+* ``in_place`` (:data:`IN_PLACE`, on ``CONCAT`` and the scatter ops): the index of the operand the op
+  updates where it lies (torch's ``index_copy_``, a KV cache append into preallocated storage);
+  the output aliases it, and only the other operands are read and written.
 * ``UNKNOWN``: an op the frontend could not map; ``source_op`` names it. It is never costed as
   zero silently: reports list it as unmodeled.
 """
@@ -29,7 +39,10 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Op", "OpGroup", "GROUP", "VIEW_OPS", "TRANSCENDENTAL_OPS", "ops_in_group"]
+__all__ = ["Op", "OpGroup", "GROUP", "VIEW_OPS", "TRANSCENDENTAL_OPS", "ops_in_group", "IN_PLACE"]
+
+#: The attribute naming the operand a CONCAT or scatter updates in place (see the module doc).
+IN_PLACE = "in_place"
 
 
 class OpGroup(enum.Enum):
@@ -59,6 +72,7 @@ class Op(enum.Enum):
 
     # contraction / convolution / attention
     DOT = "dot"
+    GROUPED_DOT = "grouped_dot"
     CONV = "conv"
     ATTENTION = "attention"
     ATTENTION_BACKWARD = "attention_backward"
@@ -223,7 +237,7 @@ _ELEMENTWISE = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM, 
                 Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.AND, Op.OR, Op.XOR, Op.NOT, Op.BITWISE,
                 Op.ISNAN, Op.ISINF, Op.WHERE, Op.CAST, Op.QUANTIZE, Op.DEQUANTIZE)
 _GROUPS: dict[OpGroup, tuple[Op, ...]] = {
-    OpGroup.CONTRACTION: (Op.DOT,),
+    OpGroup.CONTRACTION: (Op.DOT, Op.GROUPED_DOT),
     OpGroup.CONVOLUTION: (Op.CONV,),
     OpGroup.ATTENTION: (Op.ATTENTION, Op.ATTENTION_BACKWARD),
     OpGroup.ELEMENTWISE: _ELEMENTWISE,

@@ -22,9 +22,10 @@ __all__ = ["type_problems", "may_equal", "REQUIRED_ATTRS"]
 #: Attributes a node of the op must carry; cost rules read them unconditionally.
 REQUIRED_ATTRS: dict[Op, tuple[str, ...]] = {
     Op.DOT: ("lhs_contract", "rhs_contract"),
+    Op.GROUPED_DOT: ("rhs_contract",),
     Op.CONV: ("stride", "padding", "dilation", "groups"),
 }
-_MIN_INPUTS: dict[Op, int] = {Op.DOT: 2, Op.CONV: 2, Op.ATTENTION: 3}
+_MIN_INPUTS: dict[Op, int] = {Op.DOT: 2, Op.GROUPED_DOT: 2, Op.CONV: 2, Op.ATTENTION: 3}
 #: Elementwise ops whose operands do not broadcast numpy-style: per-axis scales and zero points
 #: (``axis`` attr), and PReLU's per-channel slope (torch keeps it as ``[C]`` against ``[N, C, ...]``).
 _NOT_BROADCAST: frozenset[Op] = frozenset({Op.QUANTIZE, Op.DEQUANTIZE, Op.PRELU})
@@ -105,6 +106,34 @@ def _check_dot(node: Node) -> list[str]:
     if got is not None and _shape_mismatch(expected, got):
         out.append(f"output shape {format_shape(got)} is not batch+lhs free+rhs free "
                    f"{format_shape(expected)} of {format_shape(ls)} x {format_shape(rs)}")
+    return out
+
+
+def _check_grouped_dot(node: Node) -> list[str]:
+    """``x [S, K]`` times ``w [G, K, N]`` (or ``[G, N, K]``) by group gives ``[S, N]``; offsets ``[G]``."""
+    x, w = node.inputs[0], node.inputs[1]
+    assert x is not None and w is not None
+    rc = node.attrs["rhs_contract"]
+    if x.type.rank != 2 or w.type.rank != 3:
+        return [f"grouped_dot needs rows [S, K] and weights [G, K, N], got ranks {x.type.rank} and {w.type.rank}"]
+    if rc not in (1, 2):
+        return [f"rhs_contract must be 1 or 2, got {rc!r}"]
+    out: list[str] = []
+    xs, ws = x.shape, w.shape
+    if not may_equal(xs[1], ws[rc]):
+        out.append(f"contracting dims differ: rows have {xs[1]}, weights dim {rc} is {ws[rc]}")
+    offsets = node.inputs[2] if len(node.inputs) > 2 else None
+    if offsets is not None and (offsets.type.rank != 1 or not may_equal(offsets.shape[0], ws[0])):
+        out.append(f"offsets {format_shape(offsets.shape)} should be one per group [{ws[0]}]")
+    top_k = node.attrs.get("top_k")
+    bad_k = not isinstance(top_k, int) or top_k <= 0 or (isinstance(ws[0], int) and top_k > ws[0])
+    if top_k is not None and bad_k:
+        out.append(f"top_k {top_k!r} must be in 1..groups ({ws[0]})")
+    expected = (xs[0], ws[3 - rc])
+    got = node.outputs[0].shape if node.outputs else None
+    if got is not None and _shape_mismatch(expected, got):
+        out.append(f"output shape {format_shape(got)} is not [rows, N] {format_shape(expected)} of "
+                   f"{format_shape(xs)} x {format_shape(ws)}")
     return out
 
 
@@ -191,7 +220,7 @@ def _check_same_shape(node: Node) -> list[str]:
 
 
 _CHECKS: dict[Op, Callable[[Node], list[str]]] = {
-    Op.DOT: _check_dot, Op.ATTENTION: _check_attention,
+    Op.DOT: _check_dot, Op.GROUPED_DOT: _check_grouped_dot, Op.ATTENTION: _check_attention,
     **{op: _check_same_shape for op in (Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM, Op.RMS_NORM,
                                         Op.GROUP_NORM, Op.INSTANCE_NORM)},
 }

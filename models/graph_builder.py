@@ -26,6 +26,8 @@ class GraphBuilder:
         self.graph = graph
         self.dtype = dtype
         self._scope: list[str] = []
+        #: values built once and read by every layer (an eager attention's causal mask)
+        self.shared: dict[str, Value] = {}
 
     # -- scopes -----------------------------------------------------------------------------------
     @property

@@ -1,4 +1,7 @@
-"""Rendering of results for people (tables now; plots, traces and plan files later).
+"""Rendering of results for people: rich tables (imported here), and, imported where used because
+they pull in matplotlib or are only needed on request, roofline plots (:mod:`.roofline`), Chrome /
+Perfetto traces (:mod:`.trace`), the self-contained HTML page (:mod:`.html`) and terminal progress
+(:mod:`.progress`). Plan files for deployment tools come with the planner.
 
 Everything here reads only result types (:class:`~narrowpipe.costmodel.report.Report` and friends).
 """

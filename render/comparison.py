@@ -185,6 +185,11 @@ def print_comparison(c: Comparison, console: Console | None = None) -> None:
     console.print(Group(*parts))  # type: ignore[arg-type]
 
 
+#: How the verdict names each price basis (backends/vocab.py PRICE_BASES, and Timing.price_basis).
+_BASIS_WORDS = {"hyperscaler-on-demand": "hyperscaler on-demand list", "other-on-demand": "other on-demand list",
+                "given": "given (--price)", "unstated": "basis unstated"}
+
+
 def verdict_text(c: Comparison) -> Text:
     """One line: the fastest, cheapest and most frugal target, each with its narrowest pipe."""
     v = verdict(c.reports)
@@ -207,6 +212,9 @@ def verdict_text(c: Comparison) -> Text:
         out.append(("; " if i else "") + f"{label} {p.target} ({how}, {p.narrowest}-bound)")
     if v.cheapest is None:
         out.append("; no price for any target that fits (--price NAME=USD_PER_HOUR)", style="dim")
+    elif len(v.price_bases) > 1:
+        mixed = "; ".join(f"{_BASIS_WORDS.get(b, b)}: {', '.join(names)}" for b, names in v.price_bases.items())
+        out.append(f"; prices are not on one basis, so cheapest is not like for like ({mixed})", style="yellow")
     if v.excluded:
         out.append(f"; does not fit: {', '.join(v.excluded)}", style="yellow")
     return out

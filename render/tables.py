@@ -120,6 +120,9 @@ def print_report(r: Report, console: Console | None = None, *, top: int | None =
     if r.timing is not None:
         from .comparison import timing_summary
         parts.append(timing_summary(r))
+    if r.flops_by_phase:
+        from .training import phase_table
+        parts.append(phase_table(r))
     parts += [op_type_table(r), node_table(r, top, console)]
     if r.unmodeled:
         parts.append(unmodeled_table(r))

@@ -56,3 +56,22 @@ def test_analyze_drops_columns_rather_than_folding_them_in_a_narrow_terminal(mon
     assert main(["analyze", "llama-3-8b", "--target", "h100", "--set", "seq=16"]) == 0
     wide = capsys.readouterr().out
     assert "narrow terminal" not in wide and "┃ source" in wide and "lm_head" in wide
+
+
+def test_expert_balance_flag_changes_moe_bytes_and_says_so(tmp_path, capsys):
+    """Mixtral 8x7B's config at batch 8 decode: zipf:2 routing reaches 5 experts per layer, not 8."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+                                  "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                  "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2}))
+    reports = {}
+    for balance in ("balanced", "zipf:2"):
+        out = tmp_path / f"{balance}.json"
+        assert main(["analyze", str(config), "--set", "batch=8", "--set", "seq=1", "--expert-balance", balance,
+                     "--json", str(out)]) == 0
+        reports[balance] = json.loads(out.read_text())
+    assert "5 of 8 experts read" in capsys.readouterr().out
+    expert = 3 * 4096 * 14336 * 2
+    assert reports["balanced"]["totals"]["bytes"] - reports["zipf:2"]["totals"]["bytes"] == 32 * 3 * expert
+    assert main(["analyze", str(config), "--expert-balance", "zipf"]) == 2
+    assert "expert balance 'zipf'" in capsys.readouterr().err

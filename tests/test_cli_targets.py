@@ -102,3 +102,9 @@ def test_targets_show_spells_fields_as_the_file_and_resolves_sources(capsys):
     legend = out[out.index("sources:"):]
     assert "NV-H100:" in legend and "nvidia.com/en-us/data-center/h100" in legend
     assert [n for n, f in narrowpipe.targets() if f == "dataflow"]
+
+
+def test_targets_listing_marks_a_price_on_another_basis(capsys):
+    assert main(["targets"]) == 0
+    rows = {line.split()[0]: line.split()[-1] for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert rows["h100-sxm"] == "6.88" and rows["h100-pcie"] == "3.29*" and rows["groq-lpu"] == "-"

@@ -23,7 +23,7 @@ from ..timing import time_program
 
 __all__ = ["Costed", "Coster"]
 
-_HEAVY = frozenset({Op.DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
+_HEAVY = frozenset({Op.DOT, Op.GROUPED_DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,12 @@ an all-reduce moves 2(n-1)/n of the buffer through every device, an all-gather o
   receives the result once, concurrently: size / bw, two steps.
 * torus: a bidirectional ring per mesh axis the group spans, all spanned axes busy at once (the
   buffer split into one part per axis, each part visiting the axes in a rotated order), so the
-  transfer runs on both links of every spanned axis.
+  transfer runs on both links of every spanned axis. With wraparound links each shard travels both
+  ways at once and reaches the farthest chip of an axis of ``k`` in ``k // 2`` hops; a mesh (a slice
+  smaller than a full cube has no wraparound, SB-TPU "How to Think About TPUs") needs ``k - 1`` hops
+  and its busiest link carries the whole ``(k-1)/k`` of the buffer one way, so the transfer runs at
+  one link per axis, half a torus's rate (SB-TPU: "typically doubles the time of most
+  communication").
 * hierarchical: reduce-scatter inside each scale-up domain, the inter-domain collective on the
   1/local shard over the scale-out network, all-gather inside again (NCCL's and XLA's two-level
   all-reduce).
@@ -27,7 +32,8 @@ from math import ceil, log2, prod
 
 from ...ir import Op
 
-__all__ = ["AlgoTime", "ring", "tree", "in_network", "torus", "torus_bandwidth", "hierarchical", "bus_factor"]
+__all__ = ["AlgoTime", "ring", "tree", "in_network", "torus", "torus_bandwidth", "axis_hops", "hierarchical",
+           "bus_factor"]
 
 
 @dataclass(frozen=True)
@@ -96,30 +102,58 @@ def in_network(op: Op, size: float, n: int, bw: float, alpha: float,
     return _time("in-network", 2, alpha, size, bw)
 
 
-def torus_bandwidth(axes: tuple[int, ...], link_bw: float) -> float:
+def torus_bandwidth(axes: tuple[int, ...], link_bw: float, wrap: bool = True) -> float:
     """Per-device bandwidth of rings over ``axes`` all busy at once: both links (directions) of
-    every axis longer than one device."""
-    return 2 * link_bw * max(sum(1 for k in axes if k > 1), 1)
+    every axis longer than one device on a torus; on a mesh (no wraparound) one link's worth per
+    axis, the busiest link of a line carrying the whole share one way."""
+    per_axis = 2 * link_bw if wrap else link_bw
+    return per_axis * max(sum(1 for k in axes if k > 1), 1)
 
 
-def torus(op: Op, size: float, axes: tuple[int, ...], link_bw: float, alpha: float) -> AlgoTime:
+def axis_hops(k: int, wrap: bool = True) -> int:
+    """Hops for a shard to reach every chip of an axis of ``k``: ``k // 2`` on a ring with
+    wraparound (each shard sent both ways at once; SB-TPU sharding.md: a bidirectional AllGather
+    takes |X|/2 hops, 2 on a TPU v4 axis of 4), ``k - 1`` along a line without it."""
+    return k // 2 if wrap else k - 1
+
+
+def torus(op: Op, size: float, axes: tuple[int, ...], link_bw: float, alpha: float,
+          wrap: bool = True) -> AlgoTime:
     """Bidirectional rings along every axis the group spans, all axes busy at once: the buffer is
     cut into one part per axis and each part visits the axes in a rotated order (a reduce-scatter
     leaves 1/k of a part for the next axis, an all-gather grows it back), so every link of the
     spanned axes carries traffic the whole time. The transfer term is the bus volume over the
-    ``2 x len(axes)`` links (both directions of each axis); the latency term walks the axes one
-    after the other. On a whole pod this is the pod's published all-reduce bandwidth per chip
-    (TPU v4: 6 links x 45 GB/s = 270 GB/s, 1.1 PB/s over 4,096 chips; v5e: 200 GB/s, 51.2 TB/s
-    over 256)."""
+    spanned axes' links (:func:`torus_bandwidth`); the latency term walks the axes one after the
+    other, :func:`axis_hops` each (twice for an all-reduce: a reduce-scatter and an all-gather).
+    ``wrap`` False is a mesh: no wraparound links. On a whole pod this is the pod's published
+    all-reduce bandwidth per chip (TPU v4: 6 links x 45 GB/s = 270 GB/s, 1.1 PB/s over 4,096 chips;
+    v5e: 200 GB/s, 51.2 TB/s over 256)."""
     axes = tuple(k for k in axes if k > 1)
     n = prod(axes) if axes else 1
     if n <= 1:
-        return AlgoTime("torus", 0.0, 0.0, 0.0)
-    bw = torus_bandwidth(axes, link_bw)
+        return AlgoTime("torus" if wrap else "mesh", 0.0, 0.0, 0.0)
+    if op is Op.ALL_TO_ALL:
+        return _torus_all_to_all(size, axes, link_bw, alpha, wrap)
     if op not in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER):
-        return ring(op, size, n, bw, alpha)
-    steps = sum(_steps(op, k) for k in axes)
-    return _time("torus", steps, alpha, bus_factor(op, n) * size, bw)
+        return ring(op, size, n, torus_bandwidth(axes, link_bw, wrap), alpha)
+    phases = 2 if op is Op.ALL_REDUCE else 1
+    steps = phases * sum(axis_hops(k, wrap) for k in axes)
+    return _time("torus" if wrap else "mesh", steps, alpha, bus_factor(op, n) * size,
+                 torus_bandwidth(axes, link_bw, wrap))
+
+
+def _torus_all_to_all(size: float, axes: tuple[int, ...], link_bw: float, alpha: float,
+                      wrap: bool = True) -> AlgoTime:
+    """Dimension-ordered all-to-all: one exchange per axis, in turn, each :func:`axis_hops` long (6
+    on a 4x4x4 cube with wraparound, not the 63 steps of one ring over every device). Each device's
+    buffer keeps its size; along an axis of ``k`` a device sends (k-1)/k of it, and the k/2
+    devices on each side of the axis's bisection send it k/2 x k/2 x 1/k = k/4 buffers each way:
+    the transfer is the larger of the two over the links the axis has per direction (two cuts of a
+    ring, one of a line)."""
+    per_dir = 2 * link_bw if wrap else link_bw
+    steps = sum(axis_hops(k, wrap) for k in axes)
+    beta = sum(max((k - 1) / k, k / 4) * size / per_dir for k in axes)
+    return AlgoTime("torus" if wrap else "mesh", steps * alpha + beta, steps * alpha, beta)
 
 
 def hierarchical(op: Op, size: float, local: int, nodes: int, local_bw: float, local_alpha: float,

@@ -11,9 +11,11 @@ import bisect
 import math
 from dataclasses import dataclass, replace
 from math import ceil
+from typing import Any
 
 from ...backends import Target
 from ...backends.defaults import (
+    DEQUANT_OPS_PER_WEIGHT,
     FP32_EMULATION_PASSES,
     FP32_REDUCED_EMULATION_PASSES,
     MIN_MATMUL_EFFICIENCY,
@@ -25,7 +27,7 @@ from ...ir import DType
 
 __all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_rate", "memory_time",
            "matmul_efficiency", "roofline", "interpolate", "COMPUTE", "MEMORY", "INTERCONNECT", "OVERHEAD",
-           "BOUNDS", "TimingOptions", "ZERO_TIME", "bound_of", "with_hop", "causal_fraction"]
+           "BOUNDS", "TimingOptions", "ZERO_TIME", "bound_of", "with_hop", "causal_fraction", "dequant_time"]
 
 COMPUTE, MEMORY, INTERCONNECT, OVERHEAD = "compute", "memory", "interconnect", "overhead"
 BOUNDS = (COMPUTE, MEMORY, INTERCONNECT, OVERHEAD)
@@ -47,6 +49,9 @@ class TimingOptions:
     #: A whole model run eagerly pays the host's per-op glue (a CPU's ``eager_op_overhead``) beside
     #: each op's dispatch; a bare op timed alone in a loop does not (``False``).
     eager_overhead: bool = True
+    #: The network collectives run on (an ``execution.collectives.Topology``, e.g. a system's with its
+    #: measured bus bandwidths); None: the chip's own scale-up and scale-out fields.
+    topology: Any = None
 
 
 @dataclass(frozen=True)
@@ -222,3 +227,13 @@ def roofline(compute_s: float, memory_s: float, comm_s: float, overhead_s: float
         util = 0.0
     return KernelTime(time_s, compute_s, memory_s, comm_s, overhead_s, bound, unit, min(util, 1.0),
                       executed_flops or flops, note)
+
+
+def dequant_time(target: Target, dtype: DType, weights: float, passes: int) -> float:
+    """Seconds to dequantize ``weights`` weight elements ``passes`` times (once per tile of output
+    rows that loads them) on the vector units, :data:`DEQUANT_OPS_PER_WEIGHT` operations each: the
+    cost a weight-only quantized matmul (int4/fp4/int8/fp8 weights, 16-bit activations) pays to
+    feed its matrix units. Kernels overlap it with the matrix work, so callers take the larger."""
+    if weights <= 0 or passes <= 0:
+        return 0.0
+    return DEQUANT_OPS_PER_WEIGHT * weights * passes / vector_rate(target, dtype).flops_per_s

@@ -73,6 +73,9 @@ class CpuModel(SequentialModel):
                 and target.vector_op_flops.get("conv_depthwise"):
             # a depthwise layer runs at its measured rate (input elements/s), not the GEMM curve
             return self.vector(kernel, program, target)
+        if g.group_rows:   # eager grouped GEMM: one GEMM per reached expert, each at its own efficiency
+            parts = [(2 * r * g.n * g.k, min(r, g.n)) for r in g.group_rows]
+            return self._contraction(kernel, g.dtype, None, program, target, parts)
         return self._contraction(kernel, g.dtype, min(g.m, g.n), program, target)
 
     def attention(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
@@ -80,14 +83,18 @@ class CpuModel(SequentialModel):
         return self._contraction(kernel, q.type.dtype if q is not None else DType.FP32, None, program, target)
 
     def _contraction(self, kernel: Kernel, dtype: DType, min_mn: int | None, program: Program,
-                     target: CpuTarget) -> KernelTime:
+                     target: CpuTarget, parts: list[tuple[int, int]] | None = None) -> KernelTime:
         """FLOPs at the matrix rate and the GEMM (or direct-convolution) efficiency, plus
-        transcendentals, against traffic from DRAM or the LLC."""
+        transcendentals, against traffic from DRAM or the LLC. ``parts`` (FLOPs, smaller side) splits
+        a grouped GEMM into its experts' GEMMs."""
         rate = self.matmul_rate(target, dtype, program.options)
-        eff = matmul_efficiency(target, kernel.cost.flops, min_mn)
-        if kernel.kind == "conv" and target.conv_curve:
-            eff = self.conv_efficiency(kernel, program.table, target)
-        compute = kernel.cost.flops / (rate.flops_per_s * eff)
+        if parts:
+            compute = sum(f / (rate.flops_per_s * matmul_efficiency(target, f, mn)) for f, mn in parts)
+        else:
+            eff = matmul_efficiency(target, kernel.cost.flops, min_mn)
+            if kernel.kind == "conv" and target.conv_curve:
+                eff = self.conv_efficiency(kernel, program.table, target)
+            compute = kernel.cost.flops / (rate.flops_per_s * eff)
         compute += transcendental_time(kernel, program.table, target)
         bw = self.bandwidth(target, kernel.cost.bytes)
         mem = memory_time(target, kernel.cost.bytes, bw)

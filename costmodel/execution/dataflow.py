@@ -12,6 +12,8 @@
   bytes over the chip-to-chip bandwidth) at every chip boundary; with ``m`` independent inputs (the
   sequences of the batch, or the tokens of a causal LM) streaming through, the run takes
   latency / m + (m - 1) / m x the slowest stage.
+* A tiered chip (weights in HBM behind the SRAM: SambaNova) can also split every block over the
+  node's chips, tensor parallel (:mod:`.dataflow_tp`); the fastest layout wins.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from .common import (
     vector_rate,
     with_hop,
 )
-from .gemm import Gemm, attention_shape
+from .dataflow_tp import is_tiered, tensor_parallel_schedule
+from .gemm import Gemm, attention_shape, grouped_gemm
 from .program import DeviceGroup, Program, Schedule
+from .residual import residual_adds
 from .routing import kernel_time
 
 __all__ = ["DataflowModel", "Layout"]
@@ -68,7 +72,15 @@ def _microbatches(table: CostTable) -> int:
 
 
 def _weight_bytes(kernel: Kernel, table: CostTable) -> int:
-    return values_bytes(table, {v: None for v in kernel.inputs if v.kind.is_weight})
+    """The weights a streaming kernel pulls from the external tier: a grouped GEMM pulls only the
+    experts some row reaches (under the analysis' expert balance), as its cost rule reads them."""
+    weights = {v: None for v in kernel.inputs if v.kind.is_weight}
+    anchor = kernel.anchor
+    experts = anchor.inputs[1] if anchor.op is Op.GROUPED_DOT and len(anchor.inputs) > 1 else None
+    if experts is not None and experts in weights:
+        del weights[experts]
+        return values_bytes(table, weights) + grouped_gemm(table, anchor).b_bytes
+    return values_bytes(table, weights)
 
 
 def _footprints(kernels: list[Kernel], table: CostTable) -> list[int]:
@@ -176,11 +188,16 @@ class DataflowModel:
         target = devices.target
         assert isinstance(target, DataflowTarget)
         limit = devices.count or target.max_chips
-        runs = [(layout, self._run(layout, program, target)) for layout in self.layouts(program, target, limit)]
+        runs: list[tuple[str, Schedule]] = [
+            ("streaming weights into 1 chip" if layout.streaming else f"spreading over {layout.chips} chips",
+             self._run(layout, program, target)) for layout in self.layouts(program, target, limit)]
+        if is_tiered(target) and limit and limit > 1 and residual_adds(program.table.graph):
+            # only where the blocks (and so the all-reduces) are found: a convnet's split is not modelled
+            runs.append((f"tensor parallel over {limit} chips",
+                         tensor_parallel_schedule(program, target, limit, _Units(False), True, [])))
         best = min((run for _, run in runs), key=lambda r: r.total_s)
-        for layout, run in runs:
+        for where, run in runs:
             if run is not best:
-                where = "streaming weights into 1 chip" if layout.streaming else f"spreading over {layout.chips} chips"
                 best.notes.append(f"{where} would take {run.total_s * 1e3:.4g} ms")
         if program.unmodeled_nodes:
             best.notes.append(f"{program.unmodeled_nodes} unmodeled node(s) are not timed")

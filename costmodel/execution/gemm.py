@@ -2,7 +2,10 @@
 
 Matmuls map directly from dot_general dims; convolutions as implicit GEMMs (M = output positions,
 N = output channels per group, K = input channels per group x kernel, batch = groups); attention as
-its two matmuls (QK^T and PV) per (batch x head).
+its two matmuls (QK^T and PV) per (batch x head); a grouped GEMM (MoE experts) as one problem of
+``M = rows`` whose rows split over the experts as the analysis' expert balance says
+(``group_rows``: each reached expert's rows, hottest first), so each family can pad and queue every
+expert's share as its grouped kernels do.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from dataclasses import dataclass
 from math import prod
 
 from ...ir import DType, Node, Op, attention_dims, attention_operands, is_causal
+from ..experts import expert_rows
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import value_bytes
 
-__all__ = ["Gemm", "kernel_gemms", "attention_shape", "AttentionShape", "is_depthwise"]
+__all__ = ["Gemm", "kernel_gemms", "grouped_gemm", "attention_shape", "AttentionShape", "is_depthwise"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,10 @@ class Gemm:
     b_bytes: int
     c_bytes: int
     flops: int                 # the node's FLOPs, from its cost rule (rules.py holds the formula)
+    group_rows: tuple[int, ...] = ()   # a grouped GEMM: the M rows of each expert some row reaches
+    #: The rhs (weight) operand's type when it is narrower than the compute type: a weight-only
+    #: quantized matmul, whose kernel dequantizes the weights before the matrix units use them.
+    narrow_rhs: DType | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,11 @@ class AttentionShape:
     dv: int
     causal: bool
     dtype: DType
+    #: Query heads sharing one K/V head (grouped-query / multi-query attention read K/V once per KV
+    #: head): decode kernels stack a group's query rows against the shared K/V (FlashDecoding's and
+    #: FlashInfer's head-group packing, TPU ragged paged attention), so ``sq * group`` rows meet
+    #: each K/V tile. 1 for multi-head attention and eager patterns.
+    group: int = 1
 
 
 def _wider(a: DType, b: DType) -> DType:
@@ -64,8 +77,22 @@ def dot_gemm(table: CostTable, node: Node) -> Gemm:
     m = prod(d for i, d in enumerate(ls) if i not in lc and i not in lb)
     n = prod(d for i, d in enumerate(rs) if i not in rc and i not in rb)
     out = node.outputs[0]
-    return Gemm(batch, m, n, k, _wider(lhs.type.dtype, rhs.type.dtype), value_bytes(table, lhs),
-                value_bytes(table, rhs), value_bytes(table, out), table.costs[node].flops)
+    wide = _wider(lhs.type.dtype, rhs.type.dtype)
+    narrow = rhs.type.dtype if rhs.type.dtype.bits < wide.bits else None
+    return Gemm(batch, m, n, k, wide, value_bytes(table, lhs), value_bytes(table, rhs), value_bytes(table, out),
+                table.costs[node].flops, narrow_rhs=narrow)
+
+
+def grouped_gemm(table: CostTable, node: Node) -> Gemm:
+    """A GROUPED_DOT as M = rows split over the reached experts; B's bytes are theirs only (the cost rule's)."""
+    x, w = node.inputs[0], node.inputs[1]
+    assert x is not None and w is not None
+    (rows, k), ws = table.shapes[x], table.shapes[w]
+    n = ws[3 - int(node.attrs["rhs_contract"])]
+    split = tuple(r for r in expert_rows(rows, ws[0], node.attrs.get("top_k"), table.expert_balance) if r)
+    b_bytes = w.type.dtype.nbytes(prod(ws[1:])) * len(split)
+    return Gemm(1, rows, n, k, _wider(x.type.dtype, w.type.dtype), value_bytes(table, x), b_bytes,
+                value_bytes(table, node.outputs[0]), table.costs[node].flops, split)
 
 
 def conv_gemm(table: CostTable, node: Node) -> Gemm:
@@ -105,7 +132,8 @@ def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:
         a = attention_dims(node.attrs, *(_shape(table, node, off + i) for i in range(3)))
         qv = node.inputs[off]
         assert qv is not None
-        return AttentionShape(a.batch * a.heads, a.sq, a.sk, a.d, a.dv, is_causal(node), qv.type.dtype)
+        group = a.heads // a.kv_heads if 0 < a.kv_heads < a.heads and a.heads % a.kv_heads == 0 else 1
+        return AttentionShape(a.batch * a.heads, a.sq, a.sk, a.d, a.dv, is_causal(node), qv.type.dtype, group)
     dots = [n for n in kernel.nodes if n.op is Op.DOT]
     g1, g2 = dot_gemm(table, dots[0]), dot_gemm(table, dots[-1])
     causal = any(is_causal(n) for n in kernel.nodes)   # a mask step the frontend proved causal
@@ -117,6 +145,8 @@ def kernel_gemms(table: CostTable, kernel: Kernel) -> list[Gemm]:
     node = kernel.anchor
     if node.op is Op.DOT and kernel.kind == "matmul":
         return [dot_gemm(table, node)]
+    if node.op is Op.GROUPED_DOT:
+        return [grouped_gemm(table, node)]
     if node.op is Op.CONV:
         return [conv_gemm(table, node)]
     return []

@@ -8,7 +8,11 @@
   heuristics do. Beyond its tiles' work a GEMM kernel pays a latency floor (``gemm_latency``: first
   loads, pipeline fill, last epilogue), a fill and drain per wave (``gemm_wave_overhead``) and the
   exposed part of its output write (``gemm_epilogue_exposed``; split-K adds its partial sums):
-  small GEMMs take microseconds and short-K GEMMs are dominated by writing C.
+  small GEMMs take microseconds and short-K GEMMs are dominated by writing C. A grouped GEMM (MoE
+  experts) is one launch: one latency floor, waves over all its experts' tiles, one epilogue over
+  its whole output. A weight-only quantized GEMM dequantizes its weights once per row tile on the
+  CUDA cores, overlapped with the MMA work (:func:`.common.dequant_time`); its narrow weight bytes
+  are what the memory term reads.
 * Memory traffic is the kernel's compulsory bytes plus operand re-reads the L2 cannot hold: a wave
   covers a roughly square block of output tiles, so A is re-read once per block column and B once
   per block row unless both fit in L2 (or the smaller one alone does).
@@ -40,6 +44,7 @@ from .common import (
     KernelTime,
     Rate,
     causal_fraction,
+    dequant_time,
     matmul_efficiency,
     matrix_rate,
     memory_time,
@@ -100,11 +105,16 @@ class GpuModel(SequentialModel):
         s = attention_shape(program.table, kernel)
         rate = matrix_rate(target, s.dtype, replace(program.options, sparse=False))
         eff = matmul_efficiency(target, kernel.cost.flops)
+        if target.attention_efficiency is not None:
+            eff = min(eff, target.attention_efficiency)
         block_rows, bc = ATTENTION_BLOCK
-        br = block_rows if s.sq >= block_rows else max(ATTENTION_MIN_BLOCK_ROWS, 2 ** ceil(log2(max(s.sq, 1))))
-        qblocks, kblocks = ceil(s.sq / br), ceil(s.sk / bc)
-        frac = causal_fraction(s.causal, s.sq, s.sk, br)
-        items = s.batch_heads * qblocks
+        # short queries (decode) pack the query heads of a KV group into one block's rows
+        g = s.group if s.sq < block_rows and s.batch_heads % s.group == 0 else 1
+        rows = s.sq * g
+        br = block_rows if rows >= block_rows else max(ATTENTION_MIN_BLOCK_ROWS, 2 ** ceil(log2(max(rows, 1))))
+        qblocks, kblocks = ceil(rows / br), ceil(s.sk / bc)
+        frac = causal_fraction(s.causal, s.sq, s.sk, br) if g == 1 else 1.0
+        items = s.batch_heads // g * qblocks
         split = max(1, min(target.sm_count // max(items, 1), kblocks))  # split-KV for short queries
         waves = ceil(items * split / target.sm_count)
         per_item = ceil(kblocks / split) * frac * 2 * br * bc * (s.d + s.dv)
@@ -153,6 +163,8 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
     best: GemmTime | None = None
     for tile in target.tile_shapes:
         compute, executed, waves, split = _tile_time(g, tile, target.sm_count, per_sm, p.max_split_k)
+        if g.narrow_rhs is not None:    # weight-only quantization: every row tile dequantizes its weights
+            compute = max(compute, dequant_time(target, g.dtype, g.batch * g.k * g.n, ceil(g.m / tile[0])))
         tile_reads = reads + _l2_rereads(g, tile, target)
         partials = 2 * split * g.batch * g.m * g.n * SPLIT_K_PARTIAL_BYTES if split > 1 else 0
         compute += waves * p.wave_overhead
@@ -172,11 +184,17 @@ def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float,
     """(seconds of MMA work, executed FLOPs, waves, split-K factor) of ``g`` in ``tile`` CTAs.
 
     A side of the problem narrower than the tile shrinks the tile to it (in steps of
-    :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs."""
+    :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs.
+    A grouped GEMM is one launch that runs every reached expert's tiles in one grid (a persistent
+    grouped kernel, as CUTLASS's and Triton's MoE kernels do): one tile shape, shrunk to the largest
+    expert's rows; the tiles add up over experts, each expert's rows padded to whole tiles, then
+    wave-quantize (and split K) together; a hot expert costs its extra tiles."""
     tm, tn, tk = tile
-    tm = min(tm, ceil(g.m / SKINNY_TILE_STEP) * SKINNY_TILE_STEP)
+    rows = max(g.group_rows) if g.group_rows else g.m
+    tm = min(tm, ceil(rows / SKINNY_TILE_STEP) * SKINNY_TILE_STEP)
     tn = min(tn, ceil(g.n / SKINNY_TILE_STEP) * SKINNY_TILE_STEP)
-    tiles = g.batch * ceil(g.m / tm) * ceil(g.n / tn)
+    row_tiles = sum(ceil(r / tm) for r in g.group_rows) if g.group_rows else g.batch * ceil(g.m / tm)
+    tiles = row_tiles * ceil(g.n / tn)
     kiters = ceil(g.k / tk)
     split = max(1, min(sms // tiles, kiters, max_split)) if tiles < sms else 1
     items = tiles * split
@@ -186,13 +204,20 @@ def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float,
 
 
 def _l2_rereads(g: Gemm, tile: tuple[int, int, int], target: GpuTarget) -> float:
-    """Operand bytes read again from DRAM because the L2 cannot hold them across the tile grid."""
-    a, b = g.a_bytes, g.b_bytes
+    """Operand bytes read again from DRAM because the L2 cannot hold them across the tile grid (a
+    grouped GEMM: per expert, over its rows and its own weights)."""
+    if g.group_rows:
+        per_b = g.b_bytes / len(g.group_rows)
+        return sum(_rereads(g.a_bytes * r / max(g.m, 1), per_b, r, g.n, tile, target) for r in g.group_rows)
+    return _rereads(g.a_bytes, g.b_bytes, g.m, g.n, tile, target)
+
+
+def _rereads(a: float, b: float, m: int, n: int, tile: tuple[int, int, int], target: GpuTarget) -> float:
     l2 = target.l2_bytes
     if a + b <= l2:
         return 0.0
     tm, tn, _ = tile
-    mt, nt = ceil(g.m / tm), ceil(g.n / tn)
+    mt, nt = ceil(m / tm), ceil(n / tn)
     r = min(mt, max(1, isqrt(target.sm_count)))
     c = min(nt, max(1, target.sm_count // r))
     resident = l2 * CACHE_RESIDENT_FRACTION

@@ -42,7 +42,7 @@ def kernel_time(kernel: Kernel, program: Program, target: Any, units: UnitTimes)
     if kernel.is_free or _unmodeled(kernel):
         return ZERO_TIME
     if kernel.kind == "collective":
-        return collective_time(kernel.anchor, kernel.cost, target)
+        return collective_time(kernel.anchor, kernel.cost, target, program.options.topology)
     if kernel.kind == "attention":
         return units.attention(kernel, program, target)
     gemms = kernel_gemms(program.table, kernel)

@@ -28,6 +28,7 @@ from ..kernels import Kernel
 from .common import (
     KernelTime,
     causal_fraction,
+    dequant_time,
     matmul_efficiency,
     matrix_rate,
     memory_time,
@@ -78,7 +79,14 @@ class TpuModel(SequentialModel):
     def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: TpuTarget) -> KernelTime:
         rate = matrix_rate(target, g.dtype, program.options)
         eff = matmul_efficiency(target, g.flops)
-        compute, executed = systolic_time(g.batch, g.m, g.n, g.k, rate.flops_per_s, eff, target)
+        if g.group_rows:
+            # a grouped GEMM (XLA's ragged dot, Megablox) walks the experts in turn, each its own folds
+            parts = [systolic_time(1, r, g.n, g.k, rate.flops_per_s, eff, target) for r in g.group_rows]
+            compute, executed = sum(p[0] for p in parts), sum(p[1] for p in parts)
+        else:
+            compute, executed = systolic_time(g.batch, g.m, g.n, g.k, rate.flops_per_s, eff, target)
+        if g.narrow_rhs is not None:   # weight-only quantization: the VPU converts each weight tile once
+            compute = max(compute, dequant_time(target, g.dtype, g.batch * g.k * g.n, 1))
         mem = memory_time(target, kernel.cost.bytes)
         return roofline(compute, mem, 0.0, target.launch_overhead, "MXU", peak_flops=rate.flops_per_s,
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=target.memory_bandwidth,
@@ -89,8 +97,15 @@ class TpuModel(SequentialModel):
         rate = matrix_rate(target, s.dtype, replace(program.options, sparse=False))
         eff = matmul_efficiency(target, kernel.cost.flops)
         frac = causal_fraction(s.causal, s.sq, s.sk, target.mxu_dim)  # query blocks of one MXU tile
-        qk, e1 = systolic_time(s.batch_heads, s.sq, s.sk, s.d, rate.flops_per_s, eff, target)
-        pv, e2 = systolic_time(s.batch_heads, s.sq, s.dv, s.sk, rate.flops_per_s, eff, target)
+        # the query heads of a KV group are rows against the same K/V tiles (see AttentionShape.group)
+        g = s.group if s.batch_heads % s.group == 0 else 1
+        b, rows = s.batch_heads // g, s.sq * g
+        # either operand may sit in the arrays: with few query rows (decode) the compiler holds q (or
+        # P) stationary and streams the keys (or V^T) through, instead of loading every K/V tile
+        qk, e1 = min(systolic_time(b, rows, s.sk, s.d, rate.flops_per_s, eff, target),
+                     systolic_time(b, s.sk, rows, s.d, rate.flops_per_s, eff, target))
+        pv, e2 = min(systolic_time(b, rows, s.dv, s.sk, rate.flops_per_s, eff, target),
+                     systolic_time(b, s.dv, rows, s.sk, rate.flops_per_s, eff, target))
         exp = s.batch_heads * s.sq * s.sk * frac / transcendental_rate(target)
         compute = max((qk + pv) * frac, exp)
         mem = memory_time(target, kernel.cost.bytes)

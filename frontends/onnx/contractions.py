@@ -14,6 +14,7 @@ from typing import Any
 
 from ...ir import DType, Node, Op, TensorType, Value
 from .node import NodeCx
+from .stamp import pure
 from .symdims import dim_eq
 
 __all__ = ["CONTRACTION_LOWERINGS", "dot", "matmul", "conv_attrs"]
@@ -54,6 +55,7 @@ def matmul(cx: NodeCx, a: Value, b: Value, *, types: list[TensorType] | None = N
     return dot(cx, a, b, (r - 1,), (r - 2,), batch, batch, types=types, bind=bind, suffix=suffix)
 
 
+@pure
 def _matmul(cx: NodeCx) -> None:
     a, b = cx.input(0), cx.input(1)
     if a is None or b is None:
@@ -70,12 +72,14 @@ def _zero_point(cx: NodeCx, x: Value, zp_index: int, what: str) -> Value:
                    suffix=f"{what}_zp").outputs[0]
 
 
+@pure
 def _matmul_integer(cx: NodeCx) -> None:
     a, b = cx.input(0), cx.input(1)
     assert a is not None and b is not None
     matmul(cx, _zero_point(cx, a, 2, "a"), _zero_point(cx, b, 3, "b"))
 
 
+@pure
 def _qlinear_matmul(cx: NodeCx) -> None:
     """QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp): an int32 matmul, requantized."""
     a, b = cx.input(0), cx.input(3)
@@ -85,6 +89,7 @@ def _qlinear_matmul(cx: NodeCx) -> None:
     cx.emit(Op.QUANTIZE, [acc, *cx.inputs(1, 4, 6, 7)], {"role": "requantize"})
 
 
+@pure
 def _gemm(cx: NodeCx) -> None:
     a, b, c = cx.input(0), cx.input(1), cx.input(2)
     assert a is not None and b is not None
@@ -108,6 +113,7 @@ def _gemm(cx: NodeCx) -> None:
 
 # -- einsum -----------------------------------------------------------------------------------
 
+@pure
 def _einsum(cx: NodeCx) -> None:
     """Any einsum as pairwise dot_generals (left to right), summing out letters no one needs."""
     equation = str(cx.attr("equation", "")).replace(" ", "")
@@ -243,9 +249,10 @@ def _conv(transposed: bool = False, x_i: int = 0, w_i: int = 1, b_i: int | None 
                         suffix="bias").outputs[0]
         if requant is not None:
             cx.emit(Op.QUANTIZE, [y, *cx.inputs(*requant)], {"role": "requantize"})
-    return fn
+    return pure(fn)
 
 
+@pure
 def _deform_conv(cx: NodeCx) -> None:
     """DeformConv: the convolution's FLOPs, plus a bilinear sample per kernel tap (a resize)."""
     x, w, offset = cx.input(0), cx.input(1), cx.input(2)

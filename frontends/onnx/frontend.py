@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 import onnx.inliner  # a submodule `import onnx` does not load
@@ -21,16 +21,29 @@ from onnx import GraphProto, ModelProto
 
 from ...errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError
 from ...gcpause import paused_gc
-from ...ir import Graph
+from ...ir import Graph, ValueKind
 from ...ir.verifier import maybe_verify
 from ..dim_roles import assign_roles
 from .functions import expand_function
+from .grouped_mm import fold_unrolled_grouped_mm
+from .lazy_types import LazyTypes, check_declared_outputs, lazy_eligible
 from .lowering import OnnxLowerer, Unordered
 from .masks import CausalMasks
 from .node import ModelInfo
 from .params import classify_initializers
-from .read import all_graphs, check_model, node_fields, opset_versions, parse_model, read_bytes, sort_model
-from .shapes import ShapeState, run_inference
+from .read import (
+    InitFields,
+    NodeFields,
+    all_graphs,
+    check_model,
+    initializer_fields,
+    node_fields,
+    opset_versions,
+    parse_model,
+    read_bytes,
+    sort_model,
+)
+from .shapes import ShapeState, needs_stub, run_inference
 from .symdims import parse_dim_param
 from .table import ONNX_TABLE, SHAPE_RULES_EXTRA
 from .types import DTYPES, check_payload, is_external
@@ -93,21 +106,26 @@ def _input_symbols(graphs: list[GraphProto]) -> set[str]:
 _EXACT_CHECK = 1 << 20
 
 
-def _check_large_payloads(graph: GraphProto, file: str) -> None:
+def _check_large_payloads(inits: list[InitFields], file: str) -> None:
     """Payloads the lowering does not see (inference and lowering work on a skeleton without them)."""
     size = os.path.getsize(file) if file and os.path.isfile(file) else None
-    for t in graph.initializer:
-        dt = DTYPES.get(t.data_type)
-        if dt is None or is_external(t) or any(d < 0 for d in t.dims):
+    for t, name, data_type, dims, external in inits:
+        dt = DTYPES.get(data_type)
+        if dt is None or external or any(d < 0 for d in dims):
             continue
-        dims = tuple(int(d) for d in t.dims)
         nbytes = dt.nbytes(prod(dims))
         if nbytes <= _EXACT_CHECK:
             if nbytes > 1024:
                 check_payload(t, dims, dt, file)
         elif size is not None and nbytes > size:
-            raise ShapeError(f"initializer {t.name!r} declares dims {list(dims)} ({nbytes} bytes) but the whole "
-                             f"file holds {size} bytes", file=file, node=t.name)
+            raise ShapeError(f"initializer {name!r} declares dims {list(dims)} ({nbytes} bytes) but the whole "
+                             f"file holds {size} bytes", file=file, node=name)
+
+
+#: How nodes are typed: "auto" (node by node where that is exact, else whole-model inference),
+#: "full" (always whole-model inference) or "lazy" (node by node, failing where it cannot be exact;
+#: for tests that compare the two ways).
+TYPING = "auto"
 
 
 def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payloads: Payloads | None, *,
@@ -119,29 +137,72 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:
             raise ModelLoadError(f"cannot inline the model's local functions: {exc}", file=file or None) from None
-        graphs = all_graphs(model.graph)
         fields = node_fields(model.graph)
-    params = classify_initializers(model.graph, graphs, payloads, top=fields)
-    _check_large_payloads(model.graph, file)
-    inferred, errors = run_inference(model)
-    state = ShapeState(file, _input_symbols(graphs), errors)
-    opsets = opset_versions(inferred)
-    info = ModelInfo(file=file, opsets=opsets, opset_protos=list(inferred.opset_import),
-                     ir_version=inferred.ir_version, strict=strict, params=params, sorted=presorted)
-    graph = Graph(name or model.graph.name or "onnx_model")
+        graphs = all_graphs(model.graph, fields)
+    inits = initializer_fields(model.graph)  # read once too, for the same readers and the skeleton
+    stubs = [not external and needs_stub(data_type, dims, external) for _t, _name, data_type, dims, external in inits]
+    params = classify_initializers(model.graph, graphs, payloads, top=fields, inits=inits)
+    _check_large_payloads(inits, file)
+    m = _Model(model, graphs, _input_symbols(graphs), params, file, strict, name, presorted)
+    if TYPING == "lazy" or (TYPING == "auto" and lazy_eligible(model, graphs, fields, ONNX_TABLE)):
+        try:
+            # large weights as dims only, as whole-model inference sees them (the same known values)
+            return _build(m, model, {}, fields, list(zip(inits, stubs)), lazy=True)
+        except Unordered:
+            raise
+        except Exception:
+            if TYPING == "lazy":
+                raise
+            # the whole-model path below decides the outcome (types, or the error and its message)
+    inferred, errors = run_inference(model, stubs)
+    # Inference types the nodes and keeps them as they were, in order: their fields still hold; and
+    # its skeleton keeps the initializers in order, with the stubs marked above.
+    top_fields = fields if len(inferred.graph.node) == len(fields) else None
+    top_inits = list(zip(inits, stubs)) if len(inferred.graph.initializer) == len(inits) else None
+    return _build(m, inferred, errors, top_fields, top_inits, lazy=False)
+
+
+class _Model(NamedTuple):
+    """The checked model and what was read of it before typing."""
+
+    model: ModelProto
+    graphs: list[GraphProto]
+    symbols: set[str]
+    params: dict[str, tuple[ValueKind, str]]
+    file: str
+    strict: bool
+    name: str | None
+    presorted: bool
+
+
+def _build(m: _Model, typed: ModelProto, errors: dict[str, str], fields: list[NodeFields] | None,
+           inits: list[tuple[InitFields, bool]] | None, *, lazy: bool) -> Graph:
+    """Lower ``typed`` (the model after whole-model inference, or the model itself when ``lazy``)."""
+    model, file, symbols = m.model, m.file, m.symbols
+    state = ShapeState(file, symbols, errors)
+    if lazy:
+        state.lazy = LazyTypes()
+    opsets = opset_versions(typed)
+    info = ModelInfo(file=file, opsets=opsets, opset_protos=list(typed.opset_import),
+                     ir_version=typed.ir_version, strict=m.strict, params=m.params, sorted=m.presorted)
+    graph = Graph(m.name or model.graph.name or "onnx_model")
     lowerer = OnnxLowerer(info, state, ONNX_TABLE, SHAPE_RULES_EXTRA, fallback=expand_function)
     lowerer.masks = CausalMasks(model)  # the model with its initializer data, not the inference skeleton
-    # Inference types the nodes and keeps them as they were, in order: their fields still hold.
-    top_fields = fields if len(inferred.graph.node) == len(fields) else None
-    lowerer.lower_graph(inferred.graph, graph, None, top=True, fields=top_fields)
+    if lazy:
+        lowerer.stamps = {}   # node signatures key both the types and the recipes of pure lowerings
+    lowerer.lower_graph(typed.graph, graph, None, top=True, fields=fields, inits=inits)
+    if lazy:
+        check_declared_outputs(typed.graph, graph, symbols)
+    folded = fold_unrolled_grouped_mm(graph)   # per-expert MatMuls back into grouped GEMMs
     for spec in state.dims.values():
-        graph.declare_dim(spec)
+        if spec.name not in folded:
+            graph.declare_dim(spec)
     assign_roles(graph)  # batch / sequence / KV length, from dim_param names and input positions
     graph.meta.update({
         "source": "onnx", "file": file, "opsets": {k or "ai.onnx": v for k, v in opsets.items()},
         "ir_version": int(model.ir_version), "producer": f"{model.producer_name} {model.producer_version}".strip(),
         "onnx_version": onnx.__version__,
-        "external_data": any(is_external(t) for g in graphs for t in g.initializer),
+        "external_data": any(is_external(t) for g in m.graphs for t in g.initializer),
     })
     if errors:
         graph.meta["shape_inference_notes"] = [f"{k or '(model)'}: {v}" for k, v in sorted(errors.items())][:20]

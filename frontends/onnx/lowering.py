@@ -20,11 +20,12 @@ from ...ir import Dim, Graph, Op, Source, TensorType, Value, ValueKind
 from .fold import FOLDERS, FROM_TYPE, fold
 from .masks import CausalMasks
 from .node import ModelInfo, NodeCx, Scope
-from .read import NodeFields
+from .read import InitFields, NodeFields
 from .resolve import resolve_types
 from .shape_rules import SHAPE_RULES
 from .shapes import OutSpec, ShapeState, graph_types
-from .types import FOLD_LIMIT, check_payload, declared_dims, dtype_of, small_array
+from .stamp import PURE, Recipe, Recorder, lower_stamped, node_signature
+from .types import DTYPES, FOLD_LIMIT, check_payload, checked_dims, dtype_of, small_array
 
 __all__ = ["OnnxLowerer", "Unordered"]
 
@@ -47,26 +48,36 @@ class OnnxLowerer:
         self.rules = {**SHAPE_RULES, **(rules or {})}
         self.fallback = fallback
         self.masks: CausalMasks | None = None  # causal-mask test of the top-level graph (.masks)
+        #: Recipes of pure lowerings by node signature (.stamp); None: every node is lowered alone.
+        self.stamps: dict[tuple, Recipe] | None = None
 
     # -- graphs -----------------------------------------------------------------------------
     def lower_graph(self, gproto: GraphProto, graph: Graph, parent: Scope | None, *, top: bool,
                     input_types: list[TensorType | None] | None = None,
-                    fields: list[NodeFields] | None = None) -> list[Value]:
-        """``fields``: :func:`.read.node_fields` of ``gproto`` when the caller has read them."""
+                    fields: list[NodeFields] | None = None,
+                    inits: list[tuple[InitFields, bool]] | None = None) -> list[Value]:
+        """``fields``: :func:`.read.node_fields` of ``gproto`` when the caller has read them;
+        ``inits``: its :func:`.read.initializer_fields`, each with whether inference saw it as a stub."""
         scope = Scope(graph_types(gproto), parent)
-        for t in gproto.initializer:
-            self._add_initializer(t, scope, graph, top)
+        if inits is None:
+            external = TensorProto.EXTERNAL
+            inits = [((t, t.name, t.data_type, tuple(t.dims), t.data_location == external), False)
+                     for t in gproto.initializer]
+        for f, stub in inits:
+            self._add_initializer(f, stub, scope, graph, top)
         for t in gproto.sparse_initializer:
             self._add_sparse(t, scope, graph, top)
         for k, vi in enumerate(gproto.input):
             if scope.values.get(vi.name) is not None:
                 continue  # old models list initializers among the inputs too
             forced = input_types[k] if input_types is not None and k < len(input_types) else None
-            t = forced or self._input_type(vi, scope)
+            t = self.state.shared(forced or self._input_type(vi, scope))
             scope.values[vi.name] = graph.add_input(vi.name, t, ValueKind.INPUT, source_name=vi.name)
         if fields is None:
             for i, node in enumerate(gproto.node):
                 self.lower_node(node, i, scope, graph)
+        elif self.stamps is not None and parent is None:
+            lower_stamped(self, gproto.node, fields, scope, graph)
         else:
             for i, (node, row) in enumerate(zip(gproto.node, fields)):
                 self.lower_node(node, i, scope, graph, fields=row)
@@ -80,20 +91,23 @@ class OnnxLowerer:
         graph.set_outputs(outs)
         return outs
 
-    def _add_initializer(self, t: TensorProto, scope: Scope, graph: Graph, top: bool) -> None:
+    def _add_initializer(self, f: InitFields, stub: bool, scope: Scope, graph: Graph, top: bool) -> None:
+        """``stub``: inference saw it without its payload (.shapes.weight_skeleton): it is dims only."""
+        t, name, data_type, dims, external = f
         file = self.info.file or None
-        if not t.name:
+        if not name:
             raise FrontendError("an initializer has no name", file=file)
-        dims = declared_dims(t, file=self.info.file)
-        dtype = dtype_of(t.data_type, what=f"initializer {t.name!r}", file=file, node=t.name)
-        check_payload(t, dims, dtype, self.info.file)
-        kind, note = self.info.params.get(t.name, (ValueKind.CONST, "")) if top else (ValueKind.CONST, "")
-        scope.values[t.name] = graph.add_input(t.name, TensorType(dtype, dims), kind, source_name=note or t.name)
+        dims = checked_dims(name, dims, file=self.info.file)
+        dtype = DTYPES.get(data_type) or dtype_of(data_type, what=f"initializer {name!r}", file=file, node=name)
+        if not (external or stub):
+            check_payload(t, dims, dtype, self.info.file)
+        kind, note = self.info.params.get(name, (ValueKind.CONST, "")) if top else (ValueKind.CONST, "")
+        scope.values[name] = graph.add_input(name, self.state.tensor_type(dtype, dims), kind, source_name=note or name)
         n = prod(dims)
-        if n <= 64 or (n <= FOLD_LIMIT and dtype.is_int):
+        if (n <= 64 or (n <= FOLD_LIMIT and dtype.is_int)) and not (external or stub):
             arr = small_array(t)
             if arr is not None:
-                scope.known[t.name] = arr
+                scope.known[name] = arr
 
     def _add_sparse(self, t: onnx.SparseTensorProto, scope: Scope, graph: Graph, top: bool) -> None:
         name = t.values.name
@@ -130,8 +144,16 @@ class OnnxLowerer:
         if fields is None:
             domain = node.domain
             fields = (node.op_type, "" if domain == "ai.onnx" else domain, node.name, list(node.input),
-                      list(node.output))
-        domain = fields[1]
+                      list(node.output), node.attribute)
+        op_type, domain, given, ins, outs, attrs = fields
+        key = op_type if not domain else f"{domain}::{op_type}"
+        fn = self.table.get(key)
+        # a pure lowering of the top-level graph, typed node by node: record what it emits (.stamp)
+        sig = None
+        if self.stamps is not None and fn in PURE and source is None and opset is None and scope.parent is None:
+            lookup = scope.values.get
+            sig = node_signature(key, self.info.opsets.get(domain, 1), attrs, ins, outs,
+                                 [lookup(x) if x else None for x in ins], scope.known.get)
         cx = NodeCx(self, node, index, scope, graph, opset if opset is not None else self.info.opsets.get(domain, 1),
                     source, fields)
         for i, (name, v) in enumerate(zip(cx.ins, cx.values) if None in cx.values else ()):
@@ -143,7 +165,8 @@ class OnnxLowerer:
         if not domain and cx.op_type in FOLDERS:
             if cx.op_type in FROM_TYPE or all(not n or scope.known_value(n) is not None for n in cx.ins):
                 cx.folded = fold(cx)
-        fn = self.table.get(cx.key)
+        if sig is not None:
+            cx.recorder = Recorder()
         try:
             if fn is not None:
                 fn(cx)
@@ -155,12 +178,17 @@ class OnnxLowerer:
             raise cx.error("the model nests too deeply to lower") from None
         except Exception as exc:  # a lowering bug or a malformed attribute: still name the node
             raise cx.error(f"cannot lower: {type(exc).__name__}: {exc}") from exc
-        values = scope.values
+        bound = scope.values
         for k, name in enumerate(cx.present):
-            if name not in values:
+            if name not in bound:
                 raise cx.error(f"output {name!r} was not produced by the lowering")
             if cx.folded is not None and k < len(cx.folded):
                 scope.known[name] = cx.folded[k]
+        rec = cx.recorder
+        if rec is not None and rec.valid and rec.steps and cx.folded is None and self.stamps is not None \
+                and sig is not None:
+            assert fn is not None
+            self.stamps[sig] = Recipe(rec.steps, PURE[fn], tuple(None if v is None else v.type for v in cx.values))
 
     def unknown(self, cx: NodeCx) -> None:
         """An op with no canonical lowering: an UNKNOWN node reports list as unmodeled."""

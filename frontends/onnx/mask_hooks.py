@@ -16,19 +16,24 @@ from ...ir import CAUSAL, DType, Op, Value
 from .masks import _DEFAULT_DOMAINS, CausalMasks
 
 if TYPE_CHECKING:
-    from .node import NodeCx
+    from .lowering import OnnxLowerer
+    from .node import NodeCx, Scope
 
-__all__ = ["tag_mask_step", "attention_mask_is_causal"]
+__all__ = ["tag_mask_step", "tag_mask_input", "attention_mask_is_causal"]
 
 
 def _masks_of(cx: NodeCx) -> CausalMasks | None:
     """The model's mask test, for nodes of the top-level graph only (a body may read outer names,
     and the nodes a function expands into are not in the graph)."""
-    masks: CausalMasks | None = getattr(cx.lw, "masks", None)
-    if masks is None or cx.scope.parent is not None:
+    return _masks_in(cx.lw, cx.scope)
+
+
+def _masks_in(lw: OnnxLowerer, scope: Scope) -> CausalMasks | None:
+    masks: CausalMasks | None = getattr(lw, "masks", None)
+    if masks is None or scope.parent is not None:
         return None
     if masks.ir_value is None:
-        masks.ir_value = cx.scope.value   # the top-level scope: every ancestor is lowered by now
+        masks.ir_value = scope.value   # the top-level scope: every ancestor is lowered by now
     return masks
 
 
@@ -45,14 +50,21 @@ def tag_mask_step(cx: NodeCx) -> None:
     """For a ``Softmax``: when its input is an ``Add``/``Where`` with a causal mask operand (eager
     attention's mask step), mark the IR node of that add/where :data:`~narrowpipe.ir.CAUSAL` so the fused
     attention kernel skips the masked blocks (:mod:`narrowpipe.costmodel.execution.gemm`)."""
-    masks = _masks_of(cx)
-    x = cx.input(0)
-    if masks is None or x is None or x.producer is None or not cx.ins:
+    tag_mask_input(cx.lw, cx.scope, cx.values, cx.ins)
+
+
+def tag_mask_input(lw: OnnxLowerer, scope: Scope, values: list[Value | None], ins: list[str]) -> None:
+    """:func:`tag_mask_step` from the node's parts (what a stamped Softmax runs, :mod:`.stamp`)."""
+    x = values[0] if values else None
+    if x is None or x.producer is None or not ins:
         return
     ir = x.producer
     if ir.op not in (Op.ADD, Op.WHERE) or ir.attrs.get(CAUSAL):
         return
-    node = masks.producer(cx.ins[0])
+    masks = _masks_in(lw, scope)
+    if masks is None:
+        return
+    node = masks.producer(ins[0])
     if node is None or node.domain not in _DEFAULT_DOMAINS or node.op_type not in ("Add", "Where"):
         return
     if len(node.input) != len(ir.inputs):

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ...ir import CAUSAL, DType, Op, TensorType, Value
-from .mask_hooks import attention_mask_is_causal, tag_mask_step
+from .mask_hooks import attention_mask_is_causal, tag_mask_input, tag_mask_step
 from .node import NodeCx
 from .shape_rules import broadcast
+from .stamp import pure
 from .symdims import dim_add, dim_floordiv, dim_mul
 from .tensor import norm_axis
 
@@ -44,9 +45,10 @@ def _ew(op: Op, *attr_names: str, variadic: bool = False, **fixed: object) -> Ca
             chain(cx, op, cx.inputs(), attrs or None)
         else:
             cx.emit(op, cx.inputs(), attrs or None)
-    return fn
+    return pure(fn)
 
 
+@pure
 def _mean(cx: NodeCx) -> None:
     ins = cx.inputs()
     out = cx.out_types()
@@ -57,6 +59,7 @@ def _mean(cx: NodeCx) -> None:
     cx.emit(Op.MUL, [s], {"scalar": 1.0 / len(ins)})
 
 
+@pure
 def _softsign(cx: NodeCx) -> None:
     """x / (1 + |x|): three elementwise ops."""
     t = cx.out_types()
@@ -65,6 +68,7 @@ def _softsign(cx: NodeCx) -> None:
     cx.emit(Op.DIV, [*cx.inputs(), d])
 
 
+@pure
 def _clip(cx: NodeCx) -> None:
     attrs: dict[str, Any] = {}
     if cx.opset < 11:
@@ -72,10 +76,12 @@ def _clip(cx: NodeCx) -> None:
     cx.emit(Op.CLAMP, cx.inputs(), {k: v for k, v in attrs.items() if v is not None} or None)
 
 
+@pure
 def _gelu(cx: NodeCx) -> None:
     cx.emit(Op.GELU, cx.inputs(), {"approximate": str(cx.attr("approximate", "none"))})
 
 
+@pure
 def _shrink(cx: NodeCx) -> None:
     cx.emit(Op.WHERE, cx.inputs(), {"lambd": cx.attr("lambd", 0.5), "bias": cx.attr("bias", 0.0)})
 
@@ -116,9 +122,10 @@ def _softmax(op: Op) -> Callable[[NodeCx], None]:
         cx.emit(op, cx.inputs(), attrs)
         if op is Op.SOFTMAX:
             tag_mask_step(cx)  # eager attention: is the add/where feeding it a causal mask step?
-    return fn
+    return pure(fn, after=tag_mask_input if op is Op.SOFTMAX else None)
 
 
+@pure
 def _hardmax(cx: NodeCx) -> None:
     rank = max(cx.rank(0), 1)
     cx.emit(Op.ARGMAX, cx.inputs(), {"axes": (norm_axis(int(cx.attr("axis", -1 if cx.opset >= 13 else 1)), rank),),
@@ -133,9 +140,10 @@ def _norm(op: Op, axis_default: int | None = None) -> Callable[[NodeCx], None]:
         if op is Op.GROUP_NORM:
             attrs["num_groups"] = int(cx.attr("num_groups", 1))
         cx.emit(op, cx.inputs(), attrs)
-    return fn
+    return pure(fn)
 
 
+@pure
 def _batch_norm(cx: NodeCx) -> None:
     if cx.opset >= 14:
         training = bool(cx.attr("training_mode", 0))
@@ -144,16 +152,19 @@ def _batch_norm(cx: NodeCx) -> None:
     cx.emit(Op.BATCH_NORM, cx.inputs(), {"epsilon": float(cx.attr("epsilon", 1e-5)), "training": training})
 
 
+@pure
 def _lp_norm(cx: NodeCx) -> None:
     cx.emit(Op.LP_NORM, cx.inputs(), {"axis": norm_axis(int(cx.attr("axis", -1)), max(cx.rank(0), 1)),
                                       "p": int(cx.attr("p", 2))})
 
 
+@pure
 def _mvn(cx: NodeCx) -> None:
     axes = [norm_axis(int(a), max(cx.rank(0), 1)) for a in cx.attr("axes", [0, 2, 3])]
     cx.emit(Op.LAYER_NORM, cx.inputs(), {"axis": min(axes), "axes": tuple(axes)})
 
 
+@pure
 def _lrn(cx: NodeCx) -> None:
     cx.emit(Op.LRN, cx.inputs(), {"size": int(cx.attr("size", 1)), "axis": 1})
 
@@ -172,13 +183,13 @@ def _pool(kind: str) -> Callable[[NodeCx], None]:
         if kind == "lp":
             attrs["p"] = int(cx.attr("p", 2))
         cx.emit(Op.POOL, cx.inputs(), attrs)
-    return fn
+    return pure(fn)
 
 
 def _global_pool(kind: str) -> Callable[[NodeCx], None]:
     def fn(cx: NodeCx) -> None:
         cx.emit(Op.POOL, cx.inputs(), {"kind": kind, "global_pool": True})
-    return fn
+    return pure(fn)
 
 
 def _resized_dims(cx: NodeCx) -> int:
@@ -188,26 +199,31 @@ def _resized_dims(cx: NodeCx) -> int:
     return changed or max(len(x) - 2, 1)
 
 
+@pure
 def _resize(cx: NodeCx) -> None:
     mode = str(cx.attr("mode", "nearest"))
     cx.emit(Op.RESIZE, cx.inputs(), {"mode": mode, "spatial_dims": _resized_dims(cx)})
 
 
+@pure
 def _grid_sample(cx: NodeCx) -> None:
     onnx_mode = str(cx.attr("mode", "linear"))
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(onnx_mode, onnx_mode)
     cx.emit(Op.RESIZE, cx.inputs(), {"mode": mode, "spatial_dims": max(cx.rank(0) - 2, 1), "grid": True})
 
 
+@pure
 def _roi_align(cx: NodeCx) -> None:
     cx.emit(Op.ROI_ALIGN, cx.inputs(), {"sampling_ratio": max(int(cx.attr("sampling_ratio", 0)), 1) or 2,
                                         "mode": str(cx.attr("mode", "avg"))})
 
 
+@pure
 def _max_roi_pool(cx: NodeCx) -> None:
     cx.emit(Op.ROI_ALIGN, cx.inputs(), {"sampling_ratio": 1, "mode": "max"})
 
 
+@pure
 def _max_unpool(cx: NodeCx) -> None:
     x, idx = cx.input(0), cx.input(1)
     cx.emit(Op.SCATTER_ELEMENTS, [v for v in (idx, x) if v is not None], {"reduce": "none"})
@@ -320,6 +336,7 @@ def _bsd_with_cache(cx: NodeCx, new: Value, past: Value | None, heads: int, out_
                    types=[cx.tensor(new.type.dtype, (b, total, hidden))], bind=False, suffix=f"{what}_bsd").outputs[0]
 
 
+@pure
 def _affine_grid(cx: NodeCx) -> None:
     """AffineGrid: a base grid of homogeneous coordinates, times theta (a batched matmul)."""
     theta = cx.input(0)
@@ -339,6 +356,7 @@ def _affine_grid(cx: NodeCx) -> None:
     cx.emit(Op.RESHAPE, [t])
 
 
+@pure
 def _rotary(cx: NodeCx) -> None:
     """x*cos + rotate(x)*sin: two multiplies and an add over the input."""
     t = cx.out_types()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,15 +18,17 @@ from onnx import AttributeProto, GraphProto, NodeProto, TensorProto
 from ...errors import FrontendError, ShapeError
 from ...ir import DType, Graph, Node, Op, Source, TensorType, Value, ValueKind
 from .fold_values import as_ints
+from .node_names import module_scope, source_op
 from .read import NodeFields
 from .shapes import OutSpec
+from .stamp import Recorder, node_signature
 from .symdims import Poly, to_dim
 from .types import small_array
 
 if TYPE_CHECKING:
     from .lowering import OnnxLowerer
 
-__all__ = ["NodeCx", "Scope", "ModelInfo", "attr_value", "module_scope"]
+__all__ = ["NodeCx", "Scope", "ModelInfo", "attr_value", "module_scope", "source_op"]
 
 
 @dataclass
@@ -110,16 +111,11 @@ def attr_value(a: AttributeProto) -> Any:
     return None
 
 
-@lru_cache(maxsize=4096)
-def _source_op(domain: str, op_type: str) -> str:
-    return f"{domain or 'ai.onnx'}::{op_type}"
-
-
 class NodeCx:
     """One ONNX node being lowered: its inputs as IR values, attributes, known inputs and types."""
 
     __slots__ = ("lw", "node", "op_type", "domain", "name", "opset", "scope", "graph", "source", "key",
-                 "folded", "ins", "outs", "present", "values", "_attrs", "_types")
+                 "folded", "ins", "outs", "present", "values", "_attrs", "_types", "recorder")
 
     def __init__(self, lw: OnnxLowerer, node: NodeProto, index: int, scope: Scope, graph: Graph,
                  opset: int, source: Source | None, fields: NodeFields) -> None:
@@ -127,7 +123,7 @@ class NodeCx:
         # field read builds new Python objects, so none is read again here.
         self.lw = lw
         self.node = node
-        op_type, domain, given, ins, outs = fields
+        op_type, domain, given, ins, outs, _attrs = fields
         self.op_type = op_type
         self.domain = domain
         self.key = op_type if not domain else f"{domain}::{op_type}"
@@ -135,7 +131,7 @@ class NodeCx:
         self.opset = opset
         self.scope = scope
         self.graph = graph
-        self.source = source or Source(_source_op(domain, op_type), name, module_scope(given), lw.info.file)
+        self.source = source or Source(source_op(domain, op_type), name, module_scope(given), lw.info.file)
         self.folded: list[np.ndarray] | None = None
         self.ins = ins
         self.outs = outs
@@ -144,10 +140,17 @@ class NodeCx:
         self.values: list[Value | None] = [lookup(x) if x else None for x in ins]
         self._attrs: dict[str, AttributeProto] | None = None
         self._types: list[TensorType] | None = None
+        self.recorder: Recorder | None = None   # set while a pure lowering's first node is recorded (.stamp)
 
     @property
     def file(self) -> str:
         return self.lw.info.file
+
+    def signature(self) -> tuple | None:
+        """See :func:`.stamp.node_signature`."""
+        scope = self.scope
+        return node_signature(self.key, self.opset, self.node.attribute, self.ins, self.outs, self.values,
+                              scope.known.get if scope.parent is None else scope.known_value)
 
     # -- attributes -------------------------------------------------------------------------
     def attr(self, name: str, default: Any = None) -> Any:
@@ -237,6 +240,7 @@ class NodeCx:
     def settle(self, own: list[OutSpec | None], *, override: bool = False) -> list[TensorType]:
         """Output types from specs the lowering computed itself (control flow), merged with ONNX's;
         with ``override`` the specs' dims win (sequences, which the IR stacks into one tensor)."""
+        self._spoil()
         self._types = self.lw.resolve(self, own, override=override)
         return self._types
 
@@ -251,10 +255,21 @@ class NodeCx:
         ir = self.graph.add_node(op, inputs, out_types, attrs, name=f"{self.name}_{suffix}" if suffix else self.name,
                                  source=self.source, out_names=self.present if bind else out_names)
         if bind:
-            self.bind(ir.outputs)
+            self._bind(ir.outputs)
+        if self.recorder is not None:
+            self.recorder.record(self, ir, inputs, attrs, out_types, bind, suffix, out_names)
         return ir
 
+    def _spoil(self) -> None:
+        """The lowering did something a recipe cannot replay (.stamp)."""
+        if self.recorder is not None:
+            self.recorder.valid = False
+
     def bind(self, values: list[Value]) -> None:
+        self._spoil()
+        self._bind(values)
+
+    def _bind(self, values: list[Value]) -> None:
         names = self.present
         if len(values) < len(names):
             raise self.error(f"lowering produced {len(values)} values for {len(names)} outputs")
@@ -264,16 +279,19 @@ class NodeCx:
 
     def bind_at(self, k: int, value: Value) -> None:
         """Make ``value`` ONNX output ``k``."""
+        self._spoil()
         self.scope.values[self.outs[k]] = value
 
     def tensor(self, dtype: DType, shape: Iterable[Any]) -> TensorType:
         return TensorType(dtype, tuple(to_dim(d) if isinstance(d, Poly) else d for d in shape))
 
     def add_weight(self, name: str, type: TensorType, kind: ValueKind, source_name: str = "") -> Value:
+        self._spoil()
         return self.graph.add_input(name, type, kind, source_name=source_name or name)
 
     def lower_body(self, attr: str, input_types: list[TensorType | None]) -> Graph:
         """Lower the subgraph in attribute ``attr`` as a nested graph that sees this scope."""
+        self._spoil()
         g = self.attr(attr)
         if not isinstance(g, GraphProto):
             raise self.error(f"attribute {attr!r} is not a graph")
@@ -315,14 +333,3 @@ def _check_operands(cx: NodeCx, op: Op, inputs: list[Value | None], attrs: dict[
         assert x is not None and w is not None
         if x.type.rank < 3 or w.type.rank != x.type.rank:
             raise cx.error(f"convolution input rank {x.type.rank} and weight rank {w.type.rank} do not fit", ShapeError)
-
-
-def module_scope(name: str) -> str:
-    """The module path in a node name written as one (torch's legacy exporter and tf2onnx name
-    nodes ``/transformer/h.0/attn/MatMul``): ``transformer.h.0.attn``, so reports group and
-    attribute ONNX nodes by module as they do torch ones. Names without a path give ``""``."""
-    if "/" not in name:
-        return ""
-    path = name.rpartition("/")[0]
-    return path.strip("/").replace("/", ".")
-

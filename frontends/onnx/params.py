@@ -34,8 +34,8 @@ import onnx
 from onnx import GraphProto, TensorProto
 
 from ...ir import ValueKind
-from .read import NodeFields, node_fields
-from .types import DTYPES, is_external
+from .read import InitFields, NodeFields, initializer_fields, node_fields
+from .types import DTYPES
 
 __all__ = ["classify_initializers", "BUFFER_NAMES", "QUANT_WEIGHT_SLOTS"]
 
@@ -53,7 +53,7 @@ QUANT_WEIGHT_SLOTS: dict[tuple[str, str], frozenset[int]] = {
     ("com.microsoft", "GatherBlockQuantized"): frozenset({0}),
     ("com.microsoft", "DynamicQuantizeMatMul"): frozenset({1}),
     ("com.microsoft", "MatMulIntegerToFloat"): frozenset({1}), ("com.microsoft", "QGemm"): frozenset({3}),
-    ("com.microsoft", "QAttention"): frozenset({1}),
+    ("com.microsoft", "QAttention"): frozenset({1}), ("com.microsoft", "QMoE"): frozenset({2, 5, 8}),
 }
 _BUFFER_SLOTS: dict[tuple[str, str], frozenset[int]] = {("", "BatchNormalization"): frozenset({3, 4})}
 #: Where an embedding table is read (``Gather`` data) and where a tied copy can be read as a weight.
@@ -82,7 +82,7 @@ def _uses(graphs: list[GraphProto], names: set[str], top: list[NodeFields] | Non
     read_elsewhere = other.update
     for k, g in enumerate(graphs):
         rows = top if k == 0 and top is not None else node_fields(g)
-        for op_type, domain, _name, ins, _outs in rows:
+        for op_type, domain, _name, ins, _outs, _attrs in rows:
             if op_type not in _SLOTTED_OPS or (domain, op_type) not in _SLOTTED:
                 read_elsewhere(ins)
                 continue
@@ -93,77 +93,83 @@ def _uses(graphs: list[GraphProto], names: set[str], top: list[NodeFields] | Non
 
 
 def _is_buffer_name(name: str) -> bool:
-    last = name.replace("/", ".").split(".")[-1]
-    return last in BUFFER_NAMES or name.endswith(BUFFER_NAMES)
+    """Named like a persistent buffer: its last path component (after ``/`` or ``.``) or its tail
+    is one of :data:`BUFFER_NAMES` (the last component is a tail too, so one test covers both)."""
+    return name.endswith(BUFFER_NAMES)
 
 
 def classify_initializers(graph: GraphProto, graphs: list[GraphProto] | None = None,
                           payloads: Callable[[], Mapping[str, memoryview]] | None = None,
-                          top: list[NodeFields] | None = None) -> dict[str, tuple[ValueKind, str]]:
+                          top: list[NodeFields] | None = None,
+                          inits: list[InitFields] | None = None) -> dict[str, tuple[ValueKind, str]]:
     """Initializer name -> (kind, note) for the top-level graph (see the module docstring);
     ``graphs`` are all graphs whose nodes may read the initializers (the main one and its bodies),
     ``payloads`` gives zero-copy views of raw payloads in the file's bytes (:mod:`.wire`),
-    asked for only when there are embeddings to compare; ``top``: :func:`.read.node_fields` of ``graph``."""
-    uses, read_elsewhere = _uses(graphs if graphs is not None else [graph], {t.name for t in graph.initializer}, top)
+    asked for only when there are embeddings to compare; ``top`` and ``inits``: :func:`.read.node_fields`
+    and :func:`.read.initializer_fields` of ``graph``, when the caller has read them."""
+    if inits is None:
+        inits = initializer_fields(graph)
+    uses, read_elsewhere = _uses(graphs if graphs is not None else [graph], {f[1] for f in inits}, top)
     out: dict[str, tuple[ValueKind, str]] = {}
-    params: list[TensorProto] = []
-    for t in graph.initializer:
-        dims = tuple(int(d) for d in t.dims)
-        n = prod(dims) if all(d >= 0 for d in dims) else 0
-        dt = DTYPES.get(t.data_type)
-        used = uses.get(t.name, [])
+    params: list[InitFields] = []
+    for f in inits:
+        _t, name, data_type, dims, _external = f
+        n = prod(dims) if not dims or min(dims) >= 0 else 0
+        dt = DTYPES.get(data_type)
+        used = uses.get(name, [])
         if dt is None or n <= 1:
-            out[t.name] = (ValueKind.CONST, "")
+            out[name] = (ValueKind.CONST, "")
         elif not dt.is_float:
             quant = any(i in QUANT_WEIGHT_SLOTS.get((d, op), ()) for d, op, i in used)
             if quant:
-                params.append(t)
+                params.append(f)
             else:
-                out[t.name] = (ValueKind.CONST, "")
-        elif _is_buffer_name(t.name) or (used and t.name not in read_elsewhere and
-                                          all(i in _BUFFER_SLOTS.get((d, op), ()) for d, op, i in used)):
-            out[t.name] = (ValueKind.BUFFER, "")
+                out[name] = (ValueKind.CONST, "")
+        elif _is_buffer_name(name) or (used and name not in read_elsewhere and
+                                       all(i in _BUFFER_SLOTS.get((d, op), ()) for d, op, i in used)):
+            out[name] = (ValueKind.BUFFER, "")
         else:
-            params.append(t)
+            params.append(f)
     tied = _tied(params, uses, payloads or dict)
-    for t in params:
-        if t.name in tied:
-            out[t.name] = (ValueKind.CONST, f"{t.name} (tied to {tied[t.name]})")
+    for f in params:
+        name = f[1]
+        if name in tied:
+            out[name] = (ValueKind.CONST, f"{name} (tied to {tied[name]})")
         else:
-            out[t.name] = (ValueKind.PARAM, "")
+            out[name] = (ValueKind.PARAM, "")
     return out
 
 
-def _tied(params: list[TensorProto], uses: Uses, payloads: Callable[[], Mapping[str, memoryview]]) -> dict[str, str]:
+def _tied(params: list[InitFields], uses: Uses, payloads: Callable[[], Mapping[str, memoryview]]) -> dict[str, str]:
     """Copy name -> the name of the parameter it repeats (see the module docstring)."""
     out: dict[str, str] = {}
     regions: dict[tuple, str] = {}
-    for t in params:  # the same region of the same external file
-        if is_external(t):
+    for t, name, data_type, dims, external in params:  # the same region of the same external file
+        if external:
             ext = {e.key: e.value for e in t.external_data}
-            key = (ext.get("location"), ext.get("offset", "0"), t.data_type, tuple(t.dims))
+            key = (ext.get("location"), ext.get("offset", "0"), data_type, dims)
             if key in regions:
-                out[t.name] = regions[key]
+                out[name] = regions[key]
             else:
-                regions[key] = t.name
-    tables = [t for t in params if len(t.dims) == 2 and not is_external(t) and
-              any(_EMBEDDING_SLOTS.get((d, op)) == i for d, op, i in uses.get(t.name, ()))]
+                regions[key] = name
+    tables = [f for f in params if len(f[3]) == 2 and not f[4] and
+              any(_EMBEDDING_SLOTS.get((d, op)) == i for d, op, i in uses.get(f[1], ()))]
     if not tables:
         return out
-    table_names = {t.name for t in tables}
+    table_names = {f[1] for f in tables}
     views: Mapping[str, memoryview] | None = None
-    for t in params:
-        if t.name in out or t.name in table_names or len(t.dims) != 2 or is_external(t):
+    for t, name, data_type, dims, external in params:
+        if name in out or name in table_names or len(dims) != 2 or external:
             continue
-        if not any(i in _MATMUL_SLOTS.get((d, op), ()) for d, op, i in uses.get(t.name, ())):
+        if not any(i in _MATMUL_SLOTS.get((d, op), ()) for d, op, i in uses.get(name, ())):
             continue
-        for table in tables:
-            if table.data_type != t.data_type or tuple(table.dims) not in (tuple(t.dims), tuple(t.dims)[::-1]):
+        for table, table_name, table_type, table_dims, _ in tables:
+            if table_type != data_type or table_dims not in (dims, dims[::-1]):
                 continue
             if views is None:
                 views = payloads()
             if _same_values(table, t, views):
-                out[t.name] = table.name
+                out[name] = table_name
                 break
     return out
 

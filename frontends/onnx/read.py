@@ -12,15 +12,18 @@ from __future__ import annotations
 import heapq
 import os
 from collections.abc import Iterator
+from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 import onnx
-from onnx import GraphProto, ModelProto, NodeProto
+from onnx import GraphProto, ModelProto, NodeProto, TensorProto
 
 from ...errors import FrontendError, ModelLoadError, ShapeError
 from .types import MAX_DIM
 
-__all__ = ["read_bytes", "parse_model", "check_model", "node_fields", "NodeFields", "opset_versions",
+__all__ = ["read_bytes", "parse_model", "check_model", "node_fields", "NodeFields", "initializer_fields",
+           "InitFields", "opset_versions",
            "iter_subgraphs", "all_graphs", "toposort", "sort_model", "KNOWN_DOMAINS", "MAX_PROTO_BYTES"]
 
 #: protobuf refuses messages of 2 GiB and more; bigger models keep weights in external files.
@@ -91,8 +94,9 @@ def _max_versions() -> dict[str, int]:
 _MAX_VERSIONS = _max_versions()
 
 
-#: One node's fields as Python values: op type, domain (``ai.onnx`` read as ""), name, inputs, outputs.
-NodeFields = tuple[str, str, str, list[str], list[str]]
+#: One node's fields as Python values: op type, domain (``ai.onnx`` read as ""), name, inputs,
+#: outputs, and its attributes (the protobuf's repeated field, held rather than read again).
+NodeFields = tuple[str, str, str, list[str], list[str], Any]
 
 
 def node_fields(graph: GraphProto) -> list[NodeFields]:
@@ -105,10 +109,24 @@ def node_fields(graph: GraphProto) -> list[NodeFields]:
     """
     out: list[NodeFields] = []
     append = out.append
-    for node in graph.node:
-        domain = node.domain
-        append((node.op_type, "" if domain == "ai.onnx" else domain, node.name, list(node.input), list(node.output)))
+    for op_type, domain, name, ins, outs, attrs in map(_FIELDS, graph.node):   # one C call reads them
+        append((op_type, "" if domain == "ai.onnx" else domain, name, list(ins), list(outs), attrs))
     return out
+
+
+_FIELDS = attrgetter("op_type", "domain", "name", "input", "output", "attribute")
+
+
+#: One initializer's fields as Python values: the tensor, its name, element type, declared dims
+#: and whether its payload is external.
+InitFields = tuple[TensorProto, str, int, tuple[int, ...], bool]
+
+
+def initializer_fields(graph: GraphProto) -> list[InitFields]:
+    """The fields of every initializer of ``graph``, read once (as :func:`node_fields`: weight
+    classes, payload checks, the inference skeleton and the lowering all read them)."""
+    external = TensorProto.EXTERNAL
+    return [(t, t.name, t.data_type, tuple(t.dims), t.data_location == external) for t in graph.initializer]
 
 
 def check_model(model: ModelProto, *, file: str = "", top: list[NodeFields] | None = None) -> list[GraphProto]:
@@ -129,16 +147,21 @@ def check_model(model: ModelProto, *, file: str = "", top: list[NodeFields] | No
     local = {fn.domain for fn in model.functions}
     graphs: list[GraphProto] = []
     used: dict[str, tuple[str, str]] = {}   # domain -> (op type, name) of its first node
-    for graph, where in iter_subgraphs(model.graph, "graph"):
+    for graph, where in iter_subgraphs(model.graph, "graph", top):
         rows = top if top is not None and not graphs else node_fields(graph)  # the main graph comes first
         graphs.append(graph)
         _check_declared_dims(graph, file)
-        for i, (op_type, domain, name, _ins, _outs) in enumerate(rows):
-            if not op_type:
-                raise FrontendError(f"{where}: node #{i} has no op_type (a protobuf with missing fields)",
-                                    file=f, node=name or None)
-            if domain not in used:
+        if not all(row[0] for row in rows):
+            i, row = next((i, row) for i, row in enumerate(rows) if not row[0])
+            raise FrontendError(f"{where}: node #{i} has no op_type (a protobuf with missing fields)",
+                                file=f, node=row[2] or None)
+        new = {row[1] for row in rows} - used.keys()
+        for op_type, domain, name, _ins, _outs, _attrs in rows:   # each new domain's first node, in order
+            if not new:
+                break
+            if domain in new:
                 used[domain] = (op_type, name)
+                new.discard(domain)
     for domain, (op_type, name) in used.items():
         if domain in local:
             continue
@@ -180,24 +203,27 @@ def _check_declared_dims(graph: GraphProto, file: str) -> None:
                                  node=vi.name or None)
 
 
-def iter_subgraphs(graph: GraphProto, where: str) -> Iterator[tuple[GraphProto, str]]:
-    """The graph and every nested graph (If/Loop/Scan bodies), depth first, with a location."""
+def iter_subgraphs(graph: GraphProto, where: str,
+                   top: list[NodeFields] | None = None) -> Iterator[tuple[GraphProto, str]]:
+    """The graph and every nested graph (If/Loop/Scan bodies), depth first, with a location.
+    ``top``: :func:`node_fields` of ``graph``, when the caller has read them."""
     stack = [(graph, where)]
     while stack:
         g, w = stack.pop()
         yield g, w
-        for node in g.node:
-            if not node.attribute:
+        rows = top if top is not None and g is graph else node_fields(g)
+        for op_type, _domain, name, _ins, _outs, attrs in rows:
+            if not attrs:
                 continue
-            for a in node.attribute:
+            for a in attrs:
                 if a.type == onnx.AttributeProto.GRAPH:
-                    stack.append((a.g, f"{w}/{node.name or node.op_type}.{a.name}"))
+                    stack.append((a.g, f"{w}/{name or op_type}.{a.name}"))
                 elif a.type == onnx.AttributeProto.GRAPHS:
-                    stack.extend((sub, f"{w}/{node.name or node.op_type}.{a.name}") for sub in a.graphs)
+                    stack.extend((sub, f"{w}/{name or op_type}.{a.name}") for sub in a.graphs)
 
 
-def all_graphs(graph: GraphProto) -> list[GraphProto]:
-    return [g for g, _ in iter_subgraphs(graph, "graph")]
+def all_graphs(graph: GraphProto, top: list[NodeFields] | None = None) -> list[GraphProto]:
+    return [g for g, _ in iter_subgraphs(graph, "graph", top)]
 
 
 def sort_model(model: ModelProto, *, file: str = "") -> ModelProto:

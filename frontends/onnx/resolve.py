@@ -18,10 +18,11 @@ from onnx import AttributeProto
 from ...errors import ShapeError
 from ...ir import DType, TensorType
 from .node import NodeCx
-from .shapes import OutSpec, RawType, node_inference
+from .node_infer import node_inference
+from .shapes import OutSpec, RawType
 from .types import DTYPES
 
-__all__ = ["resolve_types"]
+__all__ = ["resolve_types", "own_shapes", "node_specs"]
 
 Rules = dict[str, Callable[[NodeCx], list[OutSpec | None]]]
 _ONNX_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.preview")
@@ -31,6 +32,8 @@ def resolve_types(cx: NodeCx, rules: Rules, own: list[OutSpec | None] | None = N
                   override: bool = False) -> list[TensorType]:
     """Types of ``cx``'s present outputs; ``own`` are specs the lowering computed itself."""
     state = cx.lw.state
+    if state.lazy is not None:   # no whole-model answer: typed node by node (.lazy_types)
+        return state.lazy.resolve(cx, rules, own)
     outputs = cx.outs
     flagged = cx.name in state.errors
     if own is None and not flagged:
@@ -54,7 +57,7 @@ def resolve_types(cx: NodeCx, rules: Rules, own: list[OutSpec | None] | None = N
             if r is not None and spec is not None and spec[1] is not None:
                 raws[k] = (r[0], None)
     if own is None and (flagged or any(o and state.needs_repair(r) for o, r in zip(outputs, raws))):
-        own = _own_shapes(cx, rules, raws)
+        own = own_shapes(cx, rules, raws)
     out: list[TensorType] = []
     for k, (o, raw) in enumerate(zip(outputs, raws)):
         if not o:
@@ -65,7 +68,9 @@ def resolve_types(cx: NodeCx, rules: Rules, own: list[OutSpec | None] | None = N
     return out
 
 
-def _own_shapes(cx: NodeCx, rules: Rules, raws: list[RawType | None]) -> list[OutSpec | None]:
+def own_shapes(cx: NodeCx, rules: Rules, raws: list[RawType | None]) -> list[OutSpec | None]:
+    """The node's own answer per output, most exact first: folded values, its rule, ONNX's
+    inference of this one node (where ``raws``, ONNX's answer so far, leaves something open)."""
     outputs = cx.outs
     n = len(outputs)
     own: list[OutSpec | None] = [None] * n
@@ -77,7 +82,7 @@ def _own_shapes(cx: NodeCx, rules: Rules, raws: list[RawType | None]) -> list[Ou
     missing = [k for k in range(n) if outputs[k] and own[k] is None and _needs_inference(ruled[k], raws[k])]
     inferred: list[OutSpec | None] = []
     if missing and cx.domain in _ONNX_DOMAINS and not _has_subgraph(cx.node):
-        inferred = _node_inference(cx) or []
+        inferred = node_specs(cx) or []
     inferred = inferred + [None] * n
     fallback_dt = next((v.type.dtype for v in cx.inputs()), None)
     for k in range(n):
@@ -103,7 +108,8 @@ def _needs_inference(ruled: OutSpec | None, raw: RawType | None) -> bool:
     return not (_has_elem_type(raw) or ruled[0] is not None)
 
 
-def _node_inference(cx: NodeCx) -> list[OutSpec | None] | None:
+def node_specs(cx: NodeCx) -> list[OutSpec | None] | None:
+    """ONNX's inference of this one node from its already typed inputs (None: no schema)."""
     in_types = [None if v is None else (v.type.dtype, v.type.shape) for v in cx.values]
     data = [cx.known(i) for i in range(cx.n_inputs())]
     info = cx.lw.info

@@ -14,18 +14,20 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
-import numpy as np
 import onnx
 from onnx import GraphProto, ModelProto, TensorProto, TypeProto
 
 from ...errors import ShapeError
 from ...ir import DimSpec, DType, Sym, TensorType
 from .symdims import Poly, parse_dim_param, sanitize_symbol, to_dim
-from .types import DTYPES, MAX_DIM, ONNX_OF, dtype_of, type_proto
+from .types import DTYPES, MAX_DIM, dtype_of
 
-__all__ = ["run_inference", "ShapeState", "Bounded", "RawType", "OutSpec", "Unk", "graph_types", "node_inference",
+if TYPE_CHECKING:
+    from .lazy_types import LazyTypes
+
+__all__ = ["run_inference", "needs_stub", "ShapeState", "Bounded", "RawType", "OutSpec", "Unk", "graph_types",
            "weight_skeleton"]
 
 Unk = str  # an unknown dim: ONNX's generated name (``unk__3``) or "" when anonymous
@@ -37,12 +39,13 @@ _ERROR_NODE = re.compile(r"\(op_type:([\w.]+)(?:, node name: ([^)]*))?\)")
 _BIG = 1024  # initializers declared larger than this many bytes enter inference without their payload
 
 
-def run_inference(model: ModelProto) -> tuple[ModelProto, dict[str, str]]:
+def run_inference(model: ModelProto, stubs: list[bool] | None = None) -> tuple[ModelProto, dict[str, str]]:
     """ONNX shape inference with data propagation, on a skeleton of ``model`` whose large weights
     are declared but hold no data (inference only needs their dims; the caller's model is left as
     it was). Returns the typed skeleton and, per node name, the error strict inference reported
-    (those nodes are re-derived by the frontend's own rules)."""
-    skeleton = weight_skeleton(model)
+    (those nodes are re-derived by the frontend's own rules). ``stubs``: per initializer, whether
+    it enters without its payload (:func:`needs_stub`), when the caller has worked it out."""
+    skeleton = weight_skeleton(model, stubs)
     errors: dict[str, str] = {}
     try:
         inferred = onnx.shape_inference.infer_shapes(skeleton, strict_mode=True, data_prop=True)
@@ -56,13 +59,13 @@ def run_inference(model: ModelProto) -> tuple[ModelProto, dict[str, str]]:
     return inferred, errors
 
 
-def weight_skeleton(model: ModelProto) -> ModelProto:
+def weight_skeleton(model: ModelProto, stubs: list[bool] | None = None) -> ModelProto:
     """A copy of the model in which top-level initializers above 1 KiB (declared) carry no payload.
 
     They are marked external without a location, which inference and the lowering read as "dims
     only". Shape tensors (1-D integers) keep their values. Nothing large is copied.
     """
-    if not any(_needs_stub(t) for t in model.graph.initializer):
+    if not any(stubs if stubs is not None else map(_needs_stub, model.graph.initializer)):
         return model   # nothing to strip (inference returns a new model and leaves its input as it was)
     out = ModelProto()
     for fld in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
@@ -77,8 +80,8 @@ def weight_skeleton(model: ModelProto) -> ModelProto:
     g.output.extend(src.output)
     g.value_info.extend(src.value_info)
     g.sparse_initializer.extend(src.sparse_initializer)
-    for t in src.initializer:
-        if not _needs_stub(t):
+    for t, stub in zip(src.initializer, stubs if stubs is not None else map(_needs_stub, src.initializer)):
+        if not stub:
             g.initializer.append(t)
             continue
         stub = g.initializer.add()
@@ -90,13 +93,16 @@ def weight_skeleton(model: ModelProto) -> ModelProto:
 
 
 def _needs_stub(t: TensorProto) -> bool:
-    """Whether inference should see ``t`` without its payload: a large inline tensor that is not a
-    shape tensor (an external one already carries none)."""
-    if t.data_location == TensorProto.EXTERNAL:
+    return needs_stub(t.data_type, tuple(t.dims), t.data_location == TensorProto.EXTERNAL)
+
+
+def needs_stub(data_type: int, dims: tuple[int, ...], external: bool) -> bool:
+    """Whether inference should see a tensor without its payload: a large inline tensor that is
+    not a shape tensor (an external one already carries none)."""
+    if external:
         return False
-    dt = DTYPES.get(t.data_type)
-    dims = [int(d) for d in t.dims]
-    shape_tensor = t.data_type in (TensorProto.INT64, TensorProto.INT32) and len(dims) <= 1
+    dt = DTYPES.get(data_type)
+    shape_tensor = data_type in (TensorProto.INT64, TensorProto.INT32) and len(dims) <= 1
     return not (dt is None or shape_tensor or any(d < 0 for d in dims) or dt.nbytes(prod(dims)) <= _BIG)
 
 
@@ -155,6 +161,22 @@ class ShapeState:
     _cache: dict[bytes, RawType] = field(default_factory=dict)
     _soft: dict[str, bool] = field(default_factory=dict)
     _ready: dict[bytes, TensorType] = field(default_factory=dict)
+    #: Set when the model is typed node by node instead of by whole-model inference.
+    lazy: LazyTypes | None = None
+    _shared: dict[TensorType, TensorType] = field(default_factory=dict)
+    _by_dims: dict[tuple[DType, tuple[int, ...]], TensorType] = field(default_factory=dict)
+
+    def shared(self, t: TensorType) -> TensorType:
+        """One object per distinct type (weights repeat a few types thousands of times): later
+        lookups by identity (node signatures, the cost index) then skip hashing it again."""
+        return self._shared.setdefault(t, t)
+
+    def tensor_type(self, dtype: DType, dims: tuple[int, ...]) -> TensorType:
+        """:meth:`shared` ``TensorType(dtype, dims)`` for static dims, found by a plain tuple key."""
+        t = self._by_dims.get((dtype, dims))
+        if t is None:
+            t = self._by_dims[(dtype, dims)] = self.shared(TensorType(dtype, dims))
+        return t
 
     def ready(self, tp: TypeProto, name: str, node: str) -> TensorType | None:
         """The IR type of a fully known tensor type (the fast path: most values), else None."""
@@ -324,42 +346,3 @@ class ShapeState:
 
 def _fmt(dims: Iterable[Any]) -> str:
     return "[" + ", ".join(str(d) if d != "" else "?" for d in dims) + "]"
-
-
-def node_inference(node: onnx.NodeProto, opset: int, opsets: list[onnx.OperatorSetIdProto],
-                   in_types: list[tuple[DType, tuple[int | Sym, ...]] | None],
-                   in_data: list[np.ndarray | None], ir_version: int) -> list[OutSpec | None] | None:
-    """ONNX's inference for one node whose inputs we typed ourselves; None if ONNX has no schema.
-
-    Raises the ONNX error (for the caller to turn into a :class:`ShapeError`) when the inputs are
-    inconsistent for this op.
-    """
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
-    except Exception:
-        return None
-    types: dict[str, TypeProto] = {}
-    data: dict[str, TensorProto] = {}
-    for name, t, arr in zip(node.input, in_types, in_data):
-        if not name or t is None:
-            continue
-        types[name] = type_proto(ONNX_OF.get(t[0], TensorProto.FLOAT), t[1])
-        if arr is not None and arr.dtype != object:
-            try:
-                data[name] = onnx.numpy_helper.from_array(arr, name)
-            except Exception:
-                pass
-    result = onnx.shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=opsets,
-                                                     ir_version=ir_version)
-    state = ShapeState("", set(), {}, trust_all=True)  # the dims it sees are our own
-    out: list[OutSpec | None] = []
-    for name in node.output:
-        tp = result.get(name)
-        raw = state.raw(tp, name, lenient=True) if tp is not None else None
-        if raw is None:
-            out.append(None)
-            continue
-        dt = DTYPES.get(raw[0])
-        dims = None if raw[1] is None else tuple(None if isinstance(d, str) else d for d in raw[1])
-        out.append((dt, dims))
-    return out

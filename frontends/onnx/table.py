@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from .contractions import CONTRACTION_LOWERINGS
 from .contrib import CONTRIB_LOWERINGS
+from .contrib_moe import MOE_LOWERINGS, MOE_SHAPE_RULES
 from .contrib_shapes import CONTRIB_SHAPE_RULES
 from .control import CONTROL_LOWERINGS
 from .misc import MISC_LOWERINGS
@@ -27,7 +28,7 @@ __all__ = ["ONNX_TABLE", "SHAPE_RULES_EXTRA", "covered_ops"]
 def _build() -> dict[str, Callable[[NodeCx], None]]:
     table: dict[str, Callable[[NodeCx], None]] = {}
     for part in (ELEMENTWISE_LOWERINGS, TENSOR_LOWERINGS, NN_LOWERINGS, CONTRACTION_LOWERINGS,
-                 RECURRENT_LOWERINGS, CONTROL_LOWERINGS, MISC_LOWERINGS, CONTRIB_LOWERINGS):
+                 RECURRENT_LOWERINGS, CONTROL_LOWERINGS, MISC_LOWERINGS, CONTRIB_LOWERINGS, MOE_LOWERINGS):
         overlap = table.keys() & part.keys()
         if overlap:
             raise RuntimeError(f"ONNX ops mapped twice: {sorted(overlap)}")
@@ -37,7 +38,7 @@ def _build() -> dict[str, Callable[[NodeCx], None]]:
 
 ONNX_TABLE = _build()
 #: Output-shape rules of ops ONNX's inference does not know (the contrib ops).
-SHAPE_RULES_EXTRA: dict[str, Callable[[NodeCx], list[OutSpec | None]]] = dict(CONTRIB_SHAPE_RULES)
+SHAPE_RULES_EXTRA: dict[str, Callable[[NodeCx], list[OutSpec | None]]] = dict(CONTRIB_SHAPE_RULES) | MOE_SHAPE_RULES
 
 
 def covered_ops() -> list[str]:

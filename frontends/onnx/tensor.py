@@ -14,6 +14,7 @@ from onnx import TensorProto
 from ...errors import ShapeError
 from ...ir import DType, Op, TensorType, ValueKind
 from .node import NodeCx
+from .stamp import pure
 from .types import DTYPES, constant_type, small_array
 
 __all__ = ["TENSOR_LOWERINGS", "one", "norm_axis"]
@@ -27,16 +28,17 @@ def one(op: Op, **fixed: object) -> Callable[[NodeCx], None]:
     """One canonical op over all present inputs, with fixed attributes."""
     def fn(cx: NodeCx) -> None:
         cx.emit(op, cx.inputs(), dict(fixed) or None)
-    return fn
+    return pure(fn)
 
 
 def _axis_attr(op: Op, default: int = 0, **fixed: object) -> Callable[[NodeCx], None]:
     def fn(cx: NodeCx) -> None:
         rank = max(cx.rank(0), 1)
         cx.emit(op, cx.inputs(), {"axis": norm_axis(int(cx.attr("axis", default)), rank), **fixed})
-    return fn
+    return pure(fn)
 
 
+@pure
 def _reshape(cx: NodeCx) -> None:
     """Reshape, Flatten, Squeeze, Unsqueeze: views, which must keep the element count."""
     x, out = cx.input(0), cx.out_types()[0]
@@ -46,17 +48,20 @@ def _reshape(cx: NodeCx) -> None:
     cx.emit(Op.RESHAPE, cx.inputs())
 
 
+@pure
 def _transpose(cx: NodeCx) -> None:
     r = cx.rank(0)
     perm = cx.attr("perm") or list(reversed(range(r)))
     cx.emit(Op.PERMUTE, cx.inputs(), {"perm": tuple(int(p) for p in perm)})
 
 
+@pure
 def _split(cx: NodeCx) -> None:
     axis = norm_axis(int(cx.attr("axis", 0)), max(cx.rank(0), 1))
     cx.emit(Op.SPLIT, cx.inputs(), {"axis": axis})
 
 
+@pure
 def _pad(cx: NodeCx) -> None:
     cx.emit(Op.PAD, cx.inputs(), {"mode": str(cx.attr("mode", "constant"))})
 
@@ -106,11 +111,13 @@ def _constant(cx: NodeCx) -> None:
         cx.folded = [arr]
 
 
+@pure
 def _cast(cx: NodeCx) -> None:
     out = cx.out_types()[0]
     cx.emit(Op.CAST, cx.inputs(), {"to": out.dtype.value})
 
 
+@pure
 def _bitcast(cx: NodeCx) -> None:
     cx.emit(Op.RESHAPE, cx.inputs(), {"bitcast": True})
 
@@ -130,9 +137,10 @@ def _reduce_attrs(cx: NodeCx) -> dict[str, object]:
 def _reduce(op: Op, **fixed: object) -> Callable[[NodeCx], None]:
     def fn(cx: NodeCx) -> None:
         cx.emit(op, cx.inputs(), {**_reduce_attrs(cx), **fixed})
-    return fn
+    return pure(fn)
 
 
+@pure
 def _reduce_log_sum(cx: NodeCx) -> None:
     """ReduceLogSum = log(sum(x)): a reduction, then a log of the (smaller) result."""
     out = cx.out_types()[0]
@@ -145,7 +153,7 @@ def _arg(op: Op) -> Callable[[NodeCx], None]:
         rank = max(cx.rank(0), 1)
         cx.emit(op, cx.inputs(), {"axes": (norm_axis(int(cx.attr("axis", 0)), rank),),
                                   "keepdims": bool(cx.attr("keepdims", 1))})
-    return fn
+    return pure(fn)
 
 
 def _cumulative(op: Op) -> Callable[[NodeCx], None]:
@@ -154,9 +162,10 @@ def _cumulative(op: Op) -> Callable[[NodeCx], None]:
         rank = max(cx.rank(0), 1)
         cx.emit(op, cx.inputs(), {"axis": norm_axis(axis[0], rank) if axis else 0,
                                   "exclusive": bool(cx.attr("exclusive", 0)), "reverse": bool(cx.attr("reverse", 0))})
-    return fn
+    return pure(fn)
 
 
+@pure
 def _gather_nd(cx: NodeCx) -> None:
     cx.emit(Op.GATHER_ND, cx.inputs(), {"batch_dims": int(cx.attr("batch_dims", 0))})
 
@@ -167,9 +176,10 @@ def _scatter(op: Op) -> Callable[[NodeCx], None]:
         if op is Op.SCATTER_ELEMENTS:
             attrs["axis"] = norm_axis(int(cx.attr("axis", 0)), max(cx.rank(0), 1))
         cx.emit(op, cx.inputs(), attrs)
-    return fn
+    return pure(fn)
 
 
+@pure
 def _tensor_scatter(cx: NodeCx) -> None:
     """TensorScatter(past_cache, update, write_indices): writes ``update`` into the cache."""
     past, update = cx.input(0), cx.input(1)
@@ -178,12 +188,14 @@ def _tensor_scatter(cx: NodeCx) -> None:
             {"reduce": "none", "mode": str(cx.attr("mode", "linear"))})
 
 
+@pure
 def _compress(cx: NodeCx) -> None:
     axis = cx.attr("axis")
     cx.emit(Op.GATHER, cx.inputs(), {"axis": -1 if axis is None else norm_axis(int(axis), max(cx.rank(0), 1)),
                                       "mask": True})
 
 
+@pure
 def _topk(cx: NodeCx) -> None:
     k = cx.known_ints(1) if cx.opset >= 10 else [int(cx.attr("k", 1))]
     out = cx.out_types()[0]
@@ -193,6 +205,7 @@ def _topk(cx: NodeCx) -> None:
                                    "largest": bool(cx.attr("largest", 1))})
 
 
+@pure
 def _unique(cx: NodeCx) -> None:
     axis = cx.attr("axis")
     rank = max(cx.rank(0), 1)
@@ -200,14 +213,17 @@ def _unique(cx: NodeCx) -> None:
                                      "sorted": bool(cx.attr("sorted", 1))})
 
 
+@pure
 def _fill(cx: NodeCx) -> None:
     cx.emit(Op.FILL, cx.inputs(), None)
 
 
+@pure
 def _random(cx: NodeCx) -> None:
     cx.emit(Op.RANDOM, cx.inputs(), {"distribution": cx.op_type})
 
 
+@pure
 def _trilu(cx: NodeCx) -> None:
     cx.emit(Op.TRIANGULAR, cx.inputs(), {"upper": bool(cx.attr("upper", 1))})
 
@@ -215,7 +231,7 @@ def _trilu(cx: NodeCx) -> None:
 def _depth_to_space(op: Op) -> Callable[[NodeCx], None]:
     def fn(cx: NodeCx) -> None:
         cx.emit(op, cx.inputs(), {"blocksize": int(cx.attr("blocksize", 1)), "mode": str(cx.attr("mode", "DCR"))})
-    return fn
+    return pure(fn)
 
 
 TENSOR_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {

@@ -15,7 +15,7 @@ from onnx import TensorProto, TypeProto
 from ...errors import ShapeError
 from ...ir import DType, Sym, TensorType
 
-__all__ = ["DTYPES", "ONNX_OF", "dtype_of", "declared_dims", "small_array", "type_proto",
+__all__ = ["DTYPES", "ONNX_OF", "dtype_of", "declared_dims", "checked_dims", "small_array", "type_proto",
            "MAX_DIM", "MAX_NUMEL", "FOLD_LIMIT", "is_external", "check_payload", "constant_type"]
 
 #: ONNX ``TensorProto.DataType`` -> IR dtype. 2- and 6-bit types are stored as the next wider IR
@@ -61,14 +61,18 @@ def dtype_of(code: int, *, what: str = "", file: str | None = None, node: str | 
 
 def declared_dims(t: TensorProto, *, file: str | None = None) -> tuple[int, ...]:
     """An initializer's dims, checked: never negative, never absurd."""
-    dims = tuple(int(d) for d in t.dims)
+    return checked_dims(t.name, tuple(int(d) for d in t.dims), file=file)
+
+
+def checked_dims(name: str, dims: tuple[int, ...], *, file: str | None = None) -> tuple[int, ...]:
+    """:func:`declared_dims` from the initializer's name and dims already read."""
     for d in dims:
         if d < 0 or d > MAX_DIM:
-            raise ShapeError(f"initializer {t.name!r} declares dim {d} (dims {list(dims)})", file=file,
-                             node=t.name or None)
+            raise ShapeError(f"initializer {name!r} declares dim {d} (dims {list(dims)})", file=file,
+                             node=name or None)
     if prod(dims) > MAX_NUMEL:
-        raise ShapeError(f"initializer {t.name!r} declares {prod(dims)} elements (dims {list(dims)}), "
-                         f"more than any real model holds", file=file, node=t.name or None)
+        raise ShapeError(f"initializer {name!r} declares {prod(dims)} elements (dims {list(dims)}), "
+                         f"more than any real model holds", file=file, node=name or None)
     return dims
 
 

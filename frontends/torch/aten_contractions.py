@@ -11,6 +11,7 @@ from typing import Any
 import torch.fx as fx
 
 from ...ir import Op, TensorType, Value
+from ..moe_routing import routed_top_k
 from .aten_args import arg, ints, rank_of
 from .lowering import AtenLowerer
 
@@ -160,6 +161,54 @@ def _scaled_mm(cx: AtenLowerer, n: fx.Node) -> None:
     _dot(cx, n, a, b, (1,), (0,), bias=bias, extra={"scaled": True})
 
 
+# -- grouped GEMM (mixture-of-experts experts) --------------------------------------------------
+
+def _grouped_mm(cx: AtenLowerer, n: fx.Node) -> None:
+    """``_grouped_mm(x [S, K], w [G, K, N], offs [G])`` (and transformers' ``grouped_mm_fallback``, the
+    same contract): a :attr:`Op.GROUPED_DOT`. Hugging Face passes ``w.transpose(-2, -1)`` of the stored
+    ``[G, N, K]`` experts; a kernel reads that strided, so the transpose is looked through
+    (``rhs_contract=2``) rather than counted as a copy of every expert. ``x [G, M, K]`` by ``w [G, K, N]``
+    without offsets is a plain batched matmul; the other modes (grouped K, for weight gradients) are
+    left unmodeled, by name."""
+    x, w = cx.value(n.args[0]), cx.value(n.args[1])
+    offs, bias = cx.value(arg(n, 2, "offs")), cx.value(arg(n, 3, "bias"))
+    assert x is not None and w is not None
+    if x.type.rank == 3 and w.type.rank == 3 and offs is None:
+        return _dot(cx, n, x, w, (2,), (1,), (0,), (0,), bias=bias)
+    if x.type.rank != 2 or w.type.rank != 3 or offs is None:
+        cx.emit(Op.UNKNOWN, [v for v in (x, w, offs, bias) if v is not None], n,
+                {"source_op": f"{n.target} (ranks {x.type.rank}x{w.type.rank}, grouped along K)"})
+        return
+    w, rc = _stored_experts(cx, n.args[1], w)
+    attrs = {"rhs_contract": rc}
+    top_k = routed_top_k(offs, w.type.shape[0])
+    if top_k is not None:
+        attrs["top_k"] = top_k
+    out = cx.emit(Op.GROUPED_DOT, [x, w, offs], n, attrs, types=cx.out_types(n)[:1], bind=bias is None)
+    if bias is not None:   # [G, N]: each row adds its group's row, read by position
+        cx.emit(Op.ADD, [out.outputs[0], bias], n, {"role": "bias", "lookup_operands": 1}, name=f"{n.name}_bias")
+
+
+def _stored_experts(cx: AtenLowerer, arg_node: object, w: Value) -> tuple[Value, int]:
+    """The experts as stored and their contracting dim: through a transpose of the last two dims that
+    only this matmul reads (the transpose node is dropped), else ``w`` with ``rhs_contract=1``."""
+    p = w.producer
+    if (p is None or p.op is not Op.PERMUTE or tuple(p.attrs.get("perm", ())) != (0, 2, 1)
+            or not isinstance(arg_node, fx.Node) or len(arg_node.users) != 1 or len(w.uses) != 0):
+        return w, 1
+    stored = p.inputs[0]
+    if stored is None:
+        return w, 1
+    cx.graph.remove(p)
+    cx.env[arg_node] = None
+    return stored, 2
+
+
+def _histc(cx: AtenLowerer, n: fx.Node) -> None:
+    """A histogram is a scatter-add of ones into the bins: reads the input, one add per element."""
+    cx.emit(Op.SCATTER_ELEMENTS, [cx.value(n.args[0])], n, {"reduce": "add", "role": "histogram"})
+
+
 # -- convolution ----------------------------------------------------------------------------------
 
 def _conv(cx: AtenLowerer, n: fx.Node, x: Any, w: Any, b: Any, stride: Any, padding: Any,
@@ -217,7 +266,8 @@ def _convolution_backward(cx: AtenLowerer, n: fx.Node) -> None:
 CONTRACTION_LOWERINGS = {
     "linear": _linear, "mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _baddbmm, "mv": _mv,
     "addmv": _addmv, "dot": _vdot, "vdot": _vdot, "inner": _vdot, "matmul": _matmul, "einsum": _einsum,
-    "_scaled_mm": _scaled_mm, "convolution": _convolution, "_convolution": _convolution,
+    "_scaled_mm": _scaled_mm, "_grouped_mm": _grouped_mm, "transformers::grouped_mm_fallback": _grouped_mm,
+    "histc": _histc, "convolution": _convolution, "_convolution": _convolution,
     "conv1d": _convnd, "conv2d": _convnd, "conv3d": _convnd, "conv1d.padding": _convnd,
     "conv2d.padding": _convnd, "conv3d.padding": _convnd, "conv_transpose1d": _conv_transpose,
     "conv_transpose2d.input": _conv_transpose, "conv_transpose3d.input": _conv_transpose,

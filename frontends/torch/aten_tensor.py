@@ -7,9 +7,9 @@ from typing import Any
 
 import torch.fx as fx
 
-from ...ir import Op
+from ...ir import IN_PLACE, Op
 from .aten_args import arg, norm_axes, norm_axis, rank_of, scalar, tensor_meta
-from .lowering import AtenLowerer
+from .lowering import AtenLowerer, op_key
 
 __all__ = ["TENSOR_LOWERINGS"]
 
@@ -149,7 +149,11 @@ def _scatter(reduce: str) -> Callable[[AtenLowerer, fx.Node], None]:
     def fn(cx: AtenLowerer, n: fx.Node) -> None:
         ins = cx.values(n.args)
         red = reduce or (str(arg(n, 4, "reduce", "none")) if "reduce" in str(n.target) else "none")
-        cx.emit(Op.SCATTER_ELEMENTS, ins, n, {"reduce": red})
+        attrs: dict[str, Any] = {"reduce": red}
+        packet = op_key(n.target)[1]
+        if packet.endswith("_") and not packet.endswith("__"):
+            attrs[IN_PLACE] = 0      # index_copy_ (a static KV cache's update) writes into its operand
+        cx.emit(Op.SCATTER_ELEMENTS, ins, n, attrs)
     return fn
 
 

@@ -26,6 +26,7 @@ from ..dim_roles import assign_roles
 from .aten_table import ATEN_TABLE, IGNORED
 from .lowering import AtenLowerer
 from .pt2 import names_from_spec, stamp_dim_names, stamped_dim_names
+from .static_cache import KV_CACHE_META, static_cache_buffers
 from .types import SymbolTable
 
 __all__ = ["from_torch", "from_exported_program", "from_graph_module", "load_pt2", "export_module"]
@@ -84,6 +85,7 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
     state = {**ep.state_dict, **getattr(ep, "constants", {})}
     by_tensor: dict[tuple[Any, ...], Value] = {}
     mapping: dict[fx.Node, Any] = {}
+    caches = static_cache_buffers(ep)    # a StaticCache's KV buffers: state, not weights
     for spec, node in zip(sig.input_specs, placeholders):
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
@@ -91,8 +93,9 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
             continue
         kind = {InputKind.PARAMETER: ValueKind.PARAM, InputKind.BUFFER: ValueKind.BUFFER,
                 InputKind.CONSTANT_TENSOR: ValueKind.CONST}.get(spec.kind, ValueKind.INPUT)
-        if kind is ValueKind.INPUT:
-            mapping[node] = graph.add_input(node.name, symbols.tensor_type(val), kind)
+        if kind is ValueKind.INPUT or node.name in caches:
+            mapping[node] = graph.add_input(node.name, symbols.tensor_type(val), ValueKind.INPUT,
+                                            source_name=spec.target or node.name)
             continue
         tensor = state.get(spec.target) if spec.target else None
         key = _storage_key(tensor) if isinstance(tensor, torch.Tensor) else None
@@ -103,6 +106,10 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
         if key is not None:
             by_tensor[key] = value
         mapping[node] = value
+    if caches:
+        graph.meta[KV_CACHE_META] = [{"name": mapping[n].name, "batch_axis": caches[n.name]["batch_axis"],
+                                      "length_axis": caches[n.name]["length_axis"]}
+                                     for n in placeholders if n.name in caches]
     _declare_dims(graph, ep, placeholders, renames)
     assign_roles(graph)  # batch / sequence / KV length, from the Dim names and input positions
     constants = {node: state[spec.target] for spec, node in zip(sig.input_specs, placeholders)

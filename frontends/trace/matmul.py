@@ -99,6 +99,23 @@ def _scaled_mm(c: Call) -> Graph | None:
     return _dot(c, c.t(0), c.t(1), (1,), (0,), bias=c.t(4), out_dtype=out)
 
 
+@_register("_grouped_mm", "grouped_mm_fallback")
+def _grouped_mm(c: Call) -> Graph | None:
+    """MoE experts: ``x [S, K]`` by ``w [G, K, N]`` grouped by ``offs`` (as the frontend lowers it);
+    the 3-D by 3-D form without offsets is a batched matmul."""
+    x, w, offs = c.t(0), c.t(1), c.t(2)
+    if x is None or w is None or len(w.shape) != 3:
+        return None
+    if len(x.shape) == 3 and offs is None:
+        return _dot(c, x, w, (2,), (1,), (0,), (0,))
+    if len(x.shape) != 2 or offs is None or x.shape[1] != w.shape[1]:
+        return None
+    b = GraphBuilder(c)
+    y = b.node(Op.GROUPED_DOT, [b.input(x), b.input(w), b.input(offs)], (x.shape[0], w.shape[2]),
+               x.dtype or c.default_dtype, {"rhs_contract": 1})
+    return b.done(y)
+
+
 # -- convolution and attention ------------------------------------------------------------------
 
 def _conv(c: Call, stride: str, padding: str, dilation: str, transposed: bool, out_pad: str,

@@ -104,6 +104,18 @@ def _scatter(c: Call) -> Graph | None:
     return b.done(b.node(Op.SCATTER_ELEMENTS, ins, x.shape, x.dtype or c.default_dtype, {"reduce": reduce}))
 
 
+@_register("histc")
+def _histc(c: Call) -> Graph | None:
+    """A histogram into ``bins`` bins: a scatter-add of ones (as the frontend lowers ``aten.histc``)."""
+    x = c.t(0)
+    if x is None:
+        return None
+    b = GraphBuilder(c)
+    bins = int_arg(c.c(1), 100)
+    return b.done(b.node(Op.SCATTER_ELEMENTS, [b.input(x)], (bins,), x.dtype or c.default_dtype,
+                         {"reduce": "add", "role": "histogram"}))
+
+
 @_register("fill", "zero", "zeros_like", "ones_like", "full_like", "zeros", "ones", "full", "scalar_tensor")
 def _fill(c: Call) -> Graph | None:
     x = c.t(0)

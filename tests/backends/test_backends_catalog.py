@@ -163,7 +163,7 @@ def test_every_system_names_a_catalog_chip_whose_domain_can_hold_it(name):
 @pytest.mark.parametrize("name, topology", [
     ("dgx-h100", "switch"), ("gb200-nvl72", "switch"), ("mi300x-8", "full-mesh"),
     ("tpu-v5p-8x8x8", "torus"), ("tpu-v5e-256", "torus"), ("trn2-16", "torus"),
-    ("groq-node", "full-mesh"), ("cerebras-cs3", "single"),
+    ("groq-node", "full-mesh"), ("cerebras-cs3", "single"), ("tpu-v4-2x2x2", "mesh"), ("tpu-v4-2x2x4", "mesh"),
 ])
 def test_system_topology_kinds(name, topology):
     assert get_system(name).topology == topology

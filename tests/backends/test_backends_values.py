@@ -26,7 +26,7 @@ def test_h100_sxm_matches_the_datasheet_dense_figures():
     assert (h100.sm_count, h100.clock_hz, h100.tdp) == (132, 1.83e9, 700.0)
     assert h100.smem_per_sm == 228 * 1024
     assert h100.matmul_efficiency == pytest.approx(794.5 / 989, abs=1e-4)
-    assert h100.price_per_hour == 4.916
+    assert h100.price_per_hour == 55.04 / 8                # AWS p5.48xlarge on demand, 8 GPUs
 
 
 def test_h200_has_h100_compute_and_more_memory():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,6 +12,7 @@ torch = pytest.importorskip("torch")
 import narrowpipe  # noqa: E402
 from narrowpipe.backends import dump_target, get_target, load_target_file  # noqa: E402
 from narrowpipe.calibration import apply_measurements, load_measurements, measurements_path  # noqa: E402
+from narrowpipe.calibration.robust import CalibrationError, CalibrationWarning  # noqa: E402
 from narrowpipe.cli import main  # noqa: E402
 from narrowpipe.errors import NarrowpipeError  # noqa: E402
 from narrowpipe.models.examples import load_example  # noqa: E402
@@ -39,15 +41,34 @@ def test_every_command_accepts_the_calibrated_target(host, capsys):
 
 
 def test_measurements_calibrate_a_catalog_chip(host, tmp_path):
+    """A chip's own measurements replace its fitted ceilings and keep its peaks (here the host's
+    file stands in for a catalog chip: measurements of another chip would be refused, below)."""
     measurements = load_measurements(measurements_path(host))
-    h100 = get_target("h100")
-    mine = apply_measurements(h100, measurements, "my-h100")
-    assert mine.matrix_flops == h100.matrix_flops and mine.name == "my-h100"
+    base = dataclasses.replace(load_target_file(host), name="base-chip")
+    mine = apply_measurements(base, measurements, "mine")
+    assert mine.matrix_flops == base.matrix_flops and mine.name == "mine"
     assert mine.matmul_curve and mine.sources["matmul_curve"].startswith("measured")
-    out = tmp_path / "my-h100.toml"
-    assert main(["calibrate", "--base", "h100", "--from-measurements", str(measurements_path(host)),
+    out = tmp_path / "mine.toml"
+    assert main(["calibrate", "--base", str(host), "--from-measurements", str(measurements_path(host)),
                  "--out", str(out)]) == 0
     assert load_target_file(out).launch_overhead == pytest.approx(mine.launch_overhead)
+
+
+def test_measurements_of_another_chip_are_refused(host):
+    """This CPU's GEMMs reach ~0.1% of an H100's peak: not an H100 measurement, so no target file."""
+    with pytest.raises(CalibrationError, match="large-GEMM efficiency came out at"):
+        apply_measurements(get_target("h100"), load_measurements(measurements_path(host)), "my-h100")
+
+
+def test_noisy_points_are_dropped_and_gemm_curves_made_monotone():
+    from narrowpipe.calibration.robust import drop_outliers, monotone, plausible_rates
+    assert drop_outliers([0.80, 0.81, 0.79, 0.80, 0.0003]) == [0.80, 0.81, 0.79, 0.80]
+    assert drop_outliers([1.0, 1.0, 1.0]) == [1.0, 1.0, 1.0]
+    curve = monotone([(1e6, 0.1), (1e8, 0.5), (1e9, 0.3), (1e10, 0.7)])    # a dip is interference
+    assert [y for _, y in curve] == [0.1, 0.4, 0.4, 0.7] and [x for x, _ in curve] == [1e6, 1e8, 1e9, 1e10]
+    with pytest.warns(CalibrationWarning, match="exp 33 M/s"):
+        kept = plausible_rates({"exp": 33e6, "tanh": 4e8}, 166e9, "function")
+    assert kept == {"tanh": 4e8}
 
 
 def test_bad_measurement_file_is_a_clear_error(tmp_path):

@@ -54,3 +54,17 @@ def test_compare_with_value_lists_prints_one_row_per_point_and_target_and_writes
     assert data["format"] == "narrowpipe.sweep" and data["grid"] == {"batch": [1, 2], "seq": [32]}
     assert [p["dims"] for p in data["points"]] == [{"batch": 1, "seq": 32}, {"batch": 2, "seq": 32}]
     assert all(len(p["targets"]) == 2 for p in data["points"])
+
+
+def test_a_sweep_stars_a_cost_whose_price_is_not_on_the_catalog_basis():
+    from rich.console import Console
+
+    from narrowpipe.render.sweep import print_sweep
+    s = sweep(load_example("gpt2"), ["h100", "h100-pcie", "groq-lpu"], {"batch": [1, 2], "seq": [32]})
+    console = Console(record=True, width=200)
+    print_sweep(s, console)
+    text = console.export_text()
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines()]
+    cost = {r[1]: r[-1] for r in rows if len(r) > 3 and r[1] in ("h100-sxm", "h100-pcie", "groq-lpu")}
+    assert cost["h100-pcie"].endswith("*") and not cost["h100-sxm"].endswith("*") and cost["groq-lpu"] == "-"
+    assert "* price not a hyperscaler on-demand list rate" in text

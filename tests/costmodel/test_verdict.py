@@ -46,3 +46,41 @@ def test_compare_prints_the_verdict_line():
     print_comparison(compare(load_example("gpt2"), ["h100", "tpu-v5e"], dims={"batch": 1, "seq": 64}), console)
     text = console.export_text()
     assert "verdict: fastest " in text and "-bound)" in text
+
+
+def _verdict_line(c) -> str:
+    console = Console(record=True, width=400)
+    print_comparison(c, console)
+    return next(line for line in console.export_text().splitlines() if line.startswith("verdict:"))
+
+
+def test_each_timing_carries_the_basis_of_its_price():
+    c = compare(load_example("gpt2"), ["h100", "h100-pcie", "groq-lpu"], dims={"batch": 1, "seq": 64},
+                prices={"h100-pcie": 2.0})
+    assert c["h100"].timing.price_basis == "hyperscaler-on-demand"
+    assert c["h100-pcie"].timing.price_basis == "given" and c["h100-pcie"].timing.price_per_hour == 2.0
+    assert c["groq-lpu"].timing.price_basis == "" and c["groq-lpu"].timing.cost_usd is None
+
+
+def test_prices_on_one_basis_are_ranked_without_a_caveat():
+    c = compare(load_example("gpt2"), ["h100", "mi300x", "tpu-v5e"], dims={"batch": 1, "seq": 64})
+    v = verdict(c.reports)
+    assert v.price_bases == {"hyperscaler-on-demand": ("h100-sxm", "mi300x", "tpu-v5e")}
+    assert "not on one basis" not in _verdict_line(c)
+
+
+def test_the_verdict_says_when_prices_are_on_different_bases():
+    c = compare(load_example("gpt2"), ["h100", "h100-pcie"], dims={"batch": 1, "seq": 64})
+    v = verdict(c.reports)
+    assert v.price_bases == {"hyperscaler-on-demand": ("h100-sxm",), "other-on-demand": ("h100-pcie",)}
+    assert c.to_dict()["verdict"]["price_bases"] == {"hyperscaler-on-demand": ["h100-sxm"],
+                                                     "other-on-demand": ["h100-pcie"]}
+    line = _verdict_line(c)
+    assert "prices are not on one basis" in line
+    assert "hyperscaler on-demand list: h100-sxm" in line and "other on-demand list: h100-pcie" in line
+
+
+def test_a_given_price_against_catalog_prices_is_called_out():
+    c = compare(load_example("gpt2"), ["h100", "mi300x"], dims={"batch": 1, "seq": 64}, prices={"h100": 2.5})
+    assert verdict(c.reports).price_bases == {"given": ("h100-sxm",), "hyperscaler-on-demand": ("mi300x",)}
+    assert "given (--price): h100-sxm" in _verdict_line(c)

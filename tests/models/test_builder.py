@@ -31,8 +31,8 @@ def test_dense_gqa_flops_equal_the_hand_formula_at_any_binding():
 
 
 def test_moe_expert_gemms_route_top_k_rows_per_token_whatever_the_split():
-    """Balanced routing over uneven splits (N*k mod E != 0) keeps the total exact and reads every
-    expert's weights exactly once."""
+    """Experts are grouped GEMMs over the top_k * tokens routed rows: the total is exact at any binding
+    (even splits or not), and they hold every expert's weights once."""
     L, H, V, F, E, K = 2, 64, 300, 96, 8, 2
     g = transformer(L, H, 4, V, seq=16, ffn=F, gated_mlp=True, experts=E, top_k=K)
     for b, s in ((1, 16), (3, 7), (1, 1), (5, 13)):
@@ -43,7 +43,8 @@ def test_moe_expert_gemms_route_top_k_rows_per_token_whatever_the_split():
         r = narrowpipe.analyze(g, strict=True, batch=b, seq=s)
         assert r.flops_by_group["contraction"] == L * (attn_proj + experts + router) + 2 * t * H * V
     bindings = {"batch": 3, "seq": 7}
-    layer0 = [n for n in g.nodes if n.op is Op.DOT and n.source.scope == "model.layers.0.mlp.experts"]
+    layer0 = [n for n in g.nodes if n.op is Op.GROUPED_DOT and n.source.scope == "model.layers.0.mlp.experts"]
+    assert len(layer0) == 2 and all(n.attrs["top_k"] == K for n in layer0)
     weights = sum(n.inputs[1].type.numel(bindings) for n in layer0)
     assert weights == E * (2 * F * H + H * F)
 
@@ -148,7 +149,7 @@ def test_bad_architectures_are_refused_with_a_reason():
     with pytest.raises(NarrowpipeError, match="max_positions"):
         transformer(1, 64, 8, 100, seq=8, past=60, positions="learned", max_positions=64)
     with pytest.raises(NarrowpipeError, match="not supported"):
-        from_config({"model_type": "qwen2_moe"})
+        from_config({"model_type": "mamba"})
     with pytest.raises(NarrowpipeError, match="lacks"):
         from_config({"model_type": "llama", "hidden_size": 64})
 

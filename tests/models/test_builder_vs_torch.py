@@ -6,10 +6,9 @@ Compared exactly: contraction FLOPs, attention FLOPs and parameters, at the expo
 rebinding ``batch`` and ``seq`` (the builder's dims are symbolic). Not compared: elementwise,
 reduction and normalization FLOPs, because the builder emits canonical ops (one ``RMS_NORM``, one
 ``GELU``) where an export holds their decomposition plus mask and position bookkeeping; only a loose
-bound on the grand total is checked. Mixtral's default experts path exports an opaque
-``grouped_mm_fallback`` op narrowpipe does not model, so its export uses transformers'
-``batched_mm`` experts implementation (one bmm per routed token: the same FLOPs as any routing);
-FlopCounterMode runs the eager expert loop on real routing, which also routes ``top_k * tokens`` rows.
+bound on the grand total is checked. Mixtral is exported with transformers' default experts
+(``grouped_mm_fallback`` at fp32, a grouped GEMM like the builder's); FlopCounterMode runs the eager
+expert loop on real routing, which also routes ``top_k * tokens`` rows.
 """
 
 from __future__ import annotations
@@ -59,8 +58,8 @@ BATCH, SEQ = 2, 12
 def _config(name, attn):
     config = CONFIGS[name][0]()
     config._attn_implementation = attn
-    if name == "mixtral":
-        config._experts_implementation = "batched_mm" if attn == "sdpa" else "eager"
+    if name == "mixtral" and attn == "eager":
+        config._experts_implementation = "eager"
     return config
 
 

@@ -87,5 +87,89 @@ def test_a_torus_group_on_one_axis_gets_that_axis_two_links_and_the_whole_torus_
     assert one_axis.transfer_s == pytest.approx(3 / 4 * 1e9 / 90e9)
     whole = topo.time(Op.ALL_GATHER, 1e9, 64)
     assert whole.transfer_s == pytest.approx(63 / 64 * 1e9 / 270e9)
-    assert whole.latency_s == pytest.approx(9 * 1e-6)                # 3 steps along each of 3 axes
-    assert torus(Op.ALL_TO_ALL, 1e9, (4,), 45e9, 1e-6).algorithm == "ring"
+    # with wraparound each shard goes both ways: 2 hops reach the far side of an axis of 4 (SB-TPU
+    # sharding.md question 3: "we can do the full gather in only 2 hops" on a v4 4x4x4)
+    assert whole.latency_s == pytest.approx(3 * 2 * 1e-6)
+    assert topo.time(Op.ALL_REDUCE, 1e9, 64).latency_s == pytest.approx(2 * 3 * 2 * 1e-6)
+    one = torus(Op.ALL_TO_ALL, 1e9, (4,), 45e9, 1e-6)          # one axis of 4: 2 hops; 4/4 of the
+    assert one.latency_s == pytest.approx(2e-6)                 # buffer crosses the ring's two cuts
+    assert one.transfer_s == pytest.approx(1e9 / 90e9)
+
+
+def test_a_torus_all_to_all_exchanges_along_one_axis_after_another():
+    """Dimension-ordered: 2 + 2 + 2 hops on a 4x4x4 cube, not the 63 steps of a ring over 64 devices;
+    per axis the bisection carries 4/4 of a buffer each way over the ring's two cuts."""
+    t = torus(Op.ALL_TO_ALL, 64e3, (4, 4, 4), 45e9, 1e-6)
+    assert t.latency_s == pytest.approx(6e-6)
+    assert t.transfer_s == pytest.approx(3 * 64e3 / 90e9)
+    small = torus(Op.ALL_TO_ALL, 64e3, (2,), 45e9, 1e-6)        # a pair: half the buffer, one hop
+    assert small.seconds == pytest.approx(1e-6 + 64e3 / 2 / 90e9)
+
+
+def test_a_mesh_axis_needs_k_minus_one_hops_and_runs_at_half_a_torus_rate():
+    """A slice smaller than a cube has no wraparound links (SB-TPU): the busiest link of a line of 4
+    carries 3/4 of the buffer one way, so the transfer takes twice a ring's, in 3 hops, not 2."""
+    ring4 = torus(Op.ALL_GATHER, 1e6, (4,), 45e9, 1e-6)
+    line4 = torus(Op.ALL_GATHER, 1e6, (4,), 45e9, 1e-6, wrap=False)
+    assert line4.algorithm == "mesh"
+    assert line4.transfer_s == pytest.approx(3 / 4 * 1e6 / 45e9) == pytest.approx(2 * ring4.transfer_s)
+    assert (line4.latency_s, ring4.latency_s) == (pytest.approx(3e-6), pytest.approx(2e-6))
+    a2a = torus(Op.ALL_TO_ALL, 1e6, (4,), 45e9, 1e-6, wrap=False)
+    assert a2a.transfer_s == pytest.approx(1e6 / 45e9)           # 4/4 of a buffer over one cut
+
+
+def test_mesh_slices_load_as_meshes_and_the_cube_as_a_torus():
+    assert not Topology.of_system(get_system("tpu-v4-2x2x4")).scale_up.wraparound
+    assert not Topology.of_system(get_system("tpu-v4-2x2x2")).scale_up.wraparound
+    assert Topology.of_system(get_system("tpu-v4-4x4x4")).scale_up.wraparound
+
+
+def test_the_v4_ici_figures_reproduce_the_measured_v5e_gathers_they_come_from():
+    """SB-SHARD's two profiles on a v5e axis of 4 without wraparound (same 4.5e10 B/s links): a
+    34 MB gather measured ~680 us, 32 kB shards 'closer to 8us'; the v4 2x2x4 mesh's long axis is
+    such an axis, and a collective op pays the target's launch overhead on top (as ws2d adds it)."""
+    topo = Topology.of_system(get_system("tpu-v4-2x2x4"))
+    launch = get_target("tpu-v4").launch_overhead
+    big = topo.time(Op.ALL_GATHER, 34e6, 4, axes=(4,)).seconds + launch
+    small = topo.time(Op.ALL_GATHER, 4 * 32e3, 4, axes=(4,)).seconds + launch
+    assert big == pytest.approx(680e-6, rel=0.05)
+    assert small == pytest.approx(8e-6, rel=0.05)
+
+
+def test_explicit_axes_must_hold_the_group():
+    topo = Topology.of_system(get_system("tpu-v4-4x4x4"))
+    assert topo.time(Op.ALL_GATHER, 1e6, 16, axes=(4, 4)).seconds == pytest.approx(
+        topo.time(Op.ALL_GATHER, 1e6, 16).seconds)
+    with pytest.raises(ValueError, match="do not hold"):
+        topo.time(Op.ALL_GATHER, 1e6, 16, axes=(4,))
+
+
+def test_a_strided_group_on_a_torus_takes_the_outer_axes_with_wraparound_hops():
+    """The planner's outer group (16 members 4 ranks apart on a 4x4x4 cube) skips the axis the inner
+    groups fill and runs on the other two, like ws2d's named ``yz`` axes: 2 + 2 hops of 1.45 us
+    (wraparound, SB-SHARD's per-hop figure), 15/16 of the buffer over both links of two axes, each
+    link 221/6 GB/s (the cube's measured bus bandwidth over its 6 links)."""
+    topo = Topology.of_system(get_system("tpu-v4-4x4x4"))
+    strided = topo.time(Op.ALL_GATHER, 1e8, 16, 4)
+    assert strided.latency_s == pytest.approx(4 * 1.45e-6)
+    assert strided.transfer_s == pytest.approx(15 / 16 * 1e8 / (2 * 2 * 221e9 / 6))
+    assert strided.seconds == pytest.approx(topo.time(Op.ALL_GATHER, 1e8, 16, axes=(4, 4)).seconds)
+    assert topo.link(16, 4).bandwidth == pytest.approx(4 * 221e9 / 6)
+
+
+def test_a_strided_group_on_a_mesh_slice_pays_k_minus_one_hops_and_one_link_per_axis():
+    """On the 2x2x4 mesh (no wraparound) 8 members 2 ranks apart span the axes of 2 and 4: 1 + 3 hops,
+    7/8 of the buffer over one link per axis (148/4 GB/s each); the inner pair, 1 hop on one link."""
+    topo = Topology.of_system(get_system("tpu-v4-2x2x4"))
+    outer = topo.time(Op.ALL_GATHER, 1e8, 8, 2)
+    assert outer.algorithm == "mesh"
+    assert outer.latency_s == pytest.approx(4 * 1.45e-6)
+    assert outer.transfer_s == pytest.approx(7 / 8 * 1e8 / (2 * 148e9 / 4))
+    assert outer.seconds == pytest.approx(topo.time(Op.ALL_GATHER, 1e8, 8, axes=(2, 4)).seconds)
+    inner = topo.time(Op.ALL_GATHER, 1e8, 2, 1)
+    assert inner.seconds == pytest.approx(1.45e-6 + 1 / 2 * 1e8 / (148e9 / 4))
+    # 4 members 4 ranks apart: the long axis alone (3 hops, one link), not the two short axes that
+    # 4 contiguous ranks fill (1 + 1 hops over two links)
+    long_axis, short_axes = topo.time(Op.ALL_GATHER, 1e8, 4, 4), topo.time(Op.ALL_GATHER, 1e8, 4, 1)
+    assert long_axis.seconds == pytest.approx(3 * 1.45e-6 + 3 / 4 * 1e8 / (148e9 / 4))
+    assert short_axes.seconds == pytest.approx(2 * 1.45e-6 + 3 / 4 * 1e8 / (2 * 148e9 / 4))

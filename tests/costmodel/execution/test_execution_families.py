@@ -151,3 +151,36 @@ def test_fp8_weights_halve_decode_time_and_fp8_everything_doubles_prefill_rate()
     assert fp8.timing.dtype == "fp8_e4m3"
     assert 0.45 < fp8.time_s / prefill.time_s < 0.7                 # compute-bound: about twice the rate
     assert [v.type.dtype for v in with_precision(g, activations="fp8_e4m3").inputs] == [DType.INT64]
+
+
+def test_decode_attention_stacks_the_query_heads_of_a_kv_group():
+    """Multi-query decode on a TPU: the 48 query heads of a sequence meet the one K/V head as 48 rows
+    of one systolic GEMM (FlashDecoding-style head-group packing), not as 48 one-row GEMMs."""
+    from narrowpipe.costmodel.execution import DeviceGroup, TimingOptions
+    from narrowpipe.costmodel.interpreter import interpret
+    from narrowpipe.costmodel.timing import fused_program, time_program
+
+    g = Graph("mqa")
+    q = g.add_input("q", TensorType(DType.BF16, (1, 48, 1, 256)))
+    k = g.add_input("k", TensorType(DType.BF16, (1, 1, 2049, 256)))
+    v = g.add_input("v", TensorType(DType.BF16, (1, 1, 2049, 256)))
+    n = g.add_node(Op.ATTENTION, [q, k, v], [TensorType(DType.BF16, (1, 48, 1, 256))],
+                   {"layout": "bhsd", "causal": True, "scale": 1 / 16, "enable_gqa": True})
+    g.set_outputs(n.outputs)
+    v4 = get_target("tpu-v4")
+    program = fused_program(interpret(g, {}), v4, TimingOptions())
+    t = time_program(program, DeviceGroup(v4, 1)).times[0]
+    clock = 275e12 / (2 * 8 * 128 * 128)
+    fold = 0.5 * 128          # v4's mxu_fold_overhead x dim: the fill and drain each fold loses
+    # QK^T with q held in the arrays (2 folds of 48 columns over 256 dims), the 2049 keys streaming
+    # through in 512-row blocks: 2056 rows in 5 balanced blocks of 416 -> 10 folds, 2 rounds over the
+    # 8 arrays of 416 + 64 cycles, + one full fill and drain. Holding K instead ties: 17 x 2 folds
+    # of the 48 stacked query rows, 5 rounds of max(48, 128) + 64 cycles.
+    qk = 2 * (416 + fold) + 2 * 128
+    assert qk == math.ceil(17 * 2 / 8) * (max(48, 128) + fold) + 2 * 128
+    # PV with V's tiles held (17 x 2 folds over 8 arrays: 5 rounds of max(48 rows, 128) + 64), + fill
+    # and drain (holding P instead: 17 folds of 256 rows, 3 rounds of 256 + 64: the same 1216)
+    pv = math.ceil(17 * 2 / 8) * (max(48, 128) + fold) + 2 * 128
+    assert t.compute_s == pytest.approx((qk + pv) / clock / v4.matmul_efficiency, rel=1e-6)
+    # one-row GEMMs per head (no stacking, K always held) would take 48 x longer on QK^T alone
+    assert t.compute_s < 48 * 2 * math.ceil(2049 / 128) / 8 * 128 / clock

@@ -110,15 +110,15 @@ def test_collective_picks_scale_up_inside_the_domain_and_scale_out_beyond():
 
 def test_torus_rings_run_on_the_two_links_of_each_axis_they_span():
     # a 16x16 torus with 4 links of 50 GB/s: a reduce-scatter over one axis (16 chips) is a
-    # bidirectional ring on 2 links = 100 GB/s, 15 steps
+    # bidirectional ring on 2 links = 100 GB/s; with wraparound each shard goes both ways, 8 hops
     topo = Topology(256, NetLevel(200e9, 1e-6, torus_dims=(16, 16), links=4), NetLevel(25e9, 5e-6))
     inside, link = collective_seconds(Op.REDUCE_SCATTER, 15 / 16 * 1e9, 16, topo)
     assert link.bandwidth == 100e9
-    assert inside == pytest.approx(15e-6 + 15 / 16 * 1e9 / 100e9, rel=1e-12)
-    # the whole torus: both axes' rings busy at once, on all 4 links; 15 steps along each axis
+    assert inside == pytest.approx(8e-6 + 15 / 16 * 1e9 / 100e9, rel=1e-12)
+    # the whole torus: both axes' rings busy at once, on all 4 links; 8 hops along each axis
     whole, link = collective_seconds(Op.REDUCE_SCATTER, 255 / 256 * 1e9, 256, topo)
     assert link.bandwidth == 200e9
-    assert whole == pytest.approx(30e-6 + 255 / 256 * 1e9 / 200e9, rel=1e-12)
+    assert whole == pytest.approx(16e-6 + 255 / 256 * 1e9 / 200e9, rel=1e-12)
 
 
 def test_a_target_without_scale_out_uses_its_scale_up_link_beyond_the_domain():

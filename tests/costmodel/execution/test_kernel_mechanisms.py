@@ -119,3 +119,80 @@ def test_cpu_depthwise_conv_runs_at_its_measured_rate():
     g = conv_graph(1, 96, 56, 96, 3, groups=96)
     r = narrowpipe.analyze(g, measured, eager_overhead=False)
     assert r.time_s == pytest.approx(96 * 56 * 56 / rate + epyc.launch_overhead, rel=1e-6)
+
+
+def _grouped_gemm_graph(rows: int, experts: int, k: int, n: int) -> Graph:
+    """x [rows, k] through every expert's w [n, k] by group (MoE experts, top-2 routing)."""
+    g = Graph("grouped")
+    x = g.add_input("x", TensorType(DType.BF16, (rows, k)))
+    w = g.add_input("w", TensorType(DType.BF16, (experts, n, k)), ValueKind.PARAM)
+    offsets = g.add_input("offsets", TensorType(DType.INT32, (experts,)))
+    g.set_outputs(g.add_node(Op.GROUPED_DOT, [x, w, offsets], [TensorType(DType.BF16, (rows, n))],
+                             {"rhs_contract": 2, "top_k": 2}).outputs)
+    return g
+
+
+def test_a_grouped_gemm_is_one_kernel_with_waves_over_all_its_experts_tiles():
+    """2400 routed rows over 8 experts (300 each, balanced), K=2048, N=1024, on an H100 with one
+    128x128x64 tile, flat efficiencies and operands that fit in L2 (no re-reads), by hand:
+
+    * each expert pads its 300 rows to 3 row tiles: 8 x 3 x 8 column tiles = 192 tiles, which
+      wave-quantize together over the 132 SMs: 2 waves (as 8 separate GEMMs: 8 one-wave launches);
+    * compute = 2 waves x (2 x 128 x 128 x 64 x 32 K steps) / (peak x efficiency / SMs), plus a fill
+      per wave;
+    * memory = the rows, all 8 experts' weights and the offsets read, the [2400, 1024] output
+      written; the last wave's share of that write (1/2 x gemm_epilogue_exposed) is exposed after
+      the main loop;
+    * one launch and one latency floor for the whole grouped kernel."""
+    h100 = get_target("h100")
+    t = dataclasses.replace(h100, tile_shapes=((128, 128, 64),), matmul_curve=(), bandwidth_curve=(),
+                            matmul_skinny_curve=())
+    rows, experts, k, n = 2400, 8, 2048, 1024
+    reads = 2 * rows * k + experts * 2 * n * k + 4 * experts
+    writes = 2 * rows * n
+    assert reads < t.l2_bytes
+    tiles = experts * 3 * (n // 128)
+    waves = -(-tiles // t.sm_count)
+    assert (tiles, waves) == (192, 2)
+    per_sm = t.matrix_flops["bf16"] * t.matmul_efficiency / t.sm_count
+    compute = waves * 2 * 128 * 128 * 64 * (k // 64) / per_sm + waves * t.gemm_wave_overhead
+    bw = t.memory_bandwidth * t.memory_efficiency
+    exposed = writes * t.gemm_epilogue_exposed / waves
+    memory = (reads + writes - exposed) / bw
+    assert compute > memory                                        # compute-bound: the tiles set the time
+    hand = max(compute, memory) + exposed / bw + t.launch_overhead + t.gemm_latency
+    r = narrowpipe.analyze(_grouped_gemm_graph(rows, experts, k, n), t)
+    assert r.timing.kernels == 1
+    assert r.time_s == pytest.approx(hand, rel=1e-9)
+    # one latency floor for all eight experts
+    no_floor = narrowpipe.analyze(_grouped_gemm_graph(rows, experts, k, n), dataclasses.replace(t, gemm_latency=0.0))
+    assert r.time_s - no_floor.time_s == pytest.approx(t.gemm_latency)
+
+
+def test_a_weight_only_quantized_gemm_reads_its_narrow_weights_beside_the_new_terms():
+    """A decode GEMM (16 rows) with int4 weights on an H100 (one 128x128x64 tile, flat efficiencies): the
+    memory term reads the rows and the half-byte weights, the exposed epilogue is the whole (one-wave)
+    output write times gemm_epilogue_exposed, and launch plus latency floor are paid once; the
+    dequantization (2 vector ops per weight element, one row tile) hides under the memory time."""
+    h100 = get_target("h100")
+    t = dataclasses.replace(h100, tile_shapes=((128, 128, 64),), matmul_curve=(), bandwidth_curve=(),
+                            matmul_skinny_curve=())
+    m, k, n = 16, 8192, 8192
+    g = Graph("w4")
+    x = g.add_input("x", TensorType(DType.BF16, (m, k)))
+    w = g.add_input("w", TensorType(DType.INT4, (k, n)), ValueKind.PARAM)
+    g.set_outputs(g.add_node(Op.DOT, [x, w], [TensorType(DType.BF16, (m, n))],
+                             {"lhs_contract": (1,), "rhs_contract": (0,)}).outputs)
+    reads, writes = 2 * m * k + k * n // 2, 2 * m * n
+    bw = t.memory_bandwidth * t.memory_efficiency
+    # 64 column tiles of a 16-row tile (the tile shrinks to the 16 rows): 64 < 132 SMs, split K by
+    # min(132 // 64, 128 K steps, 16) = 2: one wave, fp32 partial sums written and read back
+    partials = 2 * 2 * m * n * 4
+    exposed = writes * t.gemm_epilogue_exposed
+    memory = (reads + partials + writes - exposed) / bw
+    dequant = 2 * k * n / t.vector_flops["fp32"]
+    assert dequant < memory
+    hand = memory + exposed / bw + t.launch_overhead + t.gemm_latency
+    r = narrowpipe.analyze(g, t)
+    assert r.ops[0].bound == "memory"
+    assert r.time_s == pytest.approx(hand, rel=1e-9)

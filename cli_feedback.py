@@ -1,0 +1,55 @@
+"""How much the command line says while it works: ``--quiet``, ``--verbose`` and progress.
+
+``--quiet`` silences everything on stdout (tables, "wrote" lines, progress): for scripts that
+only want the files ``--json``, ``--trace`` or ``--html`` write; errors and warnings still go to
+stderr. ``--verbose`` adds, on stderr, what was loaded and how long each step took, and a
+traceback under an error (for a bug report). Both flags are accepted before or after the
+subcommand (``narrowpipe -q compare ...`` or ``narrowpipe compare ... -q``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+__all__ = ["add_feedback_flags", "load_model", "say", "verbose"]
+
+
+def add_feedback_flags(parser: argparse.ArgumentParser, *, subcommand: bool) -> None:
+    """``-q/--quiet`` and ``-v/--verbose``; on a subcommand they default to "not given", so a flag
+    given before the subcommand is not reset by the subcommand's parser."""
+    default: Any = argparse.SUPPRESS if subcommand else False
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", action="store_true", default=default,
+                       help="print nothing but errors and warnings (files are still written)")
+    group.add_argument("-v", "--verbose", action="store_true", default=default,
+                       help="also print what was loaded and how long each step took (stderr)")
+
+
+def verbose(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "verbose", False))
+
+
+def say(args: argparse.Namespace, message: str) -> None:
+    """A ``--verbose`` line on stderr (nothing otherwise)."""
+    if verbose(args):
+        Console(stderr=True, highlight=False).print(f"[dim]{escape(message)}[/]")
+
+
+def load_model(args: argparse.Namespace, console: Console) -> Any:
+    """The command's model, with a spinner on a terminal (exporting a big model takes minutes) and,
+    with ``--verbose``, what it is and how long it took."""
+    from .cli import resolve_model
+    from .render.progress import progress
+    rebuild = bool(getattr(args, "rebuild", False))
+    what = f"exporting {args.model} with torch.export" if rebuild else f"loading {args.model}"
+    start = time.perf_counter()
+    with progress(console, what):
+        graph = resolve_model(args.model, rebuild=rebuild)
+    dims = ", ".join(graph.dims) or "none"
+    say(args, f"{what}: {len(graph.nodes):,} nodes, dims {dims} ({time.perf_counter() - start:.2f} s)")
+    return graph

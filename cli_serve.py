@@ -1,0 +1,166 @@
+"""The serving commands: ``serve`` (a capacity plan under a latency target, or one deployment's
+figures) and ``serve-sweep`` (decode over batch x context), and ``--mode``/``--context`` for
+``analyze`` and ``compare``.
+
+    narrowpipe serve llama-3-8b --target h100 --rate 1000 --input 2048 --output 256 --tpot 30ms
+    narrowpipe serve llama-3-8b --target h100 --mode generate --batch 8 --input 2048 --output 256 --tp 2
+    narrowpipe serve-sweep llama-3-8b --target h100 --batches 1,8,64,256 --context 4096
+    narrowpipe compare llama-3-8b --targets h100,tpu-v6e --mode decode --context 8192 --set batch=64
+
+Kept beside ``cli.py`` (which registers these in a few lines) so the command line stays one file
+per concern.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from rich.console import Console
+
+from .cli_args import parse_prices
+from .errors import NarrowpipeError
+
+__all__ = ["register_serve", "run_serve", "run_serve_sweep", "add_mode_args", "apply_mode", "parse_duration"]
+
+_UNITS = {"": 1e-3, "ms": 1e-3, "s": 1.0, "us": 1e-6}
+
+
+def parse_duration(text: str | None, flag: str) -> float | None:
+    """``"30ms"``, ``"0.5s"``, ``"250us"`` or a bare number of milliseconds, in seconds."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|us)?\s*", str(text))
+    if not m:
+        raise NarrowpipeError(f"{flag} expects a duration such as 30ms or 0.5s, got {text!r}")
+    return float(m.group(1)) * _UNITS[m.group(2) or ""]
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise NarrowpipeError(f"{flag} expects integers separated by commas, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise NarrowpipeError(f"{flag} expects non-negative integers, got {text!r}")
+    return values
+
+
+def _formats(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", metavar="DTYPE", help="weight format, e.g. fp8_e4m3, int8, int4, fp4 (weight-only)")
+    p.add_argument("--activations", metavar="DTYPE", help="activation format, e.g. fp8_e4m3")
+    p.add_argument("--kv", metavar="DTYPE", help="KV cache format, e.g. fp8_e4m3")
+    p.add_argument("--system", help="a system file whose links price the collectives (e.g. dgx-h100)")
+    p.add_argument("--price", action="append", metavar="TARGET=USD", help="USD per device-hour")
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON")
+
+
+def register_serve(sub: Any) -> None:
+    """Add ``serve`` and ``serve-sweep`` to the CLI's subparsers."""
+    p = sub.add_parser("serve", help="LLM serving: devices, layout and batch for a request rate under a "
+                                     "latency target, or one deployment's TTFT/TPOT/throughput")
+    p.add_argument("model", help="a causal LM: .onnx/.pt2/.json file, config.json or bundled example")
+    p.add_argument("--target", required=True, help="target(s), comma-separated")
+    p.add_argument("--rate", type=float, default=1.0, help="requests per second to serve (default 1)")
+    p.add_argument("--input", "--input-len", dest="input", type=int, default=2048, help="prompt tokens (2048)")
+    p.add_argument("--output", "--output-len", dest="output", type=int, default=256, help="output tokens (256)")
+    p.add_argument("--tpot", help="time-per-output-token target, e.g. 30ms: plan the capacity")
+    p.add_argument("--tpot-ms", type=float, help="the same target in milliseconds")
+    p.add_argument("--ttft", help="time-to-first-token target, e.g. 500ms")
+    p.add_argument("--devices", type=int, help="largest tensor-parallel group to consider per replica")
+    p.add_argument("--pp", default="1", help="pipeline depths to consider (plan) or use (point), e.g. 1,2")
+    p.add_argument("--mode", choices=("prefill", "decode", "generate"),
+                   help="without --tpot: one deployment in this mode (default generate)")
+    p.add_argument("--batch", type=int, default=1, help="sequences per step (without --tpot)")
+    p.add_argument("--context", type=int, help="KV cache length for --mode decode (default --input)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel devices (without --tpot)")
+    _formats(p)
+    p = sub.add_parser("serve-sweep", help="decode over batch x context: TPOT, tokens/s, fit, crossover batch")
+    p.add_argument("model", help="a causal LM (see serve)")
+    p.add_argument("--target", required=True, help="target(s), comma-separated")
+    p.add_argument("--batches", default="1,8,64,256", help="batch sizes, e.g. 1,8,64,256")
+    p.add_argument("--context", default="4096", help="KV cache length(s), e.g. 4096,8192")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel devices")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    _formats(p)
+
+
+def add_mode_args(p: argparse.ArgumentParser) -> None:
+    """``--mode`` and ``--context`` for analyze and compare."""
+    p.add_argument("--mode", choices=("prefill", "decode"), help="time a serving step: prefill of --context "
+                   "tokens, or one decode step with a KV cache of --context tokens")
+    p.add_argument("--context", type=int, default=2048, help="prompt or KV cache length for --mode (2048)")
+
+
+def apply_mode(graph: Any, args: argparse.Namespace, dims: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The graph and dims of the serving step ``--mode`` asks for (unchanged without it)."""
+    mode = getattr(args, "mode", None)
+    if not mode:
+        return graph, dims
+    from .costmodel.serving import serving_graph
+    sg = serving_graph(graph)
+    batch = next((dims[n] for n in sg.batch_dims if n in dims), None) or 1
+    tokens, past = (1, args.context) if mode == "decode" else (args.context, 0)
+    out = {k: v for k, v in dims.items() if k in sg.graph.dims}
+    out.update(sg.bindings(int(batch), tokens, past))
+    return sg.graph, out
+
+
+def _price(args: argparse.Namespace, target: str) -> float | None:
+    from .backends import get_target
+    from .costmodel.compare import prices_by_target
+    return prices_by_target(parse_prices(args.price)).get(get_target(target).name) if args.price else None
+
+
+def run_serve(args: argparse.Namespace, console: Console) -> int:
+    from .cli import _write_json, resolve_model
+    from .costmodel.serving import serve
+    from .costmodel.serving.capacity import plan_capacity
+    from .render.serving import print_capacity, print_serving
+    graph = resolve_model(args.model)
+    targets = [t.strip() for t in args.target.split(",") if t.strip()]
+    if not targets:
+        raise NarrowpipeError("--target is empty")
+    tpot = parse_duration(args.tpot, "--tpot") if args.tpot else (args.tpot_ms / 1e3 if args.tpot_ms else None)
+    pps = _ints(args.pp, "--pp")
+    kw = dict(weights=args.weights, activations=args.activations, kv=args.kv, system=args.system)
+    if tpot is not None:
+        plan = plan_capacity(graph, targets, rate=args.rate, input_len=args.input, output_len=args.output, tpot=tpot,
+                             ttft=parse_duration(args.ttft, "--ttft"), max_tp=args.devices, pps=pps,
+                             price=_price(args, targets[0]) if len(targets) == 1 else None, **kw)
+        print_capacity(plan, console)
+        return _write_json(args, console, plan.to_json())
+    if len(targets) > 1:
+        raise NarrowpipeError("one --target without --tpot (a point question is about one deployment)")
+    mode = args.mode or "generate"
+    r = serve(graph, targets[0], mode=mode, batch=args.batch, context=args.context, input_len=args.input,
+              output_len=args.output, tp=args.tp, pp=pps[0], price=_price(args, targets[0]), **kw)
+    print_serving(r, console)
+    return _write_json(args, console, r.to_json())
+
+
+def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
+    import json
+
+    from .cli import _write_json, resolve_model
+    from .costmodel.serving import crossover, replica_for, serve
+    from .render.serving import print_serving_sweep
+    graph = resolve_model(args.model)
+    batches, contexts = _ints(args.batches, "--batches"), _ints(args.context, "--context")
+    out = []
+    for target in [t.strip() for t in args.target.split(",") if t.strip()]:
+        replica = replica_for(graph, target, tp=args.tp, pp=args.pp, weights=args.weights,
+                              activations=args.activations, kv=args.kv, system=args.system)
+        reports = []
+        for ctx in contexts:
+            cross = None if replica.dataflow else crossover(replica, ctx)
+            for i, b in enumerate(batches):
+                r = serve(replica, mode="decode", batch=max(b, 1), context=ctx, with_crossover=False,
+                          price=_price(args, target))
+                r.crossover = cross if i == 0 else None
+                reports.append(r)
+        print_serving_sweep(reports, console)
+        out.extend(reports)
+    return _write_json(args, console, json.dumps({"format": "narrowpipe.serving_sweep", "version": 1,
+                                                  "points": [r.to_dict() for r in out]}, indent=2))

@@ -1,0 +1,156 @@
+"""How a mixture of experts' routed rows spread over its experts: the expert balance of an analysis.
+
+Which expert a token goes to is data, not shape, so a grouped GEMM (:attr:`~narrowpipe.ir.Op.GROUPED_DOT`)
+is costed under an assumed spread. Its FLOPs do not depend on it (every routed row goes through one
+expert: ``2 x rows x K x N`` whatever the split), but two things do: which experts' weights are read
+at all (an expert no row reaches is not read, so a decode step of one token with top-2 routing reads
+two experts, not all of them) and how a grouped kernel's tiles pad and queue per expert (the
+execution models time each expert's share).
+
+An :class:`ExpertBalance` names the spread as shares ``p_i`` of the routed rows, hottest expert first:
+
+* ``balanced`` (the default): ``p_i = 1 / E``, what a router trained with a load-balancing loss aims for;
+* ``zipf:S``: ``p_i`` proportional to ``1 / i**S`` (``S >= 0``; ``S = 0`` is balanced, ``S = 1`` gives the
+  hottest of 8 experts 37% of the rows);
+* ``hot:F``: the hottest expert takes the fraction ``F`` of the routed rows (``0 < F <= 1``; an ``F``
+  below ``1/E`` would make it the coldest, and is taken as ``1/E``, balanced), the other experts share
+  the rest evenly.
+
+Rows per expert (:func:`expert_rows`) are ``rows x p_i``, capped at one row per token (with ``top_k``
+known, ``rows / top_k`` tokens each pick ``top_k`` *different* experts, so no expert takes more rows
+than there are tokens; the excess goes to the others in proportion to their shares), then rounded to
+integers by largest remainder (ties to the hotter expert) so they sum to ``rows`` exactly. Balanced
+routing of ``N`` rows therefore gives ``N mod E`` experts ``N // E + 1`` rows and the others ``N // E``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from math import floor
+
+from ..errors import NarrowpipeError
+from ..ir import Node, Op, Value
+
+__all__ = ["ExpertBalance", "BALANCED", "expert_rows", "active_experts", "routing_notes"]
+
+_KINDS = ("balanced", "zipf", "hot")
+
+
+@dataclass(frozen=True)
+class ExpertBalance:
+    """An assumed spread of routed rows over experts (module docstring): ``kind`` and its parameter."""
+
+    kind: str = "balanced"
+    value: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise NarrowpipeError(f"expert balance {self.kind!r}: choose balanced, zipf:S or hot:F")
+        if self.kind == "zipf" and not self.value >= 0:
+            raise NarrowpipeError(f"expert balance zipf:{self.value}: the exponent must be >= 0")
+        if self.kind == "hot" and not 0 < self.value <= 1:
+            raise NarrowpipeError(f"expert balance hot:{self.value}: the hot expert's fraction must be in (0, 1]")
+
+    @classmethod
+    def parse(cls, spec: str | ExpertBalance | None) -> ExpertBalance:
+        """``"balanced"``, ``"zipf:1.2"`` or ``"hot:0.5"`` (``=`` works in place of ``:``); None is balanced."""
+        if spec is None:
+            return BALANCED
+        if isinstance(spec, ExpertBalance):
+            return spec
+        text = str(spec).strip().lower().replace("=", ":")
+        kind, _, arg = text.partition(":")
+        if kind == "balanced" and not arg:
+            return BALANCED
+        if kind not in ("zipf", "hot") or not arg:
+            raise NarrowpipeError(f"expert balance {spec!r}: write balanced, zipf:S (e.g. zipf:1.0) or hot:F "
+                                  "(e.g. hot:0.5, the hottest expert's share of the routed rows)")
+        try:
+            value = float(arg)
+        except ValueError:
+            raise NarrowpipeError(f"expert balance {spec!r}: {arg!r} is not a number") from None
+        return cls(kind, value)
+
+    def shares(self, experts: int) -> list[float]:
+        """The fraction of routed rows each expert takes, hottest first (they sum to 1)."""
+        if self.kind == "zipf":
+            w = [1.0 / (i + 1) ** self.value for i in range(experts)]
+        elif self.kind == "hot" and experts > 1:
+            hot = max(self.value, 1.0 / experts)
+            w = [hot] + [(1.0 - hot) / (experts - 1)] * (experts - 1)
+        else:
+            w = [1.0] * experts
+        total = sum(w)
+        return [x / total for x in w]
+
+    def __str__(self) -> str:
+        return "balanced" if self.kind == "balanced" else f"{self.kind}:{self.value:g}"
+
+
+BALANCED = ExpertBalance()
+
+
+def expert_rows(rows: int, experts: int, top_k: int | None = None,
+                balance: ExpertBalance = BALANCED) -> tuple[int, ...]:
+    """Rows each of ``experts`` experts takes out of ``rows`` routed rows, hottest first (module docstring).
+
+    The result sums to ``rows``; with ``top_k``, no expert exceeds ``ceil(rows / top_k)`` (one row per token).
+    """
+    if experts <= 0:
+        return ()
+    if rows <= 0:
+        return (0,) * experts
+    cap = -(-rows // top_k) if top_k else rows
+    cap = max(cap, -(-rows // experts))   # a cap below the even share cannot hold every row
+    quota = _capped_quotas(float(rows), balance.shares(experts), float(cap))
+    counts = [min(floor(q), cap) for q in quota]
+    left = rows - sum(counts)
+    # largest remainder first, the hotter expert first among equals; never past the cap
+    order = sorted(range(experts), key=lambda i: (-(quota[i] - counts[i]), i))
+    while left > 0:
+        for i in order:
+            if left and counts[i] < cap:
+                counts[i] += 1
+                left -= 1
+    return tuple(counts)
+
+
+def _capped_quotas(rows: float, shares: list[float], cap: float) -> list[float]:
+    """``rows x shares`` with every quota at most ``cap``: capped experts' excess goes to the
+    uncapped ones in proportion to their shares (water-filling), so the quotas still sum to ``rows``."""
+    capped: set[int] = set()
+    while True:
+        free = [i for i in range(len(shares)) if i not in capped]
+        weight = sum(shares[i] for i in free)
+        budget = rows - cap * len(capped)
+        quota = [cap if i in capped else (budget * shares[i] / weight if weight else 0.0)
+                 for i in range(len(shares))]
+        over = {i for i in free if quota[i] > cap * (1 + 1e-12)}
+        if not over:
+            return quota
+        capped |= over
+
+
+def active_experts(rows: tuple[int, ...]) -> int:
+    """Experts that receive at least one row: only their weights are read."""
+    return sum(1 for r in rows if r > 0)
+
+
+def routing_notes(nodes: Iterable[Node], shapes: Mapping[Value, tuple[int, ...]],
+                  balance: ExpertBalance) -> list[str]:
+    """One line per distinct grouped GEMM shape saying how its rows were spread, so a report's bytes
+    and times can be traced to the assumption (and the user knows it can be changed)."""
+    seen: dict[tuple[int, int, int | None], int] = {}
+    for node in nodes:
+        if node.op is Op.GROUPED_DOT and node.inputs[0] is not None and node.inputs[1] is not None:
+            key = (shapes[node.inputs[0]][0], shapes[node.inputs[1]][0], node.attrs.get("top_k"))
+            seen[key] = seen.get(key, 0) + 1
+    out = []
+    for (rows, experts, top_k), count in seen.items():
+        split = expert_rows(rows, experts, top_k, balance)
+        tokens = f" ({rows // top_k} tokens x top-{top_k})" if top_k else ""
+        out.append(f"experts ({count} grouped GEMM(s)): {rows} routed rows{tokens} over {experts} experts, "
+                   f"{balance} routing: hottest expert {split[0] if split else 0} rows, "
+                   f"{active_experts(split)} of {experts} experts read (--expert-balance / expert_balance=)")
+    return out

@@ -1,0 +1,15 @@
+"""Parallel planning: how a model is sharded over a device mesh, what each device holds, how long a
+training step takes and where the time goes (issue 9).
+
+The pieces, in the order data flows: :mod:`.strategy` (the :class:`Parallel` value), :mod:`.blocks`
+(the model cut into repeated layers), :mod:`.sharding` (the sharding pass that inserts collectives),
+:mod:`.block_cost` (one block's training step on one device), :mod:`.step` and :mod:`.pipeline`
+(combining block costs into a step), :mod:`.memory`, :mod:`.search`, :mod:`.plan` (the result).
+"""
+
+from .plan import Plan, RunnerUp
+from .sharding import shard
+from .stages import pipeline_stage
+from .strategy import Parallel
+
+__all__ = ["Parallel", "Plan", "RunnerUp", "shard", "pipeline_stage"]

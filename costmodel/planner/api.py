@@ -1,0 +1,75 @@
+"""``narrowpipe.plan``: the question users pay for, "on N chips of type X, how do I shard this model,
+will it fit, and how fast is one step?", as one call that returns a :class:`.Plan`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import PlanError
+from ...ir import Graph
+from ..precision import with_precision
+from .assemble import assemble
+from .plan import Plan
+from .planner import Planner
+from .search import search
+from .strategy import Parallel
+
+__all__ = ["plan"]
+
+_FIXABLE = ("tp", "pp", "dp", "cp", "ep", "microbatch", "recompute", "sequence_parallel", "zero", "interleave")
+
+
+def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_batch: int,
+         seq: int | None = None, parallel: Mapping[str, Any] | Parallel | None = None, dtype: str | None = None,
+         system: Any = None, runtime: Any = None, optimizer: str = "adam", top: int = 5) -> Plan:
+    """The fastest training plan of ``model`` on ``devices`` devices of ``target`` that fits.
+
+    ``model`` is a :class:`~narrowpipe.ir.Graph` (a builder result, a loaded file; the top-level
+    ``narrowpipe.plan`` also takes a file or a bundled example's name); ``target`` a system
+    (``dgx-h100``, ``tpu-v5e-256``) or a chip (its catalog
+    system when there is one: ``a100`` runs on ``dgx-a100`` nodes); ``system`` overrides the system.
+    ``global_batch`` counts sequences of ``seq`` tokens (default: the graph's sequence length).
+    ``parallel`` fixes any of tp, pp, dp, cp, microbatch, recompute (none/selective/full),
+    sequence_parallel, zero (0-3), interleave; the rest is searched, and the plan lists the runners-up
+    with why each lost. ``dtype`` retypes weights and activations (default: the graph's own).
+    ``runtime`` names the training framework's behaviour (``megatron-core``, the default, or
+    ``megatron-lm-2021``). Raises :class:`~narrowpipe.PlanError` when nothing fits, naming the memory
+    term that overflows and by how much."""
+    if mode != "train":
+        raise PlanError(f"plan: mode {mode!r} is not planned yet; only 'train' (a training step) is")
+    graph = _graph(model)
+    if dtype is not None:
+        graph = with_precision(graph, weights=dtype, activations=dtype)
+    planner = Planner(graph, target, devices, global_batch=global_batch, seq=seq, system=system, runtime=runtime,
+                      optimizer=optimizer)
+    fixed = _fixed(parallel)
+    result = search(planner, fixed, top=top)
+    stats = result.stats()
+    notes = [f"search: {stats['considered']} strategies, {stats['pruned_memory']} pruned by parameter memory, "
+             f"{stats['evaluated']} evaluated ({planner.cached_costs} block costs)"]
+    return assemble(planner, result.best, result.runners_up, notes)
+
+
+def _graph(model: Any) -> Graph:
+    if isinstance(model, Graph):
+        return model
+    raise PlanError(f"plan: model must be a Graph (narrowpipe.plan also takes a file or an example name), "
+                    f"got {type(model).__name__}")
+
+
+def _fixed(parallel: Mapping[str, Any] | Parallel | None) -> dict[str, Any]:
+    if parallel is None:
+        return {}
+    if isinstance(parallel, Parallel):
+        return {k: getattr(parallel, k) for k in _FIXABLE}
+    unknown = sorted(set(parallel) - set(_FIXABLE))
+    if unknown:
+        raise PlanError(f"plan: unknown parallel field(s) {', '.join(unknown)}; fixable: {', '.join(_FIXABLE)}")
+    out = dict(parallel)
+    for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "zero", "interleave"):
+        if k in out:
+            out[k] = int(out[k])
+    if "sequence_parallel" in out:
+        out["sequence_parallel"] = bool(out["sequence_parallel"])
+    return out

@@ -1,0 +1,133 @@
+"""An evaluated strategy as a :class:`.Plan`: rates, memory by term, stages, collectives per step.
+
+Why apart from the evaluation: evaluating runs thousands of times in a search, assembling once for
+the winner (and briefly for each runner-up's reason). Rates follow the usual conventions: model
+FLOPs are the graph's forward and backward (recomputation excluded, PaLM's MFU), hardware FLOPs add
+the recomputed forward (the SC'21 paper's rate), both per device per second of predicted step.
+"""
+
+from __future__ import annotations
+
+from .plan import Plan, RunnerUp
+from .planner import Evaluation, Planner
+from .strategy import Parallel
+
+__all__ = ["assemble", "loss_reason"]
+
+_LABELS = {"compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel communication",
+           "cp_comm": "context-parallel communication", "ep_comm": "expert-parallel all-to-all",
+           "p2p": "pipeline sends", "param_gather": "parameter gathers (ZeRO-3)", "bubble": "pipeline bubble",
+           "dp_comm": "data-parallel gradient reduction", "optimizer": "optimizer step"}
+_COMM = ("tp_comm", "cp_comm", "ep_comm", "p2p", "param_gather", "dp_comm")
+
+
+def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None = None,
+             notes: list[str] | None = None) -> Plan:
+    p = ev.parallel
+    step = ev.step
+    layers, pro, epi = planner.costs(p)
+    model_flops_seq, recompute_seq = planner.model_flops()
+    model_flops = model_flops_seq * p.global_batch
+    if p.recompute == "full":
+        hw_flops = model_flops + recompute_seq * p.global_batch
+    else:
+        rec_local = sum(c.flops.get("recompute", 0) for c in layers)
+        hw_flops = model_flops + rec_local * p.tp * p.cp * p.microbatches * p.dp
+    t = step.total_s
+    peak = planner.target.matrix_flops.get(_dtype(planner), 0.0) if hasattr(planner.target, "matrix_flops") else 0.0
+    tflops = model_flops / t / p.devices / 1e12 if t > 0 else 0.0
+    fullest = ev.fullest
+    memory = {**fullest.terms(), "total": fullest.total, "capacity": ev.capacity, "device": float(fullest.device)}
+    stages = [{"device": s.index, "layers": list(s.layers), "forward_s": s.forward_s, "backward_s": s.backward_s,
+               "p2p_s": s.p2p_s, "memory": planner_memory(ev, s.index)} for s in step.stages]
+    exposed = {k: step.breakdown.get(k, 0.0) for k in _COMM if step.breakdown.get(k, 0.0) > 0}
+    hidden = {k: v for k, v in step.hidden.items() if v > 0}
+    all_notes = list(step.notes) + list(notes or [])
+    if p.pp > 1:
+        all_notes.append(f"pipeline bubble {step.breakdown['bubble'] * 1e3:.0f} ms: (p-1)/(v*m) = "
+                         f"{p.pp - 1}/({p.interleave}*{p.microbatches}) of the steady state")
+    if not planner.runtime.overlap_tp_comm and step.breakdown.get("tp_comm", 0.0) > 0:
+        all_notes.append("tensor-parallel collectives are exposed: the runtime does not overlap them with GEMMs")
+    if not ev.fits:
+        all_notes.append(overflow_text(ev))
+    return Plan(model=planner.graph.name, target=planner.target.name, system=planner.system_name,
+                devices=planner.devices, mode="train", seq=planner.seq, parallel=p, runtime=planner.runtime.to_dict(),
+                step_time_s=t, breakdown=dict(step.breakdown), exposed_comm=exposed, hidden_comm=hidden,
+                tokens_per_s=p.global_batch * planner.seq / t if t > 0 else 0.0, tflops_per_device=tflops,
+                hw_tflops_per_device=hw_flops / t / p.devices / 1e12 if t > 0 else 0.0,
+                mfu=tflops * 1e12 / peak if peak else 0.0, memory_per_device=memory, fits=ev.fits, stages=stages,
+                collectives=_collectives(planner, ev), runners_up=list(runners_up or []), notes=all_notes,
+                model_flops_per_step=model_flops, hw_flops_per_step=hw_flops)
+
+
+def planner_memory(ev: Evaluation, stage: int) -> dict[str, float]:
+    m = ev.memory[stage]
+    return {**m.terms(), "total": m.total}
+
+
+def overflow_text(ev: Evaluation) -> str:
+    """Which memory term overflows and by how much, on the fullest device."""
+    m = ev.fullest
+    over = m.total - ev.capacity
+    terms = ", ".join(f"{k} {v / 1e9:.1f} GB" for k, v in sorted(m.terms().items(), key=lambda kv: -kv[1]) if v > 0)
+    biggest = max(m.terms().items(), key=lambda kv: kv[1])
+    return (f"does not fit: pipeline device {m.device} needs {m.total / 1e9:.1f} GB of {ev.capacity / 1e9:.1f} GB "
+            f"({over / 1e9:.1f} GB over); largest term {biggest[0]} {biggest[1] / 1e9:.1f} GB ({terms})")
+
+
+def loss_reason(best: Evaluation, other: Evaluation) -> str:
+    """Why ``other`` lost to ``best``: it does not fit, or the terms where it spends the most extra time."""
+    if not other.fits:
+        return overflow_text(other)
+    diff = {k: other.step.breakdown.get(k, 0.0) - best.step.breakdown.get(k, 0.0) for k in _LABELS}
+    worse = sorted(((v, k) for k, v in diff.items() if v > 0), reverse=True)[:2]
+    slower = other.step.total_s - best.step.total_s
+    parts = [f"+{v * 1e3:.0f} ms {_LABELS[k]}" for v, k in worse]
+    return f"{slower * 1e3:+.0f} ms per step" + (f": {', '.join(parts)}" if parts else "")
+
+
+def _collectives(planner: Planner, ev: Evaluation) -> list[dict[str, object]]:
+    """Every kind of collective in a step on the critical device: per-microbatch ones from the blocks
+    (times the microbatches), and the once-per-step gradient reduction."""
+    p = ev.parallel
+    layers, pro, epi = planner.costs(p)
+    crit = max(ev.step.stages, key=lambda s: s.time_s)
+    blocks = [layers[i] for i in crit.layers]
+    if crit.index == 0 and pro is not None:
+        blocks.append(pro)
+    if crit.index == p.pp - 1 and epi is not None:
+        blocks.append(epi)
+    rows: dict[tuple[str, str, str, int], dict[str, object]] = {}
+    for b in blocks:
+        for u in b.collectives:
+            key = (u.purpose, u.op, u.axis, u.group_size)
+            row = rows.setdefault(key, {"purpose": u.purpose, "op": u.op, "axis": u.axis, "group_size": u.group_size,
+                                        "per_step": 0, "comm_bytes": 0, "seconds": 0.0, "exposed_s": 0.0})
+            mult = p.microbatches if u.phase != "optimizer" else 1
+            row["per_step"] = int(row["per_step"]) + u.count * mult  # type: ignore[call-overload]
+            row["comm_bytes"] = int(row["comm_bytes"]) + u.comm_bytes * mult  # type: ignore[call-overload]
+            row["seconds"] = float(row["seconds"]) + u.seconds * mult  # type: ignore[arg-type]
+            row["exposed_s"] = float(row["exposed_s"]) + u.exposed_s * mult  # type: ignore[arg-type]
+    out = list(rows.values())
+    dp = ev.step.collectives.get("dp_reduction", 0.0)
+    if dp > 0:
+        group, _ = p.axis("dp_cp")
+        out.append({"purpose": "data-parallel gradient reduction", "op": "all_reduce" if p.zero == 0 else
+                    "reduce_scatter+all_gather", "axis": "dp" if p.cp == 1 else "dp+cp", "group_size": group,
+                    "per_step": 1, "comm_bytes": 0, "seconds": dp, "exposed_s": ev.step.breakdown.get("dp_comm", 0.0)})
+    if p.pp > 1:
+        each = ev.step.collectives.get("p2p_each", 0.0)
+        n = 2 * p.interleave * p.microbatches
+        out.append({"purpose": "pipeline activation/gradient sends", "op": "send", "axis": "pp", "group_size": 2,
+                    "per_step": n, "comm_bytes": 0, "seconds": each * n,
+                    "exposed_s": ev.step.breakdown.get("p2p", 0.0)})
+    return sorted(out, key=lambda r: -float(r["seconds"]))  # type: ignore[arg-type]
+
+
+def _dtype(planner: Planner) -> str:
+    params = [w for w in planner.graph.weights if w.kind.value == "param"]
+    return params[0].dtype.value if params else "fp32"
+
+
+def describe(parallel: Parallel) -> str:
+    return parallel.describe()

@@ -1,0 +1,83 @@
+"""Memory per device of a strategy, by term, from the per-block costs: what a pipeline stage holds.
+
+Why composed here rather than read off one graph: a device holds its stage's blocks only, each
+parameter shard once, and the activations of every microbatch the schedule has in flight (1F1B's
+first stage holds ``p`` microbatches of its layers; interleaving adds the chunks of the warm-up,
+Megatron-LM's ``(p - 1) * 2 + (v - 1) * p + 1`` chunk-forwards). The per-block numbers (local
+parameter bytes, activations saved for the backward, the working set of the step beyond them) come
+from the block's own sharded training program, counted by liveness.
+
+Bytes per parameter follow mixed-precision Adam (Micikevicius et al. 2018; Rajbhandari et al.,
+ZeRO, SC'20): the parameter in its training dtype, a gradient in the runtime's reduction dtype, an
+fp32 master copy when the parameter is narrower, and two fp32 Adam moments; ZeRO-1 shards the
+optimizer states (master and moments) over the data-parallel ranks, ZeRO-2 the gradients too,
+ZeRO-3 the parameters as well (one block's parameters are gathered at a time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .runtime import Runtime
+from .step import DeviceLoad
+from .strategy import Parallel
+
+__all__ = ["DeviceMemory", "device_memory", "OPTIMIZER_STATES"]
+
+#: fp32 states per parameter the optimizer keeps (Adam: first and second moments).
+OPTIMIZER_STATES = {"adam": 2, "adamw": 2, "momentum": 1, "sgd": 0}
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Bytes one device holds, by term; ``device`` is which pipeline stage it is."""
+
+    device: int
+    weights: float
+    gradients: float
+    optimizer_states: float
+    activations: float
+    workspace: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer_states + self.activations + self.workspace
+
+    def terms(self) -> dict[str, float]:
+        return {"weights": self.weights, "gradients": self.gradients, "optimizer_states": self.optimizer_states,
+                "activations": self.activations, "workspace": self.workspace}
+
+    def overflow(self, capacity: float) -> list[tuple[str, float]]:
+        """Terms by size when the total exceeds ``capacity``: what to shrink first, largest first."""
+        if self.total <= capacity:
+            return []
+        return sorted(self.terms().items(), key=lambda kv: -kv[1])
+
+
+def in_flight(p: Parallel, stage: int) -> float:
+    """Microbatches of a whole stage whose activations device ``stage`` holds at its peak."""
+    if p.pp == 1:
+        return 1.0
+    if p.interleave == 1:
+        return float(min(p.pp - stage, p.microbatches))
+    chunk_forwards = min((p.pp - stage - 1) * 2 + (p.interleave - 1) * p.pp + 1, p.microbatches * p.interleave)
+    return chunk_forwards / p.interleave
+
+
+def device_memory(p: Parallel, load: DeviceLoad, runtime: Runtime, optimizer: str = "adam",
+                  param_dtype_bytes: int = 2) -> DeviceMemory:
+    """Memory of the pipeline device that runs ``load`` (its layers, plus the embedding or head)."""
+    dp = p.dp * p.cp
+    weights = float(load.param_bytes)
+    grads = float(load.params * runtime.grad_reduce_dtype.nbytes(1))
+    master = 4 if runtime.master_weights and param_dtype_bytes < 4 else 0
+    states = float(load.params * (master + 4 * OPTIMIZER_STATES.get(optimizer, 2)))
+    if p.zero >= 1:
+        states /= dp
+    if p.zero >= 2:
+        grads /= dp
+    if p.zero >= 3:
+        # the shard plus the gathered block (and the next one, prefetched)
+        weights = weights / dp + 2 * load.largest_param_bytes
+    activations = load.saved_bytes * in_flight(p, load.index)
+    return DeviceMemory(load.index, weights, grads, states, activations, float(load.transient_bytes))

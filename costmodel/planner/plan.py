@@ -1,0 +1,128 @@
+"""The answer a user acts on: a :class:`Plan` (strategy, placement, memory per device, step time and
+where it goes, exposed communication, runners-up and why they lost), versioned JSON both ways.
+
+Why a plain result type with its own JSON: launch tooling and notebooks read plans without
+narrowpipe's model objects, and a saved plan must load back equal (``Plan.from_json(p.to_json()) ==
+p``), so every field is data: numbers, strings, lists and dicts, plus the :class:`.Parallel` value.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import PlanError
+from .strategy import Parallel
+
+__all__ = ["Plan", "RunnerUp", "PLAN_VERSION"]
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunnerUp:
+    """A strategy that lost: its step time (None when it does not fit) and the reason, in words."""
+
+    parallel: Parallel
+    step_time_s: float | None
+    why: str
+    memory_per_device: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"parallel": self.parallel.to_dict(), "step_time_s": self.step_time_s, "why": self.why,
+                "memory_per_device": self.memory_per_device}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunnerUp:
+        return cls(Parallel.from_dict(d["parallel"]), d.get("step_time_s"), d.get("why", ""),
+                   float(d.get("memory_per_device", 0.0)))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A training (or inference) plan for ``devices`` devices of ``target`` in ``system``.
+
+    ``breakdown`` splits ``step_time_s`` into terms that add up to it (compute, recompute, exposed
+    tensor/context/expert-parallel communication, pipeline sends, parameter gathers, the pipeline
+    bubble, exposed data-parallel reduction, optimizer); ``exposed_comm`` and ``hidden_comm`` are the
+    communication the step waits for and the communication compute hides. ``memory_per_device`` is
+    the fullest device's bytes by term (``total`` and ``capacity`` included)."""
+
+    model: str
+    target: str
+    system: str
+    devices: int
+    mode: str
+    seq: int
+    parallel: Parallel
+    runtime: dict[str, Any]
+    step_time_s: float
+    breakdown: dict[str, float]
+    exposed_comm: dict[str, float]
+    hidden_comm: dict[str, float]
+    tokens_per_s: float
+    tflops_per_device: float
+    hw_tflops_per_device: float
+    mfu: float
+    memory_per_device: dict[str, float]
+    fits: bool
+    stages: list[dict[str, Any]]
+    collectives: list[dict[str, Any]]
+    runners_up: list[RunnerUp] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    model_flops_per_step: float = 0.0
+    hw_flops_per_step: float = 0.0
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        """Mesh axes with their sizes and strides (Megatron-LM rank order) and each pipeline
+        device's layers."""
+        p = self.parallel
+        axes = {name: {"size": p.axis(name)[0], "stride": p.axis(name)[1]} for name in ("tp", "cp", "dp", "pp", "ep")}
+        return {"axis_order": ["tp", "cp", "dp", "pp"], "axes": axes, "stages": self.stages}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "narrowpipe.plan", "version": PLAN_VERSION, "model": self.model, "target": self.target,
+                "system": self.system, "devices": self.devices, "mode": self.mode, "seq": self.seq,
+                "parallel": self.parallel.to_dict(), "runtime": dict(self.runtime),
+                "step_time_s": self.step_time_s, "breakdown": dict(self.breakdown),
+                "exposed_comm": dict(self.exposed_comm), "hidden_comm": dict(self.hidden_comm),
+                "tokens_per_s": self.tokens_per_s, "tflops_per_device": self.tflops_per_device,
+                "hw_tflops_per_device": self.hw_tflops_per_device, "mfu": self.mfu,
+                "memory_per_device": dict(self.memory_per_device), "fits": self.fits,
+                "placement": self.placement, "stages": list(self.stages), "collectives": list(self.collectives),
+                "runners_up": [r.to_dict() for r in self.runners_up], "notes": list(self.notes),
+                "model_flops_per_step": self.model_flops_per_step, "hw_flops_per_step": self.hw_flops_per_step}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        if d.get("kind") != "narrowpipe.plan":
+            raise PlanError("not a narrowpipe plan (its 'kind' is not 'narrowpipe.plan')")
+        version = d.get("version")
+        if not isinstance(version, int) or version > PLAN_VERSION:
+            raise PlanError(f"plan version {version!r} is newer than this narrowpipe reads ({PLAN_VERSION})")
+        try:
+            return cls(d["model"], d["target"], d["system"], int(d["devices"]), d["mode"], int(d["seq"]),
+                       Parallel.from_dict(d["parallel"]), dict(d["runtime"]), float(d["step_time_s"]),
+                       dict(d["breakdown"]), dict(d["exposed_comm"]), dict(d["hidden_comm"]),
+                       float(d["tokens_per_s"]), float(d["tflops_per_device"]), float(d["hw_tflops_per_device"]),
+                       float(d["mfu"]), dict(d["memory_per_device"]), bool(d["fits"]), list(d["stages"]),
+                       list(d["collectives"]), [RunnerUp.from_dict(r) for r in d.get("runners_up", [])],
+                       list(d.get("notes", [])), float(d.get("model_flops_per_step", 0.0)),
+                       float(d.get("hw_flops_per_step", 0.0)))
+        except KeyError as e:
+            raise PlanError(f"plan JSON lacks the field {e.args[0]!r}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PlanError(f"plan JSON does not parse: {e}") from None
+        if not isinstance(data, dict):
+            raise PlanError("plan JSON is not an object")
+        return cls.from_dict(data)

@@ -1,0 +1,212 @@
+"""The planner's working state for one question: a model on ``devices`` chips of a system, at a
+sequence length and global batch. It cuts the model into blocks once, costs each distinct (block,
+sharding) once on demand, and evaluates any strategy from those costs by arithmetic.
+
+Why a stateful object: the search evaluates thousands of strategies, and every one of them reuses
+the few block costs that differ only in tensor/context parallelism, recomputation and microbatch
+size (:func:`.block_cost.block_key`). Everything else (pipeline, data parallelism, ZeRO,
+interleaving) is :mod:`.step` and :mod:`.memory` arithmetic over cached numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...backends import System, Target, get_system, get_target
+from ...backends.registry import systems as _systems
+from ...errors import NarrowpipeError, PlanError
+from ...ir import DimRole, Graph
+from ..execution.collectives import Topology
+from ..interpreter import interpret
+from .attention_form import apply_runtime_form
+from .block_cost import BlockCost, block_cost, block_key
+from .blocks import Blocks, split_blocks
+from .memory import DeviceMemory, device_memory
+from .runtime import Runtime, get_runtime
+from .step import CollectiveTimer, Layout, StepTime, layout, step_time
+from .strategy import Parallel
+
+__all__ = ["Planner", "Evaluation", "resolve_machine"]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One strategy evaluated: its step time, every pipeline device's memory, and whether all fit."""
+
+    parallel: Parallel
+    step: StepTime
+    memory: list[DeviceMemory]
+    capacity: float
+
+    @property
+    def fits(self) -> bool:
+        return all(m.total <= self.capacity for m in self.memory)
+
+    @property
+    def fullest(self) -> DeviceMemory:
+        return max(self.memory, key=lambda m: m.total)
+
+
+def resolve_machine(target: Any, system: Any = None) -> tuple[Target, System | None]:
+    """``target`` names a chip or a system; ``system`` (optional) a system. A chip with no system
+    gets the catalog's system of that chip when there is one (``a100`` -> ``dgx-a100``)."""
+    if system is not None:
+        sys_ = get_system(system)
+        return sys_.target(), sys_
+    if isinstance(target, Target):
+        chip = target
+    else:
+        try:
+            sys_ = get_system(target)
+            return sys_.target(), sys_
+        except NarrowpipeError:
+            chip = get_target(target)
+    for name, chip_name in _systems():
+        if chip_name == chip.name:
+            return chip, get_system(name)
+    return chip, None
+
+
+class Planner:
+    """Costs and evaluates training strategies of ``graph`` on ``devices`` devices."""
+
+    def __init__(self, graph: Graph, target: Any, devices: int, *, global_batch: int, seq: int | None = None,
+                 system: Any = None, runtime: str | Runtime | None = None, optimizer: str = "adam") -> None:
+        if devices < 1:
+            raise PlanError(f"devices must be at least 1, got {devices}")
+        self.graph = graph
+        self.target, self.system = resolve_machine(target, system)
+        self.devices = devices
+        self.global_batch = global_batch
+        self.runtime = get_runtime(runtime)
+        self.optimizer = optimizer
+        self.batch_dim = _role_dim(graph, DimRole.BATCH)
+        self.seq_dim = _role_dim(graph, DimRole.SEQUENCE)
+        defaults = graph.default_bindings()
+        self.seq = int(seq if seq is not None else defaults.get(self.seq_dim or "", 1))
+        self.topology = self._topology()
+        self.timer = CollectiveTimer(self.topology)
+        self.blocks: Blocks = split_blocks(graph)
+        self._costs: dict[tuple[Any, ...], BlockCost] = {}
+        self._flops: tuple[float, float] | None = None
+        self._by_strategy: dict[tuple[Any, ...], tuple[list[BlockCost], BlockCost | None, BlockCost | None]] = {}
+        self._layouts: dict[tuple[Any, ...], Layout] = {}
+        self._pbytes = _param_dtype_bytes(graph)
+
+    # -- machine -------------------------------------------------------------------------------------
+    def _topology(self) -> Topology:
+        if self.system is None:
+            return Topology.of(self.target)
+        sys_ = self.system
+        if self.devices > sys_.devices and sys_.scale_out is not None:
+            sys_ = sys_.replicate(-(-self.devices // sys_.devices))
+        return Topology.of_system(sys_)
+
+    @property
+    def system_name(self) -> str:
+        return self.system.name if self.system is not None else f"{self.target.name} (chip fields)"
+
+    # -- costs ---------------------------------------------------------------------------------------
+    def dims(self, microbatch: int) -> dict[str, int]:
+        out = {}
+        if self.batch_dim:
+            out[self.batch_dim] = microbatch
+        if self.seq_dim:
+            out[self.seq_dim] = self.seq
+        return out
+
+    def cost(self, block: Any, parallel: Parallel) -> BlockCost:
+        key = block_key(block, parallel, parallel.microbatch)
+        hit = self._costs.get(key)
+        if hit is None:
+            hit = self._costs[key] = block_cost(block, parallel, self.target, self.runtime,
+                                                dims=self.dims(parallel.microbatch), topology=self.topology,
+                                                optimizer=self.optimizer)
+        return hit
+
+    def _key(self, parallel: Parallel) -> tuple[Any, ...]:
+        return (parallel.tp, parallel.cp, parallel.ep, parallel.sequence_parallel, parallel.recompute,
+                parallel.microbatch)
+
+    def costs(self, parallel: Parallel) -> tuple[list[BlockCost], BlockCost | None, BlockCost | None]:
+        key = self._key(parallel)
+        hit = self._by_strategy.get(key)
+        if hit is None:
+            b = self.blocks
+            distinct = {id(x): self.cost(x, parallel) for x in b.layers}
+            layers = [distinct[id(x)] for x in b.layers]
+            pro = self.cost(b.prologue, parallel) if b.prologue is not None else None
+            epi = self.cost(b.epilogue, parallel) if b.epilogue is not None else None
+            hit = self._by_strategy[key] = (layers, pro, epi)
+        return hit
+
+    @property
+    def cached_costs(self) -> int:
+        return len(self._costs)
+
+    # -- one strategy ----------------------------------------------------------------------------------
+    def check(self, parallel: Parallel) -> None:
+        if parallel.devices != self.devices:
+            raise PlanError(f"tp x pp x dp x cp = {parallel.tp} x {parallel.pp} x {parallel.dp} x {parallel.cp} "
+                            f"= {parallel.devices} devices, but the plan is for {self.devices}")
+        if parallel.global_batch != self.global_batch:
+            raise PlanError(f"parallel.global_batch {parallel.global_batch} differs from the plan's "
+                            f"{self.global_batch}")
+        if len(self.blocks.layers) < parallel.pp * parallel.interleave:
+            raise PlanError(f"{len(self.blocks.layers)} layers cannot fill pp={parallel.pp} x "
+                            f"interleave={parallel.interleave} pipeline chunks")
+        if parallel.cp > 1 and self.seq % (2 * parallel.cp if parallel.cp > 1 else 1):
+            raise PlanError(f"seq={self.seq} does not split into 2 x cp={parallel.cp} chunks (load-balanced "
+                            "causal context parallelism)")
+
+    def evaluate(self, parallel: Parallel) -> Evaluation:
+        self.check(parallel)
+        lay = self.layout(parallel)
+        step = step_time(parallel, lay, self.timer, self.runtime)
+        memory = [device_memory(parallel, d, self.runtime, self.optimizer, self._pbytes) for d in lay.devices]
+        return Evaluation(parallel, step, memory, float(self.target.memory_capacity))
+
+    def layout(self, parallel: Parallel) -> Layout:
+        """The blocks placed on pipeline devices (cached: shared by every strategy that differs only
+        in data parallelism, ZeRO or the microbatch count)."""
+        key = (self._key(parallel), parallel.pp, parallel.interleave)
+        hit = self._layouts.get(key)
+        if hit is None:
+            hit = self._layouts[key] = layout(parallel, *self.costs(parallel), self.runtime)
+        return hit
+
+    # -- model FLOPs -------------------------------------------------------------------------------------
+    def model_flops(self) -> tuple[float, float]:
+        """``(model FLOPs, recomputed-forward FLOPs of full recomputation)`` per sequence: the
+        unsharded training graph of each distinct block counted once (forward + backward), times
+        how often the block occurs."""
+        if self._flops is None:
+            from ..training import build_training_graph
+            counted: dict[int, tuple[float, float]] = {}
+            model = recompute = 0.0
+            for block in self.blocks.all:
+                if id(block) not in counted:
+                    fwd = apply_runtime_form(block.graph, self.runtime)
+                    train = build_training_graph(fwd, optimizer=self.optimizer, recompute="none")
+                    table = interpret(train, self.dims(1))
+                    f = b = 0.0
+                    for node, cost in table.costs.items():
+                        phase = node.attrs.get("phase")
+                        f += cost.flops if phase == "forward" else 0
+                        b += cost.flops if phase == "backward" else 0
+                    counted[id(block)] = (f + b, f if block.kind == "layer" else 0.0)
+                model += counted[id(block)][0]
+                recompute += counted[id(block)][1]
+            self._flops = (model, recompute)
+        return self._flops
+
+
+def _role_dim(graph: Graph, role: DimRole) -> str | None:
+    names = graph.dims_with_role(role)
+    return names[0] if names else None
+
+
+def _param_dtype_bytes(graph: Graph) -> int:
+    params = [w for w in graph.weights if w.kind.value == "param"]
+    return params[0].dtype.nbytes(1) if params else 4

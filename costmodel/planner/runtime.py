@@ -1,0 +1,113 @@
+"""What the training framework does besides the math: which communication it overlaps with compute,
+how it runs attention, what precision its gradients travel in.
+
+Why a named profile rather than loose flags: a prediction is only comparable with a measurement
+made under the same runtime, and runtimes differ in exactly these choices. Megatron-LM as of the
+SC'21 paper reduced data-parallel gradients after the backward pass, ran attention unfused with
+dropout, and did not overlap tensor-parallel collectives; Megatron-Core today overlaps the gradient
+reduction with the backward, prefetches ZeRO/FSDP parameters, and runs fused (flash) attention.
+Every field says where it comes from; the planner never fits them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import PlanError
+from ...ir import DType
+
+__all__ = ["Runtime", "RUNTIMES", "get_runtime"]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    name: str
+    #: Data-parallel gradients reduced in buckets while the backward still runs (else after it).
+    overlap_grad_reduce: bool = True
+    #: ZeRO-3/FSDP parameter all-gathers prefetched one layer ahead, hidden behind compute.
+    overlap_param_gather: bool = True
+    #: Tensor-parallel collectives overlapped with their GEMMs (else exposed, in the layer's time).
+    overlap_tp_comm: bool = False
+    #: Pipeline activations sent split over the tensor-parallel ranks' links, all-gathered after.
+    pipeline_scatter_gather: bool = True
+    #: ``fused`` (flash attention: one kernel, scores never stored) or ``unfused`` (QK^T, softmax,
+    #: dropout and PV as separate kernels with the scores in memory).
+    attention: str = "fused"
+    #: Dropout after attention probabilities and on the residual branches (0: none).
+    dropout: float = 0.0
+    #: Precision the data-parallel gradient reduction runs in.
+    grad_reduce_dtype: DType = DType.FP32
+    #: fp32 master copy of the weights kept by the optimizer (mixed-precision training).
+    master_weights: bool = True
+    #: Layers per pipeline chunk: ``uniform`` (equal counts, the embedding and head on top) or
+    #: ``balanced`` (contiguous runs balanced by time, the embedding and head counted in).
+    stage_split: str = "balanced"
+    #: Fusion mode of the execution model: ``full`` (compiler-style epilogues into GEMMs) or
+    #: ``no-epilogue`` (library GEMMs; elementwise chains and norms fuse among themselves).
+    fusion: str = "full"
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.attention not in ("fused", "unfused"):
+            raise PlanError(f"runtime {self.name!r}: attention must be 'fused' or 'unfused', got {self.attention!r}")
+        if self.stage_split not in ("uniform", "balanced"):
+            raise PlanError(f"runtime {self.name!r}: stage_split must be 'uniform' or 'balanced'")
+        if not 0.0 <= self.dropout < 1.0:
+            raise PlanError(f"runtime {self.name!r}: dropout must be in [0, 1), got {self.dropout!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"}
+        out["grad_reduce_dtype"] = self.grad_reduce_dtype.value
+        return out
+
+
+RUNTIMES: dict[str, Runtime] = {
+    "megatron-core": Runtime(
+        "megatron-core", overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=False,
+        attention="fused", dropout=0.0, grad_reduce_dtype=DType.FP32, sources={
+            "overlap_grad_reduce": "Megatron-Core DistributedDataParallelConfig.overlap_grad_reduce (bucketed "
+                                   "all-reduce/reduce-scatter during backward)",
+            "overlap_param_gather": "Megatron-Core distributed optimizer overlap_param_gather; PyTorch FSDP "
+                                    "forward/backward prefetch",
+            "overlap_tp_comm": "Megatron-Core: TP comm overlap (tp_comm_overlap, Transformer Engine userbuffers) "
+                               "is opt-in, off by default",
+            "attention": "Megatron-Core uses Transformer Engine fused (flash) attention by default",
+            "stage_split": "Megatron-Core can split pipeline layers unevenly (decoder_first/last_pipeline_num_layers, "
+                           "account_for_embedding/loss_in_pipeline_split); the planner balances by time",
+            "grad_reduce_dtype": "Megatron-Core accumulates and reduces gradients in fp32 by default for bf16 "
+                                 "(accumulate_allreduce_grads_in_fp32)",
+        }),
+    "megatron-lm-2021": Runtime(
+        "megatron-lm-2021", overlap_grad_reduce=False, overlap_param_gather=False, overlap_tp_comm=False,
+        pipeline_scatter_gather=True, attention="unfused", dropout=0.1, grad_reduce_dtype=DType.FP16,
+        stage_split="uniform", fusion="no-epilogue", sources={
+            "stage_split": "Megatron-LM v2 gives every pipeline chunk num_layers / (pp x v) layers (it asserts "
+                           "divisibility); the embedding sits on the first stage, the head on the last",
+            "fusion": "Megatron-LM v2 runs its GEMMs through cuBLAS via torch (no epilogue fusion); bias+GeLU "
+                      "and bias+dropout+add are separate fused kernels (megatron/model/fused_bias_gelu.py, "
+                      "fused_bias_dropout_add), layer norm is Apex's fused kernel",
+            "overlap_grad_reduce": "Narayanan et al. SC'21 / Megatron-LM v2 (2021): the local DDP all-reduces "
+                                   "the contiguous gradient buffer after the backward pass of the last microbatch",
+            "pipeline_scatter_gather": "Narayanan et al. SC'21, section 4.1 (scatter/gather communication "
+                                       "optimization)",
+            "attention": "Megatron-LM v2 (2021) attention: batched matmul for QK^T, fused scale-mask-softmax "
+                         "kernel, dropout, batched matmul with V (no flash attention until 2022)",
+            "dropout": "Megatron-LM GPT defaults: attention and hidden dropout 0.1",
+            "grad_reduce_dtype": "Megatron-LM v2 fp16 training all-reduces fp16 gradients (main_grad buffer in "
+                                 "fp16 unless --accumulate-allreduce-grads-in-fp32)",
+            "overlap_tp_comm": "Narayanan et al. SC'21: tensor-parallel all-reduces are on the critical path",
+        }),
+}
+
+
+def get_runtime(runtime: str | Runtime | None) -> Runtime:
+    if runtime is None:
+        return RUNTIMES["megatron-core"]
+    if isinstance(runtime, Runtime):
+        return runtime
+    try:
+        return RUNTIMES[runtime]
+    except KeyError:
+        raise PlanError(f"unknown runtime {runtime!r}; known: {', '.join(sorted(RUNTIMES))}") from None

@@ -1,0 +1,164 @@
+"""Search over the strategies for a device count: enumerate, prune what cannot fit, evaluate the rest
+from cached block costs, keep the fastest that fits and say why the others lost.
+
+Why enumeration: the space is a product of small divisor sets (tensor parallelism up to the scale-up
+domain, pipeline depths dividing the layers, microbatches dividing the per-replica batch), a few
+thousand to a few hundred thousand points, and each evaluation is arithmetic over block costs
+(:mod:`.step`, :mod:`.memory`), so exhaustive enumeration is exact and fast. The only expensive step,
+costing a block under a sharding, happens once per (tensor/context parallelism, sequence parallelism,
+recomputation, microbatch), of which there are a few dozen. Pruning before any costing: a strategy
+whose parameters, gradients and optimizer states alone overflow a device is dropped.
+
+Choices the search does not explore, stated: sequence parallelism is always on with tensor
+parallelism (it halves activation memory at the same communication volume, Korthikanti et al. 2022);
+context parallelism is tried from 8k-token sequences up; expert parallelism is not searched yet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import PlanError
+from .assemble import loss_reason, overflow_text
+from .memory import OPTIMIZER_STATES
+from .plan import RunnerUp
+from .planner import Evaluation, Planner
+from .strategy import RECOMPUTE, Parallel
+
+__all__ = ["search", "SearchResult", "candidates"]
+
+_TP_MAX = 8
+_MICROBATCHES = (1, 2, 4, 8, 16)
+
+
+@dataclass
+class SearchResult:
+    best: Evaluation
+    runners_up: list[RunnerUp]
+    considered: int = 0
+    pruned_memory: int = 0
+    evaluated: int = 0
+    costing_s: float = 0.0
+    evaluating_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def candidates_per_s(self) -> float:
+        return self.evaluated / self.evaluating_s if self.evaluating_s > 0 else float("inf")
+
+    def stats(self) -> dict[str, Any]:
+        return {"considered": self.considered, "pruned_memory": self.pruned_memory, "evaluated": self.evaluated,
+                "costing_s": self.costing_s, "evaluating_s": self.evaluating_s,
+                "candidates_per_s": self.candidates_per_s}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
+    """Every strategy for ``planner.devices`` that respects ``fixed`` (any ``Parallel`` field)."""
+    n, batch, layers = planner.devices, planner.global_batch, len(planner.blocks.layers)
+    meta = planner.graph.meta.get("spec", {}) if isinstance(planner.graph.meta.get("spec"), dict) else {}
+    heads = int(meta.get("heads") or 0)
+    domain = planner.topology.scale_up_domain
+
+    def allowed(name: str, values: list[Any]) -> list[Any]:
+        return [fixed[name]] if name in fixed else values
+
+    for tp in allowed("tp", [d for d in _divisors(n) if d <= min(_TP_MAX, domain) and (not heads or heads % d == 0)]):
+        cps = [1] + ([c for c in (2, 4, 8) if planner.seq >= 8192 * c // 2] if planner.seq >= 8192 else [])
+        for cp in allowed("cp", cps):
+            if n % (tp * cp) or planner.seq % (2 * cp if cp > 1 else 1):
+                continue
+            for pp in allowed("pp", [d for d in _divisors(n // (tp * cp)) if d <= layers]):
+                if n % (tp * cp * pp):
+                    continue
+                dp = n // (tp * cp * pp)
+                if "dp" in fixed and fixed["dp"] != dp or batch % dp:
+                    continue
+                for mb in allowed("microbatch", [m for m in _MICROBATCHES if (batch // dp) % m == 0]):
+                    if (batch // dp) % mb:
+                        continue
+                    m = batch // (dp * mb)
+                    vs = [1] + ([v for v in (2, 3, 4, 5, 6, 8) if layers % (pp * v) == 0 and m % pp == 0]
+                                if pp > 1 else [])
+                    for v in allowed("interleave", vs):
+                        sps = [tp > 1]
+                        for sp in allowed("sequence_parallel", sps):
+                            for rec in allowed("recompute", list(RECOMPUTE)):
+                                for zero in allowed("zero", [0, 1, 2, 3] if dp * cp > 1 else [0]):
+                                    try:
+                                        yield Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=fixed.get("ep", 1),
+                                                       interleave=v, microbatch=mb, global_batch=batch,
+                                                       sequence_parallel=sp, recompute=rec, zero=zero)
+                                    except PlanError:
+                                        continue
+
+
+def static_memory(planner: Planner, p: Parallel) -> float:
+    """A lower bound on a device's bytes before any costing: its share of the parameters with their
+    gradients and optimizer states under ``p.zero`` (activations only add)."""
+    params = planner.graph.param_count() / (p.tp * p.pp)
+    pbytes = 2 if any(w.dtype.nbytes(1) == 2 for w in planner.graph.weights) else 4
+    grad = planner.runtime.grad_reduce_dtype.nbytes(1)
+    master = 4 if planner.runtime.master_weights and pbytes < 4 else 0
+    states = master + 4 * OPTIMIZER_STATES.get(planner.optimizer, 2)
+    shard = p.dp * p.cp
+    w = pbytes / (shard if p.zero >= 3 else 1)
+    g = grad / (shard if p.zero >= 2 else 1)
+    s = states / (shard if p.zero >= 1 else 1)
+    return params * (w + g + s)
+
+
+def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 5) -> SearchResult:
+    """The fastest strategy that fits, and up to ``top`` runners-up (the best of each other mesh
+    shape, plus the fastest that did not fit) with why each lost."""
+    fixed = dict(fixed or {})
+    capacity = float(planner.target.memory_capacity)
+    cands = list(candidates(planner, fixed))
+    if not cands:
+        raise PlanError(f"no strategy for {planner.devices} devices satisfies {fixed or 'the constraints'} "
+                        f"(global batch {planner.global_batch}, {len(planner.blocks.layers)} layers, "
+                        f"seq {planner.seq})")
+    kept = [p for p in cands if static_memory(planner, p) <= capacity]
+    result_pruned = len(cands) - len(kept)
+    if not kept:
+        p = min(cands, key=lambda c: static_memory(planner, c))
+        raise PlanError(f"no strategy fits: even {p.describe()} needs {static_memory(planner, p) / 1e9:.1f} GB of "
+                        f"parameters, gradients and optimizer states per device ({capacity / 1e9:.1f} GB)")
+    t0 = time.perf_counter()
+    for p in kept:                                   # cost each distinct block sharding once
+        planner.costs(p)
+    costing = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    evals = [planner.evaluate(p) for p in kept]
+    evaluating = time.perf_counter() - t0
+    fitting = [e for e in evals if e.fits]
+    if not fitting:
+        closest = min(evals, key=lambda e: e.fullest.total)
+        raise PlanError("no strategy fits in memory; the closest: " + closest.parallel.describe() + ": "
+                        + overflow_text(closest))
+    fitting.sort(key=lambda e: e.step.total_s)
+    best = fitting[0]
+    runners: list[RunnerUp] = []
+    seen = {_shape(best.parallel)}
+    for e in fitting[1:]:
+        if len(runners) >= top:
+            break
+        if _shape(e.parallel) in seen:
+            continue
+        seen.add(_shape(e.parallel))
+        runners.append(RunnerUp(e.parallel, e.step.total_s, loss_reason(best, e), e.fullest.total))
+    faster = [e for e in evals if not e.fits and e.step.total_s < best.step.total_s]
+    if faster:
+        e = min(faster, key=lambda x: x.step.total_s)
+        runners.append(RunnerUp(e.parallel, e.step.total_s, loss_reason(best, e), e.fullest.total))
+    return SearchResult(best, runners, len(cands), result_pruned, len(evals), costing, evaluating)
+
+
+def _shape(p: Parallel) -> tuple[int, ...]:
+    return (p.tp, p.pp, p.dp, p.cp, p.ep)

@@ -1,0 +1,68 @@
+"""Energy from a power model by utilization: idle power plus a compute and a memory term.
+
+Energy at TDP x time charges a memory-bound decode step as much as a saturating GEMM, which is
+wrong by 2x or more: measured LLM decode at batch 1 draws well under half an H100's TDP. Each
+kernel here draws ``idle + compute_w x u_compute + memory_w x u_memory`` (capped at TDP), where
+``u`` is the fraction of the kernel's time that resource is busy at its achievable rate (the
+schedule's ``compute_s / time_s``, counting only the kernel's useful FLOPs, not the padding a tile
+adds, and ``(memory_s + comm_s) / time_s``). A kernel that saturates both
+draws TDP; an idle gap (launch overhead) draws idle power. On a multi-device schedule every device
+idles through the whole run and each kernel adds its dynamic power on the device it runs on.
+
+The two fractions and their sources are in :mod:`narrowpipe.backends.defaults`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..backends import Target
+from ..backends.defaults import IDLE_POWER_FRACTION, MEMORY_POWER_FRACTION
+from .execution import Program, Schedule
+from .execution.common import KernelTime
+
+__all__ = ["PowerModel", "power_model", "kernel_power", "schedule_energy"]
+
+
+@dataclass(frozen=True)
+class PowerModel:
+    """Watts of one device: at idle, and above idle at full compute / full memory utilization."""
+
+    idle_w: float
+    compute_w: float
+    memory_w: float
+    tdp_w: float
+
+
+def power_model(target: Target) -> PowerModel | None:
+    """The target's power model, or None when it has no TDP (nothing to scale)."""
+    if not target.tdp:
+        return None
+    idle = IDLE_POWER_FRACTION * target.tdp
+    memory = MEMORY_POWER_FRACTION * target.tdp
+    return PowerModel(idle, target.tdp - idle - memory, memory, target.tdp)
+
+
+def kernel_power(kt: KernelTime, pm: PowerModel, useful_flops: float | None = None) -> float:
+    """Average watts of one device while ``kt`` runs. With ``useful_flops``, the compute term counts
+    only that share of the executed work: a decode GEMV padded to a 128-row tile does 1/128 of the
+    multiply-adds the schedule's compute time assumes, and the padding is not a power draw a real
+    GEMV kernel has (it runs on far fewer lanes)."""
+    if kt.time_s <= 0:
+        return pm.idle_w
+    compute_s = kt.compute_s
+    if useful_flops is not None and kt.executed_flops > useful_flops:
+        compute_s *= useful_flops / kt.executed_flops
+    u_compute = min(1.0, compute_s / kt.time_s)
+    u_memory = min(1.0, (kt.memory_s + kt.comm_s) / kt.time_s)
+    return min(pm.tdp_w, pm.idle_w + pm.compute_w * u_compute + pm.memory_w * u_memory)
+
+
+def schedule_energy(program: Program, schedule: Schedule, target: Target) -> float | None:
+    """Joules of the whole run over every device of the schedule, or None without a TDP."""
+    pm = power_model(target)
+    if pm is None:
+        return None
+    dynamic = sum(kt.time_s * (kernel_power(kt, pm, k.cost.flops) - pm.idle_w)
+                  for k, kt in zip(program.kernels, schedule.times, strict=True))
+    return schedule.devices * schedule.total_s * pm.idle_w + dynamic

@@ -1,0 +1,65 @@
+"""Cost rules of the vision and signal ops (pooling, resize, RoIAlign, NMS, FFT), merged into
+:data:`narrowpipe.costmodel.rules.RULES` beside the others: one registry, split only for file size."""
+
+from __future__ import annotations
+
+from math import log2, prod
+
+from ..ir import Op
+from .cost import Cost
+from .opview import OpView
+
+__all__ = ["VISION_RULES"]
+
+
+def _traffic(v: OpView, flops: int = 0, transcendentals: int = 0) -> Cost:
+    """Every input read once and every output written once (also used by rules.py)."""
+    return Cost(flops, transcendentals, v.all_in_bytes(), v.all_out_bytes())
+
+
+def pool(v: OpView) -> Cost:
+    """Max/average pooling: one FLOP per window element per output element."""
+    window = prod(v.attrs.get("kernel", ()) or (1,))
+    if v.attrs.get("role") == "grad":   # inputs (dy, x): each output gradient spread over its window
+        return _traffic(v, v.out_numel() if v.attrs.get("global_pool") else v.numel(0) * window)
+    if v.attrs.get("global_pool"):
+        return _traffic(v, v.numel(0))
+    return _traffic(v, v.out_numel() * window)
+
+
+_RESIZE_TAPS = {"nearest": 0, "linear": 2, "bilinear": 2, "cubic": 4, "bicubic": 4}
+
+
+def resize(v: OpView) -> Cost:
+    """Interpolation: per output element, 2 FLOPs per tap in each resized dim (nearest: none)."""
+    taps = _RESIZE_TAPS.get(str(v.attrs.get("mode", "nearest")), 2)
+    dims = int(v.attrs.get("spatial_dims", max(len(v.out_shapes[0]) - 2, 1)))
+    return _traffic(v, v.out_numel() * 2 * taps * dims if taps else 0)
+
+
+def roi_align(v: OpView) -> Cost:
+    """Bilinear samples: 4 taps x 2 FLOPs per sample, ``sampling_ratio``^2 samples per output."""
+    s = max(int(v.attrs.get("sampling_ratio", 2)), 1)
+    return _traffic(v, v.out_numel() * s * s * 8)
+
+
+def nms(v: OpView) -> Cost:
+    """Pairwise IoU over the boxes of each batch and class: about 10 FLOPs per pair."""
+    boxes = v.shape(0)
+    n = boxes[1] if len(boxes) > 1 else boxes[0]
+    batch = boxes[0] if len(boxes) > 1 else 1
+    classes = v.shape(1)[1] if v.has_input(1) and len(v.shape(1)) > 1 else 1
+    return _traffic(v, 10 * batch * classes * n * n)
+
+
+def fft(v: OpView) -> Cost:
+    """Cooley-Tukey: 5 N log2 N real FLOPs per transform of length N."""
+    shape = v.shape(0)
+    axis = int(v.attrs.get("axis", -1)) % max(len(shape), 1)
+    n = max(shape[axis], 2) if shape else 2
+    transforms = prod(shape) // n if shape else 1
+    return _traffic(v, int(5 * n * log2(n)) * transforms)
+
+
+#: op -> rule, merged into :data:`narrowpipe.costmodel.rules.RULES`
+VISION_RULES = {Op.POOL: pool, Op.RESIZE: resize, Op.ROI_ALIGN: roi_align, Op.NMS: nms, Op.FFT: fft}

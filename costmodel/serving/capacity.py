@@ -1,0 +1,232 @@
+"""Serving under a latency target: how many devices, in which layout, at what batch, for what price.
+
+"How many H100s for 1,000 requests/s of 2k-in/256-out at 30 ms/token?" For each target and each
+layout (tensor-parallel degrees that divide the heads and fit a scale-up domain, optionally with
+pipeline stages; a dataflow chip's own layout), continuous batching is run at its steady state
+(:func:`.generate.steady_state`) and the largest batch is found whose iteration (TPOT) and first
+token (TTFT) meet the targets and whose KV cache, at ``input_len + output_len`` tokens per request,
+fits (:meth:`.replica.Replica.memory`). That batch maximises the layout's output tokens/s per
+device (an iteration grows slower than linearly in the batch while decode is memory-bound), and
+with one price per device-hour, also minimises the $ per million tokens. Replicas for the request
+rate follow: ``ceil(rate / (batch / (output_len x TPOT)))``.
+
+The plan says which layout wins for throughput (most tokens/s per device under the targets) and
+which for latency (the lowest TPOT any batch reaches: batch 1).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from math import ceil
+from typing import Any
+
+from ...backends import Target, get_target
+from ...errors import NarrowpipeError
+from ...ir import Graph
+from ...models.spec import TransformerSpec
+from .generate import SteadyState, steady_state
+from .memory import Memory
+from .parallel import tp_spec
+from .prepare import ServingGraph
+from .replica import Layout, Replica
+from .serve import replica_for
+
+__all__ = ["Candidate", "CapacityPlan", "plan_capacity", "layouts_for", "CAPACITY_FORMAT"]
+
+CAPACITY_FORMAT = "narrowpipe.capacity"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One target and layout at its best batch under the targets (``batch`` 0: none meets them)."""
+
+    target: str
+    layout: str
+    devices: int                      # per replica
+    batch: int
+    tpot_s: float
+    ttft_s: float
+    min_tpot_s: float                 # at batch 1: the layout's latency floor
+    tokens_per_s: float               # output tokens/s of one replica
+    replicas: int
+    total_devices: int
+    price_per_hour: float | None
+    memory: Memory
+    why_not: str = ""
+    state: SteadyState | None = None
+    limited_by: str = ""              # what stops a larger batch: "memory", "TPOT" or "TTFT"
+
+    @property
+    def meets(self) -> bool:
+        return self.batch > 0
+
+    @property
+    def tokens_per_s_per_device(self) -> float:
+        return self.tokens_per_s / self.devices if self.devices else 0.0
+
+    @property
+    def cost_per_million_tokens(self) -> float | None:
+        if self.price_per_hour is None or not self.tokens_per_s:
+            return None
+        return self.price_per_hour * self.devices / 3600 / self.tokens_per_s * 1e6
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("memory", "state")}
+        d.update(memory=self.memory.to_dict(), meets=self.meets, tokens_per_s_per_device=self.tokens_per_s_per_device,
+                 cost_per_million_tokens=self.cost_per_million_tokens,
+                 state=self.state.to_dict() if self.state is not None else None)
+        return d
+
+
+@dataclass
+class CapacityPlan:
+    model: str
+    rate: float
+    input_len: int
+    output_len: int
+    tpot_target_s: float
+    ttft_target_s: float | None
+    candidates: list[Candidate]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def feasible(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.meets]
+
+    @property
+    def best_throughput(self) -> Candidate | None:
+        """Most output tokens/s per device under the targets (fewest devices for the rate)."""
+        ok = self.feasible
+        return max(ok, key=lambda c: (c.tokens_per_s_per_device, -c.total_devices)) if ok else None
+
+    @property
+    def cheapest(self) -> Candidate | None:
+        priced = [c for c in self.feasible if c.cost_per_million_tokens is not None]
+        return min(priced, key=lambda c: c.cost_per_million_tokens or 0.0) if priced else self.best_throughput
+
+    @property
+    def best_latency(self) -> Candidate | None:
+        """The lowest TPOT any layout reaches (its batch-1 step)."""
+        return min(self.candidates, key=lambda c: c.min_tpot_s) if self.candidates else None
+
+    def to_dict(self) -> dict[str, Any]:
+        def name(c: Candidate | None) -> dict[str, Any] | None:
+            return None if c is None else {"target": c.target, "layout": c.layout, "batch": c.batch,
+                                           "total_devices": c.total_devices}
+        return {"format": CAPACITY_FORMAT, "version": 1, "model": self.model, "rate": self.rate,
+                "input_len": self.input_len, "output_len": self.output_len, "tpot_target_s": self.tpot_target_s,
+                "ttft_target_s": self.ttft_target_s, "candidates": [c.to_dict() for c in self.candidates],
+                "best_throughput": name(self.best_throughput), "cheapest": name(self.cheapest),
+                "best_latency": name(self.best_latency), "notes": self.notes}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+
+def layouts_for(sg: ServingGraph, target: Target, *, max_tp: int | None = None,
+                pps: Sequence[int] = (1,)) -> list[Layout]:
+    """Tensor-parallel degrees (powers of two up to the scale-up domain) that split the model,
+    times the pipeline depths asked for; one device only without a recognised architecture."""
+    if target.family == "dataflow" or sg.spec is None:
+        return [Layout()]
+    spec = sg.spec
+    limit = min(max_tp or target.scale_up_domain, target.scale_up_domain)
+    out: list[Layout] = []
+    tp = 1
+    while tp <= limit:
+        if _splits(spec, tp):
+            out.extend(Layout(tp, pp) for pp in pps if pp <= spec.layers)
+        tp *= 2
+    return out
+
+
+def _splits(spec: TransformerSpec, tp: int) -> bool:
+    """Whether ``tp`` devices split the model (heads, MLP and expert widths): :func:`.parallel.tp_spec` decides."""
+    try:
+        tp_spec(spec, tp)
+    except NarrowpipeError:
+        return False
+    return True
+
+
+def _best_batch(replica: Replica, input_len: int, output_len: int, tpot: float, ttft: float | None,
+                limit: int) -> tuple[int, SteadyState | None, str]:
+    def ok(b: int) -> tuple[bool, SteadyState]:
+        s = steady_state(replica, b, input_len, output_len)
+        return s.tpot_s <= tpot and (ttft is None or s.ttft_s <= ttft), s
+    good, state = ok(1)
+    if not good:
+        what = "TPOT" if state.tpot_s > tpot else "TTFT"
+        got = state.tpot_s if what == "TPOT" else state.ttft_s
+        return 0, state, f"{what} {got * 1e3:.1f} ms at batch 1 misses the target"
+    lo, hi, best = 1, 2, state
+    while hi <= limit:  # doubling, then bisection: an iteration's time grows with the batch
+        good, s = ok(hi)
+        if not good:
+            break
+        lo, hi, best = hi, hi * 2, s
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        good, s = ok(mid)
+        if good:
+            lo, best = mid, s
+        else:
+            hi = mid
+    return lo, best, ""
+
+
+def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[str | Target], *, rate: float,
+                  input_len: int, output_len: int, tpot: float, ttft: float | None = None,
+                  max_tp: int | None = None, pps: Sequence[int] = (1,), weights: Any = None,
+                  activations: Any = None, kv: Any = None, price: float | None = None,
+                  system: Any = None) -> CapacityPlan:
+    """The plan for ``rate`` requests/s (see the module doc); ``tpot``/``ttft`` in seconds."""
+    if rate <= 0 or input_len < 1 or output_len < 1 or tpot <= 0:
+        raise NarrowpipeError("serve: rate, input and output lengths and the TPOT target must be positive")
+    specs = [targets] if isinstance(targets, (str, Target)) else list(targets)
+    candidates: list[Candidate] = []
+    notes: list[str] = []
+    name = ""
+    for spec in specs:
+        target = get_target(spec)
+        base = replica_for(model, target, weights=weights, activations=activations, kv=kv, system=system)
+        base.source.check_context(input_len + output_len)
+        name = base.source.graph.name
+        notes = notes or list(base.notes)
+        for layout in layouts_for(base.source, target, max_tp=max_tp, pps=pps):
+            replica = base if layout == Layout() else Replica(base.source, target, layout, topology=base.topology)
+            candidates.append(_candidate(replica, rate, input_len, output_len, tpot, ttft, price))
+    return CapacityPlan(name, rate, input_len, output_len, tpot, ttft, candidates, notes)
+
+
+def _candidate(replica: Replica, rate: float, input_len: int, output_len: int, tpot: float,
+               ttft: float | None, price: float | None) -> Candidate:
+    context = input_len + output_len
+    fits = replica.max_batch(context, prefill_tokens=input_len, prefill_batch=1)
+    devices = replica.devices(1, context)
+    price_h = price if price is not None else replica.target.price_per_hour
+    floor = steady_state(replica, 1, input_len, output_len)
+    label = replica.layout.label if not replica.dataflow else f"dataflow layout ({devices} chips)"
+    if fits == 0:
+        mem = replica.memory(1, context, prefill_tokens=input_len, prefill_batch=1)
+        return Candidate(replica.target.name, label, devices, 0, floor.tpot_s, floor.ttft_s, floor.tpot_s, 0.0, 0, 0,
+                         price_h, mem, f"memory: {mem.short()} at batch 1")
+    batch, state, why = _best_batch(replica, input_len, output_len, tpot, ttft, fits)
+    mem = replica.memory(max(batch, 1), context, prefill_tokens=input_len, prefill_batch=1)
+    if batch == 0 or state is None:
+        return Candidate(replica.target.name, label, devices, 0, floor.tpot_s, floor.ttft_s, floor.tpot_s, 0.0, 0, 0,
+                         price_h, mem, why, floor)
+    tokens = batch / state.tpot_s
+    devices = replica.devices(batch, context)     # a dataflow layout grows with its KV cache
+    label = replica.layout.label if not replica.dataflow else f"dataflow layout ({devices} chips)"
+    replicas = ceil(rate / (tokens / output_len))
+    if batch == fits:
+        limit = "memory"
+    else:
+        nxt = steady_state(replica, batch + 1, input_len, output_len)
+        limit = "TPOT" if nxt.tpot_s > tpot else "TTFT"
+    return Candidate(replica.target.name, label, devices, batch, state.tpot_s, state.ttft_s, floor.tpot_s,
+                     tokens, replicas, replicas * devices, price_h, mem, "", state, limit)

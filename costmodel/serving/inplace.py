@@ -1,0 +1,105 @@
+"""Rewrites that make a decode graph move the bytes a serving runtime moves.
+
+A graph as exported or built describes the model's math, and two of its habits cost bytes no
+serving engine spends:
+
+* **Cache appends copy the cache.** Hugging Face's dynamic cache returns ``cat([past, new])`` and
+  the static cache ``index_copy`` s into its buffer; costed as written, either reads and writes the
+  whole cache every step, tripling the KV traffic of decode. vLLM, TensorRT-LLM and SGLang write the
+  new token's keys and values into preallocated (paged) storage and attention reads the cache once.
+  :func:`mark_in_place` tags those appends ``in_place`` (the cost rule then moves only the new
+  rows), following the cache's storage from the cache inputs through every append.
+* **Grouped-query attention repeats K and V.** transformers' ``repeat_kv`` (unsqueeze, expand,
+  reshape) hands SDPA ``heads`` copies of each KV head; the views are free, but the attention reads
+  its operands at their logical size, so a GQA model would read its cache ``heads / kv_heads``
+  times. Fused kernels (FlashAttention, FlashInfer, paged attention) read each KV head once.
+  :func:`fold_repeat_kv` passes the un-repeated tensors with ``enable_gqa`` (as the model builder
+  writes GQA), which leaves FLOPs unchanged: the rule counts over the query heads.
+
+Both return a new graph; the input is never edited.
+"""
+
+from __future__ import annotations
+
+from ...ir import IN_PLACE, VIEW_OPS, Graph, Op, Value
+from .kvcache import KvCache
+
+__all__ = ["mark_in_place", "fold_repeat_kv", "serving_rewrites"]
+
+_SCATTERS = (Op.SCATTER, Op.SCATTER_ELEMENTS, Op.SCATTER_ND, Op.INDEX_PUT)
+
+
+def mark_in_place(graph: Graph, cache: KvCache) -> int:
+    """Tag every append to the cache's storage ``in_place``, in place on ``graph`` (a fresh clone);
+    returns how many nodes were tagged."""
+    names = {t.name for t in cache.tensors}
+    storage: set[Value] = {v for v in graph.inputs if v.name in names}
+    tagged = 0
+    for node in graph.nodes:
+        if node.op is Op.CONCAT:
+            hit = next((i for i, v in enumerate(node.inputs) if v is not None and v in storage), None)
+        elif node.op in _SCATTERS:
+            hit = 0 if node.inputs and node.inputs[0] in storage else None
+        else:
+            hit = None
+        if hit is None:
+            continue
+        graph.set_attr(node, IN_PLACE, hit)
+        storage.update(node.outputs)
+        tagged += 1
+    return tagged
+
+
+def _repeat_base(v: Value) -> Value | None:
+    """The tensor a chain of views ending in ``v`` repeats with an expand, if any."""
+    seen_expand = False
+    cur = v
+    while cur.producer is not None and cur.producer.op in VIEW_OPS:
+        seen_expand = seen_expand or cur.producer.op is Op.EXPAND
+        src = cur.producer.inputs[0]
+        if src is None:
+            return None
+        cur = src
+    return cur if seen_expand else None
+
+
+def fold_repeat_kv(graph: Graph) -> int:
+    """Feed attention the un-repeated K and V where a bhsd attention reads them through
+    ``repeat_kv``; in place on ``graph`` (a fresh clone); returns how many attentions changed."""
+    changed = 0
+    for node in graph.nodes:
+        if node.op is not Op.ATTENTION or node.attrs.get("layout", "bhsd") != "bhsd" or len(node.inputs) < 3:
+            continue
+        q, k, v = node.inputs[0], node.inputs[1], node.inputs[2]
+        if q is None or k is None or v is None:
+            continue
+        bases = [_repeat_base(k), _repeat_base(v)]
+        if any(b is None for b in bases):
+            continue
+        ok = True
+        for base, full in zip(bases, (k, v)):
+            assert base is not None
+            s, f = base.shape, full.shape
+            if len(s) != 4 or s[0] != f[0] or s[2] != f[2] or s[3] != f[3] or not isinstance(s[1], int) \
+                    or not isinstance(f[1], int) or s[1] < 1 or f[1] % s[1]:
+                ok = False
+        if not ok:
+            continue
+        for index, base in ((1, bases[0]), (2, bases[1])):
+            graph.set_input(node, index, base)
+        graph.set_attr(node, "enable_gqa", True)
+        changed += 1
+    return changed
+
+
+def serving_rewrites(graph: Graph, cache: KvCache) -> tuple[Graph, list[str]]:
+    """A copy of ``graph`` with both rewrites applied, and notes saying what changed."""
+    out = graph.clone()
+    folded = fold_repeat_kv(out)
+    tagged = mark_in_place(out, cache)
+    notes = []
+    if folded:
+        notes.append(f"{folded} attention(s) read K/V once per KV head (repeat_kv folded into GQA)")
+    if tagged:
+        notes.append(f"{tagged} cache update(s) write only the new tokens (in place, as serving runtimes do)")
+    return out, notes

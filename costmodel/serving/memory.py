@@ -1,0 +1,88 @@
+"""Does a batch fit: weights + KV cache + activations + the runtime's reserve, per device.
+
+The terms fill memory in the order a serving runtime allocates them (vLLM: load the weights,
+profile a forward pass for the activations, leave the reserve, give the rest to the KV cache), so
+when a batch does not fit, the term that crosses the capacity is the one that overflows, by how
+much it overflows, and what the terms before it left for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...backends.defaults import SERVING_MEMORY_RESERVE
+
+__all__ = ["Memory", "memory_budget"]
+
+_ORDER = ("reserve", "weights", "activations", "kv_cache")
+_LABELS = {"reserve": "runtime reserve", "weights": "weights", "activations": "activations", "kv_cache": "KV cache"}
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per device: capacity and the four terms (see the module doc)."""
+
+    capacity: float
+    reserve: float
+    weights: float
+    activations: float
+    kv_cache: float
+
+    @property
+    def required(self) -> float:
+        return self.reserve + self.weights + self.activations + self.kv_cache
+
+    @property
+    def fits(self) -> bool:
+        return self.required <= self.capacity
+
+    @property
+    def free(self) -> float:
+        return self.capacity - self.required
+
+    @property
+    def overflow(self) -> tuple[str, float, float] | None:
+        """(the term that overflows, bytes over the capacity, bytes the earlier terms left for it),
+        or None when everything fits."""
+        if self.fits:
+            return None
+        used = 0.0
+        for name in _ORDER:
+            need = getattr(self, name)
+            if used + need > self.capacity:
+                return name, self.required - self.capacity, max(self.capacity - used, 0.0)
+            used += need
+        return _ORDER[-1], self.required - self.capacity, 0.0   # unreachable: not fits means a term crosses
+
+    def short(self) -> str:
+        """A few words for a table cell: ``fits`` or ``KV cache +12.3 GB``."""
+        over = self.overflow
+        return "fits" if over is None else f"{_LABELS[over[0]]} +{over[1] / 1e9:.3g} GB"
+
+    def explain(self) -> str:
+        """One sentence: fits with what to spare, or which term overflows and by how much."""
+        gb = 1e9
+        terms = (f"weights {self.weights / gb:.3g} GB + KV cache {self.kv_cache / gb:.3g} GB + activations "
+                 f"{self.activations / gb:.3g} GB + reserve {self.reserve / gb:.3g} GB")
+        over = self.overflow
+        if over is None:
+            return f"fits: {terms} = {self.required / gb:.3g} of {self.capacity / gb:.3g} GB per device"
+        name, by, left = over
+        label = _LABELS[name]
+        return (f"does not fit: the {label} overflows by {by / gb:.3g} GB ({terms} = {self.required / gb:.3g} GB "
+                f"against {self.capacity / gb:.3g} GB per device; the terms before it leave {left / gb:.3g} GB "
+                f"for the {label}, which needs {getattr(self, name) / gb:.3g} GB)")
+
+    def to_dict(self) -> dict[str, Any]:
+        over = self.overflow
+        return {"capacity": self.capacity, "reserve": self.reserve, "weights": self.weights,
+                "activations": self.activations, "kv_cache": self.kv_cache, "required": self.required,
+                "fits": self.fits, "overflow": None if over is None else
+                {"term": over[0], "by_bytes": over[1], "room_bytes": over[2]}, "explain": self.explain()}
+
+
+def memory_budget(capacity: float, *, weights: float, activations: float, kv_cache: float,
+                  reserve_fraction: float = SERVING_MEMORY_RESERVE) -> Memory:
+    """The per-device budget; the reserve is ``reserve_fraction`` of the capacity."""
+    return Memory(capacity, capacity * reserve_fraction, weights, activations, kv_cache)

@@ -1,0 +1,105 @@
+"""Tensor- and pipeline-parallel serving: the per-device program and the traffic between devices.
+
+Tensor parallelism (Megatron-LM's layout, what vLLM and TensorRT-LLM run): q/k/v, gate and up are
+split by output columns, o and down by input rows, so each device holds ``heads / tp`` query heads,
+``kv_heads / tp`` KV heads (a KV head is replicated when there are fewer KV heads than devices, as
+vLLM does), ``ffn / tp`` of the MLP and ``vocab / tp`` of the embedding and head; norms are
+replicated. A device then runs the model builder's graph of that shard, and each layer ends its
+attention and its MLP with an all-reduce of ``batch x tokens x hidden`` activations (one for a
+parallel attention + MLP block), and the logits are all-gathered once. At small batch those
+all-reduces are latency, not bandwidth: 2 x layers collectives of a few KB each.
+
+Pipeline parallelism splits the layers into ``pp`` stages; a token passes every stage in turn, so
+a step takes ``pp`` stage times plus ``pp - 1`` hops of ``batch x tokens x hidden``, and with ``pp``
+microbatches in flight every stage stays busy. The slowest stage is taken to hold
+``ceil(layers / pp)`` layers plus the embedding and the head (a conservative split); in a model whose
+layers differ (sliding windows, dense layers among experts) it is the stage with the most full-attention
+and expert layers.
+
+The collectives are priced by :class:`~narrowpipe.costmodel.execution.collectives.Topology` on the
+target's own links (or a system file's), whose algorithm choice (ring, tree, NVLS, torus) is the
+same everywhere in narrowpipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from math import ceil
+
+from ...backends import Target
+from ...errors import NarrowpipeError
+from ...ir import Op
+from ...models.spec import TransformerSpec
+from ..execution.collectives import Topology
+
+__all__ = ["tp_spec", "pp_spec", "tp_collectives_s", "pp_hop_s", "collective_s"]
+
+
+def tp_spec(spec: TransformerSpec, tp: int) -> TransformerSpec:
+    """The architecture one of ``tp`` tensor-parallel devices holds: heads, the MLP and every expert's
+    width split (an expert is split like a dense MLP, as vLLM's tensor-parallel MoE does); a latent
+    attention's down-projections and latent cache are replicated (they have no head dim to split)."""
+    if tp == 1:
+        return spec
+    if spec.heads % tp:
+        raise NarrowpipeError(f"tensor parallel {tp}: {spec.heads} attention heads do not split over {tp} devices")
+    if spec.kv_heads % tp and tp % spec.kv_heads:
+        raise NarrowpipeError(f"tensor parallel {tp}: {spec.kv_heads} KV heads neither split over nor replicate "
+                              f"evenly on {tp} devices")
+    widths = {"ffn": spec.ffn, "expert_ffn": spec.expert_ffn, "shared_ffn": spec.shared_ffn}
+    for name, width in widths.items():
+        if width is not None and width % tp:
+            raise NarrowpipeError(f"tensor parallel {tp}: the {name} width {width} does not split over {tp} devices")
+    return dataclasses.replace(spec, heads=spec.heads // tp, kv_heads=max(spec.kv_heads // tp, 1),
+                               vocab=ceil(spec.vocab / tp), ffn=spec.ffn // tp,
+                               expert_ffn=None if spec.expert_ffn is None else spec.expert_ffn // tp,
+                               shared_ffn=None if spec.shared_ffn is None else spec.shared_ffn // tp)
+
+
+def pp_spec(spec: TransformerSpec, pp: int) -> TransformerSpec:
+    """The slowest of ``pp`` pipeline stages: ``ceil(layers / pp)`` consecutive layers, the embedding and
+    the head. Where layers differ (windowed or full attention, experts or a dense MLP), the stage taken
+    is the real one of that length with the most full-attention layers, then the most expert layers,
+    renumbered from 0."""
+    if pp == 1:
+        return spec
+    if pp > spec.layers:
+        raise NarrowpipeError(f"pipeline parallel {pp}: the model has only {spec.layers} layers")
+    n = ceil(spec.layers / pp)
+    stages = [range(start, min(start + n, spec.layers)) for start in range(0, spec.layers, n)]
+    stage = max(stages, key=lambda r: (len(r), sum(spec.window(i) is None for i in r),
+                                       sum(spec.layer_is_moe(i) for i in r)))
+    sliding = None if spec.sliding_layers is None else tuple(j for j, i in enumerate(stage) if spec.window(i))
+    dense = tuple(j for j, i in enumerate(stage) if i in spec.dense_layers)
+    return dataclasses.replace(spec, layers=n, sliding_layers=sliding, dense_layers=dense)
+
+
+def collective_s(topology: Topology, op: Op, size: float, group: int, target: Target) -> float:
+    """Seconds of one collective on a ``size``-byte buffer: the fastest algorithm plus a launch."""
+    if group <= 1 or size <= 0:
+        return 0.0
+    return topology.time(op, size, group).seconds + target.launch_overhead
+
+
+def tp_collectives_s(spec: TransformerSpec, tp: int, tokens: int, act_bytes: float, topology: Topology,
+                     target: Target) -> tuple[float, int]:
+    """(seconds, count) of one step's tensor-parallel collectives for ``tokens`` tokens in all:
+    all-reduces after attention and MLP of every layer, and the logits' all-gather."""
+    if tp == 1:
+        return 0.0, 0
+    per_layer = 1 if spec.parallel_block else 2
+    hidden = tokens * spec.hidden * act_bytes
+    logits = tokens * ceil(spec.vocab / tp) * tp * act_bytes
+    n = per_layer * spec.layers
+    total = n * collective_s(topology, Op.ALL_REDUCE, hidden, tp, target)
+    total += collective_s(topology, Op.ALL_GATHER, logits, tp, target)
+    return total, n + 1
+
+
+def pp_hop_s(spec: TransformerSpec, pp: int, tokens: int, act_bytes: float, topology: Topology,
+             target: Target, devices: int) -> float:
+    """Seconds of one stage-to-stage transfer of ``tokens`` hidden states; the link is the one a
+    group of ``devices`` (the whole replica) spans."""
+    if pp == 1:
+        return 0.0
+    return collective_s(topology, Op.SEND, tokens * spec.hidden * act_bytes, max(devices, 2), target)

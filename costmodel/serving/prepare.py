@@ -1,0 +1,139 @@
+"""Any causal LM graph to the graph serving times: one with a KV cache, moving serving's bytes.
+
+What happens to a graph, said in :attr:`ServingGraph.origin` and its notes:
+
+* **It has a cache** (inputs with a ``KV_LENGTH`` dim: the builder with ``past``, a torch export
+  with cache inputs, an ONNX decoder-with-past; or a static cache the torch frontend recognised):
+  used as it is.
+* **It has none** (a prefill-only export, the builder without ``past``): its architecture is
+  recognised (:mod:`.recognise`) and rebuilt by the model builder with a ``past`` dim; the rebuilt
+  graph must match the original's parameters and matmul/attention FLOPs, else a clear error.
+
+Then cache appends become in-place writes and ``repeat_kv`` becomes GQA (:mod:`.inplace`), and
+a KV format other than the graph's own retypes the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...errors import NarrowpipeError
+from ...ir import IN_PLACE, DimRole, DType, Graph, TensorType, Value
+from ...models.decoder import build
+from ...models.spec import TransformerSpec
+from ..costcache import forget
+from .formats import Formats
+from .inplace import serving_rewrites
+from .kvcache import KvCache, find_kv_cache
+from .recognise import check_twin, spec_from_graph
+
+__all__ = ["ServingGraph", "serving_graph", "spec_graph"]
+
+
+@dataclass
+class ServingGraph:
+    """A decode-capable graph, its cache, the architecture when known, and how it was obtained."""
+
+    graph: Graph
+    cache: KvCache
+    origin: str
+    spec: TransformerSpec | None = None
+    notes: list[str] = field(default_factory=list)
+    formats: Formats = field(default_factory=Formats)
+
+    @property
+    def batch_dims(self) -> list[str]:
+        return self.graph.dims_with_role(DimRole.BATCH)
+
+    @property
+    def sequence_dims(self) -> list[str]:
+        return self.graph.dims_with_role(DimRole.SEQUENCE)
+
+    def check_context(self, tokens: int) -> None:
+        """Refuse a sequence longer than the model's positions (GPT-2's learned table, a config's
+        ``max_position_embeddings``): the model cannot run it, so no figure would be an answer."""
+        limit = self.spec.max_positions if self.spec is not None else None
+        if limit and tokens > limit:
+            raise NarrowpipeError(f"{self.graph.name} handles at most {limit:,} positions; this question needs "
+                                  f"{tokens:,} (prompt + output, or the decode context + 1)")
+
+    def bindings(self, batch: int, tokens: int, past: int) -> dict[str, int]:
+        """Dims for ``batch`` sequences each adding ``tokens`` to a cache holding ``past``."""
+        c = self.cache
+        if c.is_static:
+            if batch != c.static_batch or past + tokens > (c.static_length or 0):
+                raise NarrowpipeError(
+                    f"this graph has a static KV cache for batch {c.static_batch} and {c.static_length} tokens "
+                    f"(exported with transformers' StaticCache); batch {batch} at {past} + {tokens} tokens needs "
+                    f"a re-export, or an export with cache inputs (symbolic batch and length)")
+            return {}
+        out = {n: batch for n in self.batch_dims}
+        out.update({n: tokens for n in self.sequence_dims})
+        out.update(c.length_bindings(past))
+        return out
+
+
+def _rebuild(graph: Graph, spec: TransformerSpec) -> Graph:
+    seq = graph.role_size(DimRole.SEQUENCE) if graph.dims_with_role(DimRole.SEQUENCE) else 1
+    return build(spec, seq=max(1, seq), past=0, name=graph.name)
+
+
+def _retype_kv(graph: Graph, cache: KvCache, dtype: DType) -> None:
+    """The cache's storage in ``dtype``: its inputs and every value an in-place append returns."""
+    names = {t.name for t in cache.tensors}
+    storage: set[Value] = {v for v in graph.inputs if v.name in names}
+    for node in graph.nodes:
+        if IN_PLACE in node.attrs and any(v in storage for v in node.inputs if v is not None):
+            storage.update(node.outputs)
+    for v in storage:
+        v.type = TensorType(dtype, v.type.shape)
+
+
+def serving_graph(graph: Graph, formats: Formats | None = None) -> ServingGraph:
+    """``graph`` made ready for prefill and decode timing (see the module doc)."""
+    formats = formats or Formats()
+    cache = find_kv_cache(graph)
+    spec = spec_from_graph(graph)
+    if cache is not None:
+        origin = "static KV cache (StaticCache export)" if cache.is_static else "the graph's KV cache inputs"
+        source = graph
+    else:
+        if spec is None:
+            raise NarrowpipeError(
+                f"graph {graph.name!r} has no KV cache (no input with a KV-length dim) and its architecture is not "
+                "one serving can rebuild (Hugging Face Llama or GPT-2 layout, or narrowpipe.transformer); export it "
+                "with cache inputs (use_cache=True and past key values) or build it with narrowpipe.transformer(..., "
+                "past=N)")
+        source = _rebuild(graph, spec)
+        if graph.meta.get("builder") != "narrowpipe.models.transformer":
+            problem = check_twin(graph, source)
+            if problem is not None:
+                raise NarrowpipeError(f"graph {graph.name!r} has no KV cache and rebuilding it failed: {problem}")
+            origin = "recognised (Llama/GPT-2 layout) and rebuilt with a KV cache by narrowpipe.transformer"
+        else:
+            origin = "rebuilt from its narrowpipe.transformer spec with a KV cache"
+        cache = find_kv_cache(source)
+        assert cache is not None
+    return _finish(formats.apply(source), cache, origin, spec, formats)
+
+
+def spec_graph(spec: TransformerSpec, formats: Formats | None = None, *, origin: str = "",
+               name: str = "shard") -> ServingGraph:
+    """The serving graph of an architecture (a parallel layout's per-device shard)."""
+    formats = formats or Formats()
+    graph = formats.apply(build(spec, seq=1, past=0, name=name))
+    cache = find_kv_cache(graph)
+    assert cache is not None
+    return _finish(graph, cache, origin or "built by narrowpipe.transformer", spec, formats)
+
+
+def _finish(source: Graph, cache: KvCache, origin: str, spec: TransformerSpec | None,
+            formats: Formats) -> ServingGraph:
+    out, notes = serving_rewrites(source, find_kv_cache(source) or cache)
+    cache = find_kv_cache(out) or cache
+    if formats.kv is not None:
+        _retype_kv(out, cache, formats.kv)
+        forget(out)
+        cache = find_kv_cache(out) or cache
+        notes.append(f"KV cache stored as {formats.kv.value}")
+    return ServingGraph(out, cache, origin, spec, notes, formats)

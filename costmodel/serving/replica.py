@@ -1,0 +1,198 @@
+"""One serving replica: a model on a layout of devices, asked for step times and memory budgets.
+
+A layout is how one copy of the model is spread: one device; ``tp`` tensor-parallel devices times
+``pp`` pipeline stages (:mod:`.parallel`); or, on a dataflow target, the chips the family's own
+layout takes (its schedule is the plan). Every question serving asks (a prefill, a decode step, a
+mixed continuous-batching step, whether a batch fits) goes through :meth:`Replica.step` and
+:meth:`Replica.memory`, so the metrics above never ask which layout they are talking to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from math import ceil
+
+from ...backends import Target
+from ...backends.defaults import SERVING_MEMORY_RESERVE
+from ...errors import NarrowpipeError
+from ...ir import DType
+from ..execution import TimingOptions
+from ..execution.collectives import Topology
+from .memory import Memory, memory_budget
+from .parallel import pp_hop_s, pp_spec, tp_collectives_s, tp_spec
+from .prepare import ServingGraph, spec_graph
+from .step import StepTime, activation_bytes, time_step
+
+_DEFAULT_OPTIONS = TimingOptions()
+__all__ = ["Layout", "Replica"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """``tp`` x ``pp`` devices (1 x 1: one device; on a dataflow target: the family's own layout)."""
+
+    tp: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.pp < 1:
+            raise NarrowpipeError(f"a layout needs tp >= 1 and pp >= 1, got tp={self.tp}, pp={self.pp}")
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def label(self) -> str:
+        if self.devices == 1:
+            return "TP1"
+        parts = ([f"TP{self.tp}"] if self.tp > 1 else []) + ([f"PP{self.pp}"] if self.pp > 1 else [])
+        return " x ".join(parts)
+
+
+class Replica:
+    """``sg`` on ``target`` in ``layout``; ``topology`` prices the collectives (default: the target's
+    own links); ``reserve`` is the fraction of memory the runtime keeps."""
+
+    def __init__(self, sg: ServingGraph, target: Target, layout: Layout = Layout(), *,
+                 options: TimingOptions = _DEFAULT_OPTIONS, topology: Topology | None = None,
+                 reserve: float = SERVING_MEMORY_RESERVE) -> None:
+        self.source = sg
+        self.target = target
+        self.layout = layout
+        self.options = options
+        self.topology = topology or Topology.of(target)
+        self.dataflow = target.family == "dataflow"
+        # a dataflow compiler places every tensor ahead of time: no allocator, so no runtime reserve
+        self.reserve = 0.0 if self.dataflow else reserve
+        self.notes: list[str] = [sg.origin, *sg.notes]
+        if layout.devices > 1:
+            if self.dataflow:
+                raise NarrowpipeError(f"{target.name} is a dataflow chip: it lays the model out over its chips "
+                                      "itself; leave tp and pp at 1")
+            if sg.spec is None:
+                raise NarrowpipeError("tensor/pipeline parallel serving needs the model's architecture: this graph "
+                                      "was not recognised (Llama/GPT-2 layout or narrowpipe.transformer)")
+            shard = pp_spec(tp_spec(sg.spec, layout.tp), layout.pp)
+            self.device_graph = spec_graph(shard, sg.formats, origin=f"per-device shard ({layout.label})")
+            self.notes.append(f"{layout.label}: each device runs the model builder's graph of its shard "
+                              f"({shard.heads} heads, {shard.kv_heads} KV heads, MLP {shard.ffn}, "
+                              f"{shard.layers} layers, vocab {shard.vocab})")
+        else:
+            self.device_graph = sg
+        self._step = lru_cache(maxsize=512)(self._compute_step)
+        self._weight_bytes: int | None = None
+
+    # -- facts ------------------------------------------------------------------------------------
+    @property
+    def devices_hint(self) -> int:
+        """Devices of the layout (a dataflow layout's chip count is known after a step)."""
+        return self.layout.devices
+
+    @property
+    def act_bytes(self) -> float:
+        spec = self.source.spec
+        dt = self.source.formats.activations or (spec.dtype if spec is not None else DType.BF16)
+        return dt.nbytes(1000) / 1000
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Cache bytes one token of one sequence takes on one device."""
+        return self.device_graph.cache.bytes_per_token
+
+    # -- steps ------------------------------------------------------------------------------------
+    def step(self, batch: int, tokens: int, past: int) -> StepTime:
+        """One step for ``batch`` sequences of ``tokens`` new tokens on a cache of ``past``."""
+        return self._step(batch, tokens, past)
+
+    def _compute_step(self, batch: int, tokens: int, past: int) -> StepTime:
+        tp, pp = self.layout.tp, self.layout.pp
+        micro = ceil(batch / pp)
+        base = time_step(self.device_graph, self.target, batch=micro, tokens=tokens, past=past, options=self.options)
+        if self.layout.devices == 1:
+            return base
+        spec = self.device_graph.spec
+        full = self.source.spec
+        assert spec is not None and full is not None
+        comm, count = tp_collectives_s(replace(full, layers=spec.layers), tp, micro * tokens, self.act_bytes,
+                                       self.topology, self.target)
+        hop = pp_hop_s(full, pp, micro * tokens, self.act_bytes, self.topology, self.target, self.layout.devices)
+        stage = base.time_s + comm
+        time = pp * stage + (pp - 1) * hop
+        notes = [*base.notes, f"{count} tensor-parallel collectives per stage ({comm * 1e6:.1f} us)"] if tp > 1 \
+            else list(base.notes)
+        if pp > 1:
+            notes.append(f"{pp} stages of {micro} sequences each, {hop * 1e6:.1f} us per hop")
+        scale = pp * tp
+        return StepTime(
+            time_s=time, compute_s=base.compute_s * pp, memory_s=base.memory_s * pp,
+            comm_s=(comm * pp + (pp - 1) * hop), overhead_s=base.overhead_s * pp, attention_s=base.attention_s * pp,
+            dense_s=time - base.attention_s * pp, flops=base.flops * scale, bytes=base.bytes * scale,
+            traffic=base.traffic * scale,
+            kernels=base.kernels * pp + count * pp, devices=self.layout.devices,
+            bound="interconnect" if comm + hop > max(base.memory_s, base.compute_s) else base.bound,
+            activation_bytes=base.activation_bytes, weight_bytes=base.weight_bytes, notes=tuple(notes))
+
+    def devices(self, batch: int = 1, context: int = 1) -> int:
+        """Devices one replica uses. A dataflow layout decides its own chip count for the weights
+        and activations; serving adds chips until the KV cache fits too (their hops are not timed)."""
+        if not self.dataflow:
+            return self.layout.devices
+        return self._chips(batch, context, activation_bytes(self.device_graph, batch, 1))
+
+    def _chips(self, batch: int, context: int, activations: float) -> int:
+        laid = self.step(batch, 1, context).devices
+        total = self._weights() + activations + self.device_graph.cache.resident_bytes(batch, context + 1)
+        return max(laid, ceil(total / self.target.memory_capacity))
+
+    def note_once(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    # -- memory -----------------------------------------------------------------------------------
+    def memory(self, batch: int, context: int, *, prefill_tokens: int | None = None,
+               prefill_batch: int | None = None) -> Memory:
+        """Per-device budget for ``batch`` sequences holding ``context`` tokens each. Activations
+        are the larger of the decode step's and, given ``prefill_tokens``, a prefill's of
+        ``prefill_batch`` sequences (default ``batch``: static batching prefills them together)."""
+        g = self.device_graph
+        pp = self.layout.pp
+        acts = activation_bytes(g, ceil(batch / pp), 1)
+        if prefill_tokens:
+            acts = max(acts, activation_bytes(g, ceil((prefill_batch or batch) / pp), prefill_tokens))
+        kv = g.cache.resident_bytes(batch, context)
+        chips = self._chips(batch, max(context - 1, 0), acts) if self.dataflow else 1
+        if self.dataflow and chips > self.step(batch, 1, max(context - 1, 0)).devices:
+            self.note_once("the dataflow layout gets more chips to hold the KV cache; their hops are not timed")
+        return memory_budget(self.target.memory_capacity, weights=self._weights() / chips, activations=acts / chips,
+                             kv_cache=kv / chips, reserve_fraction=self.reserve)
+
+    def _weights(self) -> int:
+        if self._weight_bytes is None:
+            self._weight_bytes = graph_weight_bytes(self.device_graph)
+        return self._weight_bytes
+
+    def max_batch(self, context: int, *, prefill_tokens: int | None = None, prefill_batch: int | None = None,
+                  limit: int = 1 << 16) -> int:
+        """The largest batch whose budget fits at ``context`` tokens (0 when not even one fits)."""
+        def fits(b: int) -> bool:
+            return self.memory(b, context, prefill_tokens=prefill_tokens, prefill_batch=prefill_batch).fits
+        if not fits(1):
+            return 0
+        lo, hi = 1, 2
+        while hi <= limit and fits(hi):
+            lo, hi = hi, hi * 2
+        if hi > limit:
+            return lo
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
+
+
+def graph_weight_bytes(g: ServingGraph) -> int:
+    """Bytes of the per-device graph's weights (KV cache tensors are inputs, not weights)."""
+    from ..interpreter import interpret
+    from ..sizes import weight_bytes
+    return weight_bytes(interpret(g.graph, g.bindings(1, 1, 0)))

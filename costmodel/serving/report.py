@@ -1,0 +1,83 @@
+"""What a serving question returns: latencies, rates, memory and cost of one deployment at one point.
+
+Definitions (every figure is for one replica, the devices its layout uses):
+
+* ``ttft_s``: time to first token, the prefill of the batch's prompts (static batching) or the
+  steady-state wait of continuous batching; ``tpot_s``: time per output token, one decode step
+  (or iteration) with the cache at the context; ``e2e_s``: prefill plus every decode step.
+* ``output_tokens_per_s``: the replica's output tokens per second; ``tokens_per_s_per_device``
+  the same per device; ``prompt_tokens_per_s`` for prefill.
+* ``max_batch``: the largest batch whose weights + KV cache + activations + reserve fit each device.
+* ``cost_per_million_tokens``: USD per million output tokens at the devices' hourly price.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .crossover import Crossover
+from .memory import Memory
+from .step import StepTime
+
+__all__ = ["ServingReport", "SERVING_FORMAT"]
+
+SERVING_FORMAT = "narrowpipe.serving"
+
+
+@dataclass
+class ServingReport:
+    model: str
+    target: str
+    mode: str
+    layout: str
+    devices: int
+    batch: int
+    context: int | None
+    input_len: int | None
+    output_len: int | None
+    formats: dict[str, str | None]
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    output_tokens_per_s: float | None
+    tokens_per_s_per_device: float | None
+    prompt_tokens_per_s: float | None
+    max_batch: int
+    memory: Memory
+    kv_bytes_per_token: int
+    bound: str
+    price_per_hour: float | None
+    crossover: Crossover | None = None
+    prefill: StepTime | None = None
+    decode: StepTime | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    @property
+    def cost_per_million_tokens(self) -> float | None:
+        """USD per million output (decode) or prompt (prefill) tokens."""
+        rate = self.output_tokens_per_s or self.prompt_tokens_per_s
+        if not rate or self.price_per_hour is None:
+            return None
+        return self.price_per_hour * self.devices / 3600 / rate * 1e6
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"format": SERVING_FORMAT, "version": 1}
+        for k, v in self.__dict__.items():
+            if isinstance(v, (Memory, Crossover, StepTime)):
+                out[k] = v.to_dict()
+            elif v is None or isinstance(v, (int, float, str, list, dict, bool)):
+                out[k] = v
+            else:
+                out[k] = asdict(v)
+        out["fits"] = self.fits
+        out["cost_per_million_tokens"] = self.cost_per_million_tokens
+        return out
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)

@@ -1,0 +1,119 @@
+"""``serve``: one serving question (prefill, decode or a whole generation) on one deployment.
+
+    r = serve(graph, "h100", mode="decode", batch=64, context=8192)
+    r.tpot_s, r.output_tokens_per_s, r.max_batch, r.memory.explain()
+    r = serve(graph, "h100", mode="generate", batch=8, input_len=2048, output_len=256, tp=2)
+    r.ttft_s, r.e2e_s, r.output_tokens_per_s
+
+The graph may be any causal LM (:mod:`.prepare` says what is done to it); formats, layout and the
+system whose links price the collectives are options. Definitions of every figure: :mod:`.report`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...backends import Target, get_system, get_target
+from ...errors import NarrowpipeError
+from ...ir import Graph
+from ..execution import TimingOptions
+from ..execution.collectives import Topology
+from .crossover import crossover
+from .formats import Formats
+from .generate import generate
+from .prepare import ServingGraph, serving_graph
+from .replica import Layout, Replica
+from .report import ServingReport
+
+__all__ = ["serve", "replica_for", "MODES"]
+
+MODES = ("prefill", "decode", "generate")
+#: Lengths used when a question leaves them out: a 2k prompt, 256 output tokens.
+DEFAULT_INPUT, DEFAULT_OUTPUT = 2048, 256
+
+
+def replica_for(model: Graph | ServingGraph, target: Target | str, *, tp: int = 1, pp: int = 1,
+                weights: Any = None, activations: Any = None, kv: Any = None, system: Any = None,
+                fusion: str | None = None) -> Replica:
+    """The :class:`Replica` a question runs on (reuse it to ask many questions of one deployment)."""
+    t = get_target(target)
+    formats = Formats.of(weights, activations, kv)
+    if isinstance(model, ServingGraph):
+        sg = model if formats == model.formats or formats == Formats() else serving_graph(model.graph, formats)
+    else:
+        sg = serving_graph(model, formats)
+    topology = Topology.of_system(get_system(system)) if system is not None else None
+    return Replica(sg, t, Layout(tp, pp), options=TimingOptions(fusion=fusion), topology=topology)
+
+
+def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = None, *, mode: str = "decode",
+          batch: int = 1, context: int | None = None, input_len: int | None = None, output_len: int | None = None,
+          tp: int = 1, pp: int = 1, weights: Any = None, activations: Any = None, kv: Any = None,
+          system: Any = None, price: float | None = None, fusion: str | None = None,
+          with_crossover: bool = True) -> ServingReport:
+    """Time ``mode`` for ``batch`` sequences (see the module doc); ``context`` is the KV cache's
+    length for decode (default: ``input_len``, else 2048)."""
+    if mode not in MODES:
+        raise NarrowpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if batch < 1:
+        raise NarrowpipeError(f"batch must be >= 1, got {batch}")
+    if isinstance(model, Replica):
+        replica = model
+    else:
+        if target is None:
+            raise NarrowpipeError("serve: name a target")
+        replica = replica_for(model, target, tp=tp, pp=pp, weights=weights, activations=activations, kv=kv,
+                              system=system, fusion=fusion)
+    t = replica.target
+    sg = replica.source
+    longest = (context if context is not None else (input_len or DEFAULT_INPUT)) + 1 if mode == "decode" else \
+        (input_len or context or DEFAULT_INPUT) + (output_len or DEFAULT_OUTPUT if mode == "generate" else 0)
+    sg.check_context(longest)
+    price_h = price if price is not None else t.price_per_hour
+    notes = list(replica.notes)
+    ttft = tpot = e2e = out_rate = prompt_rate = None
+    prefill_step = decode_step = None
+    n_in: int | None
+    n_out: int | None
+    if mode == "prefill":
+        n_in = input_len or context or DEFAULT_INPUT
+        prefill_step = replica.step(batch, n_in, 0)
+        ttft = prefill_step.time_s
+        prompt_rate = batch * n_in / ttft
+        ctx, n_out = n_in, None
+        memory = replica.memory(batch, n_in, prefill_tokens=n_in)
+        max_batch = replica.max_batch(n_in, prefill_tokens=n_in)
+        bound = prefill_step.bound
+    elif mode == "decode":
+        ctx = context if context is not None else (input_len or DEFAULT_INPUT)
+        n_in, n_out = input_len, output_len
+        decode_step = replica.step(batch, 1, ctx)
+        tpot = decode_step.time_s
+        out_rate = batch / tpot
+        memory = replica.memory(batch, ctx + 1)
+        max_batch = replica.max_batch(ctx + 1)
+        bound = decode_step.bound
+    else:
+        n_in = input_len or context or DEFAULT_INPUT
+        n_out = output_len or DEFAULT_OUTPUT
+        ctx = n_in + n_out
+        gen = generate(replica, batch, n_in, n_out)
+        prefill_step, decode_step = gen.prefill, gen.decode_last
+        ttft, e2e = gen.ttft_s, gen.e2e_s
+        tpot = gen.decode_s / max(n_out - 1, 1)
+        out_rate = batch * n_out / e2e
+        memory = replica.memory(batch, ctx, prefill_tokens=n_in)
+        max_batch = replica.max_batch(ctx, prefill_tokens=n_in)
+        bound = gen.decode_first.bound
+        notes.append(f"decode: {gen.how}; TPOT is their mean")
+    ran = decode_step or prefill_step
+    devices = ran.devices if ran is not None else 1
+    cross = crossover(replica, ctx) if with_crossover and mode != "prefill" and not replica.dataflow else None
+    return ServingReport(
+        model=sg.graph.name, target=t.name, mode=mode, layout=replica.layout.label if not replica.dataflow
+        else f"dataflow layout ({devices} chips)", devices=devices, batch=batch, context=ctx, input_len=n_in,
+        output_len=n_out, formats=sg.formats.to_dict(), ttft_s=ttft, tpot_s=tpot, e2e_s=e2e,
+        output_tokens_per_s=out_rate, tokens_per_s_per_device=(out_rate or prompt_rate or 0.0) / devices,
+        prompt_tokens_per_s=prompt_rate, max_batch=max_batch, memory=memory,
+        kv_bytes_per_token=replica.kv_bytes_per_token, bound=bound, price_per_hour=price_h, crossover=cross,
+        prefill=prefill_step, decode=decode_step, notes=notes)

@@ -1,0 +1,101 @@
+"""One forward step of a serving graph on a target: prefill or decode, timed by the family's model.
+
+A step is ``batch`` sequences each adding ``tokens`` to a KV cache holding ``past`` (prefill:
+``tokens`` = the prompt, ``past`` = 0; decode: ``tokens`` = 1, ``past`` = the context). It is the
+same interpreter, fusion and execution model as ``analyze``; this module keeps the split serving
+needs: the time in attention kernels (which grows with the context) apart from the dense kernels
+(which depend only on the number of tokens, so a mixed continuous-batching step runs them once over
+all its tokens), and the step's peak activations apart from the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...backends import Target
+from ..execution import DeviceGroup, TimingOptions
+from ..execution.common import BOUNDS
+from ..interpreter import interpret
+from ..sizes import weight_bytes
+from ..timing import fused_program, time_program
+from .prepare import ServingGraph
+
+_DEFAULT_OPTIONS = TimingOptions()
+__all__ = ["StepTime", "time_step", "activation_bytes"]
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Predicted time of one step and what it is made of (sums over kernels, one replica).
+
+    ``bytes`` is the unfused ops' compulsory traffic (as ``analyze`` counts it), ``traffic`` the
+    fused kernels' (what memory time is charged for). ``attention_s`` is the time of the attention
+    kernels, ``dense_s`` the rest; ``comm_s`` includes
+    the collectives a parallel layout adds. ``activation_bytes`` is the step's peak of live
+    tensors other than the KV cache, per device; ``weight_bytes`` per device too.
+    """
+
+    time_s: float
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+    attention_s: float
+    dense_s: float
+    flops: int
+    bytes: int
+    traffic: int
+    kernels: int
+    devices: int
+    bound: str
+    activation_bytes: int
+    weight_bytes: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past: int,
+              options: TimingOptions = _DEFAULT_OPTIONS, devices: int | None = None) -> StepTime:
+    """The step on ``target`` (a dataflow target lays it out over as many chips as it needs)."""
+    bindings = sg.bindings(batch, tokens, past)
+    table = interpret(sg.graph, bindings)
+    program = fused_program(table, target, options)
+    schedule = time_program(program, DeviceGroup(target, devices))
+    terms = {"compute": 0.0, "memory": 0.0, "interconnect": 0.0, "overhead": 0.0}
+    by_bound = {b: 0.0 for b in BOUNDS}
+    attention = 0.0
+    for kernel, t in zip(program.kernels, schedule.times):
+        terms["compute"] += t.compute_s
+        terms["memory"] += t.memory_s
+        terms["interconnect"] += t.comm_s
+        terms["overhead"] += t.overhead_s
+        by_bound[t.bound] += t.time_s
+        if kernel.kind == "attention":
+            attention += t.time_s
+    total = table.total()
+    activations = activation_bytes(sg, batch, tokens, table if past == 0 or sg.cache.is_static else None)
+    return StepTime(
+        time_s=schedule.total_s, compute_s=terms["compute"], memory_s=terms["memory"],
+        comm_s=terms["interconnect"], overhead_s=terms["overhead"], attention_s=attention,
+        dense_s=schedule.total_s - attention, flops=total.flops, bytes=total.bytes,
+        traffic=sum(k.cost.bytes for k in program.kernels),
+        kernels=sum(1 for k in program.kernels if not k.is_free), devices=schedule.devices,
+        bound=max(by_bound, key=by_bound.get) if schedule.total_s > 0 else "overhead",  # type: ignore[arg-type]
+        activation_bytes=activations // max(schedule.devices, 1), weight_bytes=weight_bytes(table),
+        notes=tuple(schedule.notes))
+
+
+def activation_bytes(sg: ServingGraph, batch: int, tokens: int, table: Any = None) -> int:
+    """Peak bytes of live tensors in a step of ``batch`` x ``tokens``, the KV cache left out (the
+    memory budget counts it on its own): the step's peak with an empty cache, less the new tokens'
+    cache rows; for a static cache, the peak less the preallocated cache."""
+    if table is None:
+        table = interpret(sg.graph, sg.bindings(batch, tokens, 0))
+    if sg.cache.is_static:
+        cache = sg.cache.resident_bytes(batch, sg.cache.static_length or 0)
+    else:
+        cache = batch * tokens * sg.cache.bytes_per_token
+    return max(int(table.peak_activation_bytes) - cache, 0)

@@ -1,0 +1,152 @@
+"""Activation recomputation: which forward ops run again during the backward, and where.
+
+Policies (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022):
+
+* ``none``: the backward reads what the forward saved.
+* ``selective``: the attention core (``QK^T``, scale and mask, softmax, dropout, ``PV``) of each
+  eager attention is recomputed just before its backward, so its ``seq x seq`` tensors are never kept.
+  A fused attention op already works this way (its backward recomputes the scores), so it adds nothing.
+* ``full``: every layer's forward runs again before its backward from the layer's input (the
+  checkpoint); the layers are the module scopes with an index (``model.layers.3``, ``transformer.h.3``,
+  ``encoder.layer.3``). Nodes outside every layer (embeddings, final norm, head) are not recomputed; a
+  graph without layers is one checkpointed segment.
+
+The recomputed copies are ordinary nodes with ``phase="recompute"``; the backward of the segment reads
+them instead of the forward's values, so liveness frees the forward's and counts only the checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...errors import NarrowpipeError
+from ...ir import Node, Op, Value
+from .context import GradContext
+from .phases import BACKWARD, PHASE, RECOMPUTE
+
+__all__ = ["RECOMPUTE_POLICIES", "Recompute", "layer_of", "layer_of_scope", "attention_cores"]
+
+RECOMPUTE_POLICIES = ("none", "selective", "full")
+#: Ops between QK^T and softmax, or softmax and PV, in an eager attention (scale, mask, dropout, casts).
+_CHAIN = frozenset({Op.MUL, Op.DIV, Op.ADD, Op.SUB, Op.CAST, Op.WHERE, Op.COPY, Op.RESHAPE, Op.EXPAND})
+
+
+def layer_of_scope(scope: str) -> str | None:
+    """The layer of a module path: up to its first numeric part (``model.layers.3``), or None."""
+    parts = scope.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    return None
+
+
+def layer_of(node: Node) -> str | None:
+    """The layer a node belongs to, from its module scope."""
+    return layer_of_scope(node.source.scope)
+
+
+def _batched_dot(node: Node | None) -> bool:
+    return node is not None and node.op is Op.DOT and bool(node.attrs.get("lhs_batch"))
+
+
+def _scores_operand(node: Node, inside: set[Node]) -> Value | None:
+    """The operand of a scale/mask step that carries the scores (not the mask or a scalar table)."""
+    ins = [v for v in node.inputs if v is not None and v.dtype.is_float]
+    for v in ins:
+        if _batched_dot(v.producer) or (v.producer in inside and v.producer is not None and v.producer.op in _CHAIN):
+            return v
+    return ins[0] if ins else None
+
+
+def attention_cores(nodes: Sequence[Node]) -> list[list[Node]]:
+    """Each eager attention's QK^T .. PV nodes (plus the dropout masks they draw), in forward order."""
+    index = {n: i for i, n in enumerate(nodes)}
+    cores = []
+    for s in nodes:
+        if s.op is not Op.SOFTMAX:
+            continue
+        chain: list[Node] = [s]
+        qk = pv = None
+        v = s.inputs[0]
+        while v is not None and v.producer in index:
+            p = v.producer
+            assert p is not None
+            if _batched_dot(p):
+                qk = p
+                break
+            if p.op not in _CHAIN:
+                break
+            chain.append(p)
+            v = _scores_operand(p, set(index))
+        out = s.outputs[0]
+        for _ in range(8):
+            users = [u.node for u in out.uses if u.node in index]
+            dots = [u for u in users if _batched_dot(u) and u.inputs[0] is out]
+            if dots:
+                pv = dots[0]
+                break
+            steps = [u for u in users if u.op in _CHAIN]
+            if len(steps) != 1:
+                break
+            chain.append(steps[0])
+            out = steps[0].outputs[0]
+        if qk is None or pv is None:
+            continue
+        core = {qk, pv, *chain}
+        for n in list(core):
+            for x in n.inputs:
+                src = x.producer if x is not None else None
+                if src is not None and src in index and not any(i is not None for i in src.inputs):
+                    core.add(src)   # a dropout mask or fill drawn again
+        cores.append(sorted(core, key=index.__getitem__))
+    return cores
+
+
+class Recompute:
+    """Emits each segment's recomputation once, before the backward of its first node to need it."""
+
+    def __init__(self, cx: GradContext, segments: list[list[Node]]) -> None:
+        self.cx = cx
+        self.segments = segments
+        self.segment_of = {n: i for i, seg in enumerate(segments) for n in seg}
+        self.done: set[int] = set()
+
+    @classmethod
+    def plan(cls, cx: GradContext, nodes: Sequence[Node], policy: str) -> tuple[Recompute, list[str]]:
+        if policy not in RECOMPUTE_POLICIES:
+            raise NarrowpipeError(f"recompute must be one of {', '.join(RECOMPUTE_POLICIES)}, got {policy!r}")
+        notes: list[str] = []
+        segments: list[list[Node]] = []
+        if policy == "selective":
+            segments = attention_cores(nodes)
+            if not segments and any(n.op is Op.ATTENTION for n in nodes):
+                notes.append("recompute=selective: attention is fused (its backward recomputes the scores), "
+                             "so nothing else is recomputed")
+        elif policy == "full":
+            layers: dict[str, list[Node]] = {}
+            for n in nodes:
+                key = layer_of(n)
+                if key is not None:
+                    layers.setdefault(key, []).append(n)
+            segments = list(layers.values())
+            if not segments:
+                segments = [list(nodes)]
+                notes.append("recompute=full: no layers found (no module scope with an index), so the whole "
+                             "forward is one checkpointed segment")
+        return cls(cx, segments), notes
+
+    def before(self, node: Node) -> None:
+        s = self.segment_of.get(node)
+        if s is None or s in self.done:
+            return
+        self.done.add(s)
+        cx = self.cx
+        cx.phase = RECOMPUTE
+        for n in self.segments[s]:
+            cx.serve(n, n.source)
+            attrs = {k: v for k, v in n.attrs.items() if k != PHASE}
+            outs = cx.emit_types(n.op, [None if v is None else cx.val(v) for v in n.inputs],
+                                 [o.type for o in n.outputs], attrs, name=f"{n.name}_recompute")
+            for o, new in zip(n.outputs, outs):
+                cx.remap[o] = new
+        cx.phase = BACKWARD

@@ -1,0 +1,40 @@
+"""``narrowpipe targets``: the hardware catalog as one table, a row per chip."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+
+__all__ = ["catalog_table"]
+
+
+def catalog_table() -> Any:
+    """One row per chip. Names never wrap or get cut (they are what every other command takes);
+    the peak is one dtype for every row, the dense bf16 rate the cost model uses for a bf16
+    model, so the column compares like with like (it used to show each chip's highest rate: fp4
+    next to int4 next to bf16)."""
+    from rich import box
+    from rich.table import Table
+
+    from ..backends import CATALOG_PRICE_BASIS, get_target, targets
+    from ..costmodel.execution.common import matrix_rate
+    from ..ir import DType
+    from . import nbytes, si
+    rows = [(name, family, get_target(name)) for name, family in targets()]
+    caption = ("bf16 dense: the matrix peak a bf16 model runs at, FLOP/s "
+               "(a chip without bf16 runs it as the type in brackets); $/h: hyperscaler on-demand list "
+               "price per chip (* on another basis: targets --show NAME says which)")
+    tab = Table(title="hardware targets", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                caption=caption)
+    tab.add_column("name", no_wrap=True, min_width=max(len(n) for n, _, _ in rows))
+    for col in ("family", "bf16 dense", "memory", "bandwidth", "TDP", "$/h"):
+        tab.add_column(col, justify="left" if col == "family" else "right", no_wrap=True)
+    for name, family, t in rows:
+        rate = matrix_rate(t, DType.BF16)
+        peak = si(rate.flops_per_s) + ("" if rate.dtype == "bf16" else escape(f" [{rate.dtype}]"))
+        price = "-" if t.price_per_hour is None else f"{t.price_per_hour:.2f}" + (
+            "" if t.price_basis == CATALOG_PRICE_BASIS else "*")
+        tab.add_row(name, family, peak, nbytes(t.memory_capacity), si(t.memory_bandwidth, "B/s"),
+                    f"{t.tdp:.0f} W" if t.tdp else "-", price)
+    return tab

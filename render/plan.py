@@ -1,0 +1,130 @@
+"""``narrowpipe plan``: a training plan for people: the strategy and placement, where the step time
+goes (compute, recomputation, exposed communication, bubble), memory per device by term, the
+collectives, and why each runner-up lost. Reads only the :class:`~narrowpipe.Plan` result."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..costmodel.planner.plan import Plan
+from .units import nbytes, seconds
+
+__all__ = ["register_plan", "run_plan", "print_plan"]
+
+_FIX_FIELDS = ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave", "zero")
+_LABELS = {"compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel comm (exposed)",
+           "cp_comm": "context-parallel comm (exposed)", "ep_comm": "expert all-to-all (exposed)",
+           "p2p": "pipeline sends", "param_gather": "ZeRO-3 parameter gathers (exposed)",
+           "bubble": "pipeline bubble", "dp_comm": "data-parallel reduction (exposed)", "optimizer": "optimizer step"}
+
+
+def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("plan", help="shard a model over N devices for training: strategy, step time, memory")
+    p.add_argument("model", help="a .onnx/.pt2/.json file, a config.json, or a bundled example")
+    p.add_argument("--devices", type=int, required=True, help="number of devices (GPUs, TPU chips)")
+    p.add_argument("--target", required=True, help="a system (dgx-h100, tpu-v5e-256) or a chip (a100, h100)")
+    p.add_argument("--system", help="the system the chips sit in (default: the target's catalog system)")
+    p.add_argument("--mode", default="train", choices=("train",), help="what to plan (default train)")
+    p.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    p.add_argument("--seq", type=int, help="tokens per sequence (default: the model's)")
+    p.add_argument("--dtype", help="retype weights and activations (default: the model's), e.g. bf16")
+    p.add_argument("--runtime", default="megatron-core", help="megatron-core (default) or megatron-lm-2021")
+    for name in _FIX_FIELDS:
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"fix {name} (otherwise searched)")
+    p.add_argument("--recompute", choices=("none", "selective", "full"), help="fix activation recomputation")
+    p.add_argument("--sequence-parallel", choices=("on", "off"), help="fix sequence parallelism")
+    p.add_argument("--fix", metavar="K=V,...", help="fix several at once, e.g. --fix tp=8,pp=4,recompute=full")
+    p.add_argument("--top", type=int, default=5, help="runners-up to list (default 5)")
+    p.add_argument("--json", metavar="FILE", help="write the plan as JSON")
+    return p
+
+
+def fixed_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The strategy fields the command line fixes (``--tp 8`` and ``--fix tp=8`` alike)."""
+    from ..errors import PlanError
+    out: dict[str, Any] = {}
+    for item in filter(None, (args.fix or "").split(",")):
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            raise PlanError(f"--fix: expected KEY=VALUE, got {item!r}")
+        value = value.strip()
+        if key == "sequence_parallel":
+            out[key] = value.lower() in ("1", "on", "true", "yes")
+        elif key == "recompute":
+            out[key] = value
+        else:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise PlanError(f"--fix: {key} must be an integer, got {value!r}") from None
+    for name in _FIX_FIELDS:
+        if getattr(args, name, None) is not None:
+            out[name] = getattr(args, name)
+    if args.recompute:
+        out["recompute"] = args.recompute
+    if args.sequence_parallel:
+        out["sequence_parallel"] = args.sequence_parallel == "on"
+    return out
+
+
+def run_plan(args: argparse.Namespace, console: Console) -> int:
+    from .. import plan as make_plan
+    result = make_plan(args.model, args.target, args.devices, mode=args.mode, global_batch=args.global_batch,
+                       seq=args.seq, parallel=fixed_fields(args), dtype=args.dtype, system=args.system,
+                       runtime=args.runtime, top=args.top)
+    print_plan(result, console)
+    if args.json:
+        Path(args.json).write_text(result.to_json())
+        console.print(f"wrote {args.json}", markup=False)
+    return 0
+
+
+def print_plan(plan: Plan, console: Console) -> None:
+    p = plan.parallel
+    console.print(f"[bold]{escape(plan.model)}[/] on {plan.devices} x {escape(plan.target)} "
+                  f"({escape(plan.system)}), seq {plan.seq}, global batch {p.global_batch}, runtime "
+                  f"{escape(str(plan.runtime.get('name', '')))}")
+    console.print(f"[bold]plan:[/] {escape(p.describe())}  (schedule {p.schedule})")
+    console.print(f"step {seconds(plan.step_time_s)}, {plan.tokens_per_s:,.0f} tokens/s, "
+                  f"{plan.tflops_per_device:.0f} model TFLOP/s per device (MFU {plan.mfu:.1%}), "
+                  f"{plan.hw_tflops_per_device:.0f} with recomputation")
+    t = Table(title="where the step goes", title_justify="left")
+    t.add_column("term")
+    t.add_column("time", justify="right")
+    t.add_column("share", justify="right")
+    for key, value in plan.breakdown.items():
+        if value > 0:
+            t.add_row(_LABELS.get(key, key), seconds(value), f"{value / plan.step_time_s:.1%}")
+    for key, value in plan.hidden_comm.items():
+        t.add_row(f"[dim]hidden: {_LABELS.get(key, key).replace(' (exposed)', '')}[/]", f"[dim]{seconds(value)}[/]", "")
+    console.print(t)
+    m = plan.memory_per_device
+    terms = ", ".join(f"{k.replace('_', ' ')} {nbytes(v)}" for k, v in m.items()
+                      if k not in ("total", "capacity", "device") and v > 0)
+    console.print(f"memory on the fullest device (pipeline stage {int(m['device'])}): {nbytes(m['total'])} of "
+                  f"{nbytes(m['capacity'])} ({terms})")
+    if plan.collectives:
+        c = Table(title="collectives per step (critical device)", title_justify="left")
+        for col in ("purpose", "op", "group", "count", "time", "exposed"):
+            c.add_column(col, justify="left" if col in ("purpose", "op") else "right")
+        for row in plan.collectives[:8]:
+            c.add_row(str(row["purpose"]), str(row["op"]), str(row["group_size"]), str(row["per_step"]),
+                      seconds(float(row["seconds"])), seconds(float(row["exposed_s"])))
+        console.print(c)
+    if plan.runners_up:
+        r = Table(title="runners-up and why they lost", title_justify="left")
+        r.add_column("strategy")
+        r.add_column("step", justify="right")
+        r.add_column("why")
+        for ru in plan.runners_up:
+            r.add_row(escape(ru.parallel.describe()), seconds(ru.step_time_s), escape(ru.why))
+        console.print(r)
+    for note in plan.notes:
+        console.print(f"[dim]- {escape(note)}[/]")

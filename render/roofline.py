@@ -1,0 +1,209 @@
+"""The roofline of a timed report: the chip's ceilings, and every kernel where the model puts it.
+
+x is a kernel's arithmetic intensity (its FLOPs over its external bytes, fused intermediates
+excluded), y the FLOP/s it achieves in its predicted time. The roofs are the target's datasheet
+peaks, one per precision it lists (matrix units solid, vector units dashed), and one bandwidth slope
+per memory level (on-chip, main memory, a dataflow chip's external tier, the host link). The run's own
+precision gets a dash-dotted roof where the chip emulates it (fp32 as six bf16 passes), and the
+dotted line is what the model times against (that peak at the matmul efficiency, main memory at
+the memory efficiency). A point's area is its kernel's time; its colour the kernel's op group; the
+report's top bottlenecks are labelled.
+
+A kernel without FLOPs (a copy, a gather) has no place on a FLOP/s axis and a kernel without
+bytes no intensity: they are counted in the footnote with their share of the time, never dropped
+silently. Drawn with matplotlib's object API on the Agg canvas: no display, no pyplot state.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import NarrowpipeError
+from .units import seconds, si
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ..costmodel.ceilings import Ceiling
+    from ..costmodel.report import Report
+    from ..costmodel.timeline import ScheduledKernel
+
+__all__ = ["plot_roofline", "roofline_figure", "figure_bytes", "plotted_kernels", "FORMATS"]
+
+FORMATS = (".png", ".svg")
+#: One colour per op group, fixed so that every plot and page reads the same (matplotlib's tab10).
+GROUP_COLORS = {"contraction": "#1f77b4", "attention": "#d62728", "convolution": "#9467bd",
+                "elementwise": "#2ca02c", "normalization": "#ff7f0e", "reduction": "#8c564b",
+                "data_movement": "#7f7f7f", "gather_scatter": "#bcbd22", "collective": "#17becf",
+                "other": "#e377c2"}
+
+
+def plotted_kernels(report: Report) -> tuple[list[ScheduledKernel], list[ScheduledKernel]]:
+    """(the kernels drawn as points, the timed kernels that cannot be: no FLOPs or no bytes).
+    Kernels that take no time (not modeled) are in neither: they have no achieved rate."""
+    shown: list[ScheduledKernel] = []
+    off: list[ScheduledKernel] = []
+    for k in report.timeline:
+        if k.kernel_s <= 0:
+            continue
+        (shown if k.flops > 0 and k.bytes > 0 else off).append(k)
+    return shown, off
+
+
+def _merged(ceilings: Sequence[Ceiling]) -> list[tuple[str, float, bool]]:
+    """Roofs with the same value drawn once with a joint label ("fp8_e4m3/int8 matrix = fp32
+    vector"). The bool says whether a matrix roof is among them (solid line) or only vector ones."""
+    out: dict[float, dict[str, list[str]]] = {}
+    for c in ceilings:
+        dtype, _, unit = c.label.rpartition(" ")
+        out.setdefault(c.value, {}).setdefault(unit, []).append(dtype)
+    return [(" = ".join(f"{'/'.join(names)} {unit}" for unit, names in units.items()), value, "matrix" in units)
+            for value, units in out.items()]
+
+
+def _footnote(shown: list[ScheduledKernel], off: list[ScheduledKernel], total: float) -> str:
+    """What the points are, and what is not drawn (by op, with its time): ``total`` is the busy time."""
+    text = f"{len(shown)} kernels as points (area: time)"
+    if not off:
+        return text + "; every timed kernel drawn"
+    ops: dict[str, int] = {}
+    for k in off:
+        ops[k.op] = ops.get(k.op, 0) + 1
+    listed = ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1])[:4])
+    more = ", ..." if len(ops) > 4 else ""
+    off_s = sum(k.time_s for k in off)
+    share = f" = {off_s / total:.0%} of the busy time" if total else ""
+    return f"{text}; not drawn: {len(off)} kernels without FLOPs or bytes ({listed}{more}), {seconds(off_s)}{share}"
+
+
+def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
+    """The figure (not written anywhere). ``top`` labels that many of the report's bottlenecks
+    (default: all it lists)."""
+    from matplotlib.figure import Figure
+    if report.timing is None or report.ceilings is None:
+        raise NarrowpipeError("a roofline needs a timed report: analyze the model with a target "
+                              "(--target h100, or analyze(graph, 'h100'))")
+    t, ceil = report.timing, report.ceilings
+    shown, off = plotted_kernels(report)
+    compute = _merged(ceil.compute)
+    memory: dict[float, list[str]] = {}
+    for c in ceil.memory:
+        memory.setdefault(c.value, []).append(c.label)
+    peak = max(v for _, v, _ in compute)
+    xs = [k.flops / k.bytes for k in shown]
+    ys = [k.flops / k.kernel_s for k in shown]
+    ridges = [peak / bw for bw in memory]
+    x_lo, x_hi = min(xs + ridges + [1.0]) / 4, max(xs + ridges + [1.0]) * 8
+
+    fig = Figure(figsize=(10, 6.5))
+    fig.subplots_adjust(left=0.08, right=0.985, bottom=0.085, top=0.94)   # fixed: slope labels need the angle
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(min(ys + [peak * 1e-4]) / 4, peak * 3)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of kernel traffic)")
+    ax.set_ylabel("achieved FLOP/s (per device)")
+    top_bw = max(memory, default=0.0)
+    for label, value, matrix in compute:
+        ax.plot([value / top_bw if top_bw else x_lo, x_hi], [value, value], color="black",
+                lw=1.2 if matrix else 0.9, ls="-" if matrix else "--", gid="ceiling")
+        ax.annotate(f"{label} {si(value, 'FLOP/s')}", (x_hi, value), xytext=(-4, 2), textcoords="offset points",
+                    ha="right", va="bottom", fontsize=7)
+    for bw, labels in sorted(memory.items(), key=lambda kv: -kv[0]):
+        ax.plot([x_lo, peak / bw], [bw * x_lo, peak], color="dimgray", lw=1.0, gid="ceiling")
+        _slope_label(ax, max(x_lo * 1.5, peak / bw / 10), bw, f"{' = '.join(labels)} {si(bw, 'B/s')}")
+    _run_ceilings(ax, report, {v for _, v, _ in compute}, x_lo, x_hi)
+    _points(ax, shown, xs, ys)
+    _labels(ax, report, shown, xs, ys, top)
+    busy = sum(k.time_s for k in report.timeline)     # device busy time (a pipeline's chips overlap)
+    ax.text(0.01, 0.01, _footnote(shown, off, busy), transform=ax.transAxes, fontsize=7,
+            color="dimgray", va="bottom")
+    devices = f" x {t.devices} devices" if t.devices > 1 else ""
+    ax.set_title(f"{report.graph} on {t.target}{devices}: {seconds(t.time_s)}, MFU {t.mfu:.1%}, "
+                 f"{t.kernels} kernels", fontsize=10)
+    ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    ax.legend(loc="upper left", fontsize=7, title="op group", title_fontsize=7, markerscale=0.6)
+    return fig
+
+
+def _slope_label(ax: Any, x: float, bw: float, text: str) -> None:
+    """A bandwidth slope's label along its line: the angle is the slope's on screen (the axes'
+    position is fixed before this runs)."""
+    (x0, y0), (x1, y1) = ax.transData.transform([(x, bw * x), (x * 10, bw * x * 10)])
+    ax.annotate(text, (x, bw * x), xytext=(0, 3), textcoords="offset points", fontsize=7, color="dimgray",
+                rotation=math.degrees(math.atan2(y1 - y0, x1 - x0)), rotation_mode="anchor")
+
+
+def _run_ceilings(ax: Any, report: Report, roofs: set[float], x_lo: float, x_hi: float) -> None:
+    """What the model times this run against: the matrix peak of its dominant precision (a roof of
+    its own where the chip emulates it, e.g. fp32 as six bf16 passes), and dotted, that peak at the
+    matmul efficiency with main memory at the memory efficiency (the fractions calibration measures)."""
+    assert report.timing is not None and report.ceilings is not None
+    t, ceil = report.timing, report.ceilings
+    bw = next((c.value for c in ceil.memory if c.field == "memory_bandwidth"), None)
+    if t.peak_flops <= 0 or bw is None:
+        return
+    runs_as = t.precision or t.dtype
+    if t.peak_flops not in roofs:
+        ax.plot([t.peak_flops / bw, x_hi], [t.peak_flops, t.peak_flops], color="black", lw=0.9, ls="-.",
+                gid="run-ceiling")
+        ax.annotate(f"{runs_as} {si(t.peak_flops, 'FLOP/s')}", (x_hi, t.peak_flops), xytext=(-4, 2),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=7)
+    flops_s, bytes_s = t.peak_flops * ceil.matmul_efficiency, bw * ceil.memory_efficiency
+    ax.plot([x_lo, flops_s / bytes_s, x_hi], [bytes_s * x_lo, flops_s, flops_s], color="gray", lw=0.9, ls=":",
+            gid="achievable", label=f"achievable: {runs_as} x {ceil.matmul_efficiency:.2g}, "
+                                    f"memory x {ceil.memory_efficiency:.2g}")
+
+
+def _points(ax: Any, shown: list[ScheduledKernel], xs: list[float], ys: list[float]) -> None:
+    """One scatter per op group (one legend entry each); every collection's gid starts with
+    ``kernels`` so a reader of the figure finds them."""
+    longest = max((k.kernel_s for k in shown), default=0.0) or 1.0
+    by_group: dict[str, list[int]] = {}
+    for i, k in enumerate(shown):
+        by_group.setdefault(k.group, []).append(i)
+    for group, idx in sorted(by_group.items(), key=lambda kv: -sum(shown[i].kernel_s for i in kv[1])):
+        ax.scatter([xs[i] for i in idx], [ys[i] for i in idx], s=[8 + 400 * shown[i].kernel_s / longest for i in idx],
+                   color=GROUP_COLORS.get(group, GROUP_COLORS["other"]), alpha=0.65, edgecolors="black",
+                   linewidths=0.3, label=f"{group} ({len(idx)})", gid=f"kernels:{group}", zorder=3)
+
+
+def _labels(ax: Any, report: Report, shown: list[ScheduledKernel], xs: list[float], ys: list[float],
+            top: int | None) -> None:
+    assert report.timing is not None
+    where = {k.name: i for i, k in enumerate(shown)}
+    for rank, b in enumerate(report.timing.top[:top], start=1):
+        i = where.get(b.kernel)
+        if i is None:
+            continue
+        ax.annotate(f"#{rank} {b.label} ({b.bound}, {b.share:.0%})", (xs[i], ys[i]), xytext=(10, -14 * rank),
+                    textcoords="offset points", fontsize=8, gid="bottleneck",
+                    arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "black"},
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "gray", "lw": 0.5, "alpha": 0.9})
+
+
+def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 110) -> bytes:
+    """The figure encoded as ``fmt`` (png or svg), for pages that inline it."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=dpi)
+    return buf.getvalue()
+
+
+def plot_roofline(report: Report, path: str | Path | None = None, *, top: int | None = None) -> Figure:
+    """Draw ``report``'s roofline and write it to ``path`` (.png or .svg) when given."""
+    fig = roofline_figure(report, top=top)
+    if path is not None:
+        out = Path(path)
+        if out.suffix.lower() not in FORMATS:
+            raise NarrowpipeError(f"roofline {out}: write a .png or .svg file (got {out.suffix or 'no suffix'!r})")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(out, dpi=150)
+        except OSError as exc:
+            raise NarrowpipeError(f"cannot write roofline {out}: {exc.strerror or exc}") from None
+    return fig

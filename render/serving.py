@@ -1,0 +1,139 @@
+"""Serving results for people: one deployment's figures, a capacity plan, a batch x context table.
+
+Reads only the serving result types (:class:`~narrowpipe.costmodel.serving.ServingReport`,
+:class:`~narrowpipe.costmodel.serving.capacity.CapacityPlan`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .units import nbytes, seconds, si
+
+if TYPE_CHECKING:
+    from ..costmodel.serving import ServingReport
+    from ..costmodel.serving.capacity import CapacityPlan
+
+__all__ = ["print_serving", "print_capacity", "print_serving_sweep"]
+
+
+def _rate(x: float | None, unit: str = "tok/s") -> str:
+    return "-" if not x else f"{x:,.0f} {unit}"
+
+
+def _money(x: float | None) -> str:
+    return "-" if x is None else f"${x:,.3g}"
+
+
+def print_serving(r: ServingReport, console: Console) -> None:
+    t = Table(title=f"{escape(r.model)} on {r.target}: {r.mode}, {r.layout}", show_header=False, box=None,
+              title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("batch x context", f"{r.batch} x {r.context}" + (f" (in {r.input_len}, out {r.output_len})"
+                                                                if r.mode == "generate" else ""))
+    t.add_row("formats", ", ".join(f"{k} {v}" for k, v in r.formats.items() if v) or "the model's own")
+    if r.ttft_s is not None:
+        t.add_row("time to first token", seconds(r.ttft_s))
+    if r.tpot_s is not None:
+        t.add_row("time per output token", seconds(r.tpot_s) + (f" ({r.bound}-bound)" if r.mode != "prefill" else ""))
+    if r.e2e_s is not None:
+        t.add_row("end to end", seconds(r.e2e_s))
+    if r.output_tokens_per_s:
+        t.add_row("output tokens/s", f"{_rate(r.output_tokens_per_s)} ({_rate(r.tokens_per_s_per_device)} per device, "
+                                     f"{r.devices} device{'s' if r.devices > 1 else ''})")
+    if r.prompt_tokens_per_s:
+        t.add_row("prompt tokens/s", f"{_rate(r.prompt_tokens_per_s)} ({r.bound}-bound)")
+    t.add_row("KV cache", f"{nbytes(r.kv_bytes_per_token)} per token per sequence (per device)")
+    t.add_row("memory", escape(r.memory.explain()), style=None if r.fits else "bold red")
+    t.add_row("largest batch that fits", str(r.max_batch))
+    if r.crossover is not None:
+        t.add_row("crossover", _crossing(r.crossover))
+    if r.cost_per_million_tokens is not None:
+        t.add_row("cost", f"{_money(r.cost_per_million_tokens)} per million tokens")
+    console.print(t)
+    for n in r.notes:
+        console.print(f"  note: {escape(n)}", highlight=False)
+
+
+def print_capacity(plan: CapacityPlan, console: Console) -> None:
+    ttft = f", TTFT <= {seconds(plan.ttft_target_s)}" if plan.ttft_target_s else ""
+    targets = sorted({c.target for c in plan.candidates})
+    on = f" on {targets[0]}" if len(targets) == 1 else ""
+    tab = Table(title=f"{escape(plan.model)}{on}: {plan.rate:,g} req/s of {plan.input_len} in / {plan.output_len} "
+                      f"out, TPOT <= {seconds(plan.tpot_target_s)}{ttft}", box=box.SIMPLE_HEAD,
+                title_justify="left", pad_edge=False, collapse_padding=True)
+    for col in ("layout", "batch", "TPOT", "TTFT", "tok/s/dev", "chips", "$/M tok", "limit"):
+        tab.add_column(col, justify="left" if col in ("layout", "limit") else "right", no_wrap=True)
+    missed: list[str] = []
+    for c in plan.candidates:
+        layout = c.layout.replace("dataflow layout (", "x").replace(" chips)", "")
+        layout = f"{c.target} {layout}" if len(targets) > 1 else layout
+        if not c.meets:
+            missed.append(f"{c.target} {c.layout}: {c.why_not}")
+            tab.add_row(layout, "-", seconds(c.tpot_s), seconds(c.ttft_s), "-", "-", "-", f"[{len(missed)}]",
+                        style="dim")
+            continue
+        tab.add_row(layout, str(c.batch), seconds(c.tpot_s), seconds(c.ttft_s), f"{c.tokens_per_s_per_device:,.0f}",
+                    str(c.total_devices), _money(c.cost_per_million_tokens), c.limited_by.replace("memory", "mem"))
+    console.print(tab)
+    for i, why in enumerate(missed, 1):
+        console.print(f"  [{i}] {escape(why)}", highlight=False)
+    best, cheap, fast = plan.best_throughput, plan.cheapest, plan.best_latency
+    if best is None:
+        floor = f"{seconds(fast.min_tpot_s)} ({fast.target} {fast.layout})" if fast else "-"
+        console.print(f"[bold red]no layout meets the targets[/]; the lowest TPOT reachable is {floor}")
+    else:
+        replicas = f"{best.replicas} replica{'s' if best.replicas > 1 else ''}"
+        console.print(f"[bold]answer:[/] {best.total_devices} x {best.target} ({replicas} of {best.layout}, "
+                      f"batch {best.batch} each) for {plan.rate:,g} requests/s")
+        console.print(f"  throughput: {best.target} {best.layout} "
+                      f"({best.tokens_per_s_per_device:,.0f} tok/s per device)")
+        if cheap is not None and cheap is not best:
+            console.print(f"  cheapest: {cheap.target} {cheap.layout} ({_money(cheap.cost_per_million_tokens)}/M tok)")
+    if fast is not None:
+        console.print(f"  latency: {fast.target} {fast.layout} (TPOT {seconds(fast.min_tpot_s)} at batch 1)")
+    for n in plan.notes:
+        console.print(f"  note: {escape(n)}", highlight=False)
+
+
+def print_serving_sweep(reports: list[ServingReport], console: Console) -> None:
+    if not reports:
+        return
+    r0 = reports[0]
+    tab = Table(title=f"{escape(r0.model)} decode on {r0.target}, {r0.layout}", box=box.SIMPLE_HEAD,
+                title_justify="left", pad_edge=False, collapse_padding=True)
+    for col in ("batch", "context", "TPOT", "tok/s", "tok/s/dev", "bound", "KV cache", "fits"):
+        tab.add_column(col, justify="left" if col in ("bound", "fits") else "right", no_wrap=col != "fits")
+    for r in reports:
+        over = r.memory.overflow
+        fits = "yes" if over is None else f"no: {_TERMS[over[0]]} +{nbytes(over[1])}"
+        tab.add_row(str(r.batch), str(r.context), seconds(r.tpot_s), si(r.output_tokens_per_s or 0.0),
+                    si(r.tokens_per_s_per_device or 0.0), r.bound, nbytes(r.memory.kv_cache), fits,
+                    style=None if r.fits else "red")
+    console.print(tab)
+    seen: set[int | None] = set()
+    for r in reports:
+        if r.context in seen:
+            continue
+        seen.add(r.context)
+        line = f"  context {r.context}: largest batch that fits {r.max_batch}"
+        c = r.crossover
+        if c is not None:
+            line += "; " + _crossing(c)
+        console.print(line, highlight=False)
+
+
+_TERMS = {"kv_cache": "KV", "weights": "weights", "activations": "activations", "reserve": "reserve"}
+
+
+def _crossing(c: Any) -> str:
+    if c.analytic is None:
+        return f"decode stays memory-bound at any batch (KV reads; ridge {c.ridge:.0f} FLOP/B)"
+    model = f", execution model {c.modelled}" if c.modelled else ""
+    return f"compute-bound from batch {c.analytic:,.0f} (ridge {c.ridge:.0f} FLOP/B{model})"

@@ -1,0 +1,62 @@
+"""Predicted training steps against Megatron-LM's published runs (Narayanan et al., SC'21, Table 1),
+with the paper's configuration fixed and nothing fitted (benchmarks/megatron_validate.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
+
+
+def _module():
+    if "megatron_validate" in sys.modules:
+        return sys.modules["megatron_validate"]
+    sys.path.insert(0, str(_BENCH))
+    spec = importlib.util.spec_from_file_location("megatron_validate", _BENCH / "megatron_validate.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["megatron_validate"] = mod          # dataclasses resolve their annotations through it
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def errors() -> dict[str, float]:
+    mv = _module()
+    return {row.name: mv.error(row, mv.predict(row)) for row in mv.ROWS if row.acceptance}
+
+
+def test_published_step_times_follow_from_the_papers_flop_formula():
+    mv = _module()
+    got = {r.name: round(r.measured_step_s, 2) for r in mv.ROWS if r.acceptance}
+    assert got == {"1.7B": 3.53, "18.4B": 9.40, "145.6B": 24.82}      # the brief's 3.53 s, 9.40 s, 24.8 s
+
+
+def test_every_acceptance_row_is_predicted_within_twenty_percent(errors):
+    assert all(abs(e) < 0.20 for e in errors.values()), errors
+
+
+def test_acceptance_bars_mean_ten_percent_each_fifteen(errors):
+    """Met since the GEMM-kernel terms of issue 12 (the A100's latency floor, per-wave fill and exposed
+    epilogue, GPU defaults there: no public per-shape A100 timings were fitted): -10.3% / -0.4% /
+    -14.4%, mean 8.4% (before them -13.9% / -5.3% / -16.6%, mean 11.9%). Nothing is fitted to these
+    rows; the worst row sits 0.6 points inside its bar."""
+    assert errors == pytest.approx({"1.7B": -0.103, "18.4B": -0.004, "145.6B": -0.144}, abs=0.005)
+    assert sum(abs(e) for e in errors.values()) / len(errors) <= 0.10
+    assert all(abs(e) <= 0.15 for e in errors.values())
+
+
+def test_the_papers_plan_fits_and_names_its_exposed_communication():
+    mv = _module()
+    row = next(r for r in mv.ROWS if r.name == "145.6B")
+    plan = mv.predict(row)
+    assert plan.fits and plan.memory_per_device["total"] <= 80e9
+    assert {"tp_comm", "p2p", "dp_comm"} <= set(plan.exposed_comm)
+    assert sum(plan.breakdown.values()) == pytest.approx(plan.step_time_s, rel=1e-9)
+    # the schedule's bubble is (p - 1) / (v m) of the steady state, with v = 2 and m = 96
+    steady = plan.step_time_s - plan.breakdown["bubble"] - plan.breakdown["dp_comm"] - plan.breakdown["optimizer"]
+    assert plan.breakdown["bubble"] == pytest.approx(steady * 7 / (2 * 96), rel=0.05)

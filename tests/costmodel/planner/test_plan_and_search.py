@@ -1,0 +1,81 @@
+"""``narrowpipe.plan``: the search returns only plans that fit, says why the runners-up lost,
+reports the overflowing memory term of what cannot fit, and the plan round-trips through JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import narrowpipe
+from narrowpipe import Plan, PlanError
+
+FIX = {"microbatch": 1, "recompute": "full", "zero": 1, "cp": 1}
+
+
+@pytest.fixture(scope="module")
+def model() -> narrowpipe.Graph:
+    # Llama-style 13B sizes, 8 layers kept so that costing stays fast; every layer is one cost
+    return narrowpipe.transformer(8, 5120, 40, 32000, ffn=13824, gated_mlp=True, seq=4096, name="llama-8l")
+
+
+@pytest.fixture(scope="module")
+def plan(model) -> Plan:
+    return narrowpipe.plan(model, "dgx-h100", 16, global_batch=64, parallel=FIX)
+
+
+def test_the_search_returns_the_fastest_plan_that_fits_with_reasons_for_the_others(plan):
+    assert plan.fits and plan.memory_per_device["total"] <= plan.memory_per_device["capacity"]
+    assert plan.parallel.devices == 16 and plan.parallel.microbatch == 1
+    assert plan.runners_up
+    for r in plan.runners_up:
+        assert r.why
+        if r.step_time_s is not None and r.why.startswith("does not fit"):
+            assert "GB over" in r.why
+        else:
+            assert r.step_time_s >= plan.step_time_s and "ms per step" in r.why
+    assert sum(plan.breakdown.values()) == pytest.approx(plan.step_time_s)
+    assert plan.tokens_per_s == pytest.approx(64 * 4096 / plan.step_time_s)
+    assert 0 < plan.mfu < 1 and plan.hw_tflops_per_device >= plan.tflops_per_device
+
+
+def test_the_plan_round_trips_through_versioned_json(plan):
+    text = plan.to_json()
+    data = json.loads(text)
+    assert data["kind"] == "narrowpipe.plan" and data["version"] == 1
+    assert data["placement"]["axes"]["tp"]["size"] == plan.parallel.tp
+    assert Plan.from_json(text) == plan
+    with pytest.raises(PlanError, match="newer"):
+        Plan.from_json(json.dumps({**data, "version": 99}))
+    with pytest.raises(PlanError, match="lacks the field 'step_time_s'"):
+        Plan.from_json(json.dumps({k: v for k, v in data.items() if k != "step_time_s"}))
+
+
+def test_collectives_of_the_plan_are_listed_with_their_time(plan):
+    purposes = {c["purpose"] for c in plan.collectives}
+    if plan.parallel.tp > 1:
+        assert purposes & {"tensor-parallel all-reduce", "sequence-parallel reduce-scatter"}
+    assert all(c["seconds"] >= c["exposed_s"] >= 0 for c in plan.collectives)
+
+
+def test_a_fixed_configuration_that_cannot_fit_names_the_term_that_overflows(model):
+    # parameters, gradients and states fit (52 GB of 80); four microbatches of activations do not
+    with pytest.raises(PlanError, match=r"does not fit: pipeline device 0 needs .* GB over\); largest term"):
+        narrowpipe.plan(model, "dgx-h100", 16, global_batch=64,
+                        parallel={**FIX, "tp": 1, "pp": 1, "dp": 16, "zero": 0, "recompute": "none",
+                                  "microbatch": 4})
+
+
+def test_a_model_too_large_for_the_devices_is_refused_with_the_memory_it_needs():
+    big = narrowpipe.transformer(4, 16384, 128, 32000, seq=2048)
+    with pytest.raises(PlanError, match="no strategy fits"):
+        narrowpipe.plan(big, "a100", 1, global_batch=1)
+
+
+def test_bad_requests_are_plan_errors(model):
+    with pytest.raises(PlanError, match="unknown parallel field"):
+        narrowpipe.plan(model, "dgx-h100", 16, global_batch=64, parallel={"tensor": 2})
+    with pytest.raises(PlanError, match="mode 'serve'"):
+        narrowpipe.plan(model, "dgx-h100", 16, global_batch=64, mode="serve")
+    with pytest.raises(PlanError, match="no strategy for 16 devices"):
+        narrowpipe.plan(model, "dgx-h100", 16, global_batch=64, parallel={"tp": 3})

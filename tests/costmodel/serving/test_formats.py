@@ -1,0 +1,77 @@
+"""Weights, activations and KV cache in separate formats; weight-only quantization pays a dequantization."""
+
+import dataclasses
+import math
+
+import pytest
+
+import narrowpipe
+from narrowpipe.backends import get_target
+from narrowpipe.costmodel.execution import DeviceGroup, TimingOptions
+from narrowpipe.costmodel.interpreter import interpret
+from narrowpipe.costmodel.serving import serve
+from narrowpipe.costmodel.timing import fused_program, time_program
+from narrowpipe.ir import DType, Graph, Op, TensorType
+
+SIZES = dict(layers=32, hidden=4096, heads=32, vocab=128256, ffn=14336, kv_heads=8, gated_mlp=True, seq=2048)
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    return narrowpipe.transformer(**SIZES)
+
+
+def test_int4_weight_only_decode_streams_a_quarter_of_the_weight_bytes(llama8b):
+    bf16 = serve(llama8b, "h100", batch=1, context=2048, with_crossover=False)
+    int4 = serve(llama8b, "h100", batch=1, context=2048, weights="int4", with_crossover=False)
+    assert int4.formats["weights"] == "int4"
+    assert int4.memory.weights == pytest.approx(bf16.memory.weights / 4, rel=1e-6)
+    h100 = get_target("h100")
+    embed = 128256 * 4096 * 2                      # gathered a row at a time: not streamed per step
+    moved = (bf16.memory.weights - embed) / 4 + bf16.kv_bytes_per_token * 2049
+    # beyond its launch each GEMM kernel (q, k, v, o, gate, up, down per layer; the head) pays the
+    # GEMM latency floor; the int4 dequantization hides under the weight reads
+    gemms = 7 * 32 + 1
+    hand = moved / (h100.memory_bandwidth * h100.memory_efficiency) + int4.decode.kernels * h100.launch_overhead \
+        + gemms * h100.gemm_latency
+    assert int4.tpot_s == pytest.approx(hand, rel=0.03)
+    assert int4.bound == "memory"
+
+
+def test_fp8_end_to_end_prefill_runs_at_the_fp8_rate(llama8b):
+    bf16 = serve(llama8b, "h100", mode="prefill", batch=4, input_len=2048)
+    fp8 = serve(llama8b, "h100", mode="prefill", batch=4, input_len=2048, weights="fp8_e4m3",
+                activations="fp8_e4m3")
+    assert bf16.bound == fp8.bound == "compute"
+    assert 1.6 < bf16.ttft_s / fp8.ttft_s < 2.05            # matmuls at 1979 vs 989 TFLOP/s; attention as before
+
+
+def test_fp8_kv_cache_doubles_the_batch_that_fits(llama8b):
+    bf16 = serve(llama8b, "h100", batch=1, context=8192, with_crossover=False)
+    fp8 = serve(llama8b, "h100", batch=1, context=8192, kv="fp8_e4m3", with_crossover=False)
+    assert fp8.kv_bytes_per_token == bf16.kv_bytes_per_token // 2
+    assert fp8.max_batch >= 2 * bf16.max_batch - 1
+
+
+def _gemm_graph(w: DType) -> Graph:
+    g = Graph("gemm")
+    x = g.add_input("x", TensorType(DType.BF16, (4096, 4096)))
+    wt = g.add_input("w", TensorType(w, (4096, 4096)))
+    n = g.add_node(Op.DOT, [x, wt], [TensorType(DType.BF16, (4096, 4096))],
+                   {"lhs_contract": (1,), "rhs_contract": (1,), "lhs_batch": (), "rhs_batch": ()})
+    g.set_outputs(n.outputs)
+    return g
+
+
+def test_weight_only_matmul_is_never_faster_than_its_dequantization():
+    """A chip with slow vector units: the int4 GEMM is bound by dequantizing each weight tile once per
+    row tile (2 ops per weight element), which overlaps the tensor-core work."""
+    h100 = get_target("h100")
+    slow = dataclasses.replace(h100, vector_flops={"fp64": 1e12, "fp32": 1e12})
+    table = interpret(_gemm_graph(DType.INT4), {})
+    t = time_program(fused_program(table, slow, TimingOptions()), DeviceGroup(slow, 1)).times[0]
+    tiles = min(math.ceil(4096 / tm) for tm, _, _ in slow.tile_shapes)   # the best tile's row tiles
+    assert t.compute_s >= 2 * 4096 * 4096 * tiles / 1e12
+    plain = time_program(fused_program(interpret(_gemm_graph(DType.BF16), {}), slow, TimingOptions()),
+                         DeviceGroup(slow, 1)).times[0]
+    assert t.compute_s > 2 * plain.compute_s

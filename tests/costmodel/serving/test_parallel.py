@@ -1,0 +1,89 @@
+"""Tensor- and pipeline-parallel decode: per-device shards and the collectives between devices."""
+
+import dataclasses
+
+import pytest
+
+import narrowpipe
+from narrowpipe.backends import get_target
+from narrowpipe.costmodel.execution.algorithms import ring
+from narrowpipe.costmodel.serving.serve import replica_for, serve
+from narrowpipe.ir import Op
+
+SIZES = dict(layers=32, hidden=4096, heads=32, vocab=128256, ffn=14336, kv_heads=8, gated_mlp=True, seq=2048)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return narrowpipe.transformer(**SIZES)
+
+
+def test_tp_shards_weights_and_kv_and_adds_two_all_reduces_per_layer(graph):
+    one = replica_for(graph, "h100")
+    tp4 = replica_for(graph, "h100", tp=4)
+    w1, w4 = one.memory(1, 100).weights, tp4.memory(1, 100).weights
+    norms = 2 * (2 * 32 * 4096 + 4096)          # replicated on every device
+    assert w4 == pytest.approx((w1 - norms) / 4 + norms, rel=1e-6)
+    assert tp4.kv_bytes_per_token == one.kv_bytes_per_token // 4
+    step = tp4.step(1, 1, 2048)
+    assert "65 tensor-parallel collectives" in " ".join(step.notes)   # 2 x 32 all-reduces + logits
+
+
+def test_small_batch_all_reduce_is_latency_bound(graph):
+    """At batch 1 an all-reduce carries 8 KB: its time is the algorithm's steps x the link latency."""
+    h100 = get_target("h100")
+    size = 4096 * 2
+    # inside one NVSwitch domain NCCL rings (its tree is for crossing nodes): the ring's 2(n-1) steps
+    best = ring(Op.ALL_REDUCE, size, 4, h100.scale_up_bandwidth, h100.link_latency).seconds
+    assert best < 2 * 6 * h100.link_latency                 # latency, not bandwidth
+    tp4 = replica_for(graph, "h100", tp=4)
+    comm = tp4.step(1, 1, 2048).comm_s
+    per = best + h100.launch_overhead
+    logits = 32064 * 4 * 2
+    gather = ring(Op.ALL_GATHER, logits, 4, h100.scale_up_bandwidth, h100.link_latency).seconds + \
+        h100.launch_overhead
+    assert comm == pytest.approx(64 * per + gather, rel=1e-6)
+
+
+def test_tp_lowers_latency_and_pp_keeps_throughput(graph):
+    r1 = serve(graph, "h100", batch=1, context=2048, with_crossover=False)
+    r4 = serve(graph, "h100", batch=1, context=2048, tp=4, with_crossover=False)
+    p2 = serve(graph, "h100", batch=2, context=2048, pp=2, with_crossover=False)
+    assert r4.tpot_s < r1.tpot_s and r4.devices == 4
+    assert p2.tpot_s > r1.tpot_s                         # a token passes both stages
+    assert p2.memory.weights < 0.6 * r1.memory.weights
+
+
+def test_dataflow_chips_lay_themselves_out(graph):
+    with pytest.raises(narrowpipe.NarrowpipeError, match="dataflow"):
+        replica_for(graph, "groq-lpu", tp=2)
+    r = serve(graph, "groq-lpu", batch=1, context=2048, with_crossover=False)
+    assert r.devices > 1 and "dataflow layout" in r.layout
+
+
+def test_a_pipeline_stage_keeps_its_layers_windows_and_experts():
+    """Layers that differ are renumbered per stage: the stage taken is a real one (here layers 4..7 of 8,
+    the one with the most full-attention layers, then the most expert layers)."""
+    from narrowpipe.costmodel.serving.parallel import pp_spec
+    from narrowpipe.models import TransformerSpec
+    spec = TransformerSpec(layers=8, hidden=64, heads=2, vocab=100, ffn=128, kv_heads=2, head_dim=32,
+                           sliding_window=16, sliding_layers=(0, 1, 2, 4, 6), experts=4, top_k=2,
+                           dense_layers=(0, 5))
+    stage = pp_spec(spec, 2)
+    assert stage.layers == 4 and stage.sliding_layers == (0, 2) and stage.dense_layers == (1,)
+    uniform = pp_spec(TransformerSpec(layers=5, hidden=64, heads=2, vocab=100, ffn=128, kv_heads=2, head_dim=32,
+                                      sliding_window=16), 2)
+    assert uniform.layers == 3 and uniform.sliding_layers is None and uniform.window(2) == 16
+
+
+def test_tensor_parallel_splits_routed_and_shared_experts():
+    from narrowpipe.costmodel.serving.parallel import tp_spec
+    from narrowpipe.models import TransformerSpec
+    spec = TransformerSpec(layers=2, hidden=64, heads=4, vocab=100, ffn=256, kv_heads=4, head_dim=48,
+                           kv_lora_rank=32, qk_rope_head_dim=16, v_head_dim=32, experts=8, top_k=2,
+                           expert_ffn=96, shared_ffn=192)
+    shard = tp_spec(spec, 4)
+    assert (shard.heads, shard.kv_heads, shard.ffn, shard.expert_ffn, shard.shared_ffn) == (1, 1, 64, 24, 48)
+    assert shard.kv_lora_rank == 32                      # the latent is replicated, not split
+    with pytest.raises(narrowpipe.NarrowpipeError, match="expert_ffn width 90"):
+        tp_spec(dataclasses.replace(spec, expert_ffn=90), 4)

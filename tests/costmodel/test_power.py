@@ -1,0 +1,51 @@
+"""Energy by utilization: idle + compute + memory terms, checked by hand and against the anchors."""
+
+from __future__ import annotations
+
+import pytest
+
+import narrowpipe
+from narrowpipe.backends import get_target
+from narrowpipe.backends.defaults import IDLE_POWER_FRACTION, MEMORY_POWER_FRACTION
+from narrowpipe.costmodel.execution.common import KernelTime
+from narrowpipe.costmodel.power import kernel_power, power_model
+from narrowpipe.models import transformer
+
+H100 = get_target("h100")
+
+
+def test_terms_by_hand():
+    pm = power_model(H100)
+    assert pm is not None
+    assert pm.idle_w == pytest.approx(700 * IDLE_POWER_FRACTION)
+    assert pm.memory_w == pytest.approx(700 * MEMORY_POWER_FRACTION)
+    assert pm.idle_w + pm.compute_w + pm.memory_w == pytest.approx(700)
+    stream = KernelTime(1e-3, 0.0, 1e-3, 0.0, 0.0, "memory", "hbm", 0.85)
+    assert kernel_power(stream, pm) == pytest.approx(pm.idle_w + pm.memory_w)
+    both = KernelTime(1e-3, 1e-3, 1e-3, 0.0, 0.0, "compute", "tc", 0.8)
+    assert kernel_power(both, pm) == pytest.approx(700)                  # saturating both: TDP, no more
+    gap = KernelTime(1e-6, 0.0, 0.0, 0.0, 1e-6, "overhead", "", 0.0)
+    assert kernel_power(gap, pm) == pytest.approx(pm.idle_w)             # a launch gap idles
+    padded = KernelTime(1e-3, 0.5e-3, 1e-3, 0.0, 0.0, "memory", "tc", 0.9, executed_flops=128.0)
+    assert kernel_power(padded, pm, useful_flops=1.0) == pytest.approx(
+        pm.idle_w + pm.memory_w + pm.compute_w * 0.5 / 128)               # padding is not power
+
+
+def test_decode_draws_far_less_than_tdp_and_prefill_near_it():
+    """LLM decode at batch 1 is memory-bound: its energy is well under TDP x time (the old model);
+    a long prefill is compute-bound and draws most of TDP."""
+    g = transformer(layers=4, hidden=4096, heads=32, vocab=128256, ffn=14336, kv_heads=8, gated_mlp=True)
+    decode = narrowpipe.analyze(g, "h100", seq=1).timing
+    prefill = narrowpipe.analyze(g, "h100", seq=4096).timing
+    decode_w = decode.energy_j / decode.time_s
+    prefill_w = prefill.energy_j / prefill.time_s
+    assert decode.bound_mix["memory"] > 0.8 and prefill.bound_mix["compute"] > 0.8
+    # measured H100 SXM LLM serving draws 267-680 W from batch 1 to 128 (defaults.py's source)
+    assert 0.3 * 700 < decode_w < 0.5 * 700
+    assert 0.75 * 700 < prefill_w <= 700
+    assert prefill_w > 1.5 * decode_w
+
+
+def test_no_tdp_means_no_energy():
+    t = narrowpipe.analyze(transformer(layers=1, hidden=256, heads=4, vocab=1000), "tpu-v5e", seq=8).timing
+    assert get_target("tpu-v5e").tdp is None and t.energy_j is None

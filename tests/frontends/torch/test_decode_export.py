@@ -1,0 +1,60 @@
+"""Acceptance: a transformers causal LM exported as a decode step (static cache, or cache inputs) and
+the same model's ``narrowpipe.transformer`` twin give the same decode FLOPs and KV bytes."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import narrowpipe  # noqa: E402
+from narrowpipe.costmodel.analyze import build_report  # noqa: E402
+from narrowpipe.costmodel.interpreter import interpret  # noqa: E402
+from narrowpipe.costmodel.serving import serving_graph  # noqa: E402
+from narrowpipe.frontends import export_decode_step  # noqa: E402
+from narrowpipe.ir import DimRole, ValueKind  # noqa: E402
+
+CFG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+           vocab_size=256, max_position_embeddings=512)
+
+
+@pytest.fixture(scope="module")
+def model():
+    with torch.device("meta"):
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**CFG)).eval()
+
+
+def _twin():
+    g = narrowpipe.transformer(layers=2, hidden=64, heads=4, vocab=256, ffn=128, kv_heads=2, gated_mlp=True,
+                               seq=1, past=0, dtype="fp32")
+    return serving_graph(g)
+
+
+def _heavy(sg, dims):
+    r = build_report(interpret(sg.graph, dims))
+    return r.flops_by_group["contraction"], r.flops_by_group["attention"], r.params
+
+
+def test_static_cache_export_is_a_decode_step_with_its_buffers_as_the_kv_cache(model):
+    g = export_decode_step(model, batch=2, past=127, static=True)        # a 128-token StaticCache
+    caches = [v for v in g.inputs if v.name in {e["name"] for e in g.meta["kv_cache"]}]
+    assert len(caches) == 4 and all(v.kind is ValueKind.INPUT for v in caches)   # state, not weights
+    sg = serving_graph(g)
+    assert sg.cache.is_static and (sg.cache.static_batch, sg.cache.static_length) == (2, 128)
+    twin = _twin()
+    # the static cache's attention reads all 128 slots: the twin's 127 cached tokens and the new one
+    assert _heavy(sg, {}) == _heavy(twin, {"batch": 2, "seq": 1, "past": 127})
+    assert sg.cache.bytes_per_token == twin.cache.bytes_per_token == 2 * 2 * 2 * 16 * 4
+    assert sg.cache.resident_bytes(2, 128) == twin.cache.resident_bytes(2, 128)
+    with pytest.raises(narrowpipe.NarrowpipeError, match="static KV cache"):
+        sg.bindings(4, 1, 127)
+
+
+def test_cache_input_export_keeps_batch_and_context_symbolic(model):
+    g = export_decode_step(model, batch=2, past=7)
+    assert g.dims_with_role(DimRole.KV_LENGTH) == ["past"] and g.dims_with_role(DimRole.BATCH) == ["batch"]
+    sg = serving_graph(g)
+    twin = _twin()
+    assert sg.cache.bytes_per_token == twin.cache.bytes_per_token
+    for batch, past in ((1, 100), (8, 4000)):
+        dims = {"batch": batch, "past": past}
+        assert _heavy(sg, dims) == _heavy(twin, {**dims, "seq": 1})

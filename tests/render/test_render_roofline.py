@@ -1,0 +1,91 @@
+"""The roofline plot: a point per kernel at the hand-computable place, the chip's ceilings, labels,
+and a PNG that is not blank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import narrowpipe
+from narrowpipe.errors import NarrowpipeError
+from narrowpipe.ir import DType, Graph, Op, TensorType, ValueKind
+from narrowpipe.models.examples import load_example
+from narrowpipe.render.roofline import plot_roofline, plotted_kernels, roofline_figure
+
+
+def _points(fig):
+    ax = fig.axes[0]
+    return [tuple(xy) for c in ax.collections if str(c.get_gid()).startswith("kernels")
+            for xy in c.get_offsets()]
+
+
+@pytest.fixture(scope="module")
+def gpt2_h100():
+    return narrowpipe.analyze(load_example("gpt2"), "h100", dims={"seq": 64})
+
+
+def test_a_gemm_is_one_point_at_its_intensity_and_achieved_rate():
+    m, n, k = 1024, 2048, 512
+    g = Graph("gemm")
+    a = g.add_input("a", TensorType(DType.BF16, (m, k)))
+    w = g.add_input("w", TensorType(DType.BF16, (k, n)), ValueKind.PARAM)
+    g.set_outputs(g.add_node(Op.DOT, [a, w], [TensorType(DType.BF16, (m, n))],
+                             {"lhs_contract": (1,), "rhs_contract": (0,)}).outputs)
+    r = narrowpipe.analyze(g, "h100")
+    (x, y), = _points(roofline_figure(r))
+    flops, nbytes = 2 * m * n * k, 2 * (m * k + k * n + m * n)       # by hand: bf16, each operand once
+    assert x == pytest.approx(flops / nbytes) and y == pytest.approx(flops / r.time_s)
+
+
+def test_every_kernel_with_work_is_a_point_and_the_rest_are_counted(gpt2_h100, tmp_path):
+    r = gpt2_h100
+    png = tmp_path / "roof.png"
+    fig = plot_roofline(r, png)
+    points = _points(fig)
+    timed = [k for k in r.timeline if k.time_s > 0]
+    with_work = [k for k in timed if k.flops and k.bytes]
+    assert len(points) == len(with_work) == 116 and len(timed) == r.timing.kernels == 140
+    expected = sorted((k.flops / k.bytes, k.flops / k.time_s) for k in with_work)
+    assert np.allclose(sorted(points), expected, rtol=1e-12)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert any("not drawn: 24 kernels without FLOPs or bytes" in t for t in texts)
+    shown, off = plotted_kernels(r)
+    assert len(shown) + len(off) == len(timed)
+    # the report's top bottlenecks are labelled, heaviest first
+    labels = [t.get_text() for t in fig.axes[0].texts if t.get_gid() == "bottleneck"]
+    assert labels[0].startswith(f"#1 {r.timing.top[0].label}") and len(labels) == len(r.timing.top)
+    # the PNG has a drawing in it: many colours, varied pixels
+    import matplotlib.image
+    pixels = matplotlib.image.imread(png)
+    assert pixels.shape[0] > 500 and pixels.shape[1] > 800
+    assert pixels[..., :3].std() > 0.05
+    assert len({tuple(p) for p in pixels[::7, ::7, :3].reshape(-1, 3).round(2).tolist()}) > 20
+
+
+def test_ceilings_are_one_line_per_roof_and_per_memory_level(gpt2_h100):
+    fig = roofline_figure(gpt2_h100)
+    lines = [ln for ln in fig.axes[0].lines if ln.get_gid() == "ceiling"]
+    c = gpt2_h100.ceilings
+    roofs = {x.value for x in c.compute}               # equal peaks (fp8/int8) share one line
+    assert len(lines) == len(roofs) + len({x.value for x in c.memory})
+    tops = {ln.get_ydata()[-1] for ln in lines}
+    assert 989e12 in tops and 67e12 in tops            # H100 SXM dense bf16 and fp32 vector peaks
+
+
+def test_svg_and_bad_inputs(gpt2_h100, tmp_path):
+    svg = tmp_path / "r.svg"
+    plot_roofline(gpt2_h100, svg)
+    assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()[:2000]
+    with pytest.raises(NarrowpipeError, match="png or .svg"):
+        plot_roofline(gpt2_h100, tmp_path / "r.jpg")
+    with pytest.raises(NarrowpipeError, match="timed report"):
+        plot_roofline(narrowpipe.analyze(load_example("gpt2"), dims={"seq": 8}))
+
+
+def test_an_emulated_precision_gets_its_own_roof_and_the_achievable_line():
+    r = narrowpipe.analyze(load_example("gpt2"), "tpu-v5e", dims={"seq": 32})   # fp32 on bf16-only MXUs
+    lines = {ln.get_gid(): ln for ln in roofline_figure(r).axes[0].lines if ln.get_gid() != "ceiling"}
+    emulated = 197e12 / 6              # v5e: 197 TFLOP/s bf16 (Google Cloud docs), fp32 as six bf16 passes (XLA)
+    assert lines["run-ceiling"].get_ydata()[0] == pytest.approx(emulated)
+    assert lines["achievable"].get_ydata()[-1] == pytest.approx(emulated * r.ceilings.matmul_efficiency)
+    assert "fp32 as 6x bf16" in lines["achievable"].get_label()

@@ -1,0 +1,103 @@
+"""Chrome/Perfetto traces of predicted schedules: they parse, hold one slice per launched kernel, and
+their times agree with the schedule (no overlap on a track, nothing after the run ends)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import narrowpipe
+from narrowpipe.cli import main
+from narrowpipe.models.examples import load_example
+from narrowpipe.render.trace import KERNEL_CATEGORY, TraceBuilder, comparison_trace, report_trace
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    return narrowpipe.compare(load_example("gpt2"), ["h100", "groq-lpu", "xeon-6980p"], dims={"seq": 128})
+
+
+def _names(events, kind):
+    return {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == kind}
+
+
+def _threads(events):
+    return {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+
+
+def test_trace_has_one_slice_per_kernel_with_consistent_times(comparison, tmp_path):
+    path = tmp_path / "t.json"
+    comparison_trace(comparison).write(path)
+    data = json.loads(path.read_text())                 # plain JSON: chrome://tracing and Perfetto read it
+    events = data["traceEvents"]
+    assert data["otherData"]["format"] == "narrowpipe.trace"
+    processes, threads = _names(events, "process_name"), _threads(events)
+    assert set(threads.values()) <= {"run", "compute", "memory", "communication"}
+    for report in comparison.reports:
+        target, total_us = report.target, report.time_s * 1e6
+        pids = {pid for pid, name in processes.items() if name.startswith(f"{target}: device")}
+        assert len(pids) == report.timing.devices
+        kernels = [e for e in events if e["ph"] == "X" and e["pid"] in pids and e["cat"].startswith(KERNEL_CATEGORY)]
+        assert len(kernels) == report.timing.kernels == len(report.timeline)
+        assert {e["name"] for e in kernels} == {k.name for k in report.timeline}
+        spans = [e for e in events if e["ph"] == "X" and e["pid"] in pids]
+        for e in spans:
+            assert e["dur"] >= 0 and e["ts"] >= 0 and e["ts"] + e["dur"] <= total_us * (1 + 1e-9)
+        for track in {(e["pid"], e["tid"]) for e in spans}:
+            lane = sorted((e for e in spans if (e["pid"], e["tid"]) == track), key=lambda e: e["ts"])
+            for a, b in zip(lane, lane[1:]):
+                assert b["ts"] >= a["ts"] + a["dur"] - 1e-6 * total_us     # no overlap within a track
+        run = [e for e in events if e.get("cat") == "run" and processes[e["pid"]] == f"{target}: run"]
+        assert len(run) == 1 and run[0]["dur"] == pytest.approx(total_us)
+
+
+def test_one_device_slices_run_end_to_end(comparison):
+    h100 = comparison["h100"]
+    events = report_trace(h100).to_dict()["traceEvents"]
+    kernels = sorted((e for e in events if e.get("cat", "").startswith(KERNEL_CATEGORY)), key=lambda e: e["ts"])
+    assert kernels[0]["ts"] == 0.0
+    for a, b in zip(kernels, kernels[1:]):
+        assert b["ts"] == pytest.approx(a["ts"] + a["dur"], rel=1e-9, abs=1e-9)
+    assert kernels[-1]["ts"] + kernels[-1]["dur"] == pytest.approx(h100.time_s * 1e6, rel=1e-9)
+    first = kernels[0]["args"]
+    assert {"bound", "flops", "bytes", "compute_us", "memory_us", "overhead_us"} <= set(first)
+
+
+def test_chip_to_chip_transfers_sit_on_the_communication_track(comparison):
+    groq = comparison["groq-lpu"]
+    events = report_trace(groq).to_dict()["traceEvents"]
+    threads = _threads(events)
+    hops = [e for e in events if e.get("cat") == "transfer"]
+    assert len(hops) == groq.timing.devices - 1 > 0
+    by_name = {e["name"]: e for e in events if e.get("cat", "").startswith(KERNEL_CATEGORY)}
+    for hop in hops:
+        assert threads[(hop["pid"], hop["tid"])] == "communication"
+        kernel = by_name[hop["args"]["after"]]
+        assert hop["ts"] == pytest.approx(kernel["ts"] + kernel["dur"]) and hop["pid"] == kernel["pid"]
+
+
+def test_the_builder_takes_new_tracks_from_other_schedules():
+    """What a planner's pipeline schedule will do: its own processes and tracks beside a report's."""
+    b = TraceBuilder()
+    stage = b.track(b.process("stage 0"), "microbatches")
+    b.span(stage, "fwd mb0", 0.0, 1e-3, cat="pipeline")
+    b.instant(stage, "bubble", 1e-3)
+    b.counter(1, "memory", 0.0, {"bytes": 1e9})
+    assert b.track(1, "microbatches") == stage            # the same track on a second ask
+    events = b.to_dict()["traceEvents"]
+    assert [e["ph"] for e in events if e["ph"] != "M"] == ["X", "i", "C"]
+    assert events[-3]["dur"] == pytest.approx(1000.0)    # microseconds
+    with pytest.raises(ValueError):
+        b.span(stage, "bad", 0.0, -1.0)
+
+
+def test_cli_writes_traces_and_refuses_one_without_a_schedule(tmp_path, capsys):
+    out = tmp_path / "deep" / "a.json"
+    assert main(["analyze", "gpt2", "--target", "h100", "--set", "seq=32", "--trace", str(out), "--top", "1"]) == 0
+    assert len([e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]) > 100
+    assert main(["analyze", "gpt2", "--trace", str(tmp_path / "b.json")]) == 2
+    assert "--trace needs a predicted schedule" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()
+    assert main(["compare", "gpt2", "--targets", "h100", "--set", "seq=8,16", "--trace", str(tmp_path / "c.json")]) == 2
+    assert "take one point" in capsys.readouterr().err

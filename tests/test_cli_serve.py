@@ -1,0 +1,58 @@
+"""The serving commands: a capacity plan under a latency target, one deployment, a sweep, --mode."""
+
+import json
+
+import pytest
+
+import narrowpipe
+from narrowpipe.cli import main
+from narrowpipe.cli_serve import parse_duration
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("m") / "small.json"
+    narrowpipe.transformer(layers=4, hidden=1024, heads=16, vocab=32000, ffn=4096, kv_heads=4, gated_mlp=True,
+                           seq=128, name="small").save(path)
+    return str(path)
+
+
+def test_durations_take_units_and_bare_milliseconds():
+    assert parse_duration("30ms", "--tpot") == pytest.approx(0.030)
+    assert parse_duration("0.5s", "--tpot") == 0.5 and parse_duration("30", "--tpot") == pytest.approx(0.030)
+    with pytest.raises(narrowpipe.NarrowpipeError, match="--tpot"):
+        parse_duration("fast", "--tpot")
+
+
+def test_serve_plans_devices_for_a_rate_under_a_tpot_target(model, tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["serve", model, "--target", "h100", "--rate", "100", "--input", "512", "--output", "64",
+                 "--tpot", "5ms", "--devices", "2", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "answer:" in text and "throughput:" in text and "latency:" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    plan = json.loads(out.read_text())
+    assert plan["format"] == "narrowpipe.capacity" and [c["layout"] for c in plan["candidates"]] == ["TP1", "TP2"]
+    best = next(c for c in plan["candidates"] if c["layout"] == plan["best_throughput"]["layout"])
+    assert best["tpot_s"] <= 0.005 and best["total_devices"] == best["replicas"] * best["devices"]
+    # the replicas carry the rate: each serves batch / (output x TPOT) requests/s
+    assert best["replicas"] * best["batch"] / (64 * best["tpot_s"]) >= 100
+
+
+def test_serve_point_question_says_what_overflows(model, capsys):
+    assert main(["serve", model, "--target", "h100", "--mode", "decode", "--batch", "4096",
+                 "--context", "32768"]) == 0
+    text = capsys.readouterr().out
+    assert "does not fit: the KV cache overflows" in " ".join(text.split())
+
+
+def test_serve_sweep_and_compare_decode_mode(model, tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    assert main(["serve-sweep", model, "--target", "h100", "--batches", "1,64", "--context", "256",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "context 256: largest batch that fits" in " ".join(text.split())
+    assert [p["batch"] for p in json.loads(out.read_text())["points"]] == [1, 64]
+    assert main(["compare", model, "--targets", "h100", "--mode", "decode", "--context", "1000",
+                 "--set", "batch=8"]) == 0
+    assert "past=1000" in capsys.readouterr().out
