@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="CPU threads to use (default: torch's default)")
     p.add_argument("--quick", action="store_true", help="a short sweep (for smoke tests)")
     p.add_argument("--base", help="calibrate a catalog chip: keep its peaks, replace its measured ceilings")
-    p.add_argument("--from-measurements", metavar="FILE", help="fit a measurements JSON instead of measuring")
+    p.add_argument("--from-measurements", metavar="FILE",
+                   help="fit a measurements JSON, or a per-kernel timings CSV (with --base), instead of measuring")
     p.add_argument("--name", help="name of the written target")
 
     p = sub.add_parser("validate", help="run a model with torch here and compare it with the prediction")
@@ -266,7 +267,8 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     with progress(console, "calibrating") as step:
         target = calibrate(args.out, device=args.device, quick=args.quick, base=args.base,
                            from_measurements=args.from_measurements, name=args.name, progress=step)
-    console.print(f"wrote {args.out} ({target.display_name}) and {measurements_path(args.out)}")
+    raw = measurements_path(args.out)
+    console.print(f"wrote {args.out} ({target.display_name})" + (f" and {raw}" if raw.exists() else ""))
     console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, "
                   f"memory {target.memory_bandwidth / 1e9:.3g} GB/s best, "
                   f"dispatch {target.launch_overhead * 1e6:.3g} us")

@@ -55,11 +55,12 @@ def _count(label: str, value: Any, allow_zero: bool) -> int:
     return value
 
 
-def _fraction(label: str, value: Any) -> float:
+def _fraction(label: str, value: Any, allow_zero: bool = False) -> float:
+    expected = "a fraction in [0, 1]" if allow_zero else "a fraction in (0, 1]"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(label, "a fraction in (0, 1]", value)
-    if not (0 < value <= 1):
-        raise _fail(label, "a fraction in (0, 1]", value, show_type=False)
+        raise _fail(label, expected, value)
+    if not ((0 <= value if allow_zero else 0 < value) and value <= 1):
+        raise _fail(label, expected, value, show_type=False)
     return float(value)
 
 
@@ -129,7 +130,7 @@ def check_value(label: str, spec: Spec, value: Any) -> Any:
     if kind == "count":
         return _count(label, value, spec.allow_zero)
     if kind == "fraction":
-        return _fraction(label, value)
+        return _fraction(label, value, spec.allow_zero)
     if kind == "flag":
         if not isinstance(value, bool):
             raise _fail(label, "true or false", value)

@@ -12,13 +12,16 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "TRANSCENDENTAL_FRACTION", "VECTOR_FRACTION",
+__all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "TRANSCENDENTAL_FRACTION",
+           "VECTOR_FRACTION",
            "MXUS_PER_TENSORCORE", "AMX_BF16_OPS_PER_CYCLE", "AMX_OPS_PER_BF16_OP", "ATTENTION_BLOCK",
            "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS", "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
-           "MIN_MEMORY_EFFICIENCY", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION", "SERVING_MEMORY_RESERVE",
-           "DEQUANT_OPS_PER_WEIGHT"]
+           "MIN_MEMORY_EFFICIENCY", "SPLIT_K_PARTIAL_BYTES", "SKINNY_TILE_STEP", "FP32_EMULATION_PASSES",
+           "FP32_REDUCED_EMULATION_PASSES", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
+           "SERVING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
+_GEMM = "assumption: default for gpu targets when the spec gives none; calibrate --from-measurements to measure"
 
 #: family -> field -> (SI value, source). "*" applies to every family.
 DEFAULTS: Mapping[str, Mapping[str, tuple[Any, str]]] = MappingProxyType({
@@ -33,9 +36,20 @@ DEFAULTS: Mapping[str, Mapping[str, tuple[Any, str]]] = MappingProxyType({
         "launch_overhead": (1e-6, _EFF + " (~1 us kernel launch as in XLA's GPU model)"),
         "tile_shapes": (((128, 128, 64), (128, 256, 64), (256, 128, 64), (64, 128, 64),
                          (64, 64, 64)), "assumption: generic CUTLASS-style CTA tiles"),
+        # The GEMM latency terms fitted on public per-shape measurements of catalog GPUs
+        # (benchmarks/kernel_accuracy.py) lie at 3.5-6 us floors and 0-2 us per wave.
+        "gemm_latency": (5e-6, _GEMM + " (fitted on kernel-timed rows: H100 5, B200 5.5, MI300X 7, MI355X 3.5 us)"),
+        "gemm_wave_overhead": (0.5e-6, _GEMM + " (fitted GPUs: 0-2 us)"),
+        "gemm_epilogue_exposed": (1.0, _GEMM + " (a non-persistent kernel writes C after its K loop)"),
+        "gemm_max_split_k": (16, "assumption: 16 ways, as the catalog GPUs (public GEMM timings do not pin it)"),
     },
     "tpu": {
-        "matmul_efficiency": (0.7, _EFF),
+        "matmul_efficiency": (0.95, _EFF + " (the MXU tile folding accounts for the rest)"),
+        # XLA's TPU matmuls stream an M block of a few hundred rows per weight tile (the JAX Pallas
+        # TPU matmul guide's best blocks are 512 x 1024 x 1024).
+        "mxu_block_rows": (512, "assumption: default M block per weight tile (JAX Pallas TPU matmul guide)"),
+        "mxu_fold_overhead": (0.25, "assumption: default for tpu targets when the spec gives none; "
+                                    "calibrate --from-measurements to measure"),
         "memory_efficiency": (0.85, _EFF),
         "launch_overhead": (1e-6, _EFF + " (~1 us per fused XLA op)"),
     },
@@ -48,6 +62,7 @@ DEFAULTS: Mapping[str, Mapping[str, tuple[Any, str]]] = MappingProxyType({
         "matmul_efficiency": (0.6, _EFF),
         "memory_efficiency": (0.75, _EFF + " (STREAM-like copies reach ~70-80% of DDR peak)"),
         "launch_overhead": (2e-6, _EFF + " (per-op framework dispatch)"),
+        "eager_op_overhead": (0.0, "assumption: none unless calibrate measures it"),
     },
 })
 
@@ -55,6 +70,15 @@ DEFAULTS: Mapping[str, Mapping[str, tuple[Any, str]]] = MappingProxyType({
 LINK_LATENCY_DEFAULT: tuple[float, str] = (
     2e-6, "assumption: default 2 us per hop; no latency given (NVLink/ICI hop latencies are "
           "unpublished, hardware.md section 29c)")
+
+
+def default_value(family: str, field: str, value: Any) -> Any:
+    """``value`` if the target has one, else the family's documented default (targets built in code
+    may leave optional model parameters unset; files get the default and its note when loaded)."""
+    if value is not None:
+        return value
+    default = default_for(family, field)
+    return None if default is None else default[0]
 
 
 def default_for(family: str, field: str) -> tuple[Any, str] | None:
@@ -112,6 +136,13 @@ MIN_MEMORY_EFFICIENCY: float = 1e-3
 #: with bf16 on another.
 FP32_EMULATION_PASSES: int = 6
 FP32_REDUCED_EMULATION_PASSES: int = 3
+#: Bytes per element of a split-K GEMM's partial sums: fp32 accumulators written by each split and
+#: read back by the reduction (cuBLAS and CUTLASS reduce split-K partials in fp32 workspace).
+SPLIT_K_PARTIAL_BYTES: int = 4
+#: A GEMM side narrower than a CTA tile shrinks the tile to it in steps of this many rows or columns
+#: (the n=8 side of the smallest tensor-core MMA, mma.m16n8k16, PTX ISA): libraries run skinny
+#: GEMMs with narrow-tile or GEMV-like kernels rather than padding N=8 to a 128-wide tile.
+SKINNY_TILE_STEP: int = 8
 
 # -- power by utilization (costmodel/power.py) ---------------------------------------------------
 

@@ -36,6 +36,21 @@ class GpuTarget(Target):
     smem_per_sm: float | None = spec_field("quantity", units="bytes", unit="kib")  # reference only
     tile_shapes: tuple[tuple[int, int, int], ...] = spec_field("tiles", required=True)
     tensor_core_min_tile: tuple[int, int, int] | None = spec_field("tile")
+    #: A GEMM-class kernel (matmul, implicit-GEMM convolution) costs more than its tiles' work: a
+    #: latency floor (the first operand tiles' load latency, the MMA pipeline's fill, the last
+    #: tile's epilogue drain: why a tiny GEMM takes microseconds), a fill and drain per wave of
+    #: CTAs, the share of the output write that is not overlapped with the main loop (non-persistent
+    #: kernels write C after their K loop; Hopper's TMA-store kernels overlap it), and the largest
+    #: split-K the library picks. Measured per chip (``calibrate --from-measurements``).
+    gemm_latency: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    #: fp32 matmuls run other kernels than 16-bit ones and reach another fraction of their peak:
+    #: on TF32/XF32 tensor cores (``_tf32``, where allowed) or on fp32 units (``_fp32``: CUDA cores,
+    #: or fp32 matrix cores). Absent, ``matmul_efficiency`` applies to them too.
+    matmul_efficiency_tf32: float | None = spec_field("fraction")
+    matmul_efficiency_fp32: float | None = spec_field("fraction")
+    gemm_wave_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    gemm_epilogue_exposed: float | None = spec_field("fraction", allow_zero=True)
+    gemm_max_split_k: int | None = spec_field("count")
     #: Best fraction of the matrix peak a fused (FlashAttention-style) attention kernel reaches, for
     #: long sequences; it is below the GEMM plateau (softmax, masking and the online rescale share the
     #: SM with the MMAs). Absent: the GEMM efficiency curve.
@@ -65,6 +80,12 @@ class TpuTarget(Target):
     ici_link_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
     torus_dims: tuple[int, ...] = spec_field("dims")
     clock_hz: float | None = spec_field("quantity", units="frequency", unit="mhz")
+    #: Tile folding: each weight tile (a fold) streams at most ``mxu_block_rows`` rows of the LHS
+    #: before the output block is written back and the next tile loads (XLA's M block), and each fold
+    #: loses ``mxu_fold_overhead`` x ``mxu_dim`` cycles of fill and drain that double buffering does
+    #: not hide. Large matmuls then reach block / (block + overhead x dim) of peak.
+    mxu_block_rows: int | None = spec_field("count")
+    mxu_fold_overhead: float | None = spec_field("fraction", allow_zero=True)
 
     def _check_family(self) -> None:
         if self.torus_dims and self.scale_up_domain > math.prod(self.torus_dims):
@@ -124,6 +145,11 @@ class CpuTarget(Target):
     fma_units: int | None = spec_field("count")
     amx_ops_per_cycle: int = spec_field("count", required=True, allow_zero=True)
     memory_channels: int | None = spec_field("count")
+    #: What a whole model run eagerly pays per op on the host beyond the bare dispatch of
+    #: ``launch_overhead``: the module call, argument handling and Python glue between ops
+    #: (measured by ``calibrate`` as a small model's time per op minus its ops' bare times).
+    #: Whole-model predictions pay it; bare-op predictions do not.
+    eager_op_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
 
 
 #: family name -> schema class

@@ -38,7 +38,7 @@ TRANSCENDENTALS: tuple[str, ...] = (
 #: Rates are input elements per second.
 VECTOR_OPS: tuple[str, ...] = (
     "layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm", "softmax", "log_softmax",
-    "pool", "reduce_sum", "reduce_mean", "reduce_max", "cumsum", "gather", "resize",
+    "pool", "reduce_sum", "reduce_mean", "reduce_max", "cumsum", "gather", "resize", "conv_depthwise",
 )
 
 #: What a target's ``price_per_hour`` is, so that a verdict never ranks a discount against a list

@@ -149,14 +149,16 @@ def main() -> None:
           + f"\nAcceptance rows: mean |error| {mean_acc:.1%} (bar 10%), worst {worst_acc:.1%} (bar 15%). "
           f"All {len(ROWS)} rows: mean |error| {mean_all:.1%}.\n\n"
           "What the prediction contains, op by op: every GEMM of forward, recomputed forward and backward "
-          "(tiles and waves on 108 SMs at the A100's measured matmul efficiency), the unfused attention of "
+          "(tiles and waves on 108 SMs at the A100's measured matmul efficiency, each GEMM kernel with its "
+          "latency floor, per-wave fill and exposed epilogue: the GPU defaults, no A100 fit), the unfused attention of "
           "2021 (scores, softmax, dropout and their gradients through HBM), layer norms, bias-GeLU and "
           "bias-dropout-add kernels, the vocabulary-parallel head and cross entropy, tensor-parallel "
           "all-reduces on NVSwitch (exposed), pipeline sends with the scatter/gather optimization, the "
           "fp16 data-parallel all-reduce after the backward (hierarchical: NVSwitch then one HDR link per "
           "GPU), and the fused Adam step. Not modelled: CPU launch overhead of eager PyTorch, data "
-          "loading, kernel-efficiency differences below the catalog's measured GEMM ceiling, which is where "
-          "the small-hidden rows lose most (the 1.7B model's 2304-wide GEMMs and 96-wide attention heads).\n")
+          "loading, per-shape kernel choices of 2021's cuBLAS below the catalog's measured GEMM ceiling, which "
+          "is where the small-hidden rows likely lose most (the 1.7B model's 2304-wide GEMMs and 96-wide "
+          "attention heads).\n")
     write_results(RESULTS, "megatron_validate", md, {"env": env, "source": SOURCE, "rows": data,
                                                     "acceptance": {"mean_abs_error": mean_acc,
                                                                    "worst_abs_error": worst_acc},

@@ -3,11 +3,14 @@
 On the CPU the target is built from the host's description (cores, clock, SIMD) plus the fit; on a
 CUDA device the matching catalog chip is the base and only its measured ceilings change. The raw
 measurements are written beside the target (``<out>.measurements.json``) so the fit can be audited
-or redone, and ``--from-measurements`` applies a measurement file to any chip (a user's own data).
+or redone, and ``--from-measurements`` applies a measurement file to any chip (a user's own data):
+this tool's JSON, or a CSV of per-kernel timings (:mod:`.kernel_measurements`) that fits a GPU's or
+TPU's kernel terms.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import time
@@ -15,10 +18,16 @@ from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
-from ..backends import Target, dump_target, get_target
+from ..backends import CpuTarget, Target, dump_target, get_target
+from ..costmodel.execution import TimingOptions
+from ..costmodel.execution.common import matrix_rate
 from ..errors import NarrowpipeError
+from ..ir import DType
+from .eager import fit_eager_overhead, measure_eager
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
+from .kernel_fit import TERM_GRIDS, fit_kernel_terms, kernel_cases
+from .kernel_measurements import read_kernel_measurements
 from .sweeps import Measurement, run_all
 
 __all__ = ["calibrate", "measurements_path", "load_measurements", "CUDA_TARGETS", "cuda_target_name"]
@@ -54,7 +63,14 @@ def load_measurements(path: str | Path) -> list[Measurement]:
 def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool = False, base: str | None = None,
               from_measurements: str | Path | None = None, name: str | None = None,
               progress: Callable[[str], None] | None = None) -> Target:
-    """Run (or load) the sweeps, fit, and write the target file and its measurements."""
+    """Run (or load) the sweeps, fit, and write the target file and its measurements.
+
+    ``from_measurements`` is a measurements JSON (this function's own output) or a kernel
+    measurements CSV (:mod:`.kernel_measurements`: per-shape GEMM and convolution times from any
+    benchmark), whose rows fit ``base``'s kernel terms (GPU: GEMM latency floor, wave fill,
+    exposed epilogue, split-K limit and efficiencies; TPU: MXU fold overhead)."""
+    if from_measurements is not None and Path(from_measurements).suffix.lower() == ".csv":
+        return _calibrate_kernels(Path(from_measurements), base, name, Path(out))
     import torch
     t0 = time.perf_counter()
     if from_measurements is not None:
@@ -63,6 +79,10 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise NarrowpipeError("no CUDA device is available; calibrate the CPU with --device cpu")
         measurements = run_all(device, quick, progress)
+        if device == "cpu":
+            measurements.append(measure_eager())
+            if progress:
+                progress("eager model")
     if base is None and device.startswith("cuda"):
         base = cuda_target_name(torch.cuda.get_device_name())
     if base is not None:
@@ -72,6 +92,13 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         host = describe_cpu(torch.get_num_threads())
         target = host_target(host, measurements, name or "host")
         device_name = host.model
+    eager = [m for m in measurements if m.kind == "eager_model"]
+    if eager and isinstance(target, CpuTarget):
+        overhead, kernels, _ = fit_eager_overhead(target, eager[-1])
+        sources = {**target.sources, "eager_op_overhead":
+                   f"measured: an eager {eager[-1].shape} transformer stack's forward minus its {kernels} ops' "
+                   "predicted bare times, per op (calibrate)"}
+        target = dataclasses.replace(target, eager_op_overhead=overhead, sources=sources)
     out = Path(out)
     dump_target(target, out)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),
@@ -80,3 +107,29 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
            "measurements": [m.to_dict() for m in measurements]}
     measurements_path(out).write_text(json.dumps(raw, indent=1))
     return target
+
+
+def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path) -> Target:
+    """Fit a catalog chip's kernel terms to a kernel measurements CSV and write the target."""
+    if base is None:
+        raise NarrowpipeError(f"{path}: a kernel measurements file calibrates a catalog chip; pass --base NAME")
+    target = get_target(base)
+    rows = read_kernel_measurements(path)
+    if not rows:
+        raise NarrowpipeError(f"{path}: no measurements")
+    fields = list(TERM_GRIDS.get(target.family, {}))
+    if target.family == "gpu":       # a plateau for the fp32 unit the rows ran on, if any did
+        has_tf32 = any(r.dtype == "tf32" for r in rows) and matrix_rate(
+            target, DType.FP32, TimingOptions(allow_tf32=True)).dtype == "tf32"
+        has_fp32 = any(r.dtype == "fp32" for r in rows) or (any(r.dtype == "tf32" for r in rows) and not has_tf32)
+        fields = [f for f in fields if (f != "matmul_efficiency_tf32" or has_tf32)
+                  and (f != "matmul_efficiency_fp32" or has_fp32)]
+    if target.family == "tpu":
+        fields = ["mxu_fold_overhead"]        # matmul_efficiency stays: the fold model holds the losses
+    if not fields:
+        raise NarrowpipeError(f"{path}: no kernel terms to fit for a {target.family} target")
+    res = fit_kernel_terms(kernel_cases(rows, target), target, fields,
+                           source=f"measured: fitted to {path.name} (calibrate --from-measurements)")
+    fitted = dataclasses.replace(res.target, name=name or f"{target.name}-calibrated", aliases=())
+    dump_target(fitted, out)
+    return fitted

@@ -164,7 +164,8 @@ def conv_sweep(device: str = "cpu", rounds: int = 4) -> Iterator[Measurement]:
 
 
 def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:
-    """Norms, softmax and pooling on cache-resident activations: input elements per second."""
+    """Norms, softmax, pooling and a depthwise convolution on cache-resident activations: input
+    elements per second."""
     import torch
     import torch.nn.functional as F
     x2 = torch.randn(512, 768, device=device)
@@ -173,6 +174,7 @@ def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:
     xp = torch.randn(1, 64, 112, 112, device=device)
     w, b = torch.ones(768, device=device), torch.zeros(768, device=device)
     rm, rv = torch.zeros(64, device=device), torch.ones(64, device=device)
+    wd = torch.randn(64, 1, 3, 3, device=device)      # a MobileNet-style 3x3 depthwise layer
     # name (a canonical op) -> (the call, the tensors it reads)
     cases = {
         "layer_norm": (lambda: F.layer_norm(x2, (768,), w, b), (x2, w, b)),
@@ -184,12 +186,16 @@ def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:
         "reduce_mean": (lambda: x3.mean(-1), (x3,)),
         "reduce_sum": (lambda: x3.sum(-1), (x3,)),
         "cumsum": (lambda: x3.cumsum(-1), (x3,)),
+        "conv_depthwise": (lambda: F.conv2d(x4, wd, padding=1, groups=64), (x4, wd)),
     }
     with torch.no_grad():
         for name, (fn, reads) in cases.items():
             t = median_time(fn, device=device)
             n = reads[0].numel()   # the rate counts input elements per second
-            c = op_cost(Op(name), [_fp32(r) for r in reads], [_fp32(fn())])
+            attrs = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 64} \
+                if name == "conv_depthwise" else {}
+            op = Op.CONV if name == "conv_depthwise" else Op(name)
+            c = op_cost(op, [_fp32(r) for r in reads], [_fp32(fn())], attrs)
             yield Measurement(f"vector_op:{name}", "fp32", (n,), n, c.bytes, t)
 
 

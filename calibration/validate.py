@@ -41,7 +41,8 @@ class Case:
 
 
 def _predict(module: Any, args: tuple[Any, ...], target: Target, kwargs: dict[str, Any] | None = None) -> float:
-    report = analyze(from_torch(module, args, kwargs or {}), target, fusion="none")
+    """A bare op's time: timed alone in a loop, it pays its dispatch but not a model's per-op glue."""
+    report = analyze(from_torch(module, args, kwargs or {}), target, fusion="none", eager_overhead=False)
     assert report.time_s is not None
     return report.time_s
 

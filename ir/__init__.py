@@ -1,6 +1,6 @@
 """narrowpipe's graph IR: typed dataflow graphs over a canonical op set, free of torch and onnx."""
 
-from .attention import CAUSAL, AttentionDims, attention_dims, attention_operands, is_causal
+from .attention import CAUSAL, WINDOW, AttentionDims, attention_dims, attention_operands, attention_window, is_causal
 from .dims import Dim, Shape, Sym
 from .dtypes import DType
 from .graph import DimSpec, Graph, Node, Placement, Source, Use, Value, ValueKind, node_subgraphs
@@ -29,7 +29,7 @@ from .verifier import maybe_verify, problems, verify, verify_enabled
 from .verify_pass import verify_pass
 
 __all__ = [
-    "CAUSAL", "AttentionDims", "attention_dims", "attention_operands", "is_causal",
+    "CAUSAL", "WINDOW", "AttentionDims", "attention_dims", "attention_operands", "attention_window", "is_causal",
     "Dim", "Shape", "Sym", "DimRole", "format_shape", "DType", "DimSpec", "Graph", "Node", "Placement", "Source",
     "Use", "Value", "ValueKind", "node_subgraphs", "to_networkx", "GROUP", "IN_PLACE", "TRANSCENDENTAL_OPS", "VIEW_OPS",
     "Op", "OpGroup", "ops_in_group", "ALL", "AnalysisManager", "Pass", "PassResult", "Pipeline",

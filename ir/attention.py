@@ -10,6 +10,12 @@ Causality is one attribute, :data:`CAUSAL`, wherever the frontend proved it: on 
 node (the op's flag, or a materialised mask proven causal) and on the ``ADD``/``WHERE`` that applies
 a proven causal mask in eager attention (``QK^T -> mask -> softmax -> PV``), so a fused eager
 attention kernel is causal when one of its nodes says so.
+
+A sliding window is one attribute too, :data:`WINDOW`, on an ``ATTENTION`` node: the number of keys
+a query may attend to, itself included (transformers' and Mistral's ``sliding_window``: query ``i``
+sees keys ``i - window + 1 .. i``; FlashAttention's left window is ``window - 1``). The keys the node
+is handed are what it costs (as torch counts a masked attention); the window says how many of them
+a fused kernel that skips masked blocks would touch, and bounds what a decode cache must hold.
 """
 
 from __future__ import annotations
@@ -21,15 +27,19 @@ from typing import Any
 from .graph import Node
 from .ops import Op
 
-__all__ = ["CAUSAL", "AttentionDims", "attention_dims", "attention_operands", "is_causal"]
+__all__ = ["CAUSAL", "WINDOW", "AttentionDims", "attention_dims", "attention_operands", "attention_window",
+           "is_causal"]
 
 #: The attribute that marks attention (or eager attention's mask step) as causal.
 CAUSAL = "causal"
+#: The attribute holding a sliding-window attention's window (keys per query, the query's own included).
+WINDOW = "window"
 
 
 @dataclass(frozen=True, slots=True)
 class AttentionDims:
-    """Batch, query and key/value heads, query and key lengths, qk and v head dims."""
+    """Batch, query and key/value heads, query and key lengths, qk and v head dims, and the sliding
+    window (None: every key handed is in reach)."""
 
     batch: int
     heads: int
@@ -38,6 +48,7 @@ class AttentionDims:
     sk: int
     d: int
     dv: int
+    window: int | None = None
 
 
 def attention_operands(node: Node) -> int:
@@ -48,11 +59,19 @@ def attention_operands(node: Node) -> int:
 def attention_dims(attrs: Mapping[str, Any], q: Sequence[int], k: Sequence[int],
                    v: Sequence[int]) -> AttentionDims:
     """Decode concrete q, k, v shapes in the node's layout."""
+    window = attrs.get(WINDOW)
+    w = int(window) if window is not None else None
     if attrs.get("layout", "bhsd") == "bsd":
         hq = int(attrs["num_heads"])
         hk = int(attrs.get("kv_num_heads", hq))
-        return AttentionDims(q[0], hq, hk, q[1], k[1], q[2] // hq, v[2] // hk)
-    return AttentionDims(q[0], q[1], k[1], q[2], k[2], q[3], v[3])
+        return AttentionDims(q[0], hq, hk, q[1], k[1], q[2] // hq, v[2] // hk, w)
+    return AttentionDims(q[0], q[1], k[1], q[2], k[2], q[3], v[3], w)
+
+
+def attention_window(node: Node) -> int | None:
+    """The sliding window of an attention ``node`` (keys per query), or None when it has none."""
+    window = node.attrs.get(WINDOW)
+    return int(window) if window is not None else None
 
 
 def is_causal(node: Node) -> bool:

@@ -4,18 +4,24 @@ Why: the placement planner needs graphs for configurations nobody has exported (
 hidden size under consideration), and an export of a large model costs minutes and a matching
 transformers class. The builder writes the same program the torch frontend would lower, block by
 block, so its FLOPs and parameter count agree with an export of the equivalent Hugging Face model
-(the tests check this on GPT-2, Llama with GQA, Mixtral and BERT), while the dims ``batch`` and ``seq``
-stay symbolic with their roles, so one graph serves every batch size and prompt length.
+(the tests check this on GPT-2, Llama with GQA, Mixtral, BERT, Qwen2/3 and their MoEs, DeepSeek-V2/V3,
+Mistral and Gemma-2/3), while the dims ``batch`` and ``seq`` stay symbolic with their roles, so one graph
+serves every batch size and prompt length.
 
 Scopes and weight names follow Hugging Face's Llama layout (``model.layers.3.mlp.down_proj``,
-``model.embed_tokens.weight``, ``lm_head``) whatever the architecture, so reports group rows by layer
-and block the same way for every model the builder makes.
+``model.embed_tokens.weight``, ``lm_head``) whatever the architecture (a family's own module names
+inside a block: DeepSeek's ``kv_b_proj``, Gemma's ``pre_feedforward_layernorm``), so reports group rows
+by layer and block the same way for every model the builder makes.
 
 The default dtype is bf16: the planner sizes deployments, and bf16 is what such models are served in
 (the torch exports in the tests are fp32, which changes bytes, never FLOPs or parameters).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
 
 from ..errors import NarrowpipeError
 from ..ir import DimRole, DimSpec, DType, Graph, Op, Value
@@ -24,13 +30,16 @@ from ..ir.verifier import maybe_verify
 from .blocks import Cache, attention, causal_mask, mlp, norm, rotary_tables
 from .blocks import dropout as dropout_block
 from .graph_builder import GraphBuilder
+from .mla import mla_attention
 from .moe import moe
 from .spec import TransformerSpec
 
-__all__ = ["transformer", "build", "WINDOW_DIM"]
+__all__ = ["transformer", "build", "WINDOW_DIM", "KV_WINDOWS_META"]
 
 #: The cache-length dim of sliding-window layers (see :func:`transformer`).
 WINDOW_DIM = "past_window"
+#: ``graph.meta`` key naming each windowed cache input and the most tokens it holds.
+KV_WINDOWS_META = "kv_windows"
 
 
 def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 2048, *, ffn: int | None = None,
@@ -42,7 +51,7 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
                 norm_bias: bool | None = None, causal: bool | None = None, encoder: bool = False,
                 type_vocab: int = 0, past: int | None = None, sliding_window: int | None = None, eps: float = 1e-5,
                 dtype: DType | str = DType.BF16, batch: int = 1, dropout: float = 0.0, attention: str = "fused",
-                name: str = "transformer") -> Graph:
+                name: str = "transformer", **variants: Any) -> Graph:
     """A causal language model's forward pass (``input_ids [batch, seq] -> logits [batch, seq, vocab]``).
 
     ``seq`` and ``batch`` are the default bindings of the symbolic dims ``seq`` (role SEQUENCE)
@@ -65,10 +74,23 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
     ``past`` adds a KV cache: the default binding of the dim ``past`` (role KV_LENGTH), inputs
     ``past_key_values.{i}.key``/``.value`` of ``[batch, kv_heads, past, head_dim]`` per layer, and the
     updated caches as outputs after the logits; ``seq=1`` with a cache is one decode step.
-    ``sliding_window`` makes every layer attend to the last ``sliding_window`` tokens (Mistral 7B
-    v0.1): the attention nodes carry ``window``, and a cache holds ``past_window`` tokens (a second
-    KV_LENGTH dim, bound to ``min(past, sliding_window)``; ``graph.meta["kv_windows"]`` names the
-    windowed cache inputs). FLOPs count every key the attention is handed, as torch does for a mask.
+
+    ``sliding_window=W`` makes layers attend to the last ``W`` tokens, their own included: every layer
+    (Mistral 7B v0.1), or those ``sliding_layers`` names (Gemma's local layers). Their attention
+    nodes carry ``window=W``, and their caches hold at most ``W - 1`` past tokens, as transformers'
+    ``DynamicSlidingWindowLayer`` does, along a second KV_LENGTH dim ``past_window`` (bind it to
+    ``min(past, W - 1)``; ``graph.meta["kv_windows"]`` names each windowed cache input and its cap).
+    Attention FLOPs count every key a node is handed, as torch counts a masked attention.
+
+    ``variants`` are the other :class:`~.spec.TransformerSpec` fields, for the families that need them:
+    attention (``sliding_layers``, ``local_rope``, ``attn_scale``, ``attn_softcap``, ``logit_softcap``,
+    ``qk_norm``, ``sandwich_norm``, ``embed_scale``: Gemma-2/3), multi-head latent attention
+    (``kv_lora_rank``, ``q_lora_rank``, ``qk_rope_head_dim``, ``v_head_dim``, ``mla_absorb``, with
+    ``head_dim`` or ``qk_nope_head_dim`` giving the rest of a q/k head; :mod:`narrowpipe.models.mla`:
+    the cache holds the latent, ``[batch, 1, past, kv_lora_rank]`` and ``[batch, 1, past,
+    qk_rope_head_dim]`` per layer) and mixtures of experts (``expert_ffn``, ``shared_ffn``,
+    ``shared_gate``, ``dense_layers``, ``router``, ``expert_groups``, ``routed_scale``, ``router_fp32``;
+    :mod:`narrowpipe.models.moe`).
 
     For training graphs: ``dropout`` adds GPT/Megatron's dropouts (a Bernoulli mask and a multiply,
     as the torch frontend lowers ``nn.Dropout``) after the embeddings, on the attention
@@ -76,6 +98,13 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
     ``QK^T``, scale, causal mask, softmax, (dropout,) ``PV`` (Megatron without FlashAttention) instead
     of one fused ``ATTENTION`` node. Neither changes a FLOP of the matmuls.
     """
+    if "qk_nope_head_dim" in variants:
+        nope = int(variants.pop("qk_nope_head_dim"))
+        head_dim = nope + int(variants.get("qk_rope_head_dim", 0))
+    fields = {f.name for f in dataclasses.fields(TransformerSpec)}
+    unknown = sorted(set(variants) - fields)
+    if unknown:
+        raise NarrowpipeError(f"transformer: unknown argument(s) {', '.join(unknown)}")
     kv = kv_heads or heads
     spec = TransformerSpec(
         layers=layers, hidden=hidden, heads=heads, vocab=vocab, ffn=ffn or 4 * hidden, kv_heads=kv,
@@ -85,7 +114,8 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
         norm=norm, positions=positions, max_positions=max_positions, attn_bias=attn_bias, out_bias=out_bias,
         mlp_bias=mlp_bias, norm_bias=norm_bias, causal=not encoder if causal is None else causal,
         encoder=encoder, type_vocab=type_vocab, sliding_window=sliding_window,
-        dtype=dtype if isinstance(dtype, DType) else DType.parse(dtype), dropout=dropout, attention=attention)
+        dtype=dtype if isinstance(dtype, DType) else DType.parse(dtype), dropout=dropout, attention=attention,
+        **variants)
     return build(spec, seq=seq, batch=batch, past=past, eps=eps, name=name)
 
 
@@ -104,10 +134,11 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, past: int |
     if past is not None:
         graph.declare_dim(DimSpec("past", default=past, min=0, role=DimRole.KV_LENGTH,
                                   doc="tokens already in the KV cache"))
-        if spec.sliding_window is not None:
-            graph.declare_dim(DimSpec(WINDOW_DIM, default=min(past, spec.sliding_window), min=0,
-                                      max=spec.sliding_window, role=DimRole.KV_LENGTH,
-                                      doc="tokens a sliding-window layer's cache holds: min(past, window)"))
+        caps = {c for c in (spec.cached_window(i) for i in range(spec.layers)) if c is not None}
+        if caps:
+            cap = max(caps)
+            graph.declare_dim(DimSpec(WINDOW_DIM, default=min(past, cap), min=0, max=cap, role=DimRole.KV_LENGTH,
+                                      doc=f"tokens a sliding-window layer's cache holds: min(past, {cap})"))
     graph.meta.update({"builder": "narrowpipe.models.transformer", "spec": _spec_meta(spec)})
     b = GraphBuilder(graph, spec.dtype)
     B, S = Sym("batch"), Sym("seq")
@@ -116,18 +147,21 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, past: int |
         with b.scope("embed_tokens"):
             table = b.weight("weight", (spec.vocab, spec.hidden))
             h = b.emit(Op.GATHER, [table, ids], (B, S, spec.hidden), {"axis": 0}, name="embedding")
+            if spec.embed_scale:
+                h = b.emit(Op.MUL, [h], h.shape, {"scalar": math.sqrt(spec.hidden)}, name="scale")
         h = _positions(b, spec, h)
         if spec.encoder:
             h = _encoder_embeddings(b, spec, h, eps)
         with b.scope("drop"):
             h = dropout_block(b, h, spec.dropout)
-        rope = rotary_tables(b, spec, S) if spec.positions == "rotary" else None
+        ropes = _ropes(b, spec, S)
         if spec.attention == "eager" and spec.causal:
             b.shared["causal_mask"] = causal_mask(b, S, dim_add(Sym("past"), S) if past is not None else S)
         caches = [_cache_inputs(b, spec, i) for i in range(spec.layers)] if past is not None else []
         for i in range(spec.layers):
             with b.scope("layers", i):
-                h = _layer(b, spec, h, rope, eps, caches[i] if caches else None)
+                rope = ropes[1] if spec.window(i) and spec.local_rope else ropes[0]
+                h = _layer(b, spec, i, h, rope, eps, caches[i] if caches else None)
         if spec.encoder:
             graph.set_outputs([h, _pooler(b, spec, h)])
             return maybe_verify(graph, "narrowpipe.models.transformer")
@@ -135,8 +169,26 @@ def build(spec: TransformerSpec, *, seq: int = 2048, batch: int = 1, past: int |
     with b.scope("lm_head"):
         head = table if spec.tie_embeddings else b.weight("weight", (spec.vocab, spec.hidden))
         logits = b.dot(h, head)
+        if spec.logit_softcap is not None:
+            logits = _softcap(b, logits, spec.logit_softcap)
     graph.set_outputs([logits, *(v for c in caches for v in c.present)])
     return maybe_verify(graph, "narrowpipe.models.transformer")
+
+
+def _softcap(b: GraphBuilder, x: Value, cap: float) -> Value:
+    """``tanh(x / cap) * cap`` (Gemma-2's final logits)."""
+    y = b.emit(Op.DIV, [x], x.shape, {"scalar": cap}, name="softcap_div")
+    return b.emit(Op.MUL, [b.unary(Op.TANH, y, name="softcap_tanh")], x.shape, {"scalar": cap}, name="softcap")
+
+
+def _ropes(b: GraphBuilder, spec: TransformerSpec, seq: Sym) -> list[tuple[Value, Value] | None]:
+    """The rotary tables of full-attention layers, then those of windowed layers (the same ones unless
+    ``local_rope``: Gemma-3 computes a set per layer type)."""
+    if spec.positions != "rotary":
+        return [None, None]
+    tables = rotary_tables(b, spec, seq)
+    local = spec.local_rope and any(spec.window(i) for i in range(spec.layers))
+    return [tables, rotary_tables(b, spec, seq, prefix="local_") if local else tables]
 
 
 def _positions(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
@@ -153,13 +205,20 @@ def _positions(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
 
 
 def _cache_inputs(b: GraphBuilder, spec: TransformerSpec, layer: int) -> Cache:
-    """Layer ``layer``'s past keys and values, named as Hugging Face's legacy cache tuples."""
-    length = Sym(WINDOW_DIM if spec.sliding_window is not None else "past")
-    shape = (Sym("batch"), spec.kv_heads, length, spec.head_dim)
-    key, value = (b.input(f"past_key_values.{layer}.{part}", shape, spec.dtype) for part in ("key", "value"))
-    if spec.sliding_window is not None:
-        windows = b.graph.meta.setdefault("kv_windows", {})
-        windows.update({key.name: spec.sliding_window, value.name: spec.sliding_window})
+    """Layer ``layer``'s past keys and values, named as Hugging Face's legacy cache tuples: per-head keys
+    and values, or MLA's latent and rotary key (one "head" each); a windowed layer's along ``past_window``."""
+    cap = spec.cached_window(layer)
+    length = Sym(WINDOW_DIM if cap is not None else "past")
+    if spec.is_mla:
+        assert spec.kv_lora_rank is not None
+        shapes = [(Sym("batch"), 1, length, spec.kv_lora_rank), (Sym("batch"), 1, length, spec.qk_rope_head_dim)]
+    else:
+        shapes = [(Sym("batch"), spec.kv_heads, length, d) for d in (spec.head_dim, spec.value_dim)]
+    key, value = (b.input(f"past_key_values.{layer}.{part}", shape, spec.dtype)
+                  for part, shape in zip(("key", "value"), shapes))
+    if cap is not None:
+        windows = b.graph.meta.setdefault(KV_WINDOWS_META, {})
+        windows.update({key.name: cap, value.name: cap})
     return Cache(key, value)
 
 
@@ -182,24 +241,33 @@ def _pooler(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
         return b.unary(Op.TANH, b.linear(first, spec.hidden, "dense", bias=True), name="tanh")
 
 
-def _layer(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Value, Value] | None,
+def _layer(b: GraphBuilder, spec: TransformerSpec, i: int, x: Value, rope: tuple[Value, Value] | None,
            eps: float, cache: Cache | None = None) -> Value:
-    """One layer: pre-norm residual blocks, one shared norm for a parallel block, or post-norm (encoder)."""
-    def ffn(b: GraphBuilder, spec: TransformerSpec, x: Value) -> Value:
-        return dropout_block(b, (moe if spec.is_moe else mlp)(b, spec, x), spec.dropout, "mlp_dropout")
+    """Layer ``i``: pre-norm residual blocks, one shared norm for a parallel block, Gemma's sandwich of
+    norms around each block, or post-norm (encoder); experts or a dense MLP as the layer has."""
+    def ffn(h: Value) -> Value:
+        out = moe(b, spec, h) if spec.layer_is_moe(i) else mlp(b, spec, h)
+        return dropout_block(b, out, spec.dropout, "mlp_dropout")
+
+    def attend(h: Value) -> Value:
+        if spec.is_mla:
+            return mla_attention(b, spec, h, rope, cache, eps)
+        return attention(b, spec, h, rope, cache, spec.window(i), eps)
 
     if spec.encoder:
-        x = norm(b, spec, b.binary(Op.ADD, x, attention(b, spec, x, rope), name="residual_attn"),
-                 "post_attention_layernorm", eps)
-        return norm(b, spec, b.binary(Op.ADD, x, ffn(b, spec, x), name="residual_mlp"), "post_mlp_layernorm", eps)
+        x = norm(b, spec, b.binary(Op.ADD, x, attend(x), name="residual_attn"), "post_attention_layernorm", eps)
+        return norm(b, spec, b.binary(Op.ADD, x, ffn(x), name="residual_mlp"), "post_mlp_layernorm", eps)
     if spec.parallel_block:
         h = norm(b, spec, x, "input_layernorm", eps)
-        a = attention(b, spec, h, rope, cache)
-        m = ffn(b, spec, h)
+        a, m = attend(h), ffn(h)
         return b.binary(Op.ADD, b.binary(Op.ADD, x, a, name="residual_attn"), m, name="residual_mlp")
-    a = attention(b, spec, norm(b, spec, x, "input_layernorm", eps), rope, cache)
+    a = attend(norm(b, spec, x, "input_layernorm", eps))
+    if spec.sandwich_norm:
+        a = norm(b, spec, a, "post_attention_layernorm", eps)
     x = b.binary(Op.ADD, x, a, name="residual_attn")
-    m = ffn(b, spec, norm(b, spec, x, "post_attention_layernorm", eps))
+    m = ffn(norm(b, spec, x, "pre_feedforward_layernorm" if spec.sandwich_norm else "post_attention_layernorm", eps))
+    if spec.sandwich_norm:
+        m = norm(b, spec, m, "post_feedforward_layernorm", eps)
     return b.binary(Op.ADD, x, m, name="residual_mlp")
 
 
@@ -207,6 +275,6 @@ def _spec_meta(spec: TransformerSpec) -> dict[str, object]:
     """The spec as JSON-friendly data, kept in ``graph.meta`` so a saved graph says how it was made."""
     out: dict[str, object] = {}
     for key, value in vars(spec).items():
-        out[key] = value.value if isinstance(value, DType) else value
+        out[key] = value.value if isinstance(value, DType) else list(value) if isinstance(value, tuple) else value
     return out
 

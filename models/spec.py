@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from ..errors import NarrowpipeError
 from ..ir import DType
 
-__all__ = ["TransformerSpec", "NORMS", "ACTIVATIONS", "POSITIONS", "ATTENTION"]
+__all__ = ["TransformerSpec", "NORMS", "ACTIVATIONS", "POSITIONS", "ROUTERS", "ATTENTION"]
 
 NORMS = ("rms", "layer")
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "relu")
 POSITIONS = ("rotary", "learned", "none")
+ROUTERS = ("softmax", "sigmoid")
 ATTENTION = ("fused", "eager")
 
 
@@ -48,12 +49,40 @@ class TransformerSpec:
     causal: bool = True
     encoder: bool = False          # BERT's layout: see :func:`narrowpipe.models.transformer`
     type_vocab: int = 0            # token-type (segment) embeddings of an encoder; 0: none
-    sliding_window: int | None = None   # every layer attends to the last this-many tokens (Mistral 7B v0.1)
+    # attention variants
+    sliding_window: int | None = None   # keys a windowed layer's query sees, its own included (Mistral, Gemma)
+    sliding_layers: tuple[int, ...] | None = None   # the windowed layers; None: all (with sliding_window)
+    local_rope: bool = False       # windowed layers have their own rotary tables (Gemma-3's local base)
+    attn_scale: float | None = None     # softmax scale; None: 1/sqrt(qk head dim)
+    attn_softcap: float | None = None   # Gemma-2: tanh soft-capping of the attention logits
+    logit_softcap: float | None = None  # Gemma-2: tanh soft-capping of the final logits
+    qk_norm: bool = False          # an RMS norm over each head's q and k (Gemma-3, Qwen3)
+    sandwich_norm: bool = False    # Gemma-2/3: a norm after attention and after the MLP too
+    embed_scale: bool = False      # Gemma: embeddings scaled by sqrt(hidden)
+    # multi-head latent attention (DeepSeek-V2/V3): see narrowpipe.models.mla
+    q_lora_rank: int | None = None     # None: a plain q projection
+    kv_lora_rank: int | None = None    # set: MLA (head_dim is then qk_nope_head_dim + qk_rope_head_dim)
+    qk_rope_head_dim: int = 0
+    v_head_dim: int | None = None      # None: head_dim
+    mla_absorb: bool = False           # decode as serving engines do (weights absorbed, latent attended)
+    # mixture-of-experts variants
+    expert_ffn: int | None = None      # a routed expert's intermediate size; None: ffn
+    shared_ffn: int | None = None      # the shared expert(s) beside the routed ones (their summed size)
+    shared_gate: bool = False          # Qwen2-MoE: sigmoid(Linear(hidden, 1)) scales the shared expert
+    dense_layers: tuple[int, ...] = ()  # layers with a dense MLP of ffn instead of experts
+    router: str = "softmax"            # "sigmoid": DeepSeek-V3's scores with a correction bias
+    expert_groups: tuple[int, int] | None = None   # (groups, groups kept): group-limited routing
+    routed_scale: float = 1.0          # DeepSeek's routed_scaling_factor on the routing weights
+    router_fp32: bool = False          # DeepSeek: the router's weight and logits stay fp32
     dtype: DType = DType.BF16
     dropout: float = 0.0           # training: embeddings, attention probabilities, both residual branches
     attention: str = "fused"       # one ATTENTION node, or eager QK^T, scale, mask, softmax, PV
 
     def __post_init__(self) -> None:
+        for name in ("sliding_layers", "dense_layers", "expert_groups"):   # lists from JSON or a caller
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(int(i) for i in value))
         for name in ("layers", "hidden", "heads", "vocab", "ffn", "kv_heads", "head_dim"):
             if int(getattr(self, name)) <= 0:
                 raise NarrowpipeError(f"transformer: {name} must be positive, got {getattr(self, name)}")
@@ -76,19 +105,107 @@ class TransformerSpec:
             raise NarrowpipeError("transformer: learned positions need max_positions (the table's rows)")
         if self.encoder and self.causal:
             raise NarrowpipeError("transformer: an encoder attends both ways; pass causal=False")
-        if self.sliding_window is not None and self.sliding_window < 1:
-            raise NarrowpipeError(f"transformer: sliding_window must be positive, got {self.sliding_window}")
+        if self.positions == "rotary" and self.rope_dim % 2:
+            raise NarrowpipeError(f"transformer: rotary embedding needs an even head_dim, got {self.rope_dim}")
         if self.attention not in ATTENTION:
             raise NarrowpipeError(f"transformer: attention must be one of {', '.join(ATTENTION)}, "
                                   f"got {self.attention!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise NarrowpipeError(f"transformer: dropout must be in [0, 1), got {self.dropout!r}")
-        if self.positions == "rotary" and self.head_dim % 2:
-            raise NarrowpipeError(f"transformer: rotary embedding needs an even head_dim, got {self.head_dim}")
+        self._check_windows()
+        self._check_mla()
+        self._check_moe()
+
+    def _check_windows(self) -> None:
+        if self.sliding_window is not None and self.sliding_window < 2:
+            raise NarrowpipeError(f"transformer: sliding_window must be at least 2 (a query and one earlier key), "
+                                  f"got {self.sliding_window}")
+        if self.sliding_layers is not None:
+            if self.sliding_window is None:
+                raise NarrowpipeError("transformer: sliding_layers needs a sliding_window")
+            bad = [i for i in self.sliding_layers if not 0 <= i < self.layers]
+            if bad:
+                raise NarrowpipeError(f"transformer: sliding_layers {bad} are not layers (0..{self.layers - 1})")
+        if self.sliding_window is not None and not self.causal:
+            raise NarrowpipeError("transformer: a sliding window is modelled for causal attention only")
+        if self.sliding_window is not None and self.attention == "eager":
+            raise NarrowpipeError("transformer: eager attention builds a causal mask only; a sliding window "
+                                  "is modelled with fused attention (attention='fused')")
+
+    def _check_mla(self) -> None:
+        if self.kv_lora_rank is None:
+            if self.q_lora_rank is not None or self.mla_absorb:
+                raise NarrowpipeError("transformer: q_lora_rank and mla_absorb belong to latent attention "
+                                      "(give kv_lora_rank)")
+            return
+        if self.kv_lora_rank <= 0 or (self.q_lora_rank is not None and self.q_lora_rank <= 0):
+            raise NarrowpipeError("transformer: kv_lora_rank and q_lora_rank must be positive")
+        if not 0 < self.qk_rope_head_dim < self.head_dim:
+            raise NarrowpipeError(f"transformer: latent attention needs 0 < qk_rope_head_dim < head_dim "
+                                  f"(qk_nope + qk_rope), got {self.qk_rope_head_dim} and {self.head_dim}")
+        if self.kv_heads != self.heads or self.encoder:
+            raise NarrowpipeError("transformer: latent attention is decoder-only with kv_heads == heads")
+        if self.sliding_window is not None or self.qk_norm or self.attn_softcap is not None:
+            raise NarrowpipeError("transformer: sliding windows, q/k norms and soft-capping are not modelled "
+                                  "with latent attention")
+        if self.attention == "eager":
+            raise NarrowpipeError("transformer: latent attention is built fused (attention='fused'); its eager "
+                                  "form is not modelled")
+
+    def _check_moe(self) -> None:
+        moe_only = (self.expert_ffn, self.shared_ffn, self.expert_groups)
+        if not self.is_moe and (any(x is not None for x in moe_only) or self.shared_gate or self.dense_layers
+                                or self.router != "softmax" or self.routed_scale != 1.0 or self.router_fp32):
+            raise NarrowpipeError("transformer: expert_ffn, shared_ffn, shared_gate, dense_layers, router, "
+                                  "routed_scale, router_fp32 and expert_groups need experts and top_k")
+        if self.shared_gate and self.shared_ffn is None:
+            raise NarrowpipeError("transformer: shared_gate scales a shared expert: give shared_ffn")
+        if self.router not in ROUTERS:
+            raise NarrowpipeError(f"transformer: router must be one of {', '.join(ROUTERS)}, got {self.router!r}")
+        bad = [i for i in self.dense_layers if not 0 <= i < self.layers]
+        if bad:
+            raise NarrowpipeError(f"transformer: dense_layers {bad} are not layers (0..{self.layers - 1})")
+        if self.expert_groups is not None and self.experts is not None and self.top_k is not None:
+            groups, kept = self.expert_groups
+            per = self.experts // groups if groups > 0 else 0
+            if (groups <= 0 or self.experts % groups or not 0 < kept <= groups or kept * per < self.top_k
+                    or (self.router == "sigmoid" and per < 2)):
+                raise NarrowpipeError(f"transformer: expert_groups {self.expert_groups} must split {self.experts} "
+                                      f"experts evenly and keep at least top_k ({self.top_k}) of them (and "
+                                      f"two per group with the sigmoid router, which scores a group's best two)")
 
     @property
     def is_moe(self) -> bool:
         return self.experts is not None
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def rope_dim(self) -> int:
+        """Dims of a head that rotary embedding turns: MLA's rope part, else the whole head."""
+        return self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    def window(self, layer: int) -> int | None:
+        """Layer ``layer``'s sliding window, or None when it attends to every earlier token."""
+        if self.sliding_window is None or (self.sliding_layers is not None and layer not in self.sliding_layers):
+            return None
+        return self.sliding_window
+
+    def cached_window(self, layer: int) -> int | None:
+        """The most past tokens layer ``layer``'s cache holds: ``window - 1`` for a windowed layer (the
+        new token makes ``window`` keys; transformers' ``DynamicSlidingWindowLayer`` keeps the last
+        ``sliding_window - 1``), None when the cache keeps every token."""
+        window = self.window(layer)
+        return None if window is None else window - 1
+
+    def layer_is_moe(self, layer: int) -> bool:
+        return self.is_moe and layer not in self.dense_layers
 
     @property
     def has_norm_bias(self) -> bool:

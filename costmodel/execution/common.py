@@ -46,6 +46,9 @@ class TimingOptions:
     allow_tf32: bool = False      # fp32 matmuls on TF32 tensor cores (torch's default is off)
     sparse: bool = False          # 2:4 structured-sparse weights where the chip supports it
     fusion: str | None = None     # None: the family's default ("full", CPU "none")
+    #: A whole model run eagerly pays the host's per-op glue (a CPU's ``eager_op_overhead``) beside
+    #: each op's dispatch; a bare op timed alone in a loop does not (``False``).
+    eager_overhead: bool = True
     #: The network collectives run on (an ``execution.collectives.Topology``, e.g. a system's with its
     #: measured bus bandwidths); None: the chip's own scale-up and scale-out fields.
     topology: Any = None
@@ -115,9 +118,9 @@ def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOpt
     """
     name = dtype.value
     table = target.sparse_matrix_flops if options.sparse and target.sparse_matrix_flops else target.matrix_flops
+    if name == "fp32" and options.allow_tf32 and table.get("tf32", 0.0) > table.get("fp32", 0.0):
+        return Rate(table["tf32"], "tf32", "fp32 matmul on TF32 tensor cores", "fp32 as tf32")
     if name == "fp32" and "fp32" not in table:
-        if options.allow_tf32 and "tf32" in table:
-            return Rate(table["tf32"], "tf32", "fp32 matmul on TF32 tensor cores", "fp32 as tf32")
         if "fp32" in target.vector_flops:
             return Rate(target.vector_flops["fp32"], "fp32", "fp32 matmul on the vector units (no TF32)",
                         "fp32 on vector units")
@@ -134,7 +137,7 @@ def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOpt
         if wider in table:
             return Rate(table[wider], wider, f"no {name} rate: runs as {wider}", f"{name} as {wider}")
     if options.sparse and table is target.sparse_matrix_flops:
-        return matrix_rate(target, dtype, TimingOptions(options.allow_tf32, False, options.fusion))
+        return matrix_rate(target, dtype, replace(options, sparse=False))
     floats = [k for k in _FLOAT_RATES if k in table]
     pick = floats[0] if floats else max(table, key=table.get)  # type: ignore[arg-type]
     return Rate(table[pick], pick, f"no {name} rate: runs as {pick}", f"{name} as {pick}")
@@ -179,10 +182,14 @@ def interpolate(curve: tuple[tuple[float, float], ...], x: float, default: float
     return y0 + t * (y1 - y0)
 
 
-def matmul_efficiency(target: Target, flops: float, min_mn: int | None = None) -> float:
+def matmul_efficiency(target: Target, flops: float, min_mn: int | None = None, dtype: str | None = None) -> float:
     """Achieved fraction of peak for a GEMM of ``flops``; ``min_mn`` (the smaller of M and N)
-    applies the target's skinny-GEMM factor where it has one."""
+    applies the target's skinny-GEMM factor where it has one; ``dtype`` (the rate's: ``fp32`` or
+    ``tf32``) selects a GPU's plateau for that unit where it lists one."""
     eff = interpolate(target.matmul_curve, flops, target.matmul_efficiency)
+    plateau = getattr(target, f"matmul_efficiency_{dtype}", None) if dtype in ("fp32", "tf32") else None
+    if plateau is not None:
+        eff *= plateau / target.matmul_efficiency
     if min_mn is not None and target.matmul_skinny_curve:
         eff *= interpolate(target.matmul_skinny_curve, float(max(min_mn, 1)), 1.0)
     return max(eff, MIN_MATMUL_EFFICIENCY)

@@ -13,7 +13,7 @@ from ...ir import DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from .common import KernelTime, Rate, TimingOptions, interpolate, matmul_efficiency, matrix_rate, memory_time, roofline
-from .gemm import Gemm, conv_gemm
+from .gemm import Gemm, conv_gemm, is_depthwise
 from .program import Program
 from .sequential import SequentialModel
 from .vector import transcendental_time
@@ -63,7 +63,16 @@ class CpuModel(SequentialModel):
             eff *= interpolate(target.matmul_skinny_curve, float(max(min(g.m, g.n), 1)), 1.0)
         return max(eff, MIN_MATMUL_EFFICIENCY)
 
+    def kernel_overhead(self, target: CpuTarget, program: Program) -> float:
+        """Dispatch, plus the eager per-op host glue when a whole model runs eagerly."""
+        eager = program.options.eager_overhead and program.options.fusion == "none"
+        return target.launch_overhead + ((target.eager_op_overhead or 0.0) if eager else 0.0)
+
     def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: CpuTarget) -> KernelTime:
+        if kernel.kind == "conv" and is_depthwise(program.table, kernel.anchor) \
+                and target.vector_op_flops.get("conv_depthwise"):
+            # a depthwise layer runs at its measured rate (input elements/s), not the GEMM curve
+            return self.vector(kernel, program, target)
         if g.group_rows:   # eager grouped GEMM: one GEMM per reached expert, each at its own efficiency
             parts = [(2 * r * g.n * g.k, min(r, g.n)) for r in g.group_rows]
             return self._contraction(kernel, g.dtype, None, program, target, parts)
@@ -90,5 +99,5 @@ class CpuModel(SequentialModel):
         bw = self.bandwidth(target, kernel.cost.bytes)
         mem = memory_time(target, kernel.cost.bytes, bw)
         unit = "AMX" if rate.note == "AMX tiles" else "SIMD FMA"
-        return roofline(compute, mem, 0.0, target.launch_overhead, unit, peak_flops=rate.flops_per_s,
+        return roofline(compute, mem, 0.0, self.kernel_overhead(target, program), unit, peak_flops=rate.flops_per_s,
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=bw, note=rate.note)

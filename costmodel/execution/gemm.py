@@ -19,7 +19,7 @@ from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import value_bytes
 
-__all__ = ["Gemm", "kernel_gemms", "grouped_gemm", "attention_shape", "AttentionShape"]
+__all__ = ["Gemm", "kernel_gemms", "grouped_gemm", "attention_shape", "AttentionShape", "is_depthwise"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,15 @@ def conv_gemm(table: CostTable, node: Node) -> Gemm:
         batch, m, n, k = groups, x[0] * prod(out[2:]), w[0] // groups, w[1] * prod(w[2:])
     return Gemm(batch, m, n, k, dtype, value_bytes(table, xv), value_bytes(table, wv),
                 value_bytes(table, node.outputs[0]), flops)
+
+
+def is_depthwise(table: CostTable, node: Node) -> bool:
+    """A forward convolution with one input channel per group over several groups (MobileNet's
+    depthwise layers): a windowed per-channel sum, not a GEMM; libraries run it on the vector units."""
+    w = node.inputs[1]
+    if node.op is not Op.CONV or w is None or node.attrs.get("role") or node.attrs.get("transposed"):
+        return False
+    return int(node.attrs.get("groups", 1)) > 1 and table.shapes[w][1] == 1
 
 
 def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:

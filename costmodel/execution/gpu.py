@@ -3,27 +3,46 @@
 * Matmuls and convolutions (implicit GEMM) run on tensor cores at the dtype's dense (or 2:4 sparse)
   rate times the achievable efficiency. The tile giving the least time (compute against traffic,
   as a heuristic-driven library would pick) is chosen among the target's CTA tiles: padded tiles,
-  wave quantization over the SMs (waves = ceil(tiles / SMs)) and split-K when there are fewer tiles
-  than SMs, as XLA's GPU GEMM model and cuBLAS heuristics do.
+  wave quantization over the SMs (waves = ceil(tiles / SMs)) and split-K (up to the target's
+  ``gemm_max_split_k``) when there are fewer tiles than SMs, as XLA's GPU GEMM model and cuBLAS
+  heuristics do. Beyond its tiles' work a GEMM kernel pays a latency floor (``gemm_latency``: first
+  loads, pipeline fill, last epilogue), a fill and drain per wave (``gemm_wave_overhead``) and the
+  exposed part of its output write (``gemm_epilogue_exposed``; split-K adds its partial sums):
+  small GEMMs take microseconds and short-K GEMMs are dominated by writing C. A grouped GEMM (MoE
+  experts) is one launch: one latency floor, waves over all its experts' tiles, one epilogue over
+  its whole output. A weight-only quantized GEMM dequantizes its weights once per row tile on the
+  CUDA cores, overlapped with the MMA work (:func:`.common.dequant_time`); its narrow weight bytes
+  are what the memory term reads.
 * Memory traffic is the kernel's compulsory bytes plus operand re-reads the L2 cannot hold: a wave
   covers a roughly square block of output tiles, so A is re-read once per block column and B once
   per block row unless both fit in L2 (or the smaller one alone does).
 * Fused attention (FlashAttention style): QK^T and PV on tensor cores over 128-row query blocks,
   causal blocks above the diagonal skipped (:func:`.common.causal_fraction`), exp on the
   special-function units (the two overlap); traffic is Q, K, V and the output only.
-* Everything else on the CUDA cores: see :mod:`.vector`. Each kernel pays the launch overhead.
+* Depthwise convolutions (one channel per group) are per-channel windows, not GEMMs: they run on the
+  CUDA cores as memory-bound kernels. Everything else on the CUDA cores: see :mod:`.vector`. Each
+  kernel pays the launch overhead.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from math import ceil, isqrt, log2
+from typing import Any
 
 from ...backends import GpuTarget
-from ...backends.defaults import ATTENTION_BLOCK, ATTENTION_MIN_BLOCK_ROWS, CACHE_RESIDENT_FRACTION
+from ...backends.defaults import (
+    ATTENTION_BLOCK,
+    ATTENTION_MIN_BLOCK_ROWS,
+    CACHE_RESIDENT_FRACTION,
+    SKINNY_TILE_STEP,
+    SPLIT_K_PARTIAL_BYTES,
+    default_value,
+)
 from ..kernels import Kernel
 from .common import (
     KernelTime,
+    Rate,
     causal_fraction,
     dequant_time,
     matmul_efficiency,
@@ -32,11 +51,12 @@ from .common import (
     roofline,
     transcendental_rate,
 )
-from .gemm import Gemm, attention_shape
+from .conv_algos import ConvPlan, conv_plans
+from .gemm import Gemm, attention_shape, is_depthwise
 from .program import Program
 from .sequential import SequentialModel
 
-__all__ = ["GpuModel"]
+__all__ = ["GpuModel", "GemmTerms", "gemm_terms"]
 
 
 class GpuModel(SequentialModel):
@@ -45,25 +65,41 @@ class GpuModel(SequentialModel):
     vector_unit = "CUDA cores"
 
     def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: GpuTarget) -> KernelTime:
+        if kernel.kind == "conv" and is_depthwise(program.table, kernel.anchor):
+            return self.vector(kernel, program, target)     # a per-channel window: memory-bound
         rate = matrix_rate(target, g.dtype, program.options)
-        eff = matmul_efficiency(target, g.flops)
-        per_sm = rate.flops_per_s * eff / target.sm_count
-        best: tuple[float, float, float, float] | None = None   # (time, compute, executed, bytes)
-        for tile in target.tile_shapes:
-            compute, executed = _tile_time(g, tile, target.sm_count, per_sm)
-            if g.narrow_rhs is not None:    # weight-only quantization: every row tile dequantizes its weights
-                compute = max(compute, dequant_time(target, g.dtype, g.batch * g.k * g.n, ceil(g.m / tile[0])))
-            nbytes = kernel.cost.bytes + _l2_rereads(g, tile, target)
-            t = max(compute, memory_time(target, nbytes))
-            if best is None or t < best[0] * (1 - 1e-9):
-                best = (t, compute, executed, nbytes)
+        p = gemm_terms(target)
+        plans = [ConvPlan("", g)]
+        if kernel.kind == "conv":
+            on_vector_units = "vector" in rate.note
+            k_step = 1 if on_vector_units or target.tensor_core_min_tile is None else target.tensor_core_min_tile[2]
+            plans = conv_plans(program.table, kernel.anchor, k_step=k_step, winograd=on_vector_units)
+        best: tuple[float, GemmTime, ConvPlan] | None = None
+        for plan in plans:
+            # the implicit GEMM reads and writes what the kernel does; other plans their own operands
+            reads = kernel.cost.bytes_read if plan.extra_kernels == 0 and plan is plans[0] else \
+                plan.gemm.a_bytes + plan.gemm.b_bytes
+            writes = kernel.cost.bytes_written if plan is plans[0] else plan.gemm.c_bytes
+            # a weight-gradient kernel parallelizes its long reduction (batch x positions) over the
+            # SMs by design; the library's split-K limit is for ordinary GEMMs
+            wgrad = kernel.kind == "conv" and kernel.anchor.attrs.get("role") == "grad_weight"
+            gt = _gemm_time(plan.gemm, reads, writes, rate, target,
+                            replace(p, max_split_k=target.sm_count) if wgrad else p)
+            serial = memory_time(target, plan.extra_bytes) + plan.extra_kernels * target.launch_overhead
+            total = gt.time + serial
+            if best is None or total < best[0] * (1 - 1e-9):
+                best = (total, gt, plan)
         assert best is not None
-        _, compute, executed, nbytes = best
-        mem = memory_time(target, nbytes)
+        _, gt, plan = best
+        serial = memory_time(target, plan.extra_bytes)
         unit = "tensor cores" if "vector" not in rate.note else "CUDA cores"
-        return roofline(compute, mem, 0.0, target.launch_overhead, unit, peak_flops=rate.flops_per_s,
-                        flops=kernel.cost.flops, nbytes=nbytes, bandwidth=target.memory_bandwidth,
-                        executed_flops=executed, note=rate.note)
+        note = "; ".join(x for x in (rate.note, plan.name if plan.name != "implicit GEMM" else "") if x)
+        # the exposed epilogue and non-fused transforms stall both pipes; the latency floor is paid
+        # once per kernel, like the launch
+        return roofline(gt.compute + serial, gt.memory + serial, 0.0,
+                        target.launch_overhead * (1 + plan.extra_kernels) + p.latency, unit,
+                        peak_flops=rate.flops_per_s, flops=kernel.cost.flops, nbytes=gt.bytes + plan.extra_bytes,
+                        bandwidth=target.memory_bandwidth, executed_flops=gt.executed, note=note)
 
     def attention(self, kernel: Kernel, program: Program, target: GpuTarget) -> KernelTime:
         s = attention_shape(program.table, kernel)
@@ -92,19 +128,79 @@ class GpuModel(SequentialModel):
                         note=rate.note)
 
 
-def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float) -> tuple[float, float]:
-    """A grouped GEMM runs every reached expert's tiles in one grid (a persistent grouped kernel, as
-    CUTLASS's and Triton's MoE kernels do): the tiles add up over experts, each expert's rows padded
-    to whole tiles, then wave-quantize together; a hot expert costs its extra tiles."""
+@dataclass(frozen=True)
+class GemmTerms:
+    """A GPU's GEMM-kernel terms beyond the tiles' work (see :class:`~narrowpipe.backends.GpuTarget`)."""
+
+    latency: float
+    wave_overhead: float
+    epilogue_exposed: float
+    max_split_k: int
+
+
+def gemm_terms(target: GpuTarget) -> GemmTerms:
+    """The target's GEMM terms, the documented GPU defaults where a target built in code has none."""
+    def get(name: str) -> Any:
+        return default_value("gpu", name, getattr(target, name))
+    return GemmTerms(float(get("gemm_latency")), float(get("gemm_wave_overhead")),
+                     float(get("gemm_epilogue_exposed")), int(get("gemm_max_split_k")))
+
+
+@dataclass(frozen=True)
+class GemmTime:
+    """One GEMM's best tiling: its compute and memory terms (the exposed epilogue in both)."""
+
+    time: float
+    compute: float
+    memory: float
+    executed: float
+    bytes: float
+
+
+def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarget, p: GemmTerms) -> GemmTime:
+    """The fastest of the target's tiles for ``g`` (as a heuristic-driven library would pick)."""
+    per_sm = rate.flops_per_s * matmul_efficiency(target, g.flops, dtype=rate.dtype) / target.sm_count
+    best: GemmTime | None = None
+    for tile in target.tile_shapes:
+        compute, executed, waves, split = _tile_time(g, tile, target.sm_count, per_sm, p.max_split_k)
+        if g.narrow_rhs is not None:    # weight-only quantization: every row tile dequantizes its weights
+            compute = max(compute, dequant_time(target, g.dtype, g.batch * g.k * g.n, ceil(g.m / tile[0])))
+        tile_reads = reads + _l2_rereads(g, tile, target)
+        partials = 2 * split * g.batch * g.m * g.n * SPLIT_K_PARTIAL_BYTES if split > 1 else 0
+        compute += waves * p.wave_overhead
+        # each wave's output write overlaps the next wave's main loop; the last wave's is exposed
+        exposed = writes * p.epilogue_exposed / waves
+        mem = memory_time(target, tile_reads + partials + writes - exposed)
+        epilogue = memory_time(target, exposed)
+        t = max(compute, mem) + epilogue
+        if best is None or t < best.time * (1 - 1e-9):
+            best = GemmTime(t, compute + epilogue, mem + epilogue, executed, tile_reads + partials + writes)
+    assert best is not None
+    return best
+
+
+def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float,
+               max_split: int) -> tuple[float, float, int, int]:
+    """(seconds of MMA work, executed FLOPs, waves, split-K factor) of ``g`` in ``tile`` CTAs.
+
+    A side of the problem narrower than the tile shrinks the tile to it (in steps of
+    :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs.
+    A grouped GEMM is one launch that runs every reached expert's tiles in one grid (a persistent
+    grouped kernel, as CUTLASS's and Triton's MoE kernels do): one tile shape, shrunk to the largest
+    expert's rows; the tiles add up over experts, each expert's rows padded to whole tiles, then
+    wave-quantize (and split K) together; a hot expert costs its extra tiles."""
     tm, tn, tk = tile
+    rows = max(g.group_rows) if g.group_rows else g.m
+    tm = min(tm, ceil(rows / SKINNY_TILE_STEP) * SKINNY_TILE_STEP)
+    tn = min(tn, ceil(g.n / SKINNY_TILE_STEP) * SKINNY_TILE_STEP)
     row_tiles = sum(ceil(r / tm) for r in g.group_rows) if g.group_rows else g.batch * ceil(g.m / tm)
     tiles = row_tiles * ceil(g.n / tn)
     kiters = ceil(g.k / tk)
-    split = max(1, min(sms // tiles, kiters)) if tiles < sms else 1
+    split = max(1, min(sms // tiles, kiters, max_split)) if tiles < sms else 1
     items = tiles * split
     waves = ceil(items / sms)
     per_item = 2 * tm * tn * tk * ceil(kiters / split)
-    return waves * per_item / per_sm, items * per_item
+    return waves * per_item / per_sm, items * per_item, waves, split
 
 
 def _l2_rereads(g: Gemm, tile: tuple[int, int, int], target: GpuTarget) -> float:

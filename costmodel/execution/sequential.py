@@ -39,12 +39,16 @@ class SequentialModel:
     def attention(self, kernel: Kernel, program: Program, target: Any) -> KernelTime:
         raise NotImplementedError
 
+    def kernel_overhead(self, target: Any, program: Program) -> float:
+        """Host time each launched kernel pays on top of its work: the launch (dispatch) overhead."""
+        return float(target.launch_overhead)
+
     def bandwidth(self, target: Any, nbytes: float) -> float:
         """Bytes/s a kernel moving ``nbytes`` streams at: main memory unless a family knows better."""
         return target.memory_bandwidth
 
     def vector(self, kernel: Kernel, program: Program, target: Any) -> KernelTime:
-        return vector_kernel_time(kernel, target, self.vector_unit, target.launch_overhead,
+        return vector_kernel_time(kernel, target, self.vector_unit, self.kernel_overhead(target, program),
                                   bandwidth=self.bandwidth(target, kernel.cost.bytes), table=program.table)
 
 

@@ -1,12 +1,16 @@
 """Systolic-array execution model (Google TPU MXU; by the same model Trainium and Gaudi).
 
 A contraction is cut into ``mxu_dim x mxu_dim`` weight tiles (K and N padded up to the array size,
-M to the 8-row sublane, ``TPU_SUBLANE_ROWS``); each tile is a fold that streams the M rows through
-an array. Weight loads are double-buffered, so a fold takes ``max(M, dim)`` cycles (a short M cannot
-hide the ``dim`` cycles of loading the next tile: the decode regime) plus one fill and drain of
-``2*dim`` (SCALE-Sim's per-fold count ``2R + C + T - 2`` with the load overlapped). Folds are spread
-over all MXUs of all TensorCores (rows are split over arrays left idle); time = rounds x cycles per
-fold / clock, over the achievable efficiency. The cycle rate follows from the dtype's peak
+M to the 8-row sublane, ``TPU_SUBLANE_ROWS``); each tile is a fold that streams one M block (at
+most ``mxu_block_rows`` rows) through an array before the next weight tile loads. Weight loads are
+double-buffered, so a fold takes ``max(rows, dim)`` cycles (a short M cannot hide the ``dim``
+cycles of loading the next tile: the decode regime) plus ``mxu_fold_overhead x dim`` cycles of
+fill and drain the overlap does not hide (SCALE-Sim's per-fold count ``2R + C + T - 2`` with the
+load overlapped), and the array fills and drains fully once. Large matmuls thus reach
+block / (block + overhead x dim) of peak: tile folding, not a flat efficiency, is why a TPU v5e
+matmul reaches ~92% and a v6e one (256-wide arrays) ~80%. Folds are spread over all MXUs of all
+TensorCores (rows are split over arrays left idle); time = rounds x cycles per fold / clock, over
+the achievable efficiency. The cycle rate follows from the dtype's peak
 (peak = MXUs x dim^2 x 2 x clock), so int8's doubled rate and what-if changes of the peak carry
 through. Attention runs as its two contractions plus exp on the VPU; causal query blocks of one MXU
 tile above the diagonal are skipped (:func:`.common.causal_fraction`).
@@ -19,7 +23,7 @@ from dataclasses import replace
 from math import ceil
 
 from ...backends import TpuTarget
-from ...backends.defaults import MXUS_PER_TENSORCORE, TPU_SUBLANE_ROWS
+from ...backends.defaults import MXUS_PER_TENSORCORE, TPU_SUBLANE_ROWS, default_value
 from ..kernels import Kernel
 from .common import (
     KernelTime,
@@ -50,15 +54,20 @@ def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float,
     clock = peak / (2 * mxus * dim * dim)
     sub = TPU_SUBLANE_ROWS
     mp = max(ceil(m / sub) * sub, sub)
-    folds = batch * ceil(k / dim) * ceil(n / dim)
+    block_rows = int(default_value("tpu", "mxu_block_rows", target.mxu_block_rows))
+    overhead = float(default_value("tpu", "mxu_fold_overhead", target.mxu_fold_overhead)) * dim
+    blocks = ceil(mp / max(block_rows, sub))               # M blocks, balanced
+    block = ceil(mp / blocks / sub) * sub
+    folds = batch * blocks * ceil(k / dim) * ceil(n / dim)
     # With fewer weight tiles than arrays, the rows are split over the idle arrays (same weights).
-    split = max(1, min(mxus // folds, mp // sub)) if folds < mxus else 1
-    rows = ceil(mp / split / sub) * sub
+    split = max(1, min(mxus // folds, block // sub)) if folds < mxus else 1
+    rows = ceil(block / split / sub) * sub
     rounds = ceil(folds * split / mxus)
     # Weights for the next fold load while the current one streams (double buffering), so a fold
-    # costs max(rows, dim) cycles; the array fills and drains once (2 x dim).
-    cycles = rounds * max(rows, dim) + 2 * dim
-    executed = 2 * folds * mp * dim * dim
+    # costs max(rows, dim) cycles plus the fill and drain that the overlap does not hide; the
+    # array fills and drains fully once (2 x dim).
+    cycles = rounds * (max(rows, dim) + overhead) + 2 * dim
+    executed = 2 * batch * ceil(k / dim) * ceil(n / dim) * mp * dim * dim
     return cycles / clock / eff, executed
 
 

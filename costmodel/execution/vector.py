@@ -5,10 +5,11 @@ units, against the kernel's external traffic at achievable memory bandwidth."""
 from __future__ import annotations
 
 from ...backends import Target
-from ...ir import TRANSCENDENTAL_OPS, DType
+from ...ir import TRANSCENDENTAL_OPS, DType, Op
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from .common import KernelTime, memory_time, roofline, transcendental_rate, vector_rate
+from .gemm import is_depthwise
 
 __all__ = ["vector_kernel_time", "transcendental_time", "measured_op_time"]
 
@@ -38,7 +39,7 @@ def measured_op_time(kernel: Kernel, table: CostTable | None, target: Target) ->
         return 0.0, 0, 0
     seconds, flops, trans = 0.0, 0, 0
     for n in kernel.nodes:
-        rate = rates.get(n.op.value)
+        rate = rates.get("conv_depthwise" if n.op is Op.CONV and is_depthwise(table, n) else n.op.value)
         if rate and n.inputs and n.inputs[0] is not None:
             numel = 1
             for d in table.shapes[n.inputs[0]]:

@@ -25,8 +25,10 @@ from typing import Any
 from ...backends import Target, get_target
 from ...errors import NarrowpipeError
 from ...ir import Graph
+from ...models.spec import TransformerSpec
 from .generate import SteadyState, steady_state
 from .memory import Memory
+from .parallel import tp_spec
 from .prepare import ServingGraph
 from .replica import Layout, Replica
 from .serve import replica_for
@@ -134,11 +136,19 @@ def layouts_for(sg: ServingGraph, target: Target, *, max_tp: int | None = None,
     out: list[Layout] = []
     tp = 1
     while tp <= limit:
-        splits = spec.heads % tp == 0 and spec.ffn % tp == 0 and (spec.kv_heads % tp == 0 or tp % spec.kv_heads == 0)
-        if splits:
+        if _splits(spec, tp):
             out.extend(Layout(tp, pp) for pp in pps if pp <= spec.layers)
         tp *= 2
     return out
+
+
+def _splits(spec: TransformerSpec, tp: int) -> bool:
+    """Whether ``tp`` devices split the model (heads, MLP and expert widths): :func:`.parallel.tp_spec` decides."""
+    try:
+        tp_spec(spec, tp)
+    except NarrowpipeError:
+        return False
+    return True
 
 
 def _best_batch(replica: Replica, input_len: int, output_len: int, tpot: float, ttft: float | None,

@@ -3,7 +3,9 @@
 Why from the graph and not from a config: the bytes a token costs in the cache are whatever the
 program stores, and that differs by architecture in ways a formula keyed on "layers x heads x dim"
 misses: grouped-query and multi-query attention store ``kv_heads`` heads, an MLA-style model stores
-one latent vector per token, a sliding-window layer keeps only its window. Every cache tensor has a
+one latent vector per token (``kv_lora_rank + qk_rope_head_dim`` values per layer, not ``2 x heads x
+head_dim``), a sliding-window layer of window ``W`` keeps only the last ``W - 1`` tokens (the cap is per
+input, in ``graph.meta["kv_windows"]``, as the model builder writes it). Every cache tensor has a
 batch axis and a length axis; the product of its other dims times its dtype's size is what one token
 of one sequence costs in it, and the cache is the sum over its tensors.
 
@@ -39,7 +41,7 @@ class KvTensor:
     length_axis: int
     bytes_per_token: int          # one token of one sequence
     dtype: str
-    window: int | None = None     # a sliding-window layer keeps at most this many tokens
+    window: int | None = None     # a sliding-window layer keeps at most this many tokens (its window - 1)
     length_dim: str | None = None  # the KV_LENGTH dim of its length axis (None: static)
 
 

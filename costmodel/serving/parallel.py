@@ -12,7 +12,9 @@ all-reduces are latency, not bandwidth: 2 x layers collectives of a few KB each.
 Pipeline parallelism splits the layers into ``pp`` stages; a token passes every stage in turn, so
 a step takes ``pp`` stage times plus ``pp - 1`` hops of ``batch x tokens x hidden``, and with ``pp``
 microbatches in flight every stage stays busy. The slowest stage is taken to hold
-``ceil(layers / pp)`` layers plus the embedding and the head (a conservative split).
+``ceil(layers / pp)`` layers plus the embedding and the head (a conservative split); in a model whose
+layers differ (sliding windows, dense layers among experts) it is the stage with the most full-attention
+and expert layers.
 
 The collectives are priced by :class:`~narrowpipe.costmodel.execution.collectives.Topology` on the
 target's own links (or a system file's), whose algorithm choice (ring, tree, NVLS, torus) is the
@@ -34,7 +36,9 @@ __all__ = ["tp_spec", "pp_spec", "tp_collectives_s", "pp_hop_s", "collective_s"]
 
 
 def tp_spec(spec: TransformerSpec, tp: int) -> TransformerSpec:
-    """The architecture one of ``tp`` tensor-parallel devices holds."""
+    """The architecture one of ``tp`` tensor-parallel devices holds: heads, the MLP and every expert's
+    width split (an expert is split like a dense MLP, as vLLM's tensor-parallel MoE does); a latent
+    attention's down-projections and latent cache are replicated (they have no head dim to split)."""
     if tp == 1:
         return spec
     if spec.heads % tp:
@@ -42,19 +46,32 @@ def tp_spec(spec: TransformerSpec, tp: int) -> TransformerSpec:
     if spec.kv_heads % tp and tp % spec.kv_heads:
         raise NarrowpipeError(f"tensor parallel {tp}: {spec.kv_heads} KV heads neither split over nor replicate "
                               f"evenly on {tp} devices")
-    if spec.ffn % tp:
-        raise NarrowpipeError(f"tensor parallel {tp}: the MLP width {spec.ffn} does not split over {tp} devices")
+    widths = {"ffn": spec.ffn, "expert_ffn": spec.expert_ffn, "shared_ffn": spec.shared_ffn}
+    for name, width in widths.items():
+        if width is not None and width % tp:
+            raise NarrowpipeError(f"tensor parallel {tp}: the {name} width {width} does not split over {tp} devices")
     return dataclasses.replace(spec, heads=spec.heads // tp, kv_heads=max(spec.kv_heads // tp, 1),
-                               ffn=spec.ffn // tp, vocab=ceil(spec.vocab / tp))
+                               vocab=ceil(spec.vocab / tp), ffn=spec.ffn // tp,
+                               expert_ffn=None if spec.expert_ffn is None else spec.expert_ffn // tp,
+                               shared_ffn=None if spec.shared_ffn is None else spec.shared_ffn // tp)
 
 
 def pp_spec(spec: TransformerSpec, pp: int) -> TransformerSpec:
-    """The slowest of ``pp`` pipeline stages: ``ceil(layers / pp)`` layers, the embedding and the head."""
+    """The slowest of ``pp`` pipeline stages: ``ceil(layers / pp)`` consecutive layers, the embedding and
+    the head. Where layers differ (windowed or full attention, experts or a dense MLP), the stage taken
+    is the real one of that length with the most full-attention layers, then the most expert layers,
+    renumbered from 0."""
     if pp == 1:
         return spec
     if pp > spec.layers:
         raise NarrowpipeError(f"pipeline parallel {pp}: the model has only {spec.layers} layers")
-    return dataclasses.replace(spec, layers=ceil(spec.layers / pp))
+    n = ceil(spec.layers / pp)
+    stages = [range(start, min(start + n, spec.layers)) for start in range(0, spec.layers, n)]
+    stage = max(stages, key=lambda r: (len(r), sum(spec.window(i) is None for i in r),
+                                       sum(spec.layer_is_moe(i) for i in r)))
+    sliding = None if spec.sliding_layers is None else tuple(j for j, i in enumerate(stage) if spec.window(i))
+    dense = tuple(j for j, i in enumerate(stage) if i in spec.dense_layers)
+    return dataclasses.replace(spec, layers=n, sliding_layers=sliding, dense_layers=dense)
 
 
 def collective_s(topology: Topology, op: Op, size: float, group: int, target: Target) -> float:

@@ -27,6 +27,8 @@ REQUIRED_TARGETS = {
     "tpu-v5p": "tpu", "tpu-v6e": "tpu", "tpu-v7": "tpu", "trainium2": "tpu", "gaudi3": "tpu",
     "groq-lpu": "dataflow", "cerebras-wse3": "dataflow", "sambanova-sn40l": "dataflow",
     "xeon-6980p": "cpu", "epyc-9755": "cpu",
+    # older GPUs that public per-kernel benchmarks ran on (benchmarks/kernel_accuracy.py)
+    "v100-sxm2": "gpu", "p100-pcie": "gpu", "t4": "gpu", "mi25": "gpu",
 }
 REQUIRED_SYSTEMS = {"dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8",
                     "tpu-v5p-8x8x8", "tpu-v5e-256", "trn2-16", "groq-node", "cerebras-cs3"}

@@ -98,7 +98,7 @@ def test_list_prices_by_hand():
 
 
 @pytest.mark.parametrize("name", ["groq-lpu", "sambanova-sn40l", "cerebras-wse3", "gaudi3", "tpu-v7",
-                                  "xeon-6980p", "epyc-9755"])
+                                  "xeon-6980p", "epyc-9755", "v100-sxm2", "p100-pcie", "t4", "mi25"])
 def test_an_unpriced_chip_says_why_in_its_notes(name):
     target = get_target(name)
     assert target.price_per_hour is None and target.price_basis == ""

@@ -149,7 +149,7 @@ def test_bad_architectures_are_refused_with_a_reason():
     with pytest.raises(NarrowpipeError, match="max_positions"):
         transformer(1, 64, 8, 100, seq=8, past=60, positions="learned", max_positions=64)
     with pytest.raises(NarrowpipeError, match="not supported"):
-        from_config({"model_type": "qwen2_moe"})
+        from_config({"model_type": "mamba"})
     with pytest.raises(NarrowpipeError, match="lacks"):
         from_config({"model_type": "llama", "hidden_size": 64})
 

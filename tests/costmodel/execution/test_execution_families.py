@@ -25,19 +25,36 @@ def test_large_bf16_gemm_on_h100_is_compute_bound_at_the_achievable_rate():
     h100 = get_target("h100")
     r = narrowpipe.analyze(gemm_graph(8192, 8192, 8192), "h100")
     ideal = 2 * 8192**3 / (h100.matrix_flops["bf16"] * h100.matmul_efficiency)
+    # beyond the MMA work: the output write the main loop does not hide, a fill per wave (128x256
+    # tiles: 2048 tiles = 15.5 waves, 16 paid), the kernel's latency floor and its launch
+    epilogue = 8192 * 8192 * 2 / (h100.memory_bandwidth * h100.memory_efficiency) * h100.gemm_epilogue_exposed
+    extra = epilogue + 16 * h100.gemm_wave_overhead + h100.gemm_latency + h100.launch_overhead
     assert r.ops[0].bound == "compute"
-    assert ideal <= r.time_s <= ideal * 1.05 + h100.launch_overhead   # 128x256 tiles: 2048 tiles = 15.5 waves
-    assert r.ops[0].utilization == pytest.approx(h100.matmul_efficiency, rel=0.05)
-    assert r.timing.mfu == pytest.approx(h100.matmul_efficiency, rel=0.05)
+    assert ideal + extra <= r.time_s <= ideal * 1.04 + extra
+    assert r.ops[0].utilization == pytest.approx(h100.matmul_efficiency, rel=0.1)
+    assert r.timing.mfu == pytest.approx(h100.matmul_efficiency, rel=0.1)
 
 
 def test_decode_gemv_is_memory_bound_at_the_bandwidth():
     h100 = get_target("h100")
     r = narrowpipe.analyze(gemm_graph(1, 8192, 8192), "h100")
     weights = 8192 * 8192 * 2
-    expected = (weights + 2 * 8192 * 2) / (h100.memory_bandwidth * h100.memory_efficiency) + h100.launch_overhead
+    bw = h100.memory_bandwidth * h100.memory_efficiency
+    # the output row is written after the K loop (exposed share), then the latency floor and launch
+    expected = (weights + 8192 * 2) / bw + 8192 * 2 / bw * (1 + h100.gemm_epilogue_exposed) \
+        + h100.gemm_latency + h100.launch_overhead
     assert r.ops[0].bound == "memory"
-    assert r.time_s == pytest.approx(expected, rel=1e-6)
+    assert r.time_s == pytest.approx(expected, rel=1e-3)     # split-K's fp32 partial sums add <0.1%
+
+
+def test_small_gemm_takes_the_latency_floor_not_its_flops():
+    """A 512x32x512 GEMM is 17 MFLOP: ~20 ns of H100 tensor-core time, but a kernel that small still
+    loads its first tiles, fills the MMA pipeline and drains its epilogue: microseconds."""
+    h100 = get_target("h100")
+    r = narrowpipe.analyze(gemm_graph(512, 32, 512), "h100")
+    assert h100.gemm_latency > 2e-6
+    assert r.time_s >= h100.gemm_latency + h100.launch_overhead
+    assert r.time_s > 50 * 2 * 512 * 32 * 512 / h100.matrix_flops["bf16"]
 
 
 def test_tpu_pads_contractions_to_the_mxu():
@@ -127,7 +144,8 @@ def test_fp8_weights_halve_decode_time_and_fp8_everything_doubles_prefill_rate()
     fp8w = with_precision(g, weights="fp8_e4m3")
     decode = narrowpipe.analyze(fp8w, "h100", seq=1)
     assert decode.weight_bytes == base_decode.weight_bytes // 2
-    assert 0.5 < decode.time_s / base_decode.time_s < 0.6          # memory-bound: about half
+    # memory-bound: the weight bytes halve, the GEMM latency floors (gemm_latency) do not
+    assert 0.5 < decode.time_s / base_decode.time_s < 0.7
     prefill = narrowpipe.analyze(g, "h100", seq=4096)
     fp8 = narrowpipe.analyze(with_precision(g, weights="fp8_e4m3", activations="fp8_e4m3"), "h100", seq=4096)
     assert fp8.timing.dtype == "fp8_e4m3"
@@ -153,11 +171,16 @@ def test_decode_attention_stacks_the_query_heads_of_a_kv_group():
     program = fused_program(interpret(g, {}), v4, TimingOptions())
     t = time_program(program, DeviceGroup(v4, 1)).times[0]
     clock = 275e12 / (2 * 8 * 128 * 128)
+    fold = 0.5 * 128          # v4's mxu_fold_overhead x dim: the fill and drain each fold loses
     # QK^T with q held in the arrays (2 folds of 48 columns over 256 dims), the 2049 keys streaming
-    # through, split over 4 of the 8 idle arrays: 2056 / 4 rows -> 520 cycles, + fill and drain
-    qk = 520 + 2 * 128
-    # PV with V's tiles held (17 x 2 folds over 8 arrays: 5 rounds of max(48 rows, 128)), + fill and drain
-    pv = math.ceil(17 * 2 / 8) * max(48, 128) + 2 * 128
+    # through in 512-row blocks: 2056 rows in 5 balanced blocks of 416 -> 10 folds, 2 rounds over the
+    # 8 arrays of 416 + 64 cycles, + one full fill and drain. Holding K instead ties: 17 x 2 folds
+    # of the 48 stacked query rows, 5 rounds of max(48, 128) + 64 cycles.
+    qk = 2 * (416 + fold) + 2 * 128
+    assert qk == math.ceil(17 * 2 / 8) * (max(48, 128) + fold) + 2 * 128
+    # PV with V's tiles held (17 x 2 folds over 8 arrays: 5 rounds of max(48 rows, 128) + 64), + fill
+    # and drain (holding P instead: 17 folds of 256 rows, 3 rounds of 256 + 64: the same 1216)
+    pv = math.ceil(17 * 2 / 8) * (max(48, 128) + fold) + 2 * 128
     assert t.compute_s == pytest.approx((qk + pv) / clock / v4.matmul_efficiency, rel=1e-6)
     # one-row GEMMs per head (no stacking, K always held) would take 48 x longer on QK^T alone
     assert t.compute_s < 48 * 2 * math.ceil(2049 / 128) / 8 * 128 / clock

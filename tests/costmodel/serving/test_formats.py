@@ -29,7 +29,11 @@ def test_int4_weight_only_decode_streams_a_quarter_of_the_weight_bytes(llama8b):
     h100 = get_target("h100")
     embed = 128256 * 4096 * 2                      # gathered a row at a time: not streamed per step
     moved = (bf16.memory.weights - embed) / 4 + bf16.kv_bytes_per_token * 2049
-    hand = moved / (h100.memory_bandwidth * h100.memory_efficiency) + int4.decode.kernels * h100.launch_overhead
+    # beyond its launch each GEMM kernel (q, k, v, o, gate, up, down per layer; the head) pays the
+    # GEMM latency floor; the int4 dequantization hides under the weight reads
+    gemms = 7 * 32 + 1
+    hand = moved / (h100.memory_bandwidth * h100.memory_efficiency) + int4.decode.kernels * h100.launch_overhead \
+        + gemms * h100.gemm_latency
     assert int4.tpot_s == pytest.approx(hand, rel=0.03)
     assert int4.bound == "memory"
 

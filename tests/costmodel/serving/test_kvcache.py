@@ -40,19 +40,74 @@ def test_kv_format_changes_the_bytes_per_token():
 
 
 def test_sliding_window_layers_hold_at_most_their_window():
-    """Mistral 7B v0.1: a 4,096-token window, so past 4k the cache stops growing and decode reads no more."""
+    """A window of W keys per query (the query's own included) needs W - 1 past tokens: transformers'
+    ``DynamicSlidingWindowLayer.update`` (transformers/cache_utils.py) keeps ``[..., -sliding_window + 1:, :]``
+    after each step and hands attention those plus the new tokens. So past W - 1 the cache stops growing,
+    and a decode step reads W keys whatever the context (Mistral 7B v0.1: W = 4,096)."""
+    W = 64
     g = narrowpipe.transformer(layers=2, hidden=256, heads=4, vocab=500, kv_heads=2, gated_mlp=True, seq=1,
-                               past=16, sliding_window=64)
+                               past=16, sliding_window=W)
     sg = serving_graph(g)
-    per_token = 2 * 2 * 2 * 64 * 2
+    per_token = 2 * 2 * 2 * 64 * 2                  # layers x (k, v) x kv_heads x head_dim x bf16
     assert sg.cache.bytes_per_token == per_token
-    assert sg.cache.resident_bytes(3, 1000) == 3 * 64 * per_token
-    assert sg.bindings(3, 1, 1000)["past_window"] == 64 and sg.bindings(3, 1, 10)["past_window"] == 10
+    assert sg.cache.resident_bytes(3, 1000) == 3 * (W - 1) * per_token
+    assert sg.cache.resident_bytes(3, 10) == 3 * 10 * per_token
+    assert sg.bindings(3, 1, 1000)["past_window"] == W - 1 and sg.bindings(3, 1, 10)["past_window"] == 10
     from narrowpipe.costmodel.interpreter import interpret
     from narrowpipe.ir import Op
     attn = [n for n in sg.graph.nodes if n.op is Op.ATTENTION]
     far, near = (interpret(sg.graph, sg.bindings(1, 1, p)) for p in (5000, 100))
-    assert far.costs[attn[0]].flops == near.costs[attn[0]].flops == 2 * 4 * 65 * 64 * 2   # 64 cached + the new one
+    # QK^T and PV: 2 x 2 FLOPs per query head, key and head dim; W - 1 cached keys + the new one
+    assert far.costs[attn[0]].flops == near.costs[attn[0]].flops == 2 * 2 * 4 * W * 64
+
+
+def test_the_window_cap_is_what_transformers_sliding_cache_keeps():
+    """The builder's cap, checked against transformers' own cache layer run on tensors."""
+    torch = pytest.importorskip("torch")
+    cache_utils = pytest.importorskip("transformers.cache_utils")
+    W = 8
+    layer = cache_utils.DynamicSlidingWindowLayer(sliding_window=W)
+    k = torch.zeros(1, 2, 20, 4)
+    layer.update(k, k)                                   # a 20-token prefill
+    keys, _ = layer.update(k[:, :, :1], k[:, :, :1])     # one decode step
+    g = narrowpipe.transformer(layers=1, hidden=32, heads=2, vocab=50, seq=1, past=20, sliding_window=W)
+    cap = g.meta["kv_windows"]["past_key_values.0.key"]
+    assert layer.keys.shape[-2] == cap == W - 1 == g.dims["past_window"].max
+    assert keys.shape[-2] == W                           # what the step's attention reads
+
+
+def test_windowed_and_full_layers_each_keep_their_own_cache():
+    """Gemma-2's layout: local layers (windowed) alternate with global ones, whose caches keep every token."""
+    W = 32
+    g = narrowpipe.transformer(layers=4, hidden=128, heads=2, vocab=100, kv_heads=1, seq=1, past=8,
+                               sliding_window=W, sliding_layers=[0, 2])
+    cache = serving_graph(g).cache
+    per_layer = 2 * 64 * 2                             # k and v, one KV head of 64, bf16
+    assert cache.bytes_per_token == 4 * per_layer
+    assert cache.resident_bytes(1, 1000) == 2 * 1000 * per_layer + 2 * (W - 1) * per_layer
+    assert cache.length_bindings(1000) == {"past": 1000, "past_window": W - 1}
+
+
+def test_a_deepseek_v2_lite_cache_holds_the_latent_per_layer():
+    """DeepSeek-V2-Lite's dims (27 layers, 16 heads, kv_lora_rank 512, qk_rope_head_dim 64, qk_nope 128,
+    v_head_dim 128): a token costs 27 x (512 + 64) values, 31,104 bytes in bf16, not the 27 x 16 x
+    (192 + 128) x 2 = 276,480 bytes of per-head keys and values (DeepSeek-V2 paper, Table 1's
+    (d_c + d_h^R) l elements per token)."""
+    g = narrowpipe.transformer(layers=27, hidden=2048, heads=16, vocab=102400, ffn=10944, seq=1, past=16,
+                               kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                               experts=64, top_k=6, expert_ffn=1408, shared_ffn=2 * 1408, dense_layers=[0],
+                               moe_renormalize=False)
+    hand = 27 * (512 + 64) * 2
+    assert hand == 31_104
+    sg = serving_graph(g)
+    assert sg.cache.bytes_per_token == hand
+    assert sg.cache.resident_bytes(4, 4096) == 4 * 4096 * hand
+    fp8 = serving_graph(g, narrowpipe.costmodel.serving.formats.Formats.of(kv="fp8_e4m3"))
+    assert fp8.cache.bytes_per_token == 27 * 576
+    from narrowpipe.costmodel.serving.serve import replica_for
+    replica = replica_for(g, "h100")
+    assert replica.kv_bytes_per_token == hand
+    assert replica.memory(2, 1000).kv_cache == 2 * 1000 * hand
 
 
 def test_mistral_config_reads_its_window():

@@ -1,5 +1,7 @@
 """Tensor- and pipeline-parallel decode: per-device shards and the collectives between devices."""
 
+import dataclasses
+
 import pytest
 
 import narrowpipe
@@ -57,3 +59,31 @@ def test_dataflow_chips_lay_themselves_out(graph):
         replica_for(graph, "groq-lpu", tp=2)
     r = serve(graph, "groq-lpu", batch=1, context=2048, with_crossover=False)
     assert r.devices > 1 and "dataflow layout" in r.layout
+
+
+def test_a_pipeline_stage_keeps_its_layers_windows_and_experts():
+    """Layers that differ are renumbered per stage: the stage taken is a real one (here layers 4..7 of 8,
+    the one with the most full-attention layers, then the most expert layers)."""
+    from narrowpipe.costmodel.serving.parallel import pp_spec
+    from narrowpipe.models import TransformerSpec
+    spec = TransformerSpec(layers=8, hidden=64, heads=2, vocab=100, ffn=128, kv_heads=2, head_dim=32,
+                           sliding_window=16, sliding_layers=(0, 1, 2, 4, 6), experts=4, top_k=2,
+                           dense_layers=(0, 5))
+    stage = pp_spec(spec, 2)
+    assert stage.layers == 4 and stage.sliding_layers == (0, 2) and stage.dense_layers == (1,)
+    uniform = pp_spec(TransformerSpec(layers=5, hidden=64, heads=2, vocab=100, ffn=128, kv_heads=2, head_dim=32,
+                                      sliding_window=16), 2)
+    assert uniform.layers == 3 and uniform.sliding_layers is None and uniform.window(2) == 16
+
+
+def test_tensor_parallel_splits_routed_and_shared_experts():
+    from narrowpipe.costmodel.serving.parallel import tp_spec
+    from narrowpipe.models import TransformerSpec
+    spec = TransformerSpec(layers=2, hidden=64, heads=4, vocab=100, ffn=256, kv_heads=4, head_dim=48,
+                           kv_lora_rank=32, qk_rope_head_dim=16, v_head_dim=32, experts=8, top_k=2,
+                           expert_ffn=96, shared_ffn=192)
+    shard = tp_spec(spec, 4)
+    assert (shard.heads, shard.kv_heads, shard.ffn, shard.expert_ffn, shard.shared_ffn) == (1, 1, 64, 24, 48)
+    assert shard.kv_lora_rank == 32                      # the latent is replicated, not split
+    with pytest.raises(narrowpipe.NarrowpipeError, match="expert_ffn width 90"):
+        tp_spec(dataclasses.replace(spec, expert_ffn=90), 4)

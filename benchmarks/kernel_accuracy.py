@@ -1,0 +1,277 @@
+"""Per-kernel accuracy against public measurements: GEMMs and convolutions on eight chips.
+
+Why: a whole-model prediction is a sum of kernels; if single kernels are off by 3x (small GEMMs)
+or 2x (short-K GEMMs, convolutions), no model-level number can be trusted. This benchmark predicts
+every row of ``benchmarks/data/kernels_*.csv`` (public per-shape timings, each row naming its
+source; ``benchmarks/data/README.md``) on the catalog chip it was measured on and reports the error.
+
+The split is fixed: a row is held out when a hash of its kind and shape is odd
+(:meth:`KernelMeasurement.held_out`), so the same problem is held out on every chip. Every row of
+DeepBench's V100 results is held out as well (an independent check no parameter ever saw). The
+parameters a chip's catalog file cites as ``NP-KERNEL-FIT`` are fitted on that chip's fit rows only
+(``calibration/kernel_fit.py``, the same code as ``calibrate --from-measurements``); a parameter
+whose source reads ``assumption: as <chip>`` takes that chip's fitted value. Host-timed rows add a
+per-source harness overhead fitted on the same fit rows (``data/harness.toml``).
+
+    python benchmarks/kernel_accuracy.py                   # ~1-2 min: fit, then report (results/)
+    python benchmarks/kernel_accuracy.py --write-catalog   # also write the fitted values to the catalog
+    python benchmarks/kernel_accuracy.py --no-fit          # report with the catalog as committed
+
+Acceptance (held-out rows, per chip): median |error| <= 10%, 90th percentile <= 25%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from narrowpipe.backends import Target, get_target  # noqa: E402
+from narrowpipe.backends import targets as catalog_targets  # noqa: E402
+from narrowpipe.backends.registry import CATALOG_DIR  # noqa: E402
+from narrowpipe.backends.tomlio import read_toml  # noqa: E402
+from narrowpipe.calibration.kernel_fit import (  # noqa: E402
+    TERM_GRIDS,
+    KernelCase,
+    errors,
+    fit_kernel_terms,
+    fitted_target,
+    kernel_cases,
+)
+from narrowpipe.calibration.kernel_measurements import KernelMeasurement, read_kernel_measurements  # noqa: E402
+
+from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+HARNESS = DATA / "harness.toml"
+FIT_KEY = "NP-KERNEL-FIT"
+#: (source, chip) pairs never fitted: every row is held out.
+INDEPENDENT = {("DEEPBENCH", "v100-sxm2")}
+#: The harness each host-timed source measured through: both TPU sources time one jitted JAX call
+#: with block_until_ready per iteration, so they share one per-call dispatch overhead.
+HARNESS_OF = {"JAX-PALLAS-MATMUL": "jax", "TPU-V6E-GEMM": "jax"}
+MEDIAN_BAR, P90_BAR = 0.10, 0.25
+CLASSES = ("small GEMM", "short-K GEMM", "GEMM", "conv fwd", "conv bwd")
+#: catalog file keys of fitted fields and the factor from SI units to them
+_FILE_KEYS = {"gemm_latency": ("gemm_latency_us", 1e6), "gemm_wave_overhead": ("gemm_wave_overhead_us", 1e6)}
+
+
+def kernel_class(m: KernelMeasurement) -> str:
+    """small GEMM: under 1 GFLOP; short-K GEMM: K <= 512 with M and N at least 4x K."""
+    if m.kind == "gemm":
+        s = m.shape
+        if m.flops < 1e9:
+            return "small GEMM"
+        if s["k"] <= 512 and min(s["m"], s["n"]) >= 4 * s["k"]:
+            return "short-K GEMM"
+        return "GEMM"
+    return "conv fwd" if m.kind == "conv_fwd" else "conv bwd"
+
+
+def load_rows(data: Path = DATA) -> list[KernelMeasurement]:
+    return [r for path in sorted(data.glob("kernels_*.csv")) for r in read_kernel_measurements(path)]
+
+
+def is_held_out(m: KernelMeasurement) -> bool:
+    return (m.source, m.chip) in INDEPENDENT or m.held_out()
+
+
+def harness_overheads(path: Path = HARNESS) -> dict[str, float]:
+    """Per-harness host overhead (seconds) fitted on the fit rows; 0 for harnesses without one."""
+    return {k: float(v) * 1e-6 for k, v in read_toml(path).get("host_overhead_us", {}).items()} if path.exists() else {}
+
+
+def fitted_fields(target: Target) -> tuple[list[str], dict[str, str]]:
+    """(fields the catalog says were fitted here, field -> chip whose fitted value it copies)."""
+    grids = TERM_GRIDS.get(target.family, {})
+    fit = [f for f in grids if target.sources.get(f, "").startswith(FIT_KEY)]
+    copies = {}
+    for f in grids:
+        m = re.match(r"assumption: as ([a-z0-9.-]+)", target.sources.get(f, ""))
+        if m:
+            copies[f] = m.group(1)
+    return fit, copies
+
+
+def fit_chips(rows: Sequence[KernelMeasurement], log: Any = print) -> tuple[dict[str, Target], dict[str, float]]:
+    """Fit every chip's catalog-declared parameters on its fit rows; the targets and harness overheads."""
+    by_chip: dict[str, list[KernelMeasurement]] = defaultdict(list)
+    for r in rows:
+        by_chip[r.chip].append(r)
+    targets: dict[str, Target] = {}
+    hosts: dict[str, float] = {}
+    pending = sorted(by_chip, key=lambda c: bool(fitted_fields(get_target(c))[1]))   # copiers last
+    for chip in pending:
+        target = get_target(chip)
+        fields, copies = fitted_fields(target)
+        if copies:
+            values = {f: getattr(targets[src], f) for f, src in copies.items() if src in targets}
+            target = fitted_target(target, values, "copied")
+        fit_rows = [r for r in by_chip[chip] if not is_held_out(r)]
+        if not fit_rows or not fields:       # nothing of its own to fit: copied values, shared harness
+            targets[chip] = target
+            continue
+        res = fit_kernel_terms(kernel_cases(fit_rows), target, fields, source=FIT_KEY)
+        targets[chip] = res.target
+        for source in {r.source for r in fit_rows if r.timing == "host"}:
+            hosts[HARNESS_OF.get(source, source)] = res.host_overhead
+        log(f"  {chip}: {len(fit_rows)} fit rows, {res.values or '(nothing fitted)'}"
+            + (f", host overhead {res.host_overhead * 1e6:.0f} us" if res.host_overhead else ""))
+    for name, _family in catalog_targets():      # catalog chips with no rows that copy a fitted chip
+        fields, copies = fitted_fields(get_target(name))
+        if name not in targets and copies and all(src in targets for src in copies.values()):
+            values = {f: getattr(targets[src], f) for f, src in copies.items()}
+            targets[name] = fitted_target(get_target(name), values, "copied")
+    return targets, hosts
+
+
+def evaluate(rows: Sequence[KernelMeasurement], targets: dict[str, Target] | None = None,
+             hosts: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """One record per row: chip, source, class, split, measured and predicted seconds, error."""
+    hosts = harness_overheads() if hosts is None else hosts
+    by_chip: dict[str, list[KernelMeasurement]] = defaultdict(list)
+    for r in rows:
+        by_chip[r.chip].append(r)
+    out = []
+    for chip, chip_rows in by_chip.items():
+        target = (targets or {}).get(chip) or get_target(chip)
+        cases: list[KernelCase] = kernel_cases(chip_rows, target)
+        for c in cases:
+            m = c.measurement
+            err = errors([c], target, hosts.get(HARNESS_OF.get(m.source, m.source), 0.0))[0]
+            out.append({"chip": chip, "source": m.source, "kind": m.kind, "dtype": m.dtype, "shape": m.shape_text,
+                        "class": kernel_class(m), "held_out": is_held_out(m), "measured_s": m.seconds,
+                        "predicted_s": m.seconds * (1 + err), "error": err})
+    return out
+
+
+def summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    errs = sorted(abs(r["error"]) for r in records)
+    if not errs:
+        return {"n": 0}
+    return {"n": len(errs), "median_abs": statistics.median(errs),
+            "p90_abs": errs[min(len(errs) - 1, int(0.9 * len(errs)))],
+            "median_signed": statistics.median(r["error"] for r in records)}
+
+
+def per_chip(records: Sequence[dict[str, Any]], held_out: bool = True) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for chip in sorted({r["chip"] for r in records}):
+        rs = [r for r in records if r["chip"] == chip and r["held_out"] == held_out]
+        out[chip] = {"all": summary(rs), **{c: summary([r for r in rs if r["class"] == c]) for c in CLASSES}}
+    return out
+
+
+def passes(s: dict[str, Any]) -> bool:
+    return s["n"] > 0 and s["median_abs"] <= MEDIAN_BAR and s["p90_abs"] <= P90_BAR
+
+
+def write_catalog(targets: dict[str, Target], hosts: dict[str, float]) -> None:
+    """Write each chip's fitted (or copied) values into its catalog file, in place."""
+    for chip, target in targets.items():
+        fields, copies = fitted_fields(get_target(chip))
+        path = CATALOG_DIR / f"{target.name}.toml"
+        text = path.read_text()
+        for f in [*fields, *copies]:
+            key, factor = _FILE_KEYS.get(f, (f, 1.0))
+            value = getattr(target, f) * factor
+            text, n = re.subn(rf"(?m)^{key} = (?!\")[^\n]*$", f"{key} = {round(value, 4):g}", text)
+            assert n == 1, f"{path}: no line {key!r} to update"
+        path.write_text(text)
+    lines = ["# Per-call host overhead of the harness host-timed sources measured through (JAX dispatch +",
+             "# block_until_ready), fitted by benchmarks/kernel_accuracy.py on the fit rows; HARNESS_OF there",
+             "# maps sources to harnesses.", "[host_overhead_us]"]
+    lines += [f'"{k}" = {v * 1e6:g}' for k, v in sorted(hosts.items())]
+    HARNESS.write_text("\n".join(lines) + "\n")
+
+
+NOTES = """
+## Reading it
+
+* **Before this work** (the code at 762f479, all XLA-table rows, prototype run): predictions were 30-80%
+  too fast across the board: H100 bf16 small GEMMs -71% (median signed), short-K -36%, larger ones
+  -29%; B200 -50..-78%; MI300X/MI355X bf16 -45..-78%. The GEMM latency floor (4-7 us of kernel time on
+  these chips), the per-wave fill and the exposed output write are most of the difference.
+* **What is modelled**: every GEMM-class kernel pays `gemm_latency`, `gemm_wave_overhead` per wave
+  and the last wave's share (`gemm_epilogue_exposed`) of its output write; fp32 matmuls reach their
+  own plateau (`matmul_efficiency_tf32`/`_fp32`); convolutions run the fastest of implicit GEMM
+  (channels padded to the tensor-core K step), fused Winograd F(2x2,3x3) and non-fused F(4x4,3x3)/
+  F(2x2,5x5) (fp32 on CUDA cores); TPU matmuls lose `mxu_fold_overhead` x dim cycles per fold.
+* **Why the rest miss the bars**: what is left is mostly the libraries' own choices per shape, which
+  no size-only model reproduces. On the AMD rows neighbouring shapes differ by 1.5-2x (MI355X
+  256x2048x1024: 9.0 us, x2048: 6.7 us); DeepBench-era cuBLAS ran N=16 GEMMs as slowly as N=128 (no
+  narrow tiles), and cuDNN 7.6's fp16 weight gradients of 1-channel and 1x1 layers on V100 run 10-18x
+  slower than the tensor-core model allows. The 90th percentiles are these rows; the medians are 9-22%.
+* **Split**: parameters are fitted on the other half (`fit rows`); V100 rows are never fitted (its
+  terms are T4's, its fp32 plateau P100's): an independent check of the transfer.
+"""
+
+
+def _pct(s: dict[str, Any], key: str) -> str:
+    return "-" if not s.get("n") else f"{100 * s[key]:.1f}%"
+
+
+def markdown(records: Sequence[dict[str, Any]], env: dict[str, Any]) -> str:
+    held = per_chip(records, True)
+    fit = per_chip(records, False)
+    rows = []
+    for chip, s in held.items():
+        a = s["all"]
+        rows.append([chip, a["n"], _pct(a, "median_abs"), _pct(a, "p90_abs"), _pct(a, "median_signed"),
+                     "PASS" if passes(a) else "FAIL", fit[chip]["all"].get("n", 0),
+                     _pct(fit[chip]["all"], "median_abs")])
+    classes = [[chip] + [f"{_pct(s[c], 'median_abs')} / {_pct(s[c], 'p90_abs')} ({s[c]['n']})" if s[c]["n"] else "-"
+                         for c in CLASSES] for chip, s in held.items()]
+    sources = sorted({(r["source"], r["chip"]) for r in records})
+    return ("# Kernel accuracy: predicted vs published per-kernel times\n\n" + env_header(env) + "\n"
+            f"{len(records)} rows ({sum(r['held_out'] for r in records)} held out) from "
+            f"{len({r['source'] for r in records})} sources on {len(held)} chips. Bars per chip on the held-out "
+            f"rows: median |error| <= {MEDIAN_BAR:.0%}, 90th percentile <= {P90_BAR:.0%}. Error = predicted / "
+            "measured - 1.\n\n"
+            + md_table(["chip", "held-out rows", "median abs", "p90 abs", "median signed", "bars", "fit rows",
+                        "fit median abs"], rows, "l")
+            + "\n## Held out, by class (median abs / p90 abs (rows))\n\n"
+            + md_table(["chip", *CLASSES], classes, "l")
+            + NOTES
+            + "\n## Sources\n\n" + ", ".join(f"{s} on {c}" for s, c in sources)
+            + " (rows and what was left out: `benchmarks/data/README.md`)\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--no-fit", action="store_true", help="report with the catalog as committed")
+    ap.add_argument("--write-catalog", action="store_true", help="write the fitted values to the catalog")
+    args = ap.parse_args(argv)
+    rows = load_rows()
+    targets: dict[str, Target] | None = None
+    hosts: dict[str, float] | None = None
+    if not args.no_fit:
+        print(f"fitting on the fit half of {len(rows)} rows ...")
+        targets, hosts = fit_chips(rows)
+        if args.write_catalog:
+            write_catalog(targets, hosts)
+    records = evaluate(rows, targets, hosts)
+    env = environment()
+    held = per_chip(records, True)
+    columns = ["chip", "source", "kind", "dtype", "shape", "class", "measured_s", "predicted_s"]
+    data = {"env": env, "bars": {"median_abs": MEDIAN_BAR, "p90_abs": P90_BAR}, "held_out": held,
+            "fit": per_chip(records, False), "row_columns": columns,
+            "held_out_rows": [[float(f"{r[c]:.4g}") if isinstance(r[c], float) else r[c] for c in columns]
+                              for r in records if r["held_out"]]}
+    md, js = write_results(RESULTS, "kernel_accuracy", markdown(records, env), data)
+    for chip, s in held.items():
+        a = s["all"]
+        print(f"{chip:12s} held-out n={a['n']:4d} median {100 * a['median_abs']:5.1f}% p90 {100 * a['p90_abs']:5.1f}%"
+              f" {'PASS' if passes(a) else 'FAIL'}")
+    print(f"wrote {md} and {js}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The eager per-op host overhead: what a whole model run op by op pays beyond each op's dispatch.
+
+A bare op timed in a loop costs its dispatch (``launch_overhead``) and its work. Inside a model run
+eagerly, each op also pays the module call around it, argument handling and the Python glue between
+ops (views, reshapes, residual bookkeeping): on a CPU with small tensors this is several
+microseconds per op, the same size as the dispatch itself. It is measured on a small model built
+from plain torch modules (a GPT-style stack whose ops are tiny, so their bare times are mostly
+dispatch): overhead = (measured forward - predicted forward without it) / launched kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..backends import Target
+from ..costmodel.analyze import analyze
+from .sweeps import Measurement
+from .timer import median_time
+
+__all__ = ["EAGER_MODEL", "eager_model", "measure_eager", "fit_eager_overhead"]
+
+#: (layers, hidden, heads, sequence) of the calibration model.
+EAGER_MODEL: tuple[int, int, int, int] = (4, 64, 4, 16)
+
+
+def eager_model(layers: int, hidden: int, heads: int, seq: int) -> tuple[Any, tuple[Any, ...]]:
+    """A pre-norm transformer stack in plain torch (no transformers), and its input."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+            self.qkv, self.out = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+            self.up, self.down = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+
+        def forward(self, x: Any) -> Any:
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+            q, k, v = (t.view(b, s, heads, d // heads).transpose(1, 2) for t in (q, k, v))
+            a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.out(a.transpose(1, 2).reshape(b, s, d))
+            return x + self.down(nn.functional.gelu(self.up(self.ln2(x))))
+
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.norm = nn.LayerNorm(hidden)
+
+        def forward(self, x: Any) -> Any:
+            for block in self.blocks:
+                x = block(x)
+            return self.norm(x)
+
+    torch.manual_seed(0)
+    return Stack().eval(), (torch.randn(1, seq, hidden),)
+
+
+def measure_eager(shape: tuple[int, int, int, int] = EAGER_MODEL) -> Measurement:
+    """The calibration model's eager forward time on the CPU (lowest quartile of repeats)."""
+    import torch
+    model, args = eager_model(*shape)
+    with torch.no_grad():
+        t = median_time(lambda: model(*args), warmup=5, repeats=15, min_seconds=0.02, q=0.25)
+    return Measurement("eager_model", "fp32", shape, 0, 0, t)
+
+
+def fit_eager_overhead(target: Target, m: Measurement) -> tuple[float, int, float]:
+    """(overhead per launched kernel, kernels, predicted seconds without it) for measurement ``m``."""
+    from ..frontends.torch.frontend import from_torch
+    model, args = eager_model(*m.shape)
+    report = analyze(from_torch(model, args), target, fusion="none", eager_overhead=False)
+    assert report.time_s is not None and report.timing is not None
+    kernels = report.timing.kernels
+    return max(0.0, (m.seconds - report.time_s) / max(kernels, 1)), kernels, report.time_s

@@ -1,0 +1,174 @@
+"""Fitting a chip's kernel terms to per-kernel measurements, through the execution model itself.
+
+Each measured kernel becomes a one-op program (built once); a candidate target is the chip with some
+fields replaced, and the program is re-timed on it, so the fit sees exactly the tiling, wave and
+algorithm choices a prediction makes. The fields fitted per family are the mechanisms' parameters
+(GPU: the GEMM latency floor, wave fill and drain, exposed epilogue, split-K limit; TPU: the MXU fold
+overhead and the achievable efficiency), each searched over a grid of physically plausible values by
+coordinate descent on a robust score: median |log error| + half the 90th percentile.
+
+Measurement timing conventions (see :mod:`.kernel_measurements`): a ``kernel`` time excludes the
+launch gap narrowpipe adds per kernel; a ``host`` time includes the framework's per-call dispatch,
+one ``host_overhead`` fitted beside the chip's terms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backends import Target, get_target
+from ..costmodel.execution import Program, TimingOptions
+from ..costmodel.interpreter import interpret
+from ..costmodel.timing import fused_program, time_program
+from ..errors import NarrowpipeError
+from .kernel_measurements import KernelMeasurement, kernel_graph
+
+__all__ = ["KernelCase", "kernel_cases", "predict", "FitResult", "fit_kernel_terms", "TERM_GRIDS", "errors",
+           "score", "fitted_target"]
+
+_US = 1e-6
+
+#: The grid each fittable field is searched over (SI units), by family.
+TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
+    "gpu": {
+        "gemm_latency": tuple(x * 0.5 * _US for x in range(0, 41)),
+        "gemm_wave_overhead": tuple(x * _US for x in (0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8)),
+        "gemm_epilogue_exposed": (0.0, 0.25, 0.5, 0.75, 1.0),
+        "matmul_efficiency": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
+        "matmul_efficiency_tf32": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
+        "matmul_efficiency_fp32": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
+    },
+    "tpu": {
+        "mxu_fold_overhead": tuple(round(0.05 * i, 2) for i in range(21)),
+        "matmul_efficiency": tuple(round(0.7 + 0.01 * i, 2) for i in range(31)),
+    },
+}
+#: Per-call host dispatch a ``host``-timed row includes, searched in this grid (seconds).
+HOST_GRID: tuple[float, ...] = tuple(x * 5 * _US for x in range(0, 61))
+
+
+@dataclass(frozen=True)
+class KernelCase:
+    """A measurement and its one-op program, built once for the chip's family."""
+
+    measurement: KernelMeasurement
+    program: Program
+
+
+def kernel_cases(rows: Iterable[KernelMeasurement], target: Target | None = None) -> list[KernelCase]:
+    """Programs for ``rows`` (each on its own chip, or on ``target``)."""
+    out = []
+    for m in rows:
+        t = target if target is not None else get_target(m.chip)
+        table = interpret(kernel_graph(m), {})
+        out.append(KernelCase(m, fused_program(table, t, TimingOptions(allow_tf32=m.allow_tf32))))
+    return out
+
+
+def predict(case: KernelCase, target: Target, host_overhead: float = 0.0) -> float:
+    """Predicted seconds on ``target`` in the measurement's timing convention."""
+    schedule = time_program(case.program, target)
+    timing = case.measurement.timing
+    if timing == "kernel":
+        launched = sum(1 for t in schedule.times if t.time_s > 0)
+        return max(schedule.total_s - launched * target.launch_overhead, 1e-9)
+    if timing == "host":
+        return schedule.total_s + host_overhead
+    return schedule.total_s
+
+
+def errors(cases: Sequence[KernelCase], target: Target, host_overhead: float = 0.0) -> list[float]:
+    """(predicted - measured) / measured per case."""
+    return [predict(c, target, host_overhead) / c.measurement.seconds - 1 for c in cases]
+
+
+def score(errs: Sequence[float]) -> float:
+    """Median |log(predicted / measured)| plus half its 90th percentile: both bars matter."""
+    logs = sorted(abs(math.log1p(e)) for e in errs)
+    if not logs:
+        return 0.0
+    return statistics.median(logs) + 0.5 * logs[min(len(logs) - 1, int(0.9 * len(logs)))]
+
+
+def fitted_target(target: Target, values: Mapping[str, Any], source: str) -> Target:
+    """``target`` with ``values`` replaced and their sources set to ``source``."""
+    sources = dict(target.sources)
+    sources.update({k: source for k in values})
+    return dataclasses.replace(target, **values, sources=sources)
+
+
+def _near(grid: Sequence[Any], value: Any, steps: int = 2) -> Sequence[Any]:
+    """The grid points within ``steps`` of the one nearest ``value``."""
+    i = min(range(len(grid)), key=lambda j: abs(float(grid[j]) - float(value)))
+    return grid[max(0, i - steps): i + steps + 1]
+
+
+@dataclass
+class FitResult:
+    target: Target
+    values: dict[str, Any]
+    host_overhead: float
+    score: float
+    cases: int
+    history: list[tuple[str, Any, float]] = field(default_factory=list)
+
+
+def fit_kernel_terms(cases: Sequence[KernelCase], target: Target, fields: Sequence[str],
+                     source: str = "measured: calibrate --from-measurements", rounds: int = 4) -> FitResult:
+    """Fit ``fields`` of ``target`` (and a host overhead if any case is host-timed) to ``cases``."""
+    if not cases:
+        raise NarrowpipeError(f"no measurements of {target.name!r} to fit")
+    grids = TERM_GRIDS.get(target.family, {})
+    unknown = [f for f in fields if f not in grids]
+    if unknown:
+        raise NarrowpipeError(f"cannot fit {', '.join(unknown)} of a {target.family} target; "
+                              f"fittable: {', '.join(grids) or 'nothing'}")
+    values: dict[str, Any] = {f: getattr(target, f) for f in fields}
+    host = 0.0
+    fit_host = any(c.measurement.timing == "host" for c in cases)
+
+    def trial(vals: Mapping[str, Any], h: float) -> float:
+        return score(errors(cases, fitted_target(target, vals, source) if vals else target, h))
+
+    best = trial(values, host)
+    history: list[tuple[str, Any, float]] = []
+    names = [*fields, *(["host_overhead"] if fit_host else [])]
+
+    def grid_of(name: str) -> tuple[Any, ...]:
+        return HOST_GRID if name == "host_overhead" else grids[name]
+
+    def current(name: str) -> Any:
+        return host if name == "host_overhead" else values[name]
+
+    def try_point(point: Mapping[str, Any]) -> bool:
+        nonlocal best, values, host
+        vals = {**values, **{k: v for k, v in point.items() if k != "host_overhead"}}
+        h = point.get("host_overhead", host)
+        s = trial(vals, h)
+        if s < best - 1e-12:
+            best, values, host = s, vals, h
+            history.append((",".join(point), tuple(point.values()), s))
+            return True
+        return False
+
+    for _ in range(rounds):
+        # coordinate descent over each field's whole grid, then joint moves of every pair of fields
+        # within two grid steps (terms that trade off, as a latency floor and a per-wave fill do)
+        changed = False
+        for name in names:
+            for v in grid_of(name):
+                changed |= try_point({name: v})
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                for va in _near(grid_of(a), current(a)):
+                    for vb in _near(grid_of(b), current(b)):
+                        changed |= try_point({a: va, b: vb})
+        if not changed:
+            break
+    final = fitted_target(target, values, source) if values else target
+    return FitResult(final, values, host, best, len(cases), history)

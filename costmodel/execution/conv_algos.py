@@ -1,0 +1,101 @@
+"""How a GPU library may run a convolution, each way as the GEMM it executes plus its extra traffic.
+
+cuDNN and MIOpen time several algorithms per problem and run the fastest; the model does the same
+with the algorithms whose work differs:
+
+* **implicit GEMM** (every convolution): M = output positions, N = output channels, K = input
+  channels x filter taps. On tensor cores the channels a K step contracts pad up to the MMA's K
+  granularity (``tensor_core_min_tile``), so a first layer with 1-3 input channels does 8-16x its
+  FLOPs there, which is why such layers are far slower than their FLOP count says;
+* **Winograd** (3x3 and 5x5 filters, stride 1, dense, forward and backward-data): F(m x m, r x r)
+  computes an m x m output tile from an alpha x alpha input tile, alpha = m + r - 1, with
+  alpha^2 element-wise products instead of m^2 r^2; run as alpha^2 batched GEMMs
+  (tiles x Cin by Cin x Cout). The fused form F(2x2, 3x3) keeps its transforms on chip; the
+  non-fused F(4x4, 3x3) and F(2x2, 5x5) (cuDNN's WINOGRAD_NONFUSED) write the transformed input and
+  output to memory and read them back, in three extra kernels. Winograd only pays off where the
+  multiplies are the cost, so it is offered for convolutions on the vector units (fp32 without
+  TF32), as the libraries do (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import ceil, prod
+
+from ...ir import Node
+from ..interpreter import CostTable
+from ..sizes import value_bytes
+from .gemm import Gemm, conv_gemm
+
+__all__ = ["ConvPlan", "conv_plans", "WINOGRAD_FORMS"]
+
+#: (output tile m, filter r, fused) of the Winograd forms considered.
+WINOGRAD_FORMS: tuple[tuple[int, int, bool], ...] = ((2, 3, True), (4, 3, False), (2, 5, False))
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    name: str
+    gemm: Gemm
+    extra_bytes: int = 0       # traffic outside the GEMM: transforms written and read back
+    extra_kernels: int = 0     # kernels besides the GEMM (non-fused transforms)
+
+
+def _channel_padded(g: Gemm, node: Node, table: CostTable, k_step: int) -> Gemm:
+    """The implicit GEMM with its contracted channels padded to the MMA K granularity."""
+    if node.attrs.get("role") == "grad_weight" or k_step <= 1:
+        return g
+    w = node.inputs[1]
+    assert w is not None
+    wshape = table.shapes[w]
+    taps = prod(wshape[2:])
+    groups = int(node.attrs.get("groups", 1))
+    channels = wshape[0] // groups if node.attrs.get("transposed") else wshape[1]
+    padded = ceil(channels / k_step) * k_step
+    return g if padded == channels else replace(g, k=padded * taps)
+
+
+def _winograd(table: CostTable, node: Node, g: Gemm) -> list[ConvPlan]:
+    a = node.attrs
+    w = node.inputs[1]
+    assert w is not None
+    kernel = table.shapes[w][2:]
+    if (a.get("role") == "grad_weight" or int(a.get("groups", 1)) != 1 or len(kernel) != 2
+            or kernel[0] != kernel[1] or any(int(s) != 1 for s in a.get("stride", (1,)))
+            or any(int(d) != 1 for d in a.get("dilation", (1,)))):
+        return []
+    r = kernel[0]
+    out = table.shapes[node.outputs[0]]
+    transposed = bool(a.get("transposed"))
+    x = node.inputs[0]
+    assert x is not None
+    # the problem's output positions: the conv output (forward) or the input of the grad (backward)
+    spatial = out[2:]
+    cin, cout = (table.shapes[w][0], table.shapes[w][1]) if transposed else (table.shapes[w][1], table.shapes[w][0])
+    e = g.dtype.bits // 8
+    plans = []
+    for m, rr, fused in WINOGRAD_FORMS:
+        if rr != r:
+            continue
+        alpha = m + r - 1
+        tiles = out[0] * ceil(spatial[0] / m) * ceil(spatial[1] / m)
+        a2 = alpha * alpha
+        t_in, t_out, t_w = a2 * tiles * cin * e, a2 * tiles * cout * e, a2 * cin * cout * e
+        flops = 2 * alpha * alpha * tiles * cin * cout
+        if fused:
+            gg = Gemm(alpha * alpha, tiles, cout, cin, g.dtype, g.a_bytes, g.b_bytes, g.c_bytes, flops)
+            plans.append(ConvPlan(f"Winograd F({m}x{m},{r}x{r}) fused", gg))
+        else:
+            gg = Gemm(alpha * alpha, tiles, cout, cin, g.dtype, t_in, t_w, t_out, flops)
+            extra = value_bytes(table, x) + t_in + g.b_bytes + t_w + t_out + value_bytes(table, node.outputs[0])
+            plans.append(ConvPlan(f"Winograd F({m}x{m},{r}x{r}) non-fused", gg, extra, 3))
+    return plans
+
+
+def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool) -> list[ConvPlan]:
+    """The algorithms a library could run ``node`` with (implicit GEMM first)."""
+    g = conv_gemm(table, node)
+    plans = [ConvPlan("implicit GEMM", _channel_padded(g, node, table, k_step))]
+    if winograd:
+        plans += _winograd(table, node, g)
+    return plans

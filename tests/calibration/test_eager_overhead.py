@@ -1,0 +1,28 @@
+"""The eager per-op host overhead: fitted from a whole-model measurement, paid by model predictions."""
+
+from __future__ import annotations
+
+import pytest
+
+from narrowpipe.backends import get_target
+from narrowpipe.calibration.eager import EAGER_MODEL, fit_eager_overhead
+from narrowpipe.calibration.sweeps import Measurement
+
+
+def test_the_fit_returns_the_time_per_op_the_bare_ops_do_not_explain():
+    pytest.importorskip("torch")
+    cpu = get_target("epyc-9755")
+    _, kernels, bare = fit_eager_overhead(cpu, Measurement("eager_model", "fp32", EAGER_MODEL, 0, 0, 1.0))
+    assert kernels > 4 * 10                     # four blocks of norms, linears, attention, residuals
+    measured = bare + kernels * 9e-6
+    overhead, _, _ = fit_eager_overhead(cpu, Measurement("eager_model", "fp32", EAGER_MODEL, 0, 0, measured))
+    assert overhead == pytest.approx(9e-6)
+    faster, _, _ = fit_eager_overhead(cpu, Measurement("eager_model", "fp32", EAGER_MODEL, 0, 0, bare / 2))
+    assert faster == 0.0                        # never negative: the ops alone already explain it
+
+
+def test_calibrate_measures_the_eager_overhead_and_a_depthwise_rate(host):
+    t = get_target(str(host))
+    assert t.eager_op_overhead is not None and 0 <= t.eager_op_overhead < 1e-3
+    assert t.source("eager_op_overhead").startswith("measured:")
+    assert t.vector_op_flops["conv_depthwise"] > 0

@@ -1,0 +1,63 @@
+"""The kernel-accuracy acceptance (issue 12) on the held-out half of the public per-kernel timings,
+with the catalog as committed: median |error| <= 10% and 90th percentile <= 25% per chip.
+
+Chips that do not meet the bars yet are strict expected failures (the test fails the day they pass,
+so this list gets updated) and are held to their recorded numbers so they cannot get worse. The
+per-chip numbers and why the rest fail: ``benchmarks/results/kernel_accuracy.md``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import kernel_accuracy as ka  # noqa: E402
+
+#: chip -> (median, p90) of held-out |error| recorded with this catalog; regressions fail.
+SHORT_OF_THE_BARS = {
+    "h100-sxm": (0.096, 0.290), "mi300x": (0.133, 0.382), "mi355x": (0.089, 0.420),
+    "v100-sxm2": (0.150, 0.604), "t4": (0.189, 0.611), "p100-pcie": (0.216, 0.634), "mi25": (0.184, 0.502),
+}
+MEETING_THE_BARS = ("b200", "tpu-v5e", "tpu-v6e")
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    rows = [r for r in ka.load_rows() if ka.is_held_out(r)]
+    return ka.per_chip(ka.evaluate(rows), held_out=True)
+
+
+def test_the_benchmark_covers_two_vendors_and_every_chip_generation_in_the_data(held_out):
+    assert set(held_out) == set(SHORT_OF_THE_BARS) | set(MEETING_THE_BARS)
+    assert sum(s["all"]["n"] for s in held_out.values()) >= 2000
+
+
+def test_v100_is_never_fitted():
+    from narrowpipe.backends import get_target
+    fields, copies = ka.fitted_fields(get_target("v100-sxm2"))
+    assert not fields and copies
+    assert ("DEEPBENCH", "v100-sxm2") in ka.INDEPENDENT
+
+
+@pytest.mark.parametrize("chip", MEETING_THE_BARS)
+def test_held_out_error_meets_the_bars(held_out, chip):
+    s = held_out[chip]["all"]
+    assert s["median_abs"] <= ka.MEDIAN_BAR and s["p90_abs"] <= ka.P90_BAR
+
+
+@pytest.mark.parametrize("chip", sorted(SHORT_OF_THE_BARS))
+def test_chips_short_of_the_bars_do_not_get_worse(held_out, chip):
+    s = held_out[chip]["all"]
+    median, p90 = SHORT_OF_THE_BARS[chip]
+    assert s["median_abs"] <= median + 0.005 and s["p90_abs"] <= p90 + 0.01
+
+
+@pytest.mark.xfail(strict=True, reason="not met yet: library heuristics (AMD, DeepBench-era cuBLAS/cuDNN); "
+                                       "see benchmarks/results/kernel_accuracy.md")
+@pytest.mark.parametrize("chip", sorted(SHORT_OF_THE_BARS))
+def test_held_out_error_meets_the_bars_known_short(held_out, chip):
+    s = held_out[chip]["all"]
+    assert s["median_abs"] <= ka.MEDIAN_BAR and s["p90_abs"] <= ka.P90_BAR
