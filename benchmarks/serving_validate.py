@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pope_breakdown import analysis, layer_table, paper_estimate, serial_check  # noqa: E402
 from published_decode import PUBLISHED  # noqa: E402
 
 import narrowpipe  # noqa: E402
@@ -134,7 +135,7 @@ def pope_rows(steps: list[tuple[PopeRow, Ws2dStep]]) -> tuple[list[list[str]], l
         label = r.label if r.seq == 1 else f"{r.label} ({r.seq} tokens)"
         rows.append([label, f"{r.chips} ({r.system[7:]})", f"{r.axes[0]} x {r.axes[1]}", str(r.batch),
                      f"{s.compute_s * 1e3:.1f}", f"{s.collectives_s * 1e3:.1f}", f"{ms:.1f}",
-                     f"{r.published_ms:.1f}", f"{err:+.0%}", f"{mfu_pred:.1%}", f"{mfu_pub:.1%}{table_mfu}", r.where])
+                     f"{r.published_ms:.1f}", f"{err:+.1%}", f"{mfu_pred:.1%}", f"{mfu_pub:.1%}{table_mfu}", r.where])
         data.append({"model": r.label, "seq": r.seq, "chips": r.chips, "system": r.system, "axes": list(r.axes),
                      "batch": r.batch,
                      "context": CONTEXT, "weights": r.weights, "predicted_ms": ms, "published_ms": r.published_ms,
@@ -165,88 +166,14 @@ def dataflow_rows() -> tuple[list[list[str]], list[dict[str, object]]]:
     return rows, data
 
 
-def pope_analysis(steps: list[tuple[PopeRow, Ws2dStep]]) -> str:
-    """What the rows say, with the numbers computed from them."""
-    (r8, i8), (r16, b16) = steps[0], steps[1]
-    gap = (b16.time_s - i8.time_s) * 1e3
-    saved = b16.weight_bytes_per_chip - i8.weight_bytes_per_chip
-    v4 = get_target("tpu-v4")
-    at_hbm = saved / (v4.memory_bandwidth * v4.memory_efficiency) * 1e3
-    per_layer = [f"{r.label} batch {r.batch} {(r.published_ms - s.time_s * 1e3) * 1e3 / r.served.layers:+.0f} us"
-                 for r, s in steps if r.seq == 1]
-    b16_step = r16.published_ms - b16.time_s * 1e3
-    b16_short_us = b16_step * 1e3 / r16.served.layers
-    b16_comm_us = sum(v for k, v in b16.per_layer.items() if k != "kernels") * 1e6
-    rm, mesh = steps[4]
-    mesh_k, mesh_c = mesh.compute_s * 1e3, mesh.collectives_s * 1e3
-    mesh_err, mesh_full = mesh.time_s * 1e3 / rm.published_ms - 1, max(mesh_k, mesh_c) / rm.published_ms - 1
-    return f"""
-### What the prediction includes (each with its source)
-
-* **PaLM 540B as served**: heads padded from 48 to 64 (Pope et al. section 4, +18B parameters), so
-  each chip reads {b16.weight_bytes_per_chip / 1e9:.2f} GB of bf16 weights per step; MFU counts 540B's own FLOPs.
-* **Collectives on the slice's real links** (`costmodel/execution/algorithms.py`): on a full cube
-  (wraparound links) each shard travels both ways, `k // 2` hops along an axis of `k` (SB-TPU
-  sharding.md: 2 hops on a v4 axis of 4); a slice smaller than a cube has no wraparound (SB-TPU
-  tpus.md), so the 62B rows run on meshes (`tpu-v4-2x2x4`, `tpu-v4-2x2x2`): `k - 1` hops and one
-  link per axis, half a torus's rate. `x` takes one torus axis, `yz` the others.
-* **Measured ICI figures** (SB-SHARD, TPU v5e profiles on the same 4.5e10 B/s links, assumed for
-  v4): 0.82 of the links' peak (a 34 MB gather, 680 us against 560) and 1.45 us per hop (a gather
-  of 32 kB shards in ~8 us: 3 hops + the transfer + 1 us of op overhead).
-* **Published MFU as a check of the reading**: the paper's latencies are for 64 generated tokens;
-  the MFU recomputed from latency / 64 ('MFU published') matches the tables' MFU in brackets, so
-  the rows are per-step times at the stated batch, chips and format.
-
-### What is missing, precisely
-
-1. **int8 at 64 rows per chip runs at HBM speed in the paper, MXU-bound in the model.** int8
-   saves {saved / 1e9:.2f} GB per chip per step; at the achievable HBM rate (0.85 x 1.2 TB/s) that is
-   {at_hbm:.1f} ms, and the paper's int8/bf16 difference is {r16.published_ms - r8.published_ms:.1f} ms. The model saves
-   {gap:.1f} ms. TPU v4 has no faster int8 MXU rate (275 TOPS, as bf16: GCP-V4) and the paper keeps
-   bf16 activations (section 3.6), so int8 changes only the bytes; but the model's 64-row folds wait
-   on the 128-cycle MXU weight load plus the fold's unhidden fill and drain (`mxu_fold_overhead`,
-   0.5 x dim = 64 cycles, fitted on large TPU v6e matmuls: 192 cycles at 64 rows), so the fused input
-   matmul takes 67 us on the MXU against 48 us of weight bytes (per layer, served model; 64 us before
-   the fold overhead, when a 0.7 matmul efficiency derated the load instead). Hiding the fill and
-   drain under the next tile's load when the fold is load-bound (`max(rows + overhead, dim)`) would
-   agree with Pope (8.6 ms), but the public TPU matmul timings behind the fold overhead
-   (benchmarks/data) time load-bound shapes (v6e at 128 rows) only from the host, where dispatch
-   dominates, so they do not tell the two apart. Pinned by the strict xfail
-   `test_int8_saves_the_weight_bytes_at_hbm_speed_as_pope_measured`. With that change the int8 rows
-   move further from the paper (540B int8 -31%, 62B int8 -24%): the int8 rows' errors here are
-   smaller for a wrong reason.
-2. **A per-layer term common to int8 and bf16.** With the weights at HBM speed, the bf16 row at batch
-   64 misses {b16_short_us:.0f} us per layer ({b16_step:.1f} ms per step); int8 misses the same once its
-   matmuls are memory-bound. It is not weight bytes (the same in both formats), not the KV cache (2 MB
-   per chip per layer, 2 us), and not the measured ICI latency (already in: {b16_comm_us:.0f} us of collectives
-   per layer, 7 collectives). Per layer the prediction is short by: {"; ".join(per_layer)}.
-   No source gives a figure for what remains; the candidates are per-op costs of the paper's XLA
-   program above the model's assumed 1 us per op (the model times 8 kernels and 7 collectives per
-   layer; RoPE, the cache update, the relayouts around the two all-to-alls and the loop steps of
-   Looped CollectiveEinsum are not modelled): ~5 us more per op, or ~10 us more per collective,
-   would close the batch-64 rows.
-3. **Overlap.** The model overlaps nothing; the paper overlaps collectives with matmuls (Looped
-   CollectiveEinsum, 1.4x over XLA's plain schedule, section 3.5) without a per-collective figure.
-   The 62B batch-512 row on the 2x2x2 mesh is where it shows: {mesh_c:.0f} ms of collectives beside
-   {mesh_k:.0f} ms of kernels; no overlap gives {mesh_err:+.0%}, full overlap would give {mesh_full:+.0%}.
-
-Before issue 12's MXU model (efficiency 1, 512-row blocks, 0.5 x dim per fold) the rows read -21%,
--24%, -8%, -12%, +15% and the prefills +6%, +4%: with a 0.7 matmul efficiency the large-batch rows
-and the prefills carried a derate the fold model does not.
-
-**Prefill**: the two low-latency prefill rows (batch 1, 2048 tokens, int8, 2D weight-stationary with
-attention sharded over heads: `ws2d_prefill`) are in the table ('prefill', published ms for the
-whole prompt). **Not added**: the high-throughput prefills (batch 512, weight-gathered XYZ layout:
-not modelled). Tables D.2-D.4 (the FasterTransformer benchmark: 20-128 input tokens, batches
-4-1024): only partly read, so not transcribed. The paper's full text was not in the stored corpus:
-table 2 and section 4.4 come from two independent summaries of it that agree, table 3 from one;
-every row's latency agrees with its published MFU.
-"""
-
-
 def main() -> None:
     steps = pope_steps()
     p_rows, p_data, breakdown = pope_rows(steps)
+    serial_md, serial = serial_check(PALM_540B_SERVED, CONTEXT)
+    tables = "".join(layer_table(r, s) for r, s in steps[:2])
+    for (r, s), d in zip(steps, p_data):
+        if r.seq == 1:
+            d["paper_estimate_ms"] = paper_estimate(r, s, CONTEXT)
     d_rows, d_data = dataflow_rows()
     env = environment()
     md = ("# Serving predictions vs published decode latencies\n\n" + env_header(env) + "\n"
@@ -259,7 +186,9 @@ def main() -> None:
                       "published ms", "error", "MFU predicted", "MFU published (table)", "source"],
                      p_rows, "llllrrrrrrrl")
           + breakdown
-          + pope_analysis(steps)
+          + serial_md
+          + tables
+          + analysis(steps, CONTEXT, serial)
           + "\n## Dataflow decode with a KV cache (the rows of published_decode.py)\n\n"
           + md_table(["model", "target", "role", "context", "export, no cache: tokens/s", "export kernels",
                       "serving kernels", "serving, empty cache", "serving, cache at context", "published tokens/s",
@@ -268,7 +197,8 @@ def main() -> None:
             "(published_decode.py). The serving graph is the model builder's rebuild (canonical norms and "
             "activations: fewer kernels than the export's decompositions, so faster on chips whose time is "
             "per-kernel latency); the step from 'empty cache' to 'cache at context' is the cache's reads.\n")
-    md_path, _ = write_results(RESULTS, "serving_validate", md, {"env": env, "pope": p_data, "dataflow": d_data})
+    data = {"env": env, "pope": p_data, "pope_serial_block": serial, "dataflow": d_data}
+    md_path, _ = write_results(RESULTS, "serving_validate", md, data)
     print(md)
     print(f"[serving_validate] wrote {md_path}")
 

@@ -44,3 +44,22 @@ def test_sn40l_node_serves_8b_tensor_parallel_near_the_published_rate():
     weights = 16.06e9                                               # bf16 Llama-3-8B incl. embeddings
     floor = weights / (16 * 1.6e12 * 0.75)                          # by hand: HBM of the node at 75%
     assert floor < r.time_s < floor + 64 * 2e-6 + 2e-4              # + one 2 us hop per all-reduce
+
+
+@pytest.mark.parametrize("nbytes, measured_us", [(33554456, 33.65), (8388632, 8.87), (2097176, 2.62)])
+def test_tpu_v4_reads_hbm_at_the_rate_its_measured_copies_ran(nbytes, measured_us):
+    """SCALESIM-V4: XLA copy-done events on a TPU v4 (medians of 5, 6 and 6 copies of these sizes);
+    the catalog's bandwidth curve is their rate, so the model's time for the bytes is the copy's."""
+    from narrowpipe.backends import get_target
+    from narrowpipe.costmodel.execution.common import memory_time
+    assert memory_time(get_target("tpu-v4"), nbytes) == pytest.approx(measured_us * 1e-6, rel=0.03)
+
+
+def test_tpu_v4_dequantizes_int8_weights_on_its_vpu_alus():
+    """SB-TPU: 8 x 128 (sublane, lane) pairs of 2 ALUs per TensorCore, 2 TensorCores, at the 1.049 GHz
+    the bf16 peak implies: int8 weights cost two VPU operations each (convert, scale) before the MXU."""
+    from narrowpipe.backends import get_target
+    from narrowpipe.costmodel.execution.common import dequant_time
+    from narrowpipe.ir import DType
+    alu_ops_per_s = 2 * 8 * 128 * 2 * 275e12 / (8 * 128 * 128 * 2)
+    assert dequant_time(get_target("tpu-v4"), DType.BF16, 1e9, 1) == pytest.approx(2e9 / alu_ops_per_s, rel=0.01)

@@ -66,7 +66,7 @@ def test_a_slice_smaller_than_a_cube_gathers_on_one_link_per_axis():
 
 
 @pytest.mark.xfail(strict=True, reason="known gap: the TPU model's 64-row int8 folds are MXU-bound (the 128-cycle "
-                   "weight load plus 0.5 x 128 cycles of fill and drain per fold), so int8 saves 5.2 ms, not "
+                   "weight load plus 0.5 x 128 cycles of fill and drain per fold), so int8 saves 5.5 ms, not "
                    "Pope's 8.4; benchmarks/results/serving_validate.md")
 def test_int8_saves_the_weight_bytes_at_hbm_speed_as_pope_measured():
     """Pope et al. section 4.4: PaLM 540B (heads padded to 64, section 4) at batch 64 on 64 TPU v4
@@ -127,3 +127,59 @@ def test_batch_one_int8_prefills_are_within_the_issue_bar_of_pope(spec, chips, s
     s = ws2d_prefill(spec, get_target("tpu-v4"), Topology.of_system(get_system(system)), chips, batch=1, seq=2048,
                      weights=DType.INT8, axes=axes)
     assert s.time_s == pytest.approx(published_s, rel=0.2)
+
+
+SERVED = replace(PALM, heads=64)       # Pope et al. section 4: 48 heads padded to 64
+
+
+def test_a_serial_layer_costs_what_pope_measured_against_the_parallel_block():
+    """Pope et al. section 4.3: PaLM 540B with serial attention and MLP blocks takes 14% longer per
+    decode step than with PaLM's parallel block (2D weight-stationary, 64 chips, batch 512), 'because
+    of the increased communication time for activations': the second block's gathers and scatters."""
+    t, topo = get_target("tpu-v4"), Topology.of_system(get_system("tpu-v4-4x4x4"))
+    par, ser = (ws2d_decode(replace(SERVED, parallel_block=p), t, topo, 64, batch=512, context=2048,
+                            weights=DType.BF16, axes=(4, 16)) for p in (True, False))
+    assert ser.time_s / par.time_s == pytest.approx(1.14, abs=0.02)
+    assert ser.weight_bytes_per_chip - par.weight_bytes_per_chip == 2 * 118 * 18432 / 64     # a second norm
+    assert "serial attention and MLP blocks" in ser.notes[0]
+
+
+def test_a_serial_layer_gathers_and_scatters_once_per_block():
+    t, topo = get_target("tpu-v4"), Topology.of_system(get_system("tpu-v4-4x4x4"))
+    s = ws2d_decode(replace(SERVED, parallel_block=False), t, topo, 64, batch=64, context=2048,
+                    weights=DType.INT8, axes=(4, 16))
+    comm = [k for k in s.per_layer if k != "kernels"]
+    assert sum(k.startswith("attention ") for k in comm) == 7 and sum(k.startswith("mlp ") for k in comm) == 5
+    link = 221e9 / 6
+    # the MLP's reduce-scatter over x: its gate and up columns only, 64 rows of 2 x 73728 / 16 in bf16,
+    # 3/4 of them over both links of the x axis of 4, 2 hops, one launch
+    rs = s.per_layer["mlp reduce-scatter x (B x in/yz)"]
+    assert rs == pytest.approx(2 * 1.45e-6 + 3 / 4 * 64 * 2 * 73728 / 16 * 2 / (2 * link) + t.launch_overhead,
+                               rel=1e-6)
+
+
+def test_rotary_embeddings_turn_q_and_the_new_k_each_step():
+    """PaLM uses RoPE (Chowdhery et al. 2022, section 2): q and the new token's k turn each step,
+    elementwise kernels beside the attention; a model without rotary positions has none of them."""
+    t, topo = get_target("tpu-v4"), Topology.of_system(get_system("tpu-v4-4x4x4"))
+    rope, plain = (ws2d_decode(replace(SERVED, positions=pos), t, topo, 64, batch=64, context=2048,
+                               weights=DType.INT8, axes=(4, 16)) for pos in ("rotary", "none"))
+    turned = [k for k in rope.layer_kernels if "rope" in k]
+    assert turned and not any("rope" in k for k in plain.layer_kernels)
+    assert rope.per_layer["kernels"] - plain.per_layer["kernels"] == pytest.approx(
+        sum(rope.layer_kernels[k] for k in turned), rel=1e-9)
+    assert sum(rope.layer_kernels.values()) == pytest.approx(rope.per_layer["kernels"], rel=1e-9)
+
+
+@pytest.mark.parametrize("weights, published_ms", [
+    (DType.INT8, 28.5),
+    pytest.param(DType.BF16, 36.9, marks=pytest.mark.xfail(
+        strict=True, reason="known gap: 29.3 ms predicted, 21% short; no sourced mechanism found for the "
+        "~60 us per layer missing (benchmarks/results/serving_validate.md)")),
+])
+def test_batch_64_decode_is_within_the_issue_bar_of_pope(weights, published_ms):
+    """Issue 10's bar: Pope et al. section 4.4, PaLM 540B on 64 TPU v4 at batch 64 and 2048 tokens
+    of context: 28.5 ms per step with int8 weights, 36.9 ms with bf16; within 20%."""
+    t, topo = get_target("tpu-v4"), Topology.of_system(get_system("tpu-v4-4x4x4"))
+    s = ws2d_decode(SERVED, t, topo, 64, batch=64, context=2048, weights=weights, axes=(4, 16))
+    assert s.time_s == pytest.approx(published_ms * 1e-3, rel=0.2)
