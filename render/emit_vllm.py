@@ -32,7 +32,8 @@ __all__ = ["vllm_launch", "vllm_from_report", "vllm_from_capacity", "parse_layou
            "VLLM_REFERENCE", "KV_CACHE_DTYPES"]
 
 VLLM_REFERENCE = ("vllm-project/vllm vllm/engine/arg_utils.py (commit 001999d2f360c2c5da23a916510c273b1a73d06c); "
-                  "--quantization choices from vllm/model_executor/layers/quantization/__init__.py")
+                  "--quantization choices: vllm/model_executor/layers/quantization/__init__.py (commit "
+                  "0034007debee2a009e030804f2cde7953aff78c6)")
 #: ``--kv-cache-dtype`` choices, and the narrowpipe KV format each stands for.
 KV_CACHE_DTYPES = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

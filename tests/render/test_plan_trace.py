@@ -12,36 +12,9 @@ import pytest
 import narrowpipe
 from narrowpipe import Plan
 from narrowpipe.cli import main
-from narrowpipe.costmodel.planner import Parallel
 from narrowpipe.render.plan_trace import SLOT_CATEGORY, plan_trace
 
 US = 1e6
-
-
-def hand_plan(pp: int, interleave: int, m: int, *, f: float = 1e-3, b: float = 2e-3, comm: float = 1e-4,
-              p2p: float = 0.0, dp_total: float = 0.0, dp_exposed: float = 0.0, optimizer: float = 0.0) -> Plan:
-    """A plan with equal chunks (``f``/``b`` per chunk per microbatch, ``comm`` of each exposed) and
-    its step time written from the paper's formula, not from narrowpipe's step model."""
-    par = Parallel(tp=2, pp=pp, dp=2, interleave=interleave, microbatch=1, global_batch=2 * m)
-    v = interleave
-    p2p = p2p if pp > 1 else 0.0                       # one stage sends nothing
-    t = v * (f + b + 2 * p2p)                          # one device, one microbatch
-    pipeline = m * t + (pp - 1) * t / v                # Narayanan et al. SC'21: bubble (p - 1) / v stage-times
-    stages = []
-    for d in range(pp):
-        chunks = [{"chunk": c * pp + d, "layers": [c * pp + d], "forward_s": f, "backward_s": b,
-                   "forward_comm_s": comm, "backward_comm_s": comm} for c in range(v)]
-        stages.append({"device": d, "layers": [c["chunk"] for c in chunks], "forward_s": v * f, "backward_s": v * b,
-                       "p2p_s": 2 * v * p2p, "p2p_each_s": p2p, "param_gather_s": 0.0, "chunks": chunks})
-    step = pipeline + dp_exposed + optimizer
-    breakdown = {"compute": m * v * (f + b - 2 * comm), "tp_comm": m * v * 2 * comm, "p2p": m * 2 * v * p2p,
-                 "bubble": pipeline - m * t, "dp_comm": dp_exposed, "optimizer": optimizer}
-    collectives = ([{"purpose": "data-parallel gradient reduction", "op": "all_reduce", "axis": "dp", "group_size": 2,
-                     "per_step": 1, "comm_bytes": 0, "seconds": dp_total, "exposed_s": dp_exposed}]
-                   if dp_total else [])
-    return Plan("hand", "h100-sxm", "dgx-h100", par.devices, "train", 1024, par, {"name": "megatron-core"}, step,
-                breakdown, {}, {}, 1.0, 1.0, 1.0, 0.5, {"total": 1.0, "capacity": 2.0, "device": 0.0}, True, stages,
-                collectives, dtype="bf16")
 
 
 def _spans(doc: dict) -> list[dict]:
@@ -64,7 +37,7 @@ def _check_tracks(doc: dict) -> None:
 
 
 @pytest.mark.parametrize("pp, v, m", [(4, 1, 8), (4, 2, 8), (2, 3, 4), (1, 1, 4)])
-def test_a_hand_made_plans_trace_totals_its_step_time_with_one_slice_per_pass(pp, v, m):
+def test_a_hand_made_plans_trace_totals_its_step_time_with_one_slice_per_pass(hand_plan, pp, v, m):
     plan = hand_plan(pp, v, m, p2p=2e-5, dp_total=3e-3, dp_exposed=1e-3, optimizer=5e-4)
     doc = json.loads(json.dumps(plan_trace(plan).to_dict()))
     _check_tracks(doc)
@@ -87,7 +60,7 @@ def test_a_hand_made_plans_trace_totals_its_step_time_with_one_slice_per_pass(pp
     assert len(idle) == (pp if pp > 1 else 0)
 
 
-def test_exposed_communication_is_a_span_no_compute_overlaps():
+def test_exposed_communication_is_a_span_no_compute_overlaps(hand_plan):
     plan = hand_plan(2, 1, 4, dp_total=3e-3, dp_exposed=1e-3, optimizer=5e-4)
     doc = plan_trace(plan).to_dict()
     names = _track_names(doc)
