@@ -164,6 +164,10 @@ def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str
         out["--untie-embeddings-and-output-weights"] = True
     if arch.get("experts"):
         out.update({"--num-experts": arch["experts"], "--moe-router-topk": arch.get("top_k") or 1})
+    if arch.get("other"):
+        notes.append("model features these flags do not set: " + ", ".join(f"{k}={v}" for k, v in
+                                                                          sorted(arch["other"].items()))
+                     + " (add Megatron's flags or model-provider settings for them)")
     notes.append(f"add data and tokenizer flags (--data-path, --tokenizer-type, ...); to measure this plan on "
                  f"synthetic data: --mock-data --tokenizer-type NullTokenizer --vocab-size {arch['vocab']} "
                  "(Megatron pads the vocabulary to a multiple of 128 x tp)")

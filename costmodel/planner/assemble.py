@@ -8,6 +8,7 @@ the recomputed forward (the SC'21 paper's rate), both per device per second of p
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ...ir import Graph
@@ -21,6 +22,8 @@ _LABELS = {"compute": "compute", "recompute": "recomputation", "tp_comm": "tenso
            "cp_comm": "context-parallel communication", "ep_comm": "expert-parallel all-to-all",
            "p2p": "pipeline sends", "param_gather": "parameter gathers (ZeRO-3)", "bubble": "pipeline bubble",
            "dp_comm": "data-parallel gradient reduction", "optimizer": "optimizer step"}
+#: Spec fields that are the plan's to say (dtype) or the runtime's (dropout, attention form), or implied.
+_RUNTIME_SPEC = ("dtype", "dropout", "attention", "norm_bias", "causal")
 _COMM = ("tp_comm", "cp_comm", "ep_comm", "p2p", "param_gather", "dp_comm")
 
 
@@ -96,7 +99,13 @@ def architecture(graph: Graph) -> dict[str, Any]:
     spec = spec_from_graph(graph)
     if spec is None:
         return {}
-    return {k: getattr(spec, k) for k in ARCH_FIELDS}
+    out: dict[str, Any] = {k: getattr(spec, k) for k in ARCH_FIELDS}
+    # any other feature the spec sets away from its default (a sliding window, a parallel block, fields
+    # added later) is listed, so launch settings can say what they do not express instead of dropping it
+    out["other"] = {f.name: v if isinstance(v, (bool, int, float, str)) else str(v)
+                    for f in dataclasses.fields(spec) if f.name not in ARCH_FIELDS and f.name not in _RUNTIME_SPEC
+                    and (v := getattr(spec, f.name)) != f.default}
+    return out
 
 
 def planner_memory(ev: Evaluation, stage: int) -> dict[str, float]:

@@ -151,3 +151,11 @@ def test_plan_emit_vllm_points_to_serve(capsys):
     assert main(["plan", "gpt2", "--devices", "8", "--target", "dgx-h100", "--global-batch", "16",
                  "--emit", "vllm"]) == 2
     assert "narrowpipe serve MODEL --target ... --emit vllm" in capsys.readouterr().err
+
+
+def test_model_features_the_flags_do_not_set_are_named_not_dropped():
+    import narrowpipe
+    g = narrowpipe.transformer(4, 1024, 8, 32000, seq=1024, name="windowed", sliding_window=512)
+    plan = narrowpipe.plan(g, "dgx-h100", 8, global_batch=16, parallel={"tp": 2, "pp": 2, "microbatch": 1})
+    assert plan.architecture["other"] == {"sliding_window": 512}
+    assert any("sliding_window=512" in n for n in megatron_launch(plan).notes)
