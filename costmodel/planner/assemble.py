@@ -85,9 +85,10 @@ def stage_rows(planner: Planner, ev: Evaluation) -> list[dict[str, Any]]:
             mine.append({"chunk": g, "layers": list(chunks[g]), "forward_s": sum(b.forward_s for b in blocks),
                          "backward_s": sum(b.backward_s for b in blocks), "forward_comm_s": comm["forward"],
                          "backward_comm_s": comm["backward"]})
+        gather = s.p2p_s - 2 * p.interleave * p2p_each          # what the stage's extra time holds besides sends
         rows.append({"device": s.index, "layers": list(s.layers), "forward_s": s.forward_s,
                      "backward_s": s.backward_s, "p2p_s": s.p2p_s, "p2p_each_s": p2p_each,
-                     "param_gather_s": s.p2p_s - 2 * p.interleave * p2p_each, "chunks": mine,
+                     "param_gather_s": gather if gather > 1e-9 * s.p2p_s else 0.0, "chunks": mine,
                      "memory": planner_memory(ev, s.index)})
     return rows
 
