@@ -85,10 +85,10 @@ def model() -> narrowpipe.Graph:
 
 
 @pytest.mark.parametrize("fix", [{"tp": 2, "pp": 4, "interleave": 1}, {"tp": 2, "pp": 2, "interleave": 2},
-                                 {"tp": 2, "pp": 1}])
+                                 {"tp": 2, "pp": 1}, {"tp": 2, "pp": 4, "interleave": 2, "zero": 3}])
 def test_the_plans_timeline_has_every_slot_and_the_plans_step_time(model, fix):
-    plan = narrowpipe.plan(model, "dgx-h100", 16, global_batch=32, parallel={**fix, "microbatch": 1, "zero": 1,
-                                                                             "recompute": "full"})
+    plan = narrowpipe.plan(model, "dgx-h100", 16, global_batch=32, parallel={"microbatch": 1, "zero": 1,
+                                                                             "recompute": "full", **fix})
     tl = step_timeline(plan)
     p, m, v = plan.parallel.pp, plan.parallel.microbatches, plan.parallel.interleave
     for d in range(p):
@@ -100,12 +100,14 @@ def test_the_plans_timeline_has_every_slot_and_the_plans_step_time(model, fix):
     assert tl.total_s == pytest.approx(tl.pipeline_s + plan.breakdown["dp_comm"] + plan.breakdown["optimizer"])
     # the simulated step is the plan's step time exactly with one stage, or 1F1B with the last stage
     # the slowest (the closed form's own case); 1F1B otherwise finishes no later than the closed form;
-    # interleaved chunks of unequal time land within 1% of it
+    # interleaved chunks of unequal time (and ZeRO-3's gathers, heavier on the embedding's device) land
+    # within 3% of it
     crit = max(range(p), key=lambda d: busy[d])
     if p == 1 or (v == 1 and crit == p - 1):
         assert tl.total_s == pytest.approx(plan.step_time_s, rel=1e-9)
     elif v == 1:
         assert tl.total_s <= plan.step_time_s * (1 + 1e-9)
     else:
-        assert tl.total_s == pytest.approx(plan.step_time_s, rel=1e-2)
+        assert tl.total_s == pytest.approx(plan.step_time_s, rel=3e-2)
+    assert all(x >= 0 for s in tl.slots for x in (s.start_s, s.gather_s, s.compute_s, s.comm_s, s.p2p_s))
     assert step_timeline(Plan.from_json(plan.to_json())).total_s == tl.total_s   # from a saved plan too
