@@ -75,6 +75,9 @@ def register_serve(sub: Any) -> None:
     p.add_argument("--batch", type=int, default=1, help="sequences per step (without --tpot)")
     p.add_argument("--context", type=int, help="KV cache length for --mode decode (default --input)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel devices (without --tpot)")
+    p.add_argument("--emit", choices=("vllm",), help="print the deployment as vLLM engine arguments (with --tpot: "
+                   "the best-throughput layout at its batch)")
+    p.add_argument("--emit-out", metavar="FILE", help="write --emit to FILE instead of stdout (.json: as JSON)")
     _formats(p)
     p = sub.add_parser("serve-sweep", help="decode over batch x context: TPOT, tokens/s, fit, crossover batch")
     p.add_argument("model", help="a causal LM (see serve)")
@@ -130,6 +133,7 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
                              ttft=parse_duration(args.ttft, "--ttft"), max_tp=args.devices, pps=pps,
                              price=_price(args, targets[0]) if len(targets) == 1 else None, **kw)
         print_capacity(plan, console)
+        _emit(args, console, graph, plan)
         return _write_json(args, console, plan.to_json())
     if len(targets) > 1:
         raise NarrowpipeError("one --target without --tpot (a point question is about one deployment)")
@@ -137,7 +141,33 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
     r = serve(graph, targets[0], mode=mode, batch=args.batch, context=args.context, input_len=args.input,
               output_len=args.output, tp=args.tp, pp=pps[0], price=_price(args, targets[0]), **kw)
     print_serving(r, console)
+    _emit(args, console, graph, r)
     return _write_json(args, console, r.to_json())
+
+
+def _emit(args: argparse.Namespace, console: Console, graph: Any, result: Any) -> None:
+    """``--emit vllm``: the deployment as vLLM engine arguments (:mod:`narrowpipe.render.emit_vllm`)."""
+    if not getattr(args, "emit", None):
+        if getattr(args, "emit_out", None):
+            raise NarrowpipeError("--emit-out needs --emit vllm")
+        return
+    import sys
+
+    from .costmodel.serving import Formats, ServingReport
+    from .render.emit import write_launch
+    from .render.emit_vllm import vllm_from_capacity, vllm_from_report
+    params = [w for w in graph.weights if w.kind.value == "param"]
+    own = params[0].dtype.value if params else "fp32"
+    if isinstance(result, ServingReport):
+        launch = vllm_from_report(result, args.model, own)
+    else:
+        formats = Formats.of(args.weights, args.activations, args.kv).to_dict()
+        launch = vllm_from_capacity(result, args.model, own, formats)
+    written = write_launch(launch, args.emit_out)
+    if written:
+        console.print(f"wrote {written} (vllm settings)", markup=False)
+    else:
+        sys.stdout.write(launch.text())
 
 
 def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:

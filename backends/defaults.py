@@ -169,3 +169,11 @@ SERVING_MEMORY_RESERVE: float = 0.10
 #: assumption in the spirit of Marlin/AWQ kernels, which dequantize each weight tile in registers
 #: once per tile of output rows. Timed on the vector units beside the tensor-core work.
 DEQUANT_OPS_PER_WEIGHT: int = 2
+
+# -- launch settings (render/emit_*.py) ----------------------------------------------------------
+
+#: GPUs per host of a catalog system whose devices span several hosts, for torchrun's
+#: ``--nproc-per-node``: a GB200 NVL72 rack is 18 compute trays, each 2 Grace CPUs and 4 Blackwell
+#: GPUs (NVIDIA GB200 NVL72 product page and datasheet). A system not listed is one host holding all
+#: its devices (the DGX/HGX boards: 8 GPUs).
+GPUS_PER_HOST: dict[str, int] = {"gb200-nvl72": 4}

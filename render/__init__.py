@@ -1,7 +1,8 @@
 """Rendering of results for people: rich tables (imported here), and, imported where used because
 they pull in matplotlib or are only needed on request, roofline plots (:mod:`.roofline`), Chrome /
-Perfetto traces (:mod:`.trace`), the self-contained HTML page (:mod:`.html`) and terminal progress
-(:mod:`.progress`). Plan files for deployment tools come with the planner.
+Perfetto traces (:mod:`.trace`; a training plan's step: :mod:`.plan_trace`), the self-contained HTML
+page (:mod:`.html`), terminal progress (:mod:`.progress`) and launch settings for deployment tools
+(:mod:`.emit`: Megatron-LM, PyTorch, JAX from a training plan, vLLM from a serving deployment).
 
 Everything here reads only result types (:class:`~narrowpipe.costmodel.report.Report` and friends).
 """

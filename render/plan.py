@@ -5,6 +5,7 @@ collectives, and why each runner-up lost. Reads only the :class:`~narrowpipe.Pla
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..costmodel.planner.plan import Plan
+from ..errors import PlanError
+from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, write_launch
 from .units import nbytes, seconds
 
-__all__ = ["register_plan", "run_plan", "print_plan"]
+__all__ = ["register_plan", "run_plan", "print_plan", "launch_for"]
 
 _FIX_FIELDS = ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave", "zero")
 _LABELS = {"compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel comm (exposed)",
@@ -42,12 +45,17 @@ def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--fix", metavar="K=V,...", help="fix several at once, e.g. --fix tp=8,pp=4,recompute=full")
     p.add_argument("--top", type=int, default=5, help="runners-up to list (default 5)")
     p.add_argument("--json", metavar="FILE", help="write the plan as JSON")
+    p.add_argument("--trace", metavar="FILE.json", help="write the step as a Chrome trace (ui.perfetto.dev): a "
+                   "process per pipeline stage, a slice per forward/backward pass, the bubble and exposed comm")
+    p.add_argument("--emit", choices=(*TRAINING_TOOLS, *SERVING_TOOLS),
+                   help="print the plan as launch settings: megatron (pretrain_gpt.py arguments), torch (DeviceMesh, "
+                        "FSDP2, tensor-parallel plan), jax (mesh and PartitionSpecs); vllm comes from `serve`")
+    p.add_argument("--emit-out", metavar="FILE", help="write --emit to FILE instead of stdout (.json: as JSON)")
     return p
 
 
 def fixed_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The strategy fields the command line fixes (``--tp 8`` and ``--fix tp=8`` alike)."""
-    from ..errors import PlanError
     out: dict[str, Any] = {}
     for item in filter(None, (args.fix or "").split(",")):
         key, sep, value = item.partition("=")
@@ -76,6 +84,11 @@ def fixed_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_plan(args: argparse.Namespace, console: Console) -> int:
     from .. import plan as make_plan
+    if args.emit in SERVING_TOOLS:
+        raise PlanError(f"{args.emit} serves models: its settings come from a serving deployment, "
+                        f"`narrowpipe serve MODEL --target ... --emit {args.emit}`, not from a training plan")
+    if args.emit_out and not args.emit:
+        raise PlanError("--emit-out needs --emit megatron|torch|jax")
     result = make_plan(args.model, args.target, args.devices, mode=args.mode, global_batch=args.global_batch,
                        seq=args.seq, parallel=fixed_fields(args), dtype=args.dtype, system=args.system,
                        runtime=args.runtime, top=args.top)
@@ -83,7 +96,35 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         Path(args.json).write_text(result.to_json())
         console.print(f"wrote {args.json}", markup=False)
+    if args.trace:
+        from .plan_trace import write_plan_trace
+        _, tl = write_plan_trace(args.trace, result)
+        how = "" if abs(tl.difference_s) <= 1e-9 * result.step_time_s else (
+            f"; the simulated schedule takes {seconds(tl.total_s)}, {tl.difference_s / result.step_time_s:+.2%} "
+            "against the plan's closed form")
+        console.print(f"wrote {escape(args.trace)} (open it in ui.perfetto.dev){how}")
+    if args.emit:
+        launch = launch_for(result, args.emit)
+        written = write_launch(launch, args.emit_out)
+        if written:
+            console.print(f"wrote {escape(written)} ({args.emit} settings)")
+        else:
+            sys.stdout.write(launch.text())   # raw: no wrapping or markup in a command people paste
     return 0
+
+
+def launch_for(plan: Plan, tool: str) -> Launch:
+    """``tool``'s launch settings for a training plan."""
+    if tool == "megatron":
+        from .emit_megatron import megatron_launch
+        return megatron_launch(plan)
+    if tool == "torch":
+        from .emit_torch import torch_launch
+        return torch_launch(plan)
+    if tool == "jax":
+        from .emit_jax import jax_launch
+        return jax_launch(plan)
+    raise PlanError(f"--emit {tool}: a training plan emits {', '.join(TRAINING_TOOLS)}")
 
 
 def print_plan(plan: Plan, console: Console) -> None:

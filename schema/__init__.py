@@ -27,7 +27,7 @@ SCHEMA_FILE = "narrowpipe.schema.json"
 #: Document format -> its definition in the bundle.
 FORMATS = {"narrowpipe.report": "report", "narrowpipe.comparison": "comparison", "narrowpipe.sweep": "sweep",
            "narrowpipe.whatif": "whatif", "narrowpipe.diagnosis": "diagnosis",
-           "narrowpipe.validation": "validation"}
+           "narrowpipe.validation": "validation", "narrowpipe.launch": "launch"}
 
 
 @cache

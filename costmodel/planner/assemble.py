@@ -8,7 +8,11 @@ the recomputed forward (the SC'21 paper's rate), both per device per second of p
 
 from __future__ import annotations
 
-from .plan import Plan, RunnerUp
+import dataclasses
+from typing import Any
+
+from ...ir import Graph
+from .plan import ARCH_FIELDS, Plan, RunnerUp
 from .planner import Evaluation, Planner
 from .strategy import Parallel
 
@@ -18,6 +22,8 @@ _LABELS = {"compute": "compute", "recompute": "recomputation", "tp_comm": "tenso
            "cp_comm": "context-parallel communication", "ep_comm": "expert-parallel all-to-all",
            "p2p": "pipeline sends", "param_gather": "parameter gathers (ZeRO-3)", "bubble": "pipeline bubble",
            "dp_comm": "data-parallel gradient reduction", "optimizer": "optimizer step"}
+#: Spec fields that are the plan's to say (dtype) or the runtime's (dropout, attention form), or implied.
+_RUNTIME_SPEC = ("dtype", "dropout", "attention", "norm_bias", "causal")
 _COMM = ("tp_comm", "cp_comm", "ep_comm", "p2p", "param_gather", "dp_comm")
 
 
@@ -38,8 +44,7 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     tflops = model_flops / t / p.devices / 1e12 if t > 0 else 0.0
     fullest = ev.fullest
     memory = {**fullest.terms(), "total": fullest.total, "capacity": ev.capacity, "device": float(fullest.device)}
-    stages = [{"device": s.index, "layers": list(s.layers), "forward_s": s.forward_s, "backward_s": s.backward_s,
-               "p2p_s": s.p2p_s, "memory": planner_memory(ev, s.index)} for s in step.stages]
+    stages = stage_rows(planner, ev)
     exposed = {k: step.breakdown.get(k, 0.0) for k in _COMM if step.breakdown.get(k, 0.0) > 0}
     hidden = {k: v for k, v in step.hidden.items() if v > 0}
     all_notes = list(step.notes) + list(notes or [])
@@ -57,7 +62,51 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
                 hw_tflops_per_device=hw_flops / t / p.devices / 1e12 if t > 0 else 0.0,
                 mfu=tflops * 1e12 / peak if peak else 0.0, memory_per_device=memory, fits=ev.fits, stages=stages,
                 collectives=_collectives(planner, ev), runners_up=list(runners_up or []), notes=all_notes,
-                model_flops_per_step=model_flops, hw_flops_per_step=hw_flops)
+                model_flops_per_step=model_flops, hw_flops_per_step=hw_flops, dtype=_dtype(planner),
+                architecture=architecture(planner.graph))
+
+
+def stage_rows(planner: Planner, ev: Evaluation) -> list[dict[str, Any]]:
+    """Each pipeline device: its layers, per-microbatch times, memory, and per model chunk (global
+    index ``g``, on device ``g % pp``) the forward and backward seconds with the collectives exposed
+    in them, which is what a timeline of the schedule places (:mod:`.schedule`)."""
+    p = ev.parallel
+    layers, pro, epi = planner.costs(p)
+    chunks = ev.step.chunks
+    p2p_each = ev.step.collectives.get("p2p_each", 0.0) if p.pp > 1 else 0.0
+    rows = []
+    for s in ev.step.stages:
+        mine = []
+        for g in range(s.index, len(chunks), p.pp):
+            blocks = ([pro] if g == 0 and pro is not None else []) + [layers[i] for i in chunks[g]]
+            blocks += [epi] if g == len(chunks) - 1 and epi is not None else []
+            comm = {ph: sum(u.exposed_s for b in blocks for u in b.collectives if u.phase in phases)
+                    for ph, phases in (("forward", ("forward",)), ("backward", ("recompute", "backward")))}
+            mine.append({"chunk": g, "layers": list(chunks[g]), "forward_s": sum(b.forward_s for b in blocks),
+                         "backward_s": sum(b.backward_s for b in blocks), "forward_comm_s": comm["forward"],
+                         "backward_comm_s": comm["backward"]})
+        gather = s.p2p_s - 2 * p.interleave * p2p_each          # what the stage's extra time holds besides sends
+        rows.append({"device": s.index, "layers": list(s.layers), "forward_s": s.forward_s,
+                     "backward_s": s.backward_s, "p2p_s": s.p2p_s, "p2p_each_s": p2p_each,
+                     "param_gather_s": gather if gather > 1e-9 * s.p2p_s else 0.0, "chunks": mine,
+                     "memory": planner_memory(ev, s.index)})
+    return rows
+
+
+def architecture(graph: Graph) -> dict[str, Any]:
+    """The transformer's sizes when the graph is one the model builder or the Llama/GPT-2 readers
+    recognise (what launch tools ask for: layers, hidden, heads, ...), else empty."""
+    from ..serving.recognise import spec_from_graph
+    spec = spec_from_graph(graph)
+    if spec is None:
+        return {}
+    out: dict[str, Any] = {k: getattr(spec, k) for k in ARCH_FIELDS}
+    # any other feature the spec sets away from its default (a sliding window, a parallel block, fields
+    # added later) is listed, so launch settings can say what they do not express instead of dropping it
+    out["other"] = {f.name: v if isinstance(v, (bool, int, float, str)) else str(v)
+                    for f in dataclasses.fields(spec) if f.name not in ARCH_FIELDS and f.name not in _RUNTIME_SPEC
+                    and (v := getattr(spec, f.name)) != f.default}
+    return out
 
 
 def planner_memory(ev: Evaluation, stage: int) -> dict[str, float]:

@@ -15,9 +15,13 @@ from typing import Any
 from ...errors import PlanError
 from .strategy import Parallel
 
-__all__ = ["Plan", "RunnerUp", "PLAN_VERSION"]
+__all__ = ["Plan", "RunnerUp", "PLAN_VERSION", "ARCH_FIELDS"]
 
 PLAN_VERSION = 1
+#: The model's sizes a plan keeps for launch tools (``Plan.architecture``), from the builder's spec.
+ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_mlp", "activation",
+               "norm", "positions", "max_positions", "tie_embeddings", "experts", "top_k", "attn_bias", "out_bias",
+               "mlp_bias", "encoder")
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,11 @@ class Plan:
     tensor/context/expert-parallel communication, pipeline sends, parameter gathers, the pipeline
     bubble, exposed data-parallel reduction, optimizer); ``exposed_comm`` and ``hidden_comm`` are the
     communication the step waits for and the communication compute hides. ``memory_per_device`` is
-    the fullest device's bytes by term (``total`` and ``capacity`` included)."""
+    the fullest device's bytes by term (``total`` and ``capacity`` included). ``stages`` hold per
+    pipeline device its layers, times, memory and per model chunk the forward and backward seconds
+    (what :func:`~narrowpipe.costmodel.planner.schedule.step_timeline` places). ``dtype`` is the
+    parameters' training format and ``architecture`` the model's sizes when recognised (both for
+    launch settings; empty when unknown)."""
 
     model: str
     target: str
@@ -73,6 +81,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     model_flops_per_step: float = 0.0
     hw_flops_per_step: float = 0.0
+    dtype: str = ""
+    architecture: dict[str, Any] = field(default_factory=dict)
 
     @property
     def placement(self) -> dict[str, Any]:
@@ -93,7 +103,8 @@ class Plan:
                 "memory_per_device": dict(self.memory_per_device), "fits": self.fits,
                 "placement": self.placement, "stages": list(self.stages), "collectives": list(self.collectives),
                 "runners_up": [r.to_dict() for r in self.runners_up], "notes": list(self.notes),
-                "model_flops_per_step": self.model_flops_per_step, "hw_flops_per_step": self.hw_flops_per_step}
+                "model_flops_per_step": self.model_flops_per_step, "hw_flops_per_step": self.hw_flops_per_step,
+                "dtype": self.dtype, "architecture": dict(self.architecture)}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -113,7 +124,8 @@ class Plan:
                        float(d["mfu"]), dict(d["memory_per_device"]), bool(d["fits"]), list(d["stages"]),
                        list(d["collectives"]), [RunnerUp.from_dict(r) for r in d.get("runners_up", [])],
                        list(d.get("notes", [])), float(d.get("model_flops_per_step", 0.0)),
-                       float(d.get("hw_flops_per_step", 0.0)))
+                       float(d.get("hw_flops_per_step", 0.0)), str(d.get("dtype", "")),
+                       dict(d.get("architecture", {})))
         except KeyError as e:
             raise PlanError(f"plan JSON lacks the field {e.args[0]!r}") from None
 

@@ -1,0 +1,200 @@
+"""A training plan as Megatron-LM arguments: ``torchrun ... pretrain_gpt.py --tensor-model-parallel-size ...``.
+
+Flag names and their constraints are Megatron-LM's own (``megatron/training/arguments.py`` at
+``core_v0.15.0``; later versions generate the same names from their config dataclasses). How the
+plan maps, and why:
+
+* parallel sizes one to one; data parallelism is what Megatron derives from the world size.
+* pipeline chunks: Megatron's default split (embedding on the first stage, loss on the last, equal
+  decoder layers per chunk) when the plan's chunks are equal, with
+  ``--num-layers-per-virtual-pipeline-stage`` when interleaved; otherwise the plan's exact split as
+  ``--pipeline-model-parallel-layout`` (``E`` embedding, ``t`` a layer, ``L`` the loss; chunk ``g``
+  of ``pp * v`` in order, which is Megatron's order too).
+* recomputation: ``selective`` is Megatron's selective granularity (core attention, the plan's
+  softmax region); ``full`` recomputes every layer (``--recompute-method uniform
+  --recompute-num-layers 1``).
+* ZeRO: 1 is the distributed optimizer; 2 and 3 are Megatron FSDP's ``optim_grads`` and
+  ``optim_grads_params`` sharding (which need the ``fsdp_dtensor`` checkpoint format).
+* the runtime: gradient-reduction and parameter-gather overlap, attention form, dropout and the
+  gradient-reduction precision as the planner's runtime profile assumed them.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+from typing import Any
+
+from ..backends import defaults, get_system, get_target
+from ..costmodel.planner.plan import Plan
+from ..errors import NarrowpipeError
+from .emit import Launch, plan_source, training_dtype
+
+__all__ = ["megatron_launch", "pipeline_layout", "MEGATRON_REFERENCE"]
+
+MEGATRON_REFERENCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py, tag core_v0.15.0 "
+                      "(commit 0d7e02bd26d3eb347ad8d1bef625002babfa6df7)")
+_PRECISION = {"bf16": "--bf16", "fp16": "--fp16"}
+_ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def pipeline_layout(plan: Plan) -> str | None:
+    """The plan's chunks as ``--pipeline-model-parallel-layout`` (``Et*3|t*4|t*4|t*3L``), or None
+    when they are Megatron's default even split."""
+    chunks = sorted((c for s in plan.stages for c in s.get("chunks", [])), key=lambda c: int(c["chunk"]))
+    if plan.parallel.pp == 1 or not chunks:
+        return None
+    sizes = [len(c["layers"]) for c in chunks]
+    if len(set(sizes)) == 1:
+        return None
+    parts = []
+    for g, n in enumerate(sizes):
+        body = f"t*{n}" if n > 1 else "t" * n
+        parts.append(("E" if g == 0 else "") + body + ("L" if g == len(sizes) - 1 else ""))
+    return "|".join(parts)
+
+
+def megatron_launch(plan: Plan) -> Launch:
+    """Megatron-LM's ``pretrain_gpt.py`` arguments for ``plan`` (see the module doc)."""
+    target = get_target(plan.target)
+    if target.family != "gpu":
+        raise NarrowpipeError(f"Megatron-LM runs on GPUs; this plan is for {target.name} (a {target.family} "
+                              "target): emit --emit jax for TPUs, or plan for a GPU system")
+    p, arch, notes = plan.parallel, dict(plan.architecture), []
+    if arch.get("encoder"):
+        raise NarrowpipeError("Megatron-LM's pretrain_gpt.py trains decoders; this model is an encoder")
+    flags: dict[str, Any] = {"--tensor-model-parallel-size": p.tp, "--pipeline-model-parallel-size": p.pp}
+    layout = pipeline_layout(plan)
+    if layout is not None:
+        flags["--pipeline-model-parallel-layout"] = layout
+        notes.append("the plan splits layers unevenly over the pipeline chunks (balanced by time), so the "
+                     "split is given as --pipeline-model-parallel-layout (Megatron-Core 0.13 and later)")
+    elif p.interleave > 1:
+        layers = sum(len(s["layers"]) for s in plan.stages)
+        flags["--num-layers-per-virtual-pipeline-stage"] = layers // (p.pp * p.interleave)
+    if p.cp > 1:
+        flags["--context-parallel-size"] = p.cp
+    if p.ep > 1:
+        flags["--expert-model-parallel-size"] = p.ep
+    if p.sequence_parallel:
+        flags["--sequence-parallel"] = True
+    flags["--micro-batch-size"] = p.microbatch
+    flags["--global-batch-size"] = p.global_batch
+    if p.recompute == "selective":
+        flags["--recompute-granularity"] = "selective"
+    elif p.recompute == "full":
+        flags.update({"--recompute-granularity": "full", "--recompute-method": "uniform", "--recompute-num-layers": 1})
+    flags.update(_zero_flags(plan))
+    flags.update(_runtime_flags(plan, notes))
+    flags.update(_model_flags(plan, arch, notes))
+    program = _launcher(plan, notes)
+    args: list[str] = []
+    for flag, value in flags.items():
+        args += [flag] if value is True else [flag, str(value)]
+    return Launch("megatron", plan_source(plan), flags, program, args, notes=notes, reference=MEGATRON_REFERENCE)
+
+
+def _zero_flags(plan: Plan) -> dict[str, Any]:
+    zero = plan.parallel.zero
+    if zero == 1:
+        return {"--use-distributed-optimizer": True}
+    if zero in _ZERO_SHARDING:
+        return {"--use-megatron-fsdp": True, "--data-parallel-sharding-strategy": _ZERO_SHARDING[zero],
+                "--ckpt-format": "fsdp_dtensor"}
+    return {}
+
+
+def _runtime_flags(plan: Plan, notes: list[str]) -> dict[str, Any]:
+    """The planner runtime's assumptions as flags, only where Megatron accepts them together."""
+    rt, p = plan.runtime, plan.parallel
+    out: dict[str, Any] = {}
+    dtype = training_dtype(plan)
+    if dtype in _PRECISION:
+        out[_PRECISION[dtype]] = True
+    elif dtype == "fp32":
+        notes.append("fp32 training: Megatron's default precision, no --bf16/--fp16")
+    else:
+        raise NarrowpipeError(f"Megatron-LM trains in fp32, bf16 or fp16 (fp8 through Transformer Engine on top "
+                              f"of bf16); this plan's parameters are {dtype}")
+    if rt.get("grad_reduce_dtype") == "fp32" and dtype in _PRECISION:
+        out["--accumulate-allreduce-grads-in-fp32"] = True
+    reduces = p.dp * p.cp > 1 and p.zero < 3
+    if rt.get("overlap_grad_reduce") and (reduces or p.zero >= 2):
+        out["--overlap-grad-reduce"] = True
+    if rt.get("overlap_param_gather") and p.zero >= 1 and "--overlap-grad-reduce" in out:
+        out["--overlap-param-gather"] = True     # Megatron: only with the distributed optimizer / FSDP
+    if rt.get("attention") == "unfused":
+        out["--attention-backend"] = "unfused"
+    dropout = float(rt.get("dropout", 0.0))
+    out["--attention-dropout"] = dropout        # Megatron's defaults are 0.1: say what the plan assumed
+    out["--hidden-dropout"] = dropout
+    if rt.get("overlap_tp_comm"):
+        notes.append("the runtime overlaps tensor-parallel communication: Megatron's --tp-comm-overlap needs "
+                     "Transformer Engine userbuffers; not emitted")
+    return out
+
+
+def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    if not arch:
+        notes.append("the model's sizes are unknown (not a recognised transformer): add --num-layers, "
+                     "--hidden-size, --num-attention-heads, --ffn-hidden-size yourself")
+        return {"--seq-length": plan.seq, "--max-position-embeddings": plan.seq}
+    heads, kv, hidden = int(arch["heads"]), int(arch["kv_heads"]), int(arch["hidden"])
+    out: dict[str, Any] = {"--num-layers": arch["layers"], "--hidden-size": hidden, "--ffn-hidden-size": arch["ffn"],
+                           "--num-attention-heads": heads}
+    if kv != heads:
+        out.update({"--group-query-attention": True, "--num-query-groups": kv})
+    if int(arch["head_dim"]) * heads != hidden:
+        out["--kv-channels"] = arch["head_dim"]
+    out["--seq-length"] = plan.seq
+    out["--max-position-embeddings"] = max(plan.seq, int(arch.get("max_positions") or 0))
+    out["--position-embedding-type"] = "rope" if arch.get("positions") == "rotary" else "learned_absolute"
+    out["--normalization"] = "RMSNorm" if arch.get("norm") == "rms" else "LayerNorm"
+    act, gated = arch.get("activation"), bool(arch.get("gated_mlp"))
+    if gated and act == "silu":
+        out["--swiglu"] = True
+    elif gated:
+        notes.append(f"a gated {act} MLP has no Megatron flag (--swiglu is SiLU): set "
+                     "TransformerConfig(gated_linear_unit=True, activation_func=...) in the model provider")
+    elif act == "gelu_tanh":
+        out["--openai-gelu"] = True               # Megatron's tanh-approximated GeLU
+    elif act not in ("gelu", None):
+        notes.append(f"activation {act}: Megatron's default is GeLU; set activation_func in the model provider")
+    out.update(_bias_flags(arch, notes))
+    if not arch.get("tie_embeddings"):
+        out["--untie-embeddings-and-output-weights"] = True
+    if arch.get("experts"):
+        out.update({"--num-experts": arch["experts"], "--moe-router-topk": arch.get("top_k") or 1})
+    if arch.get("other"):
+        notes.append("model features these flags do not set: " + ", ".join(f"{k}={v}" for k, v in
+                                                                          sorted(arch["other"].items()))
+                     + " (add Megatron's flags or model-provider settings for them)")
+    notes.append(f"add data and tokenizer flags (--data-path, --tokenizer-type, ...); to measure this plan on "
+                 f"synthetic data: --mock-data --tokenizer-type NullTokenizer --vocab-size {arch['vocab']} "
+                 "(Megatron pads the vocabulary to a multiple of 128 x tp)")
+    return out
+
+
+def _bias_flags(arch: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    qkv, out, mlp = bool(arch.get("attn_bias")), bool(arch.get("out_bias")), bool(arch.get("mlp_bias"))
+    if qkv and out and mlp:
+        return {}                                 # Megatron's default: biases in every linear layer
+    if not (out or mlp):
+        return {"--disable-bias-linear": True, **({"--add-qkv-bias": True} if qkv else {})}
+    notes.append(f"biases only in some linear layers (qkv {qkv}, attention output {out}, MLP {mlp}): Megatron's "
+                 "command line has all, none, or QKV only; left at its default (all)")
+    return {}
+
+
+def _launcher(plan: Plan, notes: list[str]) -> list[str]:
+    """``torchrun`` over the hosts the plan's devices fill."""
+    per_host = plan.devices
+    try:
+        system = get_system(plan.system)
+        per_host = defaults.GPUS_PER_HOST.get(system.name, system.devices)
+    except NarrowpipeError:
+        notes.append(f"no catalog system named {plan.system!r}: --nproc-per-node assumes one host")
+    per_host = min(per_host, plan.devices)
+    hosts = ceil(plan.devices / per_host)
+    if hosts > 1:
+        notes.append(f"{hosts} hosts: add torchrun's --node-rank and --master-addr (or --rdzv-endpoint) on each")
+    return ["torchrun", "--nproc-per-node", str(per_host), "--nnodes", str(hosts), "pretrain_gpt.py"]

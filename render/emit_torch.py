@@ -1,0 +1,156 @@
+"""A training plan as PyTorch settings: the ``DeviceMesh``, FSDP2/DDP for the data-parallel axis, the
+tensor-parallel plan of each transformer layer, activation checkpointing and the pipeline schedule,
+written as a Python snippet to adapt (it names Hugging Face Llama modules) plus the same as data.
+
+How the plan maps, and why:
+
+* mesh: ``init_device_mesh("cuda", (pp, dp, cp, tp), mesh_dim_names=...)`` with the pipeline and
+  context axes only when used; the last dim is the innermost (adjacent ranks), so ``tp`` stays
+  inside a node as in the plan's Megatron rank order.
+* data parallelism by ZeRO stage: 0 is DDP; 1 is DDP with ``ZeroRedundancyOptimizer`` (optimizer
+  states sharded); 2 is FSDP2 ``fully_shard(reshard_after_forward=False)`` (parameters stay
+  gathered between forward and backward: gradients and states sharded); 3 is
+  ``fully_shard(reshard_after_forward=True)``. With context parallelism the gradient group is
+  ``dp x cp`` (the flattened ``dp_cp`` mesh, as torchtitan does).
+* tensor parallelism: Megatron's column/row split (q, k, v, gate, up column-wise; o and down
+  row-wise), with ``SequenceParallel`` norms and sequence-sharded layer inputs when the plan uses
+  sequence parallelism.
+* recomputation ``full`` wraps every layer in ``checkpoint_wrapper``; the pipeline is
+  ``torch.distributed.pipelining``'s ``Schedule1F1B`` or ``ScheduleInterleaved1F1B``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..costmodel.planner.plan import Plan
+from .emit import Launch, plan_source, py_tuple, training_dtype
+
+__all__ = ["torch_launch", "mesh_axes", "TORCH_REFERENCE"]
+
+TORCH_REFERENCE = ("torch.distributed.device_mesh.init_device_mesh, torch.distributed.fsdp.fully_shard, "
+                   "torch.distributed.tensor.parallel, torch.distributed.pipelining (PyTorch 2.6 and later)")
+_TORCH_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+_COLWISE = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
+_ROWWISE = ("self_attn.o_proj", "mlp.down_proj")
+
+
+def mesh_axes(plan: Plan) -> list[tuple[str, int]]:
+    """``(name, size)`` of the device mesh from the outermost axis to the innermost."""
+    p = plan.parallel
+    axes = [("pp", p.pp)] if p.pp > 1 else []
+    axes.append(("dp", p.dp))
+    axes += [("cp", p.cp)] if p.cp > 1 else []
+    axes.append(("tp", p.tp))
+    return axes
+
+
+def torch_launch(plan: Plan) -> Launch:
+    """PyTorch settings for ``plan`` (see the module doc)."""
+    p, notes = plan.parallel, []
+    axes = mesh_axes(plan)
+    dtype = training_dtype(plan)
+    data = {0: "ddp", 1: "ddp+zero_redundancy_optimizer", 2: "fsdp2", 3: "fsdp2"}[p.zero]
+    settings: dict[str, Any] = {
+        "mesh": {"device_type": "cuda", "shape": [n for _, n in axes], "mesh_dim_names": [a for a, _ in axes]},
+        "data_parallel": {"kind": data, "mesh": "dp_cp" if p.cp > 1 else "dp",
+                          **({"reshard_after_forward": p.zero == 3} if p.zero >= 2 else {})},
+        "param_dtype": dtype, "reduce_dtype": str(plan.runtime.get("grad_reduce_dtype", "fp32")),
+        "tensor_parallel": _tp_plan(p.sequence_parallel) if p.tp > 1 else {},
+        "activation_checkpointing": p.recompute,
+        "pipeline": ({"schedule": "ScheduleInterleaved1F1B" if p.interleave > 1 else "Schedule1F1B",
+                      "n_microbatches": p.microbatches, "stages_per_rank": p.interleave,
+                      "chunk_layers": _chunk_layers(plan)} if p.pp > 1 else {}),
+        "microbatch": p.microbatch, "global_batch": p.global_batch,
+    }
+    if p.recompute == "selective":
+        notes.append("selective recomputation (attention's softmax region) has no switch in PyTorch: torchtitan's "
+                     "selective activation checkpointing, or checkpoint the attention core yourself")
+    if p.cp > 1:
+        notes.append("context parallelism: torch.distributed.tensor.experimental.context_parallel over mesh['cp'] "
+                     "(experimental) shards the sequence for attention")
+    if p.ep > 1:
+        notes.append(f"expert parallelism ep={p.ep}: torch.distributed has no built-in expert-parallel layer; "
+                     "shard the experts over the data-parallel ranks yourself")
+    if p.tp > 1 and p.zero < 2:
+        notes.append("DDP over tensor-parallel (DTensor) parameters: if DDP refuses them, use FSDP2 with "
+                     "reshard_after_forward=False or torch's composable replicate (as torchtitan does)")
+    if p.tp > 1 and plan.architecture and not plan.architecture.get("gated_mlp"):
+        notes.append("the tensor-parallel plan names Llama modules (q/k/v/o, gate/up/down projections); rename them "
+                     "for this model (GPT-2's Conv1D layers are not nn.Linear: torch's tensor parallel needs Linear)")
+    return Launch("torch", plan_source(plan), settings, code=_snippet(plan, settings), notes=notes,
+                  reference=TORCH_REFERENCE)
+
+
+def _tp_plan(sp: bool) -> dict[str, str]:
+    out = {name: "ColwiseParallel()" for name in _COLWISE}
+    out.update({name: "RowwiseParallel(output_layouts=Shard(1))" if sp else "RowwiseParallel()" for name in _ROWWISE})
+    if sp:
+        out.update({"input_layernorm": "SequenceParallel()", "post_attention_layernorm": "SequenceParallel()",
+                    "self_attn": "PrepareModuleInput(input_layouts=(Shard(1), None), "
+                                 "desired_input_layouts=(Replicate(), None))",
+                    "mlp": "PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))"})
+    return out
+
+
+def _chunk_layers(plan: Plan) -> list[list[int]]:
+    chunks = sorted((c for s in plan.stages for c in s.get("chunks", [])), key=lambda c: int(c["chunk"]))
+    return [list(c["layers"]) for c in chunks]
+
+
+def _snippet(plan: Plan, s: dict[str, Any]) -> str:
+    p = plan.parallel
+    mesh = s["mesh"]
+    names = py_tuple(f'"{n}"' for n in mesh["mesh_dim_names"])
+    shape = py_tuple(str(n) for n in mesh["shape"])
+    lines = ["import torch", "from torch.distributed.device_mesh import init_device_mesh"]
+    if p.zero >= 2:
+        lines.append("from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard")
+    else:
+        lines.append("from torch.nn.parallel import DistributedDataParallel as DDP")
+    if p.zero == 1:
+        lines.append("from torch.distributed.optim import ZeroRedundancyOptimizer")
+    if p.tp > 1:
+        lines.append("from torch.distributed.tensor import Replicate, Shard")
+        lines.append("from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, "
+                     "RowwiseParallel, SequenceParallel, parallelize_module)")
+    if p.recompute == "full":
+        lines.append("from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper")
+    if p.pp > 1:
+        lines.append(f"from torch.distributed.pipelining import PipelineStage, {s['pipeline']['schedule']}")
+    lines += ["", f'mesh = init_device_mesh("cuda", {shape}, mesh_dim_names={names})',
+              'dp_mesh = mesh["dp", "cp"]._flatten("dp_cp")' if p.cp > 1 else 'dp_mesh = mesh["dp"]']
+    if p.tp > 1:
+        lines.append("layer_plan = {")
+        lines += [f'    "{k}": {v},' for k, v in s["tensor_parallel"].items()]
+        lines.append("}")
+    if p.zero >= 2:
+        lines.append(f"mp = MixedPrecisionPolicy(param_dtype={_TORCH_DTYPE.get(s['param_dtype'], 'torch.bfloat16')}, "
+                     f"reduce_dtype={_TORCH_DTYPE.get(s['reduce_dtype'], 'torch.float32')})")
+    lines.append("for i, layer in enumerate(model.model.layers):   # this pipeline stage's layers"
+                 if p.pp > 1 else "for i, layer in enumerate(model.model.layers):")
+    body = []
+    if p.tp > 1:
+        body.append('parallelize_module(layer, mesh["tp"], layer_plan)')
+    if p.recompute == "full":
+        body += ["layer = checkpoint_wrapper(layer)", "model.model.layers[i] = layer"]
+    if p.zero >= 2:
+        body.append(f"fully_shard(layer, mesh=dp_mesh, reshard_after_forward={p.zero == 3}, mp_policy=mp)")
+    lines += ["    " + b for b in body or ["pass"]]
+    if p.zero >= 2:
+        lines.append(f"fully_shard(model, mesh=dp_mesh, reshard_after_forward={p.zero == 3}, mp_policy=mp)")
+    else:
+        lines.append("model = DDP(model, process_group=dp_mesh.get_group())")
+    if p.zero == 1:
+        lines.append("optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, "
+                     "process_group=dp_mesh.get_group())")
+    lines.append(f"# microbatch {p.microbatch} sequences, global batch {p.global_batch} "
+                 f"({p.microbatches} microbatches per data-parallel replica per step)")
+    if p.pp > 1:
+        pipe = s["pipeline"]
+        lines.append(f"# pipeline: one PipelineStage per model chunk; chunk g runs on pipeline rank g % {p.pp}, "
+                     f"layers per chunk: {[len(c) for c in pipe['chunk_layers']]}")
+        stages = "stages" if p.interleave > 1 else "stage"      # a list of this rank's chunks, or the one
+        lines.append(f"schedule = {pipe['schedule']}({stages}, n_microbatches={pipe['n_microbatches']}, "
+                     "loss_fn=loss_fn)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,148 @@
+"""A serving deployment as vLLM engine arguments: ``vllm serve MODEL --tensor-parallel-size ...``.
+
+Why from ``serve`` and not ``plan``: vLLM's settings are a serving deployment's (layout, the batch
+the engine may run, the context it must hold, the number formats), which is what ``narrowpipe
+serve`` decides; a training plan has none of them. Flag names and choices are vLLM's own
+(``vllm/engine/arg_utils.py``). How the deployment maps:
+
+* ``--tensor-parallel-size`` / ``--pipeline-parallel-size``: the replica's layout.
+* ``--max-num-seqs``: the batch (the capacity plan's best batch under the latency targets).
+* ``--max-model-len``: the longest sequence the deployment was sized for (prompt + output).
+* ``--gpu-memory-utilization``: 1 minus the memory reserve narrowpipe's memory budget leaves free,
+  so vLLM sizes its KV cache on the same budget.
+* ``--dtype`` the activations' (or model's) format; ``--kv-cache-dtype`` the KV cache's
+  (``auto``: the model's); ``--quantization fp8`` for fp8 weights, the one format vLLM quantizes
+  on the fly. Integer and 4-bit weights come from pre-quantized checkpoints, whose method vLLM reads
+  from the checkpoint: a note, never a guessed method.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..backends import defaults, get_target
+from ..costmodel.serving.capacity import CAPACITY_FORMAT, CapacityPlan
+from ..costmodel.serving.report import SERVING_FORMAT, ServingReport
+from ..errors import NarrowpipeError
+from .emit import Launch
+
+__all__ = ["vllm_launch", "vllm_from_report", "vllm_from_capacity", "parse_layout", "model_reference",
+           "VLLM_REFERENCE", "KV_CACHE_DTYPES"]
+
+VLLM_REFERENCE = ("vllm-project/vllm vllm/engine/arg_utils.py (commit 001999d2f360c2c5da23a916510c273b1a73d06c); "
+                  "--quantization choices: vllm/model_executor/layers/quantization/__init__.py (commit "
+                  "0034007debee2a009e030804f2cde7953aff78c6)")
+#: ``--kv-cache-dtype`` choices, and the narrowpipe KV format each stands for.
+KV_CACHE_DTYPES = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+_LAYOUT = re.compile(r"^(?:TP(?P<tp>\d+))?(?: x )?(?:PP(?P<pp>\d+))?$")
+
+
+def parse_layout(label: str) -> tuple[int, int]:
+    """``(tp, pp)`` of a serving layout label (``TP1``, ``TP4``, ``TP2 x PP2``, ``PP2``)."""
+    m = _LAYOUT.match(label.strip())
+    if not label.strip() or m is None or not (m.group("tp") or m.group("pp")):
+        raise NarrowpipeError(f"vLLM runs tensor x pipeline parallel layouts; {label!r} is not one "
+                              "(a dataflow chip lays the model out itself)")
+    return int(m.group("tp") or 1), int(m.group("pp") or 1)
+
+
+def model_reference(model: str) -> tuple[str, str | None]:
+    """What ``vllm serve`` is pointed at: a Hugging Face checkpoint folder (the folder of a
+    ``config.json``) as it is; anything else becomes a placeholder, with the note saying so."""
+    path = Path(model)
+    if path.name == "config.json":
+        return str(path.parent), None
+    if path.is_dir():
+        return str(path), None
+    return "MODEL", (f"MODEL: the Hugging Face id or checkpoint folder of {model} (vLLM loads checkpoints, not "
+                     f"{'this file' if path.suffix else 'narrowpipe examples'})")
+
+
+def vllm_launch(model: str, target: str, layout: str, *, batch: int, max_model_len: int, model_dtype: str,
+                formats: dict[str, str | None], source: dict[str, Any]) -> Launch:
+    """vLLM engine arguments for ``batch`` sequences of up to ``max_model_len`` tokens of ``model`` on
+    ``layout`` devices of ``target``; ``formats`` are the deployment's weights/activations/kv formats
+    (None: the model's own, ``model_dtype``)."""
+    chip = get_target(target)
+    if chip.family == "dataflow":
+        raise NarrowpipeError(f"vLLM does not run on {chip.name} (a dataflow chip)")
+    tp, pp = parse_layout(layout)
+    if batch < 1:
+        raise NarrowpipeError("no batch meets the latency targets: nothing to launch (relax --tpot/--ttft)")
+    notes: list[str] = []
+    ref, note = model_reference(model)
+    notes += [note] if note else []
+    weights, activations, kv = formats.get("weights"), formats.get("activations"), formats.get("kv")
+    compute = activations if activations in _DTYPE else model_dtype
+    flags: dict[str, Any] = {"--tensor-parallel-size": tp, "--pipeline-parallel-size": pp, "--max-num-seqs": batch,
+                             "--max-model-len": max_model_len,
+                             "--gpu-memory-utilization": round(1.0 - defaults.SERVING_MEMORY_RESERVE, 4)}
+    if compute in _DTYPE:
+        flags["--dtype"] = _DTYPE[compute]
+    else:
+        raise NarrowpipeError(f"vLLM's --dtype is bfloat16, float16 or float32; this deployment computes in {compute}")
+    flags["--kv-cache-dtype"] = _kv_flag(kv, model_dtype)
+    flags.update(_quantization(weights, activations, model_dtype, notes))
+    args: list[str] = []
+    for flag, value in flags.items():
+        args += [flag, str(value)]
+    return Launch("vllm", source, flags, ["vllm", "serve", ref], args, notes=notes, reference=VLLM_REFERENCE)
+
+
+def _kv_flag(kv: str | None, model_dtype: str) -> str:
+    if kv is None or kv == model_dtype:
+        return "auto"
+    if kv in KV_CACHE_DTYPES:
+        return KV_CACHE_DTYPES[kv]
+    raise NarrowpipeError(f"vLLM's --kv-cache-dtype is auto, fp8, fp8_e4m3 or fp8_e5m2; this deployment's KV cache "
+                          f"is {kv}: re-plan with --kv fp8_e4m3 or the model's own format")
+
+
+def _quantization(weights: str | None, activations: str | None, model_dtype: str,
+                  notes: list[str]) -> dict[str, Any]:
+    if weights is None or weights == model_dtype or weights in _DTYPE:
+        if activations not in (None, model_dtype) and activations not in _DTYPE:
+            notes.append(f"{activations} activations with {weights or model_dtype} weights: vLLM quantizes "
+                         "activations only together with the weights (--quantization fp8)")
+        return {}
+    if weights == "fp8_e4m3":
+        if activations not in ("fp8_e4m3", "fp8"):
+            notes.append("vLLM's --quantization fp8 also runs the activations in fp8 on GPUs with fp8 tensor cores "
+                         "(Hopper, Ada, Blackwell); this deployment was predicted weight-only (16-bit activations)")
+        return {"--quantization": "fp8"}
+    notes.append(f"{weights} weights: vLLM loads them from a pre-quantized checkpoint (AWQ, GPTQ, compressed-tensors, "
+                 "ModelOpt) and reads the method from its quantization_config; point MODEL at such a checkpoint "
+                 "(no --quantization flag is emitted)")
+    return {}
+
+
+def vllm_from_report(report: ServingReport, model: str, model_dtype: str) -> Launch:
+    """vLLM arguments for one ``serve`` deployment (``--mode`` without ``--tpot``)."""
+    longest = (report.context or 0) + 1 if report.mode == "decode" else (report.context or report.input_len or 0)
+    source = {"kind": SERVING_FORMAT, "model": report.model, "target": report.target, "layout": report.layout,
+              "mode": report.mode, "batch": report.batch,
+              "summary": f"{report.model} on {report.layout} {report.target}, batch {report.batch}, "
+                         f"{longest} tokens ({report.mode})"}
+    return vllm_launch(model, report.target, report.layout, batch=report.batch, max_model_len=longest,
+                       model_dtype=model_dtype, formats=report.formats, source=source)
+
+
+def vllm_from_capacity(plan: CapacityPlan, model: str, model_dtype: str, formats: dict[str, str | None]) -> Launch:
+    """vLLM arguments for the capacity plan's best-throughput layout at its batch (one replica; the
+    plan says how many replicas the request rate needs)."""
+    best = plan.best_throughput
+    if best is None:
+        raise NarrowpipeError("no layout meets the latency targets: nothing to launch (relax --tpot/--ttft)")
+    longest = plan.input_len + plan.output_len
+    source = {"kind": CAPACITY_FORMAT, "model": plan.model, "target": best.target, "layout": best.layout,
+              "batch": best.batch, "replicas": best.replicas,
+              "summary": f"{plan.model} on {best.layout} {best.target}, batch {best.batch}, {best.replicas} "
+                         f"replica(s) for {plan.rate:g} requests/s at TPOT {best.tpot_s * 1e3:.1f} ms"}
+    launch = vllm_launch(model, best.target, best.layout, batch=best.batch, max_model_len=longest,
+                         model_dtype=model_dtype, formats=formats, source=source)
+    if best.replicas > 1:
+        launch.notes.append(f"run {best.replicas} replicas of this engine behind a load balancer for the request rate")
+    return launch

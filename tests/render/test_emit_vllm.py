@@ -1,0 +1,98 @@
+"""``serve --emit vllm``: vLLM's own flag names and choices, the serving deployment's values, an exact
+expected command, and refusals for formats vLLM has no name for."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import narrowpipe
+from narrowpipe import NarrowpipeError
+from narrowpipe.cli import main
+from narrowpipe.costmodel.serving import Layout
+from narrowpipe.costmodel.serving.capacity import plan_capacity
+from narrowpipe.render.emit_vllm import parse_layout, vllm_from_capacity, vllm_launch
+from narrowpipe.schema import validate
+
+# Every flag the vLLM emitter may write, each defined by `parser.add_argument('--...')` in
+# EngineArgs.add_cli_args, vllm-project/vllm vllm/engine/arg_utils.py at commit
+# 001999d2f360c2c5da23a916510c273b1a73d06c, with the choices= that parser gives them.
+VLLM_FLAGS = {"--tensor-parallel-size", "--pipeline-parallel-size", "--max-num-seqs", "--max-model-len",
+              "--gpu-memory-utilization", "--dtype", "--kv-cache-dtype", "--quantization"}
+VLLM_CHOICES = {"--dtype": {"auto", "half", "float16", "bfloat16", "float", "float32"},
+                "--kv-cache-dtype": {"auto", "fp8", "fp8_e5m2", "fp8_e4m3"},
+                # QUANTIZATION_METHODS, vllm/model_executor/layers/quantization/__init__.py at commit
+                # 0034007debee2a009e030804f2cde7953aff78c6 (the methods the emitter may name)
+                "--quantization": {"fp8", "awq", "gptq", "compressed-tensors", "modelopt", "modelopt_fp4",
+                                   "bitsandbytes", "experts_int8", "tpu_int8", "fbgemm_fp8"}}
+SOURCE = {"kind": "narrowpipe.serving", "model": "m", "target": "h100-sxm", "summary": "hand-made"}
+
+
+def flags_of(args: list[str]) -> dict[str, str]:
+    assert len(args) % 2 == 0 and all(a.startswith("--") for a in args[::2])   # every vLLM flag here takes a value
+    return dict(zip(args[::2], args[1::2]))
+
+
+def check(launch) -> dict[str, str]:
+    assert launch.program[:2] == ["vllm", "serve"]
+    flags = flags_of(launch.args)
+    assert set(flags) <= VLLM_FLAGS, set(flags) - VLLM_FLAGS
+    for flag, choices in VLLM_CHOICES.items():
+        assert flags.get(flag, next(iter(choices))) in choices
+    return flags
+
+
+def test_a_hand_made_deployment_gives_this_exact_command(tmp_path):
+    launch = vllm_launch(str(tmp_path / "config.json"), "h100", "TP4 x PP2", batch=64, max_model_len=8192,
+                         model_dtype="bf16", formats={"weights": None, "activations": None, "kv": "fp8_e4m3"},
+                         source=SOURCE)
+    assert launch.command == ["vllm", "serve", str(tmp_path), "--tensor-parallel-size", "4",
+                              "--pipeline-parallel-size", "2", "--max-num-seqs", "64", "--max-model-len", "8192",
+                              "--gpu-memory-utilization", "0.9", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8_e4m3"]
+    assert launch.notes == []          # a checkpoint folder: nothing to say
+    check(launch)
+
+
+@pytest.mark.parametrize("weights, activations, quant, noted", [
+    (None, None, None, False), ("fp8_e4m3", "fp8_e4m3", "fp8", False), ("fp8_e4m3", None, "fp8", True),
+    ("int4", None, None, True), ("int8", None, None, True)])
+def test_weight_formats_name_vllms_method_or_say_why_not(weights, activations, quant, noted):
+    launch = vllm_launch("m", "h100", "TP1", batch=8, max_model_len=4096, model_dtype="bf16",
+                         formats={"weights": weights, "activations": activations, "kv": None}, source=SOURCE)
+    flags = check(launch)
+    assert flags.get("--quantization") == quant
+    assert any("quantiz" in n or "fp8" in n for n in launch.notes) == noted
+
+
+def test_formats_and_layouts_vllm_cannot_express_are_refused():
+    kw = dict(batch=8, max_model_len=4096, model_dtype="bf16", source=SOURCE)
+    with pytest.raises(NarrowpipeError, match="--kv-cache-dtype is auto, fp8, fp8_e4m3 or fp8_e5m2; .* is int8"):
+        vllm_launch("m", "h100", "TP1", formats={"kv": "int8"}, **kw)
+    with pytest.raises(NarrowpipeError, match="does not run on groq-lpu"):
+        vllm_launch("m", "groq-lpu", "dataflow layout (8 chips)", formats={}, **kw)
+    with pytest.raises(NarrowpipeError, match="not one"):
+        parse_layout("dataflow layout (8 chips)")
+    for tp, pp in ((1, 1), (4, 1), (2, 2), (1, 4), (8, 2)):
+        assert parse_layout(Layout(tp, pp).label) == (tp, pp)      # serving's own labels read back
+
+
+def test_serve_emit_vllm_takes_the_deployments_values(tmp_path, capsys):
+    out = tmp_path / "vllm.json"
+    assert main(["-q", "serve", "gpt2", "--target", "h100", "--mode", "generate", "--batch", "8", "--input", "512",
+                 "--output", "128", "--tp", "2", "--emit", "vllm", "--emit-out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    validate(doc)
+    flags = flags_of(doc["command"][3:])
+    assert (flags["--tensor-parallel-size"], flags["--max-num-seqs"], flags["--max-model-len"]) == ("2", "8", "640")
+    assert flags["--dtype"] == "float32" and flags["--kv-cache-dtype"] == "auto"    # the example's own formats
+
+
+def test_a_capacity_plan_emits_its_best_layout_at_its_batch():
+    model = narrowpipe.transformer(4, 1024, 16, 32000, seq=512, name="tiny-4l")
+    plan = plan_capacity(model, "h100", rate=10, input_len=512, output_len=128, tpot=0.02, max_tp=2)
+    best = plan.best_throughput
+    assert best is not None
+    flags = check(vllm_from_capacity(plan, "m", "bf16", {"weights": None, "activations": None, "kv": None}))
+    assert flags["--max-num-seqs"] == str(best.batch) and flags["--max-model-len"] == "640"
+    assert (int(flags["--tensor-parallel-size"]), int(flags["--pipeline-parallel-size"])) == parse_layout(best.layout)
