@@ -1,0 +1,68 @@
+"""The sharding rule of a grouped GEMM (the experts of a mixture of experts): tensor parallelism inside
+each expert, expert parallelism across them.
+
+Why its own rule: an expert is a small MLP, and Megatron-Core (up to v0.9, and with
+``--expert-tensor-parallel-size`` equal to ``tp`` after) splits it as the dense MLP: the up (and
+gate) projection by columns, the down projection by rows with a partial sum settled after it. The
+contraction rule cannot see that through the stacked ``[E, out, in]`` weights, so this rule says it
+directly: the weight's layout (decided once, :meth:`.weight_layout.WeightLayouts.decide_weights`)
+names where ``tp`` sits, the rows follow. Expert parallelism is the weight's first dim split over
+``ep``; the rows a device holds are already its experts' (the all-to-alls of :mod:`.expert_parallel`).
+The weight gradient ``dW_e = dy_e^T x_e`` takes the layout of the weight it is the gradient of: split
+where ``dy`` (column) or ``x`` (row) carries ``tp``, a partial sum where the rows are split (context
+parallelism), its experts over ``ep``.
+"""
+
+from __future__ import annotations
+
+from ...ir import Node
+from .shardbase import Decision, RuleContext, rest
+from .shardspec import Spec
+
+__all__ = ["grouped_dot"]
+
+
+def grouped_dot(ctx: RuleContext, node: Node) -> Decision:
+    ctx.decide_weights(node)
+    if node.attrs.get("role") == "grad_weight":
+        return _weight_grad(ctx, node)
+    x, w = node.inputs[0], node.inputs[1]
+    assert x is not None and w is not None
+    rc = int(node.attrs["rhs_contract"])
+    free = 3 - rc
+    wdims = ctx.spec(w).dims
+    tp_dim = next((d for d in (rc, free) if "tp" in wdims[d]), None)
+    experts = tuple(a for a in wdims[0] if a == "ep")
+    w_want = [experts, (), ()]
+    if tp_dim is not None:
+        w_want[tp_dim] = ("tp",)
+    rows = _rows(ctx.spec(x).dims[0], tp_dim is not None)
+    x_want = Spec((rows, ("tp",) if tp_dim == rc else ()))
+    out = Spec((rows, ("tp",) if tp_dim == free else ()), "tp" if tp_dim == rc else None)
+    return Decision([x_want, Spec(tuple(w_want)), *rest(ctx, node, 2)], [out])
+
+
+def _weight_grad(ctx: RuleContext, node: Node) -> Decision:
+    x, dy = node.inputs[0], node.inputs[1]
+    assert x is not None and dy is not None
+    rc = int(node.attrs["rhs_contract"])
+    n_dim, k_dim = (1, 2) if rc == 2 else (2, 1)       # the gradient is [E, N, K] or [E, K, N]
+    xs, ds = ctx.spec(x), ctx.spec(dy)
+    on = "dy" if "tp" in ds.dims[1] else "x" if "tp" in xs.dims[1] else None
+    rows = _rows(xs.dims[0] if xs.dims[0] == ds.dims[0] else (), on is not None)
+    partial = rows[0] if len(rows) == 1 else None
+    if len(rows) > 1:
+        rows = ()
+    out: list[tuple[str, ...]] = [("ep",) if ctx.sizes.get("ep", 1) > 1 else (), (), ()]
+    if on == "dy":
+        out[n_dim] = ("tp",)
+    elif on == "x":
+        out[k_dim] = ("tp",)
+    want = [Spec((rows, ("tp",) if on == "x" else ())), Spec((rows, ("tp",) if on == "dy" else ()))]
+    return Decision([*want, *rest(ctx, node, 2)], [Spec(tuple(out), partial)])
+
+
+def _rows(axes: tuple[str, ...], tp_used: bool) -> tuple[str, ...]:
+    """The axes the routed rows stay split over: never ``ep`` (experts, not rows), nor ``tp`` when
+    the experts use it (the rows are gathered first, as sequence parallelism's all-gather does)."""
+    return tuple(a for a in axes if a != "ep" and not (tp_used and a == "tp"))
