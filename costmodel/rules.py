@@ -308,7 +308,9 @@ def collective(v: OpView) -> Cost:
     """Bytes one device sends with bandwidth-optimal (ring) algorithms over ``group_size`` devices.
 
     all-reduce 2(n-1)/n x size, all-gather (n-1)/n x output, reduce-scatter (n-1)/n x input,
-    all-to-all (n-1)/n x size, broadcast/send/permute the size, recv nothing (its sender pays).
+    all-to-all (n-1)/n x the larger of what a device sends and receives (an expert-parallel
+    exchange under a skewed router receives more than it sends), broadcast/send/permute the size,
+    recv nothing (its sender pays).
     Reductions add (n-1)/n x elements FLOPs.
     """
     n = max(int(v.attrs.get("group_size", 1)), 1)
@@ -324,7 +326,7 @@ def collective(v: OpView) -> Cost:
         comm = (n - 1) * size_in // n
         flops = (n - 1) * v.numel(0) // n
     elif op is Op.ALL_TO_ALL:
-        comm = (n - 1) * size_in // n
+        comm = (n - 1) * max(size_in, v.out_bytes()) // n
     elif op is Op.RECV:
         comm = 0
     else:

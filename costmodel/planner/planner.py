@@ -165,14 +165,18 @@ class Planner:
         if len(self.blocks.layers) < parallel.pp * parallel.interleave:
             raise PlanError(f"{len(self.blocks.layers)} layers cannot fill pp={parallel.pp} x "
                             f"interleave={parallel.interleave} pipeline chunks")
-        if parallel.ep > 1 and (not self.experts or self.experts % parallel.ep or parallel.cp > 1):
-            raise PlanError(f"ep={parallel.ep}: " + ("the model has no experts to split" if not self.experts else
-                                                     f"does not divide the model's {self.experts} experts"
-                                                     if self.experts % parallel.ep else
-                                                     "expert parallelism with context parallelism is not modelled"))
+        self.check_experts(parallel.ep, parallel.cp)
         if parallel.cp > 1 and self.seq % (2 * parallel.cp if parallel.cp > 1 else 1):
             raise PlanError(f"seq={self.seq} does not split into 2 x cp={parallel.cp} chunks (load-balanced "
                             "causal context parallelism)")
+
+    def check_experts(self, ep: int, cp: int = 1) -> None:
+        """Expert parallelism needs experts that ``ep`` divides, and no context parallelism."""
+        if ep > 1 and (not self.experts or self.experts % ep or cp > 1):
+            raise PlanError(f"ep={ep}: " + ("the model has no experts to split" if not self.experts else
+                                            f"does not divide the model's {self.experts} experts"
+                                            if self.experts % ep else
+                                            "expert parallelism with context parallelism is not modelled"))
 
     def evaluate(self, parallel: Parallel) -> Evaluation:
         self.check(parallel)

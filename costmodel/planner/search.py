@@ -127,6 +127,8 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
     """The fastest strategy that fits, and up to ``top`` runners-up (the best of each other mesh
     shape, plus the fastest that did not fit) with why each lost."""
     fixed = dict(fixed or {})
+    if "ep" in fixed:
+        planner.check_experts(int(fixed["ep"]), int(fixed.get("cp", 1)))
     capacity = float(planner.target.memory_capacity)
     cands = list(candidates(planner, fixed))
     if not cands:
