@@ -53,6 +53,15 @@ class AttentionShape:
     #: FlashInfer's head-group packing, TPU ragged paged attention), so ``sq * group`` rows meet
     #: each K/V tile. 1 for multi-head attention and eager patterns.
     group: int = 1
+    #: The backward kernel (``ATTENTION_BACKWARD``): per tile it recomputes the scores (a ``d``-deep
+    #: matmul) and runs dV and dP (``dv``), dQ and dK (``d``): three QK^T-sized and two PV-sized
+    #: matmuls against the forward's one of each (FlashAttention-2's backward; rules.py counts it so).
+    backward: bool = False
+
+    @property
+    def matmul_depth(self) -> int:
+        """Contracted size per score of every matmul the kernel runs: ``d + dv`` forward, ``3d + 2dv`` backward."""
+        return 3 * self.d + 2 * self.dv if self.backward else self.d + self.dv
 
 
 def _wider(a: DType, b: DType) -> DType:
@@ -139,7 +148,8 @@ def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:
         qv = node.inputs[off]
         assert qv is not None
         group = a.heads // a.kv_heads if 0 < a.kv_heads < a.heads and a.heads % a.kv_heads == 0 else 1
-        return AttentionShape(a.batch * a.heads, a.sq, a.sk, a.d, a.dv, is_causal(node), qv.type.dtype, group)
+        return AttentionShape(a.batch * a.heads, a.sq, a.sk, a.d, a.dv, is_causal(node), qv.type.dtype, group,
+                              node.op is Op.ATTENTION_BACKWARD)
     dots = [n for n in kernel.nodes if n.op is Op.DOT]
     g1, g2 = dot_gemm(table, dots[0]), dot_gemm(table, dots[-1])
     causal = any(is_causal(n) for n in kernel.nodes)   # a mask step the frontend proved causal
