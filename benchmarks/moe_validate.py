@@ -124,7 +124,8 @@ def main() -> None:
                       f"tp{row.tp} ep{row.ep} pp{row.pp} v{row.vp}", row.gpus, row.batch,
                       f"{row.tflops:g} ({row.older_tflops:g})", f"{row.measured_step_s:.2f}",
                       f"{plan.step_time_s:.2f}", f"{err:+.1%}", f"{predicted_tflops:.0f}",
-                      " / ".join(f"{b[k]:.2f}" for k in ("compute", "ep_comm", "bubble", "p2p", "dp_comm", "optimizer")),
+                      " / ".join(f"{b[k]:.2f}" for k in
+                                 ("compute", "ep_comm", "bubble", "p2p", "dp_comm", "optimizer")),
                       f"{plan.memory_per_device['total'] / 1e9:.0f}"])
     elapsed = time.perf_counter() - t0
     d = data[0]
