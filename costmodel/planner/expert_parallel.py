@@ -12,7 +12,9 @@ sum over a token's ``top_k`` rows, the scatter back to the tokens). The backward
 exchanges from the same rules (the output gradient dispatched, the input gradient combined), and a
 recomputed forward its own; a value exchanged once is not exchanged again (the weight gradient
 reads the dispatched rows the forward kept, as Megatron-Core saves them). The sharding pass then
-splits each expert weight's first dim over ``ep`` and times every exchange like any collective.
+splits each expert weight's first dim over ``ep`` and times every exchange like any collective; with
+tensor and sequence parallelism each tensor-parallel rank exchanges its share of the rows and the
+experts all-gather them over ``tp`` (:func:`.shardrules_grouped.expert_exchange`).
 
 How many rows a device's experts receive is the expert balance (:func:`..experts.expert_parallel_rows`):
 each expert-side tensor gets the busiest device's row count, and each grouped GEMM its local

@@ -19,7 +19,7 @@ from ...ir import Node
 from .shardbase import Decision, RuleContext, rest
 from .shardspec import Spec
 
-__all__ = ["grouped_dot"]
+__all__ = ["grouped_dot", "expert_exchange"]
 
 
 def grouped_dot(ctx: RuleContext, node: Node) -> Decision:
@@ -66,3 +66,23 @@ def _rows(axes: tuple[str, ...], tp_used: bool) -> tuple[str, ...]:
     """The axes the routed rows stay split over: never ``ep`` (experts, not rows), nor ``tp`` when
     the experts use it (the rows are gathered first, as sequence parallelism's all-gather does)."""
     return tuple(a for a in axes if a != "ep" and not (tp_used and a == "tp"))
+
+
+def expert_exchange(ctx: RuleContext, node: Node) -> Decision:
+    """An expert-parallel all-to-all (:mod:`.expert_parallel`) moves each tensor-parallel rank's share
+    of the rows when the rows are split over ``tp`` (sequence parallelism) or owed a ``tp`` sum (the
+    row-parallel down projection, settled by a reduce-scatter onto the rows): Megatron-Core's
+    all-to-all dispatcher exchanges ``1/tp`` of the tokens per rank and all-gathers over ``tp`` after
+    it. Any other layout is exchanged whole."""
+    x, out = node.inputs[0], node.outputs[0]
+    if x is None or node.attrs.get("axis") != "ep":
+        return Decision([Spec.replicated(len(ctx.shape(v))) if v is not None else None for v in node.inputs],
+                        [Spec.replicated(len(ctx.shape(o))) for o in node.outputs])
+    raw, tp = ctx.raw(x), ctx.sizes.get("tp", 1)
+    rows: tuple[str, ...] = ()
+    if tp > 1 and ("tp" in raw.dims[0] or raw.partial == "tp") and ctx.shape(x)[0] % tp == 0 \
+            and ctx.shape(out)[0] % tp == 0:
+        rows = ("tp",)
+    rank = len(ctx.shape(x))
+    spec = Spec((rows, *(((),) * (rank - 1))))
+    return Decision([spec, *rest(ctx, node, 1)], [spec])

@@ -110,12 +110,13 @@ def test_dispatch_and_combine_move_two_tokens_topk_hidden_per_layer_in_each_pass
 
 def test_all_to_all_runs_on_the_ep_groups_links(moe):
     """ep=8 with tp=1 is one NVLink domain (ranks 0-7); with tp=2 its members are 2 ranks apart and
-    span two nodes, so the same exchange crosses InfiniBand: the block's all-to-all takes what the
-    topology gives that group, and far longer across nodes."""
+    span two nodes, so the exchange crosses InfiniBand: the block's all-to-all takes what the topology
+    gives that group, and far longer across nodes. With tp=2 and sequence parallelism each tensor-
+    parallel rank exchanges its half of the rows (Megatron-Core's dispatcher), all-gathered after."""
     planner = _planner(moe)
     size = SEQ * K * H * 2
     near = planner.timer.seconds(Op.ALL_TO_ALL, size, 8, 1)
-    far = planner.timer.seconds(Op.ALL_TO_ALL, size, 8, 2)
+    far = planner.timer.seconds(Op.ALL_TO_ALL, size // 2, 8, 2)
     big = 64 << 20          # bandwidth-bound: NVLink's 450 GB/s against one 400 Gb/s NIC per GPU
     assert far > near and planner.timer.seconds(Op.ALL_TO_ALL, big, 8, 2) > 4 * planner.timer.seconds(
         Op.ALL_TO_ALL, big, 8, 1)
@@ -129,6 +130,10 @@ def test_all_to_all_runs_on_the_ep_groups_links(moe):
     use = next(u for u in layer.collectives if u.purpose.startswith("expert-parallel dispatch")
                and u.phase == "forward")
     assert use.seconds == pytest.approx(far + launch, rel=1e-9)
+    assert use.comm_bytes == size // 2 * 7 // 8
+    gathered = [u for u in layer.collectives if u.phase == "forward" and u.op == "all_gather"
+                and "grouped_dot" in u.purpose]
+    assert gathered and gathered[0].comm_bytes == size // 2      # the other rank's half, over tp
 
 
 def _expert_flops(moe, p, balance=None) -> int:
