@@ -39,7 +39,7 @@ def grouped_dot(ctx: RuleContext, node: Node) -> Decision:
     rows = _rows(ctx.spec(x).dims[0], tp_dim is not None)
     x_want = Spec((rows, ("tp",) if tp_dim == rc else ()))
     out = Spec((rows, ("tp",) if tp_dim == free else ()), "tp" if tp_dim == rc else None)
-    return Decision([x_want, Spec(tuple(w_want)), *rest(ctx, node, 2)], [out])
+    return Decision([x_want, Spec(tuple(w_want)), *_offsets(ctx, node, experts)], [out])
 
 
 def _weight_grad(ctx: RuleContext, node: Node) -> Decision:
@@ -53,13 +53,20 @@ def _weight_grad(ctx: RuleContext, node: Node) -> Decision:
     partial = rows[0] if len(rows) == 1 else None
     if len(rows) > 1:
         rows = ()
-    out: list[tuple[str, ...]] = [("ep",) if ctx.sizes.get("ep", 1) > 1 else (), (), ()]
+    experts = ("ep",) if ctx.sizes.get("ep", 1) > 1 else ()
+    out: list[tuple[str, ...]] = [experts, (), ()]
     if on == "dy":
         out[n_dim] = ("tp",)
     elif on == "x":
         out[k_dim] = ("tp",)
     want = [Spec((rows, ("tp",) if on == "x" else ())), Spec((rows, ("tp",) if on == "dy" else ()))]
-    return Decision([*want, *rest(ctx, node, 2)], [Spec(tuple(out), partial)])
+    return Decision([*want, *_offsets(ctx, node, experts)], [Spec(tuple(out), partial)])
+
+
+def _offsets(ctx: RuleContext, node: Node, experts: tuple[str, ...]) -> list[Spec | None]:
+    """The per-group offsets (``[E]``) follow the experts: each device reads its own groups' ends."""
+    return [Spec((experts,)) if v is not None and len(ctx.shape(v)) == 1 else
+            (Spec.replicated(len(ctx.shape(v))) if v is not None else None) for v in node.inputs[2:]]
 
 
 def _rows(axes: tuple[str, ...], tp_used: bool) -> tuple[str, ...]:

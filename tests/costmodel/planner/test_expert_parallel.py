@@ -198,3 +198,23 @@ def test_the_expert_data_parallel_group_is_dp_over_ep_ranks_ep_x_tp_apart():
     assert Parallel(tp=2, dp=8, ep=4, global_batch=8).axis("ep") == (4, 2)
     assert Parallel(tp=2, dp=8, cp=2, global_batch=8).axis("edp") == Parallel(tp=2, dp=8, cp=2, global_batch=8).axis(
         "dp_cp") == (16, 2)
+
+
+def test_a_torch_exported_mixtral_shards_its_grouped_mm_offsets_with_the_experts():
+    """transformers' grouped_mm experts carry per-expert offsets [E]: under ep=4 each device reads the
+    offsets of its own 2 experts, and the program verifies (NARROWPIPE_VERIFY=1 in the tests)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.MixtralConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=300,
+                                        num_local_experts=8, num_experts_per_tok=2)
+    with torch.device("meta"):
+        model = transformers.MixtralForCausalLM(config).to(torch.bfloat16).eval()
+    ids = torch.zeros(2, 16, dtype=torch.long, device="meta")
+    dyn = {"input_ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=64)}, "use_cache": None}
+    graph = narrowpipe.from_torch(model, (), {"input_ids": ids, "use_cache": False}, dynamic_shapes=dyn)
+    local = shard(build_training_graph(graph, optimizer="adam"), Parallel(dp=4, ep=4, global_batch=4),
+                  dims={"batch": 1, "seq": 16})
+    grouped = [n for n in local.nodes if n.op is Op.GROUPED_DOT]
+    assert len(grouped) == 6 and all(tuple(n.inputs[2].shape) == (2,) for n in grouped)
+    assert sum(n.op is Op.ALL_TO_ALL for n in local.nodes) == 4
