@@ -221,7 +221,8 @@ class _Rewrite:
         ep = self.parallel.ep
         even = r.rows  # what every device would receive under a perfectly even split
         return (f"expert parallelism ep={ep}: {r.rows} routed rows per device, {r.rows * ep} over the group's "
-                f"{r.experts} experts ({self.balance} routing); the busiest device holds {len(r.split)} experts "
+                f"{r.experts} experts ({self.balance} routing); the busiest device holds {len(r.split)} expert"
+                f"{'s' if len(r.split) != 1 else ''} "
                 f"and receives {r.received} rows" + (f" ({r.received / even:.2f}x an even share)" if even and
                                                      r.received != even else ""))
 
