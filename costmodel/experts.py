@@ -32,7 +32,8 @@ from math import floor
 from ..errors import NarrowpipeError
 from ..ir import Node, Op, Value
 
-__all__ = ["ExpertBalance", "BALANCED", "expert_rows", "active_experts", "routing_notes"]
+__all__ = ["ExpertBalance", "BALANCED", "expert_rows", "active_experts", "routing_notes", "node_expert_rows",
+           "expert_parallel_rows"]
 
 _KINDS = ("balanced", "zipf", "hot")
 
@@ -132,6 +133,33 @@ def _capped_quotas(rows: float, shares: list[float], cap: float) -> list[float]:
         capped |= over
 
 
+def node_expert_rows(attrs: Mapping[str, object], rows: int, experts: int, balance: ExpertBalance) -> tuple[int, ...]:
+    """A grouped GEMM's rows per expert: the split its node fixes (``expert_rows``: expert-parallel
+    sharding fixes the local experts of the most loaded device), else the analysis' balance."""
+    fixed = attrs.get("expert_rows")
+    if isinstance(fixed, tuple):
+        return fixed
+    top_k = attrs.get("top_k")
+    return expert_rows(rows, experts, top_k if isinstance(top_k, int) else None, balance)
+
+
+def expert_parallel_rows(rows: int, experts: int, ep: int, top_k: int | None = None,
+                         balance: ExpertBalance = BALANCED) -> tuple[int, ...]:
+    """Rows of each local expert on the most loaded of ``ep`` expert-parallel devices.
+
+    Each device routes ``rows`` rows, so the group routes ``ep x rows`` over all ``experts``
+    (:func:`expert_rows`); device ``d`` holds experts ``d E/ep .. (d+1) E/ep - 1`` (Megatron-Core's and
+    DeepSpeed-MoE's contiguous placement) and receives their rows. Which experts are hot is data, so
+    the shares are placed hottest first: the hottest ``E/ep`` experts share a device, an upper bound
+    on the busiest device's rows (a load-aware placement such as DeepSeek-V3's redundant experts
+    lowers it). Balanced routing gives every device ``rows`` rows when ``ep x rows`` divides by ``E``."""
+    if ep < 1 or experts % ep:
+        raise NarrowpipeError(f"expert parallelism: ep={ep} does not divide the {experts} experts")
+    split = expert_rows(rows * ep, experts, top_k, balance)
+    per = experts // ep
+    return max((split[d * per:(d + 1) * per] for d in range(ep)), key=sum)
+
+
 def active_experts(rows: tuple[int, ...]) -> int:
     """Experts that receive at least one row: only their weights are read."""
     return sum(1 for r in rows if r > 0)
@@ -143,8 +171,11 @@ def routing_notes(nodes: Iterable[Node], shapes: Mapping[Value, tuple[int, ...]]
     and times can be traced to the assumption (and the user knows it can be changed)."""
     seen: dict[tuple[int, int, int | None], int] = {}
     for node in nodes:
-        if node.op is Op.GROUPED_DOT and node.inputs[0] is not None and node.inputs[1] is not None:
-            key = (shapes[node.inputs[0]][0], shapes[node.inputs[1]][0], node.attrs.get("top_k"))
+        if node.op is not Op.GROUPED_DOT or "expert_rows" in node.attrs:
+            continue                   # a fixed split (expert-parallel sharding) is stated where it was made
+        if node.inputs[0] is not None and node.inputs[1] is not None:
+            stack = node.outputs[0] if node.attrs.get("role") == "grad_weight" else node.inputs[1]
+            key = (shapes[node.inputs[0]][0], shapes[stack][0], node.attrs.get("top_k"))
             seen[key] = seen.get(key, 0) + 1
     out = []
     for (rows, experts, top_k), count in seen.items():

@@ -23,7 +23,7 @@ from math import ceil, log2, prod
 
 from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
 from .cost import ZERO, Cost
-from .experts import active_experts, expert_rows
+from .experts import active_experts, node_expert_rows
 from .opview import OpView
 from .rules_vision import VISION_RULES, _traffic
 
@@ -65,15 +65,26 @@ def grouped_dot(v: OpView) -> Cost:
     """A grouped GEMM (MoE experts): each of the S rows through its group's K x N matrix, 2 x S x K x N
     FLOPs whatever the split; reads the rows, the offsets and only the groups some row reaches
     (:func:`.experts.expert_rows` under the analysis' expert balance), writes [S, N]."""
+    if v.attrs.get("role") == "grad_weight":
+        return _grouped_grad_weight(v)
     rows, k = v.shape(0)
     w = v.shape(1)
     n = w[3 - int(v.attrs["rhs_contract"])]
-    split = expert_rows(rows, w[0], v.attrs.get("top_k"), v.expert_balance)
+    split = node_expert_rows(v.attrs, rows, w[0], v.expert_balance)
     wdt = v.in_dtypes[1]
     assert wdt is not None
     read = v.in_bytes(0) + active_experts(split) * wdt.nbytes(prod(w[1:]))
     read += sum(v.in_bytes(i) for i in range(2, len(v.in_shapes)) if v.has_input(i))
     return Cost(2 * rows * k * n, 0, read, v.all_out_bytes())
+
+
+def _grouped_grad_weight(v: OpView) -> Cost:
+    """The experts' weight gradient: each routed row's ``x`` (K) against its ``dy`` (N) into its
+    expert's ``K x N`` gradient, 2 x S x K x N FLOPs (what the forward costs, as torch's
+    ``_grouped_mm`` backward runs it); reads both row sets, writes the gradients."""
+    rows, k = v.shape(0)
+    n = v.shape(1)[1]
+    return Cost(2 * rows * k * n, 0, v.all_in_bytes(), v.all_out_bytes())
 
 
 @_rule(Op.CONV)
@@ -297,7 +308,9 @@ def collective(v: OpView) -> Cost:
     """Bytes one device sends with bandwidth-optimal (ring) algorithms over ``group_size`` devices.
 
     all-reduce 2(n-1)/n x size, all-gather (n-1)/n x output, reduce-scatter (n-1)/n x input,
-    all-to-all (n-1)/n x size, broadcast/send/permute the size, recv nothing (its sender pays).
+    all-to-all (n-1)/n x the larger of what a device sends and receives (an expert-parallel
+    exchange under a skewed router receives more than it sends), broadcast/send/permute the size,
+    recv nothing (its sender pays).
     Reductions add (n-1)/n x elements FLOPs.
     """
     n = max(int(v.attrs.get("group_size", 1)), 1)
@@ -313,7 +326,7 @@ def collective(v: OpView) -> Cost:
         comm = (n - 1) * size_in // n
         flops = (n - 1) * v.numel(0) // n
     elif op is Op.ALL_TO_ALL:
-        comm = (n - 1) * size_in // n
+        comm = (n - 1) * max(size_in, v.out_bytes()) // n
     elif op is Op.RECV:
         comm = 0
     else:

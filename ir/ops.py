@@ -15,7 +15,11 @@ Attribute conventions (the verifier checks the ones marked required):
   its presence is known); output ``[S, N]``. Row ``r`` is multiplied by its group's matrix. How the
   ``S`` rows split over the ``G`` groups is data too: the cost model takes it from the analysis'
   expert balance (``costmodel/experts.py``). ``top_k`` (optional): the groups each token is routed
-  to, so ``S / top_k`` tokens and no group gets more rows than there are tokens.
+  to, so ``S / top_k`` tokens and no group gets more rows than there are tokens. ``expert_rows``
+  (optional): the rows of each group, fixed (expert parallelism fixes the split of the most loaded
+  device). ``role="grad_weight"`` is the weight gradient: inputs ``x [S, K]``, ``dy [S, N]`` (and
+  offsets), output the weights' ``[G, N, K]`` (``rhs_contract=2``) or ``[G, K, N]``, each group's
+  ``dy^T x`` over its rows.
 * ``CONV``: input ``[N, C, *spatial]``, weight ``[Cout, Cin/groups, *k]`` (transposed:
   ``[Cin, Cout/groups, *k]``); ``stride``, ``padding``, ``dilation``, ``groups``, ``transposed``.
 * ``ATTENTION``: inputs q, k, v (and an optional additive/boolean mask) in ``[B, H, S, D]``

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from .dims import Dim, Shape
 from .dtypes import DType
-from .graph import Node
+from .graph import Node, Value
 from .ops import Op, OpGroup
 from .shapes import format_shape
 
@@ -114,6 +114,8 @@ def _check_grouped_dot(node: Node) -> list[str]:
     x, w = node.inputs[0], node.inputs[1]
     assert x is not None and w is not None
     rc = node.attrs["rhs_contract"]
+    if node.attrs.get("role") == "grad_weight":
+        return _check_grouped_grad_weight(node, x, w, rc)
     if x.type.rank != 2 or w.type.rank != 3:
         return [f"grouped_dot needs rows [S, K] and weights [G, K, N], got ranks {x.type.rank} and {w.type.rank}"]
     if rc not in (1, 2):
@@ -134,6 +136,41 @@ def _check_grouped_dot(node: Node) -> list[str]:
     if got is not None and _shape_mismatch(expected, got):
         out.append(f"output shape {format_shape(got)} is not [rows, N] {format_shape(expected)} of "
                    f"{format_shape(xs)} x {format_shape(ws)}")
+    return out + _check_expert_rows(node, xs[0], ws[0])
+
+
+def _check_grouped_grad_weight(node: Node, x: Value, dy: Value, rc: object) -> list[str]:
+    """The weight gradient: rows ``x [S, K]`` and ``dy [S, N]`` give ``[G, N, K]`` (``rhs_contract=2``)
+    or ``[G, K, N]``, one ``dy^T x`` per group."""
+    if x.type.rank != 2 or dy.type.rank != 2:
+        return [f"grouped_dot grad_weight needs rows [S, K] and [S, N], got ranks {x.type.rank} and {dy.type.rank}"]
+    if rc not in (1, 2):
+        return [f"rhs_contract must be 1 or 2, got {rc!r}"]
+    out: list[str] = []
+    if not may_equal(x.shape[0], dy.shape[0]):
+        out.append(f"row counts differ: {x.shape[0]} and {dy.shape[0]}")
+    got = node.outputs[0].shape if node.outputs else None
+    if got is None or len(got) != 3:
+        return out + ["grouped_dot grad_weight must give one [G, N, K] (or [G, K, N]) gradient"]
+    expected = (got[0], dy.shape[1], x.shape[1]) if rc == 2 else (got[0], x.shape[1], dy.shape[1])
+    if _shape_mismatch(expected, got):
+        out.append(f"gradient shape {format_shape(got)} is not {format_shape(expected)} of "
+                   f"{format_shape(x.shape)} and {format_shape(dy.shape)}")
+    return out + _check_expert_rows(node, x.shape[0], got[0])
+
+
+def _check_expert_rows(node: Node, rows: Dim, groups: Dim) -> list[str]:
+    """A fixed split (``expert_rows``) has one count per group, summing to the rows."""
+    split = node.attrs.get("expert_rows")
+    if split is None:
+        return []
+    if not isinstance(split, tuple) or not all(isinstance(r, int) and r >= 0 for r in split):
+        return [f"expert_rows must be a tuple of row counts, got {split!r}"]
+    out = []
+    if isinstance(groups, int) and len(split) != groups:
+        out.append(f"expert_rows has {len(split)} counts for {groups} groups")
+    if isinstance(rows, int) and sum(split) != rows:
+        out.append(f"expert_rows sum to {sum(split)}, not the {rows} rows")
     return out
 
 

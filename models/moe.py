@@ -139,8 +139,10 @@ def _experts(b: GraphBuilder, spec: TransformerSpec, rows: Value, routed: Dim) -
     down_w = b.weight("down_proj", (e, hidden, ffn))
     h = _grouped_linear(b, rows, up_w, spec.top_k, "up")
     if spec.gated_mlp:
-        gate = b.emit(Op.SLICE, [h], (routed, ffn), {"axis": 1, "part": "first_half"}, name="gate")
-        up = b.emit(Op.SLICE, [h], (routed, ffn), {"axis": 1, "part": "second_half"}, name="up_half")
+        gate = b.emit(Op.SLICE, [h], (routed, ffn), {"axis": 1, "part": "first_half", "piece": 0},
+                      name="gate")
+        up = b.emit(Op.SLICE, [h], (routed, ffn), {"axis": 1, "part": "second_half", "piece": 1},
+                    name="up_half")
         h = b.binary(Op.MUL, activation(b, spec.activation, gate), up, name="gate_mul")
     else:
         h = activation(b, spec.activation, h)

@@ -43,6 +43,8 @@ def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--recompute", choices=("none", "selective", "full"), help="fix activation recomputation")
     p.add_argument("--sequence-parallel", choices=("on", "off"), help="fix sequence parallelism")
     p.add_argument("--fix", metavar="K=V,...", help="fix several at once, e.g. --fix tp=8,pp=4,recompute=full")
+    p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: balanced (default), "
+                   "zipf:S or hot:F; under expert parallelism the busiest device sets the step")
     p.add_argument("--top", type=int, default=5, help="runners-up to list (default 5)")
     p.add_argument("--json", metavar="FILE", help="write the plan as JSON")
     p.add_argument("--trace", metavar="FILE.json", help="write the step as a Chrome trace (ui.perfetto.dev): a "
@@ -91,7 +93,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         raise PlanError("--emit-out needs --emit megatron|torch|jax")
     result = make_plan(args.model, args.target, args.devices, mode=args.mode, global_batch=args.global_batch,
                        seq=args.seq, parallel=fixed_fields(args), dtype=args.dtype, system=args.system,
-                       runtime=args.runtime, top=args.top)
+                       runtime=args.runtime, top=args.top, expert_balance=args.expert_balance)
     print_plan(result, console)
     if args.json:
         Path(args.json).write_text(result.to_json())

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from ...ir import DType, Node, Op, attention_dims, attention_operands, is_causal
-from ..experts import expert_rows
+from ...ir import DType, Node, Op, Value, attention_dims, attention_operands, is_causal
+from ..experts import node_expert_rows
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import value_bytes
@@ -53,6 +53,15 @@ class AttentionShape:
     #: FlashInfer's head-group packing, TPU ragged paged attention), so ``sq * group`` rows meet
     #: each K/V tile. 1 for multi-head attention and eager patterns.
     group: int = 1
+    #: The backward kernel (``ATTENTION_BACKWARD``): per tile it recomputes the scores (a ``d``-deep
+    #: matmul) and runs dV and dP (``dv``), dQ and dK (``d``): three QK^T-sized and two PV-sized
+    #: matmuls against the forward's one of each (FlashAttention-2's backward; rules.py counts it so).
+    backward: bool = False
+
+    @property
+    def matmul_depth(self) -> int:
+        """Contracted size per score of every matmul the kernel runs: ``d + dv`` forward, ``3d + 2dv`` backward."""
+        return 3 * self.d + 2 * self.dv if self.backward else self.d + self.dv
 
 
 def _wider(a: DType, b: DType) -> DType:
@@ -84,15 +93,30 @@ def dot_gemm(table: CostTable, node: Node) -> Gemm:
 
 
 def grouped_gemm(table: CostTable, node: Node) -> Gemm:
-    """A GROUPED_DOT as M = rows split over the reached experts; B's bytes are theirs only (the cost rule's)."""
+    """A GROUPED_DOT as M = rows split over the reached experts; B's bytes are theirs only (the cost rule's).
+
+    The weight gradient (``role="grad_weight"``) is one ``K x N`` GEMM per reached expert, contracted
+    over that expert's rows: a batch of experts with the mean row count as depth (a skewed split
+    moves depth between the experts of one grid; their output tiles and total work stay the same)."""
     x, w = node.inputs[0], node.inputs[1]
     assert x is not None and w is not None
+    if node.attrs.get("role") == "grad_weight":
+        return _grouped_grad_weight(table, node, x, w)
     (rows, k), ws = table.shapes[x], table.shapes[w]
     n = ws[3 - int(node.attrs["rhs_contract"])]
-    split = tuple(r for r in expert_rows(rows, ws[0], node.attrs.get("top_k"), table.expert_balance) if r)
+    split = tuple(r for r in node_expert_rows(node.attrs, rows, ws[0], table.expert_balance) if r)
     b_bytes = w.type.dtype.nbytes(prod(ws[1:])) * len(split)
     return Gemm(1, rows, n, k, _wider(x.type.dtype, w.type.dtype), value_bytes(table, x), b_bytes,
                 value_bytes(table, node.outputs[0]), table.costs[node].flops, split)
+
+
+def _grouped_grad_weight(table: CostTable, node: Node, x: Value, dy: Value) -> Gemm:
+    (rows, k), n = table.shapes[x], table.shapes[dy][1]
+    out = node.outputs[0]
+    split = [r for r in node_expert_rows(node.attrs, rows, table.shapes[out][0], table.expert_balance) if r]
+    reached = max(len(split), 1)
+    return Gemm(reached, k, n, max(-(-rows // reached), 1), _wider(x.type.dtype, dy.type.dtype),
+                value_bytes(table, x), value_bytes(table, dy), value_bytes(table, out), table.costs[node].flops)
 
 
 def conv_gemm(table: CostTable, node: Node) -> Gemm:
@@ -133,7 +157,8 @@ def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:
         qv = node.inputs[off]
         assert qv is not None
         group = a.heads // a.kv_heads if 0 < a.kv_heads < a.heads and a.heads % a.kv_heads == 0 else 1
-        return AttentionShape(a.batch * a.heads, a.sq, a.sk, a.d, a.dv, is_causal(node), qv.type.dtype, group)
+        return AttentionShape(a.batch * a.heads, a.sq, a.sk, a.d, a.dv, is_causal(node), qv.type.dtype, group,
+                              node.op is Op.ATTENTION_BACKWARD)
     dots = [n for n in kernel.nodes if n.op is Op.DOT]
     g1, g2 = dot_gemm(table, dots[0]), dot_gemm(table, dots[-1])
     causal = any(is_causal(n) for n in kernel.nodes)   # a mask step the frontend proved causal

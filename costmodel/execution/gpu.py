@@ -117,7 +117,7 @@ class GpuModel(SequentialModel):
         items = s.batch_heads // g * qblocks
         split = max(1, min(target.sm_count // max(items, 1), kblocks))  # split-KV for short queries
         waves = ceil(items * split / target.sm_count)
-        per_item = ceil(kblocks / split) * frac * 2 * br * bc * (s.d + s.dv)
+        per_item = ceil(kblocks / split) * frac * 2 * br * bc * s.matmul_depth
         mma = waves * per_item / (rate.flops_per_s * eff / target.sm_count)
         exp = s.batch_heads * s.sq * s.sk * frac / transcendental_rate(target)
         compute = max(mma, exp)

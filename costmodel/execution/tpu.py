@@ -107,6 +107,8 @@ class TpuModel(SequentialModel):
         pv, e2 = min(systolic_time(b, rows, s.dv, s.sk, rate.flops_per_s, eff, target),
                      systolic_time(b, s.dv, rows, s.sk, rate.flops_per_s, eff, target))
         exp = s.batch_heads * s.sq * s.sk * frac / transcendental_rate(target)
+        if s.backward:      # scores recomputed, dQ and dK (QK^T-sized); dP and dV (PV-sized)
+            qk, pv, e1, e2 = 3 * qk, 2 * pv, 3 * e1, 2 * e2
         compute = max((qk + pv) * frac, exp)
         mem = memory_time(target, kernel.cost.bytes)
         return roofline(compute, mem, 0.0, target.launch_overhead, "MXU + VPU", peak_flops=rate.flops_per_s,

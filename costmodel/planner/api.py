@@ -22,7 +22,8 @@ _FIXABLE = ("tp", "pp", "dp", "cp", "ep", "microbatch", "recompute", "sequence_p
 
 def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_batch: int,
          seq: int | None = None, parallel: Mapping[str, Any] | Parallel | None = None, dtype: str | None = None,
-         system: Any = None, runtime: Any = None, optimizer: str = "adam", top: int = 5) -> Plan:
+         system: Any = None, runtime: Any = None, optimizer: str = "adam", top: int = 5,
+         expert_balance: Any = None) -> Plan:
     """The fastest training plan of ``model`` on ``devices`` devices of ``target`` that fits.
 
     ``model`` is a :class:`~narrowpipe.ir.Graph` (a builder result, a loaded file; the top-level
@@ -30,9 +31,11 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
     (``dgx-h100``, ``tpu-v5e-256``) or a chip (its catalog
     system when there is one: ``a100`` runs on ``dgx-a100`` nodes); ``system`` overrides the system.
     ``global_batch`` counts sequences of ``seq`` tokens (default: the graph's sequence length).
-    ``parallel`` fixes any of tp, pp, dp, cp, microbatch, recompute (none/selective/full),
+    ``parallel`` fixes any of tp, pp, dp, cp, ep, microbatch, recompute (none/selective/full),
     sequence_parallel, zero (0-3), interleave; the rest is searched, and the plan lists the runners-up
-    with why each lost. ``dtype`` retypes weights and activations (default: the graph's own).
+    with why each lost. ``expert_balance`` (a mixture of experts: ``balanced``, ``zipf:S``, ``hot:F``)
+    spreads the routed rows; under expert parallelism the busiest device sets the pace. ``dtype``
+    retypes weights and activations (default: the graph's own).
     ``runtime`` names the training framework's behaviour (``megatron-core``, the default, or
     ``megatron-lm-2021``). Raises :class:`~narrowpipe.PlanError` when nothing fits, naming the memory
     term that overflows and by how much."""
@@ -42,7 +45,7 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
     if dtype is not None:
         graph = with_precision(graph, weights=dtype, activations=dtype)
     planner = Planner(graph, target, devices, global_batch=global_batch, seq=seq, system=system, runtime=runtime,
-                      optimizer=optimizer)
+                      optimizer=optimizer, expert_balance=expert_balance)
     fixed = _fixed(parallel)
     result = search(planner, fixed, top=top)
     stats = result.stats()

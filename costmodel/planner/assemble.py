@@ -53,6 +53,10 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
                          f"{p.pp - 1}/({p.interleave}*{p.microbatches}) of the steady state")
     if not planner.runtime.overlap_tp_comm and step.breakdown.get("tp_comm", 0.0) > 0:
         all_notes.append("tensor-parallel collectives are exposed: the runtime does not overlap them with GEMMs")
+    all_notes += list(dict.fromkeys(n for c in layers for n in c.notes if n.startswith("expert parallelism")))
+    if step.breakdown.get("ep_comm", 0.0) > 0:
+        all_notes.append("expert-parallel all-to-alls are exposed: the all-to-all dispatcher waits for each exchange "
+                         "before the experts' GEMMs (no batch-level overlap modelled)")
     if not ev.fits:
         all_notes.append(overflow_text(ev))
     return Plan(model=planner.graph.name, target=planner.target.name, system=planner.system_name,

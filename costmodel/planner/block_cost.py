@@ -20,6 +20,7 @@ from typing import Any
 from ...backends import Target
 from ...ir import VIEW_OPS, Graph, Op, OpGroup, Value, ValueKind
 from ..execution import DeviceGroup, TimingOptions
+from ..experts import BALANCED, ExpertBalance
 from ..interpreter import interpret
 from ..sizes import value_bytes
 from ..timing import fused_program, time_program
@@ -72,6 +73,10 @@ class BlockCost:
     #: ``(name, local elements, local bytes)`` of each parameter: a weight two blocks share (tied
     #: embeddings) is held once by a device that runs both.
     weights: tuple[tuple[str, int, int], ...] = ()
+    #: Of ``params`` / ``param_bytes``, the experts' split over ``ep``: data-parallel over the
+    #: ``edp`` group (``dp x cp / ep`` replicas) rather than ``dp x cp``.
+    expert_params: int = 0
+    expert_param_bytes: int = 0
 
     @property
     def forward_s(self) -> float:
@@ -95,9 +100,10 @@ def block_key(block: Block, parallel: Parallel, microbatch: int) -> tuple[Any, .
 
 
 def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtime, *, dims: dict[str, int],
-               topology: Any = None, optimizer: str = "adam") -> BlockCost:
+               topology: Any = None, optimizer: str = "adam", expert_balance: ExpertBalance = BALANCED) -> BlockCost:
     """Cost of one training step of ``block`` on one device of ``parallel`` (``dims`` binds batch =
-    the microbatch and the sequence length)."""
+    the microbatch and the sequence length; ``expert_balance`` spreads a mixture of experts' rows,
+    and under expert parallelism the busiest device's program is the one costed)."""
     from ..training import build_training_graph  # the training step (costmodel/training)
 
     forward = apply_runtime_form(block.graph, runtime)
@@ -107,8 +113,8 @@ def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtim
     recompute = parallel.recompute if block.kind == "layer" else "none"
     train = build_training_graph(forward, optimizer=optimizer, recompute=recompute, loss=loss,
                                  master="fp32" if runtime.master_weights else forward_dtype(forward))
-    local = shard(train, parallel, dims=dims)
-    table = interpret(local, {})
+    local = shard(train, parallel, dims=dims, expert_balance=expert_balance)
+    table = interpret(local, {}, expert_balance=expert_balance)
     program = fused_program(table, target, TimingOptions(fusion=runtime.fusion, topology=topology))
     schedule = time_program(program, DeviceGroup(target))
     times: dict[str, float] = {}
@@ -144,6 +150,7 @@ def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtim
         phase = str(node.attrs.get(PHASE, "forward"))
         flops[phase] = flops.get(phase, 0) + cost.flops
     params = [w for w in local.weights if w.kind is ValueKind.PARAM]
+    experts = [w for w in params if w.name in set(local.meta.get("expert_weights", ()))]
     saved = _saved_bytes(local, table)
     working = _working_peak(local, table)
     collectives = tuple(CollectiveUse(p, op, ph, ax, n, int(e[0]), int(e[1]), e[2], e[3])
@@ -154,7 +161,8 @@ def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtim
                      saved, max(0, working - saved),
                      _boundary_bytes(local, table, forward.outputs[0].name if forward.outputs else None),
                      dict(local.meta.get("deferred_reductions", {})), collectives, notes,
-                     tuple((w.name, prod(table.shapes[w]), value_bytes(table, w)) for w in params))
+                     tuple((w.name, prod(table.shapes[w]), value_bytes(table, w)) for w in params),
+                     sum(prod(table.shapes[w]) for w in experts), sum(value_bytes(table, w) for w in experts))
 
 
 def unique_params(blocks: list[BlockCost]) -> tuple[int, int]:

@@ -66,18 +66,20 @@ def in_flight(p: Parallel, stage: int) -> float:
 
 def device_memory(p: Parallel, load: DeviceLoad, runtime: Runtime, optimizer: str = "adam",
                   param_dtype_bytes: int = 2) -> DeviceMemory:
-    """Memory of the pipeline device that runs ``load`` (its layers, plus the embedding or head)."""
-    dp = p.dp * p.cp
-    weights = float(load.param_bytes)
-    grads = float(load.params * runtime.grad_reduce_dtype.nbytes(1))
+    """Memory of the pipeline device that runs ``load`` (its layers, plus the embedding or head).
+    ZeRO shards the dense parameters' states over ``dp x cp`` and the experts' over their own
+    replicas, ``dp x cp / ep`` (Megatron-Core's and DeepSpeed-MoE's expert data-parallel group)."""
+    grad = runtime.grad_reduce_dtype.nbytes(1)
     master = 4 if runtime.master_weights and param_dtype_bytes < 4 else 0
-    states = float(load.params * (master + 4 * OPTIMIZER_STATES.get(optimizer, 2)))
-    if p.zero >= 1:
-        states /= dp
-    if p.zero >= 2:
-        grads /= dp
+    per_state = master + 4 * OPTIMIZER_STATES.get(optimizer, 2)
+    weights = grads = states = 0.0
+    for params, pbytes, dp in ((load.params - load.expert_params, load.param_bytes - load.expert_param_bytes,
+                                p.dp * p.cp), (load.expert_params, load.expert_param_bytes, p.axis("edp")[0])):
+        weights += pbytes / (dp if p.zero >= 3 else 1)
+        grads += params * grad / (dp if p.zero >= 2 else 1)
+        states += params * per_state / (dp if p.zero >= 1 else 1)
     if p.zero >= 3:
         # the shard plus the gathered block (and the next one, prefetched)
-        weights = weights / dp + 2 * load.largest_param_bytes
+        weights += 2 * load.largest_param_bytes
     activations = load.saved_bytes * in_flight(p, load.index)
     return DeviceMemory(load.index, weights, grads, states, activations, float(load.transient_bytes))

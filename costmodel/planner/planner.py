@@ -16,12 +16,14 @@ from typing import Any
 from ...backends import System, Target, get_system, get_target
 from ...backends.registry import systems as _systems
 from ...errors import NarrowpipeError, PlanError
-from ...ir import DimRole, Graph
+from ...ir import DimRole, Graph, Op
 from ..execution.collectives import Topology
+from ..experts import ExpertBalance
 from ..interpreter import interpret
 from .attention_form import apply_runtime_form
 from .block_cost import BlockCost, block_cost, block_key
 from .blocks import Blocks, split_blocks
+from .expert_parallel import expert_param_numel
 from .memory import DeviceMemory, device_memory
 from .runtime import Runtime, get_runtime
 from .step import CollectiveTimer, Layout, StepTime, layout, step_time
@@ -72,7 +74,8 @@ class Planner:
     """Costs and evaluates training strategies of ``graph`` on ``devices`` devices."""
 
     def __init__(self, graph: Graph, target: Any, devices: int, *, global_batch: int, seq: int | None = None,
-                 system: Any = None, runtime: str | Runtime | None = None, optimizer: str = "adam") -> None:
+                 system: Any = None, runtime: str | Runtime | None = None, optimizer: str = "adam",
+                 expert_balance: str | ExpertBalance | None = None) -> None:
         if devices < 1:
             raise PlanError(f"devices must be at least 1, got {devices}")
         self.graph = graph
@@ -81,6 +84,12 @@ class Planner:
         self.global_batch = global_batch
         self.runtime = get_runtime(runtime)
         self.optimizer = optimizer
+        self.expert_balance = ExpertBalance.parse(expert_balance)
+        #: the experts of a mixture of experts: how many (0 for a dense model), and their parameters
+        self.experts = max((w.type.shape[0] for n in graph.nodes if n.op is Op.GROUPED_DOT and len(n.inputs) > 1
+                            for w in n.inputs[1:2] if w is not None and w.kind.is_weight
+                            and isinstance(w.type.shape[0], int)), default=0)
+        self.expert_params = expert_param_numel(graph)
         self.batch_dim = _role_dim(graph, DimRole.BATCH)
         self.seq_dim = _role_dim(graph, DimRole.SEQUENCE)
         defaults = graph.default_bindings()
@@ -122,7 +131,7 @@ class Planner:
         if hit is None:
             hit = self._costs[key] = block_cost(block, parallel, self.target, self.runtime,
                                                 dims=self.dims(parallel.microbatch), topology=self.topology,
-                                                optimizer=self.optimizer)
+                                                optimizer=self.optimizer, expert_balance=self.expert_balance)
         return hit
 
     def _key(self, parallel: Parallel) -> tuple[Any, ...]:
@@ -156,9 +165,18 @@ class Planner:
         if len(self.blocks.layers) < parallel.pp * parallel.interleave:
             raise PlanError(f"{len(self.blocks.layers)} layers cannot fill pp={parallel.pp} x "
                             f"interleave={parallel.interleave} pipeline chunks")
+        self.check_experts(parallel.ep, parallel.cp)
         if parallel.cp > 1 and self.seq % (2 * parallel.cp if parallel.cp > 1 else 1):
             raise PlanError(f"seq={self.seq} does not split into 2 x cp={parallel.cp} chunks (load-balanced "
                             "causal context parallelism)")
+
+    def check_experts(self, ep: int, cp: int = 1) -> None:
+        """Expert parallelism needs experts that ``ep`` divides, and no context parallelism."""
+        if ep > 1 and (not self.experts or self.experts % ep or cp > 1):
+            raise PlanError(f"ep={ep}: " + ("the model has no experts to split" if not self.experts else
+                                            f"does not divide the model's {self.experts} experts"
+                                            if self.experts % ep else
+                                            "expert parallelism with context parallelism is not modelled"))
 
     def evaluate(self, parallel: Parallel) -> Evaluation:
         self.check(parallel)

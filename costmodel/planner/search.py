@@ -11,7 +11,9 @@ whose parameters, gradients and optimizer states alone overflow a device is drop
 
 Choices the search does not explore, stated: sequence parallelism is always on with tensor
 parallelism (it halves activation memory at the same communication volume, Korthikanti et al. 2022);
-context parallelism is tried from 8k-token sequences up; expert parallelism is not searched yet.
+context parallelism is tried from 8k-token sequences up. Expert parallelism is tried on mixtures of
+experts only (never on a dense model): every ``ep`` that divides both the data-parallel degree and
+the expert count, without context parallelism (not modelled together).
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
                 dp = n // (tp * cp * pp)
                 if "dp" in fixed and fixed["dp"] != dp or batch % dp:
                     continue
+                eps = [e for e in _divisors(dp) if planner.experts % e == 0 and (e == 1 or cp == 1)] \
+                    if planner.experts else [1]
                 for mb in allowed("microbatch", [m for m in _MICROBATCHES if (batch // dp) % m == 0]):
                     if (batch // dp) % mb:
                         continue
@@ -91,33 +95,40 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
                         for sp in allowed("sequence_parallel", sps):
                             for rec in allowed("recompute", list(RECOMPUTE)):
                                 for zero in allowed("zero", [0, 1, 2, 3] if dp * cp > 1 else [0]):
-                                    try:
-                                        yield Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=fixed.get("ep", 1),
-                                                       interleave=v, microbatch=mb, global_batch=batch,
-                                                       sequence_parallel=sp, recompute=rec, zero=zero)
-                                    except PlanError:
-                                        continue
+                                    for ep in allowed("ep", eps):
+                                        try:
+                                            yield Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, interleave=v,
+                                                           microbatch=mb, global_batch=batch,
+                                                           sequence_parallel=sp, recompute=rec, zero=zero)
+                                        except PlanError:
+                                            continue
 
 
 def static_memory(planner: Planner, p: Parallel) -> float:
     """A lower bound on a device's bytes before any costing: its share of the parameters with their
-    gradients and optimizer states under ``p.zero`` (activations only add)."""
-    params = planner.graph.param_count() / (p.tp * p.pp)
+    gradients and optimizer states under ``p.zero`` (activations only add). Experts split over
+    ``ep`` as well, and shard their states over their ``dp x cp / ep`` replicas."""
+    experts = planner.expert_params
     pbytes = 2 if any(w.dtype.nbytes(1) == 2 for w in planner.graph.weights) else 4
     grad = planner.runtime.grad_reduce_dtype.nbytes(1)
     master = 4 if planner.runtime.master_weights and pbytes < 4 else 0
     states = master + 4 * OPTIMIZER_STATES.get(planner.optimizer, 2)
-    shard = p.dp * p.cp
-    w = pbytes / (shard if p.zero >= 3 else 1)
-    g = grad / (shard if p.zero >= 2 else 1)
-    s = states / (shard if p.zero >= 1 else 1)
-    return params * (w + g + s)
+    total = 0.0
+    for params, shard in (((planner.graph.param_count() - experts) / (p.tp * p.pp), p.dp * p.cp),
+                          (experts / (p.tp * p.pp * p.ep), p.dp * p.cp // p.ep)):
+        w = pbytes / (shard if p.zero >= 3 else 1)
+        g = grad / (shard if p.zero >= 2 else 1)
+        s = states / (shard if p.zero >= 1 else 1)
+        total += params * (w + g + s)
+    return total
 
 
 def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 5) -> SearchResult:
     """The fastest strategy that fits, and up to ``top`` runners-up (the best of each other mesh
     shape, plus the fastest that did not fit) with why each lost."""
     fixed = dict(fixed or {})
+    if "ep" in fixed:
+        planner.check_experts(int(fixed["ep"]), int(fixed.get("cp", 1)))
     capacity = float(planner.target.memory_capacity)
     cands = list(candidates(planner, fixed))
     if not cands:

@@ -26,7 +26,9 @@ from typing import Any
 from ...errors import PlanError
 from ...ir import DimRole, DType, Graph, Node, Op, Placement, Source, TensorType, Value, ValueKind
 from ...ir.verifier import maybe_verify
+from ..experts import ExpertBalance
 from ..interpreter import ShapeBinder
+from .expert_parallel import expert_parallel
 from .shardrules import Decision, decide
 from .shardspec import Spec
 from .strategy import Parallel
@@ -40,18 +42,22 @@ _GENERATORS = frozenset({Op.RANDOM, Op.FILL, Op.IOTA, Op.CONSTANT, Op.RECV})
 
 
 def shard(graph: Graph, parallel: Parallel, *, dims: Mapping[str, int] | None = None,
-          grad_sync: bool = False, grad_dtype: DType | None = None) -> Graph:
-    """The program one device runs under ``parallel`` (its ``tp``, ``cp`` and sequence parallelism).
+          grad_sync: bool = False, grad_dtype: DType | None = None,
+          expert_balance: str | ExpertBalance | None = None) -> Graph:
+    """The program one device runs under ``parallel`` (its ``tp``, ``cp``, ``ep`` and sequence parallelism).
 
     ``dims`` binds the graph's symbolic dims (defaults otherwise): the batch dim is the per-device
     microbatch. ``grad_sync`` appends the data-parallel gradient reduction of every parameter
     (all-reduce, or reduce-scatter plus the parameter all-gather under ZeRO), in ``grad_dtype``
-    (the parameter's own by default), for showing a whole training step in ``analyze``."""
+    (the parameter's own by default), for showing a whole training step in ``analyze``. Under
+    expert parallelism the program is the busiest device's, under ``expert_balance`` (default
+    balanced; see :mod:`.expert_parallel`)."""
     bindings = graph.default_bindings()
     bindings.update(dims or {})
     missing = sorted(s for s in graph.symbols() if s not in bindings)
     if missing:
         raise PlanError(f"shard: bind the dims {', '.join(missing)} (dims={{...}}) before sharding {graph.name!r}")
+    graph = expert_parallel(graph, parallel, bindings, ExpertBalance.parse(expert_balance))
     return _Shard(graph, bindings, parallel).run(grad_sync, grad_dtype)
 
 
@@ -61,7 +67,7 @@ class _Shard(WeightLayouts):
         self.parallel = parallel
         self.binder = ShapeBinder(bindings)
         self.sizes: dict[str, int] = {"tp": parallel.tp, "cp": parallel.cp, "ep": parallel.ep, "dp": parallel.dp,
-                                      "dp_cp": parallel.dp * parallel.cp}
+                                      "dp_cp": parallel.dp * parallel.cp, "edp": parallel.axis("edp")[0]}
         self.out = Graph(f"{graph.name}[{parallel.describe()}]")
         self.specs: dict[Value, Spec] = {}
         self.new: dict[Value, Value] = {}
@@ -125,7 +131,8 @@ class _Shard(WeightLayouts):
         out.meta["parallel"] = self.parallel.to_dict()
         out.meta["weight_sharding"] = {w.name: str(s) for w, s in self.weights.items()}
         out.meta["deferred_reductions"] = dict(self.deferred)
-        out.meta["sharding_notes"] = list(self.notes)
+        out.meta["expert_weights"] = sorted(w.name for w, s in self.weights.items() if "ep" in s.axes)
+        out.meta["sharding_notes"] = list(src.meta.get("expert_parallel", ())) + list(self.notes)
         return maybe_verify(out, "narrowpipe.planner.shard")
 
     def _input_spec(self, v: Value) -> Spec:
@@ -316,12 +323,15 @@ class _Shard(WeightLayouts):
             grad = self.out.add_input(f"{w.name}.grad", TensorType(grad_dtype or w.dtype, local))
             at = Node(w.name, Op.IDENTITY, [], [], source=Source(scope=w.name))
             op = Op.REDUCE_SCATTER if p.zero >= 2 else Op.ALL_REDUCE
-            group = p.dp * p.cp
+            axis = "edp" if "ep" in spec.axes else "dp_cp"     # an expert's replicas: dp x cp / ep
+            group = self.sizes[axis]
+            if group == 1:
+                continue
             split = op is Op.REDUCE_SCATTER and local and local[0] % group == 0
             shape = (local[0] // group, *local[1:]) if split else local
             if op is Op.REDUCE_SCATTER and shape == local:
                 op = Op.ALL_REDUCE
-            self._collective(op, grad, shape, "dp_cp", "grad_sync", "data-parallel gradient reduction", at)
+            self._collective(op, grad, shape, axis, "grad_sync", "data-parallel gradient reduction", at)
 
     def _local_type(self, v: Value, spec: Spec) -> TensorType:
         shape = self.shape(v)

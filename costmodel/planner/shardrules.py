@@ -20,6 +20,7 @@ from __future__ import annotations
 from ...ir import GROUP, VIEW_OPS, Node, Op, OpGroup, Value
 from .shardbase import LINEAR, Decision, Rule, RuleContext, axes_size, drop_duplicates, rest, whole
 from .shardrules_data import DATA_RULES, equal_piece, reshape_map, same_size_dims
+from .shardrules_grouped import expert_exchange, grouped_dot
 from .shardspec import Spec
 
 __all__ = ["Decision", "RuleContext", "decide", "reshape_map", "equal_piece"]
@@ -257,7 +258,9 @@ def _param_like(ctx: RuleContext, v: Value, dims: list[tuple[str, ...]], rank: i
 
 # -- data movement -----------------------------------------------------------------------------------
 
-_BY_OP: dict[Op, Rule] = {Op.DOT: _dot, Op.ATTENTION: _attention, Op.ATTENTION_BACKWARD: _attention,
+_BY_OP: dict[Op, Rule] = {Op.DOT: _dot, Op.GROUPED_DOT: grouped_dot, Op.ALL_TO_ALL: expert_exchange,
+                          Op.ATTENTION: _attention,
+                          Op.ATTENTION_BACKWARD: _attention,
                           Op.IDENTITY: _elementwise, Op.COPY: _elementwise, Op.SEND: _elementwise, **DATA_RULES}
 _BY_GROUP: dict[OpGroup, Rule] = {OpGroup.ELEMENTWISE: _elementwise, OpGroup.REDUCTION: _reduction,
                                   OpGroup.NORMALIZATION: _normalization, OpGroup.DATA_MOVEMENT: same_size_dims}

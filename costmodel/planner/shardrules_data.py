@@ -88,6 +88,23 @@ def _slice(ctx: RuleContext, node: Node) -> Decision:
     return same_size_dims(ctx, node)
 
 
+def _concat(ctx: RuleContext, node: Node) -> Decision:
+    """Equal pieces joined along a weight's free dim, each split the same way, stay split: each
+    device joins its share of every piece (the gradient of a fused gate-up projection's halves,
+    Megatron's interleaved layout, as :func:`_slice` keeps the halves split)."""
+    ins = [v for v in node.inputs if v is not None]
+    out = node.outputs[0]
+    rank = len(ctx.shape(out))
+    if ins and all(len(ctx.shape(v)) == rank for v in ins) and rank:
+        axis = int(node.attrs.get("axis", 0)) % rank
+        spec = ctx.spec(ins[0]).resolved()
+        piece = ctx.shape(ins[0])[axis]
+        if spec.dims[axis] and not ctx.is_token_dim(out, axis) and piece % axes_size(ctx, spec.dims[axis]) == 0 \
+                and all(ctx.spec(v).resolved() == spec and ctx.shape(v)[axis] == piece for v in ins):
+            return Decision([None if v is None else spec for v in node.inputs], [spec])
+    return same_size_dims(ctx, node)
+
+
 def same_size_dims(ctx: RuleContext, node: Node) -> Decision:
     """Slice, pad, concat, expand, ...: a dim may stay split only where every operand and the
     result have the same size along it."""
@@ -210,5 +227,5 @@ def _along_axis(ctx: RuleContext, node: Node) -> Decision:
 
 
 DATA_RULES = {Op.RESHAPE: _reshape, Op.PERMUTE: _permute, Op.GATHER: _gather_rows, Op.SORT: _along_axis,
-              Op.TOPK: _along_axis, Op.SCATTER: _scatter_rows, Op.SLICE: _slice,
+              Op.TOPK: _along_axis, Op.SCATTER: _scatter_rows, Op.SLICE: _slice, Op.CONCAT: _concat,
               Op.GATHER_ELEMENTS: _gather_elements, Op.SCATTER_ELEMENTS: _scatter_elements}

@@ -110,6 +110,9 @@ class DeviceLoad:
     transient_bytes: int
     param_blocks: int
     largest_param_bytes: int
+    #: Of ``params`` / ``param_bytes``, the experts' (reduced and sharded over ``edp``, not ``dp x cp``).
+    expert_params: int = 0
+    expert_param_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,8 @@ def layout(parallel: Parallel, layers: list[BlockCost], prologue: BlockCost | No
             _terms(blocks), sum(b.hidden_s for b in blocks), sum(b.optimizer_s for b in blocks), params, pbytes,
             sum(sum(b.deferred.values()) for b in blocks), sum(b.saved_bytes for b in blocks),
             max((b.transient_bytes for b in blocks), default=0), sum(1 for b in blocks if b.params),
-            max((b.param_bytes for b in blocks), default=0)))
+            max((b.param_bytes for b in blocks), default=0), sum(b.expert_params for b in blocks),
+            sum(b.expert_param_bytes for b in blocks)))
     first = layers[0] if layers else prologue
     return Layout(chunks, tuple(loads), first.boundary_bytes if first is not None else 0)
 
@@ -229,12 +233,14 @@ def _grad_reduction(lay: Layout, p: Parallel, topology: CollectiveTimer,
                     runtime: Runtime) -> tuple[float, float, str]:
     """The slowest stage's gradient reduction over its data- (and context-) parallel group, and the
     part of it the step waits for. Stage ``s`` finishes its last backward earlier than stage 0 by
-    the drain through stages ``0..s-1``, which its reduction may use."""
+    the drain through stages ``0..s-1``, which its reduction may use. Expert weights are reduced
+    over their own replicas (the ``edp`` group, ``dp x cp / ep``), the rest over ``dp x cp``."""
     group, stride = p.axis("dp_cp")
+    egroup, estride = p.axis("edp")
     if group == 1 or p.zero >= 3:
         return 0.0, 0.0, "all-reduce"
     name = "reduce-scatter + all-gather" if p.zero >= 1 else "all-reduce"
-    key = ("dp", group, stride, p.zero >= 1)
+    key = ("dp", group, stride, egroup, estride, p.zero >= 1)
     hit = lay.cache.get(key)
     if hit is not None:
         return hit[0], hit[1], name
@@ -242,13 +248,18 @@ def _grad_reduction(lay: Layout, p: Parallel, topology: CollectiveTimer,
     drain = 0.0
     size = runtime.grad_reduce_dtype.nbytes(1)
     for d in lay.devices:
-        nbytes = d.params * size + d.deferred_bytes
-        if p.zero >= 1:
-            t = topology.seconds(Op.REDUCE_SCATTER, nbytes, group, stride)
-            gather = topology.seconds(Op.ALL_GATHER, d.param_bytes, group, stride)
-            t += 0.0 if runtime.overlap_param_gather else gather
-        else:
-            t = topology.seconds(Op.ALL_REDUCE, nbytes, group, stride)
+        t = 0.0
+        for params, pbytes, extra, members, apart in (
+                (d.params - d.expert_params, d.param_bytes - d.expert_param_bytes, d.deferred_bytes, group, stride),
+                (d.expert_params, d.expert_param_bytes, 0, egroup, estride)):
+            if members == 1 or not params:
+                continue
+            nbytes = params * size + extra
+            if p.zero >= 1:
+                t += topology.seconds(Op.REDUCE_SCATTER, nbytes, members, apart)
+                t += 0.0 if runtime.overlap_param_gather else topology.seconds(Op.ALL_GATHER, pbytes, members, apart)
+            else:
+                t += topology.seconds(Op.ALL_REDUCE, nbytes, members, apart)
         slowest = max(slowest, t)
         if runtime.overlap_grad_reduce:
             n = max(1, d.param_blocks)
@@ -270,16 +281,22 @@ def _param_gathers(lay: Layout, load: DeviceLoad, p: Parallel, topology: Collect
     if p.zero < 3:
         return 0.0, 0.0
     group, stride = p.axis("dp_cp")
-    key = ("zero3", load.index, group, stride)
+    egroup, estride = p.axis("edp")
+    key = ("zero3", load.index, group, stride, egroup, estride)
     hit = lay.cache.get(key)
     if hit is not None:
         return hit
     exposed = hidden = 0.0
     prev_f = prev_b = 0.0
+    grad = runtime.grad_reduce_dtype.nbytes(1)
     for i, b in enumerate(load.blocks):
-        ag = topology.seconds(Op.ALL_GATHER, float(b.param_bytes), group, stride)
-        rs = topology.seconds(Op.REDUCE_SCATTER, float(b.params * runtime.grad_reduce_dtype.nbytes(1)),
-                              group, stride)
+        ag = rs = 0.0
+        for pbytes, params, members, apart in (
+                (b.param_bytes - b.expert_param_bytes, b.params - b.expert_params, group, stride),
+                (b.expert_param_bytes, b.expert_params, egroup, estride)):
+            if params and members > 1:
+                ag += topology.seconds(Op.ALL_GATHER, float(pbytes), members, apart)
+                rs += topology.seconds(Op.REDUCE_SCATTER, float(params * grad), members, apart)
         for t, window in ((ag, prev_f), (ag + rs, prev_b)):
             e = t if i == 0 or not runtime.overlap_param_gather else max(0.0, t - window)
             exposed += e

@@ -6,6 +6,10 @@ search caches layer costs by it) and round-trip through JSON. The mesh is Megatr
 (``tp`` innermost, then ``cp``, ``dp``, ``pp``; expert parallelism is carved out of the data-parallel
 ranks next to ``cp``), so a group's *stride* says whether it stays inside a scale-up domain: a ``tp``
 group of 8 on 8-GPU nodes is one node, a ``dp`` group with stride 8 puts one member in each node.
+Experts are split over ``ep`` consecutive data-parallel ranks and tensor-parallel like the dense
+layers (Megatron-Core up to v0.9, whose expert tensor parallelism is ``tp``), so an expert's weights
+are data-parallel over ``dp x cp / ep`` replicas (the ``edp`` group, ``ep x tp x cp`` ranks apart):
+their gradients are reduced and their optimizer states sharded over it, not over ``dp``.
 """
 
 from __future__ import annotations
@@ -89,10 +93,12 @@ class Parallel:
         sizes = {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp}
         if name == "ep":
             return self.ep, self.tp * self.cp
+        if name == "edp":              # expert data parallelism: the replicas of one expert shard
+            return self.dp * self.cp // self.ep, self.tp * self.cp * self.ep if self.ep > 1 else self.tp
         if name == "dp_cp":            # the gradient-reduction group: data and context ranks together
             return self.dp * self.cp, self.tp
         if name not in sizes:
-            raise PlanError(f"unknown mesh axis {name!r}; axes are {', '.join((*AXES, 'ep'))}")
+            raise PlanError(f"unknown mesh axis {name!r}; axes are {', '.join((*AXES, 'ep', 'edp'))}")
         stride = 1
         for inner in AXES[:AXES.index(name)]:
             stride *= sizes[inner]

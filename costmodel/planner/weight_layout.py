@@ -14,6 +14,7 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
+from ...errors import PlanError
 from ...ir import Graph, Node, Op, Sym, Value
 from .shardrules import equal_piece, reshape_map
 from .shardspec import Spec
@@ -47,6 +48,8 @@ class WeightLayouts:
     def decide_weights(self, node: Node) -> None:
         if node.op is Op.DOT:
             self._decide_dot(node)
+        elif node.op is Op.GROUPED_DOT:
+            self._decide_experts(node)
         elif node.op is Op.GATHER:
             table, idx = node.inputs[0], node.inputs[1]
             if table is not None and idx is not None and table.kind.is_weight and table not in self.specs:
@@ -83,6 +86,30 @@ class WeightLayouts:
                         spec = spec.with_dim(col, ("tp",))                        # column parallel
             self._set_weight(w, spec)
 
+    def _decide_experts(self, node: Node) -> None:
+        """Stacked experts ``[E, out, in]``: the experts over ``ep``, and inside each expert the dense
+        rule: row parallel when the rows arrive split over ``tp`` on the contracted dim, else column
+        parallel when the result can stay split until the next contraction."""
+        x, w = node.inputs[0], node.inputs[1]
+        if node.attrs.get("role") == "grad_weight" or x is None or w is None or not w.kind.is_weight \
+                or w in self.specs:
+            return
+        shape = self.shape(w)
+        spec = Spec.replicated(len(shape))
+        ep, tp = self.sizes.get("ep", 1), self.sizes["tp"]
+        if ep > 1:
+            if shape[0] % ep:
+                raise PlanError(f"shard: ep={ep} does not divide the {shape[0]} experts of {w.name!r}")
+            spec = spec.with_dim(0, ("ep",))
+        rc = int(node.attrs["rhs_contract"])
+        if tp > 1:
+            if "tp" in self.spec(x).dims[1] and shape[rc] % tp == 0:
+                spec = spec.with_dim(rc, ("tp",))                                  # row parallel
+            elif "tp" not in self.spec(x).dims[1] and shape[3 - rc] % tp == 0 and \
+                    self._column_ok(node.outputs[0], 1, tp):
+                spec = spec.with_dim(3 - rc, ("tp",))                              # column parallel
+        self._set_weight(w, spec)
+
     def _owner_name(self, w: Value) -> Value | None:
         """The parameter ``w`` is a state or master copy of: the longest weight name that prefixes
         ``w``'s name at a dot (``<param>.exp_avg``), with the same shape."""
@@ -110,7 +137,7 @@ class WeightLayouts:
         phase = v.producer.attrs.get(PHASE) if v.producer is not None else None
         for use in v.uses:
             n = use.node
-            if n.op in (Op.DOT, Op.ATTENTION) or n.attrs.get(PHASE) != phase:
+            if n.op in (Op.DOT, Op.GROUPED_DOT, Op.ATTENTION) or n.attrs.get(PHASE) != phase:
                 continue                  # a pair found, or a later phase (backward reads saved values)
             out = n.outputs[0] if n.outputs else None
             if out is None:

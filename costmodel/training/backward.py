@@ -19,6 +19,7 @@ from ...ir import Graph, Node, Op, Source, TensorType, Value, ValueKind
 from .context import GradContext, Grads
 from .grad_data import DATA_GRADS
 from .grad_elementwise import ELEMENTWISE_GRADS, NON_DIFFERENTIABLE
+from .grad_grouped import grouped_dot_grad
 from .grad_linear import attention_grad, conv_grad, dot_grad
 from .grad_norm import NORM_GRADS
 from .phases import FORWARD, PHASE
@@ -27,7 +28,7 @@ __all__ = ["BACKWARD_RULES", "requires_grad", "backward", "has_backward_rule", "
 
 Rule = Callable[[GradContext, Node, list[Value | None], list[bool]], Grads]
 BACKWARD_RULES: dict[Op, Rule] = {
-    Op.DOT: dot_grad, Op.CONV: conv_grad, Op.ATTENTION: attention_grad,
+    Op.DOT: dot_grad, Op.GROUPED_DOT: grouped_dot_grad, Op.CONV: conv_grad, Op.ATTENTION: attention_grad,
     **ELEMENTWISE_GRADS, **NORM_GRADS, **DATA_GRADS,
 }
 
