@@ -43,7 +43,8 @@ VECTOR_OPS: tuple[str, ...] = (
 
 #: What a target's ``price_per_hour`` is, so that a verdict never ranks a discount against a list
 #: price unawares. "hyperscaler-on-demand": the on-demand list price of an AWS, Google Cloud, Azure
-#: or Oracle instance in a US region divided by its chips (the catalog's one basis);
+#: or Oracle instance in a US region divided by its chips (the catalog's one basis; Google Cloud
+#: prices GPUs on N1 VMs per accelerator, the VM billed on top, and such a chip's file says so);
 #: "other-on-demand": another provider's published on-demand price, used only where no hyperscaler
 #: list read rents the chip.
 PRICE_BASES: tuple[str, ...] = ("hyperscaler-on-demand", "other-on-demand")

@@ -17,8 +17,8 @@ from narrowpipe.backends import CATALOG_PRICE_BASIS, PRICE_BASES, get_target, so
 from narrowpipe.errors import TargetSpecError
 
 #: "derived: $113.9328/h for instance p6-b200.48xlarge with 8 chips, AWS on-demand us-east-1 ... (KEY)"
-_PER_INSTANCE = re.compile(r"^derived: \$([\d,]+(?:\.\d+)?)/h for (?:instance|slice) (\S+) with (\d+) chips?, "
-                           r"(.+?) on-demand (\S+)")
+_PER_INSTANCE = re.compile(r"^derived: \$([\d,]+(?:\.\d+)?)/h for (?:instance|slice|accelerator) (\S+) "
+                           r"with (\d+) chips?, (.+?) on-demand (\S+)")
 HYPERSCALERS = {"AWS", "Google Cloud", "Azure", "Oracle"}
 
 PRICED = [name for name, _ in targets() if get_target(name).price_per_hour is not None]
@@ -39,7 +39,7 @@ def test_the_catalog_basis_is_one_of_the_bases():
 
 def test_every_rented_chip_is_priced():
     assert {"a100-sxm-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200", "mi300x", "mi355x", "tpu-v4",
-            "tpu-v5e", "tpu-v5p", "tpu-v6e", "trainium2"} == set(PRICED)
+            "tpu-v5e", "tpu-v5p", "tpu-v6e", "trainium2", "v100-sxm2", "t4", "p100-pcie"} == set(PRICED)
 
 
 @pytest.mark.parametrize("name", PRICED)
@@ -95,10 +95,24 @@ def test_list_prices_by_hand():
     assert get_target("tpu-v4").price_per_hour == pytest.approx(9891.84 / 3072)
     # SKY-LAMBDA: gpu_1x_h100_pcie $3.29/h (another basis: Lambda is not a hyperscaler).
     assert get_target("h100-pcie").price_per_hour == pytest.approx(3.29)
+    # SKY-AWS: p3.16xlarge $24.48/h for 8 V100s; g4dn.12xlarge $3.912/h for 4 T4s (us-east-1).
+    assert get_target("v100-sxm2").price_per_hour == pytest.approx(3.06)
+    assert get_target("t4").price_per_hour == pytest.approx(0.978)
+    # SKY-GCP: one nvidia-tesla-p100 $1.46 per GPU-hour in us-central1 (the N1 VM extra).
+    assert get_target("p100-pcie").price_per_hour == pytest.approx(1.46)
+
+
+@pytest.mark.parametrize("name", [n for n in PRICED if " for accelerator " in get_target(n).source("price_per_hour")])
+def test_an_accelerator_only_price_says_the_host_is_extra(name):
+    # A per-GPU price without its VM is cheaper than the instance prices beside it: the file must
+    # say so where the user reads it (notes) and where the number is cited (source).
+    target = get_target(name)
+    assert "vm" in target.notes.lower() and "billed on top" in target.notes.lower()
+    assert "VM" in target.source("price_per_hour") and "on top" in target.source("price_per_hour")
 
 
 @pytest.mark.parametrize("name", ["groq-lpu", "sambanova-sn40l", "cerebras-wse3", "gaudi3", "tpu-v7",
-                                  "xeon-6980p", "epyc-9755", "v100-sxm2", "p100-pcie", "t4", "mi25"])
+                                  "xeon-6980p", "epyc-9755", "mi25"])
 def test_an_unpriced_chip_says_why_in_its_notes(name):
     target = get_target(name)
     assert target.price_per_hour is None and target.price_basis == ""
