@@ -102,8 +102,8 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         from .plan_trace import write_plan_trace
         _, tl = write_plan_trace(args.trace, result)
         how = "" if abs(tl.difference_s) <= 1e-9 * result.step_time_s else (
-            f"; the simulated schedule takes {seconds(tl.total_s)}, {tl.difference_s / result.step_time_s:+.2%} "
-            "against the plan's closed form")
+            f"; the step is the simulated schedule's {seconds(tl.total_s)}, the closed form's "
+            f"{seconds(tl.closed_form_step_s)} ({-tl.difference_s / tl.total_s:+.2%})")
         console.print(f"wrote {escape(args.trace)} (open it in ui.perfetto.dev){how}")
     if args.emit:
         launch = launch_for(result, args.emit)

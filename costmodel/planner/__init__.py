@@ -5,7 +5,8 @@ The pieces, in the order data flows: :mod:`.strategy` (the :class:`Parallel` val
 (the model cut into repeated layers), :mod:`.sharding` (the sharding pass that inserts collectives),
 :mod:`.block_cost` (one block's training step on one device), :mod:`.step` and :mod:`.pipeline`
 (combining block costs into a step), :mod:`.memory`, :mod:`.search`, :mod:`.plan` (the result), and
-:mod:`.schedule` (a plan's step as timed forward/backward slots in the pipeline's order, for timelines).
+:mod:`.schedule` (a plan's step as timed forward/backward slots in the pipeline's order) and :mod:`.simulated`
+(the plan's step time from that schedule, and the search's ranking by it).
 """
 
 from .plan import Plan, RunnerUp

@@ -50,7 +50,7 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
     result = search(planner, fixed, top=top)
     stats = result.stats()
     notes = [f"search: {stats['considered']} strategies, {stats['pruned_memory']} pruned by parameter memory, "
-             f"{stats['evaluated']} evaluated ({planner.cached_costs} block costs)"]
+             f"{stats['evaluated']} evaluated ({planner.cached_costs} block costs)", *result.notes]
     return assemble(planner, result.best, result.runners_up, notes)
 
 

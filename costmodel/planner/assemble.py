@@ -14,6 +14,7 @@ from typing import Any
 from ...ir import Graph
 from .plan import ARCH_FIELDS, Plan, RunnerUp
 from .planner import Evaluation, Planner
+from .simulated import chunk_rows, simulated
 from .strategy import Parallel
 
 __all__ = ["assemble", "loss_reason"]
@@ -29,8 +30,10 @@ _COMM = ("tp_comm", "cp_comm", "ep_comm", "p2p", "param_gather", "dp_comm")
 
 def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None = None,
              notes: list[str] | None = None) -> Plan:
+    ev = simulated(planner, ev)
     p = ev.parallel
     step = ev.step
+    closed = step.closed_form_s if step.closed_form_s is not None else step.total_s
     layers, pro, epi = planner.costs(p)
     model_flops_seq, recompute_seq = planner.model_flops()
     model_flops = model_flops_seq * p.global_batch
@@ -49,8 +52,13 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     hidden = {k: v for k, v in step.hidden.items() if v > 0}
     all_notes = list(step.notes) + list(notes or [])
     if p.pp > 1:
-        all_notes.append(f"pipeline bubble {step.breakdown['bubble'] * 1e3:.0f} ms: (p-1)/(v*m) = "
-                         f"{p.pp - 1}/({p.interleave}*{p.microbatches}) of the steady state")
+        all_notes.append(f"pipeline bubble {step.breakdown['bubble'] * 1e3:.0f} ms in the simulated {p.schedule} "
+                         f"schedule; with equal stages (p-1)/(v*m) = {p.pp - 1}/({p.interleave}*{p.microbatches}) "
+                         "of the steady state")
+    if abs(t - closed) > 1e-9 * t:
+        all_notes.append(f"the step is the simulated schedule's {t * 1e3:.1f} ms; the closed form m*t_max + "
+                         f"(sum(t) - t_max)/v gives {closed * 1e3:.1f} ms ({(closed - t) / t:+.2%}): the stages "
+                         "or chunks are unequal")
     if not planner.runtime.overlap_tp_comm and step.breakdown.get("tp_comm", 0.0) > 0:
         all_notes.append("tensor-parallel collectives are exposed: the runtime does not overlap them with GEMMs")
     all_notes += list(dict.fromkeys(n for c in layers for n in c.notes if n.startswith("expert parallelism")))
@@ -66,6 +74,7 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
                 hw_tflops_per_device=hw_flops / t / p.devices / 1e12 if t > 0 else 0.0,
                 mfu=tflops * 1e12 / peak if peak else 0.0, memory_per_device=memory, fits=ev.fits, stages=stages,
                 collectives=_collectives(planner, ev), runners_up=list(runners_up or []), notes=all_notes,
+                closed_form_step_s=closed,
                 model_flops_per_step=model_flops, hw_flops_per_step=hw_flops, dtype=_dtype(planner),
                 architecture=architecture(planner.graph))
 
@@ -75,24 +84,14 @@ def stage_rows(planner: Planner, ev: Evaluation) -> list[dict[str, Any]]:
     index ``g``, on device ``g % pp``) the forward and backward seconds with the collectives exposed
     in them, which is what a timeline of the schedule places (:mod:`.schedule`)."""
     p = ev.parallel
-    layers, pro, epi = planner.costs(p)
-    chunks = ev.step.chunks
+    chunks = chunk_rows(planner, ev)
     p2p_each = ev.step.collectives.get("p2p_each", 0.0) if p.pp > 1 else 0.0
+    gathers = ev.step.gather_s or [0.0] * p.pp
     rows = []
     for s in ev.step.stages:
-        mine = []
-        for g in range(s.index, len(chunks), p.pp):
-            blocks = ([pro] if g == 0 and pro is not None else []) + [layers[i] for i in chunks[g]]
-            blocks += [epi] if g == len(chunks) - 1 and epi is not None else []
-            comm = {ph: sum(u.exposed_s for b in blocks for u in b.collectives if u.phase in phases)
-                    for ph, phases in (("forward", ("forward",)), ("backward", ("recompute", "backward")))}
-            mine.append({"chunk": g, "layers": list(chunks[g]), "forward_s": sum(b.forward_s for b in blocks),
-                         "backward_s": sum(b.backward_s for b in blocks), "forward_comm_s": comm["forward"],
-                         "backward_comm_s": comm["backward"]})
-        gather = s.p2p_s - 2 * p.interleave * p2p_each          # what the stage's extra time holds besides sends
         rows.append({"device": s.index, "layers": list(s.layers), "forward_s": s.forward_s,
                      "backward_s": s.backward_s, "p2p_s": s.p2p_s, "p2p_each_s": p2p_each,
-                     "param_gather_s": gather if gather > 1e-9 * s.p2p_s else 0.0, "chunks": mine,
+                     "param_gather_s": gathers[s.index], "chunks": [dict(c) for c in chunks[s.index::p.pp]],
                      "memory": planner_memory(ev, s.index)})
     return rows
 

@@ -15,9 +15,12 @@ from typing import Any
 from ...errors import PlanError
 from .strategy import Parallel
 
-__all__ = ["Plan", "RunnerUp", "PLAN_VERSION", "ARCH_FIELDS"]
+__all__ = ["Plan", "RunnerUp", "PLAN_VERSION", "PLAN_FORMAT", "ARCH_FIELDS"]
 
-PLAN_VERSION = 1
+#: 2: ``format`` (was ``kind``) like every other ``--json`` document, ``closed_form_step_s``, and
+#: ``step_time_s`` from the simulated schedule. Version 1 files still load.
+PLAN_VERSION = 2
+PLAN_FORMAT = "narrowpipe.plan"
 #: The model's sizes a plan keeps for launch tools (``Plan.architecture``), from the builder's spec.
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_mlp", "activation",
                "norm", "positions", "max_positions", "tie_embeddings", "experts", "top_k", "attn_bias", "out_bias",
@@ -55,7 +58,9 @@ class Plan:
     pipeline device its layers, times, memory and per model chunk the forward and backward seconds
     (what :func:`~narrowpipe.costmodel.planner.schedule.step_timeline` places). ``dtype`` is the
     parameters' training format and ``architecture`` the model's sizes when recognised (both for
-    launch settings; empty when unknown)."""
+    launch settings; empty when unknown). ``step_time_s`` is the simulated pipeline schedule's
+    (:mod:`.simulated`); ``closed_form_step_s`` the closed form ``m * t_max + (sum(t) - t_max) / v``
+    plus the same once-per-step terms (equal with equal stages; 0 in a version 1 file)."""
 
     model: str
     target: str
@@ -83,6 +88,7 @@ class Plan:
     hw_flops_per_step: float = 0.0
     dtype: str = ""
     architecture: dict[str, Any] = field(default_factory=dict)
+    closed_form_step_s: float = 0.0
 
     @property
     def placement(self) -> dict[str, Any]:
@@ -93,7 +99,7 @@ class Plan:
         return {"axis_order": ["tp", "cp", "dp", "pp"], "axes": axes, "stages": self.stages}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "narrowpipe.plan", "version": PLAN_VERSION, "model": self.model, "target": self.target,
+        return {"format": PLAN_FORMAT, "version": PLAN_VERSION, "model": self.model, "target": self.target,
                 "system": self.system, "devices": self.devices, "mode": self.mode, "seq": self.seq,
                 "parallel": self.parallel.to_dict(), "runtime": dict(self.runtime),
                 "step_time_s": self.step_time_s, "breakdown": dict(self.breakdown),
@@ -104,15 +110,16 @@ class Plan:
                 "placement": self.placement, "stages": list(self.stages), "collectives": list(self.collectives),
                 "runners_up": [r.to_dict() for r in self.runners_up], "notes": list(self.notes),
                 "model_flops_per_step": self.model_flops_per_step, "hw_flops_per_step": self.hw_flops_per_step,
-                "dtype": self.dtype, "architecture": dict(self.architecture)}
+                "dtype": self.dtype, "architecture": dict(self.architecture),
+                "closed_form_step_s": self.closed_form_step_s}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
-        if d.get("kind") != "narrowpipe.plan":
-            raise PlanError("not a narrowpipe plan (its 'kind' is not 'narrowpipe.plan')")
+        if d.get("format", d.get("kind")) != PLAN_FORMAT:     # version 1 named it 'kind'
+            raise PlanError(f"not a narrowpipe plan (its 'format' is not {PLAN_FORMAT!r})")
         version = d.get("version")
         if not isinstance(version, int) or version > PLAN_VERSION:
             raise PlanError(f"plan version {version!r} is newer than this narrowpipe reads ({PLAN_VERSION})")
@@ -125,7 +132,7 @@ class Plan:
                        list(d["collectives"]), [RunnerUp.from_dict(r) for r in d.get("runners_up", [])],
                        list(d.get("notes", [])), float(d.get("model_flops_per_step", 0.0)),
                        float(d.get("hw_flops_per_step", 0.0)), str(d.get("dtype", "")),
-                       dict(d.get("architecture", {})))
+                       dict(d.get("architecture", {})), float(d.get("closed_form_step_s", 0.0)))
         except KeyError as e:
             raise PlanError(f"plan JSON lacks the field {e.args[0]!r}") from None
 

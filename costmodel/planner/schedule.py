@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from ...errors import PlanError
 from .plan import Plan
 
-__all__ = ["Slot", "StepTimeline", "ChunkTimes", "schedule_order", "simulate", "step_timeline"]
+__all__ = ["Slot", "StepTimeline", "ChunkTimes", "schedule_order", "simulate", "makespan", "step_timeline"]
 
 FORWARD, BACKWARD = "forward", "backward"
 
@@ -80,7 +81,9 @@ class Slot:
 @dataclass(frozen=True)
 class StepTimeline:
     """The simulated step: slots, then the once-per-step terms after the pipeline drains. ``total_s``
-    is the simulated step; ``plan_step_s`` the plan's (closed-form) step time they are checked against."""
+    is the simulated step, equal to the plan's ``step_time_s`` (``plan_step_s``) for a plan made by
+    this version; ``closed_form_step_s`` the closed form's step (the plan's, or ``plan_step_s`` for a
+    version 1 plan, whose step time was the closed form)."""
 
     schedule: str
     pp: int
@@ -93,6 +96,7 @@ class StepTimeline:
     dp_exposed_s: float
     optimizer_s: float
     plan_step_s: float
+    closed_form_step_s: float
 
     @property
     def total_s(self) -> float:
@@ -101,11 +105,13 @@ class StepTimeline:
     @property
     def difference_s(self) -> float:
         """Simulated minus closed-form step (0 with equal stages)."""
-        return self.total_s - self.plan_step_s
+        return self.total_s - self.closed_form_step_s
 
 
-def schedule_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
-    """``(phase, local chunk, microbatch)`` in the order pipeline rank ``rank`` runs them."""
+@cache
+def schedule_order(p: int, m: int, v: int, rank: int) -> tuple[tuple[str, int, int], ...]:
+    """``(phase, local chunk, microbatch)`` in the order pipeline rank ``rank`` runs them (cached:
+    the order depends on the shape only, and a search times many strategies of one shape)."""
     total = m * v
     if v == 1:
         warmup = min(p - rank - 1, m)
@@ -123,7 +129,74 @@ def schedule_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, in
     for i in range(steady):
         order += [virtual(warmup + i, True), virtual(i, False)]
     order += [virtual(i, False) for i in range(steady, total)]
-    return order
+    return tuple(order)
+
+
+def _run(p: int, m: int, v: int, forward_s: Sequence[float], backward_s: Sequence[float],
+         record: list[tuple[int, str, int, int, float]] | None = None) -> float:
+    """The makespan of Megatron's order with pass ``(phase, g)`` taking ``forward_s[g]`` /
+    ``backward_s[g]`` seconds; each pass ``(rank, phase, g, microbatch, start)`` appended to
+    ``record`` when given. Event-driven: a rank runs its passes in order until one waits for an
+    input, and resumes when that input's pass ends, so every pass is placed once."""
+    last = p * v - 1
+    orders = [schedule_order(p, m, v, r) for r in range(p)]
+    nxt = [0] * p
+    free = [0.0] * p
+    done: dict[tuple[str, int, int], float] = {}
+    waiting: dict[tuple[str, int, int], int] = {}
+    ready = list(range(p - 1, -1, -1))
+    makespan = 0.0
+    while ready:
+        r = ready.pop()
+        order = orders[r]
+        while nxt[r] < len(order):
+            phase, local, j = order[nxt[r]]
+            g = local * p + r
+            if phase == FORWARD:
+                dep = (FORWARD, g - 1, j) if g > 0 else None
+            else:
+                dep = (BACKWARD, g + 1, j) if g < last else (FORWARD, g, j)
+            if dep is None:
+                start = free[r]
+            else:
+                arrived = done.get(dep)
+                if arrived is None:
+                    waiting[dep] = r
+                    break
+                start = max(free[r], arrived)
+            end = start + (forward_s[g] if phase == FORWARD else backward_s[g])
+            key = (phase, g, j)
+            done[key] = free[r] = end
+            makespan = max(makespan, end)
+            if record is not None:
+                record.append((r, phase, g, j, start))
+            nxt[r] += 1
+            woken = waiting.pop(key, None)
+            if woken is not None:
+                ready.append(woken)
+    if any(nxt[r] < len(orders[r]) for r in range(p)):   # cannot happen with Megatron's order
+        raise PlanError(f"schedule: pp={p}, m={m}, v={v} deadlocks")
+    return makespan
+
+
+def _pass_times(p: int, v: int, chunks: Sequence[ChunkTimes], p2p_s: float,
+                gather_s: Sequence[float] | None) -> tuple[list[float], list[float], list[float]]:
+    """Per global chunk: the gather share of one pass, and each phase's whole pass seconds."""
+    if len(chunks) != p * v:
+        raise PlanError(f"schedule: {len(chunks)} chunk times for pp={p} x interleave={v} chunks")
+    send = p2p_s if p > 1 else 0.0
+    gather = [gather_s[g % p] / (2 * v) if gather_s else 0.0 for g in range(p * v)]
+    fwd = [gather[g] + c.forward_compute_s + c.forward_comm_s + send for g, c in enumerate(chunks)]
+    bwd = [gather[g] + c.backward_compute_s + c.backward_comm_s + send for g, c in enumerate(chunks)]
+    return gather, fwd, bwd
+
+
+def makespan(p: int, m: int, v: int, chunks: Sequence[ChunkTimes], *, p2p_s: float = 0.0,
+             gather_s: Sequence[float] | None = None) -> float:
+    """When the last pass of :func:`simulate`'s schedule ends, without building its slots (what a
+    search ranks strategies by)."""
+    _, fwd, bwd = _pass_times(p, v, chunks, p2p_s, gather_s)
+    return _run(p, m, v, fwd, bwd)
 
 
 def simulate(p: int, m: int, v: int, chunks: Sequence[ChunkTimes], *, p2p_s: float = 0.0,
@@ -131,40 +204,16 @@ def simulate(p: int, m: int, v: int, chunks: Sequence[ChunkTimes], *, p2p_s: flo
     """Every pass of ``m`` microbatches through ``p * v`` chunks (``chunks[g]`` on device ``g % p``),
     timed: ``p2p_s`` per pass transfer, ``gather_s[d]`` per microbatch on device ``d`` (spread over
     its ``2 v`` passes)."""
-    if len(chunks) != p * v:
-        raise PlanError(f"schedule: {len(chunks)} chunk times for pp={p} x interleave={v} chunks")
-    last = p * v - 1
-    orders = [schedule_order(p, m, v, r) for r in range(p)]
-    nxt = [0] * p
-    free = [0.0] * p
-    done: dict[tuple[str, int, int], float] = {}
-    slots: list[Slot] = []
-    remaining = sum(len(o) for o in orders)
-    while remaining:
-        progressed = False
-        for r in range(p):
-            while nxt[r] < len(orders[r]):
-                phase, local, j = orders[r][nxt[r]]
-                g = local * p + r
-                if phase == FORWARD:
-                    dep = (FORWARD, g - 1, j) if g > 0 else None
-                else:
-                    dep = (BACKWARD, g + 1, j) if g < last else (FORWARD, g, j)
-                if dep is not None and dep not in done:
-                    break
-                start = max(free[r], done[dep] if dep is not None else 0.0)
-                c = chunks[g]
-                compute, comm = ((c.forward_compute_s, c.forward_comm_s) if phase == FORWARD
-                                 else (c.backward_compute_s, c.backward_comm_s))
-                gather = gather_s[r] / (2 * v) if gather_s else 0.0
-                slot = Slot(r, g, j, phase, start, gather, compute, comm, p2p_s if p > 1 else 0.0)
-                slots.append(slot)
-                done[(phase, g, j)] = free[r] = slot.end_s
-                nxt[r] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:   # cannot happen with Megatron's order; a guard against a wrong one
-            raise PlanError(f"schedule: pp={p}, m={m}, v={v} deadlocks")
+    gather, fwd, bwd = _pass_times(p, v, chunks, p2p_s, gather_s)
+    record: list[tuple[int, str, int, int, float]] = []
+    _run(p, m, v, fwd, bwd, record)
+    send = p2p_s if p > 1 else 0.0
+    slots = []
+    for r, phase, g, j, start in record:
+        c = chunks[g]
+        compute, comm = ((c.forward_compute_s, c.forward_comm_s) if phase == FORWARD
+                         else (c.backward_compute_s, c.backward_comm_s))
+        slots.append(Slot(r, g, j, phase, start, gather[g], compute, comm, send))
     return slots
 
 
@@ -203,5 +252,6 @@ def step_timeline(plan: Plan) -> StepTimeline:
     optimizer = plan.breakdown.get("optimizer", 0.0)
     dp_total = sum(float(c["seconds"]) for c in plan.collectives
                    if c.get("purpose") == "data-parallel gradient reduction")
-    return StepTimeline(par.schedule, p, m, v, slots, pipeline, plan.step_time_s - dp_exposed - optimizer,
-                        dp_total, dp_exposed, optimizer, plan.step_time_s)
+    closed = plan.closed_form_step_s or plan.step_time_s
+    return StepTimeline(par.schedule, p, m, v, slots, pipeline, closed - dp_exposed - optimizer,
+                        dp_total, dp_exposed, optimizer, plan.step_time_s, closed)

@@ -28,6 +28,7 @@ from .assemble import loss_reason, overflow_text
 from .memory import OPTIMIZER_STATES
 from .plan import RunnerUp
 from .planner import Evaluation, Planner
+from .simulated import best_by_schedule, simulated
 from .strategy import RECOMPUTE, Parallel
 
 __all__ = ["search", "SearchResult", "candidates"]
@@ -46,6 +47,8 @@ class SearchResult:
     costing_s: float = 0.0
     evaluating_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    simulated: int = 0
+    ranking_s: float = 0.0
 
     @property
     def candidates_per_s(self) -> float:
@@ -54,7 +57,7 @@ class SearchResult:
     def stats(self) -> dict[str, Any]:
         return {"considered": self.considered, "pruned_memory": self.pruned_memory, "evaluated": self.evaluated,
                 "costing_s": self.costing_s, "evaluating_s": self.evaluating_s,
-                "candidates_per_s": self.candidates_per_s}
+                "candidates_per_s": self.candidates_per_s, "simulated": self.simulated, "ranking_s": self.ranking_s}
 
 
 def _divisors(n: int) -> list[int]:
@@ -154,21 +157,29 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
         raise PlanError("no strategy fits in memory; the closest: " + closest.parallel.describe() + ": "
                         + overflow_text(closest))
     fitting.sort(key=lambda e: e.step.total_s)
-    best = fitting[0]
+    t0 = time.perf_counter()
+    best, simulated_n, capped = best_by_schedule(planner, fitting)
     runners: list[RunnerUp] = []
     seen = {_shape(best.parallel)}
-    for e in fitting[1:]:
+    for e in fitting:                                # the best of each other mesh shape by the closed form
         if len(runners) >= top:
             break
         if _shape(e.parallel) in seen:
             continue
         seen.add(_shape(e.parallel))
+        e = simulated(planner, e)
         runners.append(RunnerUp(e.parallel, e.step.total_s, loss_reason(best, e), e.fullest.total))
     faster = [e for e in evals if not e.fits and e.step.total_s < best.step.total_s]
     if faster:
-        e = min(faster, key=lambda x: x.step.total_s)
+        e = simulated(planner, min(faster, key=lambda x: x.step.total_s))
         runners.append(RunnerUp(e.parallel, e.step.total_s, loss_reason(best, e), e.fullest.total))
-    return SearchResult(best, runners, len(cands), result_pruned, len(evals), costing, evaluating)
+    ranking = time.perf_counter() - t0
+    notes = [f"ranked by the simulated schedule: {simulated_n} strategies simulated, the rest bounded out"] \
+        if not capped else [
+        f"ranked by the simulated schedule: stopped after {simulated_n} strategies simulated (the cap); the "
+        "best may be up to the closed form's error from the true best"]
+    return SearchResult(best, runners, len(cands), result_pruned, len(evals), costing, evaluating, notes, simulated_n,
+                        ranking)
 
 
 def _shape(p: Parallel) -> tuple[int, ...]:

@@ -41,6 +41,11 @@ class StepTime:
     #: Full durations of the once-per-step collectives (before overlap).
     collectives: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Per pipeline device, per microbatch: the exposed ZeRO-3 parameter-gather seconds (in ``extra_s``).
+    gather_s: list[float] = field(default_factory=list)
+    #: The closed-form step (``m * t_max + (sum(t) - t_max) / v`` plus the once-per-step terms) when
+    #: ``total_s`` is the simulated schedule's (:mod:`.simulated`); None while it is the closed form.
+    closed_form_s: float | None = None
 
     @property
     def chunks(self) -> list[list[int]]:
@@ -194,7 +199,8 @@ def step_time(parallel: Parallel, lay: Layout, topology: CollectiveTimer, runtim
                      f"{dp_exposed * 1e3:.1f} ms exposed ("
                      + ("overlapped with the backward" if runtime.overlap_grad_reduce else "after the backward")
                      + ")")
-    return StepTime(total, breakdown, lay, extra, hidden, {"dp_reduction": dp_total, "p2p_each": p2p}, notes)
+    return StepTime(total, breakdown, lay, extra, hidden, {"dp_reduction": dp_total, "p2p_each": p2p}, notes,
+                    [g[0] for g in gathers] if gathers else [0.0] * len(lay.devices))
 
 
 def _terms(blocks: list[BlockCost]) -> dict[str, float]:

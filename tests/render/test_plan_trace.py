@@ -89,7 +89,8 @@ def test_plan_trace_on_the_command_line_writes_a_trace_of_the_plan(tmp_path, cap
     assert len(slots) == 2 * plan.parallel.microbatches * 2
     run = next(e for e in _spans(doc) if e["cat"] == "run")
     assert run["dur"] / US == pytest.approx(doc["otherData"]["step_s"])
-    assert doc["otherData"]["step_s"] <= plan.step_time_s * (1 + 1e-9)   # 1F1B: the closed form bounds it
+    assert doc["otherData"]["step_s"] == pytest.approx(plan.step_time_s, rel=1e-12)   # the plan's step is the trace's
+    assert plan.step_time_s <= plan.closed_form_step_s * (1 + 1e-12)                   # 1F1B: the closed form bounds it
 
 
 def test_a_saved_plan_traces_like_the_plan_it_was():

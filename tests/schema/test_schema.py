@@ -57,11 +57,35 @@ def _cli_json(tmp_path, *argv) -> dict:
     ("whatif", "gpt2", "--set", "seq=16", "--target", "h100", "--scale", "hbm_bandwidth=2"),
     ("diagnose", str(TRACES / "synthetic-gpu.json.gz"), "--target", "h100"),
     ("diagnose", str(TRACES / "gpt2-tiny-cpu.json.gz"), "--target", "epyc-9755"),
+    ("plan", "gpt2", "--devices", "8", "--target", "dgx-h100", "--global-batch", "16", "--seq", "512"),
+    ("plan", "gpt2", "--devices", "8", "--target", "dgx-h100", "--global-batch", "16", "--seq", "512", "--pp", "2",
+     "--fix", "interleave=2,zero=3"),                                          # interleaved chunks, ZeRO-3 gathers
+    ("serve", "llama-3-8b", "--target", "h100", "--batch", "4", "--input", "512", "--output", "64"),
+    ("serve", "llama-3-8b", "--target", "h100", "--mode", "decode", "--batch", "4", "--context", "512"),
+    ("serve", "llama-3-8b", "--target", "h100", "--mode", "prefill", "--input", "512", "--price", "h100=2"),
+    ("serve", "llama-3-8b", "--target", "h100,tpu-v6e", "--rate", "100", "--input", "512", "--output", "64",
+     "--tpot", "30ms"),
+    ("serve", "llama-3-8b", "--target", "groq-lpu", "--rate", "10", "--input", "512", "--output", "64",
+     "--tpot", "1ms"),                                                           # a dataflow target, none meets
+    ("serve-sweep", "llama-3-8b", "--target", "h100", "--batches", "1,8", "--context", "1024"),
 ])
 def test_every_json_output_validates(argv, tmp_path):
     doc = json.loads(json.dumps(_cli_json(tmp_path, *argv)))
     validate(doc)
     assert doc["version"] == format_versions()[doc["format"]]
+
+
+def test_a_plan_file_validates_and_round_trips_through_plan_from_json(tmp_path):
+    from narrowpipe import Plan
+    doc = _cli_json(tmp_path, "plan", "gpt2", "--devices", "4", "--target", "dgx-h100", "--global-batch", "8",
+                    "--seq", "256", "--pp", "2", "--fix", "interleave=2")
+    validate(doc)
+    plan = Plan.from_json(json.dumps(doc))
+    assert json.loads(plan.to_json()) == doc
+    renamed = copy.deepcopy(doc)
+    renamed["stages"][0]["chunks"][0]["fwd_s"] = renamed["stages"][0]["chunks"][0].pop("forward_s")
+    with pytest.raises(NarrowpipeError, match="stages/0/chunks/0"):
+        validate(renamed)
 
 
 def test_validate_json_output_validates(tmp_path, monkeypatch):

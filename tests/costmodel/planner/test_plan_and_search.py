@@ -42,13 +42,24 @@ def test_the_search_returns_the_fastest_plan_that_fits_with_reasons_for_the_othe
 def test_the_plan_round_trips_through_versioned_json(plan):
     text = plan.to_json()
     data = json.loads(text)
-    assert data["kind"] == "narrowpipe.plan" and data["version"] == 1
+    assert data["format"] == "narrowpipe.plan" and data["version"] == 2
     assert data["placement"]["axes"]["tp"]["size"] == plan.parallel.tp
     assert Plan.from_json(text) == plan
     with pytest.raises(PlanError, match="newer"):
         Plan.from_json(json.dumps({**data, "version": 99}))
     with pytest.raises(PlanError, match="lacks the field 'step_time_s'"):
         Plan.from_json(json.dumps({k: v for k, v in data.items() if k != "step_time_s"}))
+
+
+def test_a_version_1_plan_file_still_loads(plan):
+    # version 1 named the document by 'kind' and had no closed-form step
+    data = json.loads(plan.to_json())
+    old = {"kind": data.pop("format"), **{k: v for k, v in data.items() if k != "closed_form_step_s"}, "version": 1}
+    loaded = Plan.from_json(json.dumps(old))
+    assert loaded.step_time_s == plan.step_time_s and loaded.parallel == plan.parallel
+    assert loaded.closed_form_step_s == 0.0
+    with pytest.raises(PlanError, match="not a narrowpipe plan"):
+        Plan.from_json(json.dumps({**old, "kind": "something else"}))
 
 
 def test_collectives_of_the_plan_are_listed_with_their_time(plan):
