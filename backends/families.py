@@ -57,6 +57,16 @@ class GpuTarget(Target):
     #: ``_fp32``: the same for fp32 GEMMs on the CUDA cores (SGEMM kernels); absent: ``gemm_min_tile``.
     gemm_min_tile: int | None = spec_field("count")
     gemm_min_tile_fp32: int | None = spec_field("count")
+    #: Split-K is considered only while the output tiles fill less than this fraction of the SMs
+    #: (a library's heuristic keeps a partly filled grid rather than pay the partial-sum
+    #: reduction); absent: 1, whenever there are fewer tiles than SMs. This and the feed bound
+    #: below are properties of the tensor-core GEMM kernels; fp32 GEMMs on the CUDA cores keep
+    #: the defaults.
+    gemm_split_k_fill: float | None = spec_field("fraction")
+    #: Per-SM bandwidth at which a CTA's operand tiles arrive from L2 into shared memory. A tile
+    #: does 2 x tm x tn FLOPs per (tm + tn) operand elements loaded, so a small tile runs at most at
+    #: this bandwidth times that ratio (why 64x64 tiles do not reach the plateau); absent: no bound.
+    gemm_tile_feed_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
     #: The largest split-K of the library's implicit-GEMM convolution kernels (absent:
     #: ``gemm_max_split_k``): a layer with few output tiles runs its whole reduction per tile.
     conv_max_split_k: int | None = spec_field("count")

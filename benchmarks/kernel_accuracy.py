@@ -59,7 +59,8 @@ HARNESS_OF = {"JAX-PALLAS-MATMUL": "jax", "TPU-V6E-GEMM": "jax"}
 MEDIAN_BAR, P90_BAR = 0.10, 0.25
 CLASSES = ("small GEMM", "short-K GEMM", "GEMM", "conv fwd", "conv bwd")
 #: catalog file keys of fitted fields and the factor from SI units to them
-_FILE_KEYS = {"gemm_latency": ("gemm_latency_us", 1e6), "gemm_wave_overhead": ("gemm_wave_overhead_us", 1e6)}
+_FILE_KEYS = {"gemm_latency": ("gemm_latency_us", 1e6), "gemm_wave_overhead": ("gemm_wave_overhead_us", 1e6),
+              "gemm_tile_feed_bandwidth": ("gemm_tile_feed_bandwidth_gbps", 1e-9)}
 
 
 def kernel_class(m: KernelMeasurement) -> str:

@@ -1,6 +1,7 @@
 """Hand-computed checks of the GPU library mechanisms of issue 12 round 2: the library's narrowest
-GEMM tile, convolution kernels that split no K, Winograd weight gradients and the weight-gradient
-plateau. Each target is T4's with flat efficiencies, so every term is a formula of the shape."""
+GEMM tile, convolution kernels that split no K, Winograd weight gradients, the weight-gradient
+plateau, the split-K threshold and the tile feed bound. Each target is a catalog GPU with flat
+efficiencies and (where it matters) one tile shape, so every term is a formula of the shape."""
 
 from __future__ import annotations
 
@@ -115,3 +116,35 @@ def test_weight_gradient_kernels_reach_their_own_fraction_of_the_gemm_plateau():
     assert full.bound == "compute"
     assert half.compute_s == pytest.approx(2 * full.compute_s, rel=1e-9)
     assert ceil(half.executed_flops) == ceil(full.executed_flops)
+
+
+def _h100_one_tile(tile, **changes):
+    base = dict(tile_shapes=(tile,), matmul_curve=(), bandwidth_curve=(), matmul_skinny_curve=(),
+                gemm_epilogue_exposed=0.0, gemm_wave_overhead=0.0, gemm_split_k_fill=1.0)
+    h100 = get_target("h100")
+    sources = {**h100.sources, **{k: "assumption: test" for k in changes}}
+    return dataclasses.replace(h100, **{**base, **changes}, sources=sources)
+
+
+def test_k_splits_only_while_the_tiles_fill_less_than_the_split_threshold_of_the_sms():
+    """1024 x 1024 x 4096 bf16 in 128 x 128 x 64 tiles: 64 tiles on 132 SMs. With the threshold at
+    the whole GPU, K splits 2 ways (one wave of half-length tiles); at a quarter of it (33 SMs) the
+    64 tiles run whole."""
+    g = _gemm(1024, 1024, 4096, DType.BF16)
+    t = _h100_one_tile((128, 128, 64))
+    per_sm = t.matrix_flops["bf16"] * t.matmul_efficiency / t.sm_count
+    whole = 2 * 128 * 128 * 64 * 64 / per_sm
+    assert _kernel(g, t).compute_s == pytest.approx(whole / 2, rel=1e-9)
+    assert _kernel(g, dataclasses.replace(t, gemm_split_k_fill=0.25)).compute_s == pytest.approx(whole, rel=1e-9)
+
+
+def test_a_small_tile_runs_no_faster_than_its_operands_arrive():
+    """A 64 x 64 bf16 tile loads (64 + 64) x 2 bytes per 2 x 64 x 64 FLOPs of each K step: 32 FLOP
+    per byte, so at 50 GB/s per SM it runs at 1.6 TFLOP/s, below the SM's share of the plateau.
+    512 x 512 x 1024: 64 tiles, K split 2 ways (16 K steps of 64 -> 8 each), one wave."""
+    g = _gemm(512, 512, 1024, DType.BF16)
+    t = _h100_one_tile((64, 64, 64), gemm_tile_feed_bandwidth=50e9)
+    assert 50e9 * 32 < t.matrix_flops["bf16"] * t.matmul_efficiency / t.sm_count
+    assert _kernel(g, t).compute_s == pytest.approx(2 * 64 * 64 * 64 * 8 / (50e9 * 32), rel=1e-9)
+    fast = _h100_one_tile((64, 64, 64))
+    assert _kernel(g, fast).compute_s < _kernel(g, t).compute_s / 3
