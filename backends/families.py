@@ -51,6 +51,31 @@ class GpuTarget(Target):
     gemm_wave_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
     gemm_epilogue_exposed: float | None = spec_field("fraction", allow_zero=True)
     gemm_max_split_k: int | None = spec_field("count")
+    #: The narrowest output-tile side among the library's GEMM kernels: a skinny GEMM's narrow side
+    #: (M or N) pads up to it. Older libraries had no narrow tiles (DeepBench-era cuBLAS ran a
+    #: 16-bit N=16 GEMM as slowly as N=64); absent, a tile shrinks to the problem in steps of 8.
+    #: ``_fp32``: the same for fp32 GEMMs on the CUDA cores (SGEMM kernels); absent: ``gemm_min_tile``.
+    gemm_min_tile: int | None = spec_field("count")
+    gemm_min_tile_fp32: int | None = spec_field("count")
+    #: Split-K is considered only while the output tiles fill less than this fraction of the SMs
+    #: (a library's heuristic keeps a partly filled grid rather than pay the partial-sum
+    #: reduction); absent: 1, whenever there are fewer tiles than SMs. This and the feed bound
+    #: below are properties of the tensor-core GEMM kernels; fp32 GEMMs on the CUDA cores keep
+    #: the defaults.
+    gemm_split_k_fill: float | None = spec_field("fraction")
+    #: Per-SM bandwidth at which a CTA's operand tiles arrive from L2 into shared memory. A tile
+    #: does 2 x tm x tn FLOPs per (tm + tn) operand elements loaded, so a small tile runs at most at
+    #: this bandwidth times that ratio (why 64x64 tiles do not reach the plateau); absent: no bound.
+    gemm_tile_feed_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
+    #: The largest split-K of the library's implicit-GEMM convolution kernels (absent:
+    #: ``gemm_max_split_k``): a layer with few output tiles runs its whole reduction per tile.
+    conv_max_split_k: int | None = spec_field("count")
+    #: The library runs 3x3 and 5x5 stride-1 weight gradients with non-fused Winograd on the
+    #: vector units (cuDNN's BWD_FILTER_ALGO_WINOGRAD_NONFUSED); absent: it does not.
+    conv_winograd_wgrad: bool | None = spec_field("flag")
+    #: Weight-gradient kernels (a GEMM reducing over batch x positions, its partial sums combined
+    #: in a workspace or with atomics) reach this fraction of the unit's GEMM plateau; absent: 1.
+    conv_wgrad_efficiency: float | None = spec_field("fraction")
     #: Best fraction of the matrix peak a fused (FlashAttention-style) attention kernel reaches, for
     #: long sequences; it is below the GEMM plateau (softmax, masking and the online rescale share the
     #: SM with the MMAs). Absent: the GEMM efficiency curve.

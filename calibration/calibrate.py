@@ -26,7 +26,7 @@ from ..ir import DType
 from .eager import fit_eager_overhead, measure_eager
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
-from .kernel_fit import TERM_GRIDS, fit_kernel_terms, kernel_cases
+from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
 from .kernel_measurements import read_kernel_measurements
 from .sweeps import Measurement, run_all
 
@@ -117,7 +117,7 @@ def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path
     rows = read_kernel_measurements(path)
     if not rows:
         raise NarrowpipeError(f"{path}: no measurements")
-    fields = list(TERM_GRIDS.get(target.family, {}))
+    fields = [f for f in TERM_GRIDS.get(target.family, {}) if f not in OPTIONAL_TERMS or getattr(target, f) is not None]
     if target.family == "gpu":       # a plateau for the fp32 unit the rows ran on, if any did
         has_tf32 = any(r.dtype == "tf32" for r in rows) and matrix_rate(
             target, DType.FP32, TimingOptions(allow_tf32=True)).dtype == "tf32"

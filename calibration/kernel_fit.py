@@ -3,7 +3,8 @@
 Each measured kernel becomes a one-op program (built once); a candidate target is the chip with some
 fields replaced, and the program is re-timed on it, so the fit sees exactly the tiling, wave and
 algorithm choices a prediction makes. The fields fitted per family are the mechanisms' parameters
-(GPU: the GEMM latency floor, wave fill and drain, exposed epilogue, split-K limit; TPU: the MXU fold
+(GPU: the GEMM latency floor, wave fill and drain, exposed epilogue, the plateaus, and where the
+target has them the library's narrowest tile and weight-gradient plateau; TPU: the MXU fold
 overhead and the achievable efficiency), each searched over a grid of physically plausible values by
 coordinate descent on a robust score: median |log error| + half the 90th percentile.
 
@@ -28,7 +29,8 @@ from ..costmodel.timing import fused_program, time_program
 from ..errors import NarrowpipeError
 from .kernel_measurements import KernelMeasurement, kernel_graph
 
-__all__ = ["KernelCase", "kernel_cases", "predict", "FitResult", "fit_kernel_terms", "TERM_GRIDS", "errors",
+__all__ = ["KernelCase", "kernel_cases", "predict", "FitResult", "fit_kernel_terms", "TERM_GRIDS", "OPTIONAL_TERMS",
+           "errors",
            "score", "fitted_target"]
 
 _US = 1e-6
@@ -42,12 +44,22 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "matmul_efficiency": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
         "matmul_efficiency_tf32": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
         "matmul_efficiency_fp32": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
+        "gemm_min_tile": (8, 16, 32, 64, 128),
+        "gemm_min_tile_fp32": (8, 16, 32, 64, 128),
+        "conv_wgrad_efficiency": tuple(round(0.2 + 0.05 * i, 2) for i in range(17)),
+        "gemm_split_k_fill": (0.03125, 0.0625, 0.125, 0.25, 0.5, 1.0),
+        "gemm_tile_feed_bandwidth": tuple(x * 1e9 for x in (40, 50, 60, 70, 80, 90, 100, 110, 120, 140, 160, 200,
+                                                             250, 300, 400)),
     },
     "tpu": {
         "mxu_fold_overhead": tuple(round(0.05 * i, 2) for i in range(21)),
         "matmul_efficiency": tuple(round(0.7 + 0.01 * i, 2) for i in range(31)),
     },
 }
+#: Library properties fitted only where the target already sets them (absent, the model runs
+#: without the mechanism: tiles shrink to the problem, weight gradients reach the GEMM plateau).
+OPTIONAL_TERMS = frozenset({"gemm_min_tile", "gemm_min_tile_fp32", "conv_wgrad_efficiency", "gemm_split_k_fill",
+                            "gemm_tile_feed_bandwidth"})
 #: Per-call host dispatch a ``host``-timed row includes, searched in this grid (seconds).
 HOST_GRID: tuple[float, ...] = tuple(x * 5 * _US for x in range(0, 61))
 
@@ -128,6 +140,10 @@ def fit_kernel_terms(cases: Sequence[KernelCase], target: Target, fields: Sequen
     if unknown:
         raise NarrowpipeError(f"cannot fit {', '.join(unknown)} of a {target.family} target; "
                               f"fittable: {', '.join(grids) or 'nothing'}")
+    unset = [f for f in fields if getattr(target, f) is None]
+    if unset:
+        raise NarrowpipeError(f"cannot fit {', '.join(unset)} of {target.name!r}: the target does not set "
+                              "them (give a starting value in its spec file)")
     values: dict[str, Any] = {f: getattr(target, f) for f in fields}
     host = 0.0
     fit_host = any(c.measurement.timing == "host" for c in cases)

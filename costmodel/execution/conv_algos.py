@@ -14,7 +14,14 @@ with the algorithms whose work differs:
   non-fused F(4x4, 3x3) and F(2x2, 5x5) (cuDNN's WINOGRAD_NONFUSED) write the transformed input and
   output to memory and read them back, in three extra kernels. Winograd only pays off where the
   multiplies are the cost, so it is offered for convolutions on the vector units (fp32 without
-  TF32), as the libraries do (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
+  TF32), as the libraries do (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016);
+* **Winograd for weight gradients** (cuDNN's BWD_FILTER_ALGO_WINOGRAD_NONFUSED, 3x3 and 5x5,
+  stride 1): dW is the correlation of the input with the output gradient, so the same F(m x m, r x r)
+  transforms apply with the gradient's m x m tiles in the filter's role: alpha^2 GEMMs of
+  Cin x Cout reducing over the tiles (a long K, split over the SMs like every weight gradient),
+  the transformed input, gradient and filter written and read back.
+
+Whether a chip's library has the last is the target's ``conv_winograd_wgrad``.
 """
 
 from __future__ import annotations
@@ -55,16 +62,19 @@ def _channel_padded(g: Gemm, node: Node, table: CostTable, k_step: int) -> Gemm:
     return g if padded == channels else replace(g, k=padded * taps)
 
 
-def _winograd(table: CostTable, node: Node, g: Gemm) -> list[ConvPlan]:
+def _winograd(table: CostTable, node: Node, g: Gemm, wgrad_too: bool) -> list[ConvPlan]:
     a = node.attrs
     w = node.inputs[1]
     assert w is not None
-    kernel = table.shapes[w][2:]
-    if (a.get("role") == "grad_weight" or int(a.get("groups", 1)) != 1 or len(kernel) != 2
+    wgrad = a.get("role") == "grad_weight"
+    kernel = table.shapes[node.outputs[0] if wgrad else w][2:]
+    if (int(a.get("groups", 1)) != 1 or len(kernel) != 2
             or kernel[0] != kernel[1] or any(int(s) != 1 for s in a.get("stride", (1,)))
             or any(int(d) != 1 for d in a.get("dilation", (1,)))):
         return []
     r = kernel[0]
+    if wgrad:
+        return _winograd_wgrad(table, node, g, r) if wgrad_too else []
     out = table.shapes[node.outputs[0]]
     transposed = bool(a.get("transposed"))
     x = node.inputs[0]
@@ -92,10 +102,36 @@ def _winograd(table: CostTable, node: Node, g: Gemm) -> list[ConvPlan]:
     return plans
 
 
-def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool) -> list[ConvPlan]:
-    """The algorithms a library could run ``node`` with (implicit GEMM first)."""
+def _winograd_wgrad(table: CostTable, node: Node, g: Gemm, r: int) -> list[ConvPlan]:
+    """Non-fused Winograd weight gradients: the input's alpha x alpha tiles and the output
+    gradient's m x m tiles transformed, alpha^2 GEMMs (Cin x tiles) x (tiles x Cout), the
+    alpha x alpha filter gradients transformed back to r x r."""
+    x, dy = node.inputs[0], node.inputs[1]
+    assert x is not None and dy is not None
+    xs, ys = table.shapes[x], table.shapes[dy]
+    cin, cout = xs[1], ys[1]
+    e = g.dtype.bits // 8
+    plans = []
+    for m, rr, _fused in WINOGRAD_FORMS:
+        if rr != r or (m, rr) == (2, 3):      # the libraries' non-fused forms only
+            continue
+        alpha = m + r - 1
+        a2 = alpha * alpha
+        tiles = ys[0] * ceil(ys[2] / m) * ceil(ys[3] / m)
+        t_in, t_dy, t_w = a2 * tiles * cin * e, a2 * tiles * cout * e, a2 * cin * cout * 4
+        gg = Gemm(a2, cin, cout, tiles, g.dtype, t_in, t_dy, t_w, 2 * a2 * tiles * cin * cout)
+        extra = value_bytes(table, x) + t_in + value_bytes(table, dy) + t_dy + t_w + value_bytes(table, node.outputs[0])
+        plans.append(ConvPlan(f"Winograd F({m}x{m},{r}x{r}) non-fused weight gradient", gg, extra, 3))
+    return plans
+
+
+def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
+               winograd_wgrad: bool = False) -> list[ConvPlan]:
+    """The algorithms a library could run ``node`` with (implicit GEMM first); ``winograd``: the
+    convolution runs on the vector units, where the library offers Winograd (for weight gradients
+    too when ``winograd_wgrad``)."""
     g = conv_gemm(table, node)
     plans = [ConvPlan("implicit GEMM", _channel_padded(g, node, table, k_step))]
     if winograd:
-        plans += _winograd(table, node, g)
+        plans += _winograd(table, node, g, winograd_wgrad)
     return plans

@@ -8,11 +8,16 @@
   heuristics do. Beyond its tiles' work a GEMM kernel pays a latency floor (``gemm_latency``: first
   loads, pipeline fill, last epilogue), a fill and drain per wave (``gemm_wave_overhead``) and the
   exposed part of its output write (``gemm_epilogue_exposed``; split-K adds its partial sums):
-  small GEMMs take microseconds and short-K GEMMs are dominated by writing C. A grouped GEMM (MoE
-  experts) is one launch: one latency floor, waves over all its experts' tiles, one epilogue over
-  its whole output. A weight-only quantized GEMM dequantizes its weights once per row tile on the
-  CUDA cores, overlapped with the MMA work (:func:`.common.dequant_time`); its narrow weight bytes
-  are what the memory term reads.
+  small GEMMs take microseconds and short-K GEMMs are dominated by writing C. What the library
+  has bounds the choice: its narrowest tile (``gemm_min_tile``, ``_fp32`` for SGEMM kernels) pads a
+  skinny side; K splits only while the tiles fill less than ``gemm_split_k_fill`` of the SMs; a
+  tile runs no faster than its operand tiles arrive (``gemm_tile_feed_bandwidth`` per SM: small
+  tiles load more bytes per FLOP); convolution kernels split K up to ``conv_max_split_k``; weight
+  gradients reach ``conv_wgrad_efficiency`` of the plateau (and may run as Winograd,
+  :mod:`.conv_algos`). A grouped GEMM (MoE experts) is one launch: one latency floor, waves over
+  all its experts' tiles, one epilogue over its whole output. A weight-only quantized GEMM
+  dequantizes its weights once per row tile on the CUDA cores, overlapped with the MMA work
+  (:func:`.common.dequant_time`); its narrow weight bytes are what the memory term reads.
 * Memory traffic is the kernel's compulsory bytes plus operand re-reads the L2 cannot hold: a wave
   covers a roughly square block of output tiles, so A is re-read once per block column and B once
   per block row unless both fit in L2 (or the smaller one alone does).
@@ -68,12 +73,13 @@ class GpuModel(SequentialModel):
         if kernel.kind == "conv" and is_depthwise(program.table, kernel.anchor):
             return self.vector(kernel, program, target)     # a per-channel window: memory-bound
         rate = matrix_rate(target, g.dtype, program.options)
-        p = gemm_terms(target)
+        on_vector_units = "vector" in rate.note
+        p = gemm_terms(target, on_vector_units)
         plans = [ConvPlan("", g)]
         if kernel.kind == "conv":
-            on_vector_units = "vector" in rate.note
             k_step = 1 if on_vector_units or target.tensor_core_min_tile is None else target.tensor_core_min_tile[2]
-            plans = conv_plans(program.table, kernel.anchor, k_step=k_step, winograd=on_vector_units)
+            plans = conv_plans(program.table, kernel.anchor, k_step=k_step, winograd=on_vector_units,
+                               winograd_wgrad=bool(target.conv_winograd_wgrad))
         best: tuple[float, GemmTime, ConvPlan] | None = None
         for plan in plans:
             # the implicit GEMM reads and writes what the kernel does; other plans their own operands
@@ -83,8 +89,12 @@ class GpuModel(SequentialModel):
             # a weight-gradient kernel parallelizes its long reduction (batch x positions) over the
             # SMs by design; the library's split-K limit is for ordinary GEMMs
             wgrad = kernel.kind == "conv" and kernel.anchor.attrs.get("role") == "grad_weight"
-            gt = _gemm_time(plan.gemm, reads, writes, rate, target,
-                            replace(p, max_split_k=target.sm_count) if wgrad else p)
+            split = target.sm_count if wgrad else p.max_split_k if kernel.kind != "conv" else \
+                int(target.conv_max_split_k or p.max_split_k)
+            r = rate if not wgrad or target.conv_wgrad_efficiency is None else \
+                replace(rate, flops_per_s=rate.flops_per_s * target.conv_wgrad_efficiency)
+            gt = _gemm_time(plan.gemm, reads, writes, r, target,
+                            replace(p, max_split_k=split, split_fill=1.0 if wgrad else p.split_fill))
             serial = memory_time(target, plan.extra_bytes) + plan.extra_kernels * target.launch_overhead
             total = gt.time + serial
             if best is None or total < best[0] * (1 - 1e-9):
@@ -136,14 +146,24 @@ class GemmTerms:
     wave_overhead: float
     epilogue_exposed: float
     max_split_k: int
+    min_tile: int = SKINNY_TILE_STEP
+    split_fill: float = 1.0        # split K only while tiles < split_fill x SMs
+    feed: float = 0.0              # per-SM operand bandwidth (bytes/s); 0: no bound
 
 
-def gemm_terms(target: GpuTarget) -> GemmTerms:
-    """The target's GEMM terms, the documented GPU defaults where a target built in code has none."""
+def gemm_terms(target: GpuTarget, vector_units: bool = False) -> GemmTerms:
+    """The target's GEMM terms, the documented GPU defaults where a target built in code has none;
+    ``vector_units``: for a GEMM on the CUDA cores (the library's SGEMM kernels' narrowest tile)."""
     def get(name: str) -> Any:
         return default_value("gpu", name, getattr(target, name))
+    narrowest = (target.gemm_min_tile_fp32 if vector_units else None) or target.gemm_min_tile
+    # the split-K threshold and the tile feed bound describe the tensor-core kernels they were
+    # measured on; SGEMM kernels on the CUDA cores keep the defaults
+    fill = 1.0 if vector_units else float(target.gemm_split_k_fill or 1.0)
+    feed = 0.0 if vector_units else float(target.gemm_tile_feed_bandwidth or 0.0)
     return GemmTerms(float(get("gemm_latency")), float(get("gemm_wave_overhead")),
-                     float(get("gemm_epilogue_exposed")), int(get("gemm_max_split_k")))
+                     float(get("gemm_epilogue_exposed")), int(get("gemm_max_split_k")),
+                     max(int(narrowest or SKINNY_TILE_STEP), 1), fill, feed)
 
 
 @dataclass(frozen=True)
@@ -162,7 +182,7 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
     per_sm = rate.flops_per_s * matmul_efficiency(target, g.flops, dtype=rate.dtype) / target.sm_count
     best: GemmTime | None = None
     for tile in target.tile_shapes:
-        compute, executed, waves, split = _tile_time(g, tile, target.sm_count, per_sm, p.max_split_k)
+        compute, executed, waves, split = _tile_time(g, tile, target.sm_count, per_sm, p)
         if g.narrow_rhs is not None:    # weight-only quantization: every row tile dequantizes its weights
             compute = max(compute, dequant_time(target, g.dtype, g.batch * g.k * g.n, ceil(g.m / tile[0])))
         tile_reads = reads + _l2_rereads(g, tile, target)
@@ -180,25 +200,30 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
 
 
 def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float,
-               max_split: int) -> tuple[float, float, int, int]:
+               p: GemmTerms) -> tuple[float, float, int, int]:
     """(seconds of MMA work, executed FLOPs, waves, split-K factor) of ``g`` in ``tile`` CTAs.
 
     A side of the problem narrower than the tile shrinks the tile to it (in steps of
-    :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs.
+    :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs,
+    but not below the library's narrowest tile (``gemm_min_tile``). K splits only while the tiles
+    fill less than ``gemm_split_k_fill`` of the SMs, and a tile runs no faster than its operands
+    arrive (``gemm_tile_feed_bandwidth``).
     A grouped GEMM is one launch that runs every reached expert's tiles in one grid (a persistent
     grouped kernel, as CUTLASS's and Triton's MoE kernels do): one tile shape, shrunk to the largest
     expert's rows; the tiles add up over experts, each expert's rows padded to whole tiles, then
     wave-quantize (and split K) together; a hot expert costs its extra tiles."""
     tm, tn, tk = tile
     rows = max(g.group_rows) if g.group_rows else g.m
-    tm = min(tm, ceil(rows / SKINNY_TILE_STEP) * SKINNY_TILE_STEP)
-    tn = min(tn, ceil(g.n / SKINNY_TILE_STEP) * SKINNY_TILE_STEP)
+    tm = min(tm, max(p.min_tile, ceil(rows / SKINNY_TILE_STEP) * SKINNY_TILE_STEP))
+    tn = min(tn, max(p.min_tile, ceil(g.n / SKINNY_TILE_STEP) * SKINNY_TILE_STEP))
     row_tiles = sum(ceil(r / tm) for r in g.group_rows) if g.group_rows else g.batch * ceil(g.m / tm)
     tiles = row_tiles * ceil(g.n / tn)
     kiters = ceil(g.k / tk)
-    split = max(1, min(sms // tiles, kiters, max_split)) if tiles < sms else 1
+    split = max(1, min(sms // tiles, kiters, p.max_split_k)) if tiles < sms * p.split_fill else 1
     items = tiles * split
     waves = ceil(items / sms)
+    if p.feed > 0:
+        per_sm = min(per_sm, p.feed * 2 * tm * tn / ((tm + tn) * g.dtype.bits / 8))
     per_item = 2 * tm * tn * tk * ceil(kiters / split)
     return waves * per_item / per_sm, items * per_item, waves, split
 

@@ -146,7 +146,7 @@ def test_a_grouped_gemm_is_one_kernel_with_waves_over_all_its_experts_tiles():
     * one launch and one latency floor for the whole grouped kernel."""
     h100 = get_target("h100")
     t = dataclasses.replace(h100, tile_shapes=((128, 128, 64),), matmul_curve=(), bandwidth_curve=(),
-                            matmul_skinny_curve=())
+                            matmul_skinny_curve=(), gemm_split_k_fill=1.0)          # split K below 132 tiles
     rows, experts, k, n = 2400, 8, 2048, 1024
     reads = 2 * rows * k + experts * 2 * n * k + 4 * experts
     writes = 2 * rows * n
@@ -176,7 +176,7 @@ def test_a_weight_only_quantized_gemm_reads_its_narrow_weights_beside_the_new_te
     dequantization (2 vector ops per weight element, one row tile) hides under the memory time."""
     h100 = get_target("h100")
     t = dataclasses.replace(h100, tile_shapes=((128, 128, 64),), matmul_curve=(), bandwidth_curve=(),
-                            matmul_skinny_curve=())
+                            matmul_skinny_curve=(), gemm_split_k_fill=1.0)          # split K below 132 tiles
     m, k, n = 16, 8192, 8192
     g = Graph("w4")
     x = g.add_input("x", TensorType(DType.BF16, (m, k)))
