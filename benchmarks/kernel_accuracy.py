@@ -222,7 +222,9 @@ NOTES = """
   operand tiles arrive at (`gemm_tile_feed_bandwidth`: 64x64 tiles cannot reach the plateau; B200
   200, MI300X 60, MI355X 50 GB/s per SM). Per family (held-out rows pooled), median / p90 before ->
   after round 2: NVIDIA GPUs 13.1% / 51.6% -> 11.0% / 46.2%, AMD GPUs 14.0% / 42.8% -> 11.5% / 38.6%,
-  TPUs 6.6% / 13.9% (unchanged). Read per family the bars still fail for both GPU families: the
+  TPUs 6.6% / 13.9% (unchanged); with every split-K factor up to the allowed one tried and the
+  fastest kept (which makes a GEMM's time non-decreasing in each dim; no refit): NVIDIA 11.2% / 46.1%,
+  AMD 11.9% / 38.6%. Read per family the bars still fail for both GPU families: the
   pooled p90 is set by the DeepBench chips' rows, as per chip.
 * **Why the rest miss the bars** (the cause table and the worst rows above): on the XLA-table chips,
   the library's per-shape picks. H100's misses are fp32 GEMMs run as TF32 (35 of its 46): their

@@ -182,50 +182,66 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
     per_sm = rate.flops_per_s * matmul_efficiency(target, g.flops, dtype=rate.dtype) / target.sm_count
     best: GemmTime | None = None
     for tile in target.tile_shapes:
-        compute, executed, waves, split = _tile_time(g, tile, target.sm_count, per_sm, p)
-        if g.narrow_rhs is not None:    # weight-only quantization: every row tile dequantizes its weights
-            compute = max(compute, dequant_time(target, g.dtype, g.batch * g.k * g.n, ceil(g.m / tile[0])))
         tile_reads = reads + _l2_rereads(g, tile, target)
-        partials = 2 * split * g.batch * g.m * g.n * SPLIT_K_PARTIAL_BYTES if split > 1 else 0
-        compute += waves * p.wave_overhead
-        # each wave's output write overlaps the next wave's main loop; the last wave's is exposed
-        exposed = writes * p.epilogue_exposed / waves
-        mem = memory_time(target, tile_reads + partials + writes - exposed)
-        epilogue = memory_time(target, exposed)
-        t = max(compute, mem) + epilogue
-        if best is None or t < best.time * (1 - 1e-9):
-            best = GemmTime(t, compute + epilogue, mem + epilogue, executed, tile_reads + partials + writes)
+        # every split up to the largest the library allows: a split pays its partial sums, so the
+        # largest is not always the fastest, and taking the best keeps the time non-decreasing in
+        # each dim (the allowed splits only shrink as the tiles grow)
+        for split in range(1, _max_split(g, tile, target.sm_count, p) + 1):
+            compute, executed, waves = _tile_time(g, tile, target.sm_count, per_sm, p, split)
+            if g.narrow_rhs is not None:    # weight-only quantization: every row tile dequantizes its weights
+                compute = max(compute, dequant_time(target, g.dtype, g.batch * g.k * g.n, ceil(g.m / tile[0])))
+            partials = 2 * split * g.batch * g.m * g.n * SPLIT_K_PARTIAL_BYTES if split > 1 else 0
+            compute += waves * p.wave_overhead
+            # each wave's output write overlaps the next wave's main loop; the last wave's is exposed
+            exposed = writes * p.epilogue_exposed / waves
+            mem = memory_time(target, tile_reads + partials + writes - exposed)
+            epilogue = memory_time(target, exposed)
+            t = max(compute, mem) + epilogue
+            if best is None or t < best.time * (1 - 1e-9):
+                best = GemmTime(t, compute + epilogue, mem + epilogue, executed, tile_reads + partials + writes)
     assert best is not None
     return best
 
 
-def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float,
-               p: GemmTerms) -> tuple[float, float, int, int]:
-    """(seconds of MMA work, executed FLOPs, waves, split-K factor) of ``g`` in ``tile`` CTAs.
-
-    A side of the problem narrower than the tile shrinks the tile to it (in steps of
-    :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs,
-    but not below the library's narrowest tile (``gemm_min_tile``). K splits only while the tiles
-    fill less than ``gemm_split_k_fill`` of the SMs, and a tile runs no faster than its operands
-    arrive (``gemm_tile_feed_bandwidth``).
-    A grouped GEMM is one launch that runs every reached expert's tiles in one grid (a persistent
-    grouped kernel, as CUTLASS's and Triton's MoE kernels do): one tile shape, shrunk to the largest
-    expert's rows; the tiles add up over experts, each expert's rows padded to whole tiles, then
-    wave-quantize (and split K) together; a hot expert costs its extra tiles."""
+def _shrunk(g: Gemm, tile: tuple[int, int, int], p: GemmTerms) -> tuple[int, int, int, int]:
+    """(tile rows, tile cols, tiles, K iterations) of ``g`` in ``tile`` CTAs, the tile shrunk to a
+    skinny side (see :func:`_tile_time`)."""
     tm, tn, tk = tile
     rows = max(g.group_rows) if g.group_rows else g.m
     tm = min(tm, max(p.min_tile, ceil(rows / SKINNY_TILE_STEP) * SKINNY_TILE_STEP))
     tn = min(tn, max(p.min_tile, ceil(g.n / SKINNY_TILE_STEP) * SKINNY_TILE_STEP))
     row_tiles = sum(ceil(r / tm) for r in g.group_rows) if g.group_rows else g.batch * ceil(g.m / tm)
-    tiles = row_tiles * ceil(g.n / tn)
-    kiters = ceil(g.k / tk)
-    split = max(1, min(sms // tiles, kiters, p.max_split_k)) if tiles < sms * p.split_fill else 1
+    return tm, tn, row_tiles * ceil(g.n / tn), ceil(g.k / tk)
+
+
+def _max_split(g: Gemm, tile: tuple[int, int, int], sms: int, p: GemmTerms) -> int:
+    """The largest split-K factor the library allows for ``g`` in ``tile``: K splits only while the
+    tiles fill less than ``gemm_split_k_fill`` of the SMs, into at most the SMs' share per tile, the
+    K iterations and ``gemm_max_split_k``."""
+    _, _, tiles, kiters = _shrunk(g, tile, p)
+    return max(1, min(sms // tiles, kiters, p.max_split_k)) if tiles < sms * p.split_fill else 1
+
+
+def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float,
+               p: GemmTerms, split: int = 1) -> tuple[float, float, int]:
+    """(seconds of MMA work, executed FLOPs, waves) of ``g`` in ``tile`` CTAs with K split ``split`` ways.
+
+    A side of the problem narrower than the tile shrinks the tile to it (in steps of
+    :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs,
+    but not below the library's narrowest tile (``gemm_min_tile``); :func:`_max_split` bounds the
+    split. A tile runs no faster than its operands arrive (``gemm_tile_feed_bandwidth``).
+    A grouped GEMM is one launch that runs every reached expert's tiles in one grid (a persistent
+    grouped kernel, as CUTLASS's and Triton's MoE kernels do): one tile shape, shrunk to the largest
+    expert's rows; the tiles add up over experts, each expert's rows padded to whole tiles, then
+    wave-quantize (and split K) together; a hot expert costs its extra tiles."""
+    tm, tn, tiles, kiters = _shrunk(g, tile, p)
+    tk = tile[2]
     items = tiles * split
     waves = ceil(items / sms)
     if p.feed > 0:
         per_sm = min(per_sm, p.feed * 2 * tm * tn / ((tm + tn) * g.dtype.bits / 8))
     per_item = 2 * tm * tn * tk * ceil(kiters / split)
-    return waves * per_item / per_sm, items * per_item, waves, split
+    return waves * per_item / per_sm, items * per_item, waves
 
 
 def _l2_rereads(g: Gemm, tile: tuple[int, int, int], target: GpuTarget) -> float:

@@ -185,9 +185,10 @@ def test_a_weight_only_quantized_gemm_reads_its_narrow_weights_beside_the_new_te
                              {"lhs_contract": (1,), "rhs_contract": (0,)}).outputs)
     reads, writes = 2 * m * k + k * n // 2, 2 * m * n
     bw = t.memory_bandwidth * t.memory_efficiency
-    # 64 column tiles of a 16-row tile (the tile shrinks to the 16 rows): 64 < 132 SMs, split K by
-    # min(132 // 64, 128 K steps, 16) = 2: one wave, fp32 partial sums written and read back
-    partials = 2 * 2 * m * n * 4
+    # 64 column tiles of a 16-row tile (the tile shrinks to the 16 rows): 64 < 132 SMs, so K may split
+    # up to min(132 // 64, 128 K steps, 16) = 2 ways; but a split writes and reads back fp32 partial
+    # sums (2 x 2 x m x n x 4 bytes) in a kernel bound by memory, so the fastest plan splits nothing
+    partials = 0
     exposed = writes * t.gemm_epilogue_exposed
     memory = (reads + partials + writes - exposed) / bw
     dequant = 2 * k * n / t.vector_flops["fp32"]
