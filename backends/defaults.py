@@ -21,6 +21,11 @@ __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "
            "SERVING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
+#: Where PyTorch's CPU allocator (posix_memalign) gets large buffers from.
+_GLIBC_MMAP = ("assumption: the host allocates with glibc malloc (PyTorch's CPU allocator calls posix_memalign), "
+               "which serves requests of at least its mmap threshold with mmap and frees them with munmap; the "
+               "dynamic threshold never exceeds DEFAULT_MMAP_THRESHOLD_MAX = 4 MiB x sizeof(long) = 32 MiB on "
+               "64-bit (mallopt(3), M_MMAP_THRESHOLD)")
 _GEMM = "assumption: default for gpu targets when the spec gives none; calibrate --from-measurements to measure"
 
 #: family -> field -> (SI value, source). "*" applies to every family.
@@ -63,6 +68,7 @@ DEFAULTS: Mapping[str, Mapping[str, tuple[Any, str]]] = MappingProxyType({
         "memory_efficiency": (0.75, _EFF + " (STREAM-like copies reach ~70-80% of DDR peak)"),
         "launch_overhead": (2e-6, _EFF + " (per-op framework dispatch)"),
         "eager_op_overhead": (0.0, "assumption: none unless calibrate measures it"),
+        "fresh_page_threshold": (32 * 2**20, _GLIBC_MMAP),
     },
 })
 

@@ -41,7 +41,7 @@ from narrowpipe.calibration.validate import (  # noqa: E402
     ModelValidation,
     op_sweep,
     summarize,
-    validate_models,
+    validate_run,
 )
 from narrowpipe.calibration.validation_models import MODELS  # noqa: E402
 from narrowpipe.render.validation import plot_predicted_vs_measured  # noqa: E402
@@ -67,8 +67,8 @@ def _previous(path: Path) -> dict[str, Any]:
 
 
 def _markdown(env: dict[str, Any], target: CpuTarget, sweep: list[Case], models: list[ModelValidation],
-              summary: dict[str, Any], clock: str, prev: dict[str, Any], acceptance: dict[str, bool],
-              seconds: float) -> str:
+              probes: list[Case], summary: dict[str, Any], clock: str, prev: dict[str, Any],
+              acceptance: dict[str, bool], seconds: float) -> str:
     e2e = [m.end_to_end for m in models]
     judged = [abs(_judged(c, clock)) for c in e2e]
     per_op = (target.launch_overhead or 0.0) + (target.eager_op_overhead or 0.0)
@@ -84,6 +84,9 @@ def _markdown(env: dict[str, Any], target: CpuTarget, sweep: list[Case], models:
              f"The bars are judged on the **{'CPU' if clock == 'cpu' else 'wall'} clock** "
              f"(median spread over the models: wall {summary['wall_spread']:.1%}, CPU {summary['cpu_spread']:.1%}; "
              "spread = interquartile range / median).", "",
+             "Drift probes, measured in the same rounds (shapes `calibrate` measured, so right after it their "
+             "predictions match; their error is how far the machine drifted from its calibrated state, and is in "
+             "every model error too): " + "; ".join(f"{c.name} {_judged(c, clock):+.1%}" for c in probes) + ".", "",
              f"| group | cases | median abs error | max abs error | previous median ({pd}) |",
              "|---|--:|--:|--:|--:|"]
     for group, v in summary["ops"].items():
@@ -147,11 +150,12 @@ def main() -> int:
     assert isinstance(target, CpuTarget)
     sweep = [] if args.no_sweep else op_sweep(target)
     print(f"op sweep: {len(sweep)} cases at {time.perf_counter() - t0:.1f} s", flush=True)
-    models = validate_models(args.models.split(","), target, batches=[int(x) for x in args.batches.split(",")],
-                             seq=args.seq, rounds=args.rounds, profile=not args.no_profile,
-                             progress=lambda label: print(f"  {label}", flush=True))
+    run = validate_run(args.models.split(","), target, batches=[int(x) for x in args.batches.split(",")],
+                       seq=args.seq, rounds=args.rounds, profile=not args.no_profile,
+                       progress=lambda label: print(f"  {label}", flush=True))
+    models, probes = run.models, run.probes
     e2e = [m.end_to_end for m in models]
-    for c in e2e:
+    for c in e2e + probes:
         cpu = f"cpu {c.cpu_s * 1e3:8.1f} ms ({c.cpu_error:+.1%})" if c.cpu_s and c.cpu_error is not None else ""
         print(f"{c.name:22s} wall {c.measured_s * 1e3:8.1f} ms ({c.error:+.1%})  {cpu}  "
               f"predicted {c.predicted_s * 1e3:8.1f} ms")
@@ -175,13 +179,14 @@ def main() -> int:
             "target": target.name, "cpu": target.display_name, "threads": args.threads, "seconds": seconds,
             "eager_op_overhead_s": target.eager_op_overhead, "launch_overhead_s": target.launch_overhead,
             "summary": summary, "acceptance": acceptance, "previous": prev,
-            "op_sweep": [c.to_dict() for c in sweep], "models": [m.to_dict() for m in models]}
+            "op_sweep": [c.to_dict() for c in sweep], "probes": [c.to_dict() for c in probes],
+            "models": [m.to_dict() for m in models]}
     out.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
     plotted = [Case(c.group, c.name, c.cpu_s or c.measured_s, c.predicted_s) if clock == "cpu" else c for c in e2e]
     plot_predicted_vs_measured(sweep + plotted, out.with_suffix(".png"),
                                f"narrowpipe on {target.display_name}, {args.threads} thread(s); "
                                f"models on the {clock} clock")
-    md = _markdown(env, target, sweep, models, summary, clock, prev, acceptance, seconds)
+    md = _markdown(env, target, sweep, models, probes, summary, clock, prev, acceptance, seconds)
     out.with_suffix(".md").write_text(md)
     print("\n".join(md.splitlines()[-3:]))
     return 0 if all(acceptance.values()) else 1

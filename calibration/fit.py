@@ -13,6 +13,9 @@
 * ``transcendental_flops``: evaluations/s of each function on cache-resident data.
 * ``conv_curve``: achieved fraction of peak of direct convolutions, by kernel area.
 * ``vector_op_flops``: input elements/s of norms, softmax, pooling and reductions.
+* ``fresh_page_bandwidth``: bytes/s at which the OS faults in and zeroes a just-mapped buffer (a
+  fresh fill minus a fill of mapped memory); the adds whose output is that large have this time
+  taken out before they enter the bandwidth curve.
 
 The same fit applies to a catalog chip (``base``): its peaks stay, its measured ceilings are
 replaced, so users calibrate a chip with their own numbers.
@@ -27,12 +30,12 @@ import statistics
 from collections.abc import Iterable
 
 from ..backends import CpuTarget, Target
-from ..backends.defaults import AMX_BF16_OPS_PER_CYCLE
+from ..backends.defaults import AMX_BF16_OPS_PER_CYCLE, default_for, default_value
 from .host import HostCpu
 from .robust import check_gemm_plateau, monotone, plausible_rates, robust_median
 from .sweeps import Measurement
 
-__all__ = ["fit_curves", "host_target", "apply_measurements", "Curves"]
+__all__ = ["fit_curves", "host_target", "apply_measurements", "Curves", "fresh_page_bandwidth"]
 
 
 @dataclasses.dataclass
@@ -47,6 +50,7 @@ class Curves:
     transcendental: dict[str, float] = dataclasses.field(default_factory=dict)
     conv_curve: tuple[tuple[float, float], ...] = ()
     vector_ops: dict[str, float] = dataclasses.field(default_factory=dict)
+    fresh_page_bandwidth: float | None = None
 
 
 def _binned(points: Iterable[tuple[float, float]], per_decade: int = 3) -> tuple[tuple[float, float], ...]:
@@ -75,8 +79,10 @@ def fit_curves(measurements: list[Measurement], peaks: dict[str, float], vector_
     plateau = statistics.median([y for _, y in mcurve[-3:]]) if mcurve else 0.5
     if mcurve:
         check_gemm_plateau(plateau)
-    adds = [m for m in measurements if m.kind == "add" and m.seconds > 1.5 * overhead]
-    bw_points = [(float(m.bytes), m.bytes / (m.seconds - overhead)) for m in adds]
+    fresh_bw = fresh_page_bandwidth(measurements)
+    add_s = {id(m): _without_fresh_pages(m, fresh_bw) for m in measurements if m.kind == "add"}
+    adds = [m for m in measurements if m.kind == "add" and add_s[id(m)] > 1.5 * overhead]
+    bw_points = [(float(m.bytes), m.bytes / (add_s[id(m)] - overhead)) for m in adds]
     best = max((bw for _, bw in bw_points), default=1e10)
     bcurve = _binned(((x, bw / best) for x, bw in bw_points), per_decade=2)
     mem_eff = bcurve[-1][1] if bcurve else 1.0
@@ -105,7 +111,24 @@ def fit_curves(measurements: list[Measurement], peaks: dict[str, float], vector_
     vops = {m.kind.split(":", 1)[1]: m.flops / max(m.seconds - overhead, 1e-9)
             for m in measurements if m.kind.startswith("vector_op:")}
     return Curves(overhead, mcurve, round(min(max(plateau, 1e-3), 1.0), 4), bcurve, best,
-                  round(min(max(mem_eff, 1e-3), 1.0), 4), scurve, trans, ccurve, vops)
+                  round(min(max(mem_eff, 1e-3), 1.0), 4), scurve, trans, ccurve, vops, fresh_bw)
+
+
+def fresh_page_bandwidth(measurements: list[Measurement]) -> float | None:
+    """Bytes/s of fresh pages: a just-mapped buffer's fill minus an already-mapped one's, per byte
+    (median over the measured sizes); None without such measurements."""
+    fills = {m.shape: m.seconds for m in measurements if m.kind == "fill"}
+    rates = [m.bytes / (m.seconds - fills[m.shape]) for m in measurements
+             if m.kind == "fresh_fill" and m.shape in fills and m.seconds > fills[m.shape]]
+    return float(statistics.median(rates)) if rates else None
+
+
+def _without_fresh_pages(m: Measurement, fresh_bw: float | None) -> float:
+    """An eager add's seconds less the fresh pages of its output (fp32, a new buffer each call)
+    where the output is large enough to be mapped fresh: the bandwidth curve is streaming only."""
+    out = 4 * m.shape[0]
+    threshold = default_value("cpu", "fresh_page_threshold", None)
+    return m.seconds - (out / fresh_bw if fresh_bw and out >= threshold else 0.0)
 
 
 def _meminfo_bytes() -> float:
@@ -164,6 +187,13 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         if not value:
             sources.pop(key, None)
     extra: dict[str, object] = {}
+    if c.fresh_page_bandwidth:
+        threshold = default_for("cpu", "fresh_page_threshold")
+        assert threshold is not None
+        extra["fresh_page_bandwidth"], extra["fresh_page_threshold"] = c.fresh_page_bandwidth, threshold[0]
+        sources["fresh_page_bandwidth"] = ("measured: filling a just-mapped buffer minus an already-mapped one, "
+                                           "per byte (calibrate)")
+        sources["fresh_page_threshold"] = threshold[1]
     if host.l3_bytes:
         extra["onchip_capacity"] = host.l3_bytes
         sources["onchip_capacity"] = host.sources.get("onchip_capacity", "lscpu")

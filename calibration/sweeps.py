@@ -31,7 +31,8 @@ QUICK_ELEMENTS = tuple(2 ** e for e in range(8, 23, 2))
 
 @dataclass
 class Measurement:
-    kind: str            # "dispatch", "matmul", "add", "copy", "conv", "transcendental:<fn>", "vector_op:<op>"
+    kind: str            # "dispatch", "matmul", "add", "copy", "conv", "transcendental:<fn>", "vector_op:<op>",
+    #                      "fill", "fresh_fill"
     dtype: str
     shape: tuple[int, ...]
     flops: int
@@ -199,6 +200,25 @@ def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:
             yield Measurement(f"vector_op:{name}", "fp32", (n,), n, c.bytes, t)
 
 
+#: Buffer sizes (bytes) for the fresh-page measurement: above any glibc mmap threshold (<= 32 MiB).
+FRESH_BYTES = (64 * 2**20, 128 * 2**20)
+
+
+def fresh_page_sweep(device: str = "cpu", sizes: tuple[int, ...] = FRESH_BYTES) -> Iterator[Measurement]:
+    """Filling a buffer the allocator just mapped (``torch.empty(n).fill_``: every page faults in
+    and is zeroed by the OS) and filling one already mapped, at each size: the difference over the
+    bytes is the fresh-page rate (:mod:`narrowpipe.costmodel.execution.fresh_pages`)."""
+    import torch
+    for nbytes in sizes:
+        n = nbytes // 4
+        mapped = torch.empty(n, device=device)
+        # timed before the loop moves on
+        t = median_time(lambda: mapped.fill_(1.0), device=device)  # noqa: B023
+        yield Measurement("fill", "fp32", (n,), 0, nbytes, t)
+        t = median_time(lambda: torch.empty(n, device=device).fill_(1.0), device=device)  # noqa: B023
+        yield Measurement("fresh_fill", "fp32", (n,), 0, nbytes, t)
+
+
 #: torch function for each transcendental the cost model knows a rate for.
 TRANSCENDENTAL_FNS = ("exp", "log", "tanh", "sigmoid", "erf", "gelu", "silu", "sqrt", "rsqrt", "sin", "cos")
 
@@ -223,7 +243,7 @@ def run_all(device: str, quick: bool, progress: Callable[[str], None] | None = N
     sweeps: list[Iterable[Measurement]] = [
         [dispatch_overhead(device)], matmul_sweep(device, squares=squares, skinny=not quick),
         bandwidth_sweep(device, elements), transcendental_sweep(device), conv_sweep(device),
-        vector_op_sweep(device)]
+        vector_op_sweep(device)] + ([fresh_page_sweep(device)] if device == "cpu" else [])
     out: list[Measurement] = []
     for sweep in sweeps:
         for m in sweep:

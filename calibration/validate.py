@@ -1,61 +1,28 @@
-"""Predictions checked against the machine: per-op sweeps and end-to-end eager forward passes.
+"""Predictions checked against the machine: per-op sweeps of held-out shapes here, whole models in
+:mod:`.model_validation` (re-exported here).
 
-Measured side: torch eager on this machine (``torch.no_grad``; bare ops: warm-up, repeats, median;
-whole models: interleaved rounds on the wall and thread-CPU clocks, :mod:`.interleave`), and for the
-per-op-type breakdown of a model, ``torch.profiler`` CPU times of the top-level aten ops.
-Predicted side: the same module lowered with ``from_torch`` and timed on the calibrated target with
-no fusion (eager runs one kernel per op). Errors are (predicted - measured) / measured.
+Measured side: torch eager on this machine (``torch.no_grad``; warm-up, repeats, median, weights
+cold as in a forward pass). Predicted side: the same module lowered with ``from_torch`` and timed on
+the calibrated target with no fusion and without the eager per-op overhead (a bare op timed in a
+loop does not pay a model's glue). Errors are (predicted - measured) / measured.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
 from ..backends import Target, get_target
 from ..costmodel.analyze import analyze
 from ..frontends.torch.frontend import from_torch
-from .guards import check_fits_in_memory, check_target_family, quiet_native_stderr
-from .interleave import interleaved_samples
+from .cases import Case, summarize
+from .model_validation import ModelValidation, ValidationRun, validate_model, validate_models, validate_run
 from .timer import median_time
-from .validation_models import (
-    MODELS,
-    VALIDATION_MODELS,
-    build_validation_model,
-    validation_inputs,
-    validation_label,
-    validation_param_count,
-)
+from .validation_models import VALIDATION_MODELS, build_validation_model, validation_param_count
 
-__all__ = ["Case", "op_sweep", "validate_model", "validate_models", "ModelValidation", "build_validation_model",
-           "summarize", "VALIDATION_MODELS", "validation_param_count"]
-
-
-@dataclass
-class Case:
-    group: str          # "matmul", "conv", "elementwise", "model", or an op type
-    name: str
-    measured_s: float
-    predicted_s: float
-    spread: float | None = None   # interquartile range / median of the measured repeats
-    #: The same repeats on the calling thread's CPU clock (one torch thread only), which other
-    #: processes disturb less than the wall clock: what a busy machine's validation is judged on.
-    cpu_s: float | None = None
-    cpu_spread: float | None = None
-
-    @property
-    def error(self) -> float:
-        return (self.predicted_s - self.measured_s) / self.measured_s if self.measured_s else 0.0
-
-    @property
-    def cpu_error(self) -> float | None:
-        return (self.predicted_s - self.cpu_s) / self.cpu_s if self.cpu_s else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "error": self.error, "cpu_error": self.cpu_error}
+__all__ = ["Case", "op_sweep", "validate_model", "validate_models", "validate_run", "ValidationRun",
+           "ModelValidation", "build_validation_model", "summarize", "VALIDATION_MODELS", "validation_param_count"]
 
 
 def _predict(module: Any, args: tuple[Any, ...], target: Target, kwargs: dict[str, Any] | None = None) -> float:
@@ -156,116 +123,3 @@ def op_sweep(target: Target | str, *, groups: tuple[str, ...] = ("matmul", "conv
         if progress:
             progress(name)
     return cases
-
-
-@dataclass
-class ModelValidation:
-    model: str
-    batch: int
-    seq: int | None
-    end_to_end: Case
-    by_op: list[Case] = field(default_factory=list)
-    kernels: int | None = None    # kernels the prediction launched (each pays dispatch and eager glue)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "batch": self.batch, "seq": self.seq, "end_to_end": self.end_to_end.to_dict(),
-                "by_op": [c.to_dict() for c in self.by_op], "kernels": self.kernels}
-
-
-def validate_model(name: str, target: Target | str, *, batch: int = 1, seq: int = 128, tiny: bool = False,
-                   profile: bool = True, repeats: int = 5) -> ModelValidation:
-    """One model at one batch size: :func:`validate_models` with a single subject."""
-    return validate_models([name], target, batches=(batch,), seq=seq, tiny=tiny, profile=profile,
-                           rounds=repeats)[0]
-
-
-def validate_models(names: Sequence[str], target: Target | str, *, batches: Sequence[int] = (1, 8), seq: int = 128,
-                    tiny: bool = False, profile: bool = True, rounds: int = 7, warmup: int = 2,
-                    progress: Callable[[str], None] | None = None) -> list[ModelValidation]:
-    """Measure eager forward passes of every model at every batch size, interleaved (one repeat of
-    each per round, :mod:`.interleave`) on the wall and thread-CPU clocks, and compare them, and
-    their per-op-type times, with the prediction of the same module's export. Refuses a non-CPU
-    target and models that would not fit in this machine's memory, before building anything."""
-    import torch
-
-    target = get_target(target)
-    check_target_family(target)
-    check_fits_in_memory(" + ".join(names), sum(validation_param_count(n, tiny) for n in names))
-    subjects = []
-    for name in names:
-        model, _, _ = build_validation_model(name, 1, seq, tiny)
-        for b in batches:
-            subjects.append((name, b, model, validation_inputs(name, model, b, seq)))
-    one_thread = torch.get_num_threads() == 1
-    with torch.no_grad():
-        samples = interleaved_samples([partial(_forward, m, kw) for _, _, m, kw in subjects], warmup=warmup,
-                                      rounds=rounds, min_seconds=0.05, thread_clock=one_thread)
-    results = []
-    for (name, b, model, kwargs), s in zip(subjects, samples):
-        report = analyze(from_torch(model, (), kwargs), target, fusion="none")
-        assert report.time_s is not None and report.timing is not None
-        label = validation_label(name, b, seq)
-        case = Case("model", label, s.wall_median, report.time_s, s.wall_spread, s.cpu_median, s.cpu_spread)
-        result = ModelValidation(name, b, seq if MODELS[name].has_seq else None, case,
-                                 kernels=report.timing.kernels)
-        if profile:
-            result.by_op = _by_op(report, label, model, kwargs)
-        results.append(result)
-        if progress:
-            progress(label)
-    return results
-
-
-def _forward(model: Any, kwargs: dict[str, Any]) -> Any:
-    return model(**kwargs)
-
-
-def _by_op(report: Any, label: str, model: Any, kwargs: dict[str, Any]) -> list[Case]:
-    """Predicted seconds per source (aten) op type against torch.profiler's for the same ops."""
-    predicted: dict[str, float] = {}
-    for row in report.ops:
-        if row.time_s:
-            key = row.source_op.split(".")[1] if row.source_op.startswith("aten.") else row.source_op
-            predicted[key] = predicted.get(key, 0.0) + row.time_s
-    measured_ops = _profile_top_level(model, (), kwargs, set(predicted))
-    return [Case(op, f"{label} {op}", measured_ops[op], predicted[op])
-            for op in sorted(predicted, key=lambda k: -predicted[k]) if op in measured_ops]
-
-
-def _profile_top_level(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], ops: set[str]) -> dict[str, float]:
-    """CPU seconds of the outermost aten op calls named in ``ops`` (median of three profiled runs)."""
-    import os
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    runs: list[dict[str, float]] = []
-    with torch.no_grad():
-        model(*args, **kwargs)
-        for _ in range(3):
-            with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
-                model(*args, **kwargs)
-            totals: dict[str, float] = {}
-            for ev in prof.events():
-                name = ev.name.removeprefix("aten::")
-                if name not in ops:
-                    continue
-                parent = ev.cpu_parent
-                nested = False
-                while parent is not None:
-                    if parent.name.removeprefix("aten::") in ops:
-                        nested = True
-                        break
-                    parent = parent.cpu_parent
-                if not nested:
-                    totals[name] = totals.get(name, 0.0) + ev.cpu_time_total / 1e6
-            runs.append(totals)
-    return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
-
-
-def summarize(cases: list[Case]) -> dict[str, dict[str, float]]:
-    """Median and max absolute error per group."""
-    out: dict[str, dict[str, float]] = {}
-    for group in sorted({c.group for c in cases}):
-        errs = [abs(c.error) for c in cases if c.group == group]
-        out[group] = {"cases": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
-    return out

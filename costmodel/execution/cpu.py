@@ -2,20 +2,35 @@
 bandwidth from DRAM or, for working sets that fit, the last-level cache, and a per-op dispatch
 overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion). A calibrated
 target's curves replace the fixed efficiencies: GEMM efficiency by FLOPs and by the smaller
-output side (skinny GEMMs), bandwidth by transfer size, transcendental rates per function.
+output side (skinny GEMMs), bandwidth by transfer size, transcendental rates per function. Each
+kernel also pays for the fresh pages of the large buffers it allocates (:mod:`.fresh_pages`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ...backends import CpuTarget
 from ...backends.defaults import AMX_OPS_PER_BF16_OP, CACHE_RESIDENT_FRACTION, MIN_MATMUL_EFFICIENCY
 from ...ir import DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
-from .common import KernelTime, Rate, TimingOptions, interpolate, matmul_efficiency, matrix_rate, memory_time, roofline
+from .common import (
+    KernelTime,
+    Rate,
+    TimingOptions,
+    bound_of,
+    interpolate,
+    matmul_efficiency,
+    matrix_rate,
+    memory_time,
+    roofline,
+)
+from .fresh_pages import fresh_page_time
 from .gemm import Gemm, conv_gemm, is_depthwise
-from .program import Program
-from .sequential import SequentialModel
+from .program import DeviceGroup, Program, Schedule
+from .routing import kernel_time
+from .sequential import SequentialModel, one_device_schedule
 from .vector import transcendental_time
 
 __all__ = ["CpuModel"]
@@ -25,6 +40,25 @@ class CpuModel(SequentialModel):
     family = "cpu"
     default_fusion = "none"
     vector_unit = "SIMD"
+
+    def run(self, program: Program, devices: DeviceGroup) -> Schedule:
+        target = devices.target
+        assert isinstance(target, CpuTarget)
+        times = [self._with_fresh_pages(kernel_time(k, program, target, self), k, program, target)
+                 for k in program.kernels]
+        return one_device_schedule(program, target, times)
+
+    @staticmethod
+    def _with_fresh_pages(kt: KernelTime, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
+        """The kernel's time plus the page faults of its large allocations, host time on top of the
+        roofline (the first touch faults before the kernel's loads and stores can stream)."""
+        fresh = fresh_page_time(kernel, program.table, target)
+        if fresh <= 0.0 or kt.time_s <= 0.0:
+            return kt
+        overhead = kt.overhead_s + fresh
+        note = "; ".join(x for x in (kt.note, "fresh pages") if x)
+        return replace(kt, time_s=kt.time_s + fresh, overhead_s=overhead, note=note,
+                       bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
 
     def bandwidth(self, target: CpuTarget, nbytes: float) -> float:
         """Working sets that fit in the resident part of the last-level cache stream from it, when
