@@ -18,7 +18,7 @@ __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "
            "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS", "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
            "MIN_MEMORY_EFFICIENCY", "SPLIT_K_PARTIAL_BYTES", "SKINNY_TILE_STEP", "FP32_EMULATION_PASSES",
            "FP32_REDUCED_EMULATION_PASSES", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
-           "SERVING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT"]
+           "SERVING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT", "CPU_ATTENTION_KV_BLOCK"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
 #: Where PyTorch's CPU allocator (posix_memalign) gets large buffers from.
@@ -175,3 +175,9 @@ SERVING_MEMORY_RESERVE: float = 0.10
 #: assumption in the spirit of Marlin/AWQ kernels, which dequantize each weight tile in registers
 #: once per tile of output rows. Timed on the vector units beside the tensor-core work.
 DEQUANT_OPS_PER_WEIGHT: int = 2
+
+#: Keys per block of PyTorch's CPU flash attention (``kvSplitSize``): a causal attention skips the
+#: key blocks past each query block's diagonal, so it saves work only from two blocks on (measured
+#: here: causal/non-causal time 0.96-1.01 up to 512 tokens, 0.75 at 1024; ATen's
+#: native/cpu/FlashAttentionKernel.cpp).
+CPU_ATTENTION_KV_BLOCK = 512

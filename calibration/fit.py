@@ -13,6 +13,7 @@
 * ``transcendental_flops``: evaluations/s of each function on cache-resident data.
 * ``conv_curve``: achieved fraction of peak of direct convolutions, by kernel area.
 * ``vector_op_flops``: input elements/s of norms, softmax, pooling and reductions.
+* ``attention_curve``: achieved fraction of peak of the fused attention kernel, by key length.
 * ``fresh_page_bandwidth``: bytes/s at which the OS faults in and zeroes a just-mapped buffer (a
   fresh fill minus a fill of mapped memory); the adds whose output is that large have this time
   taken out before they enter the bandwidth curve.
@@ -51,6 +52,7 @@ class Curves:
     conv_curve: tuple[tuple[float, float], ...] = ()
     vector_ops: dict[str, float] = dataclasses.field(default_factory=dict)
     fresh_page_bandwidth: float | None = None
+    attention_curve: tuple[tuple[float, float], ...] = ()
 
 
 def _binned(points: Iterable[tuple[float, float]], per_decade: int = 3) -> tuple[tuple[float, float], ...]:
@@ -111,7 +113,19 @@ def fit_curves(measurements: list[Measurement], peaks: dict[str, float], vector_
     vops = {m.kind.split(":", 1)[1]: m.flops / max(m.seconds - overhead, 1e-9)
             for m in measurements if m.kind.startswith("vector_op:")}
     return Curves(overhead, mcurve, round(min(max(plateau, 1e-3), 1.0), 4), bcurve, best,
-                  round(min(max(mem_eff, 1e-3), 1.0), 4), scurve, trans, ccurve, vops, fresh_bw)
+                  round(min(max(mem_eff, 1e-3), 1.0), 4), scurve, trans, ccurve, vops, fresh_bw,
+                  _attention_curve(measurements, peaks, overhead))
+
+
+def _attention_curve(measurements: list[Measurement], peaks: dict[str, float],
+                     overhead: float) -> tuple[tuple[float, float], ...]:
+    """(keys, achieved fraction of the matrix peak) of the fused attention measurements."""
+    points: dict[float, list[float]] = {}
+    for m in measurements:
+        if m.kind == "attention" and m.dtype in peaks:
+            eff = m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype])
+            points.setdefault(float(m.shape[2]), []).append(eff)
+    return tuple((k, min(max(round(robust_median(v), 4), 1e-4), 1.0)) for k, v in sorted(points.items()))
 
 
 def fresh_page_bandwidth(measurements: list[Measurement]) -> float | None:
@@ -187,6 +201,9 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         if not value:
             sources.pop(key, None)
     extra: dict[str, object] = {}
+    if c.attention_curve:
+        extra["attention_curve"] = c.attention_curve
+        sources["attention_curve"] = "measured: scaled_dot_product_attention by key length (calibrate)"
     if c.fresh_page_bandwidth:
         threshold = default_for("cpu", "fresh_page_threshold")
         assert threshold is not None

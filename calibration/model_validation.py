@@ -14,7 +14,6 @@ errors then include: a reader can tell a model error from a machine that changed
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -158,7 +157,8 @@ def _by_op(report: Any, label: str, model: Any, kwargs: dict[str, Any]) -> list[
 
 
 def _profile_top_level(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], ops: set[str]) -> dict[str, float]:
-    """CPU seconds of the outermost aten op calls named in ``ops`` (median of three profiled runs)."""
+    """Seconds of the outermost aten op calls named in ``ops``: the least of three profiled runs
+    (the profiler's clock is the wall clock, which other processes only ever lengthen)."""
     import os
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     import torch
@@ -184,6 +184,6 @@ def _profile_top_level(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
                 if not nested:
                     totals[name] = totals.get(name, 0.0) + ev.cpu_time_total / 1e6
             runs.append(totals)
-    return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+    return {k: min(r.get(k, 0.0) for r in runs) for k in runs[0]}
 
 

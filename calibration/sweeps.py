@@ -32,7 +32,7 @@ QUICK_ELEMENTS = tuple(2 ** e for e in range(8, 23, 2))
 @dataclass
 class Measurement:
     kind: str            # "dispatch", "matmul", "add", "copy", "conv", "transcendental:<fn>", "vector_op:<op>",
-    #                      "fill", "fresh_fill"
+    #                      "attention", "fill", "fresh_fill"
     dtype: str
     shape: tuple[int, ...]
     flops: int
@@ -200,6 +200,26 @@ def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:
             yield Measurement(f"vector_op:{name}", "fp32", (n,), n, c.bytes, t)
 
 
+#: (batch, heads, tokens, head dim) of the fused-attention measurements: encoder and decoder
+#: prompts, ViT's 197 patches, Swin's 7x7 windows, longer sequences.
+ATTENTION_SHAPES = ((1, 12, 128, 64), (8, 12, 128, 64), (1, 12, 197, 64), (64, 3, 49, 32), (1, 12, 512, 64),
+                    (1, 8, 1024, 64))
+
+
+def attention_sweep(device: str = "cpu") -> Iterator[Measurement]:
+    """``scaled_dot_product_attention`` (not causal) at each shape: the eager fused kernel, softmax
+    included, by key length."""
+    import torch
+    import torch.nn.functional as F
+    with torch.no_grad():
+        for b, h, s, d in ATTENTION_SHAPES:
+            q, k, v = (torch.randn(b, h, s, d, device=device) for _ in range(3))
+            t = median_time(lambda: F.scaled_dot_product_attention(q, k, v), device=device)  # noqa: B023
+            qt = TensorType(DType.FP32, (b, h, s, d))
+            c = op_cost(Op.ATTENTION, [qt, qt, qt], [qt])
+            yield Measurement("attention", "fp32", (b, h, s, d), c.flops, c.bytes, t)
+
+
 #: Buffer sizes (bytes) for the fresh-page measurement: above any glibc mmap threshold (<= 32 MiB).
 FRESH_BYTES = (64 * 2**20, 128 * 2**20)
 
@@ -243,7 +263,7 @@ def run_all(device: str, quick: bool, progress: Callable[[str], None] | None = N
     sweeps: list[Iterable[Measurement]] = [
         [dispatch_overhead(device)], matmul_sweep(device, squares=squares, skinny=not quick),
         bandwidth_sweep(device, elements), transcendental_sweep(device), conv_sweep(device),
-        vector_op_sweep(device)] + ([fresh_page_sweep(device)] if device == "cpu" else [])
+        vector_op_sweep(device)] + ([attention_sweep(device), fresh_page_sweep(device)] if device == "cpu" else [])
     out: list[Measurement] = []
     for sweep in sweeps:
         for m in sweep:

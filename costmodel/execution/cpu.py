@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...backends import CpuTarget
-from ...backends.defaults import AMX_OPS_PER_BF16_OP, CACHE_RESIDENT_FRACTION, MIN_MATMUL_EFFICIENCY
+from ...backends.defaults import (
+    AMX_OPS_PER_BF16_OP,
+    CACHE_RESIDENT_FRACTION,
+    CPU_ATTENTION_KV_BLOCK,
+    MIN_MATMUL_EFFICIENCY,
+)
 from ...ir import DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
@@ -20,6 +25,7 @@ from .common import (
     Rate,
     TimingOptions,
     bound_of,
+    causal_fraction,
     interpolate,
     matmul_efficiency,
     matrix_rate,
@@ -27,7 +33,7 @@ from .common import (
     roofline,
 )
 from .fresh_pages import fresh_page_time
-from .gemm import Gemm, conv_gemm, is_depthwise
+from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
 from .program import DeviceGroup, Program, Schedule
 from .routing import kernel_time
 from .sequential import SequentialModel, one_device_schedule
@@ -113,8 +119,20 @@ class CpuModel(SequentialModel):
         return self._contraction(kernel, g.dtype, min(g.m, g.n), program, target)
 
     def attention(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
+        """At the measured fused-attention curve where the target has one (softmax included; a
+        causal one skips whole key blocks past the diagonal), else as a contraction on the GEMM curve."""
         q = kernel.anchor.inputs[0]
-        return self._contraction(kernel, q.type.dtype if q is not None else DType.FP32, None, program, target)
+        dtype = q.type.dtype if q is not None else DType.FP32
+        if not target.attention_curve:
+            return self._contraction(kernel, dtype, None, program, target)
+        s = attention_shape(program.table, kernel)
+        flops = kernel.cost.flops * causal_fraction(s.causal, s.sq, s.sk, CPU_ATTENTION_KV_BLOCK)
+        rate = self.matmul_rate(target, dtype, program.options)
+        eff = max(interpolate(target.attention_curve, float(s.sk), target.matmul_efficiency), MIN_MATMUL_EFFICIENCY)
+        bw = self.bandwidth(target, kernel.cost.bytes)
+        return roofline(flops / (rate.flops_per_s * eff), memory_time(target, kernel.cost.bytes, bw), 0.0,
+                        self.kernel_overhead(target, program), "SIMD FMA", peak_flops=rate.flops_per_s,
+                        flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=bw, note="fused attention")
 
     def _contraction(self, kernel: Kernel, dtype: DType, min_mn: int | None, program: Program,
                      target: CpuTarget, parts: list[tuple[int, int]] | None = None) -> KernelTime:

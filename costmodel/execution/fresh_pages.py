@@ -10,8 +10,9 @@ free lists already mapped. ``calibrate`` measures the rate (``fresh_page_bandwid
 
 Which buffers a node allocates:
 
-* its outputs, unless it is a view or writes in place (an aten op whose name ends in ``_``, or a
-  node marked ``in_place``);
+* its outputs, unless it is a view, writes in place (an aten op whose name ends in ``_``, or a
+  node marked ``in_place``), or is not the last of the nodes one source op was lowered to (a linear
+  layer's matmul and bias add are one ``addmm`` writing one buffer);
 * a convolution other than a 1x1 stride-1 one also reorders its input and its output through
   oneDNN blocked-layout temporaries of their sizes (measured: a 3x3 or depthwise convolution's time
   jumps by the fresh-page time of its input when the input crosses 32 MiB, and by twice that of its
@@ -21,10 +22,11 @@ Which buffers a node allocates:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from weakref import WeakKeyDictionary
 
 from ...backends import CpuTarget
 from ...backends.defaults import default_value
-from ...ir import IN_PLACE, VIEW_OPS, Node, Op, Value
+from ...ir import IN_PLACE, VIEW_OPS, Graph, Node, Op, Value
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import value_bytes
@@ -50,11 +52,29 @@ def _reorders(table: CostTable, node: Node) -> bool:
     return any(int(d) != 1 for d in kernel) or any(int(s) != 1 for s in strides)
 
 
+def _inner_nodes(graph: Graph) -> set[Node]:
+    """Nodes followed by another node lowered from the same source op call (its intermediates live
+    inside that one library call)."""
+    cached = _INNER.get(graph)
+    if cached is not None and cached[0] == graph.version:
+        return cached[1]
+    inner: set[Node] = set()
+    nodes = graph.nodes
+    for a, b in zip(nodes, nodes[1:]):
+        if a.source.name and a.source.name == b.source.name and a.source.op == b.source.op:
+            inner.add(a)
+    _INNER[graph] = (graph.version, inner)
+    return inner
+
+
+_INNER: WeakKeyDictionary[Graph, tuple[int, set[Node]]] = WeakKeyDictionary()
+
+
 def allocations(node: Node, table: CostTable) -> Iterator[Value]:
     """The buffers ``node`` allocates when it runs eagerly (temporaries as the values they copy)."""
     if node.op in VIEW_OPS or node.op is Op.UNKNOWN:
         return
-    if not _writes_in_place(node):
+    if not _writes_in_place(node) and node not in _inner_nodes(table.graph):
         yield from node.outputs
     if _reorders(table, node):
         x = node.inputs[0]
