@@ -135,9 +135,10 @@ CONV_SHAPES = ((128, 512, 1, 1, 28), (320, 80, 1, 1, 20), (48, 192, 1, 1, 64),
                (3, 64, 7, 2, 160), (3, 32, 7, 2, 192))
 
 
-def conv_sweep(device: str = "cpu", rounds: int = 4) -> Iterator[Measurement]:
-    """Convolutions measured round-robin (oneDNN's speed for one shape depends on what ran before
-    it, as in a network), weights cold; the low quantile over all rounds."""
+def conv_sweep(device: str = "cpu", rounds: int = 8) -> Iterator[Measurement]:
+    """Convolutions measured as a network runs them: round-robin, one call per turn with no warm-up
+    (oneDNN's speed for one shape depends on what ran before it: a hot loop of one shape ran 10-50%
+    faster here than the same convolutions in turn), weights cold; the low quantile over all rounds."""
     import statistics
 
     import torch
@@ -153,8 +154,8 @@ def conv_sweep(device: str = "cpu", rounds: int = 4) -> Iterator[Measurement]:
     with torch.no_grad():
         for _ in range(rounds):
             for i, (_, convs, x, _) in enumerate(cases):
-                samples[i].append(median_time(lambda: convs()(x), device=device, repeats=3,  # noqa: B023
-                                              min_seconds=0.005, warmup=1))
+                samples[i].append(median_time(lambda: convs()(x), device=device, repeats=1,  # noqa: B023
+                                              min_seconds=0.0, warmup=0))
     for i, ((cin, cout, k, s, px), _, _, out) in enumerate(cases):
         t = quantile(samples[i], 0.25) if len(samples[i]) > 3 else statistics.median(samples[i])
         f32 = DType.FP32

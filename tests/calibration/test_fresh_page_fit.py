@@ -40,3 +40,19 @@ def test_adds_over_the_threshold_lose_their_fresh_pages_before_the_bandwidth_fit
     assert with_fills.best_bandwidth == pytest.approx(stream)
     without = fit_curves(adds, {"fp32": 1e11})                               # an old measurements file
     assert without.fresh_page_bandwidth is None and without.bandwidth_curve[-1][1] < 0.2
+
+
+def test_a_convolution_faster_than_the_derived_peak_raises_it_so_no_efficiency_is_clipped():
+    """A host whose lscpu clock gives 100 GFLOP/s, a GEMM at 60 and a 3x3 convolution at 150: the
+    peak becomes 150 (the measurement wins, said in the source) and the convolution's efficiency 1."""
+    from narrowpipe.calibration.fit import host_target
+    from narrowpipe.calibration.host import HostCpu
+    host = HostCpu("test CPU", 1, 1.5625e9, 512, 2, False, False, None)     # 1 x 16 x 2 x 2 x 1.5625 = 100 GF/s
+    gemm = Measurement("matmul", "fp32", (512, 512, 512), 2 * 512**3, 0, 2 * 512**3 / 60e9)
+    conv_flops = 2 * 64 * 64 * 9 * 56 * 56
+    conv = Measurement("conv", "fp32", (64, 64, 3, 1, 56), conv_flops, 0, conv_flops / 150e9)
+    t = host_target(host, [Measurement("dispatch", "fp32", (1,), 1, 12, 0.0), gemm, conv])
+    assert t.matrix_flops["fp32"] == pytest.approx(150e9)
+    assert t.source("matrix_flops.fp32").startswith("measured:")
+    assert dict(t.conv_curve)[9.0] == pytest.approx(1.0)
+    assert t.matmul_efficiency == pytest.approx(0.4)
