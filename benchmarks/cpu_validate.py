@@ -13,8 +13,8 @@
    thread's CPU clock, predicted from the same modules' ``torch.export`` on the calibrated target
    with the eager per-op overhead; per-op-type breakdown from torch.profiler. Acceptance (issue 12):
    median |error| <= 10% and every model within 20%, judged on the CPU clock (at one thread).
-4. Each model's page faults per forward (getrusage) against the fresh bytes the CPU model charges.
-5. Writes benchmarks/results/cpu_validate.{json,md,png}, comparing with the previous release's file
+   Each timed forward's minor page faults are counted against the fresh bytes the CPU model charges.
+4. Writes benchmarks/results/cpu_validate.{json,md,png}, comparing with the previous release's file
    (--previous).
 """
 
@@ -59,37 +59,6 @@ def _judged(c: Case, clock: str) -> float:
     return c.cpu_error if clock == "cpu" and c.cpu_error is not None else c.error
 
 
-def _page_faults(names: list[str], batches: list[int], seq: int) -> list[dict[str, Any]]:
-    """Per model and batch: MiB of pages one eager forward faults in (getrusage minor faults, after
-    two warm-up forwards, in a process of its own model only) against the fresh bytes the CPU model
-    charges (outputs and convolution copies of >= 32 MiB): what the fresh-page term explains."""
-    import resource
-
-    from narrowpipe.calibration.validation_models import build_validation_model, validation_inputs
-    from narrowpipe.costmodel.execution.fresh_pages import fresh_bytes
-    from narrowpipe.costmodel.interpreter import interpret
-    from narrowpipe.costmodel.kernels import fuse
-    from narrowpipe.frontends.torch.frontend import from_torch
-    rows = []
-    for name in names:
-        model, _, _ = build_validation_model(name, 1, seq)
-        for b in batches:
-            kwargs = validation_inputs(name, model, b, seq)
-            table = interpret(from_torch(model, (), kwargs), {})
-            predicted = sum(fresh_bytes(k, table, 32 * 2**20) for k in fuse(table, "none"))
-            with torch.no_grad():
-                for _ in range(2):
-                    model(**kwargs)
-                r0 = resource.getrusage(resource.RUSAGE_THREAD)
-                model(**kwargs)
-                r1 = resource.getrusage(resource.RUSAGE_THREAD)
-            rows.append({"model": name, "batch": b, "predicted_fresh_mib": predicted / 2**20,
-                         "faulted_mib": (r1.ru_minflt - r0.ru_minflt) * resource.getpagesize() / 2**20,
-                         "system_s": r1.ru_stime - r0.ru_stime})
-        del model
-    return rows
-
-
 def _previous(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
@@ -100,7 +69,7 @@ def _previous(path: Path) -> dict[str, Any]:
 
 def _markdown(env: dict[str, Any], target: CpuTarget, sweep: list[Case], models: list[ModelValidation],
               probes: list[Case], summary: dict[str, Any], clock: str, prev: dict[str, Any],
-              acceptance: dict[str, bool], seconds: float, faults: list[dict[str, Any]]) -> str:
+              acceptance: dict[str, bool], seconds: float) -> str:
     e2e = [m.end_to_end for m in models]
     judged = [abs(_judged(c, clock)) for c in e2e]
     per_op = (target.launch_overhead or 0.0) + (target.eager_op_overhead or 0.0)
@@ -139,18 +108,17 @@ def _markdown(env: dict[str, Any], target: CpuTarget, sweep: list[Case], models:
                      f"{c.predicted_s * 1e3:.1f} ms | {over / c.predicted_s:.0%} | {c.error:+.1%} | "
                      + (f"{c.cpu_error:+.1%}" if c.cpu_error is not None else "-") + " | "
                      + (f"{p:+.1%}" if p is not None else "-") + " |")
-    if faults:
-        lines += ["", "Fresh pages: MiB one forward faults in (getrusage minor faults, each model alone in the process "
-                  "after two warm-up forwards) against the fresh bytes the CPU model charges (outputs and convolution "
-                  "copies of >= 32 MiB, which glibc maps anew on every call), and the system (kernel) time of that "
-                  "forward. Faults beyond the charged bytes come from glibc returning the top of its heap to the "
-                  "OS and growing it again (M_TRIM_THRESHOLD), which depends on the process's allocation history "
-                  "and is not modeled.", "",
-                  "| model | faulted | charged as fresh | system time |", "|---|--:|--:|--:|"]
-        for f in faults:
-            label = f"{f['model']} b{f['batch']}"
-            lines.append(f"| {label} | {f['faulted_mib']:.1f} MiB | {f['predicted_fresh_mib']:.1f} MiB | "
-                         f"{f['system_s'] * 1e3:.1f} ms |")
+    if any(m.faulted_bytes is not None for m in models):
+        lines += ["", "Fresh pages: MiB the timed forwards faulted in (minor page faults counted around each timed "
+                  "forward, median) against the fresh bytes the CPU model charges (outputs and convolution copies "
+                  "of >= 32 MiB, which glibc maps anew on every call). Faults beyond the charged bytes come from "
+                  "glibc returning the top of its heap to the OS and growing it again (M_TRIM_THRESHOLD); fewer "
+                  "come when a large buffer fits a hole the process's earlier frees left in the heap. Both depend "
+                  "on the allocation history of the process and are not modeled.", "",
+                  "| model | faulted per forward | charged as fresh |", "|---|--:|--:|"]
+        for m in models:
+            faulted = "-" if m.faulted_bytes is None else f"{m.faulted_bytes / 2**20:.1f} MiB"
+            lines.append(f"| {m.end_to_end.name} | {faulted} | {(m.fresh_bytes or 0) / 2**20:.1f} MiB |")
     lines += ["", "Per op type (torch.profiler CPU time of the outermost aten calls vs the predicted time of the "
               "nodes lowered from them; the profiler's own overhead is in the measured side), top 6 per model:", "",
               "| model | op | measured | predicted | error |", "|---|---|--:|--:|--:|"]
@@ -180,7 +148,6 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7, help="interleaved measurement rounds")
     ap.add_argument("--no-sweep", action="store_true", help="skip the held-out per-op sweep")
     ap.add_argument("--no-profile", action="store_true", help="skip the per-op-type profile of each model")
-    ap.add_argument("--no-faults", action="store_true", help="skip counting each model's page faults")
     ap.add_argument("--previous", default=str(PREVIOUS), help="the previous release's results JSON")
     ap.add_argument("--out", default=str(RESULTS / "cpu_validate"))
     args = ap.parse_args()
@@ -217,9 +184,6 @@ def main() -> int:
     acceptance = {"ops_median": all(v["median_abs_error"] <= OPS_BAR for v in summary["ops"].values()),
                   "e2e_median": summary["median_abs_error"] <= MEDIAN_BAR,
                   "e2e_each": summary["max_abs_error"] <= EACH_BAR}
-    batches = [int(x) for x in args.batches.split(",")]
-    faults = [] if args.no_faults or not sys.platform.startswith("linux") else \
-        _page_faults(args.models.split(","), batches, args.seq)
     env = environment()
     seconds = time.perf_counter() - t0
     out = Path(args.out)
@@ -227,14 +191,14 @@ def main() -> int:
             "target": target.name, "cpu": target.display_name, "threads": args.threads, "seconds": seconds,
             "eager_op_overhead_s": target.eager_op_overhead, "launch_overhead_s": target.launch_overhead,
             "summary": summary, "acceptance": acceptance, "previous": prev,
-            "op_sweep": [c.to_dict() for c in sweep], "probes": [c.to_dict() for c in probes], "page_faults": faults,
+            "op_sweep": [c.to_dict() for c in sweep], "probes": [c.to_dict() for c in probes],
             "models": [m.to_dict() for m in models]}
     out.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
     plotted = [Case(c.group, c.name, c.cpu_s or c.measured_s, c.predicted_s) if clock == "cpu" else c for c in e2e]
     plot_predicted_vs_measured(sweep + plotted, out.with_suffix(".png"),
                                f"narrowpipe on {target.display_name}, {args.threads} thread(s); "
                                f"models on the {clock} clock")
-    md = _markdown(env, target, sweep, models, probes, summary, clock, prev, acceptance, seconds, faults)
+    md = _markdown(env, target, sweep, models, probes, summary, clock, prev, acceptance, seconds)
     out.with_suffix(".md").write_text(md)
     print("\n".join(md.splitlines()[-3:]))
     return 0 if all(acceptance.values()) else 1

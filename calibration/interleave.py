@@ -6,7 +6,8 @@ of them. Each call is timed on two clocks: wall time (``perf_counter``), which i
 waits, and the calling thread's CPU time (``thread_time``), which does not count the time the
 thread was descheduled for another process. With torch set to one thread every kernel runs on the
 calling thread, so its CPU time is the forward pass's work; with more threads it misses the
-workers' time and is not reported (``cpu=None``).
+workers' time and is not reported (``cpu=None``). Each call's minor page faults are counted too
+(Linux): the fresh pages the run mapped in, which the CPU model charges for large buffers.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .timer import spread
 
@@ -28,6 +29,9 @@ class Samples:
 
     wall: list[float]
     cpu: list[float] | None
+    #: Minor page faults of each call (the OS mapping fresh pages in), where the OS reports them
+    #: per thread (Linux); empty elsewhere.
+    faults: list[int] = field(default_factory=list)
 
     @property
     def wall_median(self) -> float:
@@ -66,11 +70,25 @@ def interleaved_samples(fns: Sequence[Callable[[], object]], *, warmup: int = 2,
         for j in range(n):
             i = (j + r) % n
             for _ in range(calls[i]):
+                f0 = _minor_faults()
                 c0, w0 = time.thread_time(), time.perf_counter()
                 fns[i]()
                 w1, c1 = time.perf_counter(), time.thread_time()
+                f1 = _minor_faults()
+                if f0 is not None and f1 is not None:
+                    out[i].faults.append(f1 - f0)
                 out[i].wall.append(w1 - w0)
                 cpu = out[i].cpu
                 if cpu is not None:
                     cpu.append(c1 - c0)
     return out
+
+
+def _minor_faults() -> int | None:
+    """The calling thread's minor page faults so far (Linux), or None where not reported."""
+    try:
+        import resource
+    except ImportError:      # not a Unix
+        return None
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    return None if who is None else resource.getrusage(who).ru_minflt

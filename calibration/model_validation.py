@@ -14,6 +14,7 @@ errors then include: a reader can tell a model error from a machine that changed
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -47,10 +48,15 @@ class ModelValidation:
     end_to_end: Case
     by_op: list[Case] = field(default_factory=list)
     kernels: int | None = None    # kernels the prediction launched (each pays dispatch and eager glue)
+    #: Bytes of fresh pages the prediction charges (buffers of >= fresh_page_threshold), and the
+    #: bytes the measured forwards faulted in (median over the repeats; None where the OS does not say).
+    fresh_bytes: int | None = None
+    faulted_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "batch": self.batch, "seq": self.seq, "end_to_end": self.end_to_end.to_dict(),
-                "by_op": [c.to_dict() for c in self.by_op], "kernels": self.kernels}
+                "by_op": [c.to_dict() for c in self.by_op], "kernels": self.kernels,
+                "fresh_bytes": self.fresh_bytes, "faulted_bytes": self.faulted_bytes}
 
 
 @dataclass
@@ -101,11 +107,14 @@ def validate_run(names: Sequence[str], target: Target | str, *, batches: Sequenc
         samples = interleaved_samples(fns, warmup=warmup, rounds=rounds, min_seconds=0.05, thread_clock=one_thread)
     results = []
     for (name, b, model, kwargs), s in zip(subjects, samples):
-        report = analyze(from_torch(model, (), kwargs), target, fusion="none")
+        graph = from_torch(model, (), kwargs)
+        report = analyze(graph, target, fusion="none")
         assert report.time_s is not None and report.timing is not None
         label = validation_label(name, b, seq)
         result = ModelValidation(name, b, seq if MODELS[name].has_seq else None,
-                                 _case("model", label, s, report.time_s), kernels=report.timing.kernels)
+                                 _case("model", label, s, report.time_s), kernels=report.timing.kernels,
+                                 fresh_bytes=_fresh_bytes(graph, target),
+                                 faulted_bytes=int(statistics.median(s.faults)) * _PAGE if s.faults else None)
         if profile:
             result.by_op = _by_op(report, label, model, kwargs)
         results.append(result)
@@ -117,6 +126,28 @@ def validate_run(names: Sequence[str], target: Target | str, *, batches: Sequenc
         assert report.time_s is not None
         probe_cases.append(_case("probe", label, s, report.time_s))
     return ValidationRun(results, probe_cases)
+
+
+def _fresh_bytes(graph: Any, target: Target) -> int:
+    """Bytes of the buffers the CPU model charges fresh pages for, for one forward."""
+    from ..backends.defaults import default_value
+    from ..costmodel.execution.fresh_pages import fresh_bytes
+    from ..costmodel.interpreter import interpret
+    from ..costmodel.kernels import fuse
+    table = interpret(graph, {})
+    threshold = default_value("cpu", "fresh_page_threshold", getattr(target, "fresh_page_threshold", None))
+    return sum(fresh_bytes(k, table, threshold) for k in fuse(table, "none"))
+
+
+def _page_size() -> int:
+    try:
+        import resource
+    except ImportError:
+        return 4096
+    return resource.getpagesize()
+
+
+_PAGE = _page_size()
 
 
 def _case(group: str, label: str, s: Samples, predicted: float) -> Case:

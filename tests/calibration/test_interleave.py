@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mmap
+import sys
 import time
 
 import pytest
@@ -61,3 +63,15 @@ def test_calibration_samples_do_not_count_time_the_thread_was_descheduled(one_th
     from narrowpipe.calibration.timer import time_samples
     samples = time_samples(lambda: time.sleep(0.01), warmup=0, repeats=3, min_seconds=0.0)
     assert len(samples) == 3 and max(samples) < 0.005
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread fault counts are Linux's")
+def test_each_call_counts_the_pages_it_faults_in():
+    def fresh_40_mib() -> None:          # a new mapping, touched page by page, then unmapped
+        with mmap.mmap(-1, 40 * 2**20) as m:
+            for i in range(0, len(m), mmap.PAGESIZE):
+                m[i] = 1
+
+    (s,) = interleaved_samples([fresh_40_mib], warmup=1, rounds=3, min_seconds=0.0)
+    assert len(s.faults) == 3
+    assert all(abs(f - 40 * 2**20 // mmap.PAGESIZE) < 200 for f in s.faults)
