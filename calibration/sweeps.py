@@ -226,9 +226,16 @@ FRESH_BYTES = (64 * 2**20, 128 * 2**20)
 
 
 def fresh_page_sweep(device: str = "cpu", sizes: tuple[int, ...] = FRESH_BYTES) -> Iterator[Measurement]:
-    """Filling a buffer the allocator just mapped (``torch.empty(n).fill_``: every page faults in
-    and is zeroed by the OS) and filling one already mapped, at each size: the difference over the
-    bytes is the fresh-page rate (:mod:`narrowpipe.costmodel.execution.fresh_pages`)."""
+    """Filling a buffer just mapped from the OS (an anonymous ``mmap`` seen as a tensor: every page
+    faults in and is zeroed on first touch) and filling one already mapped, at each size: the
+    difference over the bytes is the fresh-page rate (:mod:`narrowpipe.costmodel.execution.fresh_pages`).
+    The mapping is explicit because ``torch.empty`` of the same size may be served from a hole an
+    earlier sweep's frees left in the heap, already mapped. Nothing where the OS has no anonymous
+    private mappings (not a Unix)."""
+    import mmap
+    if not hasattr(mmap, "MAP_ANONYMOUS"):
+        return
+
     import torch
     for nbytes in sizes:
         n = nbytes // 4
@@ -236,8 +243,18 @@ def fresh_page_sweep(device: str = "cpu", sizes: tuple[int, ...] = FRESH_BYTES) 
         # timed before the loop moves on
         t = median_time(lambda: mapped.fill_(1.0), device=device)  # noqa: B023
         yield Measurement("fill", "fp32", (n,), 0, nbytes, t)
-        t = median_time(lambda: torch.empty(n, device=device).fill_(1.0), device=device)  # noqa: B023
+        t = median_time(lambda: _fill_fresh(nbytes), device=device)  # noqa: B023
         yield Measurement("fresh_fill", "fp32", (n,), 0, nbytes, t)
+
+
+def _fill_fresh(nbytes: int) -> None:
+    import mmap
+
+    import torch
+    with mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) as m:   # as malloc maps
+        t = torch.frombuffer(m, dtype=torch.float32)
+        t.fill_(1.0)
+        del t
 
 
 #: torch function for each transcendental the cost model knows a rate for.

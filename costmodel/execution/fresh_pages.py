@@ -8,6 +8,11 @@ development host that costs about 0.5 ms of CPU time per MiB, 15-20x a streaming
 bytes (a 37 MiB ReLU output: ~20 ms instead of ~1.3 ms); smaller buffers come back from the heap's
 free lists already mapped. ``calibrate`` measures the rate (``fresh_page_bandwidth``).
 
+What this leaves out depends on the process's allocation history: glibc also returns the top of
+its heap to the OS past ``M_TRIM_THRESHOLD`` and grows it again (faults on smaller buffers), and a
+large request can land in a hole earlier frees left in the heap (no faults). The validation counts
+each forward's page faults beside the bytes charged here (``benchmarks/results/cpu_validate.md``).
+
 Which buffers a node allocates:
 
 * its outputs, unless it is a view, writes in place (an aten op whose name ends in ``_``, or a

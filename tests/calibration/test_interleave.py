@@ -68,7 +68,7 @@ def test_calibration_samples_do_not_count_time_the_thread_was_descheduled(one_th
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread fault counts are Linux's")
 def test_each_call_counts_the_pages_it_faults_in():
     def fresh_40_mib() -> None:          # a new mapping, touched page by page, then unmapped
-        with mmap.mmap(-1, 40 * 2**20) as m:
+        with mmap.mmap(-1, 40 * 2**20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) as m:
             for i in range(0, len(m), mmap.PAGESIZE):
                 m[i] = 1
 
