@@ -196,8 +196,7 @@ def main() -> int:
     out.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
     plotted = [Case(c.group, c.name, c.cpu_s or c.measured_s, c.predicted_s) if clock == "cpu" else c for c in e2e]
     plot_predicted_vs_measured(sweep + plotted, out.with_suffix(".png"),
-                               f"narrowpipe on {target.display_name}, {args.threads} thread(s); "
-                               f"models on the {clock} clock")
+                               f"narrowpipe on {target.display_name}; models: {clock} clock")
     md = _markdown(env, target, sweep, models, probes, summary, clock, prev, acceptance, seconds)
     out.with_suffix(".md").write_text(md)
     print("\n".join(md.splitlines()[-3:]))
