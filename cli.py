@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="name of the written target")
 
     p = sub.add_parser("validate", help="run a model with torch here and compare it with the prediction")
-    p.add_argument("model", help="a bundled example that can run with torch (gpt2, bert-base, resnet50, ...)")
+    p.add_argument("model", help="a validation architecture (gpt2, smollm2-135m, bert-base, t5-small, vit-base, "
+                   "swin-tiny, resnet50, mobilenet-v2, convnext-tiny)")
     p.add_argument("--target", required=True, help="the calibrated target (e.g. host.toml)")
     p.add_argument("--batch", type=int, action="append", help="batch size(s) (default 1 and 8)")
     p.add_argument("--seq", type=int, default=128, help="sequence length for text models (default 128)")
@@ -280,17 +281,16 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
     import json
 
     from .backends import CpuTarget, get_target
-    from .calibration.validate import summarize, validate_model
+    from .calibration.validate import summarize, validate_models
     from .render.validation import validation_table
     target = get_target(args.target)
     # a target `calibrate` wrote runs with the threads it was measured with
     host_cores = target.cores if isinstance(target, CpuTarget) and target.vendor == "host" else None
     _set_threads(args.threads or host_cores)
-    results = [validate_model(args.model, target, batch=b, seq=args.seq, tiny=args.tiny)
-               for b in (args.batch or [1, 8])]
+    results = validate_models([args.model], target, batches=args.batch or [1, 8], seq=args.seq, tiny=args.tiny)
     console.print(validation_table(results))
     cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
-    return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 1,
+    return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 2,
                                                   "target": target.name, "results": [r.to_dict() for r in results],
                                                   "summary": summarize(cases)}, indent=2))
 

@@ -175,6 +175,17 @@ class CpuTarget(Target):
     #: (measured by ``calibrate`` as a small model's time per op minus its ops' bare times).
     #: Whole-model predictions pay it; bare-op predictions do not.
     eager_op_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    #: The eager fused attention kernel (PyTorch's CPU flash attention) by key length, which sets its
+    #: blocks' sizes: points are (keys, achieved fraction of the matrix peak, softmax included).
+    #: Absent: the GEMM curve.
+    attention_curve: tuple[tuple[float, float], ...] = spec_field("curve")
+    #: Buffers at least this large are mapped fresh from the operating system at every allocation
+    #: (glibc's malloc serves them with mmap and returns them with munmap), so each op output, or
+    #: library temporary, of that size pays a page fault and zeroing per page on first touch.
+    fresh_page_threshold: float | None = spec_field("quantity", units="bytes", unit="mib")
+    #: Bytes/s at which such fresh pages are faulted in and zeroed (measured by ``calibrate``);
+    #: absent: the cost is not modeled.
+    fresh_page_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
 
 
 #: family name -> schema class

@@ -31,7 +31,8 @@ QUICK_ELEMENTS = tuple(2 ** e for e in range(8, 23, 2))
 
 @dataclass
 class Measurement:
-    kind: str            # "dispatch", "matmul", "add", "copy", "conv", "transcendental:<fn>", "vector_op:<op>"
+    kind: str            # "dispatch", "matmul", "add", "copy", "conv", "transcendental:<fn>", "vector_op:<op>",
+    #                      "attention", "fill", "fresh_fill"
     dtype: str
     shape: tuple[int, ...]
     flops: int
@@ -134,9 +135,10 @@ CONV_SHAPES = ((128, 512, 1, 1, 28), (320, 80, 1, 1, 20), (48, 192, 1, 1, 64),
                (3, 64, 7, 2, 160), (3, 32, 7, 2, 192))
 
 
-def conv_sweep(device: str = "cpu", rounds: int = 4) -> Iterator[Measurement]:
-    """Convolutions measured round-robin (oneDNN's speed for one shape depends on what ran before
-    it, as in a network), weights cold; the low quantile over all rounds."""
+def conv_sweep(device: str = "cpu", rounds: int = 8) -> Iterator[Measurement]:
+    """Convolutions measured as a network runs them: round-robin, one call per turn with no warm-up
+    (oneDNN's speed for one shape depends on what ran before it: a hot loop of one shape ran 10-50%
+    faster here than the same convolutions in turn), weights cold; the low quantile over all rounds."""
     import statistics
 
     import torch
@@ -152,8 +154,8 @@ def conv_sweep(device: str = "cpu", rounds: int = 4) -> Iterator[Measurement]:
     with torch.no_grad():
         for _ in range(rounds):
             for i, (_, convs, x, _) in enumerate(cases):
-                samples[i].append(median_time(lambda: convs()(x), device=device, repeats=3,  # noqa: B023
-                                              min_seconds=0.005, warmup=1))
+                samples[i].append(median_time(lambda: convs()(x), device=device, repeats=1,  # noqa: B023
+                                              min_seconds=0.0, warmup=0))
     for i, ((cin, cout, k, s, px), _, _, out) in enumerate(cases):
         t = quantile(samples[i], 0.25) if len(samples[i]) > 3 else statistics.median(samples[i])
         f32 = DType.FP32
@@ -199,6 +201,62 @@ def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:
             yield Measurement(f"vector_op:{name}", "fp32", (n,), n, c.bytes, t)
 
 
+#: (batch, heads, tokens, head dim) of the fused-attention measurements: encoder and decoder
+#: prompts, ViT's 197 patches, Swin's 7x7 windows, longer sequences.
+ATTENTION_SHAPES = ((1, 12, 128, 64), (8, 12, 128, 64), (1, 12, 197, 64), (64, 3, 49, 32), (1, 12, 512, 64),
+                    (1, 8, 1024, 64))
+
+
+def attention_sweep(device: str = "cpu") -> Iterator[Measurement]:
+    """``scaled_dot_product_attention`` (not causal) at each shape: the eager fused kernel, softmax
+    included, by key length."""
+    import torch
+    import torch.nn.functional as F
+    with torch.no_grad():
+        for b, h, s, d in ATTENTION_SHAPES:
+            q, k, v = (torch.randn(b, h, s, d, device=device) for _ in range(3))
+            t = median_time(lambda: F.scaled_dot_product_attention(q, k, v), device=device)  # noqa: B023
+            qt = TensorType(DType.FP32, (b, h, s, d))
+            c = op_cost(Op.ATTENTION, [qt, qt, qt], [qt])
+            yield Measurement("attention", "fp32", (b, h, s, d), c.flops, c.bytes, t)
+
+
+#: Buffer sizes (bytes) for the fresh-page measurement: above any glibc mmap threshold (<= 32 MiB).
+FRESH_BYTES = (64 * 2**20, 128 * 2**20)
+
+
+def fresh_page_sweep(device: str = "cpu", sizes: tuple[int, ...] = FRESH_BYTES) -> Iterator[Measurement]:
+    """Filling a buffer just mapped from the OS (an anonymous ``mmap`` seen as a tensor: every page
+    faults in and is zeroed on first touch) and filling one already mapped, at each size: the
+    difference over the bytes is the fresh-page rate (:mod:`narrowpipe.costmodel.execution.fresh_pages`).
+    The mapping is explicit because ``torch.empty`` of the same size may be served from a hole an
+    earlier sweep's frees left in the heap, already mapped. Nothing where the OS has no anonymous
+    private mappings (not a Unix)."""
+    import mmap
+    if not hasattr(mmap, "MAP_ANONYMOUS"):
+        return
+
+    import torch
+    for nbytes in sizes:
+        n = nbytes // 4
+        mapped = torch.empty(n, device=device)
+        # timed before the loop moves on
+        t = median_time(lambda: mapped.fill_(1.0), device=device)  # noqa: B023
+        yield Measurement("fill", "fp32", (n,), 0, nbytes, t)
+        t = median_time(lambda: _fill_fresh(nbytes), device=device)  # noqa: B023
+        yield Measurement("fresh_fill", "fp32", (n,), 0, nbytes, t)
+
+
+def _fill_fresh(nbytes: int) -> None:
+    import mmap
+
+    import torch
+    with mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) as m:   # as malloc maps
+        t = torch.frombuffer(m, dtype=torch.float32)
+        t.fill_(1.0)
+        del t
+
+
 #: torch function for each transcendental the cost model knows a rate for.
 TRANSCENDENTAL_FNS = ("exp", "log", "tanh", "sigmoid", "erf", "gelu", "silu", "sqrt", "rsqrt", "sin", "cos")
 
@@ -223,7 +281,7 @@ def run_all(device: str, quick: bool, progress: Callable[[str], None] | None = N
     sweeps: list[Iterable[Measurement]] = [
         [dispatch_overhead(device)], matmul_sweep(device, squares=squares, skinny=not quick),
         bandwidth_sweep(device, elements), transcendental_sweep(device), conv_sweep(device),
-        vector_op_sweep(device)]
+        vector_op_sweep(device)] + ([attention_sweep(device), fresh_page_sweep(device)] if device == "cpu" else [])
     out: list[Measurement] = []
     for sweep in sweeps:
         for m in sweep:

@@ -4,6 +4,13 @@ On a CUDA device the clock is CUDA events around the call (with a synchronize), 
 ``perf_counter``. One function for both so CPU and GPU calibrations measure the same way.
 Calibration asks for a lower quantile (``q=0.25``): interference from other processes only ever
 adds time, so the low quantile estimates what the machine can do; validation keeps the median.
+
+With torch at one thread on the CPU, each call is also timed on the thread's CPU clock
+(``thread_time``) and the sample is the smaller of the two: a call longer than a scheduler slice
+(a large GEMM: milliseconds) is descheduled for other processes on a busy machine and its wall time
+counts their time, while its CPU time does not; a short call (a 1 us dispatch) is rarely
+interrupted, and its wall time is the exact one (reading the thread clock is a system call of about
+0.7 us on a virtual machine, which the CPU sample includes).
 """
 
 from __future__ import annotations
@@ -40,15 +47,26 @@ def time_samples(fn: Callable[[], object], *, device: str = "cpu", warmup: int =
         fn()
     if device.startswith("cuda"):
         return _cuda_samples(fn, repeats, min_seconds, max_repeats)
+    thread_clock = _one_torch_thread()
     samples: list[float] = []
     total = 0.0
     while len(samples) < repeats or (total < min_seconds and len(samples) < max_repeats):
+        c0 = time.thread_time() if thread_clock else 0.0
         t0 = time.perf_counter()
         fn()
         dt = time.perf_counter() - t0
+        if thread_clock:
+            dt = min(dt, time.thread_time() - c0)
         samples.append(dt)
         total += dt
     return samples
+
+
+def _one_torch_thread() -> bool:
+    """Whether every torch kernel runs on the calling thread (so its CPU clock sees all the work)."""
+    import sys
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.get_num_threads() == 1
 
 
 def quantile(samples: list[float], q: float) -> float:

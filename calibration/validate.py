@@ -1,43 +1,29 @@
-"""Predictions checked against the machine: per-op sweeps and end-to-end eager forward passes.
+"""Predictions checked against the machine: per-op sweeps of held-out shapes here, whole models in
+:mod:`.model_validation` (re-exported here).
 
-Measured side: torch eager on this machine (warm-up, repeats, median; ``torch.no_grad``), and for
-the per-op-type breakdown of a model, ``torch.profiler`` CPU times of the top-level aten ops.
-Predicted side: the same module lowered with ``from_torch`` and timed on the calibrated target with
-no fusion (eager runs one kernel per op). Errors are (predicted - measured) / measured.
+Measured side: torch eager on this machine (``torch.no_grad``; warm-up, repeats, median, weights
+cold as in a forward pass). Predicted side: the same module lowered with ``from_torch`` and timed on
+the calibrated target with no fusion and without the eager per-op overhead (a bare op timed in a
+loop does not pay a model's glue). Errors are (predicted - measured) / measured.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
 from ..backends import Target, get_target
 from ..costmodel.analyze import analyze
 from ..frontends.torch.frontend import from_torch
-from .guards import check_fits_in_memory, check_target_family, quiet_native_stderr
-from .timer import median_time, spread, time_samples
+from .cases import Case, summarize
+from .interleave import interleaved_samples
+from .model_validation import ModelValidation, ValidationRun, validate_model, validate_models, validate_run
+from .timer import median_time
+from .validation_models import VALIDATION_MODELS, build_validation_model, validation_param_count
 
-__all__ = ["Case", "op_sweep", "validate_model", "ModelValidation", "build_validation_model", "summarize",
-           "VALIDATION_MODELS"]
-
-
-@dataclass
-class Case:
-    group: str          # "matmul", "conv", "elementwise", "model", or an op type
-    name: str
-    measured_s: float
-    predicted_s: float
-    spread: float | None = None   # interquartile range / median of the measured repeats
-
-    @property
-    def error(self) -> float:
-        return (self.predicted_s - self.measured_s) / self.measured_s if self.measured_s else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "error": self.error}
+__all__ = ["Case", "op_sweep", "validate_model", "validate_models", "validate_run", "ValidationRun",
+           "ModelValidation", "build_validation_model", "summarize", "VALIDATION_MODELS", "validation_param_count"]
 
 
 def _predict(module: Any, args: tuple[Any, ...], target: Target, kwargs: dict[str, Any] | None = None) -> float:
@@ -54,18 +40,9 @@ def _measure(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None =
         return median_time(lambda: module(*args, **(kwargs or {})), warmup=2, repeats=5, min_seconds=min_seconds)
 
 
-def _measure_repeats(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], repeats: int,
-                     min_seconds: float) -> tuple[float, float]:
-    """(median seconds, spread) of an end-to-end forward pass over at least ``repeats`` runs."""
-    import torch
-    with torch.no_grad():
-        samples = time_samples(lambda: module(*args, **kwargs), warmup=2, repeats=repeats, min_seconds=min_seconds)
-    return statistics.median(samples), spread(samples)
-
-
 def _measure_cold(group: str, make: Callable[[], tuple[Any, tuple[Any, ...]]]) -> float:
-    """Median time with the weights cold (a matmul's second operand, a conv's weights), as in a
-    forward pass where each layer's weights are read once, and the activations hot."""
+    """Median time with the weights cold (a matmul's second operand), as in a forward pass where
+    each layer's weights are read once, and the activations hot."""
     import torch
 
     from .sweeps import cold_copies
@@ -74,10 +51,6 @@ def _measure_cold(group: str, make: Callable[[], tuple[Any, tuple[Any, ...]]]) -
         w_bytes = args[1].numel() * args[1].element_size()
         weights = cold_copies(lambda: torch.randn_like(args[1]), w_bytes)
         return _measure(lambda: module.forward(args[0], weights()), ())
-    if group == "conv":
-        w = module.weight
-        modules = cold_copies(lambda: make()[0], w.numel() * w.element_size())
-        return _measure(lambda: modules()(*args), ())
     return _measure(module.forward, args)
 
 
@@ -135,155 +108,44 @@ def _sweep_cases() -> Iterator[tuple[str, str, Callable[[], tuple[Any, tuple[Any
 
 def op_sweep(target: Target | str, *, groups: tuple[str, ...] = ("matmul", "conv", "elementwise"),
              limit: int | None = None, progress: Callable[[str], None] | None = None) -> list[Case]:
+    """Held-out shapes, measured and predicted bare (no eager glue). Convolutions are measured as a
+    network runs them, as calibrate measures them: in turn, one cold call each per round (a hot loop
+    of one shape runs 10-50% faster than the same shapes in turn)."""
     target = get_target(target)
     cases: list[Case] = []
+    convs: list[tuple[str, Any, tuple[Any, ...], Callable[[], Any]]] = []
     for group, name, make in _sweep_cases():
         if group not in groups:
             continue
-        if limit is not None and sum(c.group == group for c in cases) >= limit:
+        if limit is not None and sum(c.group == group for c in cases) + (len(convs) if group == "conv" else 0) >= limit:
             continue
         module, args = make()
+        if group == "conv":
+            convs.append((name, module, args, make))
+            continue
         cases.append(Case(group, name, _measure_cold(group, make), _predict(module, args, target)))
         if progress:
             progress(name)
+    if convs:
+        cases += _conv_cases(convs, target)
     return cases
 
 
-VALIDATION_MODELS = ("gpt2", "bert-base", "resnet50")
-
-
-def build_validation_model(name: str, batch: int, seq: int = 128,
-                           tiny: bool = False) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """A bundled example's architecture on the CPU with random weights, and inputs for it."""
-    import os
-
+def _conv_cases(convs: list[tuple[str, Any, tuple[Any, ...], Callable[[], Any]]], target: Target) -> list[Case]:
     import torch
-    import transformers
 
-    from ..models.examples import EXAMPLES
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    ex = EXAMPLES[name]
-    config = _config(name, tiny)
-    if hasattr(config, "_attn_implementation") and ex.family != "vision":
-        config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = getattr(transformers, ex.model_class)(config).eval()
-    if ex.family == "vision":
-        size = getattr(config, "image_size", 224) if not tiny else 64
-        return model, (), {"pixel_values": torch.randn(batch, 3, size, size)}
-    ids = torch.randint(0, config.vocab_size, (batch, seq))
-    kwargs: dict[str, Any] = {"input_ids": ids}
-    if ex.family == "causal-lm":
-        kwargs["use_cache"] = False
-    return model, (), kwargs
-
-
-def validation_param_count(name: str, tiny: bool = False) -> int:
-    """Parameters of the validation model, counted on the meta device (nothing allocated)."""
-    import torch
-    import transformers
-
-    from ..models.examples import EXAMPLES
-    with torch.device("meta"):
-        model = getattr(transformers, EXAMPLES[name].model_class)(_config(name, tiny))
-    return sum(p.numel() for p in model.parameters())
-
-
-def _config(name: str, tiny: bool) -> Any:
-    """The bundled example's transformers config, shrunk to two small layers with ``tiny``."""
-    from ..models.examples import EXAMPLES
-    config = EXAMPLES[name].config()
-    if tiny:
-        _shrink(config)
-    return config
-
-
-def _shrink(config: Any) -> None:
-    for key, value in (("n_layer", 2), ("num_hidden_layers", 2), ("n_embd", 128), ("hidden_size", 128),
-                       ("intermediate_size", 512), ("n_head", 4), ("num_attention_heads", 4),
-                       ("vocab_size", 2000)):
-        if hasattr(config, key):
-            setattr(config, key, value)
-    if hasattr(config, "depths"):
-        config.depths, config.hidden_sizes, config.embedding_size = [1, 1, 1, 1], [64, 128, 256, 512], 32
-
-
-@dataclass
-class ModelValidation:
-    model: str
-    batch: int
-    seq: int | None
-    end_to_end: Case
-    by_op: list[Case] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "batch": self.batch, "seq": self.seq, "end_to_end": self.end_to_end.to_dict(),
-                "by_op": [c.to_dict() for c in self.by_op]}
-
-
-def validate_model(name: str, target: Target | str, *, batch: int = 1, seq: int = 128, tiny: bool = False,
-                   profile: bool = True, repeats: int = 5) -> ModelValidation:
-    """Measure an eager forward pass (``repeats`` runs or more: median and spread) and compare it,
-    and its per-op-type times, with the prediction. Refuses a non-CPU target and a model that
-    would not fit in this machine's memory, before building anything."""
-    target = get_target(target)
-    check_target_family(target)
-    check_fits_in_memory(name, validation_param_count(name, tiny))
-    model, args, kwargs = build_validation_model(name, batch, seq, tiny)
-    measured, noise = _measure_repeats(model, args, kwargs, repeats, min_seconds=0.2)
-    graph = from_torch(model, args, kwargs)
-    report = analyze(graph, target, fusion="none")
-    assert report.time_s is not None
-    label = f"{name} b{batch}" + ("" if name == "resnet50" else f" s{seq}")
-    result = ModelValidation(name, batch, None if name == "resnet50" else seq,
-                             Case("model", label, measured, report.time_s, noise))
-    if profile:
-        predicted: dict[str, float] = {}
-        for row in report.ops:
-            if row.time_s:
-                key = row.source_op.split(".")[1] if row.source_op.startswith("aten.") else row.source_op
-                predicted[key] = predicted.get(key, 0.0) + row.time_s
-        measured_ops = _profile_top_level(model, args, kwargs, set(predicted))
-        for op in sorted(predicted, key=lambda k: -predicted[k]):
-            if op in measured_ops:
-                result.by_op.append(Case(op, f"{label} {op}", measured_ops[op], predicted[op]))
-    return result
-
-
-def _profile_top_level(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], ops: set[str]) -> dict[str, float]:
-    """CPU seconds of the outermost aten op calls named in ``ops`` (median of three profiled runs)."""
-    import os
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    runs: list[dict[str, float]] = []
+    from .sweeps import cold_copies
+    calls = []
+    for _, module, args, make in convs:
+        w = module.weight
+        modules = cold_copies(lambda make=make: make()[0], w.numel() * w.element_size())  # type: ignore[misc]
+        calls.append(partial(_call_next, modules, args))
     with torch.no_grad():
-        model(*args, **kwargs)
-        for _ in range(3):
-            with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
-                model(*args, **kwargs)
-            totals: dict[str, float] = {}
-            for ev in prof.events():
-                name = ev.name.removeprefix("aten::")
-                if name not in ops:
-                    continue
-                parent = ev.cpu_parent
-                nested = False
-                while parent is not None:
-                    if parent.name.removeprefix("aten::") in ops:
-                        nested = True
-                        break
-                    parent = parent.cpu_parent
-                if not nested:
-                    totals[name] = totals.get(name, 0.0) + ev.cpu_time_total / 1e6
-            runs.append(totals)
-    return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+        samples = interleaved_samples(calls, warmup=1, rounds=8, min_seconds=0.0,
+                                      thread_clock=torch.get_num_threads() == 1)
+    return [Case("conv", name, s.cpu_median if s.cpu_median is not None else s.wall_median,
+                 _predict(module, args, target)) for (name, module, args, _), s in zip(convs, samples)]
 
 
-def summarize(cases: list[Case]) -> dict[str, dict[str, float]]:
-    """Median and max absolute error per group."""
-    out: dict[str, dict[str, float]] = {}
-    for group in sorted({c.group for c in cases}):
-        errs = [abs(c.error) for c in cases if c.group == group]
-        out[group] = {"cases": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
-    return out
+def _call_next(modules: Callable[[], Any], args: tuple[Any, ...]) -> Any:
+    return modules()(*args)

@@ -19,14 +19,28 @@ def _err(c: Case) -> Text:
     return Text(f"{c.error:+.1%}", style=style)
 
 
+def _cpu_err(c: Case) -> Text:
+    e = c.cpu_error
+    if e is None:
+        return Text("")
+    return Text(f"{e:+.1%}", style="green" if abs(e) <= 0.2 else "yellow" if abs(e) <= 0.5 else "red")
+
+
 def cases_table(cases: Sequence[Case], title: str) -> Table:
+    """One row per case; the thread-CPU-clock columns appear when some case was measured on it."""
     t = Table(title=title, title_justify="left")
-    for col, just in (("group", "left"), ("case", "left"), ("measured", "right"), ("predicted", "right"),
-                      ("error", "right")):
+    cpu = any(c.cpu_s is not None for c in cases)
+    cols = [("group", "left"), ("case", "left"), ("measured (wall)", "right"), ("predicted", "right"),
+            ("error", "right")] + ([("measured (CPU)", "right"), ("error vs CPU", "right")] if cpu else [])
+    for col, just in cols:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for c in cases:
         measured = seconds(c.measured_s) + (f" ±{c.spread / 2:.0%}" if c.spread else "")
-        t.add_row(c.group, c.name, measured, seconds(c.predicted_s), _err(c))
+        row: list[str | Text] = [c.group, c.name, measured, seconds(c.predicted_s), _err(c)]
+        if cpu:
+            row += [seconds(c.cpu_s) + (f" ±{c.cpu_spread / 2:.0%}" if c.cpu_spread else "")
+                    if c.cpu_s is not None else "", _cpu_err(c)]
+        t.add_row(*row)
     return t
 
 

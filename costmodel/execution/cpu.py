@@ -2,20 +2,41 @@
 bandwidth from DRAM or, for working sets that fit, the last-level cache, and a per-op dispatch
 overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion). A calibrated
 target's curves replace the fixed efficiencies: GEMM efficiency by FLOPs and by the smaller
-output side (skinny GEMMs), bandwidth by transfer size, transcendental rates per function.
+output side (skinny GEMMs), bandwidth by transfer size, transcendental rates per function. Each
+kernel also pays for the fresh pages of the large buffers it allocates (:mod:`.fresh_pages`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...backends import CpuTarget
-from ...backends.defaults import AMX_OPS_PER_BF16_OP, CACHE_RESIDENT_FRACTION, MIN_MATMUL_EFFICIENCY
+from ...backends.defaults import (
+    AMX_OPS_PER_BF16_OP,
+    CACHE_RESIDENT_FRACTION,
+    CPU_ATTENTION_KV_BLOCK,
+    MIN_MATMUL_EFFICIENCY,
+)
 from ...ir import DType
 from ..interpreter import CostTable
 from ..kernels import Kernel
-from .common import KernelTime, Rate, TimingOptions, interpolate, matmul_efficiency, matrix_rate, memory_time, roofline
-from .gemm import Gemm, conv_gemm, is_depthwise
-from .program import Program
-from .sequential import SequentialModel
+from .common import (
+    KernelTime,
+    Rate,
+    TimingOptions,
+    bound_of,
+    causal_fraction,
+    interpolate,
+    matmul_efficiency,
+    matrix_rate,
+    memory_time,
+    roofline,
+)
+from .fresh_pages import fresh_page_time
+from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
+from .program import DeviceGroup, Program, Schedule
+from .routing import kernel_time
+from .sequential import SequentialModel, one_device_schedule
 from .vector import transcendental_time
 
 __all__ = ["CpuModel"]
@@ -25,6 +46,25 @@ class CpuModel(SequentialModel):
     family = "cpu"
     default_fusion = "none"
     vector_unit = "SIMD"
+
+    def run(self, program: Program, devices: DeviceGroup) -> Schedule:
+        target = devices.target
+        assert isinstance(target, CpuTarget)
+        times = [self._with_fresh_pages(kernel_time(k, program, target, self), k, program, target)
+                 for k in program.kernels]
+        return one_device_schedule(program, target, times)
+
+    @staticmethod
+    def _with_fresh_pages(kt: KernelTime, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
+        """The kernel's time plus the page faults of its large allocations, host time on top of the
+        roofline (the first touch faults before the kernel's loads and stores can stream)."""
+        fresh = fresh_page_time(kernel, program.table, target)
+        if fresh <= 0.0 or kt.time_s <= 0.0:
+            return kt
+        overhead = kt.overhead_s + fresh
+        note = "; ".join(x for x in (kt.note, "fresh pages") if x)
+        return replace(kt, time_s=kt.time_s + fresh, overhead_s=overhead, note=note,
+                       bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
 
     def bandwidth(self, target: CpuTarget, nbytes: float) -> float:
         """Working sets that fit in the resident part of the last-level cache stream from it, when
@@ -79,8 +119,20 @@ class CpuModel(SequentialModel):
         return self._contraction(kernel, g.dtype, min(g.m, g.n), program, target)
 
     def attention(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
+        """At the measured fused-attention curve where the target has one (softmax included; a
+        causal one skips whole key blocks past the diagonal), else as a contraction on the GEMM curve."""
         q = kernel.anchor.inputs[0]
-        return self._contraction(kernel, q.type.dtype if q is not None else DType.FP32, None, program, target)
+        dtype = q.type.dtype if q is not None else DType.FP32
+        if not target.attention_curve:
+            return self._contraction(kernel, dtype, None, program, target)
+        s = attention_shape(program.table, kernel)
+        flops = kernel.cost.flops * causal_fraction(s.causal, s.sq, s.sk, CPU_ATTENTION_KV_BLOCK)
+        rate = self.matmul_rate(target, dtype, program.options)
+        eff = max(interpolate(target.attention_curve, float(s.sk), target.matmul_efficiency), MIN_MATMUL_EFFICIENCY)
+        bw = self.bandwidth(target, kernel.cost.bytes)
+        return roofline(flops / (rate.flops_per_s * eff), memory_time(target, kernel.cost.bytes, bw), 0.0,
+                        self.kernel_overhead(target, program), "SIMD FMA", peak_flops=rate.flops_per_s,
+                        flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=bw, note="fused attention")
 
     def _contraction(self, kernel: Kernel, dtype: DType, min_mn: int | None, program: Program,
                      target: CpuTarget, parts: list[tuple[int, int]] | None = None) -> KernelTime:

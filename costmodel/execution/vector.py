@@ -5,7 +5,7 @@ units, against the kernel's external traffic at achievable memory bandwidth."""
 from __future__ import annotations
 
 from ...backends import Target
-from ...ir import TRANSCENDENTAL_OPS, DType, Op
+from ...ir import TRANSCENDENTAL_OPS, DType, Node, Op
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from .common import KernelTime, memory_time, roofline, transcendental_rate, vector_rate
@@ -31,6 +31,17 @@ def transcendental_time(kernel: Kernel, table: CostTable | None, target: Target,
     return total
 
 
+def _rate_key(table: CostTable, n: Node) -> str:
+    """The measured rate a node runs at: its op's, except a depthwise convolution's own, and an
+    average pool's, which is a mean over its window (the measured ``pool`` rate is a windowed max
+    pool, 100x slower than a mean per element on a CPU) where the target measured a mean."""
+    if n.op is Op.CONV and is_depthwise(table, n):
+        return "conv_depthwise"
+    if n.op is Op.POOL and n.attrs.get("kind") == "avg":
+        return "reduce_mean"
+    return n.op.value
+
+
 def measured_op_time(kernel: Kernel, table: CostTable | None, target: Target) -> tuple[float, int, int]:
     """Seconds of the kernel's nodes that have a measured per-op rate, and the FLOPs and
     transcendentals those nodes account for (to take out of the generic terms)."""
@@ -39,7 +50,7 @@ def measured_op_time(kernel: Kernel, table: CostTable | None, target: Target) ->
         return 0.0, 0, 0
     seconds, flops, trans = 0.0, 0, 0
     for n in kernel.nodes:
-        rate = rates.get("conv_depthwise" if n.op is Op.CONV and is_depthwise(table, n) else n.op.value)
+        rate = rates.get(_rate_key(table, n))
         if rate and n.inputs and n.inputs[0] is not None:
             numel = 1
             for d in table.shapes[n.inputs[0]]:

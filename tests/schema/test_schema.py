@@ -90,9 +90,9 @@ def test_a_plan_file_validates_and_round_trips_through_plan_from_json(tmp_path):
 
 def test_validate_json_output_validates(tmp_path, monkeypatch):
     import narrowpipe.calibration.validate as v
-    fake = ModelValidation("gpt2", 1, 128, Case("model", "gpt2 b1 s128", 0.010, 0.011, 0.02),
-                           [Case("dot", "dot", 0.006, 0.0055)])
-    monkeypatch.setattr(v, "validate_model", lambda *a, **k: fake)   # no torch run: the JSON is the point
+    fake = ModelValidation("gpt2", 1, 128, Case("model", "gpt2 b1 s128", 0.010, 0.011, 0.02, 0.0095, 0.01),
+                           [Case("dot", "dot", 0.006, 0.0055)], kernels=420)
+    monkeypatch.setattr(v, "validate_models", lambda *a, **k: [fake])   # no torch run: the JSON is the point
     validate(_cli_json(tmp_path, "validate", "gpt2", "--target", "epyc-9755", "--batch", "1"))
 
 

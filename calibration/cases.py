@@ -1,0 +1,42 @@
+"""A predicted-vs-measured case and the error summary every validation reports."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Case", "summarize"]
+
+
+@dataclass
+class Case:
+    group: str          # "matmul", "conv", "elementwise", "model", or an op type
+    name: str
+    measured_s: float
+    predicted_s: float
+    spread: float | None = None   # interquartile range / median of the measured repeats
+    #: The same repeats on the calling thread's CPU clock (one torch thread only), which other
+    #: processes disturb less than the wall clock: what a busy machine's validation is judged on.
+    cpu_s: float | None = None
+    cpu_spread: float | None = None
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_s - self.measured_s) / self.measured_s if self.measured_s else 0.0
+
+    @property
+    def cpu_error(self) -> float | None:
+        return (self.predicted_s - self.cpu_s) / self.cpu_s if self.cpu_s else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "error": self.error, "cpu_error": self.cpu_error}
+
+
+def summarize(cases: list[Case]) -> dict[str, dict[str, float]]:
+    """Median and max absolute error per group."""
+    out: dict[str, dict[str, float]] = {}
+    for group in sorted({c.group for c in cases}):
+        errs = [abs(c.error) for c in cases if c.group == group]
+        out[group] = {"cases": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
+    return out
