@@ -8,13 +8,10 @@ per-chip numbers and why the rest fail: ``benchmarks/results/kernel_accuracy.md`
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_module import load_benchmark  # tests/benchmark_module.py
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import kernel_accuracy as ka  # noqa: E402
+ka = load_benchmark("kernel_accuracy")
 
 #: chip -> (median, p90) of held-out |error| recorded with this catalog; regressions fail.
 #: Since every allowed split-K factor is tried (the fastest kept, so a GEMM's time never drops when a

@@ -4,24 +4,13 @@ and the 8xH200 message-size sweep with 17 of its 20 points held out."""
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
-from pathlib import Path
 
-_BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
+from benchmark_module import load_benchmark  # tests/benchmark_module.py
 
 
 def _module():
-    if "collective_validate" in sys.modules:
-        return sys.modules["collective_validate"]
-    sys.path.insert(0, str(_BENCH))
-    spec = importlib.util.spec_from_file_location("collective_validate", _BENCH / "collective_validate.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["collective_validate"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("collective_validate")
 
 
 def test_large_message_bus_bandwidths_match_the_published_figures():

@@ -3,25 +3,12 @@ with the paper's configuration fixed and nothing fitted (benchmarks/megatron_val
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-_BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
+from benchmark_module import load_benchmark  # tests/benchmark_module.py
 
 
 def _module():
-    if "megatron_validate" in sys.modules:
-        return sys.modules["megatron_validate"]
-    sys.path.insert(0, str(_BENCH))
-    spec = importlib.util.spec_from_file_location("megatron_validate", _BENCH / "megatron_validate.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["megatron_validate"] = mod          # dataclasses resolve their annotations through it
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("megatron_validate")
 
 
 @pytest.fixture(scope="module")

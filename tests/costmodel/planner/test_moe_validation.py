@@ -4,25 +4,12 @@ and nothing fitted."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-_BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
+from benchmark_module import load_benchmark  # tests/benchmark_module.py
 
 
 def _module():
-    if "moe_validate" in sys.modules:
-        return sys.modules["moe_validate"]
-    sys.path.insert(0, str(_BENCH))
-    spec = importlib.util.spec_from_file_location("moe_validate", _BENCH / "moe_validate.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["moe_validate"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("moe_validate")
 
 
 @pytest.fixture(scope="module")
