@@ -6,19 +6,11 @@ import dataclasses
 import math
 
 import pytest
+from graph_builders import gemm_graph  # tests/graph_builders.py
 
 import narrowpipe
 from narrowpipe.backends import get_target
-from narrowpipe.ir import DType, Graph, Op, TensorType, ValueKind
-
-
-def gemm_graph(m: int, n: int, k: int, dtype: DType = DType.BF16) -> Graph:
-    g = Graph(f"gemm{m}x{n}x{k}")
-    a = g.add_input("a", TensorType(dtype, (m, k)))
-    w = g.add_input("w", TensorType(dtype, (k, n)), ValueKind.PARAM)
-    g.set_outputs(g.add_node(Op.DOT, [a, w], [TensorType(dtype, (m, n))],
-                             {"lhs_contract": (1,), "rhs_contract": (0,)}).outputs)
-    return g
+from narrowpipe.ir import DType, Graph, Op, TensorType
 
 
 def test_large_bf16_gemm_on_h100_is_compute_bound_at_the_achievable_rate():

@@ -9,6 +9,7 @@ import dataclasses
 from math import ceil
 
 import pytest
+from graph_builders import gemm_graph  # tests/graph_builders.py
 
 from narrowpipe.backends import get_target
 from narrowpipe.costmodel.execution import TimingOptions
@@ -31,12 +32,7 @@ def _kernel(graph: Graph, target):
 
 
 def _gemm(m: int, n: int, k: int, dtype: DType = DType.FP16) -> Graph:
-    g = Graph("gemm")
-    a = g.add_input("a", TensorType(dtype, (m, k)))
-    w = g.add_input("w", TensorType(dtype, (k, n)), ValueKind.PARAM)
-    g.set_outputs(g.add_node(Op.DOT, [a, w], [TensorType(dtype, (m, n))],
-                             {"lhs_contract": (1,), "rhs_contract": (0,)}).outputs)
-    return g
+    return gemm_graph(m, n, k, dtype)
 
 
 def _conv(n: int, c: int, hw: int, k: int, r: int, dtype: DType, role: str | None = None) -> Graph:
