@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from math import ceil, isqrt, log2
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...backends import GpuTarget
 from ...backends.defaults import (
@@ -182,14 +182,17 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
     per_sm = rate.flops_per_s * matmul_efficiency(target, g.flops, dtype=rate.dtype) / target.sm_count
     best: GemmTime | None = None
     for tile in target.tile_shapes:
+        grid = _grid(g, tile, p)
         tile_reads = reads + _l2_rereads(g, tile, target)
+        # weight-only quantization: every row tile dequantizes its weights (whatever the split)
+        dequant = dequant_time(target, g.dtype, g.batch * g.k * g.n, ceil(g.m / tile[0])) \
+            if g.narrow_rhs is not None else 0.0
         # every split up to the largest the library allows: a split pays its partial sums, so the
         # largest is not always the fastest, and taking the best keeps the time non-decreasing in
         # each dim (the allowed splits only shrink as the tiles grow)
-        for split in range(1, _max_split(g, tile, target.sm_count, p) + 1):
-            compute, executed, waves = _tile_time(g, tile, target.sm_count, per_sm, p, split)
-            if g.narrow_rhs is not None:    # weight-only quantization: every row tile dequantizes its weights
-                compute = max(compute, dequant_time(target, g.dtype, g.batch * g.k * g.n, ceil(g.m / tile[0])))
+        for split in range(1, _max_split(grid, target.sm_count, p) + 1):
+            compute, executed, waves = _tile_time(g, grid, target.sm_count, per_sm, p, split)
+            compute = max(compute, dequant)
             partials = 2 * split * g.batch * g.m * g.n * SPLIT_K_PARTIAL_BYTES if split > 1 else 0
             compute += waves * p.wave_overhead
             # each wave's output write overlaps the next wave's main loop; the last wave's is exposed
@@ -203,28 +206,38 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
     return best
 
 
-def _shrunk(g: Gemm, tile: tuple[int, int, int], p: GemmTerms) -> tuple[int, int, int, int]:
-    """(tile rows, tile cols, tiles, K iterations) of ``g`` in ``tile`` CTAs, the tile shrunk to a
-    skinny side (see :func:`_tile_time`)."""
+class TileGrid(NamedTuple):
+    """A GEMM's grid in one tile shape: the tile shrunk to a skinny side, and how many it takes."""
+
+    tm: int
+    tn: int
+    tk: int
+    tiles: int
+    kiters: int
+
+
+def _grid(g: Gemm, tile: tuple[int, int, int], p: GemmTerms) -> TileGrid:
+    """``g`` in ``tile`` CTAs (see :func:`_tile_time` for the shrinking and the grouped case)."""
     tm, tn, tk = tile
     rows = max(g.group_rows) if g.group_rows else g.m
     tm = min(tm, max(p.min_tile, ceil(rows / SKINNY_TILE_STEP) * SKINNY_TILE_STEP))
     tn = min(tn, max(p.min_tile, ceil(g.n / SKINNY_TILE_STEP) * SKINNY_TILE_STEP))
     row_tiles = sum(ceil(r / tm) for r in g.group_rows) if g.group_rows else g.batch * ceil(g.m / tm)
-    return tm, tn, row_tiles * ceil(g.n / tn), ceil(g.k / tk)
+    return TileGrid(tm, tn, tk, row_tiles * ceil(g.n / tn), ceil(g.k / tk))
 
 
-def _max_split(g: Gemm, tile: tuple[int, int, int], sms: int, p: GemmTerms) -> int:
-    """The largest split-K factor the library allows for ``g`` in ``tile``: K splits only while the
-    tiles fill less than ``gemm_split_k_fill`` of the SMs, into at most the SMs' share per tile, the
-    K iterations and ``gemm_max_split_k``."""
-    _, _, tiles, kiters = _shrunk(g, tile, p)
-    return max(1, min(sms // tiles, kiters, p.max_split_k)) if tiles < sms * p.split_fill else 1
+def _max_split(grid: TileGrid, sms: int, p: GemmTerms) -> int:
+    """The largest split-K factor the library allows: K splits only while the tiles fill less than
+    ``gemm_split_k_fill`` of the SMs, into at most the SMs' share per tile, the K iterations and
+    ``gemm_max_split_k``."""
+    if grid.tiles >= sms * p.split_fill:
+        return 1
+    return max(1, min(sms // grid.tiles, grid.kiters, p.max_split_k))
 
 
-def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float,
+def _tile_time(g: Gemm, grid: TileGrid, sms: int, per_sm: float,
                p: GemmTerms, split: int = 1) -> tuple[float, float, int]:
-    """(seconds of MMA work, executed FLOPs, waves) of ``g`` in ``tile`` CTAs with K split ``split`` ways.
+    """(seconds of MMA work, executed FLOPs, waves) of ``g`` on ``grid`` with K split ``split`` ways.
 
     A side of the problem narrower than the tile shrinks the tile to it (in steps of
     :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs,
@@ -234,13 +247,11 @@ def _tile_time(g: Gemm, tile: tuple[int, int, int], sms: int, per_sm: float,
     grouped kernel, as CUTLASS's and Triton's MoE kernels do): one tile shape, shrunk to the largest
     expert's rows; the tiles add up over experts, each expert's rows padded to whole tiles, then
     wave-quantize (and split K) together; a hot expert costs its extra tiles."""
-    tm, tn, tiles, kiters = _shrunk(g, tile, p)
-    tk = tile[2]
-    items = tiles * split
+    items = grid.tiles * split
     waves = ceil(items / sms)
     if p.feed > 0:
-        per_sm = min(per_sm, p.feed * 2 * tm * tn / ((tm + tn) * g.dtype.bits / 8))
-    per_item = 2 * tm * tn * tk * ceil(kiters / split)
+        per_sm = min(per_sm, p.feed * 2 * grid.tm * grid.tn / ((grid.tm + grid.tn) * g.dtype.bits / 8))
+    per_item = 2 * grid.tm * grid.tn * grid.tk * ceil(grid.kiters / split)
     return waves * per_item / per_sm, items * per_item, waves
 
 
