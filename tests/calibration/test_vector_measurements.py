@@ -111,6 +111,14 @@ def test_bad_vector_rows_name_the_line_and_reason(tmp_path, line, reason):
     assert "data line 2" in str(e.value) and reason in str(e.value)
 
 
+def test_calibrate_refuses_a_file_of_only_norm_and_elementwise_rows(tmp_path):
+    from narrowpipe.calibration.calibrate import calibrate
+    csv = tmp_path / "norms.csv"
+    csv.write_text(HEADER + "S,h100,rms_norm,bf16,m=2048 n=4096,18.1,call,fused,\n")
+    with pytest.raises(NarrowpipeError, match="no kernel terms to fit"):
+        calibrate(tmp_path / "x.toml", base="h100", from_measurements=csv)
+
+
 def test_the_benchmark_covers_norms_and_elementwise_on_four_generations_and_two_vendors():
     ka = load_benchmark("kernel_accuracy")
     krv = load_benchmark("kernel_rows_vector")
