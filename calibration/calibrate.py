@@ -28,8 +28,8 @@ from .fit import apply_measurements, host_target
 from .host import describe_cpu
 from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
 from .kernel_measurements import read_kernel_measurements
-from .vector_measurements import VECTOR_KINDS
 from .sweeps import Measurement, run_all
+from .vector_measurements import VECTOR_KINDS
 
 __all__ = ["calibrate", "measurements_path", "load_measurements", "CUDA_TARGETS", "cuda_target_name"]
 
