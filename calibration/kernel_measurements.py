@@ -101,7 +101,7 @@ def _parse_shape(text: str, kind: str, where: str) -> dict[str, int]:
             out[key] = int(value)
         except ValueError:
             raise NarrowpipeError(f"{where}: shape {key}={value!r} is not an integer") from None
-        if out[key] < (0 if key in ("ph", "pw") else 1):
+        if out[key] < (0 if key in ("ph", "pw", "causal") else 1):
             raise NarrowpipeError(f"{where}: shape {key}={value} is out of range")
     needed = _GEMM_KEYS if kind == "gemm" else _VECTOR_KEYS.get(kind, _CONV_KEYS)
     missing = [k for k in needed if k not in out]

@@ -1,4 +1,4 @@
-"""Per-kernel measurements of the non-matrix classes (norms, elementwise) as graphs.
+"""Per-kernel measurements of the non-GEMM classes (norms, elementwise, fused attention) as graphs.
 
 Why its own module: a GEMM or convolution row is one op, but a measured norm or activation is
 either one fused kernel (a hand-written Triton/CUDA kernel: Liger's, Apex's) or the sequence of
@@ -17,7 +17,9 @@ Shapes (``key=value`` words of the ``shape`` column):
 * ``rms_norm``, ``layer_norm``, ``add_rms_norm``, ``relu_squared``: ``m n`` (rows, hidden);
 * ``group_norm``: ``n c hw g`` (batch, channels, positions, groups);
 * ``rope``: ``b s hq hkv d`` (batch, positions, query and key heads, head dim): rotary embedding of
-  q and k with cos and sin tables of ``s x d``.
+  q and k with cos and sin tables of ``s x d``;
+* ``attention``: ``b h s d causal`` (batch, heads, sequence, head dim, 1 for a causal mask): one
+  fused attention forward (FlashAttention style, ``fused``), the ``ATTENTION`` op the frontends emit.
 
 The weights of the HF/Liger RMSNorm modules are fp32 parameters whatever the input dtype (the
 benchmark builds them with ``torch.ones`` and never casts them), so the eager scale by the weight
@@ -35,6 +37,7 @@ from ..costmodel.interpreter import CostTable
 from ..costmodel.kernels import Kernel
 from ..errors import NarrowpipeError
 from ..ir import VIEW_OPS, DType, Graph, Op, OpGroup, TensorType, Value, ValueKind
+from ..ir.attention import CAUSAL
 
 if TYPE_CHECKING:
     from .kernel_measurements import KernelMeasurement
@@ -45,12 +48,14 @@ __all__ = ["VECTOR_KINDS", "SHAPE_KEYS", "STRUCTURES", "vector_graph", "fusion_m
 SHAPE_KEYS: Mapping[str, tuple[str, ...]] = {
     "rms_norm": ("m", "n"), "layer_norm": ("m", "n"), "add_rms_norm": ("m", "n"), "relu_squared": ("m", "n"),
     "group_norm": ("n", "c", "hw", "g"), "rope": ("b", "s", "hq", "hkv", "d"),
+    "attention": ("b", "h", "s", "d", "causal"),
 }
 VECTOR_KINDS = tuple(SHAPE_KEYS)
 #: the kernel structures a row may name (``algo``), per kind
 STRUCTURES: Mapping[str, tuple[str, ...]] = {
     "rms_norm": ("fused", "eager"), "layer_norm": ("fused",), "add_rms_norm": ("fused", "eager", "add+fused"),
     "relu_squared": ("fused", "eager"), "group_norm": ("fused", "eager"), "rope": ("fused", "eager"),
+    "attention": ("fused",),
 }
 _FP32 = DType.FP32
 
@@ -60,6 +65,8 @@ def check_vector_row(kind: str, shape: Mapping[str, int], algo: str, where: str)
     if algo not in STRUCTURES[kind]:
         raise NarrowpipeError(f"{where}: a {kind} row's algo must be one of {', '.join(STRUCTURES[kind])}, "
                               f"got {algo!r}")
+    if kind == "attention" and shape["causal"] not in (0, 1):
+        raise NarrowpipeError(f"{where}: attention's causal must be 0 or 1, got {shape['causal']}")
     if kind == "group_norm" and shape["c"] % shape["g"]:
         raise NarrowpipeError(f"{where}: {shape['c']} channels do not split into {shape['g']} groups")
 
@@ -67,7 +74,7 @@ def check_vector_row(kind: str, shape: Mapping[str, int], algo: str, where: str)
 def fusion_mode(m: KernelMeasurement) -> str | None:
     """``none`` for the eager structures (one kernel per op), ``one`` for a fused row (one kernel:
     :func:`one_kernel_program`), else None (the family's default)."""
-    if m.kind not in SHAPE_KEYS:
+    if m.kind not in SHAPE_KEYS or m.kind == "attention":   # attention: the GPU model's fused kernel
         return None
     return "one" if m.algo == "fused" else "none"
 
@@ -223,5 +230,13 @@ def _rope(g: Graph, s: Mapping[str, int], dt: DType, algo: str) -> list[Value]:
     return outs
 
 
+def _attention(g: Graph, s: Mapping[str, int], dt: DType, algo: str) -> list[Value]:
+    """softmax(q k^T / sqrt(d)) v over ``[b, h, s, d]`` tensors, causal or not."""
+    t = TensorType(dt, (s["b"], s["h"], s["s"], s["d"]))
+    q, k, v = (g.add_input(name, t) for name in ("q", "k", "v"))
+    attrs = {"layout": "bhsd", CAUSAL: bool(s["causal"]), "scale": s["d"] ** -0.5}
+    return g.add_node(Op.ATTENTION, [q, k, v], [t], attrs).outputs
+
+
 _BUILDERS = {"rms_norm": _rms_norm, "add_rms_norm": _add_rms_norm, "layer_norm": _layer_norm,
-             "relu_squared": _relu_squared, "group_norm": _group_norm, "rope": _rope}
+             "relu_squared": _relu_squared, "group_norm": _group_norm, "rope": _rope, "attention": _attention}

@@ -89,6 +89,18 @@ def test_eager_rope_is_hf_apply_rotary_pos_emb_five_kernels_per_tensor(tmp_path)
     assert ops == [Op.MUL, Op.NEG, Op.CONCAT, Op.MUL, Op.ADD] * 2
 
 
+def test_an_attention_row_is_one_fused_attention_node_with_the_papers_flops(tmp_path):
+    b, h, s, d = 4, 16, 4096, 128
+    row, case = _case(tmp_path, f"S,h100,attention,fp16,b={b} h={h} s={s} d={d} causal=1,474.75,stream,fused,")
+    (node,) = kernel_graph(row).nodes
+    assert node.op is Op.ATTENTION and node.attrs["causal"] is True
+    (kernel,) = case.program.kernels
+    assert kernel.kind == "attention"
+    # FlashAttention's count: QK^T and PV, 2 b h s^2 d each (the causal mask skips about half)
+    assert 0.5 * 4 * b * h * s * s * d <= kernel.cost.flops <= 4 * b * h * s * s * d
+    assert kernel.cost.bytes == 4 * b * h * s * d * 2                 # q, k, v read, o written
+
+
 def test_a_large_fused_row_is_predicted_at_the_chips_achievable_bandwidth(tmp_path):
     """The prediction is the execution model's: bytes / (HBM peak x memory efficiency) + launch."""
     row, case = _case(tmp_path, "S,h100,relu_squared,bf16,m=4096 n=16384,94.4,call,fused,")
@@ -104,6 +116,7 @@ def test_a_large_fused_row_is_predicted_at_the_chips_achievable_bandwidth(tmp_pa
     ("S,h100,rms_norm,bf16,m=8,1,call,fused,", "needs n"),
     ("S,b200,group_norm,fp32,n=2 c=6 hw=4 g=4,1,call,fused,", "do not split into 4 groups"),
     ("S,h100,layer_norm,fp32,m=8 n=8,1,call,eager,", "algo must be one of fused"),
+    ("S,h100,attention,fp16,b=1 h=1 s=8 d=8 causal=2,1,stream,fused,", "causal must be 0 or 1"),
 ])
 def test_bad_vector_rows_name_the_line_and_reason(tmp_path, line, reason):
     with pytest.raises(NarrowpipeError) as e:
@@ -119,15 +132,15 @@ def test_calibrate_refuses_a_file_of_only_norm_and_elementwise_rows(tmp_path):
         calibrate(tmp_path / "x.toml", base="h100", from_measurements=csv)
 
 
-def test_the_benchmark_covers_norms_and_elementwise_on_four_generations_and_two_vendors():
+def test_the_benchmark_covers_norms_elementwise_and_attention_on_four_generations_and_two_vendors():
     ka = load_benchmark("kernel_accuracy")
     krv = load_benchmark("kernel_rows_vector")
     rows = [r for r in ka.load_rows() if krv.is_vector(r)]
-    assert len(rows) >= 120
-    assert {krv.CLASS_OF[r.kind] for r in rows} == set(krv.VECTOR_CLASSES)
+    assert len(rows) >= 150
+    assert {krv.CLASS_OF[r.kind] for r in rows} == set(krv.VECTOR_CLASSES) == {"norm", "elementwise", "attention"}
     chips = {r.chip for r in rows}
     assert {"a100-sxm-80gb", "h100-sxm", "b200", "mi300x"} <= chips          # Ampere, Hopper, Blackwell, CDNA3
     assert {get_target(c).vendor for c in chips} == {"NVIDIA", "AMD"}
-    assert all(r.ref and r.source == "LIGER-BENCH" for r in rows)
+    assert all(r.ref and r.source in ("LIGER-BENCH", "FA3") for r in rows)
     held = [r for r in rows if ka.is_held_out(r)]
     assert 0.3 < len(held) / len(rows) < 0.7
