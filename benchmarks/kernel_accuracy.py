@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernel_residuals  # noqa: E402
+import kernel_rows_vector  # noqa: E402
 
 from narrowpipe.backends import Target, get_target  # noqa: E402
 from narrowpipe.backends import targets as catalog_targets  # noqa: E402
@@ -67,7 +68,10 @@ _FILE_KEYS = {"gemm_latency": ("gemm_latency_us", 1e6), "gemm_wave_overhead": ("
 
 
 def kernel_class(m: KernelMeasurement) -> str:
-    """small GEMM: under 1 GFLOP; short-K GEMM: K <= 512 with M and N at least 4x K."""
+    """small GEMM: under 1 GFLOP; short-K GEMM: K <= 512 with M and N at least 4x K; norms and
+    elementwise rows: their own classes (:mod:`kernel_rows_vector`)."""
+    if kernel_rows_vector.is_vector(m):
+        return kernel_rows_vector.CLASS_OF[m.kind]
     if m.kind == "gemm":
         s = m.shape
         if m.flops < 1e9:
@@ -117,7 +121,7 @@ def fit_chips(rows: Sequence[KernelMeasurement], log: Any = print) -> tuple[dict
         if copies:
             values = {f: getattr(targets[src], f) for f, src in copies.items() if src in targets}
             target = fitted_target(target, values, "copied")
-        fit_rows = [r for r in by_chip[chip] if not is_held_out(r)]
+        fit_rows = [r for r in by_chip[chip] if not is_held_out(r) and not kernel_rows_vector.is_vector(r)]
         if not fit_rows or not fields:       # nothing of its own to fit: copied values, shared harness
             targets[chip] = target
             continue
@@ -132,6 +136,7 @@ def fit_chips(rows: Sequence[KernelMeasurement], log: Any = print) -> tuple[dict
         if name not in targets and copies and all(src in targets for src in copies.values()):
             values = {f: getattr(targets[src], f) for f, src in copies.items()}
             targets[name] = fitted_target(get_target(name), values, "copied")
+    hosts.update(kernel_rows_vector.fit_harness(rows, targets, is_held_out, log))
     return targets, hosts
 
 
@@ -148,7 +153,8 @@ def evaluate(rows: Sequence[KernelMeasurement], targets: dict[str, Target] | Non
         cases: list[KernelCase] = kernel_cases(chip_rows, target)
         for c in cases:
             m = c.measurement
-            err = errors([c], target, hosts.get(HARNESS_OF.get(m.source, m.source), 0.0))[0]
+            harness = kernel_rows_vector.harness_key(m) if m.timing == "call" else HARNESS_OF.get(m.source, m.source)
+            err = errors([c], target, hosts.get(harness, 0.0))[0]
             kt = max(time_program(c.program, target).times, key=lambda t: t.time_s)
             algorithm = "; ".join(x for x in (kt.note, f"[{m.algo}]" if m.algo else "") if x)
             out.append({"chip": chip, "source": m.source, "kind": m.kind, "dtype": m.dtype, "shape": m.shape_text,
@@ -169,6 +175,7 @@ def summary(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def per_chip(records: Sequence[dict[str, Any]], held_out: bool = True) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
+    records = [r for r in records if r["class"] in CLASSES]     # norms, elementwise: kernel_rows_vector
     for chip in sorted({r["chip"] for r in records}):
         rs = [r for r in records if r["chip"] == chip and r["held_out"] == held_out]
         out[chip] = {"all": summary(rs), **{c: summary([r for r in rs if r["class"] == c]) for c in CLASSES}}
@@ -193,7 +200,8 @@ def write_catalog(targets: dict[str, Target], hosts: dict[str, float]) -> None:
         path.write_text(text)
     lines = ["# Per-call host overhead of the harness host-timed sources measured through (JAX dispatch +",
              "# block_until_ready), fitted by benchmarks/kernel_accuracy.py on the fit rows; HARNESS_OF there",
-             "# maps sources to harnesses.", "[host_overhead_us]"]
+             "# maps sources to harnesses. SOURCE@chip: the per-call overhead of call-timed rows (Triton's",
+             "# do_bench) on that chip (benchmarks/kernel_rows_vector.py).", "[host_overhead_us]"]
     lines += [f'"{k}" = {v * 1e6:g}' for k, v in sorted(hosts.items())]
     HARNESS.write_text("\n".join(lines) + "\n")
 
@@ -250,7 +258,9 @@ def _pct(s: dict[str, Any], key: str) -> str:
     return "-" if not s.get("n") else f"{100 * s[key]:.1f}%"
 
 
-def markdown(records: Sequence[dict[str, Any]], env: dict[str, Any]) -> str:
+def markdown(records: Sequence[dict[str, Any]], env: dict[str, Any], hosts: dict[str, float] | None = None) -> str:
+    vector = kernel_rows_vector.markdown(records, hosts or harness_overheads(), summary, md_table, _pct)
+    records = [r for r in records if r["class"] in CLASSES]
     held = per_chip(records, True)
     fit = per_chip(records, False)
     rows = []
@@ -274,7 +284,7 @@ def markdown(records: Sequence[dict[str, Any]], env: dict[str, Any]) -> str:
             + "\n## Held out, by class (median abs / p90 abs (rows))\n\n"
             + md_table(["chip", *CLASSES], classes, "l")
             + kernel_residuals.markdown(records, summary, md_table, _pct)
-            + NOTES
+            + vector + NOTES
             + "\n## Sources\n\n" + ", ".join(f"{s} on {c}" for s, c in sources)
             + " (rows and what was left out: `benchmarks/data/README.md`)\n")
 
@@ -297,11 +307,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     held = per_chip(records, True)
     columns = ["chip", "source", "kind", "dtype", "shape", "class", "measured_s", "predicted_s"]
     data = {"env": env, "bars": {"median_abs": MEDIAN_BAR, "p90_abs": P90_BAR}, "held_out": held,
-            "held_out_families": kernel_residuals.per_family(records, summary),
+            "held_out_families": kernel_residuals.per_family([r for r in records if r["class"] in CLASSES], summary),
             "fit": per_chip(records, False), "row_columns": columns,
             "held_out_rows": [[float(f"{r[c]:.4g}") if isinstance(r[c], float) else r[c] for c in columns]
-                              for r in records if r["held_out"]]}
-    md, js = write_results(RESULTS, "kernel_accuracy", markdown(records, env), data)
+                              for r in records if r["held_out"] and r["class"] in CLASSES]}
+    data["vector_held_out_rows"] = [[float(f"{r[c]:.4g}") if isinstance(r[c], float) else r[c] for c in columns]
+                                    for r in records if r["held_out"] and r["class"] not in CLASSES]
+    md, js = write_results(RESULTS, "kernel_accuracy", markdown(records, env, hosts), data)
     for chip, s in held.items():
         a = s["all"]
         print(f"{chip:12s} held-out n={a['n']:4d} median {100 * a['median_abs']:5.1f}% p90 {100 * a['p90_abs']:5.1f}%"

@@ -29,6 +29,7 @@ from .host import describe_cpu
 from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
 from .kernel_measurements import read_kernel_measurements
 from .sweeps import Measurement, run_all
+from .vector_measurements import VECTOR_KINDS
 
 __all__ = ["calibrate", "measurements_path", "load_measurements", "CUDA_TARGETS", "cuda_target_name"]
 
@@ -117,6 +118,10 @@ def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path
     rows = read_kernel_measurements(path)
     if not rows:
         raise NarrowpipeError(f"{path}: no measurements")
+    rows = [r for r in rows if r.kind not in VECTOR_KINDS]    # predicted by the benchmark; no terms of theirs
+    if not rows:
+        raise NarrowpipeError(f"{path}: no GEMM or convolution rows; norm and elementwise rows have no kernel "
+                              "terms to fit (benchmarks/kernel_accuracy.py predicts them)")
     fields = [f for f in TERM_GRIDS.get(target.family, {}) if f not in OPTIONAL_TERMS or getattr(target, f) is not None]
     if target.family == "gpu":       # a plateau for the fp32 unit the rows ran on, if any did
         has_tf32 = any(r.dtype == "tf32" for r in rows) and matrix_rate(

@@ -28,6 +28,7 @@ from ..costmodel.interpreter import interpret
 from ..costmodel.timing import fused_program, time_program
 from ..errors import NarrowpipeError
 from .kernel_measurements import KernelMeasurement, kernel_graph
+from .vector_measurements import fusion_mode, one_kernel_program
 
 __all__ = ["KernelCase", "kernel_cases", "predict", "FitResult", "fit_kernel_terms", "TERM_GRIDS", "OPTIONAL_TERMS",
            "errors",
@@ -78,7 +79,10 @@ def kernel_cases(rows: Iterable[KernelMeasurement], target: Target | None = None
     for m in rows:
         t = target if target is not None else get_target(m.chip)
         table = interpret(kernel_graph(m), {})
-        out.append(KernelCase(m, fused_program(table, t, TimingOptions(allow_tf32=m.allow_tf32))))
+        fusion = fusion_mode(m)
+        options = TimingOptions(allow_tf32=m.allow_tf32, fusion=fusion)
+        program = one_kernel_program(table, options) if fusion == "one" else fused_program(table, t, options)
+        out.append(KernelCase(m, program))
     return out
 
 
@@ -89,7 +93,7 @@ def predict(case: KernelCase, target: Target, host_overhead: float = 0.0) -> flo
     if timing == "kernel":
         launched = sum(1 for t in schedule.times if t.time_s > 0)
         return max(schedule.total_s - launched * target.launch_overhead, 1e-9)
-    if timing == "host":
+    if timing in ("host", "call"):
         return schedule.total_s + host_overhead
     return schedule.total_s
 

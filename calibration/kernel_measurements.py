@@ -5,7 +5,8 @@ A kernel measurements file is CSV with a header row and these columns (``#`` lin
 
 * ``source``: a key naming where the row comes from (``benchmarks/data/README.md`` lists ours);
 * ``chip``: the catalog target (name or alias) it was measured on;
-* ``kind``: ``gemm``, ``conv_fwd``, ``conv_bwd_data`` or ``conv_bwd_filter``;
+* ``kind``: ``gemm``, ``conv_fwd``, ``conv_bwd_data`` or ``conv_bwd_filter``, or a norm or
+  elementwise kind of :mod:`.vector_measurements` (its shape words and ``algo`` structures there);
 * ``dtype``: ``fp32``, ``tf32`` (fp32 operands on TF32/XF32 units), ``bf16`` or ``fp16``;
 * ``shape``: ``key=value`` words. A GEMM: ``b m n k`` (``b`` batched GEMMs of ``m x k`` by
   ``k x n``). A convolution (NCHW, the forward problem also for its backward passes):
@@ -14,8 +15,9 @@ A kernel measurements file is CSV with a header row and these columns (``#`` lin
 * ``measured_us``: the measured time in microseconds;
 * ``timing``: what the time includes: ``kernel`` (device time of the kernel alone, a profiler's
   kernel duration), ``stream`` (the average of back-to-back launches on one stream, launch gap
-  included: what narrowpipe predicts) or ``host`` (wall time per call, the framework's dispatch
-  included);
+  included: what narrowpipe predicts), ``host`` (wall time per call, the framework's dispatch
+  included) or ``call`` (device time of one call between events with the L2 flushed before it,
+  Triton's ``do_bench``: the call's launches plus a per-call harness overhead fitted on the fit rows);
 * ``algo``, ``ref``: optional: the algorithm the library reported, and where in the source the row is.
 """
 
@@ -29,11 +31,13 @@ from pathlib import Path
 
 from ..errors import NarrowpipeError
 from ..ir import DType, Graph, Op, TensorType, ValueKind
+from .vector_measurements import SHAPE_KEYS as _VECTOR_KEYS
+from .vector_measurements import VECTOR_KINDS, check_vector_row, vector_graph
 
 __all__ = ["KernelMeasurement", "read_kernel_measurements", "kernel_graph", "KINDS", "TIMINGS", "COLUMNS"]
 
-KINDS = ("gemm", "conv_fwd", "conv_bwd_data", "conv_bwd_filter")
-TIMINGS = ("kernel", "stream", "host")
+KINDS = ("gemm", "conv_fwd", "conv_bwd_data", "conv_bwd_filter", *VECTOR_KINDS)
+TIMINGS = ("kernel", "stream", "host", "call")
 COLUMNS = ("source", "chip", "kind", "dtype", "shape", "measured_us", "timing")
 _DTYPES = {"fp32": DType.FP32, "tf32": DType.FP32, "bf16": DType.BF16, "fp16": DType.FP16}
 _GEMM_KEYS = ("b", "m", "n", "k")
@@ -62,8 +66,11 @@ class KernelMeasurement:
 
     @property
     def flops(self) -> int:
-        """2 per multiply-add of the forward problem (each backward pass does as many)."""
+        """2 per multiply-add of the forward problem (each backward pass does as many); 0 for the
+        norms and elementwise kinds (memory-bound: their work is counted by the cost rules)."""
         s = self.shape
+        if self.kind in VECTOR_KINDS:
+            return 0
         if self.kind == "gemm":
             return 2 * s["b"] * s["m"] * s["n"] * s["k"]
         p, q = conv_output_hw(s)
@@ -94,13 +101,13 @@ def _parse_shape(text: str, kind: str, where: str) -> dict[str, int]:
             out[key] = int(value)
         except ValueError:
             raise NarrowpipeError(f"{where}: shape {key}={value!r} is not an integer") from None
-        if out[key] < (0 if key in ("ph", "pw") else 1):
+        if out[key] < (0 if key in ("ph", "pw", "causal") else 1):
             raise NarrowpipeError(f"{where}: shape {key}={value} is out of range")
-    needed = _GEMM_KEYS if kind == "gemm" else _CONV_KEYS
+    needed = _GEMM_KEYS if kind == "gemm" else _VECTOR_KEYS.get(kind, _CONV_KEYS)
     missing = [k for k in needed if k not in out]
     if missing:
         raise NarrowpipeError(f"{where}: a {kind} shape needs {', '.join(missing)}")
-    if kind != "gemm" and min(conv_output_hw(out)) < 1:
+    if kind.startswith("conv") and min(conv_output_hw(out)) < 1:
         raise NarrowpipeError(f"{where}: the filter does not fit the padded input")
     return out
 
@@ -133,15 +140,19 @@ def read_kernel_measurements(path: str | Path) -> list[KernelMeasurement]:
             raise NarrowpipeError(f"{where}: measured_us {r['measured_us']!r} is not a number") from None
         if not us > 0:
             raise NarrowpipeError(f"{where}: measured_us must be positive, got {us}")
-        rows.append(KernelMeasurement(r["source"].strip(), r["chip"].strip(), kind, dtype,
-                                      _parse_shape(r["shape"], kind, where), us * 1e-6, timing,
-                                      (r.get("algo") or "").strip(), (r.get("ref") or "").strip()))
+        shape, algo = _parse_shape(r["shape"], kind, where), (r.get("algo") or "").strip()
+        if kind in VECTOR_KINDS:
+            check_vector_row(kind, shape, algo, where)
+        rows.append(KernelMeasurement(r["source"].strip(), r["chip"].strip(), kind, dtype, shape, us * 1e-6, timing,
+                                      algo, (r.get("ref") or "").strip()))
     return rows
 
 
 def kernel_graph(m: KernelMeasurement) -> Graph:
     """The one-op graph of a measured kernel (a DOT or a CONV in the role of its pass)."""
     dt = _DTYPES[m.dtype]
+    if m.kind in VECTOR_KINDS:
+        return vector_graph(m, dt)
     s = m.shape
     g = Graph(f"{m.kind} {m.shape_text}")
     if m.kind == "gemm":
