@@ -274,11 +274,8 @@ def analysis(preds: list[GpuPrediction]) -> str:
         "latency. TensorRT-LLM has its own one-shot all-reduce for small messages; whether it ran is not stated.",
         f"* **OCI 405B at batch 64-256 is not explained**: {span(big)}. {oci_margin(preds)} The source gives no "
         "breakdown (vLLM version, FP8 GEMM path, KV format), so no mechanism is claimed.",
-        "* **Memory**: rows marked 'no' under 'fits?' ran as published but exceed narrowpipe's budget: its 10% "
-        "runtime reserve (vLLM's default; TensorRT-LLM 0.9's static engines reserve no such fraction) and a "
-        "prefill peak that holds the head's logits for every prompt token (7.3 GB at 114,688 prompt tokens "
-        "in fp16; the engines compute only each prompt's last token's). Serving's prefill head over the "
-        "last token only is a follow-up, not done.",
+        "* **Memory**: rows marked 'no' under 'fits?' ran as published but exceed narrowpipe's budget by its 10% "
+        "runtime reserve (vLLM's default); TensorRT-LLM 0.9's static engines reserve no such fraction.",
         "* **Left out**: MLPerf Inference Llama-2-70B offline/server (the batch is the submitter's engine's "
         "choice, not published); vLLM's and SGLang's ShareGPT benchmarks (lengths vary per request); "
         "TensorRT-LLM >= 0.10 tables (in-flight batching at an unstated batch).\n"]
