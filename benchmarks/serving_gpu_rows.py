@@ -18,14 +18,17 @@ Sources (each row names one):
 * **NV-H100-BLOG**: NVIDIA technical blog, "Achieving Top Inference Performance with the NVIDIA H100
   Tensor Core GPU and NVIDIA TensorRT-LLM" (Dec 2023,
   https://developer.nvidia.com/blog/achieving-top-inference-performance-with-the-nvidia-h100-tensor-core-gpu-and-nvidia-tensorrt-llm/):
-  Llama 2 70B on one DGX H100 (8 GPUs), batch 1, 2,048 tokens in and 128 out, TensorRT-LLM 0.5.0,
-  FP8 ("execute using accelerated FP8 operations"): 1.7 s per request.
+  Llama 2 70B on one DGX H100 (8 GPUs), batch 1, 2,048 tokens in and 128 out, TensorRT-LLM 0.5.0:
+  1.7 s per request. Assumptions: FP8 (the post's stated setting for its H100 results, "execute using
+  accelerated FP8 operations"; the batch-1 footnote names only the software) and tensor parallel over
+  all eight GPUs (the post serves one request at a time on the whole server).
 * **OCI-405B**: Oracle Cloud Infrastructure blog, "Serving Llama 3.1 405B model with AMD MI300X GPUs"
   (https://blogs.oracle.com/cloud-infrastructure/serving-llama-31-405b-model-with-amd-mi300x-gpus):
   Llama 3.1 405B FP8 on one BM.GPU.MI300X.8 (all eight GPUs serve one instance), vLLM's
   ``benchmark_latency.py`` (one static batch end to end), 128 tokens in and 128 out, average latency
   at batch 1 to 256. Every row of its latency table is here. KV cache format not stated: vLLM's
-  default (``auto``: the model's activation format, bf16) is assumed.
+  default (``auto``: the model's activation format, bf16) is assumed; FP8 as vLLM's W8A8 (FP8 weights
+  and GEMM inputs, bf16 activations).
 
 Model shapes: Llama 2 7B/70B from the TRTLLM-0.9 config files above; Llama 3.1 405B from the Llama 3
 paper (Dubey et al. 2024, arXiv:2407.21783, table 3: 126 layers, model dim 16,384, FFN 53,248, 128
