@@ -51,6 +51,8 @@ def _formats(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", metavar="DTYPE", help="weight format, e.g. fp8_e4m3, int8, int4, fp4 (weight-only)")
     p.add_argument("--activations", metavar="DTYPE", help="activation format, e.g. fp8_e4m3")
     p.add_argument("--kv", metavar="DTYPE", help="KV cache format, e.g. fp8_e4m3")
+    p.add_argument("--gemm-inputs", metavar="DTYPE", help="format GEMMs read activations in, the rest staying "
+                   "in --activations (FP8 as TensorRT-LLM/vLLM run it: --weights fp8_e4m3 --gemm-inputs fp8_e4m3)")
     p.add_argument("--system", help="a system file whose links price the collectives (e.g. dgx-h100)")
     p.add_argument("--price", action="append", metavar="TARGET=USD", help="USD per device-hour")
     p.add_argument("--json", metavar="FILE", help="write the result as JSON")
@@ -127,7 +129,8 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
         raise NarrowpipeError("--target is empty")
     tpot = parse_duration(args.tpot, "--tpot") if args.tpot else (args.tpot_ms / 1e3 if args.tpot_ms else None)
     pps = _ints(args.pp, "--pp")
-    kw = dict(weights=args.weights, activations=args.activations, kv=args.kv, system=args.system)
+    kw = dict(weights=args.weights, activations=args.activations, kv=args.kv, system=args.system,
+              gemm_inputs=args.gemm_inputs)
     if tpot is not None:
         plan = plan_capacity(graph, targets, rate=args.rate, input_len=args.input, output_len=args.output, tpot=tpot,
                              ttft=parse_duration(args.ttft, "--ttft"), max_tp=args.devices, pps=pps,
@@ -181,7 +184,8 @@ def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
     out = []
     for target in [t.strip() for t in args.target.split(",") if t.strip()]:
         replica = replica_for(graph, target, tp=args.tp, pp=args.pp, weights=args.weights,
-                              activations=args.activations, kv=args.kv, system=args.system)
+                              activations=args.activations, kv=args.kv, system=args.system,
+                              gemm_inputs=args.gemm_inputs)
         reports = []
         for ctx in contexts:
             cross = None if replica.dataflow else crossover(replica, ctx)

@@ -16,7 +16,11 @@
    leading torus axis, yz on the others (appendix A.2.1: x = 4, yz = 16 on 64 chips; x = 2 on 8
    and 16). Slices: ``tpu-v4-4x4x4`` (a full cube: torus), ``tpu-v4-2x2x4`` and ``tpu-v4-2x2x2``
    (meshes: no wraparound below a cube). Predicted by :mod:`narrowpipe.costmodel.serving.ws2d`.
-2. **The dataflow rows of** ``benchmarks/published_decode.py`` (same published figures, same
+2. **GPU serving rows with full configurations** (TensorRT-LLM 0.9's static-batching tables for
+   Llama 2 7B/70B on H100, H200 and A100; NVIDIA's batch-1 Llama 2 70B on a DGX H100; OCI's vLLM
+   Llama 3.1 405B on eight MI300X): :mod:`serving_gpu_rows` has each row, its source and how it is
+   asked of ``serve``.
+3. **The dataflow rows of** ``benchmarks/published_decode.py`` (same published figures, same
    catalog latencies) timed again as serving decode steps that read a KV cache at the published
    context, where ``published_decode`` timed one token without a cache: the effect of the cache on
    those predictions.
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import serving_gpu_rows as gpu  # noqa: E402
 from pope_breakdown import analysis, layer_table, paper_estimate, serial_check  # noqa: E402
 from published_decode import PUBLISHED  # noqa: E402
 
@@ -175,6 +180,8 @@ def main() -> None:
         if r.seq == 1:
             d["paper_estimate_ms"] = paper_estimate(r, s, CONTEXT)
     d_rows, d_data = dataflow_rows()
+    g_preds = gpu.predictions()
+    g_rows, g_data = gpu.table_rows(g_preds)
     env = environment()
     md = ("# Serving predictions vs published decode latencies\n\n" + env_header(env) + "\n"
           "## PaLM decode on TPU v4 (Pope et al. 2022, arXiv:2211.05102)\n\n"
@@ -189,6 +196,15 @@ def main() -> None:
           + serial_md
           + tables
           + analysis(steps, CONTEXT, serial)
+          + "\n## GPU serving with full configurations (TensorRT-LLM, NVIDIA, OCI/vLLM)\n\n"
+            "Each row asked of `serve` on the row's GPU, tensor-parallel size (collectives on the node's "
+            "measured NVLink/Infinity Fabric figures), formats, batch and lengths; no fitting. Time error: "
+            "predicted time over published time, minus one (for throughput rows, published over predicted "
+            "throughput); negative means the model is too fast. Sources and shapes: `benchmarks/serving_gpu_rows.py`."
+            "\n\n"
+          + md_table(gpu.GROUP_HEADER, gpu.groups(g_preds), "lllrrrrr") + "\n"
+          + md_table(gpu.HEADER, g_rows, gpu.ALIGN)
+          + gpu.analysis(g_preds)
           + "\n## Dataflow decode with a KV cache (the rows of published_decode.py)\n\n"
           + md_table(["model", "target", "role", "context", "export, no cache: tokens/s", "export kernels",
                       "serving kernels", "serving, empty cache", "serving, cache at context", "published tokens/s",
@@ -197,7 +213,7 @@ def main() -> None:
             "(published_decode.py). The serving graph is the model builder's rebuild (canonical norms and "
             "activations: fewer kernels than the export's decompositions, so faster on chips whose time is "
             "per-kernel latency); the step from 'empty cache' to 'cache at context' is the cache's reads.\n")
-    data = {"env": env, "pope": p_data, "pope_serial_block": serial, "dataflow": d_data}
+    data = {"env": env, "pope": p_data, "pope_serial_block": serial, "gpu": g_data, "dataflow": d_data}
     md_path, _ = write_results(RESULTS, "serving_validate", md, data)
     print(md)
     print(f"[serving_validate] wrote {md_path}")

@@ -182,7 +182,7 @@ def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[
                   input_len: int, output_len: int, tpot: float, ttft: float | None = None,
                   max_tp: int | None = None, pps: Sequence[int] = (1,), weights: Any = None,
                   activations: Any = None, kv: Any = None, price: float | None = None,
-                  system: Any = None) -> CapacityPlan:
+                  system: Any = None, gemm_inputs: Any = None) -> CapacityPlan:
     """The plan for ``rate`` requests/s (see the module doc); ``tpot``/``ttft`` in seconds."""
     if rate <= 0 or input_len < 1 or output_len < 1 or tpot <= 0:
         raise NarrowpipeError("serve: rate, input and output lengths and the TPOT target must be positive")
@@ -192,7 +192,8 @@ def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[
     name = ""
     for spec in specs:
         target = get_target(spec)
-        base = replica_for(model, target, weights=weights, activations=activations, kv=kv, system=system)
+        base = replica_for(model, target, weights=weights, activations=activations, kv=kv, system=system,
+                           gemm_inputs=gemm_inputs)
         base.source.check_context(input_len + output_len)
         name = base.source.graph.name
         notes = notes or list(base.notes)

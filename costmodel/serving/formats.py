@@ -1,9 +1,19 @@
-"""Number formats a deployment chooses separately: weights, activations and the KV cache.
+"""Number formats a deployment chooses separately: weights, activations, GEMM inputs and the KV cache.
 
-Serving stacks quantize the three independently: fp8 or int4 weights with bf16 activations
+Serving stacks quantize them independently: fp8 or int4 weights with bf16 activations
 (weight-only: the bytes of the weights shrink, the matmul runs at the activations' rate after a
 dequantization in the kernel), fp8 end to end (the chip's fp8 rate), an fp8 KV cache (half the
 cache bytes, so twice the batch). None keeps the graph's own format.
+
+``gemm_inputs`` is how the engines run FP8 "W8A8": TensorRT-LLM keeps the model in 16 bits and
+quantizes only the activation a GEMM reads (its FP8 checkpoints say ``"dtype": "float16"`` beside
+``"quant_algo": "FP8"``; Q/DQ around the GEMMs, TensorRT-LLM docs/source/precision.md), vLLM's FP8
+W8A8 quantizes each linear layer's input the same way. So with ``gemm_inputs`` set, every value read
+only by GEMMs (a norm's output before q/k/v, the SwiGLU product before the down projection, the
+attention output before o) is written in that format by its producer (the quantization fused into
+it, as the engines fuse it), the GEMM runs at the chip's rate for that format, and everything else
+(the residual stream, q/k/v, the GEMM outputs, the tensor-parallel all-reduces) stays in
+``activations``.
 """
 
 from __future__ import annotations
@@ -12,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import NarrowpipeError
-from ...ir import DType, Graph
+from ...ir import DType, Graph, TensorType
+from ...ir.ops import Op
 from ..costcache import forget
 from ..precision import with_precision
 
@@ -35,30 +46,52 @@ def _parse(text: DType | str | None, what: str) -> DType | None:
 
 @dataclass(frozen=True)
 class Formats:
-    """The weights', activations' and KV cache's formats (None: as the graph has them)."""
+    """The weights', activations', GEMM inputs' and KV cache's formats (None: as the graph has them)."""
 
     weights: DType | None = None
     activations: DType | None = None
     kv: DType | None = None
+    gemm_inputs: DType | None = None
 
     @classmethod
     def of(cls, weights: DType | str | None = None, activations: DType | str | None = None,
-           kv: DType | str | None = None) -> Formats:
-        return cls(_parse(weights, "weight"), _parse(activations, "activation"), _parse(kv, "KV cache"))
+           kv: DType | str | None = None, gemm_inputs: DType | str | None = None) -> Formats:
+        return cls(_parse(weights, "weight"), _parse(activations, "activation"), _parse(kv, "KV cache"),
+                   _parse(gemm_inputs, "GEMM input"))
 
     def apply(self, graph: Graph) -> Graph:
-        """``graph`` with its weights and activations retyped (a copy when anything changes)."""
-        if self.weights is None and self.activations is None:
+        """``graph`` with its weights, activations and GEMM inputs retyped (a copy when anything changes)."""
+        if self.weights is None and self.activations is None and self.gemm_inputs is None:
             return graph
         out = with_precision(graph, weights=self.weights, activations=self.activations)
+        if self.gemm_inputs is not None:
+            gemm_inputs_in(out, self.gemm_inputs)
         forget(out)
         return out
 
     def label(self) -> str:
         parts = [f"{k} {v.value}" for k, v in (("weights", self.weights), ("activations", self.activations),
-                                                ("KV", self.kv)) if v is not None]
+                                                ("GEMM inputs", self.gemm_inputs), ("KV", self.kv))
+                 if v is not None]
         return ", ".join(parts) or "the model's own formats"
 
     def to_dict(self) -> dict[str, Any]:
+        """The report's three formats (schema v3); ``gemm_inputs`` is in the report's notes."""
         return {k: (v.value if v is not None else None) for k, v in
                 (("weights", self.weights), ("activations", self.activations), ("kv", self.kv))}
+
+
+_GEMMS = (Op.DOT, Op.GROUPED_DOT)
+
+
+def gemm_inputs_in(graph: Graph, dtype: DType) -> int:
+    """Retype, in place, every float value that nodes produce and only GEMMs read; returns how many."""
+    users = graph.users()
+    n = 0
+    for node in graph.nodes:
+        for v in node.outputs:
+            readers = users.get(v, [])
+            if readers and v.type.dtype.is_float and all(u.op in _GEMMS for u in readers):
+                v.type = TensorType(dtype, v.type.shape)
+                n += 1
+    return n

@@ -1,6 +1,6 @@
 """Rewrites that make a decode graph move the bytes a serving runtime moves.
 
-A graph as exported or built describes the model's math, and two of its habits cost bytes no
+A graph as exported or built describes the model's math, and three of its habits cost bytes no
 serving engine spends:
 
 * **Cache appends copy the cache.** Hugging Face's dynamic cache returns ``cat([past, new])`` and
@@ -15,16 +15,25 @@ serving engine spends:
   times. Fused kernels (FlashAttention, FlashInfer, paged attention) read each KV head once.
   :func:`fold_repeat_kv` passes the un-repeated tensors with ``enable_gqa`` (as the model builder
   writes GQA), which leaves FLOPs unchanged: the rule counts over the query heads.
+* **The head runs on every prompt token.** A causal LM's forward returns logits for every position,
+  so a prefill of ``B x S`` tokens computes and holds ``B x S x vocab`` logits (33.6 GB for Llama-3-8B
+  at batch 64 and 2k tokens in bf16). Serving engines sample only each sequence's next token: vLLM's
+  ``LogitsProcessor`` keeps the hidden states at the selected (last) token indices before the head
+  (vllm/model_executor/layers/logits_processor.py, ``_prune_hidden_states``), TensorRT-LLM gathers
+  context logits only when built with ``gather_context_logits``. :func:`head_on_last_token` slices
+  each sequence's last hidden state before the head (a decode step, one token, is unchanged). A
+  continuous-batching iteration timed as one long sequence then runs its head on one row, not one per
+  request: at those row counts the head's time is its weight read, paid once either way.
 
-Both return a new graph; the input is never edited.
+All return a new graph; the input is never edited.
 """
 
 from __future__ import annotations
 
-from ...ir import IN_PLACE, VIEW_OPS, Graph, Op, Value
+from ...ir import IN_PLACE, VIEW_OPS, Graph, Op, TensorType, Value
 from .kvcache import KvCache
 
-__all__ = ["mark_in_place", "fold_repeat_kv", "serving_rewrites"]
+__all__ = ["mark_in_place", "fold_repeat_kv", "head_on_last_token", "serving_rewrites"]
 
 _SCATTERS = (Op.SCATTER, Op.SCATTER_ELEMENTS, Op.SCATTER_ND, Op.INDEX_PUT)
 
@@ -92,14 +101,39 @@ def fold_repeat_kv(graph: Graph) -> int:
     return changed
 
 
+def head_on_last_token(graph: Graph) -> bool:
+    """Run the head (the matmul producing the first output, the logits) on each sequence's last
+    position only, in place on ``graph`` (a fresh clone); False when the logits are not a
+    ``[batch, seq, vocab]`` matmul over a symbolic sequence (the graph is then left as it was)."""
+    if not graph.outputs:
+        return False
+    logits = graph.outputs[0]
+    head = logits.producer
+    if head is None or head.op is not Op.DOT:
+        return False
+    h = head.inputs[0]
+    if h is None or h.type.rank != 3 or logits.type.rank != 3 or isinstance(h.type.shape[1], int):
+        return False
+    last = graph.add_node(Op.SLICE, [h], [TensorType(h.type.dtype, (h.type.shape[0], 1, h.type.shape[2]))],
+                          {"axis": 1, "start": -1, "end": None}, name="last_token")
+    graph.nodes.remove(last)                               # added last: it belongs just before the head
+    graph.nodes.insert(graph.nodes.index(head), last)
+    graph.set_input(head, 0, last.outputs[0])
+    logits.type = TensorType(logits.type.dtype, (logits.type.shape[0], 1, logits.type.shape[2]))
+    return True
+
+
 def serving_rewrites(graph: Graph, cache: KvCache) -> tuple[Graph, list[str]]:
-    """A copy of ``graph`` with both rewrites applied, and notes saying what changed."""
+    """A copy of ``graph`` with the three rewrites applied, and notes saying what changed."""
     out = graph.clone()
     folded = fold_repeat_kv(out)
     tagged = mark_in_place(out, cache)
+    last = head_on_last_token(out)
     notes = []
     if folded:
         notes.append(f"{folded} attention(s) read K/V once per KV head (repeat_kv folded into GQA)")
     if tagged:
         notes.append(f"{tagged} cache update(s) write only the new tokens (in place, as serving runtimes do)")
+    if last:
+        notes.append("the head runs on each sequence's last token (a prefill samples one token per sequence)")
     return out, notes

@@ -136,4 +136,7 @@ def _finish(source: Graph, cache: KvCache, origin: str, spec: TransformerSpec | 
         forget(out)
         cache = find_kv_cache(out) or cache
         notes.append(f"KV cache stored as {formats.kv.value}")
+    if formats.gemm_inputs is not None:
+        notes.append(f"GEMM inputs in {formats.gemm_inputs.value} (quantized by the op that writes them); other "
+                     "activations, the GEMMs' outputs and the collectives in the activations' format")
     return ServingGraph(out, cache, origin, spec, notes, formats)

@@ -34,10 +34,11 @@ DEFAULT_INPUT, DEFAULT_OUTPUT = 2048, 256
 
 def replica_for(model: Graph | ServingGraph, target: Target | str, *, tp: int = 1, pp: int = 1,
                 weights: Any = None, activations: Any = None, kv: Any = None, system: Any = None,
-                fusion: str | None = None) -> Replica:
-    """The :class:`Replica` a question runs on (reuse it to ask many questions of one deployment)."""
+                fusion: str | None = None, gemm_inputs: Any = None) -> Replica:
+    """The :class:`Replica` a question runs on (reuse it to ask many questions of one deployment);
+    ``gemm_inputs``: the format GEMMs read their activations in (FP8 W8A8, :mod:`.formats`)."""
     t = get_target(target)
-    formats = Formats.of(weights, activations, kv)
+    formats = Formats.of(weights, activations, kv, gemm_inputs)
     if isinstance(model, ServingGraph):
         sg = model if formats == model.formats or formats == Formats() else serving_graph(model.graph, formats)
     else:
@@ -50,7 +51,7 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
           batch: int = 1, context: int | None = None, input_len: int | None = None, output_len: int | None = None,
           tp: int = 1, pp: int = 1, weights: Any = None, activations: Any = None, kv: Any = None,
           system: Any = None, price: float | None = None, fusion: str | None = None,
-          with_crossover: bool = True) -> ServingReport:
+          with_crossover: bool = True, gemm_inputs: Any = None) -> ServingReport:
     """Time ``mode`` for ``batch`` sequences (see the module doc); ``context`` is the KV cache's
     length for decode (default: ``input_len``, else 2048)."""
     if mode not in MODES:
@@ -63,7 +64,7 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
         if target is None:
             raise NarrowpipeError("serve: name a target")
         replica = replica_for(model, target, tp=tp, pp=pp, weights=weights, activations=activations, kv=kv,
-                              system=system, fusion=fusion)
+                              system=system, fusion=fusion, gemm_inputs=gemm_inputs)
     t = replica.target
     sg = replica.source
     longest = (context if context is not None else (input_len or DEFAULT_INPUT)) + 1 if mode == "decode" else \

@@ -75,3 +75,33 @@ def test_weight_only_matmul_is_never_faster_than_its_dequantization():
     plain = time_program(fused_program(interpret(_gemm_graph(DType.BF16), {}), slow, TimingOptions()),
                          DeviceGroup(slow, 1)).times[0]
     assert t.compute_s > 2 * plain.compute_s
+
+
+def test_fp8_gemm_inputs_quantize_only_what_gemms_read():
+    """TensorRT-LLM/vLLM FP8 (W8A8): per layer the attention norm's output (q, k, v read it), the
+    attention output (o), the MLP norm's output (gate, up) and the SwiGLU product (down) are FP8;
+    plus the final norm's output (the head). The residual stream and every GEMM output stay bf16."""
+    from narrowpipe.costmodel.serving.formats import Formats
+    tiny = narrowpipe.transformer(layers=2, hidden=64, heads=4, vocab=256, ffn=128, kv_heads=2, gated_mlp=True,
+                                  seq=8, past=8)
+    g = Formats.of(weights="fp8_e4m3", activations="bf16", gemm_inputs="fp8_e4m3").apply(tiny)
+    users = g.users()
+    fp8 = [v for n in g.nodes for v in n.outputs if v.type.dtype == DType.FP8_E4M3]
+    assert len(fp8) == 4 * 2 + 1
+    assert all(u.op in (Op.DOT, Op.GROUPED_DOT) for v in fp8 for u in users[v])
+    dots = [n for n in g.nodes if n.op == Op.DOT]
+    assert dots and all(v.type.dtype == DType.BF16 for n in dots for v in n.outputs)
+
+
+def test_fp8_gemm_inputs_prefill_sits_between_weight_only_and_fp8_end_to_end(llama8b):
+    """GEMMs at the fp8 rate (faster than fp8 weights with bf16 activations), the norms, residuals and
+    attention in bf16 (no faster than fp8 end to end); tensor-parallel collectives move bf16."""
+    kw = dict(mode="prefill", batch=1, input_len=2048, with_crossover=False, weights="fp8_e4m3")
+    w8 = serve(llama8b, "h100", activations="bf16", **kw).ttft_s
+    w8a8 = serve(llama8b, "h100", activations="bf16", gemm_inputs="fp8_e4m3", **kw)
+    e2e = serve(llama8b, "h100", activations="fp8_e4m3", **kw).ttft_s
+    assert e2e <= w8a8.ttft_s < w8
+    assert any("GEMM inputs in fp8_e4m3" in n for n in w8a8.notes)
+    from narrowpipe.costmodel.serving.serve import replica_for
+    r = replica_for(llama8b, "h100", tp=2, weights="fp8_e4m3", activations="bf16", gemm_inputs="fp8_e4m3")
+    assert r.act_bytes == 2

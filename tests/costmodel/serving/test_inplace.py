@@ -61,3 +61,22 @@ def test_fold_repeat_kv_reads_kv_heads_once_and_keeps_flops():
     assert a1.attrs["enable_gqa"] is True
     assert math.prod(a1.inputs[1].type.shape[1:2]) == 2
     assert isinstance(a1.inputs[1].type, TensorType)
+
+
+def test_a_prefill_runs_the_head_on_each_sequences_last_token():
+    """A prefill samples one token per sequence (vLLM prunes the hidden states to the last token before
+    the head): the head's FLOPs are batch x hidden x vocab x 2, not x the prompt, and the step never
+    holds every position's logits; a decode step (one token) is unchanged."""
+    b, s, e, v = 3, 40, 256, 8000                         # a vocabulary large enough that logits are the peak
+    g = narrowpipe.transformer(layers=1, hidden=e, heads=4, vocab=v, kv_heads=2, seq=1, past=10)
+    sg = serving_graph(g)
+    head = next(n for n in sg.graph.nodes if n.outputs[0] is sg.graph.outputs[0])
+    assert head.op is Op.DOT and head.inputs[0].producer.op is Op.SLICE
+    prefill = interpret(sg.graph, {"batch": b, "seq": s, "past": 0})
+    assert prefill.costs[head].flops == 2 * b * e * v
+    assert prefill.costs[head].bytes_written == b * v * 2   # one bf16 row of logits per sequence
+    full = interpret(g, {"batch": b, "seq": s, "past": 0})
+    assert full.peak_activation_bytes >= b * s * v * 2 > prefill.peak_activation_bytes
+    decode = interpret(sg.graph, {"batch": b, "seq": 1, "past": s})
+    assert decode.costs[head].flops == 2 * b * e * v
+    assert any("last token" in n for n in sg.notes)

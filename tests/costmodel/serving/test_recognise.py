@@ -29,7 +29,10 @@ def test_bundled_gpt2_export_is_recognised_with_tied_embeddings_and_learned_posi
     spec = spec_from_graph(g)
     assert (spec.layers, spec.hidden, spec.heads, spec.vocab, spec.max_positions) == (12, 768, 12, 50257, 1024)
     assert spec.tie_embeddings and spec.positions == "learned" and spec.norm == "layer"
-    assert check_twin(g, serving_graph(g).graph) is None
+    # serving_graph checks the rebuild at a 16-token prompt before its rewrites (it raises on a
+    # mismatch); after them the head runs on each prompt's last token, so the served graph is compared
+    # with the export at one token, where the head is the same
+    assert check_twin(g, serving_graph(g).graph, seq=1) is None
 
 
 def test_a_model_that_is_no_causal_lm_is_refused_with_the_reason():
