@@ -26,6 +26,9 @@ with the algorithms whose work differs:
   unit's peak, no channel padding and no tiles. It is what wins where the GEMM pads a narrow side:
   the data gradient of a one-channel layer is a GEMM with N = 1, run in 32-128 wide tiles.
 
+A filter shorter than its vertical stride (1x1, stride 2) leaves input rows unread: the
+implicit GEMM reads r of every s rows (within a row the skipped columns share memory sectors).
+
 A **strided data gradient** (stride s > 1) runs its GEMM over the output positions, whose rows land
 on 1 / s^2 of the input gradient; the other positions get no filter tap and must still be written,
 so the libraries zero-fill the whole input gradient first (a memset kernel, cuDNN's and MIOpen's
@@ -59,6 +62,7 @@ class ConvPlan:
     extra_bytes: int = 0       # traffic outside the GEMM: transforms written and read back
     extra_kernels: int = 0     # kernels besides the GEMM (non-fused transforms)
     direct: bool = False       # a direct convolution: the problem's FLOPs at the direct plateau, no tiles
+    unread_bytes: int = 0      # input rows a strided filter shorter than its stride never touches
 
 
 def _channel_padded(g: Gemm, node: Node, table: CostTable, k_step: int) -> Gemm:
@@ -73,6 +77,22 @@ def _channel_padded(g: Gemm, node: Node, table: CostTable, k_step: int) -> Gemm:
     channels = wshape[0] // groups if node.attrs.get("transposed") else wshape[1]
     padded = ceil(channels / k_step) * k_step
     return g if padded == channels else replace(g, k=padded * taps)
+
+
+def _skipped_rows_bytes(table: CostTable, node: Node) -> int:
+    """Input bytes a convolution (or its weight gradient) never reads: with a filter r rows tall
+    and a vertical stride s > r, only r of every s input rows hold a tap (a 1x1 stride-2 layer
+    reads half its input rows; within a row the strided columns share the memory sectors, so the
+    row is read whole)."""
+    a = node.attrs
+    stride = [int(s) for s in a.get("stride", (1,))]
+    x, w = node.inputs[0], node.inputs[1]
+    if a.get("role") == "grad_input" or a.get("transposed") or x is None or w is None:
+        return 0
+    filt = table.shapes[node.outputs[0] if a.get("role") == "grad_weight" else w][2:]
+    if not filt or stride[0] <= filt[0]:
+        return 0
+    return int(value_bytes(table, x) * (1 - filt[0] / stride[0]))
 
 
 def _winograd(table: CostTable, node: Node, g: Gemm, wgrad_too: bool) -> list[ConvPlan]:
@@ -149,7 +169,8 @@ def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
         plans = [ConvPlan("strided data gradient: zero fill, then the GEMM", _channel_padded(g, node, table, k_step),
                           value_bytes(table, node.outputs[0]), 1)]
     else:
-        plans = [ConvPlan("implicit GEMM", _channel_padded(g, node, table, k_step))]
+        plans = [ConvPlan("implicit GEMM", _channel_padded(g, node, table, k_step),
+                          unread_bytes=_skipped_rows_bytes(table, node))]
     if winograd:
         plans += _winograd(table, node, g, winograd_wgrad)
         if direct:

@@ -85,8 +85,8 @@ class GpuModel(SequentialModel):
         best: tuple[float, GemmTime, ConvPlan] | None = None
         for plan in plans:
             # the implicit GEMM reads and writes what the kernel does; other plans their own operands
-            reads = kernel.cost.bytes_read if plan.extra_kernels == 0 and plan is plans[0] else \
-                plan.gemm.a_bytes + plan.gemm.b_bytes
+            reads = max(kernel.cost.bytes_read - plan.unread_bytes, 0) if plan.extra_kernels == 0 and \
+                plan is plans[0] else plan.gemm.a_bytes + plan.gemm.b_bytes
             writes = kernel.cost.bytes_written if plan is plans[0] else plan.gemm.c_bytes
             # a weight-gradient kernel parallelizes its long reduction (batch x positions) over the
             # SMs by design; the library's split-K limit is for ordinary GEMMs

@@ -99,3 +99,30 @@ def test_a_winograd_weight_gradient_is_not_slowed_by_the_weight_gradient_plateau
     half = _kernel(g, _flat("t4", conv_winograd_wgrad=True, conv_wgrad_efficiency=0.5))
     assert "Winograd" in full.note and "Winograd" in half.note
     assert half.time_s == pytest.approx(full.time_s, rel=1e-12)
+
+
+def _conv(n: int, c: int, hw: int, k: int, r: int, stride: int, dtype: DType) -> Graph:
+    p = (hw + 2 * (r // 2) - r) // stride + 1
+    g = Graph("conv")
+    x = g.add_input("x", TensorType(dtype, (n, c, hw, hw)))
+    w = g.add_input("w", TensorType(dtype, (k, c, r, r)), ValueKind.PARAM)
+    g.set_outputs(g.add_node(Op.CONV, [x, w], [TensorType(dtype, (n, k, p, p))],
+                             {"stride": (stride, stride), "padding": (r // 2, r // 2), "dilation": (1, 1),
+                              "groups": 1}).outputs)
+    return g
+
+
+def test_a_1x1_stride_2_convolution_reads_half_its_input_rows():
+    """fp16 1x1 stride 2 on T4, 256 -> 128 channels at 56x56: the filter touches every other input
+    row (within a row the skipped columns share the 32-byte sectors, so rows are read whole): the
+    kernel reads x / 2 + W and writes y. A 3x3 stride-2 layer reads every row."""
+    n, c, hw, k = 16, 256, 56, 128
+    x, w, y = n * c * hw * hw * 2, k * c * 2, n * k * 28 * 28 * 2
+    t4 = _flat("t4")
+    bandwidth = t4.memory_bandwidth * t4.memory_efficiency
+    t = _kernel(_conv(n, c, hw, k, 1, 2, DType.FP16), t4)
+    assert t.memory_s == pytest.approx((x / 2 + w + y) / bandwidth, rel=1e-9)
+    x3, w3 = x, k * c * 9 * 2
+    t3 = _kernel(_conv(n, c, hw, k, 3, 2, DType.FP16), t4)
+    assert t3.memory_s >= (x3 + w3 + y) / bandwidth * (1 - 1e-9)
+
