@@ -4,8 +4,8 @@ Each measured kernel becomes a one-op program (built once); a candidate target i
 fields replaced, and the program is re-timed on it, so the fit sees exactly the tiling, wave and
 algorithm choices a prediction makes. The fields fitted per family are the mechanisms' parameters
 (GPU: the GEMM latency floor, wave fill and drain, exposed epilogue, the plateaus, and where the
-target has them the library's narrowest tile and weight-gradient plateau; TPU: the MXU fold
-overhead and the achievable efficiency), each searched over a grid of physically plausible values by
+target has them the library's narrowest tile, weight-gradient and direct-convolution plateaus; TPU:
+the MXU fold overhead and the achievable efficiency), each searched over a grid of physically plausible values by
 coordinate descent on a robust score: median |log error| + half the 90th percentile.
 
 Measurement timing conventions (see :mod:`.kernel_measurements`): a ``kernel`` time excludes the
