@@ -206,10 +206,12 @@ def write_catalog(targets: dict[str, Target], hosts: dict[str, float]) -> None:
     HARNESS.write_text("\n".join(lines) + "\n")
 
 
-#: Held-out (median, p90) |error| per chip before issue 12's second round (catalog and code at 42f8c4a).
-BEFORE = {"b200": (0.059, 0.166), "h100-sxm": (0.096, 0.290), "mi25": (0.184, 0.502), "mi300x": (0.133, 0.382),
-          "mi355x": (0.089, 0.420), "p100-pcie": (0.216, 0.634), "t4": (0.189, 0.611), "tpu-v5e": (0.066, 0.075),
-          "tpu-v6e": (0.054, 0.148), "v100-sxm2": (0.150, 0.604)}
+#: Held-out (median, p90) |error| per chip before issue 12's third round (catalog and code at 0451672;
+#: round 1 ended at b200 5.9/16.6, h100-sxm 9.6/29.0, mi25 18.4/50.2, mi300x 13.3/38.2, mi355x 8.9/42.0,
+#: p100-pcie 21.6/63.4, t4 18.9/61.1, v100-sxm2 15.0/60.4 percent).
+BEFORE = {"b200": (0.044, 0.130), "h100-sxm": (0.097, 0.259), "mi25": (0.181, 0.506), "mi300x": (0.128, 0.352),
+          "mi355x": (0.064, 0.315), "p100-pcie": (0.197, 0.574), "t4": (0.154, 0.492), "tpu-v5e": (0.066, 0.075),
+          "tpu-v6e": (0.054, 0.148), "v100-sxm2": (0.129, 0.522)}
 
 NOTES = """
 ## Reading it
@@ -219,7 +221,9 @@ NOTES = """
   write; fp32 matmuls reach their own plateau; convolutions run the fastest of implicit GEMM
   (channels padded to the tensor-core K step), fused and non-fused Winograd (fp32 on CUDA cores); TPU
   matmuls lose `mxu_fold_overhead` x dim cycles per fold. Before it, H100 bf16 small GEMMs were
-  predicted 71% too fast. The `before` column is where round 1 ended.
+  predicted 71% too fast. Round 1 ended at (median / p90) b200 5.9% / 16.6%, h100-sxm 9.6% / 29.0%,
+  mi25 18.4% / 50.2%, mi300x 13.3% / 38.2%, mi355x 8.9% / 42.0%, p100-pcie 21.6% / 63.4%, t4 18.9% /
+  61.1%, v100-sxm2 15.0% / 60.4%.
 * **Round 2: what the libraries have** (GPU target fields, fitted on the fit half or sourced):
   the GEMM library's narrowest tile (`gemm_min_tile`, `_fp32`: DeepBench-era cuBLAS ran N=16 as
   slowly as N=64..128); cuDNN 6/7 implicit-GEMM convolutions that split no K (`conv_max_split_k` 1);
@@ -234,6 +238,27 @@ NOTES = """
   fastest kept (which makes a GEMM's time non-decreasing in each dim; no refit): NVIDIA 11.2% / 46.1%,
   AMD 11.9% / 38.6%. Read per family the bars still fail for both GPU families: the
   pooled p90 is set by the DeepBench chips' rows, as per chip.
+* **Round 3: convolution algorithms of the DeepBench-era libraries** (0451672 -> this table; the
+  `before round 3` column): a direct convolution on the vector units (`conv_direct_efficiency`,
+  fitted: T4 0.3, P100 and MI25 0.2), which is what a one-channel layer's data gradient runs (as a
+  GEMM its N = 1 pads to a 32-128 wide SGEMM tile: MI25/P100 were predicted 5-10x too slow); the
+  zero fill of a strided data gradient (the GEMM over the output positions covers 1/s^2 of the
+  input gradient; all of it is written first: one more kernel and its bytes); the input rows a
+  filter shorter than its stride never reads (a 1x1 stride-2 layer reads every other row: T4's
+  memory-bound fp16 1x1 stride-2 layers were up to 2.2x too slow); non-fused Winograd weight
+  gradients are batched GEMMs on transformed operands, outside the weight-gradient kernels'
+  plateau (fp32 3x3 weight gradients were 20-65% too slow). Refitted on the fit half (T4's
+  weight-gradient plateau 0.7 -> 0.5, wave fill 3 -> 2 us, latency floor 11.5 -> 11 us, plateau
+  0.625 -> 0.6; P100's latency floor 14 -> 15 us; MI25's wave fill 3 -> 6 us). Per family: NVIDIA
+  GPUs 11.2% / 46.1% -> 10.9% / 43.9%, AMD GPUs 11.9% / 38.6% -> 11.5% / 39.0% (MI25 alone 18.1% /
+  50.6% -> 17.1% / 50.0%). V100 (never fitted) 12.9% / 52.2% -> 11.6% / 52.7%: it copies T4's
+  weight-gradient plateau, and 0.5 is too low for its implicit-GEMM weight gradients (with 0.7 its
+  p90 would be 50.5%, 2.2 points lower; T4's fp16 3x3 weight gradients are now 40% too slow at 0.5,
+  its 1x1 ones 30% too fast at 0.7, and one plateau cannot serve both). Tried and dropped (held-out
+  worse after the refit): a plateau of its own for the fused Winograd kernel (T4's fit sent it to
+  the grid's floor and its p90 rose to 52%), a separate fp32 weight-gradient plateau (fitted equal
+  to the other), and the zero-inserted data gradient (M over every input position: 4x a 1x1 stride-2
+  layer's FLOPs, 1.5-2x too slow on T4, V100 and MI25).
 * **Why the rest miss the bars** (the cause table and the worst rows above): on the XLA-table chips,
   the library's per-shape picks. H100's misses are fp32 GEMMs run as TF32 (35 of its 46): their
   throughput follows the FLOP count whatever the shape (2.1 GFLOP as 1024x1024x1024 and as
@@ -247,8 +272,11 @@ NOTES = """
   channels: cuDNN 7.6's fp16 weight gradients of them take 1-15 ms, 25-35x the tensor-core
   time), strided backward data (1.3-2.6x the scatter formulation's time; the
   zero-inserted formulation is 4x, above it), cuDNN's fp16 weight gradients of 1x1 layers, and per-shape
-  algorithm picks in both directions. V100 (never fitted) copies T4's terms: its tiny kernels
-  take 8 us where T4's latency floor alone is 11.5 us (42 of its 265 misses).
+  algorithm picks in both directions. First-layer fp16 weight gradients on T4 and V100 (25-35x the
+  tensor-core time) are left: no one mechanism fits both chips (T4 runs them at 0.05-0.6 TFLOP/s,
+  V100 at 0.4-4.2, in a different order of shapes), and cuDNN 7.3+ pads C to a multiple of 8 for
+  its tensor-core kernels, so the channel count alone does not explain them. V100 (never fitted)
+  copies T4's terms: its tiny kernels take 8 us where T4's latency floor alone is 11 us.
 * **Split**: parameters are fitted on the other half (`fit rows`); V100 rows are never fitted (its
   terms are T4's, its fp32 plateau P100's): an independent check of the transfer.
 """
@@ -280,7 +308,7 @@ def markdown(records: Sequence[dict[str, Any]], env: dict[str, Any], hosts: dict
             f"rows: median |error| <= {MEDIAN_BAR:.0%}, 90th percentile <= {P90_BAR:.0%}. Error = predicted / "
             "measured - 1.\n\n"
             + md_table(["chip", "held-out rows", "median abs", "p90 abs", "median signed", "bars",
-                        "before: median / p90", "fit rows", "fit median abs"], rows, "l")
+                        "before round 3: median / p90", "fit rows", "fit median abs"], rows, "l")
             + "\n## Held out, by class (median abs / p90 abs (rows))\n\n"
             + md_table(["chip", *CLASSES], classes, "l")
             + kernel_residuals.markdown(records, summary, md_table, _pct)

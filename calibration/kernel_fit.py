@@ -4,8 +4,8 @@ Each measured kernel becomes a one-op program (built once); a candidate target i
 fields replaced, and the program is re-timed on it, so the fit sees exactly the tiling, wave and
 algorithm choices a prediction makes. The fields fitted per family are the mechanisms' parameters
 (GPU: the GEMM latency floor, wave fill and drain, exposed epilogue, the plateaus, and where the
-target has them the library's narrowest tile and weight-gradient plateau; TPU: the MXU fold
-overhead and the achievable efficiency), each searched over a grid of physically plausible values by
+target has them the library's narrowest tile, weight-gradient and direct-convolution plateaus; TPU:
+the MXU fold overhead and the achievable efficiency), each searched over a grid of physically plausible values by
 coordinate descent on a robust score: median |log error| + half the 90th percentile.
 
 Measurement timing conventions (see :mod:`.kernel_measurements`): a ``kernel`` time excludes the
@@ -48,6 +48,7 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "gemm_min_tile": (8, 16, 32, 64, 128),
         "gemm_min_tile_fp32": (8, 16, 32, 64, 128),
         "conv_wgrad_efficiency": tuple(round(0.2 + 0.05 * i, 2) for i in range(17)),
+        "conv_direct_efficiency": tuple(round(0.05 + 0.025 * i, 3) for i in range(15)),
         "gemm_split_k_fill": (0.03125, 0.0625, 0.125, 0.25, 0.5, 1.0),
         "gemm_tile_feed_bandwidth": tuple(x * 1e9 for x in (40, 50, 60, 70, 80, 90, 100, 110, 120, 140, 160, 200,
                                                              250, 300, 400)),
@@ -59,8 +60,8 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
 }
 #: Library properties fitted only where the target already sets them (absent, the model runs
 #: without the mechanism: tiles shrink to the problem, weight gradients reach the GEMM plateau).
-OPTIONAL_TERMS = frozenset({"gemm_min_tile", "gemm_min_tile_fp32", "conv_wgrad_efficiency", "gemm_split_k_fill",
-                            "gemm_tile_feed_bandwidth"})
+OPTIONAL_TERMS = frozenset({"gemm_min_tile", "gemm_min_tile_fp32", "conv_wgrad_efficiency", "conv_direct_efficiency",
+                            "gemm_split_k_fill", "gemm_tile_feed_bandwidth"})
 #: Per-call host dispatch a ``host``-timed row includes, searched in this grid (seconds).
 HOST_GRID: tuple[float, ...] = tuple(x * 5 * _US for x in range(0, 61))
 

@@ -21,7 +21,22 @@ with the algorithms whose work differs:
   Cin x Cout reducing over the tiles (a long K, split over the SMs like every weight gradient),
   the transformed input, gradient and filter written and read back.
 
-Whether a chip's library has the last is the target's ``conv_winograd_wgrad``.
+* **direct convolution** (on the vector units, where the target has ``conv_direct_efficiency``):
+  a loop over the filter taps per output element, the problem's own FLOPs at that fraction of the
+  unit's peak, no channel padding and no tiles. It is what wins where the GEMM pads a narrow side:
+  the data gradient of a one-channel layer is a GEMM with N = 1, run in 32-128 wide tiles.
+
+A filter shorter than its vertical stride (1x1, stride 2) leaves input rows unread: the
+implicit GEMM reads r of every s rows (within a row the skipped columns share memory sectors).
+
+A **strided data gradient** (stride s > 1) runs its GEMM over the output positions, whose rows land
+on 1 / s^2 of the input gradient; the other positions get no filter tap and must still be written,
+so the libraries zero-fill the whole input gradient first (a memset kernel, cuDNN's and MIOpen's
+strided backward-data paths): the plan pays one more launch and the gradient's bytes once more.
+
+Whether a chip's library has the non-fused Winograd weight gradient is the target's
+``conv_winograd_wgrad``; its GEMMs are ordinary batched GEMMs on transformed operands in memory, so
+the weight-gradient kernels' plateau (``conv_wgrad_efficiency``) applies to the implicit GEMM only.
 """
 
 from __future__ import annotations
@@ -46,6 +61,8 @@ class ConvPlan:
     gemm: Gemm
     extra_bytes: int = 0       # traffic outside the GEMM: transforms written and read back
     extra_kernels: int = 0     # kernels besides the GEMM (non-fused transforms)
+    direct: bool = False       # a direct convolution: the problem's FLOPs at the direct plateau, no tiles
+    unread_bytes: int = 0      # input rows a strided filter shorter than its stride never touches
 
 
 def _channel_padded(g: Gemm, node: Node, table: CostTable, k_step: int) -> Gemm:
@@ -60,6 +77,22 @@ def _channel_padded(g: Gemm, node: Node, table: CostTable, k_step: int) -> Gemm:
     channels = wshape[0] // groups if node.attrs.get("transposed") else wshape[1]
     padded = ceil(channels / k_step) * k_step
     return g if padded == channels else replace(g, k=padded * taps)
+
+
+def _skipped_rows_bytes(table: CostTable, node: Node) -> int:
+    """Input bytes a convolution (or its weight gradient) never reads: with a filter r rows tall
+    and a vertical stride s > r, only r of every s input rows hold a tap (a 1x1 stride-2 layer
+    reads half its input rows; within a row the strided columns share the memory sectors, so the
+    row is read whole)."""
+    a = node.attrs
+    stride = [int(s) for s in a.get("stride", (1,))]
+    x, w = node.inputs[0], node.inputs[1]
+    if a.get("role") == "grad_input" or a.get("transposed") or x is None or w is None:
+        return 0
+    filt = table.shapes[node.outputs[0] if a.get("role") == "grad_weight" else w][2:]
+    if not filt or stride[0] <= filt[0]:
+        return 0
+    return int(value_bytes(table, x) * (1 - filt[0] / stride[0]))
 
 
 def _winograd(table: CostTable, node: Node, g: Gemm, wgrad_too: bool) -> list[ConvPlan]:
@@ -126,12 +159,20 @@ def _winograd_wgrad(table: CostTable, node: Node, g: Gemm, r: int) -> list[ConvP
 
 
 def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
-               winograd_wgrad: bool = False) -> list[ConvPlan]:
+               winograd_wgrad: bool = False, direct: bool = False) -> list[ConvPlan]:
     """The algorithms a library could run ``node`` with (implicit GEMM first); ``winograd``: the
     convolution runs on the vector units, where the library offers Winograd (for weight gradients
-    too when ``winograd_wgrad``)."""
+    too when ``winograd_wgrad``) and, when ``direct``, a direct convolution."""
     g = conv_gemm(table, node)
-    plans = [ConvPlan("implicit GEMM", _channel_padded(g, node, table, k_step))]
+    a = node.attrs
+    if a.get("role") == "grad_input" and any(int(s) > 1 for s in a.get("stride", (1,))):
+        plans = [ConvPlan("strided data gradient: zero fill, then the GEMM", _channel_padded(g, node, table, k_step),
+                          value_bytes(table, node.outputs[0]), 1)]
+    else:
+        plans = [ConvPlan("implicit GEMM", _channel_padded(g, node, table, k_step),
+                          unread_bytes=_skipped_rows_bytes(table, node))]
     if winograd:
         plans += _winograd(table, node, g, winograd_wgrad)
+        if direct:
+            plans.append(ConvPlan("direct convolution", g, direct=True))
     return plans

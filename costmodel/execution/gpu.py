@@ -13,7 +13,8 @@
   skinny side; K splits only while the tiles fill less than ``gemm_split_k_fill`` of the SMs; a
   tile runs no faster than its operand tiles arrive (``gemm_tile_feed_bandwidth`` per SM: small
   tiles load more bytes per FLOP); convolution kernels split K up to ``conv_max_split_k``; weight
-  gradients reach ``conv_wgrad_efficiency`` of the plateau (and may run as Winograd,
+  gradients reach ``conv_wgrad_efficiency`` of the plateau (and may run as Winograd or, where the
+  target has ``conv_direct_efficiency``, as a direct convolution on the vector units,
   :mod:`.conv_algos`). A grouped GEMM (MoE experts) is one launch: one latency floor, waves over
   all its experts' tiles, one epilogue over its whole output. A weight-only quantized GEMM
   dequantizes its weights once per row tile on the CUDA cores, overlapped with the MMA work
@@ -79,22 +80,24 @@ class GpuModel(SequentialModel):
         if kernel.kind == "conv":
             k_step = 1 if on_vector_units or target.tensor_core_min_tile is None else target.tensor_core_min_tile[2]
             plans = conv_plans(program.table, kernel.anchor, k_step=k_step, winograd=on_vector_units,
-                               winograd_wgrad=bool(target.conv_winograd_wgrad))
+                               winograd_wgrad=bool(target.conv_winograd_wgrad),
+                               direct=target.conv_direct_efficiency is not None)
         best: tuple[float, GemmTime, ConvPlan] | None = None
         for plan in plans:
             # the implicit GEMM reads and writes what the kernel does; other plans their own operands
-            reads = kernel.cost.bytes_read if plan.extra_kernels == 0 and plan is plans[0] else \
-                plan.gemm.a_bytes + plan.gemm.b_bytes
+            reads = max(kernel.cost.bytes_read - plan.unread_bytes, 0) if plan.extra_kernels == 0 and \
+                plan is plans[0] else plan.gemm.a_bytes + plan.gemm.b_bytes
             writes = kernel.cost.bytes_written if plan is plans[0] else plan.gemm.c_bytes
             # a weight-gradient kernel parallelizes its long reduction (batch x positions) over the
             # SMs by design; the library's split-K limit is for ordinary GEMMs
             wgrad = kernel.kind == "conv" and kernel.anchor.attrs.get("role") == "grad_weight"
             split = target.sm_count if wgrad else p.max_split_k if kernel.kind != "conv" else \
                 int(target.conv_max_split_k or p.max_split_k)
-            r = rate if not wgrad or target.conv_wgrad_efficiency is None else \
+            r = rate if not wgrad or target.conv_wgrad_efficiency is None or plan is not plans[0] else \
                 replace(rate, flops_per_s=rate.flops_per_s * target.conv_wgrad_efficiency)
-            gt = _gemm_time(plan.gemm, reads, writes, r, target,
-                            replace(p, max_split_k=split, split_fill=1.0 if wgrad else p.split_fill))
+            gt = _direct_time(plan.gemm, reads, writes, rate, target) if plan.direct else \
+                _gemm_time(plan.gemm, reads, writes, r, target,
+                           replace(p, max_split_k=split, split_fill=1.0 if wgrad else p.split_fill))
             serial = memory_time(target, plan.extra_bytes) + plan.extra_kernels * target.launch_overhead
             total = gt.time + serial
             if best is None or total < best[0] * (1 - 1e-9):
@@ -175,6 +178,14 @@ class GemmTime:
     memory: float
     executed: float
     bytes: float
+
+
+def _direct_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarget) -> GemmTime:
+    """A direct convolution: the problem's own FLOPs (no padded channels or tiles) at
+    ``conv_direct_efficiency`` of the unit's peak, against its compulsory traffic."""
+    compute = g.flops / (rate.flops_per_s * float(target.conv_direct_efficiency or 1.0))
+    mem = memory_time(target, reads + writes)
+    return GemmTime(max(compute, mem), compute, mem, float(g.flops), reads + writes)
 
 
 def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarget, p: GemmTerms) -> GemmTime:
