@@ -63,7 +63,9 @@ MEDIAN_BAR, P90_BAR = 0.10, 0.25
 CLASSES = ("small GEMM", "short-K GEMM", "GEMM", "conv fwd", "conv bwd")
 #: catalog file keys of fitted fields and the factor from SI units to them
 _FILE_KEYS = {"gemm_latency": ("gemm_latency_us", 1e6), "gemm_wave_overhead": ("gemm_wave_overhead_us", 1e6),
-              "gemm_tile_feed_bandwidth": ("gemm_tile_feed_bandwidth_gbps", 1e-9)}
+              "gemm_tile_feed_bandwidth": ("gemm_tile_feed_bandwidth_gbps", 1e-9),
+              "gemm_tile_feed_bandwidth_tf32": ("gemm_tile_feed_bandwidth_tf32_gbps", 1e-9),
+              "conv_latency": ("conv_latency_us", 1e6)}
 
 
 def kernel_class(m: KernelMeasurement) -> str:
