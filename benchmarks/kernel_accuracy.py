@@ -213,7 +213,7 @@ NOTES = """
   write; fp32 matmuls reach their own plateau; convolutions run the fastest of implicit GEMM
   (channels padded to the tensor-core K step), fused and non-fused Winograd (fp32 on CUDA cores); TPU
   matmuls lose `mxu_fold_overhead` x dim cycles per fold. Before it, H100 bf16 small GEMMs were
-  predicted 71% too fast. The `before` column is where round 1 ended.
+  predicted 71% too fast.
 * **Round 2: what the libraries have** (GPU target fields, fitted on the fit half or sourced):
   the GEMM library's narrowest tile (`gemm_min_tile`, `_fp32`: DeepBench-era cuBLAS ran N=16 as
   slowly as N=64..128); cuDNN 6/7 implicit-GEMM convolutions that split no K (`conv_max_split_k` 1);
