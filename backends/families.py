@@ -67,9 +67,18 @@ class GpuTarget(Target):
     #: does 2 x tm x tn FLOPs per (tm + tn) operand elements loaded, so a small tile runs at most at
     #: this bandwidth times that ratio (why 64x64 tiles do not reach the plateau); absent: no bound.
     gemm_tile_feed_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
+    #: The same for the library's TF32/XF32 kernels (fp32 operands, 4 bytes per element: twice the
+    #: bytes per FLOP of a 16-bit tile), which need not be the 16-bit kernels' design; absent:
+    #: ``gemm_tile_feed_bandwidth``.
+    gemm_tile_feed_bandwidth_tf32: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
     #: The largest split-K of the library's implicit-GEMM convolution kernels (absent:
     #: ``gemm_max_split_k``): a layer with few output tiles runs its whole reduction per tile.
     conv_max_split_k: int | None = spec_field("count")
+    #: The convolution library's own latency floor and narrowest tensor-core output tile (cuDNN's
+    #: implicit-GEMM kernels are not cuBLAS's GEMM kernels: they precompute their gather offsets
+    #: and tile the output channels in their own steps); absent: ``gemm_latency``, ``gemm_min_tile``.
+    conv_latency: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    conv_min_tile: int | None = spec_field("count")
     #: The library runs 3x3 and 5x5 stride-1 weight gradients with non-fused Winograd on the
     #: vector units (cuDNN's BWD_FILTER_ALGO_WINOGRAD_NONFUSED); absent: it does not.
     conv_winograd_wgrad: bool | None = spec_field("flag")

@@ -35,7 +35,7 @@ RESOURCE_FIELDS: Mapping[str, tuple[str, ...]] = {
                                "ici_link_bandwidth", "chip_to_chip_bandwidth"),
     "scale_up_bandwidth": ("scale_up_bandwidth", "ici_link_bandwidth", "chip_to_chip_bandwidth"),
     "scale_out_bandwidth": ("scale_out_bandwidth",),
-    "launch_overhead": ("launch_overhead", "gemm_latency", "gemm_wave_overhead", "eager_op_overhead"),
+    "launch_overhead": ("launch_overhead", "gemm_latency", "conv_latency", "gemm_wave_overhead", "eager_op_overhead"),
     "link_latency": ("link_latency", "chip_to_chip_latency"),
 }
 

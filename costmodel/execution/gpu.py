@@ -12,7 +12,9 @@
   has bounds the choice: its narrowest tile (``gemm_min_tile``, ``_fp32`` for SGEMM kernels) pads a
   skinny side; K splits only while the tiles fill less than ``gemm_split_k_fill`` of the SMs; a
   tile runs no faster than its operand tiles arrive (``gemm_tile_feed_bandwidth`` per SM: small
-  tiles load more bytes per FLOP); convolution kernels split K up to ``conv_max_split_k``; weight
+  tiles load more bytes per FLOP; ``_tf32`` for the TF32/XF32 kernels). Convolution kernels are
+  the convolution library's own: they pay ``conv_latency`` and pad to ``conv_min_tile`` where the
+  target sets them, and split K up to ``conv_max_split_k``; weight
   gradients reach ``conv_wgrad_efficiency`` of the plateau (and may run as Winograd or, where the
   target has ``conv_direct_efficiency``, as a direct convolution on the vector units,
   :mod:`.conv_algos`). A grouped GEMM (MoE experts) is one launch: one latency floor, waves over
@@ -75,7 +77,7 @@ class GpuModel(SequentialModel):
             return self.vector(kernel, program, target)     # a per-channel window: memory-bound
         rate = matrix_rate(target, g.dtype, program.options)
         on_vector_units = "vector" in rate.note
-        p = gemm_terms(target, on_vector_units)
+        p = gemm_terms(target, on_vector_units, conv=kernel.kind == "conv", tf32=rate.dtype == "tf32")
         plans = [ConvPlan("", g)]
         if kernel.kind == "conv":
             k_step = 1 if on_vector_units or target.tensor_core_min_tile is None else target.tensor_core_min_tile[2]
@@ -154,16 +156,22 @@ class GemmTerms:
     feed: float = 0.0              # per-SM operand bandwidth (bytes/s); 0: no bound
 
 
-def gemm_terms(target: GpuTarget, vector_units: bool = False) -> GemmTerms:
+def gemm_terms(target: GpuTarget, vector_units: bool = False, conv: bool = False, tf32: bool = False) -> GemmTerms:
     """The target's GEMM terms, the documented GPU defaults where a target built in code has none;
-    ``vector_units``: for a GEMM on the CUDA cores (the library's SGEMM kernels' narrowest tile)."""
+    ``vector_units``: for a GEMM on the CUDA cores (the library's SGEMM kernels' narrowest tile);
+    ``conv``: for the convolution library's kernels (``conv_latency``, ``conv_min_tile`` where set);
+    ``tf32``: for an fp32 GEMM on the TF32/XF32 kernels (``gemm_tile_feed_bandwidth_tf32`` where set)."""
     def get(name: str) -> Any:
+        if conv and name == "gemm_latency" and target.conv_latency is not None:
+            return target.conv_latency
         return default_value("gpu", name, getattr(target, name))
-    narrowest = (target.gemm_min_tile_fp32 if vector_units else None) or target.gemm_min_tile
+    narrowest = (target.gemm_min_tile_fp32 if vector_units else None) or \
+        (target.conv_min_tile if conv else None) or target.gemm_min_tile
     # the split-K threshold and the tile feed bound describe the tensor-core kernels they were
     # measured on; SGEMM kernels on the CUDA cores keep the defaults
     fill = 1.0 if vector_units else float(target.gemm_split_k_fill or 1.0)
-    feed = 0.0 if vector_units else float(target.gemm_tile_feed_bandwidth or 0.0)
+    feed = 0.0 if vector_units else \
+        float((target.gemm_tile_feed_bandwidth_tf32 if tf32 else None) or target.gemm_tile_feed_bandwidth or 0.0)
     return GemmTerms(float(get("gemm_latency")), float(get("gemm_wave_overhead")),
                      float(get("gemm_epilogue_exposed")), int(get("gemm_max_split_k")),
                      max(int(narrowest or SKINNY_TILE_STEP), 1), fill, feed)

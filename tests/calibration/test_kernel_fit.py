@@ -7,7 +7,13 @@ import pytest
 
 from narrowpipe.backends import get_target
 from narrowpipe.calibration import calibrate
-from narrowpipe.calibration.kernel_fit import errors, fit_kernel_terms, fitted_target, kernel_cases, predict
+from narrowpipe.calibration.kernel_fit import (
+    errors,
+    fit_kernel_terms,
+    fitted_target,
+    kernel_cases,
+    predict,
+)
 from narrowpipe.calibration.kernel_measurements import KernelMeasurement
 from narrowpipe.errors import NarrowpipeError
 
@@ -89,3 +95,25 @@ def test_the_cli_calibrates_a_chip_from_a_kernel_csv(tmp_path, capsys):
     out = tmp_path / "mine.toml"
     assert main(["calibrate", "--base", "h100", "--from-measurements", str(csv), "--out", str(out)]) == 0
     assert "wrote" in capsys.readouterr().out and get_target(str(out)).name == "h100-sxm-calibrated"
+
+
+def _conv_rows(chip: str) -> list[KernelMeasurement]:
+    """Stride-1 same-padded 3x3 fp16 forward convolutions: many rows, as DeepBench has per chip."""
+    return [KernelMeasurement("T", chip, "conv_fwd", "fp16",
+                              {"n": n, "c": c, "h": hw, "w": hw, "k": k, "r": 3, "s": 3, "ph": 1, "pw": 1,
+                               "sh": 1, "sw": 1}, 1.0, "kernel")
+            for n in (1, 8) for c in (64, 256) for hw in (7, 28) for k in (64, 256)]
+
+
+def test_the_fit_recovers_a_gemm_floor_among_many_convolution_rows():
+    """Truth: GEMMs pay 5 us, convolutions 14 us (the GEMM and the convolution library's floors).
+    16 convolution rows and 6 GEMMs, both floors starting at 10 us: both are recovered."""
+    t4 = get_target("t4")
+    truth = fitted_target(t4, {"gemm_latency": 5e-6, "conv_latency": 14e-6}, "truth")
+    gemms = [KernelMeasurement("T", "t4", "gemm", "fp16", {"b": 1, "m": m, "n": n, "k": k}, 1.0, "kernel")
+             for m, n, k in ((512, 16, 512), (1024, 32, 512), (2048, 64, 1024), (512, 512, 512),
+                             (4096, 4096, 256), (1024, 1024, 2048))]
+    rows = _measured_as(truth, gemms + _conv_rows("t4"))
+    start = fitted_target(t4, {"gemm_latency": 10e-6, "conv_latency": 10e-6}, "start")
+    res = fit_kernel_terms(kernel_cases(rows, start), start, ["gemm_latency", "conv_latency"])
+    assert res.values == pytest.approx({"gemm_latency": 5e-6, "conv_latency": 14e-6})

@@ -72,7 +72,8 @@ def test_a_convolution_kernel_that_splits_no_k_runs_its_whole_reduction_in_one_t
     """A 7x7, 512 -> 64 channel 3x3 layer at batch 1 (fp16): M = 49 output positions (a 56-row tile),
     N = 64, K = 512 x 9 = 4608 in 144 steps of 32. One output tile: split 1 runs all 144 steps on one
     SM; split 16 would run 9 per SM."""
-    t1, t16 = _t4(gemm_min_tile=8, conv_max_split_k=1), _t4(gemm_min_tile=8, conv_max_split_k=16)
+    t1 = _t4(gemm_min_tile=8, conv_min_tile=8, conv_max_split_k=1)
+    t16 = _t4(gemm_min_tile=8, conv_min_tile=8, conv_max_split_k=16)
     per_sm = t1.matrix_flops["fp16"] * t1.matmul_efficiency / t1.sm_count
     g = _conv(1, 512, 7, 64, 3, DType.FP16)
     assert _kernel(g, t1).compute_s == pytest.approx(2 * 56 * 64 * 32 * 144 / per_sm, rel=1e-9)
