@@ -179,6 +179,10 @@ class CpuTarget(Target):
     #: blocks' sizes: points are (keys, achieved fraction of the matrix peak, softmax included).
     #: Absent: the GEMM curve.
     attention_curve: tuple[tuple[float, float], ...] = spec_field("curve")
+    #: GEMM efficiency by shape: (M, N, K, achieved fraction of the matrix peak) measured over a grid
+    #: of M, N and K (the BLAS's blocking and packing costs depend on each dim, not only on the
+    #: FLOPs). Plain GEMMs interpolate it in log space; absent: matmul_curve x matmul_skinny_curve.
+    matmul_grid: tuple[tuple[int, int, int, float], ...] = spec_field("grid")
     #: Buffers at least this large are mapped fresh from the operating system at every allocation
     #: (glibc's malloc serves them with mmap and returns them with munmap), so each op output, or
     #: library temporary, of that size pays a page fault and zeroing per page on first touch.

@@ -1,9 +1,10 @@
 """CPU execution model: cores x SIMD x FMA x clock (AMX tiles for bf16/int8 where present), memory
 bandwidth from DRAM or, for working sets that fit, the last-level cache, and a per-op dispatch
 overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion). A calibrated
-target's curves replace the fixed efficiencies: GEMM efficiency by FLOPs and by the smaller
-output side (skinny GEMMs), bandwidth by transfer size, transcendental rates per function. Each
-kernel also pays for the fresh pages of the large buffers it allocates (:mod:`.fresh_pages`).
+target's curves replace the fixed efficiencies: GEMM efficiency by shape from a measured (M, N, K)
+grid (:mod:`.gemm_grid`), else by FLOPs and by the smaller output side (skinny GEMMs), bandwidth
+by transfer size, transcendental rates per function. Each kernel also pays for the fresh pages of
+the large buffers it allocates (:mod:`.fresh_pages`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .common import (
 )
 from .fresh_pages import fresh_page_time
 from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
+from .gemm_grid import grid_efficiency
 from .program import DeviceGroup, Program, Schedule
 from .routing import kernel_time
 from .sequential import SequentialModel, one_device_schedule
@@ -116,6 +118,10 @@ class CpuModel(SequentialModel):
         if g.group_rows:   # eager grouped GEMM: one GEMM per reached expert, each at its own efficiency
             parts = [(2 * r * g.n * g.k, min(r, g.n)) for r in g.group_rows]
             return self._contraction(kernel, g.dtype, None, program, target, parts)
+        if target.matmul_grid and kernel.kind == "matmul" and g.batch == 1 and g.dtype is DType.FP32:
+            # a plain fp32 GEMM runs at the efficiency measured for its shape
+            eff = max(grid_efficiency(target.matmul_grid, g.m, g.n, g.k), MIN_MATMUL_EFFICIENCY)
+            return self._contraction(kernel, g.dtype, None, program, target, efficiency=eff)
         return self._contraction(kernel, g.dtype, min(g.m, g.n), program, target)
 
     def attention(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
@@ -135,12 +141,15 @@ class CpuModel(SequentialModel):
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=bw, note="fused attention")
 
     def _contraction(self, kernel: Kernel, dtype: DType, min_mn: int | None, program: Program,
-                     target: CpuTarget, parts: list[tuple[int, int]] | None = None) -> KernelTime:
+                     target: CpuTarget, parts: list[tuple[int, int]] | None = None,
+                     efficiency: float | None = None) -> KernelTime:
         """FLOPs at the matrix rate and the GEMM (or direct-convolution) efficiency, plus
         transcendentals, against traffic from DRAM or the LLC. ``parts`` (FLOPs, smaller side) splits
-        a grouped GEMM into its experts' GEMMs."""
+        a grouped GEMM into its experts' GEMMs; ``efficiency``, when given, is the GEMM's own."""
         rate = self.matmul_rate(target, dtype, program.options)
-        if parts:
+        if efficiency is not None:
+            compute = kernel.cost.flops / (rate.flops_per_s * efficiency)
+        elif parts:
             compute = sum(f / (rate.flops_per_s * matmul_efficiency(target, f, mn)) for f, mn in parts)
         else:
             eff = matmul_efficiency(target, kernel.cost.flops, min_mn)
