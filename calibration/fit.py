@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from ..backends import CpuTarget, Target
 from ..backends.defaults import AMX_BF16_OPS_PER_CYCLE, default_for, default_value
 from .host import HostCpu
+from .pad_sweep import pad_row_time
 from .robust import check_gemm_plateau, monotone, plausible_rates, robust_median
 from .sweeps import Measurement
 
@@ -221,6 +222,11 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         if not value:
             sources.pop(key, None)
     extra: dict[str, object] = {}
+    pad_row = pad_row_time(measurements)
+    if pad_row is not None:
+        extra["pad_row_time"] = pad_row
+        sources["pad_row_time"] = ("measured: a one-column constant pad of 200,704 floats in rows of 7 minus in rows "
+                                   "of 56, per row (calibrate)")
     if c.gemm_grid:
         extra["matmul_grid"] = c.gemm_grid
         sources["matmul_grid"] = "measured: fp32 GEMMs over a grid of M, N and K, weights cold (calibrate)"
