@@ -99,7 +99,7 @@ def _markdown(env: dict[str, Any], target: CpuTarget, sweep: list[Case], models:
     lines.append(f"| end-to-end ({clock} clock) | {len(judged)} | {statistics.median(judged):.1%} | "
                  f"{max(judged):.1%} | {summary['previous_e2e_median']} |")
     lines += ["", "| model | kernels | module calls | measured (wall) | measured (CPU) | predicted | "
-              "of it per-op overhead | error vs wall | error vs CPU | previous error ({pd}, wall) |",
+              f"of it per-op overhead | error vs wall | error vs CPU | previous error ({pd}, wall) |",
               "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for m in models:
         c = m.end_to_end
