@@ -57,3 +57,12 @@ def test_the_row_cost_is_the_time_difference_over_the_row_difference():
     assert pad_row_time(ms) == pytest.approx((95.264e-6 - 20e-6) / (28672 - 3584))
     assert pad_row_time(ms[:1]) is None
     assert pad_row_time([ms[1], dataclasses.replace(ms[0], seconds=1.0)]) == 0.0   # never negative
+
+
+def test_reflection_and_replication_pads_have_no_interior_copy():
+    g = Graph("pad")
+    x = g.add_input("x", TensorType(DType.FP32, (1, 8, 7, 7)))
+    g.set_outputs(g.add_node(Op.PAD, [x], [TensorType(DType.FP32, (1, 8, 9, 9))], {"mode": "reflect"}).outputs)
+    table = interpret(g, {})
+    (node,) = g.nodes
+    assert pad_rows(Kernel("pad", "elementwise", [node], node, table.costs[node]), table) == 0
