@@ -109,6 +109,26 @@ def _tile(label: str, value: Any) -> tuple[int, int, int]:
     return (m, n, k)
 
 
+def _grid(label: str, value: Any) -> tuple[tuple[int, int, int, float], ...]:
+    """(M, N, K, fraction) points, one for every combination of the M, N and K values they list (a
+    full grid, so it can be interpolated cell by cell), each shape once."""
+    expected = "an array of [M, N, K, fraction] points"
+    out: list[tuple[int, int, int, float]] = []
+    for i, point in enumerate(_sequence(label, value, expected)):
+        row = _sequence(f"{label}[{i}]", point, "an [M, N, K, fraction] point")
+        if len(row) != 4:
+            raise _fail(f"{label}[{i}]", "an [M, N, K, fraction] point", point, show_type=False)
+        m, n, k = (_count(f"{label}[{i}][{j}]", x, allow_zero=False) for j, x in enumerate(row[:3]))
+        out.append((m, n, k, _fraction(f"{label}[{i}][3]", row[3])))
+    shapes = {p[:3] for p in out}
+    axes = [{p[j] for p in out} for j in range(3)]
+    if len(shapes) != len(out) or len(out) != len(axes[0]) * len(axes[1]) * len(axes[2]):
+        raise TargetSpecError(f"field {label!r}: expected one point for every combination of its M, N and K "
+                              f"values ({len(axes[0])} x {len(axes[1])} x {len(axes[2])}), got {len(out)} "
+                              f"points for {len(shapes)} shapes")
+    return tuple(sorted(out))
+
+
 def _text(label: str, value: Any, spec: Spec) -> str:
     if not isinstance(value, str):
         raise _fail(label, "a string", value)
@@ -139,6 +159,8 @@ def check_value(label: str, spec: Spec, value: Any) -> Any:
         return _curve(label, value)
     if kind == "tile":
         return _tile(label, value)
+    if kind == "grid":
+        return _grid(label, value)
     if kind == "tiles":
         tiles = _sequence(label, value, "an array of [M, N, K] tiles")
         return tuple(_tile(f"{label}[{i}]", t) for i, t in enumerate(tiles))

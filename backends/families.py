@@ -189,10 +189,22 @@ class CpuTarget(Target):
     #: (measured by ``calibrate`` as a small model's time per op minus its ops' bare times).
     #: Whole-model predictions pay it; bare-op predictions do not.
     eager_op_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    #: What an eager run pays per ``nn.Module`` call (``__call__``, hook checks, the forward's own
+    #: frame), measured by ``calibrate`` as nested trivial modules minus the same ops inline; a
+    #: whole-model prediction pays it for each module call its graph records (``module_calls``).
+    eager_module_call_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
     #: The eager fused attention kernel (PyTorch's CPU flash attention) by key length, which sets its
     #: blocks' sizes: points are (keys, achieved fraction of the matrix peak, softmax included).
     #: Absent: the GEMM curve.
     attention_curve: tuple[tuple[float, float], ...] = spec_field("curve")
+    #: GEMM efficiency by shape: (M, N, K, achieved fraction of the matrix peak) measured over a grid
+    #: of M, N and K (the BLAS's blocking and packing costs depend on each dim, not only on the
+    #: FLOPs). Plain GEMMs interpolate it in log space; absent: matmul_curve x matmul_skinny_curve.
+    matmul_grid: tuple[tuple[int, int, int, float], ...] = spec_field("grid")
+    #: Seconds per contiguous input row of a constant pad beyond its bytes (PyTorch fills the
+    #: output, then copies the input into its interior one row at a time; measured by ``calibrate``
+    #: at two row lengths). Absent: a pad is a copy.
+    pad_row_time: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
     #: Buffers at least this large are mapped fresh from the operating system at every allocation
     #: (glibc's malloc serves them with mmap and returns them with munmap), so each op output, or
     #: library temporary, of that size pays a page fault and zeroing per page on first touch.

@@ -19,13 +19,14 @@ __all__ = ["Spec", "spec_field", "specs", "stem", "file_keys", "keymap", "NUMERI
 #: Kinds of field. quantity: a physical number with units; rates: dtype -> FLOP/s table;
 #: count: an integer; fraction: in (0, 1]; flag: bool; curve: ((size, fraction), ...);
 #: tiles: ((M, N, K), ...); tile: (M, N, K); dims: (int, ...); text: str; names: (str, ...);
+#: grid: ((M, N, K, fraction), ...) over every combination of the listed M, N and K;
 #: level: a nested network level (systems only); sources: field -> source key.
 KINDS = ("quantity", "rates", "count", "fraction", "flag", "curve", "tiles", "tile", "dims",
-         "text", "names", "level", "sources")
+         "text", "names", "level", "sources", "grid")
 
 #: Kinds whose values are facts about hardware and therefore need a source.
 NUMERIC_KINDS = frozenset({"quantity", "rates", "count", "fraction", "flag", "curve", "tiles",
-                           "tile", "dims"})
+                           "tile", "dims", "grid"})
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def spec_field(kind: str, *, units: str | None = None, unit: str | None = None,
         return dataclasses.field(metadata=meta)
     if kind == "rates" or kind == "sources":
         return dataclasses.field(default=FrozenMap(), metadata=meta)
-    if kind in ("curve", "tiles", "dims", "names"):
+    if kind in ("curve", "tiles", "dims", "names", "grid"):
         return dataclasses.field(default=(), metadata=meta)
     if kind == "text":
         return dataclasses.field(default="", metadata=meta)

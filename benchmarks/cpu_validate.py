@@ -50,7 +50,7 @@ from narrowpipe.render.validation import plot_predicted_vs_measured  # noqa: E40
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, env_header, environment  # noqa: E402
 
-PREVIOUS = RESULTS / "cpu_validate_2026-12-02.json"
+PREVIOUS = RESULTS / "cpu_validate_2026-12-03.json"
 MEDIAN_BAR, EACH_BAR, OPS_BAR = 0.10, 0.20, 0.20
 
 
@@ -76,8 +76,10 @@ def _markdown(env: dict[str, Any], target: CpuTarget, sweep: list[Case], models:
     pd = prev.get("date", "previous")
     lines = [f"# CPU validation ({env['date'][:10]})", "", env_header(env).rstrip(), f"- run time: {seconds:.0f} s",
              "", f"Target: `{target.display_name}`: dispatch {target.launch_overhead * 1e6:.2f} us per op, "
-             f"eager per-op overhead {(target.eager_op_overhead or 0) * 1e6:.2f} us per op (both measured by "
-             "`calibrate`), matmul plateau {:.0%} of the derived peak.".format(target.matmul_efficiency), "",
+             f"eager per-op overhead {(target.eager_op_overhead or 0) * 1e6:.2f} us per op, "
+             f"{(target.eager_module_call_overhead or 0) * 1e6:.2f} us per nn.Module call (all measured by "
+             "`calibrate`), matmul plateau {:.0%} of the derived peak; GEMMs by shape over a {} point (M, N, K) "
+             "grid.".format(target.matmul_efficiency, len(target.matmul_grid)), "",
              f"Models were measured in {summary['rounds']} interleaved rounds (one repeat of each per round, "
              "rotated order, after 2 warm-up calls) with torch at one thread, on two clocks: wall time and the "
              "calling thread's CPU time (`time.thread_time()`), which does not count the time the thread "
@@ -96,15 +98,16 @@ def _markdown(env: dict[str, Any], target: CpuTarget, sweep: list[Case], models:
                      + (f"{p['median_abs_error']:.1%}" if p else "-") + " |")
     lines.append(f"| end-to-end ({clock} clock) | {len(judged)} | {statistics.median(judged):.1%} | "
                  f"{max(judged):.1%} | {summary['previous_e2e_median']} |")
-    lines += ["", "| model | kernels | measured (wall) | measured (CPU) | predicted | of it per-op overhead | "
-              f"error vs wall | error vs CPU | previous error ({pd}, wall) |",
-              "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    lines += ["", "| model | kernels | module calls | measured (wall) | measured (CPU) | predicted | "
+              f"of it per-op overhead | error vs wall | error vs CPU | previous error ({pd}, wall) |",
+              "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for m in models:
         c = m.end_to_end
         p = prev.get("models", {}).get(c.name)
-        over = (m.kernels or 0) * per_op
+        over = (m.kernels or 0) * per_op + (m.module_calls or 0) * (target.eager_module_call_overhead or 0.0)
         cpu = f"{c.cpu_s * 1e3:.1f} ms ±{(c.cpu_spread or 0) / 2:.0%}" if c.cpu_s else "-"
-        lines.append(f"| {c.name} | {m.kernels} | {c.measured_s * 1e3:.1f} ms ±{(c.spread or 0) / 2:.0%} | {cpu} | "
+        lines.append(f"| {c.name} | {m.kernels} | {m.module_calls if m.module_calls is not None else '-'} | "
+                     f"{c.measured_s * 1e3:.1f} ms ±{(c.spread or 0) / 2:.0%} | {cpu} | "
                      f"{c.predicted_s * 1e3:.1f} ms | {over / c.predicted_s:.0%} | {c.error:+.1%} | "
                      + (f"{c.cpu_error:+.1%}" if c.cpu_error is not None else "-") + " | "
                      + (f"{p:+.1%}" if p is not None else "-") + " |")

@@ -28,6 +28,7 @@ from .fit import apply_measurements, host_target
 from .host import describe_cpu
 from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
 from .kernel_measurements import read_kernel_measurements
+from .module_calls import measure_module_call
 from .sweeps import Measurement, run_all
 from .vector_measurements import VECTOR_KINDS
 
@@ -81,9 +82,9 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
             raise NarrowpipeError("no CUDA device is available; calibrate the CPU with --device cpu")
         measurements = run_all(device, quick, progress)
         if device == "cpu":
-            measurements.append(measure_eager())
+            measurements += [measure_module_call(), measure_eager()]
             if progress:
-                progress("eager model")
+                progress("module calls, eager model")
     if base is None and device.startswith("cuda"):
         base = cuda_target_name(torch.cuda.get_device_name())
     if base is not None:
@@ -95,11 +96,19 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         device_name = host.model
     eager = [m for m in measurements if m.kind == "eager_model"]
     if eager and isinstance(target, CpuTarget):
-        overhead, kernels, _ = fit_eager_overhead(target, eager[-1])
+        module = [m for m in measurements if m.kind == "module_call"]
+        per_call = module[-1].seconds if module else None
+        overhead, kernels, _ = fit_eager_overhead(target, eager[-1], per_call or 0.0)
         sources = {**target.sources, "eager_op_overhead":
                    f"measured: an eager {eager[-1].shape} transformer stack's forward minus its {kernels} ops' "
-                   "predicted bare times, per op (calibrate)"}
-        target = dataclasses.replace(target, eager_op_overhead=overhead, sources=sources)
+                   "predicted bare times" + (" and its module calls" if module else "") + ", per op (calibrate)"}
+        fields: dict[str, object] = {"eager_op_overhead": overhead}
+        if module:
+            fields["eager_module_call_overhead"] = per_call
+            sources["eager_module_call_overhead"] = (
+                f"measured: {module[-1].shape[1]} adds through {module[-1].shape[0]} nested trivial modules minus "
+                "the same adds inline, per module call (calibrate)")
+        target = dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
     out = Path(out)
     dump_target(target, out)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),

@@ -5,7 +5,8 @@ eagerly, each op also pays the module call around it, argument handling and the 
 ops (views, reshapes, residual bookkeeping): on a CPU with small tensors this is several
 microseconds per op, the same size as the dispatch itself. It is measured on a small model built
 from plain torch modules (a GPT-style stack whose ops are tiny, so their bare times are mostly
-dispatch): overhead = (measured forward - predicted forward without it) / launched kernels.
+dispatch): overhead = (measured forward - predicted forward without it - its module calls at the
+cost :mod:`.module_calls` measured) / launched kernels.
 """
 
 from __future__ import annotations
@@ -67,11 +68,15 @@ def measure_eager(shape: tuple[int, int, int, int] = EAGER_MODEL) -> Measurement
     return Measurement("eager_model", "fp32", shape, 0, 0, t)
 
 
-def fit_eager_overhead(target: Target, m: Measurement) -> tuple[float, int, float]:
-    """(overhead per launched kernel, kernels, predicted seconds without it) for measurement ``m``."""
-    from ..frontends.torch.frontend import from_torch
+def fit_eager_overhead(target: Target, m: Measurement, module_call_s: float = 0.0) -> tuple[float, int, float]:
+    """(overhead per launched kernel, kernels, predicted seconds without it) for measurement ``m``;
+    the stack's ``nn.Module`` calls at ``module_call_s`` each (measured apart) are taken out first,
+    so the per-op overhead is what remains per op."""
+    from ..frontends.torch.frontend import MODULE_CALLS_META, from_torch
     model, args = eager_model(*m.shape)
-    report = analyze(from_torch(model, args), target, fusion="none", eager_overhead=False)
+    graph = from_torch(model, args)
+    report = analyze(graph, target, fusion="none", eager_overhead=False)
     assert report.time_s is not None and report.timing is not None
     kernels = report.timing.kernels
-    return max(0.0, (m.seconds - report.time_s) / max(kernels, 1)), kernels, report.time_s
+    modules = int(graph.meta.get(MODULE_CALLS_META, 0)) * module_call_s
+    return max(0.0, (m.seconds - report.time_s - modules) / max(kernels, 1)), kernels, report.time_s

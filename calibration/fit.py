@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from ..backends import CpuTarget, Target
 from ..backends.defaults import AMX_BF16_OPS_PER_CYCLE, default_for, default_value
 from .host import HostCpu
+from .pad_sweep import pad_row_time
 from .robust import check_gemm_plateau, monotone, plausible_rates, robust_median
 from .sweeps import Measurement
 
@@ -53,6 +54,7 @@ class Curves:
     vector_ops: dict[str, float] = dataclasses.field(default_factory=dict)
     fresh_page_bandwidth: float | None = None
     attention_curve: tuple[tuple[float, float], ...] = ()
+    gemm_grid: tuple[tuple[int, int, int, float], ...] = ()
 
 
 def _binned(points: Iterable[tuple[float, float]], per_decade: int = 3) -> tuple[tuple[float, float], ...]:
@@ -114,7 +116,19 @@ def fit_curves(measurements: list[Measurement], peaks: dict[str, float], vector_
             for m in measurements if m.kind.startswith("vector_op:")}
     return Curves(overhead, mcurve, round(min(max(plateau, 1e-3), 1.0), 4), bcurve, best,
                   round(min(max(mem_eff, 1e-3), 1.0), 4), scurve, trans, ccurve, vops, fresh_bw,
-                  _attention_curve(measurements, peaks, overhead))
+                  _attention_curve(measurements, peaks, overhead), _gemm_grid(measurements, peaks, overhead))
+
+
+def _gemm_grid(measurements: list[Measurement], peaks: dict[str, float],
+               overhead: float) -> tuple[tuple[int, int, int, float], ...]:
+    """(M, N, K, achieved fraction of the matrix peak) of the GEMM grid measurements, dispatch
+    taken out as for the square curve; empty unless they form a full grid (an interrupted run)."""
+    points = {m.shape: min(max(round(m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype]), 4), 1e-4), 1.0)
+              for m in measurements if m.kind == "gemm_grid" and m.dtype in peaks}
+    axes = [{s[j] for s in points} for j in range(3)]
+    if not points or len(points) != len(axes[0]) * len(axes[1]) * len(axes[2]):
+        return ()
+    return tuple(sorted((s[0], s[1], s[2], e) for s, e in points.items()))
 
 
 def _attention_curve(measurements: list[Measurement], peaks: dict[str, float],
@@ -163,7 +177,7 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
     # runs at): the fastest fp32 contraction, GEMM or direct convolution (oneDNN's can outrun the
     # BLAS GEMM), sets the peak, so no measured efficiency is clipped at 1.
     fastest = max((m.flops / m.seconds for m in measurements
-                   if m.kind in ("matmul", "conv") and m.dtype == "fp32" and m.seconds > 0), default=0.0)
+                   if m.kind in ("matmul", "conv", "gemm_grid") and m.dtype == "fp32" and m.seconds > 0), default=0.0)
     raised = fastest > peaks["fp32"]
     peaks["fp32"] = max(peaks["fp32"], fastest)
     c = fit_curves(measurements, peaks, host.fp32_peak)
@@ -208,6 +222,14 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         if not value:
             sources.pop(key, None)
     extra: dict[str, object] = {}
+    pad_row = pad_row_time(measurements)
+    if pad_row is not None:
+        extra["pad_row_time"] = pad_row
+        sources["pad_row_time"] = ("measured: a one-column constant pad of 200,704 floats in rows of 7 minus in rows "
+                                   "of 56, per row (calibrate)")
+    if c.gemm_grid:
+        extra["matmul_grid"] = c.gemm_grid
+        sources["matmul_grid"] = "measured: fp32 GEMMs over a grid of M, N and K, weights cold (calibrate)"
     if c.attention_curve:
         extra["attention_curve"] = c.attention_curve
         sources["attention_curve"] = "measured: scaled_dot_product_attention by key length (calibrate)"

@@ -1,9 +1,10 @@
 """CPU execution model: cores x SIMD x FMA x clock (AMX tiles for bf16/int8 where present), memory
 bandwidth from DRAM or, for working sets that fit, the last-level cache, and a per-op dispatch
 overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion). A calibrated
-target's curves replace the fixed efficiencies: GEMM efficiency by FLOPs and by the smaller
-output side (skinny GEMMs), bandwidth by transfer size, transcendental rates per function. Each
-kernel also pays for the fresh pages of the large buffers it allocates (:mod:`.fresh_pages`).
+target's curves replace the fixed efficiencies: GEMM efficiency by shape from a measured (M, N, K)
+grid (:mod:`.gemm_grid`), else by FLOPs and by the smaller output side (skinny GEMMs), bandwidth
+by transfer size, transcendental rates per function. Each kernel also pays for the fresh pages of
+the large buffers it allocates (:mod:`.fresh_pages`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ...backends.defaults import (
     CPU_ATTENTION_KV_BLOCK,
     MIN_MATMUL_EFFICIENCY,
 )
-from ...ir import DType
+from ...ir import DType, Op
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from .common import (
@@ -34,6 +35,7 @@ from .common import (
 )
 from .fresh_pages import fresh_page_time
 from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
+from .gemm_grid import grid_efficiency
 from .program import DeviceGroup, Program, Schedule
 from .routing import kernel_time
 from .sequential import SequentialModel, one_device_schedule
@@ -52,7 +54,7 @@ class CpuModel(SequentialModel):
         assert isinstance(target, CpuTarget)
         times = [self._with_fresh_pages(kernel_time(k, program, target, self), k, program, target)
                  for k in program.kernels]
-        return one_device_schedule(program, target, times)
+        return one_device_schedule(program, target, _with_module_calls(times, program, target))
 
     @staticmethod
     def _with_fresh_pages(kt: KernelTime, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
@@ -105,8 +107,19 @@ class CpuModel(SequentialModel):
 
     def kernel_overhead(self, target: CpuTarget, program: Program) -> float:
         """Dispatch, plus the eager per-op host glue when a whole model runs eagerly."""
-        eager = program.options.eager_overhead and program.options.fusion == "none"
-        return target.launch_overhead + ((target.eager_op_overhead or 0.0) if eager else 0.0)
+        return target.launch_overhead + ((target.eager_op_overhead or 0.0) if _eager(program) else 0.0)
+
+    def vector(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
+        """The vector units' time, plus a constant pad's per-row copy cost where the target measured
+        one (:func:`pad_rows`)."""
+        kt = super().vector(kernel, program, target)
+        rows = pad_rows(kernel, program.table)
+        if not (rows and target.pad_row_time):
+            return kt
+        extra = rows * target.pad_row_time
+        compute = kt.compute_s + extra
+        return replace(kt, compute_s=compute, time_s=kt.time_s + extra, note="; ".join(
+            x for x in (kt.note, "pad rows") if x), bound=bound_of(compute, kt.memory_s, kt.comm_s, kt.overhead_s))
 
     def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: CpuTarget) -> KernelTime:
         if kernel.kind == "conv" and is_depthwise(program.table, kernel.anchor) \
@@ -116,6 +129,10 @@ class CpuModel(SequentialModel):
         if g.group_rows:   # eager grouped GEMM: one GEMM per reached expert, each at its own efficiency
             parts = [(2 * r * g.n * g.k, min(r, g.n)) for r in g.group_rows]
             return self._contraction(kernel, g.dtype, None, program, target, parts)
+        if target.matmul_grid and kernel.kind == "matmul" and g.batch == 1 and g.dtype is DType.FP32:
+            # a plain fp32 GEMM runs at the efficiency measured for its shape
+            eff = max(grid_efficiency(target.matmul_grid, g.m, g.n, g.k), MIN_MATMUL_EFFICIENCY)
+            return self._contraction(kernel, g.dtype, None, program, target, efficiency=eff)
         return self._contraction(kernel, g.dtype, min(g.m, g.n), program, target)
 
     def attention(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
@@ -135,12 +152,15 @@ class CpuModel(SequentialModel):
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=bw, note="fused attention")
 
     def _contraction(self, kernel: Kernel, dtype: DType, min_mn: int | None, program: Program,
-                     target: CpuTarget, parts: list[tuple[int, int]] | None = None) -> KernelTime:
+                     target: CpuTarget, parts: list[tuple[int, int]] | None = None,
+                     efficiency: float | None = None) -> KernelTime:
         """FLOPs at the matrix rate and the GEMM (or direct-convolution) efficiency, plus
         transcendentals, against traffic from DRAM or the LLC. ``parts`` (FLOPs, smaller side) splits
-        a grouped GEMM into its experts' GEMMs."""
+        a grouped GEMM into its experts' GEMMs; ``efficiency``, when given, is the GEMM's own."""
         rate = self.matmul_rate(target, dtype, program.options)
-        if parts:
+        if efficiency is not None:
+            compute = kernel.cost.flops / (rate.flops_per_s * efficiency)
+        elif parts:
             compute = sum(f / (rate.flops_per_s * matmul_efficiency(target, f, mn)) for f, mn in parts)
         else:
             eff = matmul_efficiency(target, kernel.cost.flops, min_mn)
@@ -153,3 +173,50 @@ class CpuModel(SequentialModel):
         unit = "AMX" if rate.note == "AMX tiles" else "SIMD FMA"
         return roofline(compute, mem, 0.0, self.kernel_overhead(target, program), unit, peak_flops=rate.flops_per_s,
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=bw, note=rate.note)
+
+
+def _eager(program: Program) -> bool:
+    """A whole model run eagerly, op by op (what pays the host's per-op and per-module costs)."""
+    return program.options.eager_overhead and program.options.fusion == "none"
+
+
+def _with_module_calls(times: list[KernelTime], program: Program, target: CpuTarget) -> list[KernelTime]:
+    """An eager run's ``nn.Module`` calls (the graph's ``module_calls``, recorded by the torch
+    frontend) at the target's cost per call, spread evenly over the launched kernels: the calls
+    wrap the ops, and no one kernel owns them."""
+    calls = int(program.table.graph.meta.get("module_calls", 0) or 0)
+    per_call = target.eager_module_call_overhead or 0.0
+    launched = [i for i, t in enumerate(times) if t.time_s > 0.0]
+    if not (calls and per_call and launched and _eager(program)):
+        return times
+    share = calls * per_call / len(launched)
+    out = list(times)
+    for i in launched:
+        kt = out[i]
+        overhead = kt.overhead_s + share
+        out[i] = replace(kt, time_s=kt.time_s + share, overhead_s=overhead,
+                         bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
+    return out
+
+
+def pad_rows(kernel: Kernel, table: CostTable) -> int:
+    """The contiguous runs a constant pad copies its input in: the input's elements over the length
+    of the run below its innermost padded dim (a padded last dim: one run per row). 0 for a kernel
+    that is not a pad, and for a pad that pads nothing (PyTorch then clones the input in one pass)."""
+    node = kernel.anchor
+    if node.op is not Op.PAD or not node.inputs or node.inputs[0] is None or not node.outputs:
+        return 0
+    source = f"{node.source.op if node.source else ''} {node.attrs.get('mode', '')}".lower()
+    if any(mode in source for mode in ("reflect", "replicat", "circular", "edge")):
+        return 0            # those pads compute every output element from an index map, no interior copy
+    src, dst = table.shapes[node.inputs[0]], table.shapes[node.outputs[0]]
+    padded = [d for d in range(min(len(src), len(dst))) if src[d] != dst[d]]
+    if not padded or len(src) != len(dst):
+        return 0
+    run = 1
+    for d in src[padded[-1]:]:
+        run *= d
+    numel = 1
+    for d in src:
+        numel *= d
+    return numel // max(run, 1)

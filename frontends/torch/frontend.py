@@ -118,7 +118,23 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
                           constants=constants)
     outputs = lowerer.lower(gm.graph, mapping, lambda n: lowerer.get_attr(gm, n))
     graph.set_outputs(outputs)
+    graph.meta[MODULE_CALLS_META] = module_calls(gm)
     return maybe_verify(graph, "the torch frontend")
+
+
+#: ``graph.meta`` key: how many ``nn.Module`` calls the exported forward made.
+MODULE_CALLS_META = "module_calls"
+
+
+def module_calls(gm: fx.GraphModule) -> int:
+    """The ``nn.Module`` calls of the traced forward: the distinct entries of the nodes'
+    ``nn_module_stack`` (export keys each call of a module, a repeated call as ``name@1``). An eager
+    run pays ``nn.Module.__call__`` for each; a module none of whose code reached an aten op (an
+    eval-mode dropout) leaves no entry and is not counted."""
+    keys: set[str] = set()
+    for node in gm.graph.nodes:
+        keys.update(node.meta.get("nn_module_stack") or ())
+    return len(keys)
 
 
 def from_graph_module(gm: fx.GraphModule, args: tuple[Any, ...] = (), *, strict: bool = False,

@@ -26,3 +26,20 @@ def test_calibrate_measures_the_eager_overhead_and_a_depthwise_rate(host):
     assert t.eager_op_overhead is not None and 0 <= t.eager_op_overhead < 1e-3
     assert t.source("eager_op_overhead").startswith("measured:")
     assert t.vector_op_flops["conv_depthwise"] > 0
+
+
+def test_the_fit_takes_the_stacks_module_calls_out_first():
+    pytest.importorskip("torch")
+    cpu = get_target("epyc-9755")
+    _, kernels, bare = fit_eager_overhead(cpu, Measurement("eager_model", "fp32", EAGER_MODEL, 0, 0, 1.0))
+    layers = EAGER_MODEL[0]
+    calls = 1 + layers * (1 + 2 + 4) + 1        # the stack, per block itself, 2 norms, 4 linears; the final norm
+    measured = bare + kernels * 9e-6 + calls * 2e-6
+    overhead, _, _ = fit_eager_overhead(cpu, Measurement("eager_model", "fp32", EAGER_MODEL, 0, 0, measured), 2e-6)
+    assert overhead == pytest.approx(9e-6)
+
+
+def test_calibrate_measures_the_module_call_cost(host):
+    t = get_target(str(host))
+    assert t.eager_module_call_overhead is not None and 0 <= t.eager_module_call_overhead < 1e-4
+    assert t.source("eager_module_call_overhead").startswith("measured:")

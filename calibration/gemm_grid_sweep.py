@@ -1,0 +1,42 @@
+"""The GEMM grid ``calibrate`` measures on the CPU: every combination of a few M, N and K sizes.
+
+Why a grid: the square-GEMM curve by FLOPs and one skinny curve (N = K = 2048) missed a
+64x3072x768 GEMM by 20%: the BLAS's packing and blocking costs depend on each dim. The sizes span
+decode (M = 1) to prompt-sized row counts and the hidden and MLP widths of common layers; they are
+spaced about 3x apart so log-space interpolation between them (:mod:`narrowpipe.costmodel.execution.
+gemm_grid`) stays close, and chosen not to contain the validation's held-out GEMM shapes
+(:mod:`.validate`). Weights are cold (a forward pass reads each layer's weights once), the
+activations hot. About 175 shapes, 20-30 s on one core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..costmodel.interpreter import op_cost
+from ..ir import DType, Op, TensorType
+from .sweeps import Measurement, cold_copies, median_time
+
+__all__ = ["GRID_M", "GRID_NK", "gemm_grid_sweep"]
+
+#: Rows (tokens x batch, or output positions): decode to a prompt batch.
+GRID_M = (1, 4, 16, 48, 128, 384, 1024)
+#: Output and reduction widths: narrow heads to MLP widths.
+GRID_NK = (64, 256, 768, 2048, 3072)
+
+
+def gemm_grid_sweep(device: str = "cpu", ms: tuple[int, ...] = GRID_M,
+                    nks: tuple[int, ...] = GRID_NK) -> Iterator[Measurement]:
+    """fp32 ``torch.mm`` at every (M, N, K) of the grid: kind ``gemm_grid``, weights cold."""
+    import torch
+    f32 = DType.FP32
+    for n in nks:
+        for k in nks:
+            # one set of cold weight copies per (N, K), shared by every M
+            weights = cold_copies(lambda: torch.randn(k, n, device=device), 4 * k * n)  # noqa: B023
+            for m in ms:
+                a = torch.randn(m, k, device=device)
+                t = median_time(lambda: torch.mm(a, weights()), device=device)  # noqa: B023
+                c = op_cost(Op.DOT, [TensorType(f32, (m, k)), TensorType(f32, (k, n))], [TensorType(f32, (m, n))],
+                            {"lhs_contract": (1,), "rhs_contract": (0,)})
+                yield Measurement("gemm_grid", "fp32", (m, n, k), c.flops, c.bytes, t)

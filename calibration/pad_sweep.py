@@ -1,0 +1,45 @@
+"""What a constant pad costs per row of its input, measured by ``calibrate`` on the CPU.
+
+PyTorch's ``constant_pad_nd`` (aten/src/ATen/native/PadNd.cpp) allocates the output, fills it with
+the pad value, then copies the input into the output's interior through a narrowed, strided view:
+the copy runs once per contiguous run of the input (a row, when the last dim is padded), and each
+run costs a loop set-up on top of its bytes. Late convolution stages have short rows (7 floats at
+7x7), so a pad there costs several times its bytes' time (960x7x7: 27 us against 3 us for a
+clone of the same input, measured here). Measured as the same input size padded by one column at
+two row lengths, 56 and 7 floats: the time difference over the row difference is the cost of one
+row (the bytes moved are nearly the same; the output grows 12% more at the short rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..costmodel.interpreter import op_cost
+from ..ir import DType, Op, TensorType
+from .sweeps import Measurement, median_time
+
+__all__ = ["PAD_ROWS", "pad_row_sweep"]
+
+#: (rows, row length) of the two measured inputs: the same 200,704 elements.
+PAD_ROWS = ((3584, 56), (28672, 7))
+
+
+def pad_row_sweep(device: str = "cpu") -> Iterator[Measurement]:
+    """A one-column constant pad, ``F.pad(x, (0, 1))``, of each input in ``PAD_ROWS`` (cache-resident)."""
+    import torch
+    import torch.nn.functional as F
+    for rows, width in PAD_ROWS:
+        x = torch.randn(rows, width, device=device)
+        t = median_time(lambda: F.pad(x, (0, 1)), device=device)  # noqa: B023
+        c = op_cost(Op.PAD, [TensorType(DType.FP32, (rows, width))], [TensorType(DType.FP32, (rows, width + 1))])
+        yield Measurement("pad_rows", "fp32", (rows, width), 0, c.bytes, t)
+
+
+def pad_row_time(measurements: list[Measurement]) -> float | None:
+    """Seconds per input row of a constant pad: the difference of the two measurements over their
+    row difference (never negative); None without both."""
+    pads = sorted((m.shape[0], m.seconds) for m in measurements if m.kind == "pad_rows")
+    if len(pads) < 2 or pads[-1][0] == pads[0][0]:
+        return None
+    (r0, t0), (r1, t1) = pads[0], pads[-1]
+    return max(0.0, (t1 - t0) / (r1 - r0))
