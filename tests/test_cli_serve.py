@@ -1,6 +1,7 @@
 """The serving commands: a capacity plan under a latency target, one deployment, a sweep, --mode."""
 
 import json
+import re
 
 import pytest
 
@@ -83,3 +84,14 @@ def test_analyze_counts_the_graph_as_given_and_mode_prefill_says_its_head_runs_o
     assert as_given["dims"] == {"batch": 1, "seq": 128} and not any("--mode" in n for n in as_given["notes"])
     assert as_given["totals"]["flops"] - prefill["totals"]["flops"] == 2 * 127 * 1024 * 32000
     assert any(n.startswith("--mode prefill:") and "last token" in n for n in prefill["notes"])
+
+
+@pytest.mark.parametrize("value, reason", [("fp7", "unknown GEMM input format 'fp7'"),
+                                           ("int32", "'int32' .* is no quantized GEMM input"),
+                                           ("bool", "'bool' .* is not a number format")])
+def test_a_bad_gemm_inputs_format_is_refused_naming_the_flag(model, capsys, value, reason):
+    assert main(["serve", model, "--target", "h100", "--mode", "prefill", "--input", "128",
+                 "--gemm-inputs", value]) == 2
+    captured = capsys.readouterr()
+    err = " ".join((captured.out + captured.err).split())
+    assert "--gemm-inputs" in err and re.search(reason, err)

@@ -30,17 +30,24 @@ from ..precision import with_precision
 __all__ = ["Formats"]
 
 
-def _parse(text: DType | str | None, what: str) -> DType | None:
+def _parse(text: DType | str | None, what: str, option: str) -> DType | None:
+    """``text`` as a format; a bad one raises naming the keyword and the CLI flag (``option``)."""
     if text is None or text == "":
         return None
+    where = f"{option}= / --{option.replace('_', '-')}"
     if isinstance(text, DType):
-        return text
-    try:
-        dt = DType.parse(text)
-    except ValueError:
-        raise NarrowpipeError(f"unknown {what} format {text!r} (e.g. bf16, fp16, fp8_e4m3, int8, int4, fp4)") from None
+        dt = text
+    else:
+        try:
+            dt = DType.parse(text)
+        except ValueError:
+            raise NarrowpipeError(f"unknown {what} format {text!r} ({where}; e.g. bf16, fp16, fp8_e4m3, int8, int4, "
+                                  "fp4)") from None
     if not (dt.is_float or dt.is_int):
-        raise NarrowpipeError(f"{what} format {text!r} is not a number format")
+        raise NarrowpipeError(f"{what} format {dt.value!r} ({where}) is not a number format")
+    if option == "gemm_inputs" and dt.is_int and dt.bits > 8:
+        raise NarrowpipeError(f"{what} format {dt.value!r} ({where}) is no quantized GEMM input: GEMMs read 8-bit "
+                              "inputs (fp8_e4m3, int8) or a float format")
     return dt
 
 
@@ -56,8 +63,8 @@ class Formats:
     @classmethod
     def of(cls, weights: DType | str | None = None, activations: DType | str | None = None,
            kv: DType | str | None = None, gemm_inputs: DType | str | None = None) -> Formats:
-        return cls(_parse(weights, "weight"), _parse(activations, "activation"), _parse(kv, "KV cache"),
-                   _parse(gemm_inputs, "GEMM input"))
+        return cls(_parse(weights, "weight", "weights"), _parse(activations, "activation", "activations"),
+                   _parse(kv, "KV cache", "kv"), _parse(gemm_inputs, "GEMM input", "gemm_inputs"))
 
     def apply(self, graph: Graph) -> Graph:
         """``graph`` with its weights, activations and GEMM inputs retyped (a copy when anything changes)."""
