@@ -96,7 +96,8 @@ def _skipped_rows_bytes(table: CostTable, node: Node) -> int:
     if a.get("role") == "grad_input" or a.get("transposed") or x is None or w is None:
         return 0
     filt = table.shapes[node.outputs[0] if a.get("role") == "grad_weight" else w][2:]
-    if not filt or stride[0] <= filt[0]:
+    # a 1-D convolution's only axis is the contiguous one: its skipped elements share sectors too
+    if len(filt) < 2 or stride[0] <= filt[0]:
         return 0
     return int(value_bytes(table, x) * (1 - filt[0] / stride[0]))
 
