@@ -172,8 +172,9 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
         from .backends import get_target
         from .costmodel.compare import prices_by_target
         price = prices_by_target(parse_prices(args.price)).get(get_target(args.target).name)
-    graph, dims = apply_mode(graph, args, parse_sets(args.set))
+    graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set))
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
+    report.notes.extend(mode_notes)
     print_report(report, console, top=None if args.all else args.top)
     write_outputs(args, console, report)
     print_training_memory(forward, args, parse_sets(args.set), console)
@@ -190,7 +191,9 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     specs = target_specs(args.targets, args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
-    graph, fixed = apply_mode(graph, args, {})
+    graph, fixed, mode_notes = apply_mode(graph, args, {})
+    for note in mode_notes:
+        console.print(note)
     grid = {**{k: [v] for k, v in fixed.items()}, **grid}
     options = {"strict": args.strict, "prices": parse_prices(args.price), **_timing_kwargs(args)}
     if any(len(v) > 1 for v in grid.values()):

@@ -98,18 +98,21 @@ def add_mode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", type=int, default=2048, help="prompt or KV cache length for --mode (2048)")
 
 
-def apply_mode(graph: Any, args: argparse.Namespace, dims: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """The graph and dims of the serving step ``--mode`` asks for (unchanged without it)."""
+def apply_mode(graph: Any, args: argparse.Namespace,
+               dims: dict[str, Any]) -> tuple[Any, dict[str, Any], list[str]]:
+    """The graph, dims and notes of the serving step ``--mode`` asks for (unchanged, no notes, without
+    it). The notes say how the serving graph differs from the one given (a prefill's head on each
+    sequence's last token counts fewer FLOPs than the export's forward), so a report says why."""
     mode = getattr(args, "mode", None)
     if not mode:
-        return graph, dims
+        return graph, dims, []
     from .costmodel.serving import serving_graph
     sg = serving_graph(graph)
     batch = next((dims[n] for n in sg.batch_dims if n in dims), None) or 1
     tokens, past = (1, args.context) if mode == "decode" else (args.context, 0)
     out = {k: v for k, v in dims.items() if k in sg.graph.dims}
     out.update(sg.bindings(int(batch), tokens, past))
-    return sg.graph, out
+    return sg.graph, out, [f"--mode {mode}: {n}" for n in sg.notes]
 
 
 def _price(args: argparse.Namespace, target: str) -> float | None:

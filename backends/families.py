@@ -85,8 +85,9 @@ class GpuTarget(Target):
     #: Weight-gradient kernels (a GEMM reducing over batch x positions, its partial sums combined
     #: in a workspace or with atomics) reach this fraction of the unit's GEMM plateau; absent: 1.
     conv_wgrad_efficiency: float | None = spec_field("fraction")
-    #: The library's direct convolution on the vector units (cuDNN's FWD_ALGO_DIRECT family, MIOpen's
-    #: ConvolutionFwdAlgoDirect and its backward kernels): a loop over the filter taps per output,
+    #: The library's direct convolution on the vector units (MIOpen's ConvolutionFwdAlgoDirect and its
+    #: backward kernels; on cuDNN, whose FWD_ALGO_DIRECT answers NOT_SUPPORTED, an assumption standing
+    #: for its unpadded non-GEMM kernels): a loop over the filter taps per output,
     #: no channel padding, at this fraction of the vector peak. It wins where the GEMM pads a narrow
     #: side (a one-channel layer's data gradient has N = 1); absent: the library has none modelled.
     conv_direct_efficiency: float | None = spec_field("fraction")

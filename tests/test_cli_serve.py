@@ -1,6 +1,7 @@
 """The serving commands: a capacity plan under a latency target, one deployment, a sweep, --mode."""
 
 import json
+import re
 
 import pytest
 
@@ -69,3 +70,28 @@ def test_serve_takes_fp8_gemm_inputs_beside_16_bit_activations(model, tmp_path):
     w8a8, w8 = ttft("--gemm-inputs", "fp8_e4m3"), ttft()
     assert any("GEMM inputs in fp8_e4m3" in n for n in w8a8["notes"])
     assert w8a8["ttft_s"] < w8["ttft_s"]
+
+
+def test_analyze_counts_the_graph_as_given_and_mode_prefill_says_its_head_runs_on_the_last_token(model, tmp_path):
+    """Without --mode, analyze counts the graph as given (every position's logits, as the export's
+    forward computes them); --mode prefill is a serving step whose head runs on each sequence's last
+    token: 2 x (128 - 1) x 1024 x 32000 FLOPs fewer, and the report's notes say so."""
+    def report(*extra):
+        out = tmp_path / "a.json"
+        assert main(["analyze", model, "--target", "h100", "--json", str(out), "-q", *extra]) == 0
+        return json.loads(out.read_text())
+    as_given, prefill = report(), report("--mode", "prefill", "--context", "128")
+    assert as_given["dims"] == {"batch": 1, "seq": 128} and not any("--mode" in n for n in as_given["notes"])
+    assert as_given["totals"]["flops"] - prefill["totals"]["flops"] == 2 * 127 * 1024 * 32000
+    assert any(n.startswith("--mode prefill:") and "last token" in n for n in prefill["notes"])
+
+
+@pytest.mark.parametrize("value, reason", [("fp7", "unknown GEMM input format 'fp7'"),
+                                           ("int32", "'int32' .* is no quantized GEMM input"),
+                                           ("bool", "'bool' .* is not a number format")])
+def test_a_bad_gemm_inputs_format_is_refused_naming_the_flag(model, capsys, value, reason):
+    assert main(["serve", model, "--target", "h100", "--mode", "prefill", "--input", "128",
+                 "--gemm-inputs", value]) == 2
+    captured = capsys.readouterr()
+    err = " ".join((captured.out + captured.err).split())
+    assert "--gemm-inputs" in err and re.search(reason, err)

@@ -30,9 +30,15 @@ A filter shorter than its vertical stride (1x1, stride 2) leaves input rows unre
 implicit GEMM reads r of every s rows (within a row the skipped columns share memory sectors).
 
 A **strided data gradient** (stride s > 1) runs its GEMM over the output positions, whose rows land
-on 1 / s^2 of the input gradient; the other positions get no filter tap and must still be written,
-so the libraries zero-fill the whole input gradient first (a memset kernel, cuDNN's and MIOpen's
-strided backward-data paths): the plan pays one more launch and the gradient's bytes once more.
+on 1 / s^2 of the input gradient; positions with no filter tap (a filter shorter than its stride)
+or with taps shifted by padding must still be written, so the library zero-fills the whole input
+gradient first: the plan pays one more launch and the gradient's bytes once more. Source: MIOpen's
+backward-data implicit GEMM calls ``SetTensor`` with zero before its kernels unless every pad is 0
+and the filter is at least its stride in every dimension (src/conv/invokers/impl_gemm.cpp). The
+model charges the fill for every strided data gradient, that last case included (assumption:
+cuDNN's strided path, which is not public, fills as well; with MIOpen's exception applied to the
+NVIDIA rows, T4's and V100's unpadded strided data gradients move further below their measured
+times, so the exception is not taken on evidence from AMD's library alone).
 
 Whether a chip's library has the non-fused Winograd weight gradient is the target's
 ``conv_winograd_wgrad``; its GEMMs are ordinary batched GEMMs on transformed operands in memory, so
@@ -90,7 +96,8 @@ def _skipped_rows_bytes(table: CostTable, node: Node) -> int:
     if a.get("role") == "grad_input" or a.get("transposed") or x is None or w is None:
         return 0
     filt = table.shapes[node.outputs[0] if a.get("role") == "grad_weight" else w][2:]
-    if not filt or stride[0] <= filt[0]:
+    # a 1-D convolution's only axis is the contiguous one: its skipped elements share sectors too
+    if len(filt) < 2 or stride[0] <= filt[0]:
         return 0
     return int(value_bytes(table, x) * (1 - filt[0] / stride[0]))
 

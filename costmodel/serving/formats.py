@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import NarrowpipeError
-from ...ir import DType, Graph, TensorType
+from ...ir import VIEW_OPS, DType, Graph, Node, TensorType, Value
 from ...ir.ops import Op
 from ..costcache import forget
 from ..precision import with_precision
@@ -30,17 +30,24 @@ from ..precision import with_precision
 __all__ = ["Formats"]
 
 
-def _parse(text: DType | str | None, what: str) -> DType | None:
+def _parse(text: DType | str | None, what: str, option: str) -> DType | None:
+    """``text`` as a format; a bad one raises naming the keyword and the CLI flag (``option``)."""
     if text is None or text == "":
         return None
+    where = f"{option}= / --{option.replace('_', '-')}"
     if isinstance(text, DType):
-        return text
-    try:
-        dt = DType.parse(text)
-    except ValueError:
-        raise NarrowpipeError(f"unknown {what} format {text!r} (e.g. bf16, fp16, fp8_e4m3, int8, int4, fp4)") from None
+        dt = text
+    else:
+        try:
+            dt = DType.parse(text)
+        except ValueError:
+            raise NarrowpipeError(f"unknown {what} format {text!r} ({where}; e.g. bf16, fp16, fp8_e4m3, int8, int4, "
+                                  "fp4)") from None
     if not (dt.is_float or dt.is_int):
-        raise NarrowpipeError(f"{what} format {text!r} is not a number format")
+        raise NarrowpipeError(f"{what} format {dt.value!r} ({where}) is not a number format")
+    if option == "gemm_inputs" and dt.is_int and dt.bits > 8:
+        raise NarrowpipeError(f"{what} format {dt.value!r} ({where}) is no quantized GEMM input: GEMMs read 8-bit "
+                              "inputs (fp8_e4m3, int8) or a float format")
     return dt
 
 
@@ -56,8 +63,8 @@ class Formats:
     @classmethod
     def of(cls, weights: DType | str | None = None, activations: DType | str | None = None,
            kv: DType | str | None = None, gemm_inputs: DType | str | None = None) -> Formats:
-        return cls(_parse(weights, "weight"), _parse(activations, "activation"), _parse(kv, "KV cache"),
-                   _parse(gemm_inputs, "GEMM input"))
+        return cls(_parse(weights, "weight", "weights"), _parse(activations, "activation", "activations"),
+                   _parse(kv, "KV cache", "kv"), _parse(gemm_inputs, "GEMM input", "gemm_inputs"))
 
     def apply(self, graph: Graph) -> Graph:
         """``graph`` with its weights, activations and GEMM inputs retyped (a copy when anything changes)."""
@@ -82,16 +89,35 @@ class Formats:
 
 
 _GEMMS = (Op.DOT, Op.GROUPED_DOT)
+#: ops a weight passes through on its way to a GEMM in an exported graph (``t``, views, casts)
+_WEIGHT_PATH = frozenset({*VIEW_OPS, Op.PERMUTE, Op.CAST, Op.COPY, Op.DEQUANTIZE})
+
+
+def _is_weight(v: Value) -> bool:
+    """``v`` is a weight, or a weight seen through transposes, views and casts."""
+    while v.producer is not None and v.producer.op in _WEIGHT_PATH and v.producer.inputs:
+        first = v.producer.inputs[0]
+        if first is None:
+            return False
+        v = first
+    return v.producer is None and v.kind.is_weight
+
+
+def _reads_against_weight(node: Node, v: Value) -> bool:
+    """``node`` is a GEMM that multiplies ``v`` by a weight (a linear layer, not attention's Q K^T or P V)."""
+    return node.op in _GEMMS and any(u is not None and u is not v and _is_weight(u) for u in node.inputs)
 
 
 def gemm_inputs_in(graph: Graph, dtype: DType) -> int:
-    """Retype, in place, every float value that nodes produce and only GEMMs read; returns how many."""
+    """Retype, in place, every float value that nodes produce and only linear layers read (GEMMs
+    against a weight: attention's score and value products stay in the activations' format, as
+    the module doc says); returns how many."""
     users = graph.users()
     n = 0
     for node in graph.nodes:
         for v in node.outputs:
             readers = users.get(v, [])
-            if readers and v.type.dtype.is_float and all(u.op in _GEMMS for u in readers):
+            if readers and v.type.dtype.is_float and all(_reads_against_weight(u, v) for u in readers):
                 v.type = TensorType(dtype, v.type.shape)
                 n += 1
     return n

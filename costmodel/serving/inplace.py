@@ -104,12 +104,14 @@ def fold_repeat_kv(graph: Graph) -> int:
 def head_on_last_token(graph: Graph) -> bool:
     """Run the head (the matmul producing the first output, the logits) on each sequence's last
     position only, in place on ``graph`` (a fresh clone); False when the logits are not a
-    ``[batch, seq, vocab]`` matmul over a symbolic sequence (the graph is then left as it was)."""
+    ``[batch, seq, vocab]`` matmul over a symbolic sequence, or when a node reads the logits (a
+    softcap, a loss: it would see one row where it expects every position), the graph then left as
+    it was."""
     if not graph.outputs:
         return False
     logits = graph.outputs[0]
     head = logits.producer
-    if head is None or head.op is not Op.DOT:
+    if head is None or head.op is not Op.DOT or graph.users().get(logits):
         return False
     h = head.inputs[0]
     if h is None or h.type.rank != 3 or logits.type.rank != 3 or isinstance(h.type.shape[1], int):

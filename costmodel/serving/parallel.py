@@ -82,14 +82,15 @@ def collective_s(topology: Topology, op: Op, size: float, group: int, target: Ta
 
 
 def tp_collectives_s(spec: TransformerSpec, tp: int, tokens: int, act_bytes: float, topology: Topology,
-                     target: Target) -> tuple[float, int]:
+                     target: Target, logit_rows: int | None = None) -> tuple[float, int]:
     """(seconds, count) of one step's tensor-parallel collectives for ``tokens`` tokens in all:
-    all-reduces after attention and MLP of every layer, and the logits' all-gather."""
+    all-reduces after attention and MLP of every layer, and the logits' all-gather of ``logit_rows``
+    rows (default ``tokens``; one per sequence when the head runs on each sequence's last token)."""
     if tp == 1:
         return 0.0, 0
     per_layer = 1 if spec.parallel_block else 2
     hidden = tokens * spec.hidden * act_bytes
-    logits = tokens * ceil(spec.vocab / tp) * tp * act_bytes
+    logits = (tokens if logit_rows is None else logit_rows) * ceil(spec.vocab / tp) * tp * act_bytes
     n = per_layer * spec.layers
     total = n * collective_s(topology, Op.ALL_REDUCE, hidden, tp, target)
     total += collective_s(topology, Op.ALL_GATHER, logits, tp, target)

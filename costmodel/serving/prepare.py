@@ -49,6 +49,13 @@ class ServingGraph:
     def sequence_dims(self) -> list[str]:
         return self.graph.dims_with_role(DimRole.SEQUENCE)
 
+    @property
+    def head_on_last_token(self) -> bool:
+        """The logits are one row per sequence (:func:`.inplace.head_on_last_token` ran): what a
+        prefill computes, and what tensor parallelism gathers, is ``batch x vocab``."""
+        out = self.graph.outputs
+        return bool(out) and out[0].type.rank == 3 and out[0].type.shape[1] == 1
+
     def check_context(self, tokens: int) -> None:
         """Refuse a sequence longer than the model's positions (GPT-2's learned table, a config's
         ``max_position_embeddings``): the model cannot run it, so no figure would be an answer."""

@@ -115,8 +115,9 @@ class Replica:
         spec = self.device_graph.spec
         full = self.source.spec
         assert spec is not None and full is not None
+        rows = micro if self.device_graph.head_on_last_token else micro * tokens   # the logits the head made
         comm, count = tp_collectives_s(replace(full, layers=spec.layers), tp, micro * tokens, self.act_bytes,
-                                       self.topology, self.target)
+                                       self.topology, self.target, logit_rows=rows)
         hop = pp_hop_s(full, pp, micro * tokens, self.act_bytes, self.topology, self.target, self.layout.devices)
         stage = base.time_s + comm
         time = pp * stage + (pp - 1) * hop

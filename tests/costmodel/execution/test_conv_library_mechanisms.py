@@ -128,3 +128,18 @@ def test_a_1x1_stride_2_convolution_reads_half_its_input_rows():
     t3 = _kernel(_conv(n, c, hw, k, 3, 2, DType.FP16), t4)
     assert t3.memory_s >= (x3 + w3 + y) / bandwidth * (1 - 1e-9)
 
+
+
+def test_a_1d_convolution_with_one_tap_and_stride_2_reads_its_whole_input():
+    """Conv1d, kernel 1, stride 2: the skipped elements lie in the one contiguous axis, sharing the
+    32-byte sectors of the ones read, so the kernel reads all of x (+ W) and writes y."""
+    n, c, length, k = 16, 256, 4096, 128
+    g = Graph("conv1d")
+    x = g.add_input("x", TensorType(DType.FP16, (n, c, length)))
+    w = g.add_input("w", TensorType(DType.FP16, (k, c, 1)), ValueKind.PARAM)
+    g.set_outputs(g.add_node(Op.CONV, [x, w], [TensorType(DType.FP16, (n, k, length // 2))],
+                             {"stride": (2,), "padding": (0,), "dilation": (1,), "groups": 1}).outputs)
+    t4 = _flat("t4")
+    t = _kernel(g, t4)
+    nbytes = n * c * length * 2 + k * c * 2 + n * k * (length // 2) * 2
+    assert t.memory_s == pytest.approx(nbytes / (t4.memory_bandwidth * t4.memory_efficiency), rel=1e-9)

@@ -93,6 +93,34 @@ def test_fp8_gemm_inputs_quantize_only_what_gemms_read():
     assert dots and all(v.type.dtype == DType.BF16 for n in dots for v in n.outputs)
 
 
+def test_fp8_gemm_inputs_leave_an_exported_attentions_matmuls_in_16_bits():
+    """An export without a fused attention op writes attention as two matmuls (Q K^T, then P V):
+    those are GEMMs of activations by activations, which the engines run in the activations' format,
+    so Q, K, V and the softmax probabilities stay bf16; the linear layers' input (read through a
+    transposed weight, as ``torch.export`` writes ``linear``) is FP8."""
+    from narrowpipe.costmodel.serving.formats import gemm_inputs_in
+    from narrowpipe.ir import ValueKind
+    bf16 = DType.BF16
+    g = Graph("eager_attention")
+    x = g.add_input("x", TensorType(bf16, (8, 16)))
+    contract = {"lhs_contract": (1,), "rhs_contract": (0,)}
+
+    def linear(v, name):
+        w = g.add_input(name, TensorType(bf16, (16, 16)), ValueKind.PARAM)
+        wt = g.add_node(Op.PERMUTE, [w], [TensorType(bf16, (16, 16))], {"perm": (1, 0)}).outputs[0]
+        return g.add_node(Op.DOT, [v, wt], [TensorType(bf16, (8, 16))], contract).outputs[0]
+
+    normed = g.add_node(Op.MUL, [x, x], [TensorType(bf16, (8, 16))]).outputs[0]
+    q, k, v = linear(normed, "wq"), linear(normed, "wk"), linear(normed, "wv")
+    scores = g.add_node(Op.DOT, [q, k], [TensorType(bf16, (8, 8))],
+                        {"lhs_contract": (1,), "rhs_contract": (1,)}).outputs[0]
+    probs = g.add_node(Op.SOFTMAX, [scores], [TensorType(bf16, (8, 8))], {"axis": -1}).outputs[0]
+    g.set_outputs([g.add_node(Op.DOT, [probs, v], [TensorType(bf16, (8, 16))], contract).outputs[0]])
+    assert gemm_inputs_in(g, DType.FP8_E4M3) == 1
+    assert normed.type.dtype == DType.FP8_E4M3
+    assert all(t.type.dtype == bf16 for t in (q, k, v, scores, probs))
+
+
 def test_fp8_gemm_inputs_prefill_sits_between_weight_only_and_fp8_end_to_end(llama8b):
     """GEMMs at the fp8 rate (faster than fp8 weights with bf16 activations), the norms, residuals and
     attention in bf16 (no faster than fp8 end to end); tensor-parallel collectives move bf16."""
@@ -105,3 +133,6 @@ def test_fp8_gemm_inputs_prefill_sits_between_weight_only_and_fp8_end_to_end(lla
     from narrowpipe.costmodel.serving.serve import replica_for
     r = replica_for(llama8b, "h100", tp=2, weights="fp8_e4m3", activations="bf16", gemm_inputs="fp8_e4m3")
     assert r.act_bytes == 2
+    # the all-reduces move 16-bit rows: the same collectives time as with bf16 GEMM inputs
+    w8_only = replica_for(llama8b, "h100", tp=2, weights="fp8_e4m3", activations="bf16")
+    assert r.step(1, 2048, 0).comm_s == w8_only.step(1, 2048, 0).comm_s > 0

@@ -80,3 +80,17 @@ def test_a_prefill_runs_the_head_on_each_sequences_last_token():
     decode = interpret(sg.graph, {"batch": b, "seq": 1, "past": s})
     assert decode.costs[head].flops == 2 * b * e * v
     assert any("last token" in n for n in sg.notes)
+
+
+def test_the_head_stays_whole_when_a_node_reads_the_logits():
+    """A final softcap (tanh(logits / c) x c, as Gemma-2) reads the head's output: slicing the head
+    would hand it one row where it expects every position, so the graph is left as it was."""
+    from narrowpipe.costmodel.serving.inplace import head_on_last_token
+    g = narrowpipe.transformer(layers=1, hidden=64, heads=4, vocab=256, kv_heads=2, seq=8, past=8)
+    logits, rest = g.outputs[0], list(g.outputs[1:])
+    capped = g.add_node(Op.TANH, [logits], [logits.type], name="final_softcap").outputs[0]
+    g.set_outputs([capped, *rest])
+    assert head_on_last_token(g) is False                  # the capped logits are no DOT's output
+    g.set_outputs([logits, capped, *rest])                 # the raw logits returned and read as well
+    before = logits.type
+    assert head_on_last_token(g) is False and logits.type == before

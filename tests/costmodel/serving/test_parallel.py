@@ -45,6 +45,20 @@ def test_small_batch_all_reduce_is_latency_bound(graph):
     assert comm == pytest.approx(64 * per + gather, rel=1e-6)
 
 
+def test_a_tp_prefill_gathers_one_row_of_logits_per_sequence(graph):
+    """The head runs on each sequence's last token (serving's prefill rewrite), so tensor parallelism
+    gathers batch x vocab logits, not batch x prompt x vocab: 2 prompts of 512 tokens on 4 H100s pay
+    64 all-reduces of 2 x 512 hidden rows and one all-gather of 2 vocabulary rows (bf16)."""
+    h100 = get_target("h100")
+    tp4 = replica_for(graph, "h100", tp=4)
+    assert tp4.device_graph.head_on_last_token
+
+    def nccl(op, size):
+        return ring(op, size, 4, h100.scale_up_bandwidth, h100.link_latency).seconds + h100.launch_overhead
+    hand = 64 * nccl(Op.ALL_REDUCE, 2 * 512 * 4096 * 2) + nccl(Op.ALL_GATHER, 2 * 32064 * 4 * 2)
+    assert tp4.step(2, 512, 0).comm_s == pytest.approx(hand, rel=1e-6)
+
+
 def test_tp_lowers_latency_and_pp_keeps_throughput(graph):
     r1 = serve(graph, "h100", batch=1, context=2048, with_crossover=False)
     r4 = serve(graph, "h100", batch=1, context=2048, tp=4, with_crossover=False)
