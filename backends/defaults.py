@@ -15,7 +15,8 @@ from typing import Any
 __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "TRANSCENDENTAL_FRACTION",
            "VECTOR_FRACTION",
            "MXUS_PER_TENSORCORE", "AMX_BF16_OPS_PER_CYCLE", "AMX_OPS_PER_BF16_OP", "ATTENTION_BLOCK",
-           "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS", "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
+           "ATTENTION_QBLOCK_PROLOGUE", "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS",
+           "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
            "MIN_MEMORY_EFFICIENCY", "SPLIT_K_PARTIAL_BYTES", "SKINNY_TILE_STEP", "FP32_EMULATION_PASSES",
            "FP32_REDUCED_EMULATION_PASSES", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
            "SERVING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT", "CPU_ATTENTION_KV_BLOCK"]
@@ -120,6 +121,14 @@ AMX_OPS_PER_BF16_OP: dict[str, int] = {"bf16": 1, "fp16": 1, "int8": 2}
 #: dims up to 128 on A100/H100 (FA2 paper, section 3.3 and its kernel configs). An assumption for
 #: other GPUs; the causal skip counts blocks of this size.
 ATTENTION_BLOCK: tuple[int, int] = (128, 128)
+#: assumption: the fixed cost of one query block of a FlashAttention-style forward kernel, in key-block
+#: iterations of its main loop: before the first QK^T MMA the block loads its Q tile and its first K
+#: tile (nothing to overlap them with), and after the last PV MMA it rescales O by the softmax
+#: denominator and writes it (FA2 Algorithm 1 lines 4-6 and 12-14, FA3 Algorithm 1: the producer warp
+#: loads Q and K_0 before the consumer's loop starts, the epilogue writes O after it ends); about one
+#: iteration's worth of time, not measured separately. Short rows (few key blocks per query block) pay
+#: it in proportion.
+ATTENTION_QBLOCK_PROLOGUE: float = 1.0
 #: The smallest query block a tensor-core attention kernel runs: the M side of one MMA
 #: (mma.m16n8k16, PTX ISA), so short queries (decode) still pay 16 rows.
 ATTENTION_MIN_BLOCK_ROWS: int = 16

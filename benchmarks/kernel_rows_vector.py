@@ -74,19 +74,24 @@ NOTES = """
   multiply take ATen's slower mixed-dtype path, which narrowpipe does not model. On MI300X, Liger's
   Triton kernels take >= 37 us whatever their size while ATen's take 25 us at 16 MB: one per-call
   overhead per chip cannot be both (fitted 33 us: ATen's small layer norms +50..+65%, Liger's -19%).
-* **Attention** (FlashAttention-3 on H100, the paper's FP16 head-dim-128 bars; nothing fitted): every
-  row is predicted fast, -10..-11% at 4k-16k tokens without the mask, down to -34% at 512 and -33%
-  causal at 1k. Two mechanisms the model lacks, both visible in these rows: (1) a per-query-block
-  prologue and epilogue (load Q, fill the pipeline, rescale and write O): with 128-key blocks a
-  512-token row runs 4 key blocks per query block, and the excess over the 16k-token plateau (1.37x
-  at 512, 1.14x at 1k, 1.03x at 2k) is a fixed cost of about one key-block iteration per query block
-  (1.5, 1.1, 0.6); causal rows, with half the key blocks per query block on average, pay more of it.
-  (2) The plateau: the catalog's `attention_efficiency` 0.75 is FA3's 740 TFLOP/s headline, but the
-  head-dim-128 bars top at 648 (0.655), so the headline is another panel's (its catalog note says
-  head dim 128: to be checked against the paper); a head-dim-dependent plateau fits how FA3 works,
-  the exponentials per MMA FLOP doubling when the head dim halves and only part of them hidden
-  behind the MMAs (the model takes max(MMA, exp)). Neither is fitted from 12 rows of one chip; both
-  are the next step for this class.
+* **Attention** (FlashAttention-3 on H100, the paper's FP16 head-dim-128 bars; nothing fitted to
+  them): without the mask +1.6..+5.9% from 1k to 16k and -6% at 512; with it -1..+1% from 2k to 16k,
+  -7% at 1k and -18% at 512. Two mechanisms set this: (1) the plateau, `attention_efficiency` 0.655:
+  FA3's head-dim-128 FP16 bars top at 648 TFLOP/s (16k, no mask; independently, pytorch/benchmark
+  PR 2391 measured 621 on the same shape); the paper's 740 TFLOP/s headline is the head-dim-256
+  panel (756 at 16k), which the catalog had cited. The 16k unmasked row is that same bar, so it is
+  not independent of the plateau; the model still puts it +4% slow, its 2,048 query blocks taking
+  16 waves on 132 SMs (1.03x) where FA3's persistent scheduler leaves no tail. (2) A fixed cost per
+  query block of one key-block iteration (`ATTENTION_QBLOCK_PROLOGUE`, an assumption from FA2/FA3
+  Algorithm 1: load Q and the first K/V block before the loop, rescale and write O after it): a
+  512-token row runs 4 key blocks per query block and pays (4 + 1) / 4; the rows' own excess over
+  the 16k plateau is 1.5, 1.1 and 0.6 iterations at 512, 1k and 2k. Still missing: causal 512 is
+  memory-bound in the model (268 MB at 0.85 x 3.35 TB/s = 94 us against 118 measured), and the
+  plateau's head-dim dependence: the same figure's FP16 head-dim-64 and -256 bars at 16k (497 and
+  756 TFLOP/s) fit exponentials that run (92-100%) after the MMAs rather than under them (at 3.9 T
+  exp/s, the rate FA3 quotes) with the MMAs at 0.92-0.94 of peak, which puts head dim 128 at 636-644
+  TFLOP/s; the model takes max(MMA, exp) and one plateau per chip, so other head dims on H100 use
+  the head-dim-128 figure.
 * **Left out** (`data/README.md`): eager RoPE (HF's `apply_rotary_pos_emb` on the transposed q/k
   views runs at half the bandwidth of its ten kernels' traffic: strides are not in the IR), ATen's
   group norm on B200, Liger's batch norm, backward passes, and chips without a catalog target

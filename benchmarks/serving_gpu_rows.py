@@ -259,7 +259,10 @@ def analysis(preds: list[GpuPrediction]) -> str:
         f"  * The model's prefills run {min(gaps) * 100:.0f}-{max(gaps) * 100:.0f} points of the peak above the "
         "published ones, in FP8 and fp16 alike: the GPU execution model's GEMM efficiency at these shapes (or time a "
         "TensorRT-LLM prefill spends outside its GEMMs, which the source does not break down) is where these "
-        "rows point; not changed here (costmodel/execution/gemm.py belongs to the kernel work).",
+        "rows point. Not the FP8 plateau: published large FP8 GEMMs on GH100 reach 1,550 TFLOP/s (DeepGEMM "
+        "README, H800, block-scaled) to 1,599-1,630 (a cuBLASLt 8192^3 report on 16 H100s, "
+        "gitea.d-robotics.cc/han.zhao/test_gpu_scripts, 2026-05-24), 78-82% of the 1,979 dense peak, around "
+        "the catalog's 0.8033 (1,590); the fp16 rows on the A100 miss by as many points.",
         f"* **Short prefills miss in every format.** The 128-token first-token rows: {span(shorts)}, short by "
         f"{short_ms[0]:.1f}-{short_ms[-1]:.1f} ms, the A100's fp16 rows as much as the FP8 ones, so not the FP8 "
         "rate alone: gptSessionBenchmark's one-token run also pays its session's host work (inputs, sampling), "

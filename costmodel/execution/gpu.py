@@ -26,7 +26,9 @@
   per block row unless both fit in L2 (or the smaller one alone does).
 * Fused attention (FlashAttention style): QK^T and PV on tensor cores over 128-row query blocks,
   causal blocks above the diagonal skipped (:func:`.common.causal_fraction`), exp on the
-  special-function units (the two overlap); traffic is Q, K, V and the output only.
+  special-function units (the two overlap); each query block (or split-KV share) also pays a fixed
+  prologue and epilogue of ``ATTENTION_QBLOCK_PROLOGUE`` key-block iterations (load Q and the first
+  K/V block, write O), which short sequences feel; traffic is Q, K, V and the output only.
 * Depthwise convolutions (one channel per group) are per-channel windows, not GEMMs: they run on the
   CUDA cores as memory-bound kernels. Everything else on the CUDA cores: see :mod:`.vector`. Each
   kernel pays the launch overhead.
@@ -42,6 +44,7 @@ from ...backends import GpuTarget
 from ...backends.defaults import (
     ATTENTION_BLOCK,
     ATTENTION_MIN_BLOCK_ROWS,
+    ATTENTION_QBLOCK_PROLOGUE,
     CACHE_RESIDENT_FRACTION,
     SKINNY_TILE_STEP,
     SPLIT_K_PARTIAL_BYTES,
@@ -133,7 +136,11 @@ class GpuModel(SequentialModel):
         split = max(1, min(target.sm_count // max(items, 1), kblocks))  # split-KV for short queries
         waves = ceil(items * split / target.sm_count)
         per_item = ceil(kblocks / split) * frac * 2 * br * bc * s.matmul_depth
-        mma = waves * per_item / (rate.flops_per_s * eff / target.sm_count)
+        # each work item (a query block, or its share of the keys) also pays a fixed prologue and
+        # epilogue (load Q and the first K/V block, rescale and write O): a short row pays it on few
+        # key blocks
+        busy = per_item + ATTENTION_QBLOCK_PROLOGUE * 2 * br * bc * s.matmul_depth
+        mma = waves * busy / (rate.flops_per_s * eff / target.sm_count)
         exp = s.batch_heads * s.sq * s.sk * frac / transcendental_rate(target)
         compute = max(mma, exp)
         mem = memory_time(target, kernel.cost.bytes)

@@ -7,13 +7,14 @@ from narrowpipe.models import transformer
 
 
 def test_long_causal_attention_on_h100_runs_at_flashattention3_rates():
-    """FA3 (arXiv:2407.08608): bf16 forward attention, head dim 128, long sequences, up to 740 TFLOP/s
-    on an H100 SXM (75% of 989); causal FLOPs counted as half of the full S x S product."""
+    """FA3 (arXiv:2407.08608, Fig. 5): FP16 forward attention, head dim 128, 16k tokens with the causal
+    mask, 616 TFLOP/s on an H100 SXM, under the 648 of the unmasked bar (0.655 of 989, the catalog's
+    plateau); causal FLOPs counted as half of the full S x S product."""
     g = transformer(layers=1, hidden=2048, heads=16, vocab=1000, seq=16384)
     r = narrowpipe.analyze(g, "h100", seq=16384)
     (attn,) = [op for op in r.ops if op.op == "attention"]
     executed = attn.flops / 2 / attn.time_s
-    assert 0.6 * 989e12 < executed <= 0.75 * 989e12 * 1.001
+    assert 0.6 * 989e12 < executed <= 0.655 * 989e12 * 1.001
 
 
 def test_attention_backward_runs_five_matmuls_per_tile_against_the_forwards_two():
