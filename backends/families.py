@@ -206,6 +206,13 @@ class CpuTarget(Target):
     #: output, then copies the input into its interior one row at a time; measured by ``calibrate``
     #: at two row lengths). Absent: a pad is a copy.
     pad_row_time: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    #: A depthwise convolution's time (oneDNN reorders its input to a blocked layout, runs its
+    #: ``jit_dw`` kernel, reorders the output back): a fixed cost per call beyond the dispatch, a cost
+    #: per input + output element (the reorders) and per output element per tap (the multiply-adds),
+    #: fitted by ``calibrate`` over single layers. Absent: the ``conv_depthwise`` per-op rate.
+    depthwise_call_time: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    depthwise_element_time: float | None = spec_field("quantity", units="time", unit="ns", allow_zero=True)
+    depthwise_tap_time: float | None = spec_field("quantity", units="time", unit="ns", allow_zero=True)
     #: Buffers at least this large are mapped fresh from the operating system at every allocation
     #: (glibc's malloc serves them with mmap and returns them with munmap), so each op output, or
     #: library temporary, of that size pays a page fault and zeroing per page on first touch.

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 
 from ..backends import CpuTarget, Target
 from ..backends.defaults import AMX_BF16_OPS_PER_CYCLE, default_for, default_value
+from .depthwise_sweep import depthwise_times
 from .host import HostCpu
 from .pad_sweep import pad_row_time
 from .robust import check_gemm_plateau, monotone, plausible_rates, robust_median
@@ -227,6 +228,11 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         extra["pad_row_time"] = pad_row
         sources["pad_row_time"] = ("measured: a one-column constant pad of 200,704 floats in rows of 7 minus in rows "
                                    "of 56, per row (calibrate)")
+    depthwise = depthwise_times(measurements)
+    if depthwise is not None:
+        for term, seconds in zip(("depthwise_call_time", "depthwise_element_time", "depthwise_tap_time"), depthwise):
+            extra[term] = seconds
+            sources[term] = "measured: least-squares fit over single depthwise convolutions (calibrate)"
     if c.gemm_grid:
         extra["matmul_grid"] = c.gemm_grid
         sources["matmul_grid"] = "measured: fp32 GEMMs over a grid of M, N and K, weights cold (calibrate)"

@@ -32,7 +32,8 @@ QUICK_ELEMENTS = tuple(2 ** e for e in range(8, 23, 2))
 @dataclass
 class Measurement:
     kind: str            # "dispatch", "matmul", "add", "copy", "conv", "transcendental:<fn>", "vector_op:<op>",
-    #                      "attention", "fill", "fresh_fill", "gemm_grid", "pad_rows", "module_call"
+    #                      "attention", "fill", "fresh_fill", "gemm_grid", "pad_rows", "module_call",
+    #                      "depthwise" (flops: output taps, bytes: input + output elements)
     dtype: str
     shape: tuple[int, ...]
     flops: int
@@ -283,9 +284,10 @@ def run_all(device: str, quick: bool, progress: Callable[[str], None] | None = N
         bandwidth_sweep(device, elements), transcendental_sweep(device), conv_sweep(device),
         vector_op_sweep(device)]
     if device == "cpu":
+        from .depthwise_sweep import depthwise_sweep
         from .gemm_grid_sweep import gemm_grid_sweep
         from .pad_sweep import pad_row_sweep
-        sweeps += [attention_sweep(device), fresh_page_sweep(device), pad_row_sweep(device)]
+        sweeps += [attention_sweep(device), fresh_page_sweep(device), pad_row_sweep(device), depthwise_sweep(device)]
         sweeps += [] if quick else [gemm_grid_sweep(device)]
     out: list[Measurement] = []
     for sweep in sweeps:

@@ -32,6 +32,7 @@ from .common import (
     matrix_rate,
     memory_time,
     roofline,
+    vector_rate,
 )
 from .fresh_pages import fresh_page_time
 from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
@@ -123,6 +124,9 @@ class CpuModel(SequentialModel):
 
     def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: CpuTarget) -> KernelTime:
         if kernel.kind == "conv" and is_depthwise(program.table, kernel.anchor) \
+                and target.depthwise_tap_time is not None:
+            return self.depthwise(kernel, program, target)
+        if kernel.kind == "conv" and is_depthwise(program.table, kernel.anchor) \
                 and target.vector_op_flops.get("conv_depthwise"):
             # a depthwise layer runs at its measured rate (input elements/s), not the GEMM curve
             return self.vector(kernel, program, target)
@@ -134,6 +138,25 @@ class CpuModel(SequentialModel):
             eff = max(grid_efficiency(target.matmul_grid, g.m, g.n, g.k), MIN_MATMUL_EFFICIENCY)
             return self._contraction(kernel, g.dtype, None, program, target, efficiency=eff)
         return self._contraction(kernel, g.dtype, min(g.m, g.n), program, target)
+
+    def depthwise(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
+        """oneDNN's depthwise path (:mod:`narrowpipe.calibration.depthwise_sweep`): the measured
+        set-up per call as host overhead; the blocked-layout reorders per input and output element
+        and the multiply-adds per output tap as compute; the rest of a fused kernel on the vector
+        units; all against the kernel's traffic."""
+        table, node = program.table, kernel.anchor
+        x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+        assert x is not None and w is not None
+        elements = _numel(table.shapes[x]) + _numel(table.shapes[y])
+        taps = _numel(table.shapes[y]) * _numel(table.shapes[w][1:])
+        rate = vector_rate(target, DType.FP32).flops_per_s
+        compute = (elements * (target.depthwise_element_time or 0.0) + taps * (target.depthwise_tap_time or 0.0)
+                   + max(kernel.cost.flops - table.costs[node].flops, 0) / rate)
+        overhead = self.kernel_overhead(target, program) + (target.depthwise_call_time or 0.0)
+        bw = self.bandwidth(target, kernel.cost.bytes)
+        return roofline(compute, memory_time(target, kernel.cost.bytes, bw), 0.0, overhead, "SIMD",
+                        peak_flops=rate, flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=bw,
+                        note="oneDNN depthwise")
 
     def attention(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
         """At the measured fused-attention curve where the target has one (softmax included; a
@@ -197,6 +220,13 @@ def _with_module_calls(times: list[KernelTime], program: Program, target: CpuTar
         out[i] = replace(kt, time_s=kt.time_s + share, overhead_s=overhead,
                          bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
     return out
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def pad_rows(kernel: Kernel, table: CostTable) -> int:
