@@ -70,6 +70,12 @@ def test_serve_takes_fp8_gemm_inputs_beside_16_bit_activations(model, tmp_path):
     w8a8, w8 = ttft("--gemm-inputs", "fp8_e4m3"), ttft()
     assert any("GEMM inputs in fp8_e4m3" in n for n in w8a8["notes"])
     assert w8a8["ttft_s"] < w8["ttft_s"]
+    # serving report version 2 carries the GEMM input format beside the other three
+    assert w8a8["version"] == 2
+    assert w8a8["formats"] == {"weights": "fp8_e4m3", "activations": "bf16", "kv": None, "gemm_inputs": "fp8_e4m3"}
+    assert w8["formats"]["gemm_inputs"] is None
+    from narrowpipe.schema import validate
+    validate(w8a8)
 
 
 def test_analyze_counts_the_graph_as_given_and_mode_prefill_says_its_head_runs_on_the_last_token(model, tmp_path):

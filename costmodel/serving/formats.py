@@ -83,9 +83,10 @@ class Formats:
         return ", ".join(parts) or "the model's own formats"
 
     def to_dict(self) -> dict[str, Any]:
-        """The report's three formats (schema v3); ``gemm_inputs`` is in the report's notes."""
+        """The report's formats (serving report version 2 added ``gemm_inputs``)."""
         return {k: (v.value if v is not None else None) for k, v in
-                (("weights", self.weights), ("activations", self.activations), ("kv", self.kv))}
+                (("weights", self.weights), ("activations", self.activations), ("kv", self.kv),
+                 ("gemm_inputs", self.gemm_inputs))}
 
 
 _GEMMS = (Op.DOT, Op.GROUPED_DOT)

@@ -67,7 +67,7 @@ class ServingReport:
         return self.price_per_hour * self.devices / 3600 / rate * 1e6
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"format": SERVING_FORMAT, "version": 1}
+        out: dict[str, Any] = {"format": SERVING_FORMAT, "version": 2}
         for k, v in self.__dict__.items():
             if isinstance(v, (Memory, Crossover, StepTime)):
                 out[k] = v.to_dict()
