@@ -54,3 +54,11 @@ def test_a_function_without_modules_records_one_call():
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return (x * 2).relu()
     assert from_torch(Plain(), (torch.randn(4),)).meta[MODULE_CALLS_META] == 1
+
+
+def test_a_module_that_reaches_no_aten_op_is_not_counted():
+    """What the docstring says the count misses: ``nn.Identity`` returns its input (no node, no
+    ``nn_module_stack`` entry), while an eval-mode dropout records ``aten.dropout`` and is counted."""
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.Identity(), nn.Dropout(0.1)).eval(), torch.randn(2, 4)
+    assert _eager_calls(model, x) == 4                                  # Sequential, Linear, Identity, Dropout
+    assert from_torch(model, (x,)).meta[MODULE_CALLS_META] == 3         # Identity left out
