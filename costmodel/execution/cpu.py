@@ -237,8 +237,9 @@ def pad_rows(kernel: Kernel, table: CostTable) -> int:
     if node.op is not Op.PAD or not node.inputs or node.inputs[0] is None or not node.outputs:
         return 0
     source = f"{node.source.op if node.source else ''} {node.attrs.get('mode', '')}".lower()
-    if any(mode in source for mode in ("reflect", "replicat", "circular", "edge")):
+    if any(mode in source for mode in ("reflect", "replicat", "circular", "edge", "wrap")):
         return 0            # those pads compute every output element from an index map, no interior copy
+        #                     (ONNX calls circular padding "wrap", replicate "edge")
     src, dst = table.shapes[node.inputs[0]], table.shapes[node.outputs[0]]
     padded = [d for d in range(min(len(src), len(dst))) if src[d] != dst[d]]
     if not padded or len(src) != len(dst):
