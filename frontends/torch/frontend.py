@@ -171,6 +171,9 @@ def from_graph_module(gm: fx.GraphModule, args: tuple[Any, ...] = (), *, strict:
         return obj
 
     graph.set_outputs(lowerer.lower(gm.graph, mapping, get_attr))
+    calls = module_calls(gm)
+    if calls:   # ``ep.module()`` keeps the export's module stacks; a make_fx trace has none (not counted)
+        graph.meta[MODULE_CALLS_META] = calls
     return maybe_verify(graph, "the torch.fx frontend")
 
 
