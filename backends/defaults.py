@@ -127,7 +127,8 @@ ATTENTION_BLOCK: tuple[int, int] = (128, 128)
 #: denominator and writes it (FA2 Algorithm 1 lines 4-6 and 12-14, FA3 Algorithm 1: the producer warp
 #: loads Q and K_0 before the consumer's loop starts, the epilogue writes O after it ends); about one
 #: iteration's worth of time, not measured separately. Short rows (few key blocks per query block) pay
-#: it in proportion.
+#: it in proportion; with split-KV (decode) each share of a query block's keys pays it, which stays
+#: under the KV cache's read time (tests/costmodel/execution/test_gpu_attention_prologue.py).
 ATTENTION_QBLOCK_PROLOGUE: float = 1.0
 #: The smallest query block a tensor-core attention kernel runs: the M side of one MMA
 #: (mma.m16n8k16, PTX ISA), so short queries (decode) still pay 16 rows.

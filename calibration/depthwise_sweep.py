@@ -11,7 +11,9 @@ output back. So its time is not one rate per input element but three terms, each
 * the kernel's multiply-adds, per output element per tap (a 7x7 layer does 5.4x a 3x3 one's).
 
 The sweep times single depthwise convolutions of several channels, sizes, kernel sizes and strides
-(none of a validation model's layers) on cache-resident inputs, and :func:`depthwise_times` fits the
+on cache-resident inputs (all but one unlike a validation model's layers: the 32-channel 112x112
+3x3 one has the channels, output and taps of MobileNetV2's first depthwise layer, which Hugging Face
+runs on a pre-padded 114x114 input, so that layer is not held out), and :func:`depthwise_times` fits the
 three terms by least squares. A call during which the thread took page faults is left out: fresh
 pages are their own cost (:mod:`narrowpipe.costmodel.execution.fresh_pages`), and in a fresh
 process glibc may hand a sub-megabyte temporary back to the OS after every call (556 faults per

@@ -5,8 +5,9 @@ Why a grid: the square-GEMM curve by FLOPs and one skinny curve (N = K = 2048) m
 decode (M = 1) to prompt-sized row counts and the hidden and MLP widths of common layers; they are
 spaced about 3x apart so log-space interpolation between them (:mod:`narrowpipe.costmodel.execution.
 gemm_grid`) stays close, and chosen not to contain the validation's held-out GEMM shapes
-(:mod:`.validate`). Weights are cold (a forward pass reads each layer's weights once), the
-activations hot. About 175 shapes, 20-30 s on one core.
+(:mod:`.validate`); the end-to-end validation's BERT-base and GPT-2 at 128 tokens (M = 128 and,
+at batch 8, 1,024; N and K 768 and 3,072) do hit grid points. Weights are cold (a forward pass
+reads each layer's weights once), the activations hot. About 175 shapes, 20-30 s on one core.
 """
 
 from __future__ import annotations

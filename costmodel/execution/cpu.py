@@ -9,6 +9,7 @@ the large buffers it allocates (:mod:`.fresh_pages`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ...backends import CpuTarget
@@ -147,8 +148,9 @@ class CpuModel(SequentialModel):
         table, node = program.table, kernel.anchor
         x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
         assert x is not None and w is not None
-        elements = _numel(table.shapes[x]) + _numel(table.shapes[y])
-        taps = _numel(table.shapes[y]) * _numel(table.shapes[w][1:])
+        out = math.prod(table.shapes[y])
+        elements = math.prod(table.shapes[x]) + out
+        taps = out * math.prod(table.shapes[w][1:])
         rate = vector_rate(target, DType.FP32).flops_per_s
         compute = (elements * (target.depthwise_element_time or 0.0) + taps * (target.depthwise_tap_time or 0.0)
                    + max(kernel.cost.flops - table.costs[node].flops, 0) / rate)
@@ -222,13 +224,6 @@ def _with_module_calls(times: list[KernelTime], program: Program, target: CpuTar
     return out
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 def pad_rows(kernel: Kernel, table: CostTable) -> int:
     """The contiguous runs a constant pad copies its input in: the input's elements over the length
     of the run below its innermost padded dim (a padded last dim: one run per row). 0 for a kernel
@@ -237,16 +232,12 @@ def pad_rows(kernel: Kernel, table: CostTable) -> int:
     if node.op is not Op.PAD or not node.inputs or node.inputs[0] is None or not node.outputs:
         return 0
     source = f"{node.source.op if node.source else ''} {node.attrs.get('mode', '')}".lower()
-    if any(mode in source for mode in ("reflect", "replicat", "circular", "edge")):
-        return 0            # those pads compute every output element from an index map, no interior copy
+    # those pads compute every output element from an index map, no interior copy (ONNX names
+    # replicate "edge" and circular "wrap")
+    if any(mode in source for mode in ("reflect", "replicat", "circular", "edge", "wrap")):
+        return 0
     src, dst = table.shapes[node.inputs[0]], table.shapes[node.outputs[0]]
     padded = [d for d in range(min(len(src), len(dst))) if src[d] != dst[d]]
     if not padded or len(src) != len(dst):
         return 0
-    run = 1
-    for d in src[padded[-1]:]:
-        run *= d
-    numel = 1
-    for d in src:
-        numel *= d
-    return numel // max(run, 1)
+    return math.prod(src) // max(math.prod(src[padded[-1]:]), 1)

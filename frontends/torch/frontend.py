@@ -129,8 +129,9 @@ MODULE_CALLS_META = "module_calls"
 def module_calls(gm: fx.GraphModule) -> int:
     """The ``nn.Module`` calls of the traced forward: the distinct entries of the nodes'
     ``nn_module_stack`` (export keys each call of a module, a repeated call as ``name@1``). An eager
-    run pays ``nn.Module.__call__`` for each; a module none of whose code reached an aten op (an
-    eval-mode dropout) leaves no entry and is not counted."""
+    run pays ``nn.Module.__call__`` for each; a module none of whose code reached an aten op
+    (``nn.Identity``) leaves no entry and is not counted, so the count can fall short of the eager
+    run's (an eval-mode dropout still records ``aten.dropout`` and is counted)."""
     keys: set[str] = set()
     for node in gm.graph.nodes:
         keys.update(node.meta.get("nn_module_stack") or ())
@@ -170,6 +171,9 @@ def from_graph_module(gm: fx.GraphModule, args: tuple[Any, ...] = (), *, strict:
         return obj
 
     graph.set_outputs(lowerer.lower(gm.graph, mapping, get_attr))
+    calls = module_calls(gm)
+    if calls:   # ``ep.module()`` keeps the export's module stacks; a make_fx trace has none (not counted)
+        graph.meta[MODULE_CALLS_META] = calls
     return maybe_verify(graph, "the torch.fx frontend")
 
 

@@ -59,10 +59,11 @@ def test_the_row_cost_is_the_time_difference_over_the_row_difference():
     assert pad_row_time([ms[1], dataclasses.replace(ms[0], seconds=1.0)]) == 0.0   # never negative
 
 
-def test_reflection_and_replication_pads_have_no_interior_copy():
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])     # ONNX Pad's modes (wrap: circular, opset 19)
+def test_reflection_replication_and_circular_pads_have_no_interior_copy(mode):
     g = Graph("pad")
     x = g.add_input("x", TensorType(DType.FP32, (1, 8, 7, 7)))
-    g.set_outputs(g.add_node(Op.PAD, [x], [TensorType(DType.FP32, (1, 8, 9, 9))], {"mode": "reflect"}).outputs)
+    g.set_outputs(g.add_node(Op.PAD, [x], [TensorType(DType.FP32, (1, 8, 9, 9))], {"mode": mode}).outputs)
     table = interpret(g, {})
     (node,) = g.nodes
     assert pad_rows(Kernel("pad", "elementwise", [node], node, table.costs[node]), table) == 0

@@ -42,3 +42,23 @@ def test_short_rows_pay_the_prologue_in_proportion_to_their_key_blocks():
     flops_short, flops_long = 4 * 8 * 132 * 512**2 * 128, 4 * 132 * 4096**2 * 128
     ratio = (short / flops_short) / (long / flops_long)
     assert ratio == pytest.approx((5 / 4) / (33 / 32), rel=1e-9)
+
+
+def test_split_kv_decode_pays_the_prologue_per_share_and_stays_memory_bound():
+    """Llama-3-8B decode attention at 8,192 cached tokens on an H100 SXM: 32 query heads in 8 KV
+    groups of 4 rows (one 16-row MMA block each), 65 key blocks split 16 ways over 132 SMs (one
+    wave of 8 x 16 shares, 5 key blocks + 1 prologue each: 6 x 2 x 16 x 128 x 256 FLOPs at
+    0.655 x 989 / 132 TFLOP/s per SM = 1.28 us); the KV cache, 2 x 8 x 8,193 x 128 x 2 bytes, plus
+    Q and O (2 x 32 x 128 x 2) at 0.85 x 3.35 TB/s is 11.8 us, so the prologue leaves decode alone."""
+    g = narrowpipe.transformer(layers=1, hidden=4096, heads=32, vocab=1000, kv_heads=8, gated_mlp=True,
+                               ffn=14336, seq=1, past=8192)
+    t = narrowpipe.get_target("h100-sxm")
+    r = narrowpipe.analyze(g, t, seq=1)
+    (attn,) = [k for k in r.timeline if k.op == "attention"]
+    moved = 2 * 8 * 8193 * 128 * 2 + 2 * 32 * 128 * 2
+    assert attn.bytes == moved
+    mma = 6 * 2 * 16 * 128 * 256 / (989e12 * 0.655 / 132)
+    assert mma == pytest.approx(1.28e-6, rel=0.01)                      # the hand figure
+    assert attn.compute_s == pytest.approx(mma, rel=1e-9)
+    assert attn.bound == "memory"
+    assert attn.time_s == pytest.approx(moved / (3.35e12 * 0.85) + t.launch_overhead, rel=1e-9)

@@ -54,3 +54,26 @@ def test_a_function_without_modules_records_one_call():
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return (x * 2).relu()
     assert from_torch(Plain(), (torch.randn(4),)).meta[MODULE_CALLS_META] == 1
+
+
+def test_a_module_that_reaches_no_aten_op_is_not_counted():
+    """What the docstring says the count misses: ``nn.Identity`` returns its input (no node, no
+    ``nn_module_stack`` entry), while an eval-mode dropout records ``aten.dropout`` and is counted."""
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.Identity(), nn.Dropout(0.1)).eval(), torch.randn(2, 4)
+    assert _eager_calls(model, x) == 4                                  # Sequential, Linear, Identity, Dropout
+    assert from_torch(model, (x,)).meta[MODULE_CALLS_META] == 3         # Identity left out
+
+
+def test_an_unlifted_exported_module_keeps_its_module_calls():
+    """``ep.module()`` (an ATen GraphModule) keeps the export's module stacks: the same count as the
+    exported program; a make_fx trace has no stacks and records none (an eager prediction then pays
+    no module calls)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from narrowpipe.frontends.torch.frontend import from_graph_module
+    model, x = Net().eval(), torch.randn(3, 8)
+    ep = torch.export.export(model, (x,))
+    assert from_graph_module(ep.module(), (x,)).meta[MODULE_CALLS_META] == 1 + 4 * 2 + 2
+    with torch.no_grad():
+        traced = make_fx(model)(x)
+    assert MODULE_CALLS_META not in from_graph_module(traced, (x,)).meta
