@@ -3,10 +3,11 @@
 Why a grid: the square-GEMM curve by FLOPs and one skinny curve (N = K = 2048) missed a
 64x3072x768 GEMM by 20%: the BLAS's packing and blocking costs depend on each dim. The sizes span
 decode (M = 1) to prompt-sized row counts and the hidden and MLP widths of common layers; they are
-spaced about 3x apart so log-space interpolation between them (:mod:`narrowpipe.costmodel.execution.
-gemm_grid`) stays close, and chosen not to contain the validation's held-out GEMM shapes
-(:mod:`.validate`); the end-to-end validation's BERT-base and GPT-2 at 128 tokens (M = 128 and,
-at batch 8, 1,024; N and K 768 and 3,072) do hit grid points. Weights are cold (a forward pass
+spaced about 2-5x apart so log-space interpolation between them (:mod:`narrowpipe.costmodel.execution.
+gemm_grid`) stays close. None of them is a dim of the validation's GEMMs: not the held-out per-op
+shapes (:mod:`.validate`), nor the end-to-end validation models' widths (768, 3,072, 2,304, 576,
+1,536, 512, 2,048, 384, 192) or row counts at 128 tokens (128, 1,024, 197, 1,576), so every
+validation GEMM is interpolated, as an unseen model's would be. Weights are cold (a forward pass
 reads each layer's weights once), the activations hot. About 175 shapes, 20-30 s on one core.
 """
 
@@ -21,9 +22,9 @@ from .sweeps import Measurement, cold_copies, median_time
 __all__ = ["GRID_M", "GRID_NK", "gemm_grid_sweep"]
 
 #: Rows (tokens x batch, or output positions): decode to a prompt batch.
-GRID_M = (1, 4, 16, 48, 128, 384, 1024)
+GRID_M = (1, 4, 16, 48, 160, 480, 1200)
 #: Output and reduction widths: narrow heads to MLP widths.
-GRID_NK = (64, 256, 768, 2048, 3072)
+GRID_NK = (64, 320, 1280, 2560, 3584)
 
 
 def gemm_grid_sweep(device: str = "cpu", ms: tuple[int, ...] = GRID_M,
