@@ -28,6 +28,7 @@ promotes a bf16 input to an fp32 output, as torch's type promotion does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -87,20 +88,13 @@ def one_kernel_program(table: CostTable, options: TimingOptions) -> Program:
     work = Cost()
     for n in nodes:
         work = work + table.costs[n]
-    read = sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in [*graph.inputs, *graph.weights])
-    written = sum(v.type.dtype.nbytes(_numel(table.shapes[v])) for v in graph.outputs)
+    read = sum(v.type.dtype.nbytes(math.prod(table.shapes[v])) for v in [*graph.inputs, *graph.weights])
+    written = sum(v.type.dtype.nbytes(math.prod(table.shapes[v])) for v in graph.outputs)
     anchor = next((n for n in nodes if n.group is OpGroup.NORMALIZATION), nodes[0])
     kind = "normalization" if anchor.group is OpGroup.NORMALIZATION else "elementwise"
     kernel = Kernel(anchor.name, kind, nodes, anchor, Cost(work.flops, work.transcendentals, read, written),
                     [*graph.inputs, *graph.weights], list(graph.outputs))
     return Program([kernel], table, options)
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    out = 1
-    for d in shape:
-        out *= int(d)
-    return out
 
 
 def vector_graph(m: KernelMeasurement, dtype: DType) -> Graph:
