@@ -36,6 +36,7 @@ from typing import NamedTuple
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving_gpu_rows as gpu  # noqa: E402
 from pope_breakdown import analysis, layer_table, paper_estimate, serial_check  # noqa: E402
+from pope_pair import pair_md, read_pair  # noqa: E402
 from published_decode import PUBLISHED  # noqa: E402
 
 import narrowpipe  # noqa: E402
@@ -175,6 +176,7 @@ def main() -> None:
     steps = pope_steps()
     p_rows, p_data, breakdown = pope_rows(steps)
     serial_md, serial = serial_check(PALM_540B_SERVED, CONTEXT)
+    pair = read_pair(steps[0], steps[1])
     tables = "".join(layer_table(r, s) for r, s in steps[:2])
     for (r, s), d in zip(steps, p_data):
         if r.seq == 1:
@@ -196,6 +198,7 @@ def main() -> None:
           + serial_md
           + tables
           + analysis(steps, CONTEXT, serial)
+          + pair_md(pair, steps)
           + "\n## GPU serving with full configurations (TensorRT-LLM, NVIDIA, OCI/vLLM)\n\n"
             "Each row asked of `serve` on the row's GPU, tensor-parallel size (collectives on the node's "
             "measured NVLink/Infinity Fabric figures), formats, batch and lengths; no fitting. Time error: "
@@ -213,7 +216,8 @@ def main() -> None:
             "(published_decode.py). The serving graph is the model builder's rebuild (canonical norms and "
             "activations: fewer kernels than the export's decompositions, so faster on chips whose time is "
             "per-kernel latency); the step from 'empty cache' to 'cache at context' is the cache's reads.\n")
-    data = {"env": env, "pope": p_data, "pope_serial_block": serial, "gpu": g_data, "dataflow": d_data}
+    data = {"env": env, "pope": p_data, "pope_serial_block": serial, "pope_pair": pair.to_dict(), "gpu": g_data,
+            "dataflow": d_data}
     md_path, _ = write_results(RESULTS, "serving_validate", md, data)
     print(md)
     print(f"[serving_validate] wrote {md_path}")
