@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving_gpu_rows as gpu  # noqa: E402
+from first_token_pair import first_token_md  # noqa: E402
 from pope_breakdown import analysis, layer_table, paper_estimate, serial_check  # noqa: E402
 from pope_pair import pair_md, read_pair  # noqa: E402
 from published_decode import PUBLISHED  # noqa: E402
@@ -208,6 +209,7 @@ def main() -> None:
           + md_table(gpu.GROUP_HEADER, gpu.groups(g_preds), "lllrrrrr") + "\n"
           + md_table(gpu.HEADER, g_rows, gpu.ALIGN)
           + gpu.analysis(g_preds)
+          + first_token_md(g_preds, gpu.model_graph, gpu.FORMATS)
           + "\n## Dataflow decode with a KV cache (the rows of published_decode.py)\n\n"
           + md_table(["model", "target", "role", "context", "export, no cache: tokens/s", "export kernels",
                       "serving kernels", "serving, empty cache", "serving, cache at context", "published tokens/s",
