@@ -9,18 +9,21 @@ Nothing here is fitted into the model; the reading is set beside the model's ter
 kind of what the model lacks are plain (used by ``serving_validate.py``; checked by hand in
 tests/costmodel/serving/test_pope_pair.py).
 
-The hypothesis: the model overlaps each matmul's weight stream with its MXU work (roofline max). If a
-TPU v4 ran them one after the other instead, the time would be their sum. :func:`serialized` applies
-that to every Pope row, so one reading is tested against seven published figures, not one.
+Two hypotheses about the overlap the model assumes (roofline max of each matmul's weight stream and
+its MXU work) are applied to every Pope row, so each is tested against seven published figures, not
+one: :func:`serialized` sums the two terms (ruled out by the 62B rows); :func:`loads_exposed` puts only
+the MXUs' weight-tile loads after the stream (consistent with all seven, but unsourced: reported, not
+modelled).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import ceil
 from typing import Any
 
 from narrowpipe.backends import get_target
-from narrowpipe.costmodel.serving.ws2d import Ws2dStep
+from narrowpipe.costmodel.serving.ws2d import Ws2dStep, _blocks
 
 #: The two matmuls of a parallel PaLM layer (fused input and output projections, ws2d.py).
 MATMULS = ("layer_w_in", "layer_w_out")
@@ -92,13 +95,21 @@ def pair_md(p: PairReading, steps: list[tuple[Any, Ws2dStep]]) -> str:
     us = 1e6
     catalog = p.catalog_rate / p.peak
     besides = (p.model_rest + p.model_matmuls['bf16'] - p.model_matmul_memory['bf16']) * us
-    rows, errs = [], {}
+    rows, errs, load_errs = [], {}, {}
     for r, s in steps:
-        t = serialized(r, s)
+        t, t2 = serialized(r, s), loads_exposed(r, s)
         errs[(r.label, r.batch)] = t * 1e3 / r.published_ms - 1
+        load_errs[(r.label, r.batch)] = t2 * 1e3 / r.published_ms - 1
         label = r.label if getattr(r, "seq", 1) == 1 else f"{r.label} ({r.seq} tokens)"
         rows.append(f"| {label}, batch {r.batch} | {s.time_s * 1e3:.1f} ({s.time_s * 1e3 / r.published_ms - 1:+.1%}) "
-                    f"| {t * 1e3:.1f} ({t * 1e3 / r.published_ms - 1:+.1%}) | {r.published_ms:.1f} |")
+                    f"| {t * 1e3:.1f} ({t * 1e3 / r.published_ms - 1:+.1%}) "
+                    f"| {t2 * 1e3:.1f} ({t2 * 1e3 / r.published_ms - 1:+.1%}) | {r.published_ms:.1f} |")
+    i8, b16 = steps[0], steps[1]
+    load_diff = (loads_exposed(*b16) - loads_exposed(*i8)) * 1e3
+    loads_540 = sum(weight_loads(*b16).values()) * us
+    launch = get_target("tpu-v4").launch_overhead
+    lo, hi = min(load_errs.values()), max(load_errs.values())
+    load_in = sum(abs(e) <= 0.2 for e in load_errs.values())
     within = sum(abs(e) <= 0.2 for e in errs.values())
     overlapped = sum(abs(s.time_s * 1e3 / r.published_ms - 1) <= 0.2 for r, s in steps)
     return f"""
@@ -138,11 +149,54 @@ but the weights' stream, in both formats.
   two terms instead of overlapping them (XLA double-buffers HBM-to-VMEM copies, so overlap is the
   default reading) against all seven rows:
 
-| row | model (overlapped) ms | summed ms | published ms |
-|---|--:|--:|--:|
+| row | model (overlapped) ms | stream + MXU summed ms | tile loads after the stream ms | published ms |
+|---|--:|--:|--:|--:|
 {chr(10).join(rows)}
 
   Summed, the rows run from {min(errs.values()):+.0%} to {max(errs.values()):+.0%} ({within} of {len(errs)} within
   20%, against {overlapped} overlapped):
   the 62B decode rows go furthest past their published times, so this is not the common term either.
+* **One reading fits all seven rows, unsourced, not modelled: the weight tiles' loads into the MXUs
+  after the weights' stream.** Each 128 x 128 weight tile takes 128 cycles to load into an array
+  (the catalog's MXU size and the clock its bf16 peak implies); at 64 rows the model hides those
+  loads under the HBM stream (`max(MXU, stream)`). Taking `max(MXU, stream + loads)` instead (last
+  column: {loads_540:.1f} us per 540B layer on 64 chips) puts every row from {lo:+.0%} to
+  {hi:+.0%} ({load_in} of {len(load_errs)} within 20%), the int8/bf16 difference at {load_diff:.1f} ms
+  (published {p.published_diff * p.layers * 1e3:.1f}), and leaves the compute-bound rows (batch 512, the
+  prefills) as they are. No source read says a TPU v4 exposes the loads
+  (XLA pipelines weight DMAs; the fold model assumes double-buffered loads), so the model keeps the
+  overlap and the strict xfails stay. What would settle it: one TPU v4 profile of a 64-row bf16 matmul
+  against a 4,608 x 10,272 weight block (the 540B layer's input matmul on one chip), which the model
+  times at {b16[1].layer_kernels["layer_w_in"] * us:.0f} us and this reading at
+  {(b16[1].layer_terms["layer_w_in"][1] + weight_loads(*b16)["layer_w_in"] + launch) * us:.0f} us.
 """
+
+
+def weight_loads(r: Any, s: Ws2dStep) -> dict[str, float]:
+    """Seconds per layer the MXUs spend loading weight tiles into the arrays, by matmul: one
+    ``dim``-cycle load per ``dim x dim`` tile and M block (of ``mxu_block_rows``), spread over the
+    chip's MXUs, at the clock the bf16 peak implies (the fill and drain the fold model adds excluded)."""
+    v4 = get_target("tpu-v4")
+    dim, mxus = v4.mxu_dim, v4.mxu_count or 8
+    clock = v4.matrix_flops["bf16"] / (2 * mxus * dim * dim)
+    spec, (x, yz) = r.served, r.axes
+    rows = r.batch * getattr(r, "seq", 1)
+    blocks = ceil(rows / (v4.mxu_block_rows or 512))
+    (blk,) = _blocks(spec)                      # PaLM's parallel layer: one block
+    k_in, n_in = ceil(spec.hidden / x), ceil(blk.n_in / yz)
+    k_out, n_out = ceil(blk.n_out / yz), ceil(spec.hidden / x)
+    out = {}
+    for name, k, n in (("layer_w_in", k_in, n_in), ("layer_w_out", k_out, n_out)):
+        folds = blocks * ceil(k / dim) * ceil(n / dim)
+        out[name] = ceil(folds / mxus) * dim / clock
+    return out
+
+
+def loads_exposed(r: Any, s: Ws2dStep) -> float:
+    """The row's step (s) if each matmul's weight-tile loads followed its weights' stream instead of
+    hiding under it: ``max(MXU, stream + loads)`` where the model takes ``max(MXU, stream)``."""
+    extra = 0.0
+    for name, load in weight_loads(r, s).items():
+        compute, memory = s.layer_terms[name]
+        extra += max(compute, memory + load) - max(compute, memory)
+    return s.time_s + extra * r.served.layers

@@ -63,3 +63,18 @@ def test_serialized_matmuls_add_the_mxu_fold_time_by_hand(steps):
     folds_out = -(-(n_out // 16) // 128) * -(-E // 4 // 128)
     mxu = sum((-(-folds // 8) * (128 + 64) + 2 * 128) / clock for folds in (folds_in, folds_out))
     assert pair.serialized(r, s) - s.time_s == pytest.approx(LAYERS * mxu, rel=1e-3)
+
+
+def test_weight_tile_loads_by_hand_and_where_they_would_show(steps):
+    """540B on 4 x 16 chips: 36 x 81 input tiles and 44 x 36 output tiles of 128 x 128 over 8 MXUs,
+    128 cycles each at 1.049 GHz. Exposed after the stream they add all of it to the memory-bound
+    batch-64 bf16 step and nothing to the compute-bound batch-512 one."""
+    clock = 275e12 / (2 * 8 * 128 * 128)
+    r, s = steps[1]
+    loads = pair.weight_loads(r, s)
+    assert loads["layer_w_in"] == pytest.approx(-(-36 * 81 // 8) * 128 / clock, rel=1e-9)
+    assert loads["layer_w_out"] == pytest.approx(-(-44 * 36 // 8) * 128 / clock, rel=1e-9)
+    assert pair.loads_exposed(r, s) - s.time_s == pytest.approx(LAYERS * sum(loads.values()), rel=1e-9)
+    r512, s512 = steps[2]
+    assert (r512.label, r512.batch) == ("PaLM 540B bf16", 512)
+    assert pair.loads_exposed(r512, s512) == pytest.approx(s512.time_s, rel=1e-12)
