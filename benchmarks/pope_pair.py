@@ -200,3 +200,10 @@ def loads_exposed(r: Any, s: Ws2dStep) -> float:
         compute, memory = s.layer_terms[name]
         extra += max(compute, memory + load) - max(compute, memory)
     return s.time_s + extra * r.served.layers
+
+
+def hypotheses(steps: list[tuple[Any, Ws2dStep]]) -> list[dict[str, Any]]:
+    """Each row's step (ms) as modelled and under the two overlap hypotheses, for the results JSON."""
+    return [{"model": r.label, "batch": r.batch, "seq": getattr(r, "seq", 1), "published_ms": r.published_ms,
+             "overlapped_ms": s.time_s * 1e3, "stream_plus_mxu_ms": serialized(r, s) * 1e3,
+             "tile_loads_after_stream_ms": loads_exposed(r, s) * 1e3} for r, s in steps]

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving_gpu_rows as gpu  # noqa: E402
 from first_token_pair import first_token_md  # noqa: E402
 from pope_breakdown import analysis, layer_table, paper_estimate, serial_check  # noqa: E402
-from pope_pair import pair_md, read_pair  # noqa: E402
+from pope_pair import hypotheses, pair_md, read_pair  # noqa: E402
 from published_decode import PUBLISHED  # noqa: E402
 
 import narrowpipe  # noqa: E402
@@ -218,7 +218,8 @@ def main() -> None:
             "(published_decode.py). The serving graph is the model builder's rebuild (canonical norms and "
             "activations: fewer kernels than the export's decompositions, so faster on chips whose time is "
             "per-kernel latency); the step from 'empty cache' to 'cache at context' is the cache's reads.\n")
-    data = {"env": env, "pope": p_data, "pope_serial_block": serial, "pope_pair": pair.to_dict(), "gpu": g_data,
+    data = {"env": env, "pope": p_data, "pope_serial_block": serial, "pope_pair": pair.to_dict(),
+            "pope_overlap_hypotheses": hypotheses(steps), "gpu": g_data,
             "dataflow": d_data}
     md_path, _ = write_results(RESULTS, "serving_validate", md, data)
     print(md)
