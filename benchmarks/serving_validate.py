@@ -35,7 +35,9 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import serving_gpu_rows as gpu  # noqa: E402
+from first_token_pair import first_token_md  # noqa: E402
 from pope_breakdown import analysis, layer_table, paper_estimate, serial_check  # noqa: E402
+from pope_pair import hypotheses, pair_md, read_pair  # noqa: E402
 from published_decode import PUBLISHED  # noqa: E402
 
 import narrowpipe  # noqa: E402
@@ -175,6 +177,7 @@ def main() -> None:
     steps = pope_steps()
     p_rows, p_data, breakdown = pope_rows(steps)
     serial_md, serial = serial_check(PALM_540B_SERVED, CONTEXT)
+    pair = read_pair(steps[0], steps[1])
     tables = "".join(layer_table(r, s) for r, s in steps[:2])
     for (r, s), d in zip(steps, p_data):
         if r.seq == 1:
@@ -196,6 +199,7 @@ def main() -> None:
           + serial_md
           + tables
           + analysis(steps, CONTEXT, serial)
+          + pair_md(pair, steps)
           + "\n## GPU serving with full configurations (TensorRT-LLM, NVIDIA, OCI/vLLM)\n\n"
             "Each row asked of `serve` on the row's GPU, tensor-parallel size (collectives on the node's "
             "measured NVLink/Infinity Fabric figures), formats, batch and lengths; no fitting. Time error: "
@@ -205,6 +209,7 @@ def main() -> None:
           + md_table(gpu.GROUP_HEADER, gpu.groups(g_preds), "lllrrrrr") + "\n"
           + md_table(gpu.HEADER, g_rows, gpu.ALIGN)
           + gpu.analysis(g_preds)
+          + first_token_md(g_preds, gpu.model_graph, gpu.FORMATS)
           + "\n## Dataflow decode with a KV cache (the rows of published_decode.py)\n\n"
           + md_table(["model", "target", "role", "context", "export, no cache: tokens/s", "export kernels",
                       "serving kernels", "serving, empty cache", "serving, cache at context", "published tokens/s",
@@ -213,7 +218,9 @@ def main() -> None:
             "(published_decode.py). The serving graph is the model builder's rebuild (canonical norms and "
             "activations: fewer kernels than the export's decompositions, so faster on chips whose time is "
             "per-kernel latency); the step from 'empty cache' to 'cache at context' is the cache's reads.\n")
-    data = {"env": env, "pope": p_data, "pope_serial_block": serial, "gpu": g_data, "dataflow": d_data}
+    data = {"env": env, "pope": p_data, "pope_serial_block": serial, "pope_pair": pair.to_dict(),
+            "pope_overlap_hypotheses": hypotheses(steps), "gpu": g_data,
+            "dataflow": d_data}
     md_path, _ = write_results(RESULTS, "serving_validate", md, data)
     print(md)
     print(f"[serving_validate] wrote {md_path}")

@@ -70,6 +70,9 @@ class Ws2dStep:
     weight_bytes_per_chip: float
     notes: list[str] = field(default_factory=list)
     layer_kernels: dict[str, float] = field(default_factory=dict)   # seconds per layer, by kernel
+    #: each kernel's (compute, memory) seconds before the roofline takes their max: what an analysis
+    #: of overlap needs (benchmarks/pope_pair.py)
+    layer_terms: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -196,12 +199,15 @@ def _head_graph(spec: TransformerSpec, b: int, x: int, yz: int, w: DType, a: DTy
     return g
 
 
-def _kernels_s(graph: Graph, target: Target, options: TimingOptions) -> tuple[float, dict[str, float]]:
-    """Total seconds of the graph's kernels on one chip, and each launched kernel's seconds."""
+def _kernels_s(graph: Graph, target: Target, options: TimingOptions
+               ) -> tuple[float, dict[str, float], dict[str, tuple[float, float]]]:
+    """Total seconds of the graph's kernels on one chip, each launched kernel's seconds, and each
+    one's (compute, memory) terms."""
     program = fused_program(interpret(graph, {}), target, options)
     schedule = time_program(program, DeviceGroup(target, 1))
-    each = {k.name: kt.time_s for k, kt in zip(program.kernels, schedule.times) if not k.is_free}
-    return schedule.total_s, each
+    launched = [(k.name, kt) for k, kt in zip(program.kernels, schedule.times) if not k.is_free]
+    return (schedule.total_s, {n: kt.time_s for n, kt in launched},
+            {n: (kt.compute_s, kt.memory_s) for n, kt in launched})
 
 
 def ws2d_decode(spec: TransformerSpec, target: Target, topology: Topology, chips: int, *, batch: int,
@@ -238,8 +244,8 @@ def _step(spec: TransformerSpec, target: Target, topology: Topology, chips: int,
     kvd = kv or a
     opts = options or TimingOptions()
     graph = _layer_graph(spec, batch, seq, context, x, yz, w, a, kvd)
-    layer_s, layer_kernels = _kernels_s(graph, target, opts)
-    head_s, _ = _kernels_s(_head_graph(spec, batch, x, yz, w, a), target, opts)
+    layer_s, layer_kernels, layer_terms = _kernels_s(graph, target, opts)
+    head_s, _, _ = _kernels_s(_head_graph(spec, batch, x, yz, w, a), target, opts)
     ab = a.nbytes(1000) / 1000
     e, hd, d = spec.hidden, spec.heads * spec.head_dim, spec.head_dim
     t = batch * seq
@@ -279,4 +285,4 @@ def _step(spec: TransformerSpec, target: Target, topology: Topology, chips: int,
     block = "parallel block" if spec.parallel_block else "serial attention and MLP blocks"
     notes = [f"2D weight-stationary on {x} x {yz} chips, {block}, {len(layer_kernels)} kernels per layer, {attention}"]
     return Ws2dStep(compute + comm, compute, comm, per_layer, x, yz, w.nbytes(round(per_chip_params)), notes,
-                    layer_kernels)
+                    layer_kernels, layer_terms)
