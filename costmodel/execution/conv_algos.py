@@ -53,6 +53,7 @@ from math import ceil, prod
 from ...ir import Node
 from ..interpreter import CostTable
 from ..sizes import value_bytes
+from .conv_winograd_rxs import rxs_gemm
 from .gemm import Gemm, conv_gemm
 
 __all__ = ["ConvPlan", "conv_plans", "WINOGRAD_FORMS"]
@@ -68,6 +69,7 @@ class ConvPlan:
     extra_bytes: int = 0       # traffic outside the GEMM: transforms written and read back
     extra_kernels: int = 0     # kernels besides the GEMM (non-fused transforms)
     direct: bool = False       # a direct convolution: the problem's FLOPs at the direct plateau, no tiles
+    efficiency: float | None = None   # a direct-style kernel's own plateau (absent: conv_direct_efficiency)
     unread_bytes: int = 0      # input rows a strided filter shorter than its stride never touches
 
 
@@ -166,10 +168,12 @@ def _winograd_wgrad(table: CostTable, node: Node, g: Gemm, r: int) -> list[ConvP
 
 
 def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
-               winograd_wgrad: bool = False, direct: bool = False) -> list[ConvPlan]:
+               winograd_wgrad: bool = False, direct: bool = False,
+               winograd_rxs: float | None = None) -> list[ConvPlan]:
     """The algorithms a library could run ``node`` with (implicit GEMM first); ``winograd``: the
     convolution runs on the vector units, where the library offers Winograd (for weight gradients
-    too when ``winograd_wgrad``) and, when ``direct``, a direct convolution."""
+    too when ``winograd_wgrad``), when ``direct`` a direct convolution and, when ``winograd_rxs``
+    (its plateau), MIOpen's any-filter Winograd kernel (:mod:`.conv_winograd_rxs`)."""
     g = conv_gemm(table, node)
     a = node.attrs
     if a.get("role") == "grad_input" and any(int(s) > 1 for s in a.get("stride", (1,))):
@@ -182,4 +186,7 @@ def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
         plans += _winograd(table, node, g, winograd_wgrad)
         if direct:
             plans.append(ConvPlan("direct convolution", g, direct=True))
+        rxs = rxs_gemm(table, node, g) if winograd_rxs is not None else None
+        if rxs is not None:
+            plans.append(ConvPlan("Winograd RxS (MIOpen, 3x3 blocks)", rxs, direct=True, efficiency=winograd_rxs))
     return plans
