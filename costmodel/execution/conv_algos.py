@@ -53,6 +53,7 @@ from math import ceil, prod
 from ...ir import Node
 from ..interpreter import CostTable
 from ..sizes import value_bytes
+from .conv_miopen_gemm import miopen_1x1_stride2_gemm
 from .conv_winograd_rxs import rxs_gemm
 from .gemm import Gemm, conv_gemm
 
@@ -169,11 +170,13 @@ def _winograd_wgrad(table: CostTable, node: Node, g: Gemm, r: int) -> list[ConvP
 
 def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
                winograd_wgrad: bool = False, direct: bool = False,
-               winograd_rxs: float | None = None) -> list[ConvPlan]:
+               winograd_rxs: float | None = None, gemm_1x1_stride2: bool = False) -> list[ConvPlan]:
     """The algorithms a library could run ``node`` with (implicit GEMM first); ``winograd``: the
     convolution runs on the vector units, where the library offers Winograd (for weight gradients
     too when ``winograd_wgrad``), when ``direct`` a direct convolution and, when ``winograd_rxs``
-    (its plateau), MIOpen's any-filter Winograd kernel (:mod:`.conv_winograd_rxs`)."""
+    (its plateau), MIOpen's any-filter Winograd kernel (:mod:`.conv_winograd_rxs`); when
+    ``gemm_1x1_stride2``, a 1x1 stride-2 forward layer runs MIOpen's GEMM between two transposes
+    (:mod:`.conv_miopen_gemm`) instead of the implicit GEMM."""
     g = conv_gemm(table, node)
     a = node.attrs
     if a.get("role") == "grad_input" and any(int(s) > 1 for s in a.get("stride", (1,))):
@@ -182,6 +185,9 @@ def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
     else:
         plans = [ConvPlan("implicit GEMM", _channel_padded(g, node, table, k_step),
                           unread_bytes=_skipped_rows_bytes(table, node))]
+    form = miopen_1x1_stride2_gemm(table, node, g) if gemm_1x1_stride2 else None
+    if form is not None:
+        plans = [ConvPlan("GEMM between layout transposes (MIOpen 1x1 stride 2)", form[0], form[1], 2)]
     if winograd:
         plans += _winograd(table, node, g, winograd_wgrad)
         if direct:

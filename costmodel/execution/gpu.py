@@ -87,7 +87,8 @@ class GpuModel(SequentialModel):
             plans = conv_plans(program.table, kernel.anchor, k_step=k_step, winograd=on_vector_units,
                                winograd_wgrad=bool(target.conv_winograd_wgrad),
                                direct=target.conv_direct_efficiency is not None,
-                               winograd_rxs=target.conv_winograd_rxs_efficiency)
+                               winograd_rxs=target.conv_winograd_rxs_efficiency,
+                               gemm_1x1_stride2=bool(target.conv_gemm_1x1_stride2))
         best: tuple[float, GemmTime, ConvPlan] | None = None
         for plan in plans:
             # the implicit GEMM reads and writes what the kernel does; other plans their own operands

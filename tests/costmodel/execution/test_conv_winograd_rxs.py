@@ -111,3 +111,4 @@ def test_nvidia_targets_have_no_rxs_kernel():
     """cuDNN has no such kernel: the field is absent on the NVIDIA catalog GPUs."""
     for name in ("t4", "p100-pcie", "v100-sxm2"):
         assert get_target(name).conv_winograd_rxs_efficiency is None
+
