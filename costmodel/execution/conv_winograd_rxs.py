@@ -14,13 +14,17 @@ filter tile 3): at stride 1 the filter's width pads to 3 when it is at most 3, e
 of 6, and its height to a multiple of 3; at stride 2 the width pads to a multiple of 6 and the
 height to a multiple of 3 when R mod 6 == 1, else of 6. Applicable where (``IsApplicable``): 2-D,
 groups 1, dilation 1, equal strides of 1 or 2, fp32 (fp16 only on gfx906/908, not modelled); fp32
-needs k x l x C >= 18 (k, l the padded filter's 3-blocks;
-at a stride-2 data gradient the width counts in 6-blocks), C even for a stride-1 filter at most 3
-wide and for a stride-2 data gradient (with R > 1). C is the channels the problem reduces over.
+needs k x l x C >= 18 (k, l the padded filter's 3-blocks; at a stride-2 data gradient the width
+counts in 6-blocks), C even for a stride-1 filter at most 3 wide and for a stride-2 data gradient
+(with R > 1). C is the channels the problem reduces over (the solver's input channels: dy's for a
+data gradient). Known miss: the data gradients of 1-3 channel first layers, which the rules admit
+(dy has 32-64 channels), run 2.4-3.4x slower than this kernel's model on MI25 (DeepBench does not
+name the backward algorithm; the model's output-channel cost has no tile to pad three channels to).
 
-The weight gradient is not offered: MIOpen's Winograd weight-gradient kernel (RxSf3x2,
-Conv_Winograd_v16) is later than DeepBench's MIOpen 1.3, and offered with the forward kernel's
-plateau it puts MI25's fit-half 3x3 weight gradients 43-49% below their measured times.
+Versions (MIOpen's CHANGELOG.md): Winograd kernels for strided backward-data convolutions came in
+1.2.0, before DeepBench's MIOpen 1.3; Winograd weight gradients came in 1.8.0, after it, so weight
+gradients are not offered (with the forward kernel's plateau they would put MI25's fit-half 3x3
+weight gradients 43-49% below their measured times).
 
 The kernel's time is its executed FLOPs at the target's ``conv_winograd_rxs_efficiency`` of the
 vector peak, against the convolution's compulsory traffic (:func:`.gpu._direct_time`).
