@@ -26,6 +26,11 @@ with the algorithms whose work differs:
   unit's peak, no channel padding and no tiles. It is what wins where the GEMM pads a narrow side:
   the data gradient of a one-channel layer is a GEMM with N = 1, run in 32-128 wide tiles.
 
+* **MIOpen's any-filter Winograd** (``conv_winograd_rxs_efficiency``, :mod:`.conv_winograd_rxs`):
+  any filter cut into 3x3 blocks at stride 1 or 2, a persistent kernel at its own plateau;
+* **MIOpen's 1x1 stride-2 GEMM path** (``conv_gemm_1x1_stride2``, :mod:`.conv_miopen_gemm`): a
+  library without an implicit GEMM runs such a layer as one GEMM between two layout transposes.
+
 A filter shorter than its vertical stride (1x1, stride 2) leaves input rows unread: the
 implicit GEMM reads r of every s rows (within a row the skipped columns share memory sectors).
 
