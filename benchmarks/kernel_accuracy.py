@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_notes_conv  # noqa: E402
 import kernel_residuals  # noqa: E402
 import kernel_rows_vector  # noqa: E402
 
@@ -341,7 +342,7 @@ def markdown(records: Sequence[dict[str, Any]], env: dict[str, Any], hosts: dict
             + "\n## Held out, by class (median abs / p90 abs (rows))\n\n"
             + md_table(["chip", *CLASSES], classes, "l")
             + kernel_residuals.markdown(records, summary, md_table, _pct)
-            + vector + NOTES
+            + vector + NOTES + kernel_notes_conv.ROUND5
             + "\n## Sources\n\n" + ", ".join(f"{s} on {c}" for s, c in sources)
             + " (rows and what was left out: `benchmarks/data/README.md`)\n")
 

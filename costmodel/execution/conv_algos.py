@@ -26,6 +26,11 @@ with the algorithms whose work differs:
   unit's peak, no channel padding and no tiles. It is what wins where the GEMM pads a narrow side:
   the data gradient of a one-channel layer is a GEMM with N = 1, run in 32-128 wide tiles.
 
+* **MIOpen's any-filter Winograd** (``conv_winograd_rxs_efficiency``, :mod:`.conv_winograd_rxs`):
+  any filter cut into 3x3 blocks at stride 1 or 2, a persistent kernel at its own plateau;
+* **MIOpen's 1x1 stride-2 GEMM path** (``conv_gemm_1x1_stride2``, :mod:`.conv_miopen_gemm`): a
+  library without an implicit GEMM runs such a layer as one GEMM between two layout transposes.
+
 A filter shorter than its vertical stride (1x1, stride 2) leaves input rows unread: the
 implicit GEMM reads r of every s rows (within a row the skipped columns share memory sectors).
 
@@ -53,6 +58,8 @@ from math import ceil, prod
 from ...ir import Node
 from ..interpreter import CostTable
 from ..sizes import value_bytes
+from .conv_miopen_gemm import miopen_1x1_stride2_gemm
+from .conv_winograd_rxs import rxs_gemm
 from .gemm import Gemm, conv_gemm
 
 __all__ = ["ConvPlan", "conv_plans", "WINOGRAD_FORMS"]
@@ -68,6 +75,7 @@ class ConvPlan:
     extra_bytes: int = 0       # traffic outside the GEMM: transforms written and read back
     extra_kernels: int = 0     # kernels besides the GEMM (non-fused transforms)
     direct: bool = False       # a direct convolution: the problem's FLOPs at the direct plateau, no tiles
+    efficiency: float | None = None   # a direct-style kernel's own plateau (absent: conv_direct_efficiency)
     unread_bytes: int = 0      # input rows a strided filter shorter than its stride never touches
 
 
@@ -166,10 +174,14 @@ def _winograd_wgrad(table: CostTable, node: Node, g: Gemm, r: int) -> list[ConvP
 
 
 def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
-               winograd_wgrad: bool = False, direct: bool = False) -> list[ConvPlan]:
+               winograd_wgrad: bool = False, direct: bool = False,
+               winograd_rxs: float | None = None, gemm_1x1_stride2: bool = False) -> list[ConvPlan]:
     """The algorithms a library could run ``node`` with (implicit GEMM first); ``winograd``: the
     convolution runs on the vector units, where the library offers Winograd (for weight gradients
-    too when ``winograd_wgrad``) and, when ``direct``, a direct convolution."""
+    too when ``winograd_wgrad``), when ``direct`` a direct convolution and, when ``winograd_rxs``
+    (its plateau), MIOpen's any-filter Winograd kernel (:mod:`.conv_winograd_rxs`); when
+    ``gemm_1x1_stride2``, a 1x1 stride-2 forward layer runs MIOpen's GEMM between two transposes
+    (:mod:`.conv_miopen_gemm`) instead of the implicit GEMM."""
     g = conv_gemm(table, node)
     a = node.attrs
     if a.get("role") == "grad_input" and any(int(s) > 1 for s in a.get("stride", (1,))):
@@ -178,8 +190,14 @@ def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
     else:
         plans = [ConvPlan("implicit GEMM", _channel_padded(g, node, table, k_step),
                           unread_bytes=_skipped_rows_bytes(table, node))]
+    form = miopen_1x1_stride2_gemm(table, node, g) if gemm_1x1_stride2 else None
+    if form is not None:
+        plans = [ConvPlan("GEMM between layout transposes (MIOpen 1x1 stride 2)", form[0], form[1], 2)]
     if winograd:
         plans += _winograd(table, node, g, winograd_wgrad)
         if direct:
             plans.append(ConvPlan("direct convolution", g, direct=True))
+        rxs = rxs_gemm(table, node, g) if winograd_rxs is not None else None
+        if rxs is not None:
+            plans.append(ConvPlan("Winograd RxS (MIOpen, 3x3 blocks)", rxs, direct=True, efficiency=winograd_rxs))
     return plans

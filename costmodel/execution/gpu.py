@@ -86,7 +86,9 @@ class GpuModel(SequentialModel):
             k_step = 1 if on_vector_units or target.tensor_core_min_tile is None else target.tensor_core_min_tile[2]
             plans = conv_plans(program.table, kernel.anchor, k_step=k_step, winograd=on_vector_units,
                                winograd_wgrad=bool(target.conv_winograd_wgrad),
-                               direct=target.conv_direct_efficiency is not None)
+                               direct=target.conv_direct_efficiency is not None,
+                               winograd_rxs=target.conv_winograd_rxs_efficiency,
+                               gemm_1x1_stride2=bool(target.conv_gemm_1x1_stride2))
         best: tuple[float, GemmTime, ConvPlan] | None = None
         for plan in plans:
             # the implicit GEMM reads and writes what the kernel does; other plans their own operands
@@ -100,7 +102,7 @@ class GpuModel(SequentialModel):
                 int(target.conv_max_split_k or p.max_split_k)
             r = rate if not wgrad or target.conv_wgrad_efficiency is None or plan is not plans[0] else \
                 replace(rate, flops_per_s=rate.flops_per_s * target.conv_wgrad_efficiency)
-            gt = _direct_time(plan.gemm, reads, writes, rate, target) if plan.direct else \
+            gt = _direct_time(plan.gemm, reads, writes, rate, target, plan.efficiency) if plan.direct else \
                 _gemm_time(plan.gemm, reads, writes, r, target,
                            replace(p, max_split_k=split, split_fill=1.0 if wgrad else p.split_fill))
             serial = memory_time(target, plan.extra_bytes) + plan.extra_kernels * target.launch_overhead
@@ -195,10 +197,12 @@ class GemmTime:
     bytes: float
 
 
-def _direct_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarget) -> GemmTime:
+def _direct_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarget,
+                 efficiency: float | None = None) -> GemmTime:
     """A direct convolution: the problem's own FLOPs (no padded channels or tiles) at
-    ``conv_direct_efficiency`` of the unit's peak, against its compulsory traffic."""
-    compute = g.flops / (rate.flops_per_s * float(target.conv_direct_efficiency or 1.0))
+    ``conv_direct_efficiency`` (or the kernel's own ``efficiency``) of the unit's peak, against its
+    compulsory traffic."""
+    compute = g.flops / (rate.flops_per_s * float(efficiency or target.conv_direct_efficiency or 1.0))
     mem = memory_time(target, reads + writes)
     return GemmTime(max(compute, mem), compute, mem, float(g.flops), reads + writes)
 
