@@ -63,6 +63,12 @@ class GpuTarget(Target):
     #: below are properties of the tensor-core GEMM kernels; fp32 GEMMs on the CUDA cores keep
     #: the defaults.
     gemm_split_k_fill: float | None = spec_field("fraction")
+    #: The fill test above counts the output in the library's smallest tile, whatever tile is
+    #: run: the library narrows the tile before it splits K (a split pays a partial-sum
+    #: reduction; a narrower tile only a lower per-tile rate), so a problem that fills the SMs in
+    #: small tiles is not split in large ones. Absent or false: the fill is counted in the tile
+    #: being run. Chosen per chip on the fit half of the kernel benchmark.
+    gemm_split_k_smallest_tile: bool | None = spec_field("flag")
     #: Per-SM bandwidth at which a CTA's operand tiles arrive from L2 into shared memory. A tile
     #: does 2 x tm x tn FLOPs per (tm + tn) operand elements loaded, so a small tile runs at most at
     #: this bandwidth times that ratio (why 64x64 tiles do not reach the plateau); absent: no bound.

@@ -51,6 +51,7 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "conv_direct_efficiency": tuple(round(0.05 + 0.025 * i, 3) for i in range(15)),
         "conv_winograd_rxs_efficiency": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
         "gemm_split_k_fill": (0.03125, 0.0625, 0.125, 0.25, 0.5, 1.0),
+        "gemm_split_k_smallest_tile": (False, True),
         "gemm_tile_feed_bandwidth_tf32": tuple(x * 1e9 for x in (20, 30, 40, 50, 60, 70, 80, 90, 100, 120, 140, 160,
                                                                   200, 250, 300, 400)),
         "conv_latency": tuple(x * 0.5 * _US for x in range(0, 41)),
@@ -66,8 +67,9 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
 #: Library properties fitted only where the target already sets them (absent, the model runs
 #: without the mechanism: tiles shrink to the problem, weight gradients reach the GEMM plateau).
 OPTIONAL_TERMS = frozenset({"gemm_min_tile", "gemm_min_tile_fp32", "conv_wgrad_efficiency", "conv_direct_efficiency",
-                            "gemm_split_k_fill", "gemm_tile_feed_bandwidth", "gemm_tile_feed_bandwidth_tf32",
-                            "conv_latency", "conv_min_tile", "conv_winograd_rxs_efficiency"})
+                            "gemm_split_k_fill", "gemm_split_k_smallest_tile", "gemm_tile_feed_bandwidth",
+                            "gemm_tile_feed_bandwidth_tf32", "conv_latency", "conv_min_tile",
+                            "conv_winograd_rxs_efficiency"})
 #: Per-call host dispatch a ``host``-timed row includes, searched in this grid (seconds).
 HOST_GRID: tuple[float, ...] = tuple(x * 5 * _US for x in range(0, 61))
 

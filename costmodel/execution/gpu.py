@@ -10,7 +10,9 @@
   exposed part of its output write (``gemm_epilogue_exposed``; split-K adds its partial sums):
   small GEMMs take microseconds and short-K GEMMs are dominated by writing C. What the library
   has bounds the choice: its narrowest tile (``gemm_min_tile``, ``_fp32`` for SGEMM kernels) pads a
-  skinny side; K splits only while the tiles fill less than ``gemm_split_k_fill`` of the SMs; a
+  skinny side; K splits only while the tiles fill less than ``gemm_split_k_fill`` of the SMs
+  (counted in the library's smallest tile where ``gemm_split_k_smallest_tile``: it narrows the
+  tile before it splits K); a
   tile runs no faster than its operand tiles arrive (``gemm_tile_feed_bandwidth`` per SM: small
   tiles load more bytes per FLOP; ``_tf32`` for the TF32/XF32 kernels). Convolution kernels are
   the convolution library's own: they pay ``conv_latency`` and pad to ``conv_min_tile`` where the
@@ -104,7 +106,8 @@ class GpuModel(SequentialModel):
                 replace(rate, flops_per_s=rate.flops_per_s * target.conv_wgrad_efficiency)
             gt = _direct_time(plan.gemm, reads, writes, rate, target, plan.efficiency) if plan.direct else \
                 _gemm_time(plan.gemm, reads, writes, r, target,
-                           replace(p, max_split_k=split, split_fill=1.0 if wgrad else p.split_fill))
+                           replace(p, max_split_k=split, split_fill=1.0 if wgrad else p.split_fill,
+                                   split_smallest=p.split_smallest and not wgrad))
             serial = memory_time(target, plan.extra_bytes) + plan.extra_kernels * target.launch_overhead
             total = gt.time + serial
             if best is None or total < best[0] * (1 - 1e-9):
@@ -163,6 +166,7 @@ class GemmTerms:
     min_tile: int = SKINNY_TILE_STEP
     split_fill: float = 1.0        # split K only while tiles < split_fill x SMs
     feed: float = 0.0              # per-SM operand bandwidth (bytes/s); 0: no bound
+    split_smallest: bool = False   # the split-K fill test counts tiles of the smallest tile shape
 
 
 def gemm_terms(target: GpuTarget, vector_units: bool = False, conv: bool = False, tf32: bool = False) -> GemmTerms:
@@ -183,7 +187,8 @@ def gemm_terms(target: GpuTarget, vector_units: bool = False, conv: bool = False
         float((target.gemm_tile_feed_bandwidth_tf32 if tf32 else None) or target.gemm_tile_feed_bandwidth or 0.0)
     return GemmTerms(float(get("gemm_latency")), float(get("gemm_wave_overhead")),
                      float(get("gemm_epilogue_exposed")), int(get("gemm_max_split_k")),
-                     max(int(narrowest or SKINNY_TILE_STEP), 1), fill, feed)
+                     max(int(narrowest or SKINNY_TILE_STEP), 1), fill, feed,
+                     bool(target.gemm_split_k_smallest_tile) and not vector_units)
 
 
 @dataclass(frozen=True)
@@ -211,6 +216,8 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
     """The fastest of the target's tiles for ``g`` (as a heuristic-driven library would pick)."""
     per_sm = rate.flops_per_s * matmul_efficiency(target, g.flops, dtype=rate.dtype) / target.sm_count
     best: GemmTime | None = None
+    # where the library narrows its tile before it splits K, the fill test counts the smallest tile's grid
+    fill_tiles = _grid(g, min(target.tile_shapes, key=lambda t: t[0] * t[1]), p).tiles if p.split_smallest else None
     for tile in target.tile_shapes:
         grid = _grid(g, tile, p)
         tile_reads = reads + _l2_rereads(g, tile, target)
@@ -220,7 +227,7 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
         # every split up to the largest the library allows: a split pays its partial sums, so the
         # largest is not always the fastest, and taking the best keeps the time non-decreasing in
         # each dim (the allowed splits only shrink as the tiles grow)
-        for split in range(1, _max_split(grid, target.sm_count, p) + 1):
+        for split in range(1, _max_split(grid, target.sm_count, p, fill_tiles) + 1):
             compute, executed, waves = _tile_time(g, grid, target.sm_count, per_sm, p, split)
             compute = max(compute, dequant)
             partials = 2 * split * g.batch * g.m * g.n * SPLIT_K_PARTIAL_BYTES if split > 1 else 0
@@ -256,11 +263,12 @@ def _grid(g: Gemm, tile: tuple[int, int, int], p: GemmTerms) -> TileGrid:
     return TileGrid(tm, tn, tk, row_tiles * ceil(g.n / tn), ceil(g.k / tk))
 
 
-def _max_split(grid: TileGrid, sms: int, p: GemmTerms) -> int:
+def _max_split(grid: TileGrid, sms: int, p: GemmTerms, fill_tiles: int | None = None) -> int:
     """The largest split-K factor the library allows: K splits only while the tiles fill less than
     ``gemm_split_k_fill`` of the SMs, into at most the SMs' share per tile, the K iterations and
-    ``gemm_max_split_k``."""
-    if grid.tiles >= sms * p.split_fill:
+    ``gemm_max_split_k``. ``fill_tiles``: the tile count the fill test reads where it is not
+    ``grid``'s own (the smallest tile's, ``gemm_split_k_smallest_tile``)."""
+    if (grid.tiles if fill_tiles is None else fill_tiles) >= sms * p.split_fill:
         return 1
     return max(1, min(sms // grid.tiles, grid.kiters, p.max_split_k))
 

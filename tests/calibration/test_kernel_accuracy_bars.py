@@ -21,10 +21,12 @@ ka = load_benchmark("kernel_accuracy")
 #: library's own kernels, 3c both refitted on the DeepBench chips' fit half): H100 0.097 / 0.259 -> 0.060 /
 #: 0.222 (meets the bars), T4 0.154 / 0.492 -> 0.143 / 0.448, P100 0.198 / 0.575 -> 0.146 / 0.543, MI25 0.182 /
 #: 0.507 -> 0.171 / 0.500, V100 (never fitted, copies T4's terms) 0.129 / 0.522 -> 0.114 / 0.533; MI300X and
-#: MI355X unchanged. Round 5 (MIOpen's any-filter Winograd kernel and 1x1 stride-2 GEMM path on MI25): MI25
-#: 0.171 / 0.500 -> 0.151 / 0.472 (0.154 / 0.465 with the Winograd kernel alone).
+#: MI355X unchanged. Round 5: MIOpen's any-filter Winograd kernel and 1x1 stride-2 GEMM path on MI25: MI25
+#: 0.171 / 0.500 -> 0.151 / 0.472 (0.154 / 0.465 with the Winograd kernel alone); gemm_split_k_smallest_tile,
+#: chosen on the fit half: MI300X 0.129 / 0.353 -> 0.122 / 0.352 (B200, meeting the bars, 0.044 / 0.125 -> 0.042 /
+#: 0.113); the rest unchanged.
 SHORT_OF_THE_BARS = {
-    "mi300x": (0.129, 0.353), "mi355x": (0.064, 0.315),
+    "mi300x": (0.122, 0.352), "mi355x": (0.064, 0.315),
     "v100-sxm2": (0.114, 0.533), "t4": (0.143, 0.448), "p100-pcie": (0.146, 0.543), "mi25": (0.151, 0.472),
 }
 MEETING_THE_BARS = ("b200", "h100-sxm", "tpu-v5e", "tpu-v6e")
