@@ -40,6 +40,7 @@ from narrowpipe.backends import Target, get_target  # noqa: E402
 from narrowpipe.backends import targets as catalog_targets  # noqa: E402
 from narrowpipe.backends.registry import CATALOG_DIR  # noqa: E402
 from narrowpipe.backends.tomlio import read_toml  # noqa: E402
+from narrowpipe.calibration.harness_algos import apply_forced_algos, read_forced_algos  # noqa: E402
 from narrowpipe.calibration.kernel_fit import (  # noqa: E402
     TERM_GRIDS,
     KernelCase,
@@ -86,7 +87,10 @@ def kernel_class(m: KernelMeasurement) -> str:
 
 
 def load_rows(data: Path = DATA) -> list[KernelMeasurement]:
-    return [r for path in sorted(data.glob("kernels_*.csv")) for r in read_kernel_measurements(path)]
+    """Every row, with the algorithm its harness forced where one did (``data/harness_conv.toml``)."""
+    rows = [r for path in sorted(data.glob("kernels_*.csv")) for r in read_kernel_measurements(path)]
+    rules = data / "harness_conv.toml"
+    return apply_forced_algos(rows, read_forced_algos(rules)) if rules.exists() else rows
 
 
 def is_held_out(m: KernelMeasurement) -> bool:
@@ -159,11 +163,13 @@ def evaluate(rows: Sequence[KernelMeasurement], targets: dict[str, Target] | Non
             harness = kernel_rows_vector.harness_key(m) if m.timing == "call" else HARNESS_OF.get(m.source, m.source)
             err = errors([c], target, hosts.get(harness, 0.0))[0]
             kt = max(time_program(c.program, target).times, key=lambda t: t.time_s)
-            algorithm = "; ".join(x for x in (kt.note, f"[{m.algo}]" if m.algo else "") if x)
+            algorithm = "; ".join(x for x in (kt.note, f"[{m.algo}]" if m.algo else "",
+                                              f"forced {m.forced_algo}" if m.forced_algo else "") if x)
             out.append({"chip": chip, "source": m.source, "kind": m.kind, "dtype": m.dtype, "shape": m.shape_text,
                         "class": kernel_class(m), "held_out": is_held_out(m), "measured_s": m.seconds,
                         "predicted_s": m.seconds * (1 + err), "error": err, "compute_s": kt.compute_s,
-                        "memory_s": kt.memory_s, "overhead_s": kt.overhead_s, "algorithm": algorithm})
+                        "memory_s": kt.memory_s, "overhead_s": kt.overhead_s, "algorithm": algorithm,
+                        "forced_algo": m.forced_algo})
     return out
 
 
@@ -342,7 +348,7 @@ def markdown(records: Sequence[dict[str, Any]], env: dict[str, Any], hosts: dict
             + "\n## Held out, by class (median abs / p90 abs (rows))\n\n"
             + md_table(["chip", *CLASSES], classes, "l")
             + kernel_residuals.markdown(records, summary, md_table, _pct)
-            + vector + NOTES + kernel_notes_conv.ROUND5
+            + vector + NOTES + kernel_notes_conv.ROUND5 + kernel_notes_conv.ROUND6
             + "\n## Sources\n\n" + ", ".join(f"{s} on {c}" for s, c in sources)
             + " (rows and what was left out: `benchmarks/data/README.md`)\n")
 

@@ -1,4 +1,4 @@
-"""The kernel-accuracy report's notes on round 5 (issue 12): the convolution rows of the DeepBench
+"""The kernel-accuracy report's notes on rounds 5 and 6 (issue 12): the convolution rows of the DeepBench
 chips. Kept apart from :mod:`kernel_accuracy` (a module stays under 400 lines), appended to its notes."""
 
 ROUND5 = """\
@@ -24,4 +24,31 @@ ROUND5 = """\
   while T4's batch-8 fp32 1x1 rows are 30-60% slow and their batch-16 twins 10-20%; strided data
   gradients run 1.3-4x the scatter formulation's time with no order in the channels; fp16 3x3 weight
   gradients run faster than the plateau with many channels and 2-5x slower with few.
+"""
+
+ROUND6 = """\
+* **Round 6: DeepBench's forced algorithms** (T4, V100 fp16; nothing else changes). DeepBench's
+  `code/nvidia/conv_bench.cu` (da81ba7; the T4/V100 sheets came with commit 30c5115, cuDNN 7.6) makes
+  no library choice on its tensor-core runs: built with `USE_TENSOR_CORES=1` it sets
+  CUDNN_TENSOR_OP_MATH, fp16 NHWC tensors with an fp32 compute type, and overwrites cudnnFind's
+  answer with IMPLICIT_PRECOMP_GEMM, BWD_DATA_ALGO_1 and BWD_FILTER_ALGO_1 (cuDNN 7's tensor-core
+  algorithms), after padding C and K up to multiples of 8 (`PAD_KERNELS`); the fp32 sheets come from
+  the default build (`USE_TENSOR_CORES=0`): cudnnFind's fastest, no padding. That is now a row
+  property (`data/harness_conv.toml`, `calibration/harness_algos.py`): those rows run the implicit
+  GEMM of their pass (`forced_algo`; a model's own layers keep the fastest plan) on the padded
+  problem. On tensor cores the model already ran only the implicit GEMM, so the padding is what
+  moves: the weight gradients of the 1-3 channel first layers do 8/3-8x the work of the reported
+  shape (the forward and data-gradient GEMMs already padded C to the MMA step). V100 held-out conv
+  backward 18.7% / 71.2% -> 18.7% / 67.0%, T4's fp16 weight gradients p90 80.9% -> 73.8%, V100's
+  94.5% -> 90.2%; the chips' bars unchanged (T4 14.3% / 44.8%, V100 11.4% / 53.3%). The misses
+  the report blamed on cuDNN's pick include 20 T4 and 39 V100 fp16 rows where cuDNN picked
+  nothing: they are the cost of the forced implicit GEMM on tensor cores itself (now their own
+  cause). Tried and not kept (judged on T4's fit half, V100 being never fitted): the forced weight
+  gradient at the GEMM plateau without `conv_wgrad_efficiency` (its large 3x3 layers reach it, 35-39
+  TFLOP/s on T4), alone or with split-K limited to 1, 2, 4 or 8. At the plateau with the split
+  over all SMs, V100's fp16 weight gradients go 28.2% / 90.2% -> 21.0% / 74.9% but T4's fit half
+  41.1% / 82.4% -> 41.4% / 84.0% and held out 27.1% / 73.8% -> 32.6% / 83.5%; the limited splits are
+  worse on one chip or both (V100 up to 88.9% / 609% at split 1): the same algorithm runs the
+  small-output layers (1x1, few channels) 2-5x slower than their tile count allows, which no
+  plateau or split shared with the large layers reproduces.
 """

@@ -5,7 +5,8 @@ Why: a median and a 90th percentile say how far off a chip is, not why; the wors
 compute, memory and overhead terms of their prediction (and the algorithm the model picked) show
 which mechanism is missing. The causes are rules on the shape and the error's sign, not a fit:
 they name where to look (a first layer, a strided backward pass, a tiny kernel), and every row
-they do not name is left to the library's per-shape kernel choice, by the sign of its error.
+they do not name is left to the library's per-shape kernel choice, by the sign of its error (or,
+where the benchmark harness forced the algorithm, to that algorithm's modelled cost).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def cause(r: dict[str, Any]) -> str:
         return "fp16 weight gradient slower than the tensor cores allow"
     if over and r["measured_s"] < 30e-6:
         return "small kernel faster than the latency terms"
+    if r.get("forced_algo"):       # the harness chose the algorithm (data/harness_conv.toml): no library pick
+        return "convolution: the harness-forced algorithm runs " + ("faster" if over else "slower") + " than modelled"
     return "convolution: the library's pick is " + ("faster" if over else "slower") + " than the model's best plan"
 
 
@@ -102,7 +105,7 @@ def markdown(records: Sequence[dict[str, Any]], summary: Summary, table: Callabl
     out += [f"\n## The {n} largest held-out errors, with the predicted terms\n\n",
             "Terms in microseconds: compute / memory / overhead (launch and latency floor) of the predicted "
             "kernel; algorithm: what the model ran (the library's forward choice in brackets where the source "
-            "names one).\n\n",
+            "names one; \"forced\": the algorithm the benchmark harness forced, `data/harness_conv.toml`).\n\n",
             table(["chip", "kind", "dtype", "shape", "measured us", "predicted us", "error", "terms (us)",
                    "algorithm", "cause"], rows, "l")]
     return "".join(out)

@@ -19,6 +19,10 @@ A kernel measurements file is CSV with a header row and these columns (``#`` lin
   included) or ``call`` (device time of one call between events with the L2 flushed before it,
   Triton's ``do_bench``: the call's launches plus a per-call harness overhead fitted on the fit rows);
 * ``algo``, ``ref``: optional: the algorithm the library reported, and where in the source the row is.
+
+Two row properties are not columns: the algorithm a benchmark harness *forced* (``forced_algo``) and
+the channel multiple it padded the problem to before timing (``channel_multiple``); they come from
+the harness's rules (:mod:`.harness_algos`), not from the library.
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ class KernelMeasurement:
     timing: str
     algo: str = ""
     ref: str = ""
+    forced_algo: str = ""       # the convolution algorithm the harness forced (not the library's pick)
+    channel_multiple: int = 1   # the harness timed C and K padded up to this multiple
 
     @property
     def shape_text(self) -> str:
@@ -169,10 +175,12 @@ def kernel_graph(m: KernelMeasurement) -> Graph:
         g.set_outputs(out.outputs)
         return g
     n, c, h, w_, k, r, s_ = (s[x] for x in _CONV_KEYS)
+    c, k = (-(-v // m.channel_multiple) * m.channel_multiple for v in (c, k))   # what the harness ran
     groups = s.get("g", 1)
     p, q = conv_output_hw(s)
     attrs = {"stride": (s.get("sh", 1), s.get("sw", 1)), "padding": (s.get("ph", 0), s.get("pw", 0)),
-             "dilation": (1, 1), "groups": groups, "output_padding": (0, 0)}
+             "dilation": (1, 1), "groups": groups, "output_padding": (0, 0),
+             **({"forced_algo": m.forced_algo} if m.forced_algo else {})}
     x_t, w_t, y_t = (TensorType(dt, (n, c, h, w_)), TensorType(dt, (k, c // groups, r, s_)),
                      TensorType(dt, (n, k, p, q)))
     if m.kind == "conv_fwd":

@@ -45,6 +45,13 @@ cuDNN's strided path, which is not public, fills as well; with MIOpen's exceptio
 NVIDIA rows, T4's and V100's unpadded strided data gradients move further below their measured
 times, so the exception is not taken on evidence from AMD's library alone).
 
+A **forced algorithm** (node attribute ``forced_algo``, set only on measured rows whose benchmark
+harness forced one, :mod:`narrowpipe.calibration.harness_algos`) leaves the plan that algorithm is
+and no choice: DeepBench's tensor-core runs force cuDNN's IMPLICIT_PRECOMP_GEMM forward,
+BWD_DATA_ALGO_1 and BWD_FILTER_ALGO_1 (``code/nvidia/conv_bench.cu``, the three algorithms cuDNN 7
+runs on tensor cores), each the implicit GEMM of its pass here. A model's own convolutions never
+carry the attribute: a framework gets the library's pick, the fastest plan.
+
 Whether a chip's library has the non-fused Winograd weight gradient is the target's
 ``conv_winograd_wgrad``; its GEMMs are ordinary batched GEMMs on transformed operands in memory, so
 the weight-gradient kernels' plateau (``conv_wgrad_efficiency``) applies to the implicit GEMM only.
@@ -55,6 +62,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import ceil, prod
 
+from ...errors import NarrowpipeError
 from ...ir import Node
 from ..interpreter import CostTable
 from ..sizes import value_bytes
@@ -62,10 +70,15 @@ from .conv_miopen_gemm import miopen_1x1_stride2_gemm
 from .conv_winograd_rxs import rxs_gemm
 from .gemm import Gemm, conv_gemm
 
-__all__ = ["ConvPlan", "conv_plans", "WINOGRAD_FORMS"]
+__all__ = ["ConvPlan", "conv_plans", "WINOGRAD_FORMS", "FORCED_PLANS"]
 
 #: (output tile m, filter r, fused) of the Winograd forms considered.
 WINOGRAD_FORMS: tuple[tuple[int, int, bool], ...] = ((2, 3, True), (4, 3, False), (2, 5, False))
+
+#: cuDNN algorithms a harness may force -> the plan that runs them: the implicit GEMM of the pass
+#: (``conv_plans``' first plan). Other names (FFT, Winograd) have no forced plan yet.
+FORCED_PLANS: dict[str, str] = {"IMPLICIT_GEMM": "implicit GEMM", "IMPLICIT_PRECOMP_GEMM": "implicit GEMM",
+                                "BWD_DATA_ALGO_1": "implicit GEMM", "BWD_FILTER_ALGO_1": "implicit GEMM"}
 
 
 @dataclass(frozen=True)
@@ -193,6 +206,11 @@ def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
     form = miopen_1x1_stride2_gemm(table, node, g) if gemm_1x1_stride2 else None
     if form is not None:
         plans = [ConvPlan("GEMM between layout transposes (MIOpen 1x1 stride 2)", form[0], form[1], 2)]
+    if a.get("forced_algo"):       # the harness chose: the implicit GEMM, no library choice
+        if FORCED_PLANS.get(str(a["forced_algo"])) != "implicit GEMM":
+            raise NarrowpipeError(f"node {node.name!r}: no convolution plan models the forced algorithm "
+                                  f"{a['forced_algo']!r} (known: {', '.join(sorted(FORCED_PLANS))})")
+        return plans
     if winograd:
         plans += _winograd(table, node, g, winograd_wgrad)
         if direct:
