@@ -18,7 +18,7 @@ from narrowpipe.costmodel.execution import TimingOptions
 from narrowpipe.costmodel.execution.gpu import GemmTerms, TileGrid, _max_split
 from narrowpipe.costmodel.interpreter import interpret
 from narrowpipe.costmodel.timing import fused_program, time_program
-from narrowpipe.ir import DType
+from narrowpipe.ir import DType, Graph, Op, TensorType
 
 
 def _h100(**changes):
@@ -69,3 +69,29 @@ def test_a_gemm_too_small_to_fill_the_sms_in_any_tile_still_splits():
     for t in (_h100(), _h100(gemm_split_k_smallest_tile=True)):
         per_sm = t.matrix_flops["bf16"] * t.matmul_efficiency / t.sm_count
         assert _compute_s(256, 256, 4096, t) == pytest.approx(expected / per_sm, rel=1e-9)
+
+
+def _bmm_compute_s(batch: int, m: int, n: int, k: int, dtype: DType, target) -> float:
+    """A batched matmul of two activations ``[batch, m, k] @ [batch, k, n]`` (an attention BMM)."""
+    g = Graph("bmm")
+    a = g.add_input("a", TensorType(dtype, (batch, m, k)))
+    b = g.add_input("b", TensorType(dtype, (batch, k, n)))
+    g.set_outputs(g.add_node(Op.DOT, [a, b], [TensorType(dtype, (batch, m, n))],
+                             {"lhs_contract": (2,), "rhs_contract": (1,), "lhs_batch": (0,),
+                              "rhs_batch": (0,)}).outputs)
+    return time_program(fused_program(interpret(g, {}), target, TimingOptions()), target).times[-1].compute_s
+
+
+@pytest.mark.parametrize("dtype, tflops", [(DType.BF16, 989), (DType.FP8_E4M3, 1979)])   # NV-H100 dense
+def test_the_fill_test_counts_every_batch_and_holds_for_fp8(dtype, tflops):
+    """24 batches of 128 x 128 x 4096: the 256 x 128 tile shrinks to 128 x 128, 24 tiles (one per
+    batch), 64 K steps. Without the rule 24 < 66 splits K 132 // 24 = 5 ways: one wave of 13 K steps
+    (2 x 128 x 128 x 64 x 13 FLOPs per SM), faster than the 64 x 64 grid's 96 tiles (>= 66, unsplit:
+    2 x 64 x 64 x 4096). With it the fill test counts those 96 tiles over every batch: no split, so
+    the 64 x 64 grid's one wave is the fastest. The fp8 tiles are the same; only the peak doubles."""
+    per_sm = tflops * 1e12 * 0.8033 / 132          # NV-H100 peak x the catalog's matmul_efficiency
+    split = 2 * 128 * 128 * 64 * 13 / per_sm
+    unsplit = 2 * 64 * 64 * 4096 / per_sm
+    assert _bmm_compute_s(24, 128, 128, 4096, dtype, _h100()) == pytest.approx(split, rel=1e-9)
+    assert _bmm_compute_s(24, 128, 128, 4096, dtype, _h100(gemm_split_k_smallest_tile=True)) == \
+        pytest.approx(unsplit, rel=1e-9)
