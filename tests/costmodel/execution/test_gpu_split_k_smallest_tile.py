@@ -15,7 +15,8 @@ from graph_builders import gemm_graph  # tests/graph_builders.py
 
 from narrowpipe.backends import get_target
 from narrowpipe.costmodel.execution import TimingOptions
-from narrowpipe.costmodel.execution.gpu import GemmTerms, TileGrid, _max_split
+from narrowpipe.costmodel.execution.gemm import Gemm
+from narrowpipe.costmodel.execution.gpu import GemmTerms, TileGrid, _max_split, _smallest_tile_count
 from narrowpipe.costmodel.interpreter import interpret
 from narrowpipe.costmodel.timing import fused_program, time_program
 from narrowpipe.ir import DType, Graph, Op, TensorType
@@ -95,3 +96,20 @@ def test_the_fill_test_counts_every_batch_and_holds_for_fp8(dtype, tflops):
     assert _bmm_compute_s(24, 128, 128, 4096, dtype, _h100()) == pytest.approx(split, rel=1e-9)
     assert _bmm_compute_s(24, 128, 128, 4096, dtype, _h100(gemm_split_k_smallest_tile=True)) == \
         pytest.approx(unsplit, rel=1e-9)
+
+
+def test_equal_area_smallest_tiles_count_the_larger_grid_whatever_their_order():
+    """64 x 2560 x 4096 with two smallest tiles of 4,096 elements: 128 x 32 (shrunk to the 64 rows)
+    takes 2560 / 32 = 80 tiles, 64 x 64 takes 40. The library narrows to either before splitting, and
+    80 tiles fill over half of 132 SMs, so K is not split in either order: the fastest is the 80
+    64 x 32 tiles in one wave, 2 x 64 x 32 x 4096 FLOPs per SM (counting the 64 x 64 grid alone would
+    split it 3 ways: 120 items of 22 K steps, 2 x 64 x 64 x 64 x 22, faster)."""
+    g = Gemm(1, 64, 2560, 4096, DType.BF16, 0, 0, 0, 2 * 64 * 2560 * 4096)
+    p = GemmTerms(latency=0.0, wave_overhead=0.0, epilogue_exposed=0.0, max_split_k=16, split_fill=0.5,
+                  min_tile=16, split_smallest=True)
+    first, second = ((256, 128, 64), (128, 32, 64), (64, 64, 64)), ((256, 128, 64), (64, 64, 64), (128, 32, 64))
+    assert _smallest_tile_count(g, first, p) == _smallest_tile_count(g, second, p) == 80
+    for tiles in (first, second):
+        t = _h100(tile_shapes=tiles, gemm_split_k_smallest_tile=True, gemm_min_tile=16)
+        per_sm = t.matrix_flops["bf16"] * t.matmul_efficiency / t.sm_count
+        assert _compute_s(64, 2560, 4096, t) == pytest.approx(2 * 64 * 32 * 4096 / per_sm, rel=1e-9)
