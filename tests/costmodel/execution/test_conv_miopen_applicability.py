@@ -53,7 +53,14 @@ def _same_as_without(g) -> None:
     # fp16 and bf16: fp32 only on gfx900
     (conv_graph(4, 64, (80, 80), 128, (5, 5), 2, dtype=DType.FP16), conv_graph(4, 64, (80, 80), 128, (5, 5), 2)),
     (conv_graph(4, 64, (80, 80), 128, (5, 5), 2, dtype=DType.BF16), conv_graph(4, 64, (80, 80), 128, (5, 5), 2)),
-], ids=["grouped", "dilated", "depthwise", "1-D", "fp16", "bf16"])
+    # a 3-D convolution (video)
+    (conv_graph(2, 32, (8, 28, 28), 64, (3, 3, 3), 1, pad=1), conv_graph(2, 32, (28, 28), 64, (3, 3), 1, pad=1)),
+    # a stride-2 data gradient needs R > 1 (MIOpen's dilated-mode rule) and an even dy channel count
+    (conv_graph(2, 64, (28, 28), 128, (1, 1), 2, role="grad_input"),
+     conv_graph(2, 64, (28, 28), 128, (3, 3), 2, pad=1, role="grad_input")),
+    (conv_graph(2, 64, (28, 28), 127, (3, 3), 2, pad=1, role="grad_input"),
+     conv_graph(2, 64, (28, 28), 128, (3, 3), 2, pad=1, role="grad_input")),
+], ids=["grouped", "dilated", "depthwise", "1-D", "fp16", "bf16", "3-D", "dgrad 1x1 s2", "dgrad odd dy channels"])
 def test_rxs_winograd_is_not_offered_where_miopen_would_not_run_it(excluded, admitted):
     _same_as_without(excluded)
     assert _rxs(excluded) is None
@@ -65,7 +72,8 @@ def test_rxs_winograd_is_not_offered_where_miopen_would_not_run_it(excluded, adm
     conv_graph(8, 256, (784,), 512, (1,), 2),
     conv_graph(8, 256, (28, 28), 512, (1, 1), 2, dtype=DType.FP16),
     conv_graph(8, 256, (28, 28), 512, (1, 1), 2, dtype=DType.BF16),
-], ids=["grouped", "1-D", "fp16", "bf16"])
+    conv_graph(2, 256, (8, 28, 28), 512, (1, 1, 1), 2),
+], ids=["grouped", "1-D", "fp16", "bf16", "3-D"])
 def test_the_1x1_stride_2_gemm_path_is_not_taken_where_miopen_would_not(excluded):
     _same_as_without(excluded)
     assert "layout transposes" in last_kernel(conv_graph(8, 256, (28, 28), 512, (1, 1), 2), MI25).note
