@@ -97,13 +97,14 @@ class GpuTarget(Target):
     #: no channel padding, at this fraction of the vector peak. It wins where the GEMM pads a narrow
     #: side (a one-channel layer's data gradient has N = 1); absent: the library has none modelled.
     conv_direct_efficiency: float | None = spec_field("fraction")
-    #: The library's any-filter Winograd kernel (MIOpen's ConvBinWinogradRxS on gfx9, fp32): filters
-    #: padded to 3x3 blocks, stride 1 or 2, forward and data gradient, one persistent workgroup per
-    #: CU; its F(2x2,3x3) multiplies reach this fraction of the vector peak
+    #: The library's any-filter Winograd kernel (MIOpen's ConvBinWinogradRxS on gfx9): fp32 only,
+    #: 2-D, groups and dilation 1, filters padded to 3x3 blocks, stride 1 or 2, forward and data
+    #: gradient, one persistent workgroup per CU; its F(2x2,3x3) multiplies reach this fraction of
+    #: the vector peak
     #: (:mod:`~narrowpipe.costmodel.execution.conv_winograd_rxs`); absent: the library has none.
     conv_winograd_rxs_efficiency: float | None = spec_field("fraction")
-    #: The library runs an unpadded 1x1 stride-2 forward convolution as one GEMM between two layout
-    #: transposes, not as an implicit GEMM (MIOpen 1.x's GEMM algorithm,
+    #: The library runs an unpadded, ungrouped 1x1 stride-2 fp32 forward convolution as one GEMM
+    #: between two layout transposes, not as an implicit GEMM (MIOpen 1.x's GEMM algorithm,
     #: :mod:`~narrowpipe.costmodel.execution.conv_miopen_gemm`); absent: it does not.
     conv_gemm_1x1_stride2: bool | None = spec_field("flag")
     #: Best fraction of the matrix peak a fused (FlashAttention-style) attention kernel reaches, for

@@ -8,8 +8,10 @@ ROUND5 = """\
   F(2x2,3x3) (16/36 of the direct multiplies) at stride 1 or 2, forward and data gradient, one
   persistent workgroup per CU; DeepBench names it for MI25's 5x5 and 5x10 stride-2 layers, which were
   33-70% too slow as implicit GEMMs. Its plateau, 0.55 of the FP32 peak, is fitted alone on MI25's fit
-  half with the other terms as committed: a full refit moved the shared FP32 plateau 0.65 -> 0.5 and
-  read 23.4% / 53.5% held out (the GEMM rows 9.6% -> 37.2%). *The 1x1 stride-2 GEMM path*
+  half with the other terms as committed: a joint refit on main after the round-5 merges moves the
+  shared FP32 plateau 0.65 -> 0.625, the GEMM floor 20 -> 19 us, the narrowest fp32 tile 64 -> 128
+  and the direct plateau 0.2 -> 0.05, and reads 15.7% / 49.1% held out (the GEMM rows 9.6% -> 13.6%
+  median; wt-conv5 reported 0.5 and 23.4% / 53.5% before the merge). *The 1x1 stride-2 GEMM path*
   (`conv_gemm_1x1_stride2`, `conv_miopen_gemm.py`): a transpose that samples x, one GEMM, a transpose
   back (MIOpen 1.3 has no implicit GEMM and its assembly 1x1 kernel runs stride 1 only): those rows
   were 24-34% too fast. MI25 held out 17.1% / 50.0% -> 15.1% / 47.2% (forward 18.4% / 54.5% -> 10.7% /

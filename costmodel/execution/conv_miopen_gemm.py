@@ -4,7 +4,8 @@ Why: MIOpen 1.x has no implicit-GEMM convolution, and its direct assembly 1x1 ke
 (ConvAsm1x1U) runs stride 1 only. A 1x1 stride-2 layer (ResNet's projection shortcuts and
 downsampling 1x1s) runs MIOpen's GEMM algorithm (``ConvolutionFwdAlgoGEMM``, which DeepBench
 names for most of MI25's 1x1 stride-2 rows), whose path for an unpadded 1x1 filter at stride 2
-(src/ocl/convolutionocl.cpp, '1x1 u2xv2') is:
+(src/ocl/convolutionocl.cpp, '1x1 u2xv2'; in 1.3.0 for fp32 tensors, an unpadded 1x1 filter, no
+dilation and a 2 x 2 stride) is:
 
 1. ``transpose_NCHW2CNHW`` copies the input's sampled positions into a workspace: it reads the
    rows the stride samples (every other row; within a row the skipped columns share the memory
@@ -23,7 +24,7 @@ kernels, which the model's implicit GEMM stands for, are faster than its GEMM pa
 
 from __future__ import annotations
 
-from ...ir import Node
+from ...ir import DType, Node
 from ..interpreter import CostTable
 from ..sizes import value_bytes
 from .gemm import Gemm
@@ -36,7 +37,9 @@ def miopen_1x1_stride2_gemm(table: CostTable, node: Node, g: Gemm) -> tuple[Gemm
     unpadded 1x1 stride-2 forward convolution; None for any other convolution."""
     a = node.attrs
     x, w = node.inputs[0], node.inputs[1]
-    if x is None or w is None or a.get("role") or a.get("transposed") or int(a.get("groups", 1)) != 1:
+    # MIOpen 1.3 builds this path for miopenFloat tensors only (its MIOpenGEMM kernels are fp32)
+    if (x is None or w is None or a.get("role") or a.get("transposed") or int(a.get("groups", 1)) != 1
+            or x.type.dtype is not DType.FP32):
         return None
     ws, xs, ys = table.shapes[w], table.shapes[x], table.shapes[node.outputs[0]]
     if (len(ws) != 4 or tuple(ws[2:]) != (1, 1) or any(int(p) for p in a.get("padding", (0,)))

@@ -16,9 +16,13 @@ height to a multiple of 3 when R mod 6 == 1, else of 6. Applicable where (``IsAp
 groups 1, dilation 1, equal strides of 1 or 2, fp32 (fp16 only on gfx906/908, not modelled); fp32
 needs k x l x C >= 18 (k, l the padded filter's 3-blocks; at a stride-2 data gradient the width
 counts in 6-blocks), C even for a stride-1 filter at most 3 wide and for a stride-2 data gradient
-(with R > 1). C is the channels the problem reduces over (the solver's input channels: dy's for a
-data gradient). Known miss: the data gradients of 1-3 channel first layers, which the rules admit
-(dy has 32-64 channels), run 2.4-3.4x slower than this kernel's model on MI25 (DeepBench does not
+(with R > 1), and each size within the shader's index fields (dimensions under 2^16, an image's
+input and output at most 2^28 elements). C is the channels the problem reduces over (the solver's
+input channels: dy's for a data gradient). The 6-block width at a stride-2 data gradient is the
+current source's rule; 1.3.0 (DeepBench's) counted it in 3-blocks, so admitted a few narrower
+layers (a 5x5 filter's data gradient from C >= 6 rather than 10), which the model does not offer.
+Known miss: the data gradients of 1-3 channel first layers, which the rules admit (dy has 32-64
+channels), run 2.4-3.4x slower than this kernel's model on MI25 (DeepBench does not
 name the backward algorithm; the model's output-channel cost has no tile to pad three channels to).
 
 Versions (MIOpen's CHANGELOG.md): Winograd kernels for strided backward-data convolutions came in
@@ -35,7 +39,7 @@ from __future__ import annotations
 from dataclasses import replace
 from math import ceil
 
-from ...ir import Node
+from ...ir import DType, Node
 from ..interpreter import CostTable
 from .gemm import Gemm
 
@@ -68,7 +72,8 @@ def rxs_flops(table: CostTable, node: Node) -> int | None:
     stride = {int(v) for v in a.get("stride", (1,))}
     w, x = node.inputs[1], node.inputs[0]
     if (w is None or x is None or int(a.get("groups", 1)) != 1 or len(stride) != 1
-            or any(int(d) != 1 for d in a.get("dilation", (1,)))):
+            or any(int(d) != 1 for d in a.get("dilation", (1,)))
+            or {x.type.dtype, w.type.dtype, node.outputs[0].type.dtype} != {DType.FP32}):
         return None
     st = stride.pop()
     role = a.get("role")
@@ -84,11 +89,21 @@ def rxs_flops(table: CostTable, node: Node) -> int | None:
     c_out = ws[1] if role == "grad_input" else ws[0]
     if (st == 1 and s <= 3 and c % 2) or (dilated and (r <= 1 or c % 2)):
         return None
-    if (pr // 3) * (ps // (6 if dilated else 3)) * c < 18:
+    if (pr // 3) * (ps // (6 if dilated else 3)) * c < 18 or not _fits_the_shader(table.shapes[x], out, r, s):
         return None
     n, oh, ow = out[0], _up(out[2], 2), _up(out[3], 2)     # 2x2 output tiles
     taps = pr * ps / (st * st if dilated else 1)            # a dilated output gets 1/s^2 of the taps
     return round(2 * RXS_MULTIPLY_FRACTION * n * oh * ow * c * c_out * taps)
+
+
+def _fits_the_shader(x: tuple[int, ...], y: tuple[int, ...], r: int, s: int) -> bool:
+    """MIOpen's size limits on the kernel's 16-bit and 28-bit index fields (``IsApplicable`` in
+    1.3.0, ``IsShaderContraintsMet`` later): each dimension under 2^16, an image's input and output
+    and a filter's channels x taps at most 2^28 elements; ``x``/``y`` the direction's input and output
+    (dy and dx for a data gradient)."""
+    (n, c, h, w), (k, oh, ow) = x, y[1:]
+    return (max(n, c, k, h, w, oh, ow, r, s) < 2 ** 16 and c * h * w <= 2 ** 28 and k * oh * ow <= 2 ** 28
+            and max(c, k) * r * s <= 2 ** 28)
 
 
 def rxs_gemm(table: CostTable, node: Node, g: Gemm) -> Gemm | None:

@@ -38,6 +38,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from math import ceil, isqrt, log2
 from typing import Any, NamedTuple
@@ -216,8 +217,9 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
     """The fastest of the target's tiles for ``g`` (as a heuristic-driven library would pick)."""
     per_sm = rate.flops_per_s * matmul_efficiency(target, g.flops, dtype=rate.dtype) / target.sm_count
     best: GemmTime | None = None
-    # where the library narrows its tile before it splits K, the fill test counts the smallest tile's grid
-    fill_tiles = _grid(g, min(target.tile_shapes, key=lambda t: t[0] * t[1]), p).tiles if p.split_smallest else None
+    # where the library narrows its tile before it splits K, the fill test counts the smallest tile's
+    # grid (of equal-area smallest tiles, 64x64 and 128x32, the one with more tiles: either fills)
+    fill_tiles = _smallest_tile_count(g, target.tile_shapes, p) if p.split_smallest else None
     for tile in target.tile_shapes:
         grid = _grid(g, tile, p)
         tile_reads = reads + _l2_rereads(g, tile, target)
@@ -261,6 +263,13 @@ def _grid(g: Gemm, tile: tuple[int, int, int], p: GemmTerms) -> TileGrid:
     tn = min(tn, max(p.min_tile, ceil(g.n / SKINNY_TILE_STEP) * SKINNY_TILE_STEP))
     row_tiles = sum(ceil(r / tm) for r in g.group_rows) if g.group_rows else g.batch * ceil(g.m / tm)
     return TileGrid(tm, tn, tk, row_tiles * ceil(g.n / tn), ceil(g.k / tk))
+
+
+def _smallest_tile_count(g: Gemm, tiles: Sequence[tuple[int, int, int]], p: GemmTerms) -> int:
+    """The most tiles ``g`` takes in any of the library's smallest-area tile shapes (the count the
+    split-K fill test reads under ``gemm_split_k_smallest_tile``; independent of the shapes' order)."""
+    area = min(t[0] * t[1] for t in tiles)
+    return max(_grid(g, t, p).tiles for t in tiles if t[0] * t[1] == area)
 
 
 def _max_split(grid: TileGrid, sms: int, p: GemmTerms, fill_tiles: int | None = None) -> int:

@@ -6,43 +6,22 @@ epilogue, so every term is a formula of the shape."""
 
 from __future__ import annotations
 
-import dataclasses
+from functools import partial
 
 import pytest
-from graph_builders import gemm_graph  # tests/graph_builders.py
+from gpu_timing import flat_gpu  # tests/gpu_timing.py
+from gpu_timing import last_kernel as _kernel
+from graph_builders import conv_graph, gemm_graph  # tests/graph_builders.py
 
-from narrowpipe.backends import get_target
-from narrowpipe.costmodel.execution import TimingOptions
-from narrowpipe.costmodel.interpreter import interpret
-from narrowpipe.costmodel.timing import fused_program, time_program
-from narrowpipe.ir import DType, Graph, Op, TensorType, ValueKind
+from narrowpipe.ir import DType, Graph
 
 US = 1e-6
-
-
-def _t4(**changes):
-    base = dict(matmul_curve=(), bandwidth_curve=(), matmul_skinny_curve=(), gemm_epilogue_exposed=0.0,
-                gemm_wave_overhead=0.0)
-    t4 = get_target("t4")
-    sources = {k: v for k, v in t4.sources.items() if changes.get(k, 0) is not None}
-    return dataclasses.replace(t4, **{**base, **changes}, sources=sources)
-
-
-def _kernel(graph: Graph, target):
-    table = interpret(graph, {})
-    return time_program(fused_program(table, target, TimingOptions()), target).times[-1]
+_t4 = partial(flat_gpu, "t4")
 
 
 def _conv1x1(n: int, c: int, hw: int, k: int) -> Graph:
     """A 1x1 fp16 convolution: an implicit GEMM of M = n*hw*hw, N = k, K = c."""
-    g = Graph("conv")
-    attrs = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1,
-             "output_padding": (0, 0), "transposed": False}
-    x = g.add_input("x", TensorType(DType.FP16, (n, c, hw, hw)))
-    w = g.add_input("w", TensorType(DType.FP16, (k, c, 1, 1)), ValueKind.PARAM)
-    node = g.add_node(Op.CONV, [x, w], [TensorType(DType.FP16, (n, k, hw, hw))], attrs)
-    g.set_outputs(node.outputs)
-    return g
+    return conv_graph(n, c, (hw, hw), k, (1, 1), dtype=DType.FP16)
 
 
 def test_a_convolution_pays_the_convolution_librarys_floor_and_a_matmul_the_gemm_librarys():
