@@ -23,6 +23,7 @@ from ..costmodel.execution import TimingOptions
 from ..costmodel.execution.common import matrix_rate
 from ..errors import NarrowpipeError
 from ..ir import DType
+from .cold_calls import fit_cold_calls, measure_cold_calls, stack_host_calls
 from .eager import fit_eager_overhead, measure_eager
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
@@ -82,7 +83,7 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
             raise NarrowpipeError("no CUDA device is available; calibrate the CPU with --device cpu")
         measurements = run_all(device, quick, progress)
         if device == "cpu":
-            measurements += [measure_module_call(), measure_eager()]
+            measurements += [measure_module_call(), measure_eager(), *measure_cold_calls()]
             if progress:
                 progress("module calls, eager model")
     if base is None and device.startswith("cuda"):
@@ -109,6 +110,7 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
                 f"measured: {module[-1].shape[1]} adds through {module[-1].shape[0]} nested trivial modules minus "
                 "the same adds inline, per module call (calibrate)")
         target = dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
+        target = _with_cold_calls(target, measurements)
     out = Path(out)
     dump_target(target, out)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),
@@ -117,6 +119,29 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
            "measurements": [m.to_dict() for m in measurements]}
     measurements_path(out).write_text(json.dumps(raw, indent=1))
     return target
+
+
+def _with_cold_calls(target: CpuTarget, measurements: list[Measurement]) -> CpuTarget:
+    """``target`` with the eager host calls' cold-state cost fitted (:mod:`.cold_calls`), if measured."""
+    cold = [m for m in measurements if m.kind == "eager_cold"]
+    if not cold:
+        return target
+    calls, weights = stack_host_calls(target, cold[0].shape)    # type: ignore[arg-type]
+    fit = fit_cold_calls(target, cold, calls, weights)
+    if fit is None:
+        return target
+    per_call, curve = fit
+    largest = max(m.bytes for m in cold) / 2**20
+    sources = {**target.sources, "eager_cold_call_overhead": (
+        f"measured: the eager {cold[0].shape} stack's forward right after reading {largest:.0f} MiB minus the "
+        f"same forward hot, less its weights read from memory, per host call ({calls} kernels and module "
+        "calls; calibrate)")}
+    fields: dict[str, object] = {"eager_cold_call_overhead": per_call}
+    if curve:
+        fields["eager_cold_call_curve"] = curve
+        sources["eager_cold_call_curve"] = ("measured: the same after reading each buffer size, as a fraction "
+                                            "of the largest (calibrate)")
+    return dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
 
 
 def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path) -> Target:
