@@ -23,7 +23,7 @@ from ..costmodel.execution import TimingOptions
 from ..costmodel.execution.common import matrix_rate
 from ..errors import NarrowpipeError
 from ..ir import DType
-from .cold_calls import fit_cold_calls, measure_cold_calls, stack_host_calls
+from .cold_calls import fit_cold_calls, measure_cold_calls, stack_facts
 from .eager import fit_eager_overhead, measure_eager
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
@@ -124,23 +124,22 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
 def _with_cold_calls(target: CpuTarget, measurements: list[Measurement]) -> CpuTarget:
     """``target`` with the eager host calls' cold-state cost fitted (:mod:`.cold_calls`), if measured."""
     cold = [m for m in measurements if m.kind == "eager_cold"]
-    if not cold:
+    if len(cold) < 2:
         return target
-    calls, weights = stack_host_calls(target, cold[0].shape)    # type: ignore[arg-type]
-    fit = fit_cold_calls(target, cold, calls, weights)
+    facts = stack_facts(target)
+    fit = fit_cold_calls(target, cold, facts)
     if fit is None:
         return target
     per_call, curve = fit
-    largest = max(m.bytes for m in cold) / 2**20
+    deepest = max(cold, key=lambda m: m.shape[0]).shape
     sources = {**target.sources, "eager_cold_call_overhead": (
-        f"measured: the eager {cold[0].shape} stack's forward right after reading {largest:.0f} MiB minus the "
-        f"same forward hot, less its weights read from memory, per host call ({calls} kernels and module "
-        "calls; calibrate)")}
+        f"measured: the eager stack {deepest} ({facts(deepest)[2] / 2**20:.0f} MiB) per host call minus the same "
+        f"stack at {min(m.shape[0] for m in cold)} layers, its weights at the memory rate taken out (calibrate)")}
     fields: dict[str, object] = {"eager_cold_call_overhead": per_call}
     if curve:
         fields["eager_cold_call_curve"] = curve
-        sources["eager_cold_call_curve"] = ("measured: the same after reading each buffer size, as a fraction "
-                                            "of the largest (calibrate)")
+        sources["eager_cold_call_curve"] = ("measured: the same at each depth, by its footprint, as a fraction "
+                                            "of the deepest (calibrate)")
     return dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
 
 
