@@ -16,7 +16,7 @@ from typing import Any
 from ..backends import Target
 from ..costmodel.analyze import analyze
 from .sweeps import Measurement
-from .timer import median_time
+from .timer import calibration_quantile, median_time
 
 __all__ = ["EAGER_MODEL", "eager_model", "measure_eager", "fit_eager_overhead"]
 
@@ -60,11 +60,12 @@ def eager_model(layers: int, hidden: int, heads: int, seq: int) -> tuple[Any, tu
 
 
 def measure_eager(shape: tuple[int, int, int, int] = EAGER_MODEL) -> Measurement:
-    """The calibration model's eager forward time on the CPU (lowest quartile of repeats)."""
+    """The calibration model's eager forward time on the CPU (calibration's quantile of repeats)."""
     import torch
     model, args = eager_model(*shape)
     with torch.no_grad():
-        t = median_time(lambda: model(*args), warmup=5, repeats=15, min_seconds=0.02, q=0.25)
+        t = median_time(lambda: model(*args), warmup=5, repeats=15, min_seconds=0.02,
+                        q=calibration_quantile())
     return Measurement("eager_model", "fp32", shape, 0, 0, t)
 
 
