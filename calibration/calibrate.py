@@ -24,7 +24,7 @@ from ..costmodel.execution.common import matrix_rate
 from ..errors import NarrowpipeError
 from ..ir import DType
 from .cold_calls import fit_cold_calls, measure_cold_calls, stack_facts
-from .eager import fit_eager_overhead, measure_eager
+from .eager import eager_reference, fit_eager_overhead, measure_eager
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
 from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
@@ -95,13 +95,14 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         host = describe_cpu(torch.get_num_threads())
         target = host_target(host, measurements, name or "host")
         device_name = host.model
-    eager = [m for m in measurements if m.kind == "eager_model"]
-    if eager and isinstance(target, CpuTarget):
+    eager = eager_reference(measurements)
+    if eager is not None and isinstance(target, CpuTarget):
         module = [m for m in measurements if m.kind == "module_call"]
         per_call = module[-1].seconds if module else None
-        overhead, kernels, _ = fit_eager_overhead(target, eager[-1], per_call or 0.0)
+        overhead, kernels, _ = fit_eager_overhead(target, eager, per_call or 0.0)
         sources = {**target.sources, "eager_op_overhead":
-                   f"measured: an eager {eager[-1].shape} transformer stack's forward minus its {kernels} ops' "
+                   f"measured: an eager {eager.shape} transformer stack's forward"
+                   + (" (interleaved rounds)" if eager.kind == "eager_cold" else "") + f" minus its {kernels} ops' "
                    "predicted bare times" + (" and its module calls" if module else "") + ", per op (calibrate)"}
         fields: dict[str, object] = {"eager_op_overhead": overhead}
         if module:
