@@ -210,6 +210,17 @@ class CpuTarget(Target):
     #: frame), measured by ``calibrate`` as nested trivial modules minus the same ops inline; a
     #: whole-model prediction pays it for each module call its graph records (``module_calls``).
     eager_module_call_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    #: What an eager run pays per host call (each launched kernel and each ``nn.Module`` call) on top
+    #: of the two above when the state the call touches (Python module objects, tensor metadata, the
+    #: dispatcher's tables and code) was evicted from the caches since the op last ran: a model whose
+    #: forward touches more bytes than the caches hold finds every op's state cold, one forward
+    #: later. Measured by ``calibrate`` as a deep eager stack's time per host call (four times a large
+    #: LLC) minus a cache-resident one's, its weights from memory taken out.
+    eager_cold_call_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    #: The fraction of ``eager_cold_call_overhead`` paid by bytes touched between two runs of an op
+    #: (the forward's footprint: weights plus the peak of live activations), measured on stacks of
+    #: several depths. Absent: all of it once the footprint exceeds the resident part of the LLC.
+    eager_cold_call_curve: tuple[tuple[float, float], ...] = spec_field("curve")
     #: The eager fused attention kernel (PyTorch's CPU flash attention) by key length, which sets its
     #: blocks' sizes: points are (keys, achieved fraction of the matrix peak, softmax included).
     #: Absent: the GEMM curve.

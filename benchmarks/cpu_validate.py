@@ -45,6 +45,7 @@ from narrowpipe.calibration.validate import (  # noqa: E402
     validate_run,
 )
 from narrowpipe.calibration.validation_models import MODELS  # noqa: E402
+from narrowpipe.costmodel.execution.cpu import cold_call_time  # noqa: E402
 from narrowpipe.render.validation import plot_predicted_vs_measured  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -77,7 +78,9 @@ def _markdown(env: dict[str, Any], target: CpuTarget, sweep: list[Case], models:
     lines = [f"# CPU validation ({env['date'][:10]})", "", env_header(env).rstrip(), f"- run time: {seconds:.0f} s",
              "", f"Target: `{target.display_name}`: dispatch {target.launch_overhead * 1e6:.2f} us per op, "
              f"eager per-op overhead {(target.eager_op_overhead or 0) * 1e6:.2f} us per op, "
-             f"{(target.eager_module_call_overhead or 0) * 1e6:.2f} us per nn.Module call (all measured by "
+             f"{(target.eager_module_call_overhead or 0) * 1e6:.2f} us per nn.Module call, "
+             f"{(target.eager_cold_call_overhead or 0) * 1e6:.2f} us more per kernel or module call whose state a "
+             "large forward evicted (all measured by "
              "`calibrate`), matmul plateau {:.0%} of the derived peak; GEMMs by shape over a {} point (M, N, K) "
              "grid.".format(target.matmul_efficiency, len(target.matmul_grid)), "",
              f"Models were measured in {summary['rounds']} interleaved rounds (one repeat of each per round, "
@@ -104,7 +107,8 @@ def _markdown(env: dict[str, Any], target: CpuTarget, sweep: list[Case], models:
     for m in models:
         c = m.end_to_end
         p = prev.get("models", {}).get(c.name)
-        over = (m.kernels or 0) * per_op + (m.module_calls or 0) * (target.eager_module_call_overhead or 0.0)
+        over = (m.kernels or 0) * per_op + (m.module_calls or 0) * (target.eager_module_call_overhead or 0.0) \
+            + ((m.kernels or 0) + (m.module_calls or 0)) * cold_call_time(target, m.footprint or 0.0)
         cpu = f"{c.cpu_s * 1e3:.1f} ms ±{(c.cpu_spread or 0) / 2:.0%}" if c.cpu_s else "-"
         lines.append(f"| {c.name} | {m.kernels} | {m.module_calls if m.module_calls is not None else '-'} | "
                      f"{c.measured_s * 1e3:.1f} ms ±{(c.spread or 0) / 2:.0%} | {cpu} | "

@@ -23,7 +23,8 @@ from ..costmodel.execution import TimingOptions
 from ..costmodel.execution.common import matrix_rate
 from ..errors import NarrowpipeError
 from ..ir import DType
-from .eager import fit_eager_overhead, measure_eager
+from .cold_calls import fit_cold_calls, measure_cold_calls, stack_facts
+from .eager import eager_reference, fit_eager_overhead, measure_eager
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
 from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
@@ -82,7 +83,7 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
             raise NarrowpipeError("no CUDA device is available; calibrate the CPU with --device cpu")
         measurements = run_all(device, quick, progress)
         if device == "cpu":
-            measurements += [measure_module_call(), measure_eager()]
+            measurements += [measure_module_call(), measure_eager(), *measure_cold_calls()]
             if progress:
                 progress("module calls, eager model")
     if base is None and device.startswith("cuda"):
@@ -94,13 +95,14 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         host = describe_cpu(torch.get_num_threads())
         target = host_target(host, measurements, name or "host")
         device_name = host.model
-    eager = [m for m in measurements if m.kind == "eager_model"]
-    if eager and isinstance(target, CpuTarget):
+    eager = eager_reference(measurements)
+    if eager is not None and isinstance(target, CpuTarget):
         module = [m for m in measurements if m.kind == "module_call"]
         per_call = module[-1].seconds if module else None
-        overhead, kernels, _ = fit_eager_overhead(target, eager[-1], per_call or 0.0)
+        overhead, kernels, _ = fit_eager_overhead(target, eager, per_call or 0.0)
         sources = {**target.sources, "eager_op_overhead":
-                   f"measured: an eager {eager[-1].shape} transformer stack's forward minus its {kernels} ops' "
+                   f"measured: an eager {eager.shape} transformer stack's forward"
+                   + (" (interleaved rounds)" if eager.kind == "eager_cold" else "") + f" minus its {kernels} ops' "
                    "predicted bare times" + (" and its module calls" if module else "") + ", per op (calibrate)"}
         fields: dict[str, object] = {"eager_op_overhead": overhead}
         if module:
@@ -109,6 +111,7 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
                 f"measured: {module[-1].shape[1]} adds through {module[-1].shape[0]} nested trivial modules minus "
                 "the same adds inline, per module call (calibrate)")
         target = dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
+        target = _with_cold_calls(target, measurements)
     out = Path(out)
     dump_target(target, out)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),
@@ -117,6 +120,28 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
            "measurements": [m.to_dict() for m in measurements]}
     measurements_path(out).write_text(json.dumps(raw, indent=1))
     return target
+
+
+def _with_cold_calls(target: CpuTarget, measurements: list[Measurement]) -> CpuTarget:
+    """``target`` with the eager host calls' cold-state cost fitted (:mod:`.cold_calls`), if measured."""
+    cold = [m for m in measurements if m.kind == "eager_cold"]
+    if len(cold) < 2:
+        return target
+    facts = stack_facts(target)
+    fit = fit_cold_calls(target, cold, facts)
+    if fit is None:
+        return target
+    per_call, curve = fit
+    deepest = max(cold, key=lambda m: m.shape[0]).shape
+    sources = {**target.sources, "eager_cold_call_overhead": (
+        f"measured: the eager stack {deepest} ({facts(deepest)[2] / 2**20:.0f} MiB) per host call minus the same "
+        f"stack at {min(m.shape[0] for m in cold)} layers, its weights at the memory rate taken out (calibrate)")}
+    fields: dict[str, object] = {"eager_cold_call_overhead": per_call}
+    if curve:
+        fields["eager_cold_call_curve"] = curve
+        sources["eager_cold_call_curve"] = ("measured: the same at each depth, by its footprint, as a fraction "
+                                            "of the deepest (calibrate)")
+    return dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
 
 
 def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path) -> Target:

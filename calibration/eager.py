@@ -16,9 +16,9 @@ from typing import Any
 from ..backends import Target
 from ..costmodel.analyze import analyze
 from .sweeps import Measurement
-from .timer import median_time
+from .timer import calibration_quantile, median_time
 
-__all__ = ["EAGER_MODEL", "eager_model", "measure_eager", "fit_eager_overhead"]
+__all__ = ["EAGER_MODEL", "eager_model", "measure_eager", "fit_eager_overhead", "eager_reference"]
 
 #: (layers, hidden, heads, sequence) of the calibration model.
 EAGER_MODEL: tuple[int, int, int, int] = (4, 64, 4, 16)
@@ -60,12 +60,24 @@ def eager_model(layers: int, hidden: int, heads: int, seq: int) -> tuple[Any, tu
 
 
 def measure_eager(shape: tuple[int, int, int, int] = EAGER_MODEL) -> Measurement:
-    """The calibration model's eager forward time on the CPU (lowest quartile of repeats)."""
+    """The calibration model's eager forward time on the CPU (calibration's quantile of repeats)."""
     import torch
     model, args = eager_model(*shape)
     with torch.no_grad():
-        t = median_time(lambda: model(*args), warmup=5, repeats=15, min_seconds=0.02, q=0.25)
+        t = median_time(lambda: model(*args), warmup=5, repeats=15, min_seconds=0.02,
+                        q=calibration_quantile())
     return Measurement("eager_model", "fp32", shape, 0, 0, t)
+
+
+def eager_reference(measurements: list[Measurement]) -> Measurement | None:
+    """The measurement of the calibration stack the eager overhead is fitted to: its record from the
+    cold-call depths (:mod:`.cold_calls`, kind ``eager_cold`` at :data:`EAGER_MODEL`'s shape), timed in
+    interleaved rounds spread over seconds, where there is one; else the hot-loop ``eager_model``
+    record. A hot loop lasts ~20 ms, so one burst of other processes' cache and memory traffic can
+    set it: on this shared VM one read 988 us where the interleaved rounds a second later read 554."""
+    rounds = [m for m in measurements if m.kind == "eager_cold" and tuple(m.shape) == EAGER_MODEL]
+    loop = [m for m in measurements if m.kind == "eager_model"]
+    return rounds[-1] if rounds else loop[-1] if loop else None
 
 
 def fit_eager_overhead(target: Target, m: Measurement, module_call_s: float = 0.0) -> tuple[float, int, float]:

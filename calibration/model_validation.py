@@ -53,11 +53,15 @@ class ModelValidation:
     fresh_bytes: int | None = None
     faulted_bytes: int | None = None
     module_calls: int | None = None   # nn.Module calls of the exported forward (each pays a module call)
+    #: Bytes the forward keeps (weights + peak live activations): what passes through the caches
+    #: between two runs of one op, which sets the cold-state cost of its host calls.
+    footprint: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "batch": self.batch, "seq": self.seq, "end_to_end": self.end_to_end.to_dict(),
                 "by_op": [c.to_dict() for c in self.by_op], "kernels": self.kernels,
-                "fresh_bytes": self.fresh_bytes, "faulted_bytes": self.faulted_bytes, "module_calls": self.module_calls}
+                "fresh_bytes": self.fresh_bytes, "faulted_bytes": self.faulted_bytes, "module_calls": self.module_calls,
+                "footprint": self.footprint}
 
 
 @dataclass
@@ -116,7 +120,8 @@ def validate_run(names: Sequence[str], target: Target | str, *, batches: Sequenc
                                  _case("model", label, s, report.time_s), kernels=report.timing.kernels,
                                  fresh_bytes=_fresh_bytes(graph, target),
                                  faulted_bytes=int(statistics.median(s.faults)) * _PAGE if s.faults else None,
-                                 module_calls=graph.meta.get("module_calls"))
+                                 module_calls=graph.meta.get("module_calls"),
+                                 footprint=report.timing.memory_required)
         if profile:
             result.by_op = _by_op(report, label, model, kwargs)
         results.append(result)

@@ -15,6 +15,7 @@ from typing import Any
 
 from .interleave import interleaved_samples
 from .sweeps import Measurement
+from .timer import calibration_quantile, quantile
 
 __all__ = ["CHAIN", "module_chain", "measure_module_call"]
 
@@ -59,8 +60,9 @@ def module_chain(nested: bool, n: int = CHAIN) -> Any:
 
 
 def measure_module_call(n: int = CHAIN, rounds: int = 15) -> Measurement:
-    """Seconds per module call: (nested - inline) / (2 n), each the low quartile of interleaved
-    rounds on the thread's CPU clock at one torch thread (else the wall clock); kind ``module_call``,
+    """Seconds per module call: (nested - inline) / (2 n), each calibration's quantile of
+    interleaved rounds on the thread's CPU clock at one torch thread (else the lower quartile of the
+    wall clock); kind ``module_call``,
     shape (module calls, adds)."""
     import torch
     x = torch.randn(16)
@@ -69,5 +71,6 @@ def measure_module_call(n: int = CHAIN, rounds: int = 15) -> Measurement:
     with torch.no_grad():
         samples = interleaved_samples([lambda: nested(x), lambda: inline(x)], warmup=5, rounds=rounds,
                                       min_seconds=0.002, thread_clock=one_thread)
-    low = [sorted(s.cpu if s.cpu else s.wall)[len(s.cpu if s.cpu else s.wall) // 4] for s in samples]
+    q = calibration_quantile() if one_thread else 0.25
+    low = [quantile(s.cpu if s.cpu else s.wall, q) for s in samples]
     return Measurement("module_call", "fp32", (2 * n, n), 0, 0, max(0.0, (low[0] - low[1]) / (2 * n)))

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
-from functools import partial
 from typing import Any, TypeVar
 
 from ..costmodel.interpreter import op_cost
 from ..ir import DType, Op, TensorType
+from .timer import calibration_quantile, quantile
 from .timer import median_time as _median_time
-from .timer import quantile
 
-#: Calibration measures what the machine can do: the low quantile rejects interference.
-median_time = partial(_median_time, q=0.25, repeats=9)
+
+def median_time(fn: Callable[[], object], *, device: str = "cpu", **kwargs: Any) -> float:
+    """:func:`.timer.median_time` at calibration's quantile (:func:`.timer.calibration_quantile`),
+    at least 9 repeats."""
+    kwargs.setdefault("repeats", 9)
+    return _median_time(fn, device=device, q=calibration_quantile(device), **kwargs)
 
 __all__ = ["Measurement", "dispatch_overhead", "matmul_sweep", "bandwidth_sweep", "MATMUL_SQUARES",
            "QUICK_SQUARES"]
@@ -139,7 +142,7 @@ CONV_SHAPES = ((128, 512, 1, 1, 28), (320, 80, 1, 1, 20), (48, 192, 1, 1, 64),
 def conv_sweep(device: str = "cpu", rounds: int = 8) -> Iterator[Measurement]:
     """Convolutions measured as a network runs them: round-robin, one call per turn with no warm-up
     (oneDNN's speed for one shape depends on what ran before it: a hot loop of one shape ran 10-50%
-    faster here than the same convolutions in turn), weights cold; the low quantile over all rounds."""
+    faster here than the same convolutions in turn), weights cold; calibration's quantile over all rounds."""
     import statistics
 
     import torch
@@ -158,7 +161,8 @@ def conv_sweep(device: str = "cpu", rounds: int = 8) -> Iterator[Measurement]:
                 samples[i].append(median_time(lambda: convs()(x), device=device, repeats=1,  # noqa: B023
                                               min_seconds=0.0, warmup=0))
     for i, ((cin, cout, k, s, px), _, _, out) in enumerate(cases):
-        t = quantile(samples[i], 0.25) if len(samples[i]) > 3 else statistics.median(samples[i])
+        q = calibration_quantile(device)
+        t = quantile(samples[i], q) if len(samples[i]) > 3 else statistics.median(samples[i])
         f32 = DType.FP32
         c = op_cost(Op.CONV, [TensorType(f32, (1, cin, px, px)), TensorType(f32, (cout, cin, k, k))],
                     [TensorType(f32, (1, cout, out, out))],

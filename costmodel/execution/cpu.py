@@ -43,7 +43,7 @@ from .routing import kernel_time
 from .sequential import SequentialModel, one_device_schedule
 from .vector import transcendental_time
 
-__all__ = ["CpuModel"]
+__all__ = ["CpuModel", "cold_call_time"]
 
 
 class CpuModel(SequentialModel):
@@ -207,14 +207,18 @@ def _eager(program: Program) -> bool:
 
 def _with_module_calls(times: list[KernelTime], program: Program, target: CpuTarget) -> list[KernelTime]:
     """An eager run's ``nn.Module`` calls (the graph's ``module_calls``, recorded by the torch
-    frontend) at the target's cost per call, spread evenly over the launched kernels: the calls
-    wrap the ops, and no one kernel owns them."""
+    frontend) at the target's cost per call, and every host call's (kernel or module call) cold-state
+    cost (:func:`cold_call_time`), spread evenly over the launched kernels: the calls wrap the ops,
+    and no one kernel owns them."""
     calls = int(program.table.graph.meta.get("module_calls", 0) or 0)
-    per_call = target.eager_module_call_overhead or 0.0
     launched = [i for i, t in enumerate(times) if t.time_s > 0.0]
-    if not (calls and per_call and launched and _eager(program)):
+    if not (launched and _eager(program)):
         return times
-    share = calls * per_call / len(launched)
+    total = calls * (target.eager_module_call_overhead or 0.0) + (calls + len(launched)) * cold_call_time(
+        target, program.memory_required)
+    if total <= 0.0:
+        return times
+    share = total / len(launched)
     out = list(times)
     for i in launched:
         kt = out[i]
@@ -222,6 +226,22 @@ def _with_module_calls(times: list[KernelTime], program: Program, target: CpuTar
         out[i] = replace(kt, time_s=kt.time_s + share, overhead_s=overhead,
                          bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
     return out
+
+
+def cold_call_time(target: CpuTarget, footprint: float) -> float:
+    """Seconds each host call of an eager forward pays because its state went cold since the op last
+    ran: the target's fully-cold cost times the fraction its curve gives for the bytes touched in
+    between, the forward's ``footprint`` (weights plus the peak of live activations, the program's
+    ``memory_required``: every op runs once per forward, so one forward lies between two runs of
+    it). Without a curve, all of it once the footprint exceeds the resident part of the last-level
+    cache (none where that is unknown)."""
+    cold = target.eager_cold_call_overhead or 0.0
+    if cold <= 0.0:
+        return 0.0
+    if target.eager_cold_call_curve:
+        return cold * interpolate(target.eager_cold_call_curve, max(footprint, 1.0), 1.0)
+    cache = target.onchip_capacity
+    return cold if cache and footprint > cache * CACHE_RESIDENT_FRACTION else 0.0
 
 
 def pad_rows(kernel: Kernel, table: CostTable) -> int:

@@ -43,3 +43,13 @@ def test_calibrate_measures_the_module_call_cost(host):
     t = get_target(str(host))
     assert t.eager_module_call_overhead is not None and 0 <= t.eager_module_call_overhead < 1e-4
     assert t.source("eager_module_call_overhead").startswith("measured:")
+
+
+def test_the_fit_takes_the_interleaved_record_of_the_stack_where_there_is_one():
+    from narrowpipe.calibration.eager import eager_reference
+    loop = Measurement("eager_model", "fp32", EAGER_MODEL, 0, 0, 988e-6)
+    rounds = Measurement("eager_cold", "fp32", EAGER_MODEL, 0, 0, 554e-6)
+    deeper = Measurement("eager_cold", "fp32", (640, *EAGER_MODEL[1:]), 0, 0, 0.1)
+    assert eager_reference([loop, rounds, deeper]) is rounds
+    assert eager_reference([loop, deeper]) is loop              # an older measurements file
+    assert eager_reference([deeper]) is None
