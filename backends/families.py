@@ -233,6 +233,11 @@ class CpuTarget(Target):
     #: output, then copies the input into its interior one row at a time; measured by ``calibrate``
     #: at two row lengths). Absent: a pad is a copy.
     pad_row_time: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    #: Seconds per plane of a constant pad that pads two or more dims (a 4-D NCHW input padded in H
+    #: and W: one per N x C plane): the interior copy then cannot merge the dims above the second
+    #: innermost padded one into its 2-D loop and steps an outer loop per plane, beyond the rows.
+    #: Measured by ``calibrate`` as the same rows padded in 4-D and in 2-D. Absent: no such cost.
+    pad_plane_time: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
     #: A depthwise convolution's time (oneDNN reorders its input to a blocked layout, runs its
     #: ``jit_dw`` kernel, reorders the output back): a fixed cost per call beyond the dispatch, a cost
     #: per input + output element (the reorders) and per output element per tap (the multiply-adds),

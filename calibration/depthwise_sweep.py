@@ -29,7 +29,7 @@ import numpy as np
 
 from .interleave import _minor_faults
 from .sweeps import Measurement
-from .timer import quantile
+from .timer import _one_torch_thread, calibration_quantile, quantile
 
 __all__ = ["DEPTHWISE_SHAPES", "depthwise_sweep", "depthwise_times", "depthwise_terms"]
 
@@ -48,10 +48,18 @@ def depthwise_terms(channels: int, size: int, kernel: int, stride: int, batch: i
     return batch * channels * size * size + out_elems, out_elems * kernel * kernel
 
 
-def depthwise_sweep(device: str = "cpu", rounds: int = 5, calls: int = 3) -> Iterator[Measurement]:
+def depthwise_sweep(device: str = "cpu", rounds: int = 15, calls: int = 1) -> Iterator[Measurement]:
     """The layers of ``DEPTHWISE_SHAPES`` timed in ``rounds`` rounds of ``calls`` calls each (rounds
-    interleave the layers, so a slow spell of the machine is shared out, not one layer's); the lower
-    quartile of the calls without page faults (of all calls if none was free of them). ``flops``
+    interleave the layers in an order rotated each round, so a slow spell of the machine is shared
+    out, not one layer's; one call per turn by default, because a layer called again right after
+    itself runs in a state no network gives it: measured here, a 960x7x7 layer took 61 us called
+    back to back and 82-117 us after other layers, and MobileNetV2's 17 depthwise layers took
+    3.46 ms in the network against 1.9 ms predicted from back-to-back calls), each call
+    timed as every other sweep times it (:func:`.timer.time_samples`: the smaller of its wall and
+    thread-CPU time with torch at one thread) and summarized by the same quantile
+    (:func:`.timer.calibration_quantile`: the median on the thread clock), over the calls without
+    page faults (all calls if fewer than three were free of them). A lower quartile of wall times
+    here, against medians everywhere else, made every depthwise layer predicted fast. ``flops``
     carries the output taps and ``bytes`` the input + output elements (the fit's two variables)."""
     import torch
     import torch.nn.functional as F
@@ -65,27 +73,35 @@ def depthwise_sweep(device: str = "cpu", rounds: int = 5, calls: int = 3) -> Ite
         x = torch.randn(1, c, px, px, device=device)
         w = torch.randn(c, 1, k, k, device=device)
         layers.append(lambda x=x, w=w, c=c, k=k, s=s: F.conv2d(x, w, stride=s, padding=k // 2, groups=c))
+    thread_clock = _one_torch_thread()
     clean: list[list[float]] = [[] for _ in layers]
     every: list[list[float]] = [[] for _ in layers]
     with torch.no_grad():
         for call in layers:
             for _ in range(3):
                 call()
-        for _ in range(rounds):
-            for i, call in enumerate(layers):
+        n = len(layers)
+        for r in range(rounds):
+            for j in range(n):
+                i = (j + r) % n
+                call = layers[i]
                 for _ in range(calls):
                     f0 = _minor_faults()
+                    c0 = time.thread_time() if thread_clock else 0.0
                     t0 = time.perf_counter()
                     call()
                     t = time.perf_counter() - t0
+                    if thread_clock:
+                        t = min(t, time.thread_time() - c0)
                     f1 = _minor_faults()
                     every[i].append(t)
                     if f0 is None or f1 is None or f1 == f0:
                         clean[i].append(t)
+    q = calibration_quantile(device)
     for i, (c, px, k, s) in enumerate(DEPTHWISE_SHAPES):
         elements, taps = depthwise_terms(c, px, k, s)
         samples = clean[i] if len(clean[i]) >= 3 else every[i]
-        yield Measurement("depthwise", "fp32", (c, px, k, s), taps, elements, quantile(samples, 0.25))
+        yield Measurement("depthwise", "fp32", (c, px, k, s), taps, elements, quantile(samples, q))
 
 
 def depthwise_times(measurements: list[Measurement]) -> tuple[float, float, float] | None:

@@ -34,7 +34,7 @@ from ..backends import CpuTarget, Target
 from ..backends.defaults import AMX_BF16_OPS_PER_CYCLE, default_for, default_value
 from .depthwise_sweep import depthwise_times
 from .host import HostCpu
-from .pad_sweep import pad_row_time
+from .pad_sweep import pad_plane_time, pad_row_time
 from .robust import check_gemm_plateau, monotone, plausible_rates, robust_median
 from .sweeps import Measurement
 
@@ -228,6 +228,11 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         extra["pad_row_time"] = pad_row
         sources["pad_row_time"] = ("measured: a one-column constant pad of 200,704 floats in rows of 7 minus in rows "
                                    "of 56, per row (calibrate)")
+    pad_plane = pad_plane_time(measurements)
+    if pad_plane is not None:
+        extra["pad_plane_time"] = pad_plane
+        sources["pad_plane_time"] = ("measured: 4096x7x7 floats padded by one in H and W minus the same rows of 7 "
+                                     "padded in 2-D, per plane (calibrate)")
     depthwise = depthwise_times(measurements)
     if depthwise is not None:
         for term, seconds in zip(("depthwise_call_time", "depthwise_element_time", "depthwise_tap_time"), depthwise):

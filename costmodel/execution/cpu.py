@@ -112,13 +112,13 @@ class CpuModel(SequentialModel):
         return target.launch_overhead + ((target.eager_op_overhead or 0.0) if _eager(program) else 0.0)
 
     def vector(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
-        """The vector units' time, plus a constant pad's per-row copy cost where the target measured
-        one (:func:`pad_rows`)."""
+        """The vector units' time, plus a constant pad's per-row and per-plane copy costs where the
+        target measured them (:func:`pad_rows`, :func:`pad_planes`)."""
         kt = super().vector(kernel, program, target)
         rows = pad_rows(kernel, program.table)
-        if not (rows and target.pad_row_time):
+        extra = rows * (target.pad_row_time or 0.0) + pad_planes(kernel, program.table) * (target.pad_plane_time or 0.0)
+        if not extra:
             return kt
-        extra = rows * target.pad_row_time
         compute = kt.compute_s + extra
         return replace(kt, compute_s=compute, time_s=kt.time_s + extra, note="; ".join(
             x for x in (kt.note, "pad rows") if x), bound=bound_of(compute, kt.memory_s, kt.comm_s, kt.overhead_s))
@@ -248,16 +248,30 @@ def pad_rows(kernel: Kernel, table: CostTable) -> int:
     """The contiguous runs a constant pad copies its input in: the input's elements over the length
     of the run below its innermost padded dim (a padded last dim: one run per row). 0 for a kernel
     that is not a pad, and for a pad that pads nothing (PyTorch then clones the input in one pass)."""
+    src, padded = _constant_pad_dims(kernel, table)
+    return math.prod(src) // max(math.prod(src[padded[-1]:]), 1) if padded else 0
+
+
+def pad_planes(kernel: Kernel, table: CostTable) -> int:
+    """The outer-loop steps of a constant pad of two or more dims: the input's elements over those
+    from its second innermost padded dim in (an NCHW input padded in H and W: N x C). 0 for a pad of
+    one dim, whose outer dims merge into the copy's 2-D loop."""
+    src, padded = _constant_pad_dims(kernel, table)
+    return math.prod(src) // max(math.prod(src[padded[-2]:]), 1) if len(padded) >= 2 else 0
+
+
+def _constant_pad_dims(kernel: Kernel, table: CostTable) -> tuple[tuple[int, ...], list[int]]:
+    """A constant pad's input shape and padded dims; no dims for any other kernel, for a pad whose
+    rank changes, and for pads computed from an index map (reflect, replicate, circular)."""
     node = kernel.anchor
     if node.op is not Op.PAD or not node.inputs or node.inputs[0] is None or not node.outputs:
-        return 0
+        return (), []
     source = f"{node.source.op if node.source else ''} {node.attrs.get('mode', '')}".lower()
     # those pads compute every output element from an index map, no interior copy (ONNX names
     # replicate "edge" and circular "wrap")
     if any(mode in source for mode in ("reflect", "replicat", "circular", "edge", "wrap")):
-        return 0
-    src, dst = table.shapes[node.inputs[0]], table.shapes[node.outputs[0]]
-    padded = [d for d in range(min(len(src), len(dst))) if src[d] != dst[d]]
-    if not padded or len(src) != len(dst):
-        return 0
-    return math.prod(src) // max(math.prod(src[padded[-1]:]), 1)
+        return (), []
+    src, dst = tuple(table.shapes[node.inputs[0]]), table.shapes[node.outputs[0]]
+    if len(src) != len(dst):
+        return (), []
+    return src, [d for d in range(len(src)) if src[d] != dst[d]]
