@@ -293,7 +293,7 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
     results = validate_models([args.model], target, batches=args.batch or [1, 8], seq=args.seq, tiny=args.tiny)
     console.print(validation_table(results))
     cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
-    return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 3,
+    return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 4,
                                                   "target": target.name, "results": [r.to_dict() for r in results],
                                                   "summary": summarize(cases)}, indent=2))
 

@@ -17,9 +17,10 @@ from narrowpipe.ir import DType, Graph, Op, TensorType
 from tests.graph_builders import gemm_graph
 
 HOST = Path(narrowpipe.__file__).parent / "benchmarks" / "results" / "host.toml"
-#: The CpuTarget fields wt-cpu3 and wt-cpu4 added (their values and their [sources] lines).
+#: The CpuTarget fields wt-cpu3, wt-cpu4, wt-cpu5 and wt-mbv2 added (their values and their [sources] lines).
 NEW_FIELDS = ("eager_module_call_overhead", "matmul_grid", "pad_row_time", "depthwise_call_time",
-              "depthwise_element_time", "depthwise_tap_time")
+              "depthwise_element_time", "depthwise_tap_time", "eager_cold_call_overhead", "eager_cold_call_curve",
+              "pad_plane_time")
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +58,10 @@ def test_pads_gemms_and_module_calls_take_the_old_paths(older):
     x = g.add_input("x", TensorType(DType.FP32, (1, 960, 7, 7)))
     g.set_outputs(g.add_node(Op.PAD, [x], [TensorType(DType.FP32, (1, 960, 8, 8))]).outputs)
     old = narrowpipe.analyze(g, t, eager_overhead=False).time_s
-    full = get_target(str(HOST))        # the same file with the new terms: only the 960 x 7 rows differ
-    assert full.pad_row_time and narrowpipe.analyze(g, full, eager_overhead=False).time_s == pytest.approx(
-        old + 960 * 7 * full.pad_row_time)
+    full = get_target(str(HOST))        # the same file with the new terms: the 960 x 7 rows and 960 planes differ
+    assert full.pad_row_time and full.pad_plane_time
+    assert narrowpipe.analyze(g, full, eager_overhead=False).time_s == pytest.approx(
+        old + 960 * 7 * full.pad_row_time + 960 * full.pad_plane_time)
     gemm = gemm_graph(64, 3072, 768, DType.FP32)
     plain = narrowpipe.analyze(gemm, t)
     gemm.meta["module_calls"] = 100
