@@ -22,14 +22,13 @@ call on a 64x56x56 layer, 9x its fault-free time), which a long-lived process do
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import numpy as np
 
 from .interleave import _minor_faults
 from .sweeps import Measurement
-from .timer import _one_torch_thread, calibration_quantile, quantile
+from .timer import _one_torch_thread, calibration_quantile, quantile, timed_call
 
 __all__ = ["DEPTHWISE_SHAPES", "depthwise_sweep", "depthwise_times", "depthwise_terms"]
 
@@ -87,12 +86,7 @@ def depthwise_sweep(device: str = "cpu", rounds: int = 15, calls: int = 1) -> It
                 call = layers[i]
                 for _ in range(calls):
                     f0 = _minor_faults()
-                    c0 = time.thread_time() if thread_clock else 0.0
-                    t0 = time.perf_counter()
-                    call()
-                    t = time.perf_counter() - t0
-                    if thread_clock:
-                        t = min(t, time.thread_time() - c0)
+                    t = timed_call(call, thread_clock)
                     f1 = _minor_faults()
                     every[i].append(t)
                     if f0 is None or f1 is None or f1 == f0:

@@ -62,15 +62,20 @@ def time_samples(fn: Callable[[], object], *, device: str = "cpu", warmup: int =
     samples: list[float] = []
     total = 0.0
     while len(samples) < repeats or (total < min_seconds and len(samples) < max_repeats):
-        c0 = time.thread_time() if thread_clock else 0.0
-        t0 = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t0
-        if thread_clock:
-            dt = min(dt, time.thread_time() - c0)
+        dt = timed_call(fn, thread_clock)
         samples.append(dt)
         total += dt
     return samples
+
+
+def timed_call(fn: Callable[[], object], thread_clock: bool) -> float:
+    """Seconds of one call of ``fn`` on the CPU: the smaller of wall and thread-CPU time when
+    ``thread_clock`` (see the module docstring for why), else wall time."""
+    c0 = time.thread_time() if thread_clock else 0.0
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    return min(dt, time.thread_time() - c0) if thread_clock else dt
 
 
 def _one_torch_thread() -> bool:

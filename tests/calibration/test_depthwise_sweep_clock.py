@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from narrowpipe.calibration import depthwise_sweep as dw
+from narrowpipe.calibration import timer
 
 
 class _Clocks:
@@ -36,7 +37,8 @@ class _Clocks:
 
 def test_depthwise_sweep_takes_the_median_of_thread_clock_samples(one_thread, monkeypatch):
     clocks = _Clocks(calls=1, layers=len(dw.DEPTHWISE_SHAPES))
-    monkeypatch.setattr(dw, "time", SimpleNamespace(perf_counter=clocks.perf_counter, thread_time=clocks.thread_time))
+    clock = SimpleNamespace(perf_counter=clocks.perf_counter, thread_time=clocks.thread_time)
+    monkeypatch.setattr(timer, "time", clock)          # the sweep times each call with timer.timed_call
     monkeypatch.setattr(dw, "_minor_faults", lambda: 0)
     ms = list(dw.depthwise_sweep(rounds=15, calls=1))
     assert len(ms) == len(dw.DEPTHWISE_SHAPES)
