@@ -23,6 +23,7 @@ from math import ceil
 from typing import Any
 
 from narrowpipe.backends import get_target
+from narrowpipe.costmodel.execution.tpu import systolic_folds
 from narrowpipe.costmodel.serving.ws2d import Ws2dStep, _blocks
 
 #: The two matmuls of a parallel PaLM layer (fused input and output projections, ws2d.py).
@@ -174,21 +175,18 @@ but the weights' stream, in both formats.
 
 def weight_loads(r: Any, s: Ws2dStep) -> dict[str, float]:
     """Seconds per layer the MXUs spend loading weight tiles into the arrays, by matmul: one
-    ``dim``-cycle load per ``dim x dim`` tile and M block (of ``mxu_block_rows``), spread over the
-    chip's MXUs, at the clock the bf16 peak implies (the fill and drain the fold model adds excluded)."""
+    ``dim``-cycle load per fold round of the TPU model's own folding (``systolic_folds``), at the
+    clock the bf16 peak implies (the fill and drain the fold model adds excluded)."""
     v4 = get_target("tpu-v4")
-    dim, mxus = v4.mxu_dim, v4.mxu_count or 8
-    clock = v4.matrix_flops["bf16"] / (2 * mxus * dim * dim)
     spec, (x, yz) = r.served, r.axes
     rows = r.batch * getattr(r, "seq", 1)
-    blocks = ceil(rows / (v4.mxu_block_rows or 512))
     (blk,) = _blocks(spec)                      # PaLM's parallel layer: one block
     k_in, n_in = ceil(spec.hidden / x), ceil(blk.n_in / yz)
     k_out, n_out = ceil(blk.n_out / yz), ceil(spec.hidden / x)
     out = {}
     for name, k, n in (("layer_w_in", k_in, n_in), ("layer_w_out", k_out, n_out)):
-        folds = blocks * ceil(k / dim) * ceil(n / dim)
-        out[name] = ceil(folds / mxus) * dim / clock
+        f = systolic_folds(1, rows, n, k, v4.matrix_flops["bf16"], v4)
+        out[name] = f.rounds * f.dim / f.clock
     return out
 
 

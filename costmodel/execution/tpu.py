@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from math import ceil
+from typing import NamedTuple
 
 from ...backends import TpuTarget
 from ...backends.defaults import MXUS_PER_TENSORCORE, TPU_SUBLANE_ROWS, default_value
@@ -39,36 +40,54 @@ from .gemm import Gemm, attention_shape
 from .program import Program
 from .sequential import SequentialModel
 
-__all__ = ["TpuModel", "systolic_time"]
+__all__ = ["Folds", "TpuModel", "systolic_folds", "systolic_time"]
 
 
 def _mxus(target: TpuTarget) -> int:
     return target.mxu_count or target.tensorcores * MXUS_PER_TENSORCORE
 
 
-def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float,
-                  target: TpuTarget) -> tuple[float, float]:
-    """(seconds, executed FLOPs incl. padding) of a GEMM on the target's systolic arrays."""
+class Folds(NamedTuple):
+    """A GEMM's tile folding on the systolic arrays: ``rounds`` of folds over all MXUs, each
+    streaming ``rows`` rows through a ``dim x dim`` tile, at ``clock`` (Hz); ``mp`` is M padded
+    to the sublane."""
+
+    rounds: int
+    rows: int
+    dim: int
+    clock: float
+    mp: int
+
+
+def systolic_folds(batch: int, m: int, n: int, k: int, peak: float, target: TpuTarget) -> Folds:
+    """How a ``batch x (m x k) @ (k x n)`` GEMM folds onto the target's arrays at ``peak`` FLOP/s."""
     dim = target.mxu_dim
     mxus = _mxus(target)
     clock = peak / (2 * mxus * dim * dim)
     sub = TPU_SUBLANE_ROWS
     mp = max(ceil(m / sub) * sub, sub)
     block_rows = int(default_value("tpu", "mxu_block_rows", target.mxu_block_rows))
-    overhead = float(default_value("tpu", "mxu_fold_overhead", target.mxu_fold_overhead)) * dim
     blocks = ceil(mp / max(block_rows, sub))               # M blocks, balanced
     block = ceil(mp / blocks / sub) * sub
     folds = batch * blocks * ceil(k / dim) * ceil(n / dim)
     # With fewer weight tiles than arrays, the rows are split over the idle arrays (same weights).
     split = max(1, min(mxus // folds, block // sub)) if folds < mxus else 1
     rows = ceil(block / split / sub) * sub
-    rounds = ceil(folds * split / mxus)
+    return Folds(ceil(folds * split / mxus), rows, dim, clock, mp)
+
+
+def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float,
+                  target: TpuTarget) -> tuple[float, float]:
+    """(seconds, executed FLOPs incl. padding) of a GEMM on the target's systolic arrays."""
+    f = systolic_folds(batch, m, n, k, peak, target)
+    dim = f.dim
+    overhead = float(default_value("tpu", "mxu_fold_overhead", target.mxu_fold_overhead)) * dim
     # Weights for the next fold load while the current one streams (double buffering), so a fold
     # costs max(rows, dim) cycles plus the fill and drain that the overlap does not hide; the
     # array fills and drains fully once (2 x dim).
-    cycles = rounds * (max(rows, dim) + overhead) + 2 * dim
-    executed = 2 * batch * ceil(k / dim) * ceil(n / dim) * mp * dim * dim
-    return cycles / clock / eff, executed
+    cycles = f.rounds * (max(f.rows, dim) + overhead) + 2 * dim
+    executed = 2 * batch * ceil(k / dim) * ceil(n / dim) * f.mp * dim * dim
+    return cycles / f.clock / eff, executed
 
 
 class TpuModel(SequentialModel):
