@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernel_accuracy as ka  # noqa: E402
-
 from narrowpipe.backends import Target, get_target  # noqa: E402
 from narrowpipe.calibration.kernel_fit import fitted_target  # noqa: E402
 
+import kernel_accuracy as ka  # noqa: E402
 from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
 
 FIELD = "gemm_k_major_read_efficiency_fp32"

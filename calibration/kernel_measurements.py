@@ -187,8 +187,8 @@ def kernel_graph(m: KernelMeasurement) -> Graph:
         else:
             a = g.add_input("a", TensorType(dt, (b, mm, k)))
             w = g.add_input("w", TensorType(dt, (b, k, n)))
-            out = g.add_node(Op.DOT, [a, w], [TensorType(dt, (b, mm, n))],
-                             {"lhs_contract": (2,), "rhs_contract": (1,), "lhs_batch": (0,), "rhs_batch": (0,), **major})
+            batched = {"lhs_contract": (2,), "rhs_contract": (1,), "lhs_batch": (0,), "rhs_batch": (0,), **major}
+            out = g.add_node(Op.DOT, [a, w], [TensorType(dt, (b, mm, n))], batched)
         g.set_outputs(out.outputs)
         return g
     n, c, h, w_, k, r, s_ = (s[x] for x in _CONV_KEYS)
