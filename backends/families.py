@@ -77,6 +77,15 @@ class GpuTarget(Target):
     #: bytes per FLOP of a 16-bit tile), which need not be the 16-bit kernels' design; absent:
     #: ``gemm_tile_feed_bandwidth``.
     gemm_tile_feed_bandwidth_tf32: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
+    #: The fraction of the achievable DRAM bandwidth at which an fp32 GEMM on the vector units (the
+    #: library's SGEMM kernels) streams an operand stored K-major (its contracted dim unit-stride,
+    #: where the graph states the storage: the DOT's ``operand_major``). A CTA's K step reads a
+    #: tm x tk operand tile: MN-major, tk runs of tm elements; K-major, tm runs of tk elements, and
+    #: SGEMM tiles are shallow (CUTLASS's SIMT default is 128 x 128 x 8: 32-byte runs, one DRAM sector
+    #: per row per step, against 64 bytes for a 16-bit tensor-core tile's K of 32). Memory-bound
+    #: (skinny) GEMMs feel it. Absent: 1 (every layout streams alike), also for a graph that does not
+    #: state its storage.
+    gemm_k_major_read_efficiency_fp32: float | None = spec_field("fraction")
     #: The largest split-K of the library's implicit-GEMM convolution kernels (absent:
     #: ``gemm_max_split_k``): a layer with few output tiles runs its whole reduction per tile.
     conv_max_split_k: int | None = spec_field("count")

@@ -169,7 +169,7 @@ def evaluate(rows: Sequence[KernelMeasurement], targets: dict[str, Target] | Non
                         "class": kernel_class(m), "held_out": is_held_out(m), "measured_s": m.seconds,
                         "predicted_s": m.seconds * (1 + err), "error": err, "compute_s": kt.compute_s,
                         "memory_s": kt.memory_s, "overhead_s": kt.overhead_s, "algorithm": algorithm,
-                        "forced_algo": m.forced_algo})
+                        "forced_algo": m.forced_algo, "layout": m.layout})
     return out
 
 
@@ -348,7 +348,7 @@ def markdown(records: Sequence[dict[str, Any]], env: dict[str, Any], hosts: dict
             + "\n## Held out, by class (median abs / p90 abs (rows))\n\n"
             + md_table(["chip", *CLASSES], classes, "l")
             + kernel_residuals.markdown(records, summary, md_table, _pct)
-            + vector + NOTES + kernel_notes_conv.ROUND5 + kernel_notes_conv.ROUND6
+            + vector + NOTES + kernel_notes_conv.ROUND5 + kernel_notes_conv.ROUND6 + kernel_notes_conv.ROUND7
             + "\n## Sources\n\n" + ", ".join(f"{s} on {c}" for s, c in sources)
             + " (rows and what was left out: `benchmarks/data/README.md`)\n")
 

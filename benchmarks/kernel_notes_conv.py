@@ -1,5 +1,6 @@
-"""The kernel-accuracy report's notes on rounds 5 and 6 (issue 12): the convolution rows of the DeepBench
-chips. Kept apart from :mod:`kernel_accuracy` (a module stays under 400 lines), appended to its notes."""
+"""The kernel-accuracy report's notes on rounds 5 to 7 (issue 12): the convolution rows of the DeepBench
+chips, and their GEMMs' operand layouts. Kept apart from :mod:`kernel_accuracy` (a module stays under 400
+lines), appended to its notes."""
 
 ROUND5 = """\
 * **Round 5: what MIOpen 1.3 runs** (MI25; the NVIDIA chips unchanged). *MIOpen's any-filter
@@ -53,4 +54,19 @@ ROUND6 = """\
   worse on one chip or both (V100 up to 88.9% / 609% at split 1): the same algorithm runs the
   small-output layers (1x1, few channels) 2-5x slower than their tile count allows, which no
   plateau or split shared with the large layers reproduces.
+"""
+
+ROUND7 = """\
+* **Round 7: GEMM operand layouts** (T4 and MI25; `results/kernel_layouts.md`, `kernel_layouts.py`).
+  DeepBench's GEMM rows state their cuBLAS/rocBLAS op flags (`ta`, `tb`; column-major: `ta=N` an
+  M-contiguous A, `T` a K-contiguous one); the reader carries them as the DOT's `operand_major`,
+  outside the shape the split hashes. A skinny GEMM whose large operand is K-major runs slower than
+  the same problem M-major (median TN / NN 1.20-1.61 on MI25, 1.20-1.31 on T4 fp32, 1.04-1.48 on
+  V100; 1.00 on P100). `gemm_k_major_read_efficiency_fp32`: an SGEMM kernel streams a K-major
+  operand at that fraction of its DRAM rate (shallow SGEMM tiles read it in 32-byte runs); fitted
+  alone on the fit half, T4 0.55 and MI25 0.55; P100 (no layout cost at N = 32/64) and V100 (never
+  fitted) unset. Held out: MI25 15.1% / 47.2% -> 14.2% / 45.7% (small GEMMs 32.9% / 55.5% -> 19.7% /
+  52.7%), T4 14.3% / 44.8% -> 14.1% / 44.8% (GEMMs 9.7% / 22.2% -> 9.1% / 21.8%). Left: cuBLAS 10 runs
+  skinny K-major GEMMs nearly at the M-major speed when K is a power of two and 1.2-1.9x slower at
+  K = 1536-2816, which no mechanism here explains.
 """

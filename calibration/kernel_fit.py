@@ -58,6 +58,7 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "conv_min_tile": (8, 16, 32, 64, 128),
         "gemm_tile_feed_bandwidth": tuple(x * 1e9 for x in (40, 50, 60, 70, 80, 90, 100, 110, 120, 140, 160, 200,
                                                              250, 300, 400)),
+        "gemm_k_major_read_efficiency_fp32": tuple(round(0.3 + 0.05 * i, 2) for i in range(15)),
     },
     "tpu": {
         "mxu_fold_overhead": tuple(round(0.05 * i, 2) for i in range(21)),
@@ -69,7 +70,7 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
 OPTIONAL_TERMS = frozenset({"gemm_min_tile", "gemm_min_tile_fp32", "conv_wgrad_efficiency", "conv_direct_efficiency",
                             "gemm_split_k_fill", "gemm_split_k_smallest_tile", "gemm_tile_feed_bandwidth",
                             "gemm_tile_feed_bandwidth_tf32", "conv_latency", "conv_min_tile",
-                            "conv_winograd_rxs_efficiency"})
+                            "conv_winograd_rxs_efficiency", "gemm_k_major_read_efficiency_fp32"})
 #: Per-call host dispatch a ``host``-timed row includes, searched in this grid (seconds).
 HOST_GRID: tuple[float, ...] = tuple(x * 5 * _US for x in range(0, 61))
 

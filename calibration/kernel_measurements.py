@@ -11,7 +11,12 @@ A kernel measurements file is CSV with a header row and these columns (``#`` lin
 * ``shape``: ``key=value`` words. A GEMM: ``b m n k`` (``b`` batched GEMMs of ``m x k`` by
   ``k x n``). A convolution (NCHW, the forward problem also for its backward passes):
   ``n c h w k r s`` (``k`` output channels, ``r x s`` filter) plus ``ph pw sh sw`` (padding,
-  stride) and optionally ``g`` (groups);
+  stride) and optionally ``g`` (groups). A GEMM may add its operands' storage as column-major BLAS
+  op flags, ``ta=N|T tb=N|T`` (both or neither: cuBLAS's and rocBLAS's ``transa``/``transb`` of
+  ``C = op(A) op(B)``; ``ta=N``: A stored M-contiguous, ``T``: K-contiguous; ``tb=N``: B stored
+  K-contiguous, ``T``: N-contiguous), which the graph carries as the DOT's ``operand_major``; the
+  flags are not part of the shape the held-out split hashes, so both layouts of a problem fall in
+  the same half;
 * ``measured_us``: the measured time in microseconds;
 * ``timing``: what the time includes: ``kernel`` (device time of the kernel alone, a profiler's
   kernel duration), ``stream`` (the average of back-to-back launches on one stream, launch gap
@@ -34,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import NarrowpipeError
-from ..ir import DType, Graph, Op, TensorType, ValueKind
+from ..ir import OPERAND_MAJOR, DType, Graph, Op, TensorType, ValueKind
 from .vector_measurements import SHAPE_KEYS as _VECTOR_KEYS
 from .vector_measurements import VECTOR_KINDS, check_vector_row, vector_graph
 
@@ -61,6 +66,7 @@ class KernelMeasurement:
     ref: str = ""
     forced_algo: str = ""       # the convolution algorithm the harness forced (not the library's pick)
     channel_multiple: int = 1   # the harness timed C and K padded up to this multiple
+    layout: str = ""            # a GEMM's BLAS op flags ta + tb ("NN", "TN", ...); "": not stated
 
     @property
     def shape_text(self) -> str:
@@ -95,13 +101,18 @@ def conv_output_hw(s: Mapping[str, int]) -> tuple[int, int]:
     return p, q
 
 
-def _parse_shape(text: str, kind: str, where: str) -> dict[str, int]:
+def _parse_shape(text: str, kind: str, where: str) -> tuple[dict[str, int], str]:
+    """The shape's integer words, and a GEMM's BLAS op flags ``ta + tb`` (\"\" when not stated)."""
     out: dict[str, int] = {}
+    flags: dict[str, str] = {}
     for word in text.split():
         key, sep, value = word.partition("=")
         if not sep:
             raise NarrowpipeError(f"{where}: shape word {word!r} is not key=value")
-        if key in ("ta", "tb"):            # operand layouts (N/T): recorded, not modelled
+        if key in ("ta", "tb"):            # the operands' storage, as column-major BLAS op flags
+            if kind != "gemm" or value not in ("N", "T"):
+                raise NarrowpipeError(f"{where}: {word!r}: operand flags are N or T, on gemm rows only")
+            flags[key] = value
             continue
         try:
             out[key] = int(value)
@@ -115,7 +126,9 @@ def _parse_shape(text: str, kind: str, where: str) -> dict[str, int]:
         raise NarrowpipeError(f"{where}: a {kind} shape needs {', '.join(missing)}")
     if kind.startswith("conv") and min(conv_output_hw(out)) < 1:
         raise NarrowpipeError(f"{where}: the filter does not fit the padded input")
-    return out
+    if len(flags) == 1:
+        raise NarrowpipeError(f"{where}: a GEMM states both operand flags (ta and tb) or neither")
+    return out, "".join(flags[k] for k in ("ta", "tb") if k in flags)
 
 
 def read_kernel_measurements(path: str | Path) -> list[KernelMeasurement]:
@@ -146,11 +159,11 @@ def read_kernel_measurements(path: str | Path) -> list[KernelMeasurement]:
             raise NarrowpipeError(f"{where}: measured_us {r['measured_us']!r} is not a number") from None
         if not us > 0:
             raise NarrowpipeError(f"{where}: measured_us must be positive, got {us}")
-        shape, algo = _parse_shape(r["shape"], kind, where), (r.get("algo") or "").strip()
+        (shape, layout), algo = _parse_shape(r["shape"], kind, where), (r.get("algo") or "").strip()
         if kind in VECTOR_KINDS:
             check_vector_row(kind, shape, algo, where)
         rows.append(KernelMeasurement(r["source"].strip(), r["chip"].strip(), kind, dtype, shape, us * 1e-6, timing,
-                                      algo, (r.get("ref") or "").strip()))
+                                      algo, (r.get("ref") or "").strip(), layout=layout))
     return rows
 
 
@@ -163,15 +176,19 @@ def kernel_graph(m: KernelMeasurement) -> Graph:
     g = Graph(f"{m.kind} {m.shape_text}")
     if m.kind == "gemm":
         b, mm, n, k = (s[x] for x in _GEMM_KEYS)
+        # BLAS op flags -> which dim of each logical operand is unit-stride (ir.ops: operand_major)
+        major = {OPERAND_MAJOR: ("k" if m.layout[0] == "T" else "mn", "mn" if m.layout[1] == "T" else "k")} \
+            if m.layout else {}
         if b == 1:
             a = g.add_input("a", TensorType(dt, (mm, k)))
             w = g.add_input("w", TensorType(dt, (k, n)), ValueKind.PARAM)
-            out = g.add_node(Op.DOT, [a, w], [TensorType(dt, (mm, n))], {"lhs_contract": (1,), "rhs_contract": (0,)})
+            out = g.add_node(Op.DOT, [a, w], [TensorType(dt, (mm, n))],
+                             {"lhs_contract": (1,), "rhs_contract": (0,), **major})
         else:
             a = g.add_input("a", TensorType(dt, (b, mm, k)))
             w = g.add_input("w", TensorType(dt, (b, k, n)))
-            out = g.add_node(Op.DOT, [a, w], [TensorType(dt, (b, mm, n))],
-                             {"lhs_contract": (2,), "rhs_contract": (1,), "lhs_batch": (0,), "rhs_batch": (0,)})
+            batched = {"lhs_contract": (2,), "rhs_contract": (1,), "lhs_batch": (0,), "rhs_batch": (0,), **major}
+            out = g.add_node(Op.DOT, [a, w], [TensorType(dt, (b, mm, n))], batched)
         g.set_outputs(out.outputs)
         return g
     n, c, h, w_, k, r, s_ = (s[x] for x in _CONV_KEYS)

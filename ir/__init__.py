@@ -5,7 +5,7 @@ from .dims import Dim, Shape, Sym
 from .dtypes import DType
 from .graph import DimSpec, Graph, Node, Placement, Source, Use, Value, ValueKind, node_subgraphs
 from .nx import to_networkx
-from .ops import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, ops_in_group
+from .ops import GROUP, IN_PLACE, MAJORS, OPERAND_MAJOR, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, ops_in_group
 from .passes import (
                      ALL,
                      AnalysisManager,
@@ -31,7 +31,8 @@ from .verify_pass import verify_pass
 __all__ = [
     "CAUSAL", "WINDOW", "AttentionDims", "attention_dims", "attention_operands", "attention_window", "is_causal",
     "Dim", "Shape", "Sym", "DimRole", "format_shape", "DType", "DimSpec", "Graph", "Node", "Placement", "Source",
-    "Use", "Value", "ValueKind", "node_subgraphs", "to_networkx", "GROUP", "IN_PLACE", "TRANSCENDENTAL_OPS", "VIEW_OPS",
+    "Use", "Value", "ValueKind", "node_subgraphs", "to_networkx", "GROUP", "IN_PLACE", "MAJORS", "OPERAND_MAJOR",
+    "TRANSCENDENTAL_OPS", "VIEW_OPS",
     "Op", "OpGroup", "ops_in_group", "ALL", "AnalysisManager", "Pass", "PassResult", "Pipeline",
     "get_pass", "parse_pipeline", "register_analysis", "register_pass", "registered_analyses",
     "registered_passes", "run_passes", "format_graph", "from_json", "graph_from_dict",

@@ -8,7 +8,13 @@ Attribute conventions (the verifier checks the ones marked required):
 
 * ``DOT`` (dot_general): ``lhs_contract``, ``rhs_contract`` (required), ``lhs_batch``,
   ``rhs_batch``; output dims are batch, then lhs free dims, then rhs free dims, in order. Batch
-  dims broadcast (size 1 against n), as ``torch.matmul`` does.
+  dims broadcast (size 1 against n), as ``torch.matmul`` does. ``operand_major`` (optional,
+  :data:`OPERAND_MAJOR`): how the source stores each operand, a pair ``(lhs, rhs)`` of ``"k"`` (the
+  operand's unit-stride dim is a contracted dim: CUTLASS's "K-major") or ``"mn"`` (a free dim, M of
+  the lhs or N of the rhs: "MN-major"). A row-major ``[M, K] @ [K, N]`` is ``("k", "mn")``;
+  ``torch.nn.functional.linear`` with its ``[N, K]`` weight is ``("k", "k")``; column-major BLAS
+  ``gemm(transa, transb)`` is ``("k" if transa else "mn", "mn" if transb else "k")``. Absent: the
+  storage is unknown and no cost depends on it.
 * ``GROUPED_DOT`` (a grouped GEMM, the experts of a mixture of experts): inputs ``x [S, K]`` (the routed
   rows, sorted by group), ``w [G, K, N]`` (``rhs_contract=1``, required) or ``[G, N, K]``
   (``rhs_contract=2``) and, optionally, ``offsets [G]`` (where each group's rows end: data, so only
@@ -43,10 +49,14 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Op", "OpGroup", "GROUP", "VIEW_OPS", "TRANSCENDENTAL_OPS", "ops_in_group", "IN_PLACE"]
+__all__ = ["Op", "OpGroup", "GROUP", "VIEW_OPS", "TRANSCENDENTAL_OPS", "ops_in_group", "IN_PLACE", "OPERAND_MAJOR",
+           "MAJORS"]
 
 #: The attribute naming the operand a CONCAT or scatter updates in place (see the module doc).
 IN_PLACE = "in_place"
+#: The attribute stating how a ``DOT``'s operands are stored (see the module doc), and its values.
+OPERAND_MAJOR = "operand_major"
+MAJORS = ("k", "mn")
 
 
 class OpGroup(enum.Enum):

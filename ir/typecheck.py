@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from .dims import Dim, Shape
 from .dtypes import DType
 from .graph import Node, Value
-from .ops import Op, OpGroup
+from .ops import MAJORS, OPERAND_MAJOR, Op, OpGroup
 from .shapes import format_shape
 
 __all__ = ["type_problems", "may_equal", "REQUIRED_ATTRS"]
@@ -86,6 +86,9 @@ def _check_dot(node: Node) -> list[str]:
         out.append("lhs_contract and rhs_contract differ in length")
     if len(lb) != len(rb):
         out.append("lhs_batch and rhs_batch differ in length")
+    major = a.get(OPERAND_MAJOR)
+    if major is not None and (not isinstance(major, tuple) or len(major) != 2 or any(x not in MAJORS for x in major)):
+        out.append(f"{OPERAND_MAJOR} {major!r} is not a pair (lhs, rhs) of {' or '.join(map(repr, MAJORS))}")
     if out:
         return out
     ls, rs = lhs.shape, rhs.shape

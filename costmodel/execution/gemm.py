@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from ...ir import DType, Node, Op, Value, attention_dims, attention_operands, is_causal
+from ...ir import OPERAND_MAJOR, DType, Node, Op, Value, attention_dims, attention_operands, is_causal
 from ..experts import node_expert_rows
 from ..interpreter import CostTable
 from ..kernels import Kernel
@@ -37,6 +37,9 @@ class Gemm:
     #: The rhs (weight) operand's type when it is narrower than the compute type: a weight-only
     #: quantized matmul, whose kernel dequantizes the weights before the matrix units use them.
     narrow_rhs: DType | None = None
+    #: Whether A and B are stored with their contracted dim unit-stride ("K-major"), where the
+    #: graph states it (the DOT's ``operand_major``); ``None``: unknown.
+    k_major: tuple[bool, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,10 @@ def dot_gemm(table: CostTable, node: Node) -> Gemm:
     out = node.outputs[0]
     wide = _wider(lhs.type.dtype, rhs.type.dtype)
     narrow = rhs.type.dtype if rhs.type.dtype.bits < wide.bits else None
+    major = a.get(OPERAND_MAJOR)
     return Gemm(batch, m, n, k, wide, value_bytes(table, lhs), value_bytes(table, rhs), value_bytes(table, out),
-                table.costs[node].flops, narrow_rhs=narrow)
+                table.costs[node].flops, narrow_rhs=narrow,
+                k_major=(major[0] == "k", major[1] == "k") if major is not None else None)
 
 
 def grouped_gemm(table: CostTable, node: Node) -> Gemm:

@@ -14,7 +14,10 @@
   (counted in the library's smallest tile where ``gemm_split_k_smallest_tile``: it narrows the
   tile before it splits K); a
   tile runs no faster than its operand tiles arrive (``gemm_tile_feed_bandwidth`` per SM: small
-  tiles load more bytes per FLOP; ``_tf32`` for the TF32/XF32 kernels). Convolution kernels are
+  tiles load more bytes per FLOP; ``_tf32`` for the TF32/XF32 kernels); where the graph states how
+  the operands are stored (a DOT's ``operand_major``), a K-major operand's DRAM stream in an SGEMM
+  kernel runs at ``gemm_k_major_read_efficiency_fp32`` of the kernel's rate (short runs per tile
+  row). Convolution kernels are
   the convolution library's own: they pay ``conv_latency`` and pad to ``conv_min_tile`` where the
   target sets them, and split K up to ``conv_max_split_k``; weight
   gradients reach ``conv_wgrad_efficiency`` of the plateau (and may run as Winograd or, where the
@@ -168,6 +171,7 @@ class GemmTerms:
     split_fill: float = 1.0        # split K only while tiles < split_fill x SMs
     feed: float = 0.0              # per-SM operand bandwidth (bytes/s); 0: no bound
     split_smallest: bool = False   # the split-K fill test counts tiles of the smallest tile shape
+    k_major_read: float = 1.0      # DRAM efficiency of a K-major operand's stream (SGEMM; where stated)
 
 
 def gemm_terms(target: GpuTarget, vector_units: bool = False, conv: bool = False, tf32: bool = False) -> GemmTerms:
@@ -189,7 +193,8 @@ def gemm_terms(target: GpuTarget, vector_units: bool = False, conv: bool = False
     return GemmTerms(float(get("gemm_latency")), float(get("gemm_wave_overhead")),
                      float(get("gemm_epilogue_exposed")), int(get("gemm_max_split_k")),
                      max(int(narrowest or SKINNY_TILE_STEP), 1), fill, feed,
-                     bool(target.gemm_split_k_smallest_tile) and not vector_units)
+                     bool(target.gemm_split_k_smallest_tile) and not vector_units,
+                     float((target.gemm_k_major_read_efficiency_fp32 if vector_units else None) or 1.0))
 
 
 @dataclass(frozen=True)
@@ -222,7 +227,9 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
     fill_tiles = _smallest_tile_count(g, target.tile_shapes, p) if p.split_smallest else None
     for tile in target.tile_shapes:
         grid = _grid(g, tile, p)
-        tile_reads = reads + _l2_rereads(g, tile, target)
+        rereads = _l2_rereads(g, tile, target)
+        tile_reads = reads + sum(rereads)
+        k_major = _k_major_bytes(g, rereads) if p.k_major_read < 1 else 0.0
         # weight-only quantization: every row tile dequantizes its weights (whatever the split)
         dequant = dequant_time(target, g.dtype, g.batch * g.k * g.n, ceil(g.m / tile[0])) \
             if g.narrow_rhs is not None else 0.0
@@ -236,7 +243,10 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
             compute += waves * p.wave_overhead
             # each wave's output write overlaps the next wave's main loop; the last wave's is exposed
             exposed = writes * p.epilogue_exposed / waves
-            mem = memory_time(target, tile_reads + partials + writes - exposed)
+            traffic = tile_reads + partials + writes - exposed
+            # a K-major operand's share of the traffic streams at k_major_read of the kernel's rate
+            mem = memory_time(target, traffic) * (1 + (1 / p.k_major_read - 1) * min(k_major / traffic, 1.0)) \
+                if k_major > 0 else memory_time(target, traffic)
             epilogue = memory_time(target, exposed)
             t = max(compute, mem) + epilogue
             if best is None or t < best.time * (1 - 1e-9):
@@ -302,19 +312,27 @@ def _tile_time(g: Gemm, grid: TileGrid, sms: int, per_sm: float,
     return waves * per_item / per_sm, items * per_item, waves
 
 
-def _l2_rereads(g: Gemm, tile: tuple[int, int, int], target: GpuTarget) -> float:
-    """Operand bytes read again from DRAM because the L2 cannot hold them across the tile grid (a
-    grouped GEMM: per expert, over its rows and its own weights)."""
+def _k_major_bytes(g: Gemm, rereads: tuple[float, float]) -> float:
+    """DRAM bytes of the operands the graph says are stored K-major (with their L2 re-reads)."""
+    if g.k_major is None:
+        return 0.0
+    return (g.a_bytes + rereads[0]) * g.k_major[0] + (g.b_bytes + rereads[1]) * g.k_major[1]
+
+
+def _l2_rereads(g: Gemm, tile: tuple[int, int, int], target: GpuTarget) -> tuple[float, float]:
+    """Bytes of A and of B read again from DRAM because the L2 cannot hold them across the tile grid
+    (a grouped GEMM: per expert, over its rows and its own weights)."""
     if g.group_rows:
         per_b = g.b_bytes / len(g.group_rows)
-        return sum(_rereads(g.a_bytes * r / max(g.m, 1), per_b, r, g.n, tile, target) for r in g.group_rows)
+        parts = [_rereads(g.a_bytes * r / max(g.m, 1), per_b, r, g.n, tile, target) for r in g.group_rows]
+        return sum(a for a, _ in parts), sum(b for _, b in parts)
     return _rereads(g.a_bytes, g.b_bytes, g.m, g.n, tile, target)
 
 
-def _rereads(a: float, b: float, m: int, n: int, tile: tuple[int, int, int], target: GpuTarget) -> float:
+def _rereads(a: float, b: float, m: int, n: int, tile: tuple[int, int, int], target: GpuTarget) -> tuple[float, float]:
     l2 = target.l2_bytes
     if a + b <= l2:
-        return 0.0
+        return 0.0, 0.0
     tm, tn, _ = tile
     mt, nt = ceil(m / tm), ceil(n / tn)
     r = min(mt, max(1, isqrt(target.sm_count)))
@@ -322,4 +340,4 @@ def _rereads(a: float, b: float, m: int, n: int, tile: tuple[int, int, int], tar
     resident = l2 * CACHE_RESIDENT_FRACTION
     a_reads = a if a <= resident else a * ceil(nt / c)
     b_reads = b if b <= resident else b * ceil(mt / r)
-    return float(max(a_reads + b_reads - a - b, 0))
+    return float(max(a_reads - a, 0)), float(max(b_reads - b, 0))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...ir import DType, Node, Op, TensorType, Value
+from ...ir import OPERAND_MAJOR, DType, Node, Op, TensorType, Value
 from .node import NodeCx
 from .stamp import pure
 from .symdims import dim_eq
@@ -99,8 +99,11 @@ def _gemm(cx: NodeCx) -> None:
     alpha, beta = float(cx.attr("alpha", 1.0)), float(cx.attr("beta", 1.0))
     out = cx.out_types()
     last = c is None and alpha == 1.0
+    # ONNX tensors are dense row-major, so the flags state the storage: A [M, K] is K-major, its
+    # transA=1 form [K, M] M-major; B [K, N] is N-major, its transB=1 form [N, K] K-major
+    major = ("mn" if ta else "k", "k" if tb else "mn")
     y = dot(cx, a, b, (0,) if ta else (1,), (1,) if tb else (0,), types=out, bind=last,
-            extra={"transA": bool(ta), "transB": bool(tb)}).outputs[0]
+            extra={"transA": bool(ta), "transB": bool(tb), OPERAND_MAJOR: major}).outputs[0]
     if alpha != 1.0:
         y = cx.emit(Op.MUL, [y], {"scalar": alpha, "role": "alpha"}, types=out, bind=c is None,
                     suffix="alpha").outputs[0]

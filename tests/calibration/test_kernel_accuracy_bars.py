@@ -26,9 +26,11 @@ ka = load_benchmark("kernel_accuracy")
 #: chosen on the fit half: MI300X 0.129 / 0.353 -> 0.122 / 0.352 (B200, meeting the bars, 0.044 / 0.125 -> 0.042 /
 #: 0.113); the rest unchanged. Round 6 (DeepBench's forced tensor-core algorithms and channel padding,
 #: data/harness_conv.toml): every chip's numbers unchanged (V100's conv backward class 0.187 / 0.712 -> 0.187 / 0.670).
+#: Round 7 (GEMM operand layouts, gemm_k_major_read_efficiency_fp32 fitted alone on T4 and MI25):
+#: T4 0.143 / 0.448 -> 0.141 / 0.448, MI25 0.151 / 0.472 -> 0.142 / 0.457; the rest unchanged.
 SHORT_OF_THE_BARS = {
     "mi300x": (0.122, 0.352), "mi355x": (0.064, 0.315),
-    "v100-sxm2": (0.114, 0.533), "t4": (0.143, 0.448), "p100-pcie": (0.146, 0.543), "mi25": (0.151, 0.472),
+    "v100-sxm2": (0.114, 0.533), "t4": (0.141, 0.448), "p100-pcie": (0.146, 0.543), "mi25": (0.142, 0.457),
 }
 MEETING_THE_BARS = ("b200", "h100-sxm", "tpu-v5e", "tpu-v6e")
 
@@ -49,6 +51,13 @@ def test_v100_is_never_fitted():
     fields, copies = ka.fitted_fields(get_target("v100-sxm2"))
     assert not fields and copies
     assert ("DEEPBENCH", "v100-sxm2") in ka.INDEPENDENT
+
+
+def test_k_major_sgemm_streams_keep_mi25_small_gemms(held_out):
+    """Round 7's ratchet: MI25's skinny K-major GEMMs (DeepBench's TN rows) stream their A slower
+    (held-out small-GEMM class 0.329 / 0.555 -> 0.197 / 0.527)."""
+    s = held_out["mi25"]["small GEMM"]
+    assert s["median_abs"] <= 0.197 + 0.005 and s["p90_abs"] <= 0.527 + 0.01
 
 
 def test_forced_tensor_core_algorithms_keep_v100_conv_backward_class(held_out):

@@ -34,6 +34,9 @@ def test_rows_parse_with_their_shape_and_seconds(tmp_path):
     ("X,h100,gemm,bf16,b=1 m=1 n=1 k=1,-2,kernel,,", "positive"),
     ("X,h100,gemm,bf16,b=1 m=1 n=1 k=1,1,wall,,", "timing 'wall'"),
     ("X,h100,conv_fwd,fp32,n=1 c=1 h=2 w=2 k=1 r=3 s=3,1,stream,,", "does not fit"),
+    ("X,t4,gemm,fp32,b=1 m=8 n=4 k=2 ta=T,1,stream,,", "both operand flags"),
+    ("X,t4,gemm,fp32,b=1 m=8 n=4 k=2 ta=C tb=N,1,stream,,", "'ta=C'"),
+    ("X,t4,conv_fwd,fp32,n=1 c=1 h=4 w=4 k=1 r=1 s=1 ta=N tb=N,1,stream,,", "gemm rows only"),
 ])
 def test_bad_rows_name_the_file_line_and_reason(tmp_path, line, reason):
     with pytest.raises(NarrowpipeError) as e:
@@ -77,3 +80,23 @@ def test_the_held_out_split_depends_on_the_problem_not_the_chip(tmp_path):
     for r in rows:
         by_shape.setdefault(r.shape_text, set()).add(r.held_out())
     assert all(len(v) == 1 for v in by_shape.values())
+
+
+@pytest.mark.parametrize("flags, layout, major", [
+    ("ta=N tb=N", "NN", ("mn", "k")),     # column-major BLAS: A is m x k with lda = m; B k x n, ldb = k
+    ("ta=T tb=N", "TN", ("k", "k")),
+    ("ta=N tb=T", "NT", ("mn", "mn")),
+    ("ta=T tb=T", "TT", ("k", "mn")),
+])
+def test_gemm_operand_flags_become_the_dots_operand_major(tmp_path, flags, layout, major):
+    row = read_kernel_measurements(_write(tmp_path, f"X,t4,gemm,fp32,b=1 m=8 n=4 k=2 {flags},1,stream,,\n"))[0]
+    assert row.layout == layout and row.shape == {"b": 1, "m": 8, "n": 4, "k": 2}
+    (dot,) = kernel_graph(row).nodes
+    assert dot.attrs["operand_major"] == major
+
+
+def test_a_gemm_without_flags_states_no_layout_and_the_split_ignores_the_flags(tmp_path):
+    body = "X,t4,gemm,fp32,b=1 m=8 n=4 k=2,1,stream,,\nX,t4,gemm,fp32,b=1 m=8 n=4 k=2 ta=T tb=N,1,stream,,\n"
+    plain, flagged = read_kernel_measurements(_write(tmp_path, body))
+    assert plain.layout == "" and "operand_major" not in kernel_graph(plain).nodes[0].attrs
+    assert plain.shape_text == flagged.shape_text and plain.held_out() == flagged.held_out()

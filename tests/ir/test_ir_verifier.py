@@ -34,6 +34,17 @@ def test_a_dot_with_mismatched_contracting_dims_is_caught():
     assert any("contracting dims differ" in p for p in problems(_dot((4, 16), rhs=(9, 16))))
 
 
+@pytest.mark.parametrize("major", [("k",), ("k", "m"), ("K", "mn"), "k,k", ("k", "mn", "k")])
+def test_a_malformed_operand_layout_is_caught(major):
+    assert any("operand_major" in p for p in problems(_dot((4, 16), operand_major=major)))
+
+
+def test_every_stated_operand_layout_and_none_verify():
+    for major in (("k", "mn"), ("mn", "k"), ("k", "k"), ("mn", "mn")):
+        verify(_dot((4, 16), operand_major=major))
+    verify(_dot((4, 16)))
+
+
 def test_batched_dots_broadcast_their_batch_dims():
     g = _dot(("b", 3, 4, 16), lhs=("b", 3, 4, 8), rhs=(1, 3, 8, 16),
              lhs_contract=(3,), rhs_contract=(2,), lhs_batch=(0, 1), rhs_batch=(0, 1))

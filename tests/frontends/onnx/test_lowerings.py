@@ -44,6 +44,14 @@ def test_gemm_transposes_alpha_beta_and_bias(ta: int, tb: int) -> None:
     assert r.modeled_flops == 2 * m * n * k
     assert ops(graph) == ["dot", "mul", "mul", "add"]
     assert graph.outputs[0].type.shape == (m, n)
+    # ONNX tensors are row-major: A [M, K] is K-major, [K, M] (transA) M-major; B [K, N] N-major,
+    # [N, K] (transB) K-major
+    assert graph.nodes[0].attrs["operand_major"] == ("mn" if ta else "k", "k" if tb else "mn")
+
+
+def test_matmul_states_no_operand_layout() -> None:
+    graph, _ = run([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", F, [3, 4]), ("b", F, [4, 5])])
+    assert "operand_major" not in graph.nodes[0].attrs
 
 
 @pytest.mark.parametrize("a,b,out", [([4], [4], ()), ([3, 4], [4], (3,)), ([4], [4, 5], (5,)),
