@@ -38,6 +38,7 @@ import serving_gpu_rows as gpu  # noqa: E402
 from first_token_pair import first_token_md  # noqa: E402
 from pope_breakdown import analysis, layer_table, paper_estimate, serial_check  # noqa: E402
 from pope_pair import hypotheses, pair_md, read_pair  # noqa: E402
+from pope_schedule import attribution, schedule_section  # noqa: E402
 from published_decode import PUBLISHED  # noqa: E402
 
 import narrowpipe  # noqa: E402
@@ -182,6 +183,7 @@ def main() -> None:
     for (r, s), d in zip(steps, p_data):
         if r.seq == 1:
             d["paper_estimate_ms"] = paper_estimate(r, s, CONTEXT)
+    schedule = attribution(steps, PALM_540B_SERVED, CONTEXT)
     d_rows, d_data = dataflow_rows()
     g_preds = gpu.predictions()
     g_rows, g_data = gpu.table_rows(g_preds)
@@ -200,6 +202,7 @@ def main() -> None:
           + tables
           + analysis(steps, CONTEXT, serial)
           + pair_md(pair, steps)
+          + schedule_section(schedule)
           + "\n## GPU serving with full configurations (TensorRT-LLM, NVIDIA, OCI/vLLM)\n\n"
             "Each row asked of `serve` on the row's GPU, tensor-parallel size (collectives on the node's "
             "measured NVLink/Infinity Fabric figures), formats, batch and lengths; no fitting. Time error: "
@@ -219,7 +222,7 @@ def main() -> None:
             "activations: fewer kernels than the export's decompositions, so faster on chips whose time is "
             "per-kernel latency); the step from 'empty cache' to 'cache at context' is the cache's reads.\n")
     data = {"env": env, "pope": p_data, "pope_serial_block": serial, "pope_pair": pair.to_dict(),
-            "pope_overlap_hypotheses": hypotheses(steps), "gpu": g_data,
+            "pope_overlap_hypotheses": hypotheses(steps), "pope_implementation_schedule": schedule, "gpu": g_data,
             "dataflow": d_data}
     md_path, _ = write_results(RESULTS, "serving_validate", md, data)
     print(md)
