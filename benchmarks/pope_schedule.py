@@ -2,8 +2,8 @@
 beside the model (``serving_validate.py`` reports it), not the model.
 
 The paper's code is public (google-research/google-research, ``scaling_transformer_inference_efficiency``,
-read at commit 8d8a4f1: ``layers/two_d_parallel_xmap.py``, ``collectives.py``, ``usage/benchmarks.py``,
-``usage/run_benchmark.py``; POPE-CODE in backends/catalog/SOURCES.toml). Its 2D weight-stationary layer
+``layers/two_d_parallel_xmap.py``, ``collectives.py``, ``usage/benchmarks.py``, ``usage/run_benchmark.py``;
+POPE-CODE in backends/catalog/SOURCES.toml, with the file versions read). Its 2D weight-stationary layer
 runs the layout's collectives differently from ``ws2d.py`` in four ways, each a switch here:
 
 * ``split``: the yz collectives are two ops, one torus axis each: an all-gather over y, the norm's
@@ -15,8 +15,10 @@ runs the layout's collectives differently from ``ws2d.py`` in four ways, each a 
 * ``looped``: the reduce-scatter over x runs inside the input matmul and the all-gather over x inside
   the output matmul (Wang et al.'s Looped CollectiveEinsum): decode uses the "latency" forms (``x // 2``
   matmul chunks, half of each partial sum sent each way round the ring, one collective-permute left after
-  the last chunk; the gather sends the first shard before any chunk), prefill the one-way forms (``x``
-  chunks, each permute under the next chunk). A chunk and a permute run at the same time.
+  the last chunk; the gather sends the first shard before any chunk; ``run_benchmark.py`` asks for them),
+  prefill the one-way forms (``x`` chunks, each permute under the next chunk: the layer's choice without
+  latency collectives when a host sees at most 32 devices, as a TPU v4 host's 4 chips). A chunk and a
+  permute run at the same time.
 * ``stack``: once per step, what ``embed_unembed_topp`` times: the embedding lookup all-reduced over
   yz, the final norm's statistic over x, logits in fp32 reduce-scattered over x, the embedding table in
   bf16 whatever the layers' format, and for a decode step the sampling (logits all-to-all over yz,
