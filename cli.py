@@ -354,7 +354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NarrowpipeError as exc:  # messages hold [brackets] (pip extras, paths): no markup
         if args.verbose:
             Console(stderr=True).print_exception()
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        # soft_wrap: one line whatever the terminal's width, so a long path is never split
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -366,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _show_warnings(caught: list[warnings.WarningMessage]) -> None:
     """Ours (a dim above its exported range) go last on stderr in bold, where the eye lands after
     a long table; anything else goes through Python's usual display."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     for w in caught:
         if issubclass(w.category, NarrowpipeWarning):
             err.print(f"[bold yellow]warning:[/] {escape(str(w.message))}", highlight=False)

@@ -27,6 +27,14 @@ def test_bad_inputs_exit_2_with_a_message(tmp_path, capsys):
     assert "unknown dim" in capsys.readouterr().err
 
 
+def test_an_error_naming_a_long_path_stays_on_one_line_in_a_narrow_terminal(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "40")
+    deep = tmp_path / ("a-folder-with-a-long-name-" * 3) / "model.onnx"
+    assert main(["analyze", str(deep)]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(deep) in lines[0]
+
+
 def test_unmodeled_ops_are_shown_with_counts(tmp_path, capsys):
     from narrowpipe.ir import DType, Graph, Op, TensorType, save_json
     g = Graph("m")

@@ -18,6 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NOT_SHIPPED = {"tests", "benchmarks", "tools", "docs", "build", "dist"}
 MAX_LINES = 400
+#: Top-level files of the repository that are not modules of the package.
+TOP_NOT_SHIPPED = {"setup.py", "conftest.py"}
 
 
 def _shipped_files() -> list[Path]:
@@ -42,7 +44,7 @@ def _module_name(rel: Path) -> str:
 
 
 def _package_modules() -> dict[str, Path]:
-    return {_module_name(r): ROOT / r for r in _shipped_files() if r.suffix == ".py" and r.name != "setup.py"}
+    return {_module_name(r): ROOT / r for r in _shipped_files() if r.suffix == ".py" and str(r) not in TOP_NOT_SHIPPED}
 
 
 @pytest.mark.slow
@@ -54,8 +56,9 @@ def test_wheel_ships_every_subpackage_and_data_file(tmp_path):
                     "-w", str(tmp_path), str(src)], check=True, capture_output=True)
     wheel = next(tmp_path.glob("narrowpipe-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected = {"narrowpipe/" + r.as_posix() for r in _shipped_files() if r.name != "setup.py"}
+    expected = {"narrowpipe/" + r.as_posix() for r in _shipped_files() if str(r) not in TOP_NOT_SHIPPED}
     assert expected - names == set()
+    assert not {"narrowpipe/" + f for f in TOP_NOT_SHIPPED} & names
     packages = {r.parent for r in _shipped_files() if r.name == "__init__.py"}
     assert len(packages) >= 10 and Path("frontends/onnx") in packages and Path("costmodel/diagnose") in packages
 
