@@ -13,7 +13,10 @@ Two hypotheses about the overlap the model assumes (roofline max of each matmul'
 its MXU work) are applied to every Pope row, so each is tested against seven published figures, not
 one: :func:`serialized` sums the two terms (ruled out by the 62B rows); :func:`loads_exposed` puts only
 the MXUs' weight-tile loads after the stream (consistent with all seven, but unsourced: reported, not
-modelled).
+modelled). Both add a matmul's extra time to the step whole: the model runs the two fused matmuls in
+chunks beside collective-permutes (``ws2d_looped.py``), and a longer matmul lengthens its looped term by
+as much while each chunk outlasts its permute, as in the decode rows; in the prefills the permutes are
+longer, so there the two readings are upper bounds.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from typing import Any
 
 from narrowpipe.backends import get_target
 from narrowpipe.costmodel.execution.tpu import systolic_folds
-from narrowpipe.costmodel.serving.ws2d import Ws2dStep, _blocks
+from narrowpipe.costmodel.serving.ws2d import Ws2dStep
+from narrowpipe.costmodel.serving.ws2d_graph import blocks
 
 #: The two matmuls of a parallel PaLM layer (fused input and output projections, ws2d.py).
 MATMULS = ("layer_w_in", "layer_w_out")
@@ -84,6 +88,20 @@ def read_pair(int8: tuple[Any, Ws2dStep], bf16: tuple[Any, Ws2dStep]) -> PairRea
                        max(bar - s16.time_s, 0.0) / layers, layers, s16.weight_bytes_per_chip)
 
 
+def _bf16_bar(p: PairReading) -> str:
+    if p.bf16_needs > 0:
+        return (f"{p.bf16_needs * 1e6:.1f} us per layer short of it ({p.bf16_needs * p.layers * 1e3:.2f} ms per "
+                "step); nothing sourced closes the row.")
+    return ("inside it: the released schedule's one-axis collectives, separate K/V path and per-step stack "
+            "(embedding, final norm, fp32 logits, sampling) add more than its looped collectives hide "
+            "(`pope_schedule.py`), but the pair's common term stays: the row is short of C as above.")
+
+
+def _block(r: Any) -> str:
+    (blk,) = blocks(r.served, kv_apart=True)
+    return f"{ceil(r.served.hidden / r.axes[0]):,} x {ceil(blk.n_in / r.axes[1]):,}"
+
+
 def serialized(r: Any, s: Ws2dStep) -> float:
     """The row's step (s) if each matmul's weight stream and MXU work ran one after the other: the
     two terms summed where the model takes their max (the launch overhead kept once)."""
@@ -130,8 +148,9 @@ but the weights' stream, in both formats.
   ({p.bf16_weights_per_chip / 1e9:.1f} GB of bf16 weights per chip in 32 GiB) or the MXU's rate on bf16 activations
   (the same in both formats: TPU v4 converts int8 weights to bf16 before the MXU, section 3.6) cannot
   make bf16 slower without making the difference larger than published.
-* **The model's layer**: besides its two matmuls {p.model_rest * us:.1f} us (vector kernels and seven
-  collectives, both formats); the matmuls {p.model_matmuls['bf16'] * us:.1f} us in bf16 (their memory term
+* **The model's layer**: besides its two fused matmuls {p.model_rest * us:.1f} us (vector kernels, the K/V
+  matmul, the collectives and the permutes the looped matmuls leave exposed, both formats); the matmuls
+  {p.model_matmuls['bf16'] * us:.1f} us in bf16 (their memory term
   {p.model_matmul_memory['bf16'] * us:.1f} us: bound by the weights' stream) and {p.model_matmuls['int8'] * us:.1f} us
   in int8 (memory term {p.model_matmul_memory['int8'] * us:.1f} us: bound by the MXU's 128-cycle weight loads).
   So the model's difference is {p.model_diff * us:.1f} us per layer, not {p.published_diff * us:.1f}, and its
@@ -140,12 +159,7 @@ but the weights' stream, in both formats.
   to both formats. The int8 row is inside the bar only because its matmuls are MXU-bound in the model,
   {(p.model_matmuls['int8'] - p.model_matmul_memory['int8']) * us:.0f} us per layer over their stream, which the
   published difference says they are not.
-* **What the bf16 row lacks for the bar**: {p.bf16_needs * us:.1f} us per layer ({p.bf16_needs * p.layers * 1e3:.2f} ms
-  per step). The parts of a step the layout leaves out (the embedding lookup, the final norm with its
-  gather and statistics all-reduce, the sampling's top-k over the vocabulary shards, which section 3.5
-  optimizes) come once per step: at the layer table's own figures (a norm ~3 us, its two collectives
-  ~17 us, a gather and a top-k with one more collective ~10 us) about 30 us, a sixth of it. Nothing
-  sourced closes the row, so the strict xfail stays.
+* **The bf16 row and the bar**: {_bf16_bar(p)}
 * **Tested and ruled out: weights' stream and MXU work one after the other.** Summing each matmul's
   two terms instead of overlapping them (XLA double-buffers HBM-to-VMEM copies, so overlap is the
   default reading) against all seven rows:
@@ -166,9 +180,9 @@ but the weights' stream, in both formats.
   (published {p.published_diff * p.layers * 1e3:.1f}), and leaves the compute-bound rows (batch 512, the
   prefills) as they are. No source read says a TPU v4 exposes the loads
   (XLA pipelines weight DMAs; the fold model assumes double-buffered loads), so the model keeps the
-  overlap and the strict xfails stay. What would settle it: one TPU v4 profile of a 64-row bf16 matmul
-  against a 4,608 x 10,272 weight block (the 540B layer's input matmul on one chip), which the model
-  times at {b16[1].layer_kernels["layer_w_in"] * us:.0f} us and this reading at
+  overlap and the strict xfail on the int8/bf16 difference stays. What would settle it: one TPU v4 profile
+  of a 64-row bf16 matmul against a {_block(b16[0])} weight block (the 540B layer's input matmul on one chip,
+  q, gate and up), which the model times at {b16[1].layer_kernels["layer_w_in"] * us:.0f} us and this reading at
   {(b16[1].layer_terms["layer_w_in"][1] + weight_loads(*b16)["layer_w_in"] + launch) * us:.0f} us.
 """
 
@@ -180,7 +194,7 @@ def weight_loads(r: Any, s: Ws2dStep) -> dict[str, float]:
     v4 = get_target("tpu-v4")
     spec, (x, yz) = r.served, r.axes
     rows = r.batch * getattr(r, "seq", 1)
-    (blk,) = _blocks(spec)                      # PaLM's parallel layer: one block
+    (blk,) = blocks(spec, kv_apart=True)        # PaLM's parallel layer: one block (K/V apart)
     k_in, n_in = ceil(spec.hidden / x), ceil(blk.n_in / yz)
     k_out, n_out = ceil(blk.n_out / yz), ceil(spec.hidden / x)
     out = {}

@@ -20,6 +20,9 @@ an all-reduce moves 2(n-1)/n of the buffer through every device, an all-gather o
   and its busiest link carries the whole ``(k-1)/k`` of the buffer one way, so the transfer runs at
   one link per axis, half a torus's rate (SB-TPU: "typically doubles the time of most
   communication").
+* collective-permute on a torus axis: every device sends one buffer to its neighbour along the axis
+  (XLA's ``collective-permute``, the step of a looped collective matmul): one hop on one link; along
+  a line without wraparound the shift's last buffer walks back over the ``k - 1`` links.
 * hierarchical: reduce-scatter inside each scale-up domain, the inter-domain collective on the
   1/local shard over the scale-out network, all-gather inside again (NCCL's and XLA's two-level
   all-reduce).
@@ -33,7 +36,7 @@ from math import ceil, log2, prod
 from ...ir import Op
 
 __all__ = ["AlgoTime", "ring", "tree", "in_network", "torus", "torus_bandwidth", "axis_hops", "hierarchical",
-           "bus_factor"]
+           "bus_factor", "permute"]
 
 
 @dataclass(frozen=True)
@@ -134,12 +137,23 @@ def torus(op: Op, size: float, axes: tuple[int, ...], link_bw: float, alpha: flo
         return AlgoTime("torus" if wrap else "mesh", 0.0, 0.0, 0.0)
     if op is Op.ALL_TO_ALL:
         return _torus_all_to_all(size, axes, link_bw, alpha, wrap)
+    if op is Op.COLLECTIVE_PERMUTE and len(axes) == 1:
+        return permute(size, axes[0], link_bw, alpha, wrap)
     if op not in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER):
         return ring(op, size, n, torus_bandwidth(axes, link_bw, wrap), alpha)
     phases = 2 if op is Op.ALL_REDUCE else 1
     steps = phases * sum(axis_hops(k, wrap) for k in axes)
     return _time("torus" if wrap else "mesh", steps, alpha, bus_factor(op, n) * size,
                  torus_bandwidth(axes, link_bw, wrap))
+
+
+def permute(size: float, k: int, link_bw: float, alpha: float, wrap: bool = True) -> AlgoTime:
+    """A shift by one along an axis of ``k``: each device sends its ``size`` bytes to the next one
+    (one direction; a pair of shifts the two ways runs on the two links at once, each timed alone).
+    With wraparound that is one hop on one link; on a line the last device's buffer travels back
+    over all ``k - 1`` links (each carrying that one buffer against the shift's direction)."""
+    hops = 1 if wrap or k <= 2 else k - 1
+    return _time("torus" if wrap else "mesh", hops, alpha, size, link_bw)
 
 
 def _torus_all_to_all(size: float, axes: tuple[int, ...], link_bw: float, alpha: float,

@@ -7,7 +7,8 @@
 Any causal LM graph works (:mod:`.prepare`); the modules, in the order a question flows through them:
 :mod:`.kvcache` (the cache found in the graph), :mod:`.inplace` (the bytes a serving runtime moves),
 :mod:`.recognise` (rebuilding a cache-less export), :mod:`.formats`, :mod:`.step` (one step on a
-target), :mod:`.parallel` and :mod:`.replica` (layouts), :mod:`.ws2d` (Pope et al.'s TPU layout),
+target), :mod:`.parallel` and :mod:`.replica` (layouts), :mod:`.ws2d` (Pope et al.'s TPU layout on
+the schedule of their released code: :mod:`.ws2d_graph`, :mod:`.ws2d_schedule`, :mod:`.ws2d_looped`),
 :mod:`.memory`, :mod:`.generate` (whole requests, continuous batching), :mod:`.crossover`,
 :mod:`.report` and :mod:`.serve`.
 """

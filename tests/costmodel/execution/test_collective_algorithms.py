@@ -173,3 +173,14 @@ def test_a_strided_group_on_a_mesh_slice_pays_k_minus_one_hops_and_one_link_per_
     long_axis, short_axes = topo.time(Op.ALL_GATHER, 1e8, 4, 4), topo.time(Op.ALL_GATHER, 1e8, 4, 1)
     assert long_axis.seconds == pytest.approx(3 * 1.45e-6 + 3 / 4 * 1e8 / (148e9 / 4))
     assert short_axes.seconds == pytest.approx(2 * 1.45e-6 + 3 / 4 * 1e8 / (2 * 148e9 / 4))
+
+
+def test_a_collective_permute_is_one_hop_on_one_link_of_its_axis():
+    """A looped collective matmul's step (XLA collective-permute, the released collectives.py's
+    ppermute): every chip sends its buffer to the next along one axis. On the 4x4x4 torus one hop
+    (1.45 us) on one link (221/6 GB/s); on the 2x2x4 mesh's axis of 4 the shift's wrapping buffer walks
+    back over the 3 links of the line."""
+    cube, mesh = Topology.of_system(get_system("tpu-v4-4x4x4")), Topology.of_system(get_system("tpu-v4-2x2x4"))
+    assert cube.time(Op.COLLECTIVE_PERMUTE, 1e6, 4, axes=(4,)).seconds == pytest.approx(1.45e-6 + 1e6 / (221e9 / 6))
+    assert mesh.time(Op.COLLECTIVE_PERMUTE, 1e6, 4, axes=(4,)).seconds == pytest.approx(3 * 1.45e-6 + 1e6 / (148e9 / 4))
+    assert mesh.time(Op.COLLECTIVE_PERMUTE, 1e6, 2, axes=(2,)).seconds == pytest.approx(1.45e-6 + 1e6 / (148e9 / 4))
