@@ -23,14 +23,14 @@ from ..costmodel.execution import TimingOptions
 from ..costmodel.execution.common import matrix_rate
 from ..errors import NarrowpipeError
 from ..ir import DType
-from .cold_calls import fit_cold_calls, measure_cold_calls, stack_facts
-from .eager import eager_reference, fit_eager_overhead, measure_eager
+from .cold_calls import fit_cold_calls, stack_facts
+from .eager import eager_reference, fit_eager_overhead
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
 from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
 from .kernel_measurements import read_kernel_measurements
-from .module_calls import measure_module_call
-from .sweeps import Measurement, run_all
+from .measurement import Measurement
+from .run import run_all
 from .vector_measurements import VECTOR_KINDS
 
 __all__ = ["calibrate", "measurements_path", "load_measurements", "CUDA_TARGETS", "cuda_target_name"]
@@ -82,10 +82,6 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise NarrowpipeError("no CUDA device is available; calibrate the CPU with --device cpu")
         measurements = run_all(device, quick, progress)
-        if device == "cpu":
-            measurements += [measure_module_call(), measure_eager(), *measure_cold_calls()]
-            if progress:
-                progress("module calls, eager model")
     if base is None and device.startswith("cuda"):
         base = cuda_target_name(torch.cuda.get_device_name())
     if base is not None:
