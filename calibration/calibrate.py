@@ -25,6 +25,7 @@ from ..errors import NarrowpipeError
 from ..ir import DType
 from .cold_calls import fit_cold_calls, stack_facts
 from .eager import eager_reference, fit_eager_overhead
+from .evicted_calls import fit_evicted_calls
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
 from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
@@ -107,7 +108,7 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
                 f"measured: {module[-1].shape[1]} adds through {module[-1].shape[0]} nested trivial modules minus "
                 "the same adds inline, per module call (calibrate)")
         target = dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
-        target = _with_cold_calls(target, measurements)
+        target = _with_evicted_calls(_with_cold_calls(target, measurements), measurements)
     out = Path(out)
     dump_target(target, out)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),
@@ -137,6 +138,27 @@ def _with_cold_calls(target: CpuTarget, measurements: list[Measurement]) -> CpuT
         fields["eager_cold_call_curve"] = curve
         sources["eager_cold_call_curve"] = ("measured: the same at each depth, by its footprint, as a fraction "
                                             "of the deepest (calibrate)")
+    return dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
+
+
+def _with_evicted_calls(target: CpuTarget, measurements: list[Measurement]) -> CpuTarget:
+    """``target`` with the host stall after heavy traffic fitted (:mod:`.evicted_calls`), if measured."""
+    fit = fit_evicted_calls(measurements)
+    if fit is None:
+        return target
+    full, after, own = fit
+    top = max(m.shape[0] for m in measurements if m.kind == "evicted_call")
+    sources = {**target.sources, "eager_evicted_call_overhead": (
+        f"measured: a one-element add right after an add that moved {top / 2**20:.0f} MiB, minus the same add in a "
+        "hot loop (calibrate)"),
+        "eager_evicted_call_curve": "measured: the same after adds of L2/8 to 64 x L2 bytes, as a fraction of it "
+                                    "(calibrate)"}
+    fields: dict[str, object] = {"eager_evicted_call_overhead": full, "eager_evicted_call_curve": after}
+    if own:
+        fields["eager_evicted_call_self_curve"] = own
+        sources["eager_evicted_call_self_curve"] = (
+            "measured: an add in a hot loop minus the same add right after a one-element add, by its bytes, as "
+            "a fraction of the stall (calibrate)")
     return dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
 
 

@@ -65,6 +65,9 @@ class Case:
     turns: int = 1
     #: Leave out the turns during which the thread took page faults (when three or more are clean).
     skip_faulted: bool = False
+    #: ``fn`` times itself and returns its seconds (a case that must time only part of its call,
+    #: such as an op right after another that set up its state).
+    self_timed: bool = False
 
     @property
     def group(self) -> str:

@@ -1,9 +1,9 @@
 """Every sweep's cases measured together: what ``calibrate`` runs on a device.
 
 The cases of all sweeps (:mod:`.sweeps`, and on the CPU the GEMM grid, pads, depthwise layers,
-module calls and eager stacks) are built first and then measured in interleaved rounds that span
-the whole run (:mod:`.rounds`), so each fitted term is the median over rounds minutes apart, not
-one burst of the machine's state.
+module calls, eager stacks and host calls after heavy traffic) are built first and then measured
+in interleaved rounds that span the whole run (:mod:`.rounds`), so each fitted term is the median
+over rounds minutes apart, not one burst of the machine's state.
 """
 
 from __future__ import annotations
@@ -43,11 +43,14 @@ def calibration_cases(device: str, quick: bool) -> list[Case]:
         from .cold_calls import cold_call_cases
         from .depthwise_sweep import depthwise_cases
         from .eager import eager_case
+        from .evicted_calls import evicted_call_cases
         from .gemm_grid_sweep import gemm_grid_cases
+        from .host import cache_bytes
         from .module_calls import module_call_cases
         from .pad_sweep import pad_row_cases
         cases += [*attention_cases(device), *fresh_page_cases(device), *pad_row_cases(device),
-                  *depthwise_cases(device), *module_call_cases(), eager_case(), *cold_call_cases()]
+                  *depthwise_cases(device), *module_call_cases(), eager_case(), *cold_call_cases(),
+                  *evicted_call_cases(cache_bytes(2))]
         cases += [] if quick else gemm_grid_cases(pool)
     return cases
 

@@ -4,7 +4,8 @@ overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion)
 target's curves replace the fixed efficiencies: GEMM efficiency by shape from a measured (M, N, K)
 grid (:mod:`.gemm_grid`), else by FLOPs and by the smaller output side (skinny GEMMs), bandwidth
 by transfer size, transcendental rates per function. Each kernel also pays for the fresh pages of
-the large buffers it allocates (:mod:`.fresh_pages`).
+the large buffers it allocates (:mod:`.fresh_pages`), and in an eager run the host stall after the
+kernel before it moved more bytes than the caches hold (:mod:`.host_stalls`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .common import (
 from .fresh_pages import fresh_page_time
 from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
 from .gemm_grid import grid_efficiency
+from .host_stalls import evicted_call_time
 from .program import DeviceGroup, Program, Schedule
 from .routing import kernel_time
 from .sequential import SequentialModel, one_device_schedule
@@ -56,7 +58,8 @@ class CpuModel(SequentialModel):
         assert isinstance(target, CpuTarget)
         times = [self._with_fresh_pages(kernel_time(k, program, target, self), k, program, target)
                  for k in program.kernels]
-        return one_device_schedule(program, target, _with_module_calls(times, program, target))
+        times = _with_evicted_calls(_with_module_calls(times, program, target), program, target)
+        return one_device_schedule(program, target, times)
 
     @staticmethod
     def _with_fresh_pages(kt: KernelTime, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
@@ -225,6 +228,27 @@ def _with_module_calls(times: list[KernelTime], program: Program, target: CpuTar
         overhead = kt.overhead_s + share
         out[i] = replace(kt, time_s=kt.time_s + share, overhead_s=overhead,
                          bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
+    return out
+
+
+def _with_evicted_calls(times: list[KernelTime], program: Program, target: CpuTarget) -> list[KernelTime]:
+    """An eager run's kernels with the host stall after their predecessor's traffic in place of the
+    one their own calibration loop included (:func:`.host_stalls.evicted_call_time`), as host time;
+    a kernel's host time never goes below zero. The first launched kernel follows the caller, and
+    keeps its time."""
+    if not (_eager(program) and target.eager_evicted_call_overhead):
+        return times
+    out = list(times)
+    previous: float | None = None
+    for i, (kernel, kt) in enumerate(zip(program.kernels, times)):
+        if kt.time_s <= 0.0:
+            continue
+        if previous is not None:
+            overhead = max(0.0, kt.overhead_s + evicted_call_time(target, previous, kernel.cost.bytes))
+            if overhead != kt.overhead_s:
+                out[i] = replace(kt, time_s=kt.time_s + overhead - kt.overhead_s, overhead_s=overhead,
+                                 bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
+        previous = float(kernel.cost.bytes)
     return out
 
 
