@@ -25,7 +25,7 @@ from ..errors import NarrowpipeError
 from ..ir import DType
 from .cold_calls import fit_cold_calls, stack_facts
 from .eager import eager_reference, fit_eager_overhead
-from .evicted_calls import fit_evicted_calls
+from .evicted_calls import fit_evicted_calls, fit_evicted_reads, read_operand_bytes
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
 from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
@@ -142,7 +142,18 @@ def _with_cold_calls(target: CpuTarget, measurements: list[Measurement]) -> CpuT
 
 
 def _with_evicted_calls(target: CpuTarget, measurements: list[Measurement]) -> CpuTarget:
-    """``target`` with the host stall after heavy traffic fitted (:mod:`.evicted_calls`), if measured."""
+    """``target`` with the host stall after heavy traffic and the re-read stall of evicted inputs
+    fitted (:mod:`.evicted_calls`), where measured."""
+    reads = fit_evicted_reads(measurements)
+    if reads is not None:
+        top = max(m.shape[0] for m in measurements if m.kind == "evicted_read")
+        operand = read_operand_bytes([m.shape[0] for m in measurements if m.kind == "evicted_call"])
+        target = dataclasses.replace(target, evicted_read_bandwidth=reads[0], evicted_read_curve=reads[1], sources={
+            **target.sources, "evicted_read_bandwidth": (
+                f"measured: an add of two {operand // 1024} KiB inputs last touched before an add that moved "
+                f"{top / 2**20:.0f} MiB, minus the same add in a hot loop, per input byte (calibrate)"),
+            "evicted_read_curve": "measured: the same after adds of L2/2 to 64 x L2 bytes, by the bytes moved since "
+                                  "the inputs were touched, as a fraction of it (calibrate)"})
     fit = fit_evicted_calls(measurements)
     if fit is None:
         return target

@@ -15,7 +15,11 @@ Measured as two kinds of case per transfer size D (adds into a preallocated outp
 * ``evicted_call``: an add that moves D bytes, then a timed one-element add (the stall plus the
   dispatch: the ``dispatch`` measurement is the same add in a hot loop);
 * ``evicted_self``: an add of D bytes after another one (the hot loop's state), timed, minus the same
-  add right after a one-element add: the stall the hot loop's time includes.
+  add right after a one-element add: the stall the hot loop's time includes;
+* ``evicted_read``: a small add whose inputs were last touched before an add of D bytes (its output
+  and the host path made hot again first), against the same add in a hot loop (``evicted_read_hot``):
+  the stall of re-reading data that traffic pushed out of the caches
+  (:mod:`narrowpipe.costmodel.execution.reuse`; :func:`fit_evicted_reads`).
 
 The sizes run from an eighth of the L2 the OS reports (``/sys/devices/system/cpu/cpu0/cache``) to
 64 times it, at most 128 MiB (assumption: enough to pass a VM's share of a shared L3; here the stall
@@ -32,7 +36,8 @@ from collections.abc import Callable, Sequence
 from .measurement import Case, Measurement
 from .robust import monotone
 
-__all__ = ["evicted_call_sizes", "evicted_call_cases", "fit_evicted_calls", "MAX_BYTES"]
+__all__ = ["evicted_call_sizes", "evicted_call_cases", "fit_evicted_calls", "fit_evicted_reads", "read_operand_bytes",
+           "MAX_BYTES"]
 
 #: The largest transfer measured (assumption: run time and memory; see the module docstring).
 MAX_BYTES = 128 * 2**20
@@ -81,7 +86,62 @@ def evicted_call_cases(l2_bytes: float | None, turns: int = 2) -> list[Case]:
                           self_timed=True))
         cases.append(Case("evicted_self", "fp32", (size,), 0, 12 * n, included, warmup=0, turns=turns,
                           self_timed=True))
+    return cases + _read_cases(sizes, a_all, b_all, o_all, one, turns)
+
+
+def read_operand_bytes(sizes: Sequence[int]) -> int:
+    """Bytes of each input of the re-read add: the smallest evicting size (an eighth of the L2)."""
+    return min(sizes)
+
+
+def _read_cases(sizes: Sequence[int], a_all, b_all, o_all, one, turns: int) -> list[Case]:  # noqa: ANN001
+    """``evicted_read`` (shape: the evicting add's bytes): an add of two inputs of
+    :func:`read_operand_bytes` each, timed after an add of that many bytes, its output and the host
+    path made hot first; ``evicted_read_hot`` (shape: 0): the same add right after itself and a
+    one-element add. Sizes below twice the add's own traffic are left out (its hot loop is that)."""
+    import torch
+    m = read_operand_bytes(sizes) // 4
+    a, b, o = torch.randn(m), torch.randn(m), torch.empty(m)
+
+    def hot() -> float:
+        torch.add(a, b, out=o)
+        torch.add(one, one)
+        return _thread_seconds(lambda: torch.add(a, b, out=o))
+
+    cases = [Case("evicted_read_hot", "fp32", (0,), 0, 12 * m, hot, warmup=0, turns=turns, self_timed=True)]
+    for size in sizes:
+        if size < 2 * 12 * m:
+            continue
+        n = size // 12
+        ea, eb, eo = a_all[:n], b_all[:n], o_all[:n]
+
+        def reread(ea=ea, eb=eb, eo=eo) -> float:            # noqa: ANN001
+            torch.add(ea, eb, out=eo)
+            o.fill_(0.0)
+            torch.add(one, one)
+            return _thread_seconds(lambda: torch.add(a, b, out=o))
+        cases.append(Case("evicted_read", "fp32", (size,), 0, 12 * m, reread, warmup=0, turns=turns,
+                          self_timed=True))
     return cases
+
+
+def fit_evicted_reads(ms: Sequence[Measurement]) -> tuple[float, tuple[tuple[float, float], ...]] | None:
+    """(bytes/s of the re-read stall after the largest traffic, (reuse distance, fraction) curve)
+    from the ``evicted_read`` records and the ``evicted_read_hot`` one; None without them. The stall
+    per input byte is the re-read add beyond the hot one over its two inputs' bytes; its reuse
+    distance is the evicting add's bytes plus the output made hot after it. The curve starts at the
+    hot loop's own distance (one call of the add) with no stall and is made non-decreasing."""
+    hot = next((m for m in ms if m.kind == "evicted_read_hot"), None)
+    reads = sorted((m.shape[0], m.seconds, m.bytes) for m in ms if m.kind == "evicted_read")
+    if hot is None or len(reads) < 2:
+        return None
+    per_byte = [(float(size + nbytes // 3), max(0.0, t - hot.seconds) / (2 * nbytes / 3))
+                for size, t, nbytes in reads]
+    curve = monotone([(float(hot.bytes), 0.0)] + [(x, y * 1e12) for x, y in per_byte])     # picoseconds per byte
+    full = curve[-1][1]
+    if full <= 0.0:
+        return None
+    return 1e12 / full, _fractions(curve, full)
 
 
 def fit_evicted_calls(ms: Sequence[Measurement]) -> tuple[float, tuple[tuple[float, float], ...],

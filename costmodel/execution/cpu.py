@@ -5,7 +5,8 @@ target's curves replace the fixed efficiencies: GEMM efficiency by shape from a 
 grid (:mod:`.gemm_grid`), else by FLOPs and by the smaller output side (skinny GEMMs), bandwidth
 by transfer size, transcendental rates per function. Each kernel also pays for the fresh pages of
 the large buffers it allocates (:mod:`.fresh_pages`), and in an eager run the host stall after the
-kernel before it moved more bytes than the caches hold (:mod:`.host_stalls`).
+kernel before it moved more bytes than the caches hold (:mod:`.host_stalls`) and the stall of
+re-reading inputs that the traffic since their last touch evicted (:mod:`.reuse`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
 from .gemm_grid import grid_efficiency
 from .host_stalls import evicted_call_time
 from .program import DeviceGroup, Program, Schedule
+from .reuse import input_reuse, reuse_stall_time
 from .routing import kernel_time
 from .sequential import SequentialModel, one_device_schedule
 from .vector import transcendental_time
@@ -59,6 +61,7 @@ class CpuModel(SequentialModel):
         times = [self._with_fresh_pages(kernel_time(k, program, target, self), k, program, target)
                  for k in program.kernels]
         times = _with_evicted_calls(_with_module_calls(times, program, target), program, target)
+        times = _with_reuse_stalls(times, program, target)
         return one_device_schedule(program, target, times)
 
     @staticmethod
@@ -249,6 +252,24 @@ def _with_evicted_calls(times: list[KernelTime], program: Program, target: CpuTa
                 out[i] = replace(kt, time_s=kt.time_s + overhead - kt.overhead_s, overhead_s=overhead,
                                  bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
         previous = float(kernel.cost.bytes)
+    return out
+
+
+def _with_reuse_stalls(times: list[KernelTime], program: Program, target: CpuTarget) -> list[KernelTime]:
+    """An eager run's kernels plus the stall of re-reading inputs that the traffic since their last
+    touch pushed out of the caches (:mod:`.reuse`), as memory time on top of the kernel's time: the
+    measured stall adds to a kernel's work rather than overlapping it."""
+    if not (_eager(program) and target.evicted_read_bandwidth and target.evicted_read_curve):
+        return times
+    launched = [t.time_s > 0.0 for t in times]
+    reads = input_reuse(program.kernels, program.table, float(program.memory_required), launched)
+    out = list(times)
+    for i, (kernel, kt) in enumerate(zip(program.kernels, times)):
+        stall = reuse_stall_time(target, reads[i], kernel.cost.bytes) if launched[i] else 0.0
+        if stall > 0.0:
+            memory = kt.memory_s + stall
+            out[i] = replace(kt, time_s=kt.time_s + stall, memory_s=memory,
+                             bound=bound_of(kt.compute_s, memory, kt.comm_s, kt.overhead_s))
     return out
 
 
