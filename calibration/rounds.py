@@ -81,7 +81,8 @@ def measure_in_rounds(cases: Sequence[Case], rounds: int = DEFAULT_ROUNDS, *, de
     """Every case's :class:`.sweeps.Measurement`: its seconds the median over its turns (the lower
     quartile on wall-clock samples, :func:`.timer.calibration_quantile`), a turn's the median of its
     calls; ``rounds`` keeps each turn's seconds in order. Before the first round each case is called
-    ``warmup`` times, which also sets how many calls its turns take. A ``skip_faulted`` case's
+    ``warmup`` times, which also sets how many calls its turns take (a case whose call outlasts a turn
+    takes one, with no warm-up call in its turns). A ``skip_faulted`` case's
     turns with page faults are left out when three or more are clean. ``thread_clock`` (default:
     on the CPU at one torch thread) times each call as the smaller of its wall and thread-CPU time."""
     clocks = clocks or Clocks()
@@ -100,7 +101,7 @@ def measure_in_rounds(cases: Sequence[Case], rounds: int = DEFAULT_ROUNDS, *, de
     for r in range(rounds):
         for i in round_order(cases, r):
             c = cases[i]
-            for _ in range(c.warmup):
+            for _ in range(c.warmup if calls[i] > 1 else 0):     # a call as long as a turn warms nothing
                 c.fn()
             samples, faulted = _turn(c, calls[i], device, thread_clock, clocks)
             every[i].append(statistics.median(samples))

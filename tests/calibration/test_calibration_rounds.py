@@ -106,6 +106,10 @@ def test_turns_repeat_a_short_call_to_the_minimum_turn_length_and_warm_it_up():
     m.log.clear()
     _run(m, [one], rounds=3, warmup=2)
     assert len(m.log) == 2 + 3                   # a one-call case: no warm-up in its turns
+    long = m.case("c", min_seconds=0.0005, warmup=1)
+    m.log.clear()
+    _run(m, [long], rounds=3, warmup=2)
+    assert len(m.log) == 2 + 3                   # a call longer than a turn: one call, no warm-up
 
 
 def test_no_term_is_measured_in_one_burst():
