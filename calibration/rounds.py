@@ -2,9 +2,9 @@
 
 A shared machine drifts: other processes' cache and memory traffic comes and goes over tens of
 seconds. Measuring sweep after sweep puts each term's samples in one short window, so the window's
-state becomes the term: three back-to-back calibrations of the old code read the add-bandwidth
-plateau at 0.164, 0.065 and 0.083 of the best transfer and the 3x3 convolution plateau at 0.98, 0.86
-and 0.85 while the models they predicted did not move that much. Here every case of every sweep is
+state becomes the term: the three calibrations of three validation runs on 2026-12-03 read the
+add-bandwidth plateau at 0.164, 0.065 and 0.083 of the best transfer and the 3x3 convolution plateau
+at 0.98, 0.86 and 0.85, while the held-out convolutions they predicted agreed within 14%. Here every case of every sweep is
 a :class:`Case` (what to call and the work it stands for), and :func:`measure_in_rounds` takes one
 turn of each case per round, in an order shuffled each round (a sweep's cases kept together, so
 each keeps the neighbours its sweep gave it), for ``rounds`` rounds that together span the
