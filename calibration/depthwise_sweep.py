@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .measurement import Case, Measurement
+from .measurement import Case, Measurement, bound
 
 __all__ = ["DEPTHWISE_SHAPES", "depthwise_cases", "prime_allocator", "depthwise_times", "depthwise_terms"]
 
@@ -63,7 +63,7 @@ def depthwise_cases(device: str = "cpu", turns: int = 2) -> list[Case]:
         w = torch.randn(c, 1, k, k, device=device)
         elements, taps = depthwise_terms(c, px, k, s)
         cases.append(Case("depthwise", "fp32", (c, px, k, s), taps, elements,
-                          lambda x=x, w=w, c=c, k=k, s=s: F.conv2d(x, w, stride=s, padding=k // 2, groups=c),
+                          bound(F.conv2d, x, w, stride=s, padding=k // 2, groups=c),
                           warmup=0, max_calls=1, turns=turns, skip_faulted=True))
     return cases
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Measurement", "Case"]
+__all__ = ["Measurement", "Case", "bound"]
 
 
 @dataclass
@@ -75,3 +75,9 @@ class Case:
         together, so each case keeps the neighbours its sweep gave it (a depthwise layer after
         other depthwise layers, not after a 256 MiB add)."""
         return self.kind.split(":", 1)[0]
+
+
+def bound(fn: Callable[..., object], *args: Any, **kwargs: Any) -> Callable[[], object]:
+    """``fn(*args, **kwargs)`` as a call of no arguments, through one Python frame (a lambda, not a
+    ``functools.partial``): the one Python call per op the dispatch measurement also has."""
+    return lambda: fn(*args, **kwargs)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .measurement import Case, Measurement
+from .measurement import Case, Measurement, bound
 from .rounds import measure_in_rounds
 
 __all__ = ["CHAIN", "module_chain", "module_call_cases", "module_call_from", "measure_module_call"]
@@ -64,7 +64,7 @@ def module_call_cases(n: int = CHAIN) -> list[Case]:
     import torch
     x = torch.randn(16)
     nested, inline = module_chain(True, n), module_chain(False, n)
-    return [Case("module_chain", "fp32", (calls, n), 0, 0, lambda m=m: m(x), warmup=0, min_seconds=0.002)
+    return [Case("module_chain", "fp32", (calls, n), 0, 0, bound(m, x), warmup=0, min_seconds=0.002)
             for calls, m in ((2 * n, nested), (0, inline))]
 
 

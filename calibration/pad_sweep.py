@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..costmodel.interpreter import op_cost
 from ..ir import DType, Op, TensorType
-from .measurement import Case, Measurement
+from .measurement import Case, Measurement, bound
 
 __all__ = ["PAD_ROWS", "PAD_PLANES", "pad_row_cases", "pad_row_time", "pad_plane_time"]
 
@@ -42,7 +42,7 @@ def pad_row_cases(device: str = "cpu") -> list[Case]:
     for rows, width in PAD_ROWS:
         x = torch.randn(rows, width, device=device)
         c = op_cost(Op.PAD, [TensorType(DType.FP32, (rows, width))], [TensorType(DType.FP32, (rows, width + 1))])
-        cases.append(Case("pad_rows", "fp32", (rows, width), 0, c.bytes, lambda x=x: F.pad(x, (0, 1))))
+        cases.append(Case("pad_rows", "fp32", (rows, width), 0, c.bytes, bound(F.pad, x, (0, 1))))
     planes, h, w = PAD_PLANES
     x4 = torch.randn(1, planes, h, w, device=device)
     c = op_cost(Op.PAD, [TensorType(DType.FP32, (1, planes, h, w))],

@@ -4,16 +4,16 @@ A shared machine drifts: other processes' cache and memory traffic comes and goe
 seconds. Measuring sweep after sweep puts each term's samples in one short window, so the window's
 state becomes the term: the three calibrations of three validation runs on 2026-12-03 read the
 add-bandwidth plateau at 0.164, 0.065 and 0.083 of the best transfer and the 3x3 convolution plateau
-at 0.98, 0.86 and 0.85, while the held-out convolutions they predicted agreed within 14%. Here every case of every sweep is
-a :class:`Case` (what to call and the work it stands for), and :func:`measure_in_rounds` takes one
-turn of each case per round, in an order shuffled each round (a sweep's cases kept together, so
-each keeps the neighbours its sweep gave it), for ``rounds`` rounds that together span the
-calibration; a case's seconds are the median over its turns, so a slow spell is one
-turn of each case, shared out, not all of one term's samples. A turn keeps what the case measures:
-a hot case (a bandwidth or a GEMM rate) repeats its call within the turn after a warm-up call, as a
-hot loop does; a case that must not follow itself (a depthwise or direct convolution, whose speed
-depends on what ran before it, as in a network) is called once per turn with no warm-up, and may
-take several turns per round, spread over its sweep's stretch of the round.
+at 0.98, 0.86 and 0.85, while the held-out convolutions they predicted agreed within 14%. Here
+every case of every sweep is a :class:`.measurement.Case` (what to call and the work it stands for),
+and :func:`measure_in_rounds` takes one turn of each case per round, in an order shuffled each round
+(a sweep's cases kept together, so each keeps the neighbours its sweep gave it), for ``rounds``
+rounds that together span the calibration; a case's seconds are the median over its turns, so a
+slow spell is one turn of each case, shared out, not all of one term's samples. A turn keeps what
+the case measures: a hot case (a bandwidth or a GEMM rate) repeats its call within the turn after a
+warm-up call, as a hot loop does; a case that must not follow itself (a depthwise or direct
+convolution, whose speed depends on what ran before it, as in a network) is called once per turn
+with no warm-up, and may take several turns per round, spread over its sweep's stretch of the round.
 
 The clocks are those of :func:`.timer.timed_call` (the smaller of wall and thread-CPU time at one
 torch thread), CUDA events on a CUDA device; :class:`Clocks` can be replaced to test the schedule.

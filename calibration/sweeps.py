@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from ..costmodel.interpreter import op_cost
 from ..ir import DType, Op, TensorType
-from .measurement import Case, Measurement
+from .measurement import Case, Measurement, bound
 
 __all__ = ["Measurement", "dispatch_cases", "matmul_cases", "bandwidth_cases", "conv_cases", "vector_op_cases",
            "attention_cases", "fresh_page_cases", "transcendental_cases", "ColdPool", "cold_copies",
@@ -129,10 +129,9 @@ def bandwidth_cases(device: str = "cpu", elements: tuple[int, ...] = ELEMENTS) -
         a, b, out = a_all[:n], b_all[:n], out_all[:n]
         vec = TensorType(DType.FP32, (n,))
         c = op_cost(Op.ADD, [vec, vec], [vec])
-        # a lambda, not a partial: the one Python call per op that the dispatch measurement also has
-        cases.append(Case("add", "fp32", (n,), c.flops, c.bytes, lambda a=a, b=b: torch.add(a, b)))
+        cases.append(Case("add", "fp32", (n,), c.flops, c.bytes, bound(torch.add, a, b)))
         c = op_cost(Op.COPY, [vec], [vec])
-        cases.append(Case("copy", "fp32", (n,), c.flops, c.bytes, lambda a=a, out=out: out.copy_(a)))
+        cases.append(Case("copy", "fp32", (n,), c.flops, c.bytes, bound(out.copy_, a)))
     return cases
 
 
@@ -140,6 +139,11 @@ def bandwidth_cases(device: str = "cpu", elements: tuple[int, ...] = ELEMENTS) -
 CONV_SHAPES = ((128, 512, 1, 1, 28), (320, 80, 1, 1, 20), (48, 192, 1, 1, 64),
                (96, 96, 3, 1, 40), (160, 160, 3, 2, 28), (48, 48, 3, 1, 80),
                (3, 64, 7, 2, 160), (3, 32, 7, 2, 192))
+
+
+def _call_next(make: Callable[[], Any], x: Any) -> Any:
+    """The next of ``make``'s modules (:func:`cold_copies`) on ``x``."""
+    return make()(x)
 
 
 def conv_cases(device: str = "cpu", turns: int = 1) -> list[Case]:
@@ -159,7 +163,7 @@ def conv_cases(device: str = "cpu", turns: int = 1) -> list[Case]:
                     [TensorType(f32, (1, cout, out, out))],
                     {"stride": (s, s), "padding": (k // 2, k // 2), "dilation": (1, 1), "groups": 1})
         cases.append(Case("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes,
-                          lambda convs=convs, x=x: convs()(x), warmup=0, max_calls=1, turns=turns))
+                          bound(_call_next, convs, x), warmup=0, max_calls=1, turns=turns))
     return cases
 
 
@@ -217,7 +221,7 @@ def attention_cases(device: str = "cpu") -> list[Case]:
         qt = TensorType(DType.FP32, (b, h, s, d))
         c = op_cost(Op.ATTENTION, [qt, qt, qt], [qt])
         cases.append(Case("attention", "fp32", (b, h, s, d), c.flops, c.bytes,
-                          lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v)))
+                          bound(F.scaled_dot_product_attention, q, k, v)))
     return cases
 
 
@@ -241,8 +245,8 @@ def fresh_page_cases(device: str = "cpu", sizes: tuple[int, ...] = FRESH_BYTES) 
     for nbytes in sizes:
         n = nbytes // 4
         mapped = torch.empty(n, device=device)
-        cases.append(Case("fill", "fp32", (n,), 0, nbytes, lambda mapped=mapped: mapped.fill_(1.0)))
-        cases.append(Case("fresh_fill", "fp32", (n,), 0, nbytes, lambda nbytes=nbytes: _fill_fresh(nbytes)))
+        cases.append(Case("fill", "fp32", (n,), 0, nbytes, bound(mapped.fill_, 1.0)))
+        cases.append(Case("fresh_fill", "fp32", (n,), 0, nbytes, bound(_fill_fresh, nbytes)))
     return cases
 
 
@@ -269,6 +273,6 @@ def transcendental_cases(device: str = "cpu", n: int = 1 << 18) -> list[Case]:
     for name in TRANSCENDENTAL_FNS:
         fn = fns.get(name) or getattr(torch, name)
         c = op_cost(Op(name), [_fp32(x)], [_fp32(x)])
-        cases.append(Case(f"transcendental:{name}", "fp32", (n,), c.transcendentals, c.bytes, lambda fn=fn: fn(x)))
+        cases.append(Case(f"transcendental:{name}", "fp32", (n,), c.transcendentals, c.bytes, bound(fn, x)))
     return cases
 
