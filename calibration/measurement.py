@@ -68,6 +68,9 @@ class Case:
     #: ``fn`` times itself and returns its seconds (a case that must time only part of its call,
     #: such as an op right after another that set up its state).
     self_timed: bool = False
+    #: Called (untimed) at the start of each turn for the call that turn times, instead of ``fn``
+    #: (a case whose inputs are made anew each turn).
+    setup: Callable[[], Callable[[], object]] | None = None
 
     @property
     def group(self) -> str:

@@ -33,8 +33,9 @@ from .timer import _cuda_samples, _one_torch_thread, calibration_quantile, quant
 
 __all__ = ["Clocks", "round_order", "measure_in_rounds", "DEFAULT_ROUNDS", "QUICK_ROUNDS"]
 
-#: Rounds of a full calibration (about 10-15 s each on a 1-thread host) and of ``--quick``.
-DEFAULT_ROUNDS = 9
+#: Rounds of a full calibration (about 4 s each on the 1-thread Xeon VM; 9 rounds took 48 s in all)
+#: and of ``--quick``.
+DEFAULT_ROUNDS = 15
 QUICK_ROUNDS = 3
 
 
@@ -101,9 +102,10 @@ def measure_in_rounds(cases: Sequence[Case], rounds: int = DEFAULT_ROUNDS, *, de
     for r in range(rounds):
         for i in round_order(cases, r):
             c = cases[i]
+            fn = c.setup() if c.setup is not None else c.fn
             for _ in range(c.warmup if calls[i] > 1 else 0):     # a call as long as a turn warms nothing
-                c.fn()
-            samples, faulted = _turn(c, calls[i], device, thread_clock, clocks)
+                fn()
+            samples, faulted = _turn(c, fn, calls[i], device, thread_clock, clocks)
             every[i].append(statistics.median(samples))
             kept = [s for s, f in zip(samples, faulted) if not f]
             if kept:
@@ -119,19 +121,20 @@ def measure_in_rounds(cases: Sequence[Case], rounds: int = DEFAULT_ROUNDS, *, de
     return out
 
 
-def _turn(c: Case, calls: int, device: str, thread_clock: bool, clocks: Clocks) -> tuple[list[float], list[bool]]:
+def _turn(c: Case, fn: Callable[[], object], calls: int, device: str, thread_clock: bool,
+          clocks: Clocks) -> tuple[list[float], list[bool]]:
     """The seconds of one turn's timed calls, and whether the thread took page faults during each
     (counted only for a ``skip_faulted`` case)."""
     if device.startswith("cuda"):
-        samples = _cuda_samples(c.fn, calls, 0.0, calls)
+        samples = _cuda_samples(fn, calls, 0.0, calls)
         return samples, [False] * len(samples)
     seconds, faulted = [], []
     if c.self_timed:
-        return [float(c.fn()) for _ in range(calls)], [False] * calls     # type: ignore[arg-type]
+        return [float(fn()) for _ in range(calls)], [False] * calls     # type: ignore[arg-type]
     for _ in range(calls):
         f0 = clocks.faults() if c.skip_faulted else None
         c0, w0 = clocks.thread() if thread_clock else 0.0, clocks.wall()
-        c.fn()
+        fn()
         w1 = clocks.wall()
         seconds.append(min(w1 - w0, clocks.thread() - c0) if thread_clock else w1 - w0)
         f1 = clocks.faults() if c.skip_faulted else None

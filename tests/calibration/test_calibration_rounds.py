@@ -139,3 +139,17 @@ def test_the_turn_seconds_are_kept_and_older_files_load():
     assert d["rounds"] == [1e-6, 2e-6, 3e-6] and Measurement.from_dict(d) == m
     old = {"kind": "add", "dtype": "fp32", "shape": [4], "flops": 4, "bytes": 48, "seconds": 2e-6}
     assert Measurement.from_dict(old).rounds == () and "rounds" not in Measurement.from_dict(old).to_dict()
+
+
+def test_a_case_with_a_set_up_times_a_new_call_each_turn():
+    m = FakeMachine(lambda name, r: 1.0)
+    made: list[str] = []
+
+    def setup():
+        made.append(f"copy{len(made)}")
+        return m.case(made[-1]).fn
+    case = m.case("first", min_seconds=0.0, warmup=0)
+    case.setup = setup
+    _run(m, [case], rounds=4, warmup=1)
+    assert made == ["copy0", "copy1", "copy2", "copy3"]             # one per turn
+    assert [n for _, n in m.log] == ["first", *made]               # the warm-up call used fn, each turn its copy
