@@ -14,7 +14,7 @@ from ..ir import DType, Op, TensorType
 from .measurement import Case, Measurement, bound
 
 __all__ = ["Measurement", "dispatch_cases", "matmul_cases", "bandwidth_cases", "conv_cases", "vector_op_cases",
-           "attention_cases", "fresh_page_cases", "transcendental_cases", "ColdPool", "cold_copies",
+           "attention_cases", "fresh_page_cases", "transcendental_cases", "ColdPool", "cold_copies", "call_next",
            "MATMUL_SQUARES", "QUICK_SQUARES"]
 
 MATMUL_SQUARES = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
@@ -146,9 +146,9 @@ CONV_SHAPES = ((128, 512, 1, 1, 28), (320, 80, 1, 1, 20), (48, 192, 1, 1, 64),
                (3, 64, 7, 2, 160), (3, 32, 7, 2, 192))
 
 
-def _call_next(make: Callable[[], Any], x: Any) -> Any:
-    """The next of ``make``'s modules (:func:`cold_copies`) on ``x``."""
-    return make()(x)
+def call_next(make: Callable[[], Any], *args: Any) -> Any:
+    """The next of ``make``'s modules (:func:`cold_copies`) on ``args``."""
+    return make()(*args)
 
 
 def conv_cases(device: str = "cpu", turns: int = 1) -> list[Case]:
@@ -168,7 +168,7 @@ def conv_cases(device: str = "cpu", turns: int = 1) -> list[Case]:
                     [TensorType(f32, (1, cout, out, out))],
                     {"stride": (s, s), "padding": (k // 2, k // 2), "dilation": (1, 1), "groups": 1})
         cases.append(Case("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes,
-                          bound(_call_next, convs, x), warmup=0, max_calls=1, turns=turns))
+                          bound(call_next, convs, x), warmup=0, max_calls=1, turns=turns))
     return cases
 
 

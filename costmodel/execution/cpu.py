@@ -47,7 +47,7 @@ from .routing import kernel_time
 from .sequential import SequentialModel, one_device_schedule
 from .vector import transcendental_time
 
-__all__ = ["CpuModel", "cold_call_time"]
+__all__ = ["CpuModel", "cold_call_time", "conv_factors"]
 
 
 class CpuModel(SequentialModel):
@@ -96,21 +96,18 @@ class CpuModel(SequentialModel):
         return rate
 
     def conv_efficiency(self, kernel: Kernel, table: CostTable, target: CpuTarget) -> float:
-        """The direct-convolution plateau for this kernel size, ramped down for small problems as
-        the GEMM curve is (dispatch and blocking overheads do not depend on the algorithm), and by
-        the skinny-GEMM factor when the output has few positions or channels."""
+        """The direct-convolution plateau for this kernel size times :func:`conv_factors` (the
+        small-problem ramp, and the skinny factor when the output has few positions); ``conv_curve``
+        is fitted over the same factors, so the model gives the calibration's convolutions back."""
         w = kernel.anchor.inputs[1]
         area = 1
         if w is not None:
             for d in table.shapes[w][2:]:
                 area *= d
-        flops = kernel.cost.flops
-        ramp = min(1.0, interpolate(target.matmul_curve, flops, target.matmul_efficiency) / target.matmul_efficiency)
-        eff = interpolate(target.conv_curve, float(area), target.matmul_efficiency) * ramp
-        if target.matmul_skinny_curve and int(kernel.anchor.attrs.get("groups", 1)) == 1:
-            # few output positions (late stages at batch 1) behave like skinny GEMMs
-            g = conv_gemm(table, kernel.anchor)
-            eff *= interpolate(target.matmul_skinny_curve, float(max(min(g.m, g.n), 1)), 1.0)
+        positions = conv_gemm(table, kernel.anchor).m if int(kernel.anchor.attrs.get("groups", 1)) == 1 else None
+        eff = interpolate(target.conv_curve, float(area), target.matmul_efficiency)
+        eff *= conv_factors(target.matmul_curve, target.matmul_efficiency, target.matmul_skinny_curve,
+                            kernel.cost.flops, positions)
         return max(eff, MIN_MATMUL_EFFICIENCY)
 
     def kernel_overhead(self, target: CpuTarget, program: Program) -> float:
@@ -204,6 +201,21 @@ class CpuModel(SequentialModel):
         unit = "AMX" if rate.note == "AMX tiles" else "SIMD FMA"
         return roofline(compute, mem, 0.0, self.kernel_overhead(target, program), unit, peak_flops=rate.flops_per_s,
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=bw, note=rate.note)
+
+
+def conv_factors(matmul_curve: tuple[tuple[float, float], ...], plateau: float,
+                 skinny_curve: tuple[tuple[float, float], ...], flops: float, positions: int | None) -> float:
+    """What a dense convolution's kernel-size efficiency is multiplied by: the GEMM curve's ramp for
+    small problems (dispatch and blocking overheads do not depend on the algorithm), and, given its
+    output ``positions`` (the implicit GEMM's M), the skinny-GEMM curve there relative to the curve's
+    widest point: few positions (late stages at batch 1) behave like skinny GEMMs, many do not. The
+    curve is measured at N = K = 2048 with cold weights, so it is read by positions, never by output
+    channels, and relative to its end (on the Xeon VM it reads 0.34 at M = 64 and 0.63 at 512: read
+    at the output channels, or absolutely, it put ResNet-50's convolutions at 2-3x their time)."""
+    ramp = min(1.0, interpolate(matmul_curve, flops, plateau) / plateau) if matmul_curve and plateau > 0 else 1.0
+    if not skinny_curve or positions is None:
+        return ramp
+    return ramp * min(1.0, interpolate(skinny_curve, float(max(positions, 1)), 1.0) / skinny_curve[-1][1])
 
 
 def _eager(program: Program) -> bool:
