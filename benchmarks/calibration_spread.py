@@ -1,12 +1,12 @@
 """How much back-to-back calibrations of the same machine disagree, term by term (issue 12).
 
-    python benchmarks/calibration_spread.py --before b1.toml b2.toml b3.toml --after a1.toml a2.toml a3.toml
+    python benchmarks/calibration_spread.py --set before b1.toml b2.toml b3.toml --set after a1.toml a2.toml a3.toml
 
-Each argument is a host file ``narrowpipe calibrate`` wrote; ``--before`` and ``--after`` are two
-sets of calibrations (e.g. the code before and after a change in how calibration measures). For
-each key fitted term the table lists every calibration's value and the set's spread, (max - min) /
-median: a term that moves between calibrations of an unchanged machine moves every prediction made
-from it. Writes ``benchmarks/results/calibration_spread.md`` (or ``--out``).
+Each ``--set`` is a label and host files ``narrowpipe calibrate`` wrote, one set per code version
+(e.g. before and after a change in how calibration measures). For each key fitted term the table
+lists every calibration's value and each set's spread, (max - min) / median: a term that moves
+between calibrations of an unchanged machine moves every prediction made from it. Writes
+``benchmarks/results/calibration_spread.md`` (or ``--out``).
 """
 
 from __future__ import annotations
@@ -83,42 +83,52 @@ def _pct(x: float | None) -> str:
     return f"{x:.0%}" if x is not None else "-"
 
 
-def table(before: list[CpuTarget], after: list[CpuTarget]) -> tuple[list[str], list[tuple[float, float]]]:
-    """Markdown rows, and (before, after) spreads of the terms both sets have."""
-    head = (["term", "unit"] + [f"before {i + 1}" for i in range(len(before))]
-            + [f"after {i + 1}" for i in range(len(after))] + ["spread before", "spread after"])
+def table(sets: list[tuple[str, list[CpuTarget]]]) -> tuple[list[str], list[list[float]]]:
+    """Markdown rows (every calibration's value, then each set's spread), and per term the spreads of
+    the sets, for the terms every set has."""
+    head = ["term", "unit"] + [f"{label} {i + 1}" for label, ts in sets for i in range(len(ts))] \
+        + [f"spread {label}" for label, _ in sets]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "--:|" * (len(head) - 2)]
-    pairs = []
+    spreads = []
     for name, scale, unit, read in TERMS:
-        b, sb = _cells(before, read, scale)
-        a, sa = _cells(after, read, scale)
-        rows.append("| " + " | ".join([name, unit, *b, *a, _pct(sb), _pct(sa)]) + " |")
-        if sb is not None and sa is not None:
-            pairs.append((sb, sa))
-    return rows, pairs
+        cells, per_set = [], []
+        for _, ts in sets:
+            shown, sp = _cells(ts, read, scale)
+            cells += shown
+            per_set.append(sp)
+        rows.append("| " + " | ".join([name, unit, *cells, *(_pct(x) for x in per_set)]) + " |")
+        if all(x is not None for x in per_set):
+            spreads.append([x for x in per_set if x is not None])
+    return rows, spreads
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", nargs="+", required=True, type=Path)
-    ap.add_argument("--after", nargs="+", required=True, type=Path)
+    ap.add_argument("--set", nargs="+", action="append", required=True, metavar=("LABEL", "HOST_TOML"),
+                    help="a label and the host files of one set of calibrations (repeat for each set)")
     ap.add_argument("--note", default="", help="a paragraph put under the header (how and when each set ran)")
     ap.add_argument("--out", type=Path, default=RESULTS / "calibration_spread.md")
     args = ap.parse_args(argv)
-    load = [[load_target_file(p) for p in paths] for paths in (args.before, args.after)]
-    if not all(isinstance(t, CpuTarget) for ts in load for t in ts):
-        ap.error("every file must be a calibrated CPU host file")
-    before, after = load
-    rows, pairs = table(before, after)  # type: ignore[arg-type]
+    sets: list[tuple[str, list[CpuTarget]]] = []
+    for label, *paths in args.set:
+        targets = [load_target_file(p) for p in paths]
+        if not paths or not all(isinstance(t, CpuTarget) for t in targets):
+            ap.error(f"--set {label}: give one or more calibrated CPU host files")
+        sets.append((label, targets))  # type: ignore[arg-type]
+    rows, spreads = table(sets)
     env = environment()
-    med_b = statistics.median(b for b, _ in pairs) if pairs else None
-    med_a = statistics.median(a for _, a in pairs) if pairs else None
     lines = [f"# Calibration spread over back-to-back runs ({env['date'][:10]})", "", env_header(env).rstrip(), "",
              "Spread = (max - min) / median of a term over the calibrations of one set.", ""]
     if args.note:
         lines += [args.note, ""]
-    lines += [*rows, "", f"Median spread over the {len(pairs)} terms both sets have: before {_pct(med_b)}, "
-              f"after {_pct(med_a)}; terms whose spread fell: {sum(a < b for b, a in pairs)} of {len(pairs)}.", ""]
+    lines += [*rows, ""]
+    meds = [statistics.median(sp[i] for sp in spreads) for i in range(len(sets))] if spreads else []
+    lines.append(f"Median spread over the {len(spreads)} terms every set has: "
+                 + ", ".join(f"{label} {_pct(m)}" for (label, _), m in zip(sets, meds)) + ".")
+    for i in range(1, len(sets)):
+        fell = sum(sp[i] < sp[0] for sp in spreads)
+        lines.append(f"Terms whose spread is lower in `{sets[i][0]}` than in `{sets[0][0]}`: {fell} of {len(spreads)}.")
+    lines.append("")
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

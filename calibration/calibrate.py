@@ -160,8 +160,8 @@ def _with_evicted_calls(target: CpuTarget, measurements: list[Measurement]) -> C
     full, after, own = fit
     top = max(m.shape[0] for m in measurements if m.kind == "evicted_call")
     sources = {**target.sources, "eager_evicted_call_overhead": (
-        f"measured: a one-element add right after an add that moved {top / 2**20:.0f} MiB, minus the same add in a "
-        "hot loop (calibrate)"),
+        f"measured: a tiny eager op (add, relu, batch/layer norm, hardtanh, pad, GELU, 1x1 conv, softmax, mm, in "
+        f"turn) right after an add that moved {top / 2**20:.0f} MiB, minus the same op right after (calibrate)"),
         "eager_evicted_call_curve": "measured: the same after adds of L2/8 to 64 x L2 bytes, as a fraction of it "
                                     "(calibrate)"}
     fields: dict[str, object] = {"eager_evicted_call_overhead": full, "eager_evicted_call_curve": after}

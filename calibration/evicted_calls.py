@@ -12,8 +12,8 @@ small op pays the stall its hot-loop calibration never saw, and the large op pay
 
 Measured as two kinds of case per transfer size D (adds into a preallocated output, no fresh pages):
 
-* ``evicted_call``: an add that moves D bytes, then a timed one-element add (the stall plus the
-  dispatch: the ``dispatch`` measurement is the same add in a hot loop);
+* ``evicted_call``: an add that moves D bytes, then one of :func:`small_ops` timed, minus the same op
+  timed again right after (the stall; the ops take turns, call after call);
 * ``evicted_self``: an add of D bytes after another one (the hot loop's state), timed, minus the same
   add right after a one-element add: the stall the hot loop's time includes;
 * ``evicted_read``: a small add whose inputs were last touched before an add of D bytes (its output
@@ -30,10 +30,11 @@ size) and two curves, :func:`narrowpipe.costmodel.execution.host_stalls.evicted_
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 
-from .measurement import Case, Measurement
+from .measurement import Case, Measurement, bound
 from .robust import monotone
 
 __all__ = ["evicted_call_sizes", "evicted_call_cases", "fit_evicted_calls", "fit_evicted_reads", "read_operand_bytes",
@@ -59,6 +60,20 @@ def _thread_seconds(fn: Callable[[], object]) -> float:
     return time.thread_time() - c0
 
 
+def small_ops() -> list[Callable[[], object]]:
+    """Tiny eager ops of the kinds networks chain (elementwise, norms, a pad, an activation, a 1x1
+    convolution, softmax, a GEMM), whose host paths differ: measured here after an add of 32 MiB, an
+    add or a relu stalled 20 us, a batch norm, layer norm, pad, hardtanh, GELU or 1x1 convolution
+    40-50 us (their code and state reach further than an add's)."""
+    import torch
+    import torch.nn.functional as F
+    x4, x2 = torch.randn(1, 8, 4, 4), torch.randn(4, 16)
+    rm, rv, w, b, wc = torch.zeros(8), torch.ones(8), torch.ones(16), torch.zeros(16), torch.randn(8, 8, 1, 1)
+    return [bound(torch.add, x2, x2), bound(torch.relu, x2), bound(F.batch_norm, x4, rm, rv, training=False),
+            bound(F.layer_norm, x2, (16,), w, b), bound(F.hardtanh, x4, 0.0, 6.0), bound(F.pad, x4, (1, 1, 1, 1)),
+            bound(F.gelu, x2), bound(F.conv2d, x4, wc), bound(torch.softmax, x2, -1), bound(torch.mm, x2, x2.t())]
+
+
 def evicted_call_cases(l2_bytes: float | None, turns: int = 2) -> list[Case]:
     """The ``evicted_call`` and ``evicted_self`` cases at every size (self-timed: each call times
     only its second op, on the thread's CPU clock), one buffer set shared by all sizes."""
@@ -67,14 +82,20 @@ def evicted_call_cases(l2_bytes: float | None, turns: int = 2) -> list[Case]:
     top = max(sizes) // 12 + 1
     a_all, b_all, o_all = torch.randn(top), torch.randn(top), torch.empty(top)
     one = torch.ones(1)
+    ops = small_ops()
+    for op in ops * 3:                       # first calls build kernels and primitives: not a stall
+        op()
+    small = itertools.cycle(ops)
     cases = []
     for size in sizes:
         n = size // 12                       # reads 2 n floats, writes n
         a, b, o = a_all[:n], b_all[:n], o_all[:n]
 
         def after(a=a, b=b, o=o) -> float:                    # noqa: ANN001
+            op = next(small)
             torch.add(a, b, out=o)
-            return _thread_seconds(lambda: torch.add(one, one))
+            stalled = _thread_seconds(op)
+            return stalled - _thread_seconds(op)
 
         def included(a=a, b=b, o=o) -> float:                 # noqa: ANN001
             torch.add(a, b, out=o)
@@ -147,16 +168,15 @@ def fit_evicted_reads(ms: Sequence[Measurement]) -> tuple[float, tuple[tuple[flo
 def fit_evicted_calls(ms: Sequence[Measurement]) -> tuple[float, tuple[tuple[float, float], ...],
                                                           tuple[tuple[float, float], ...]] | None:
     """(stall after the largest traffic, (bytes, fraction) after a kernel moving that many bytes,
-    (bytes, fraction) a hot loop at that size already includes) from the ``evicted_call`` and
-    ``evicted_self`` records and the ``dispatch`` one; None without them. The stall is the timed
-    add beyond the dispatch; both curves are made non-decreasing, are fractions of the stall after
-    the largest traffic, and the second is at most the first at each size."""
-    dispatch = next((m.seconds for m in ms if m.kind == "dispatch"), None)
+    (bytes, fraction) a hot loop at that size already includes) from the ``evicted_call`` records
+    (each a small op's time after the traffic minus its time right after, so a stall already) and
+    the ``evicted_self`` ones; None without two sizes. Both curves are made non-decreasing, are
+    fractions of the stall after the largest traffic, and the second is at most the first at each size."""
     after = sorted((m.shape[0], m.seconds) for m in ms if m.kind == "evicted_call")
     own = sorted((m.shape[0], m.seconds) for m in ms if m.kind == "evicted_self")
-    if dispatch is None or len(after) < 2:
+    if len(after) < 2:
         return None
-    curve = monotone([(float(x), max(0.0, t - dispatch) * 1e6) for x, t in after])     # microseconds
+    curve = monotone([(float(x), max(0.0, t) * 1e6) for x, t in after])     # microseconds
     full = curve[-1][1]
     if full <= 0.0:
         return None
