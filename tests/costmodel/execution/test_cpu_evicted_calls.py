@@ -89,13 +89,14 @@ def test_the_sizes_follow_the_l2_the_os_reports():
 
 
 def test_the_fit_takes_the_stalls_as_fractions_and_bounds_the_own_loops_share():
-    ms = [Measurement("evicted_call", "fp32", (s,), 0, s, t) for s, t in ((MIB, 2e-6), (4 * MIB, 20e-6),
-                                                                       (16 * MIB, 40e-6))]
+    # 1 us after 1 MiB is the baseline (nothing evicted yet): the stalls are 0, 18 and 38 us
+    ms = [Measurement("evicted_call", "fp32", (s,), 0, s, t) for s, t in ((MIB, 1e-6), (4 * MIB, 19e-6),
+                                                                       (16 * MIB, 39e-6))]
     ms += [Measurement("evicted_self", "fp32", (s,), 0, s, t) for s, t in ((MIB, -1e-6), (4 * MIB, 8e-6),
                                                                         (16 * MIB, 90e-6))]
     full, after, own = fit_evicted_calls(ms)
-    assert full == pytest.approx(40e-6)
-    assert after == ((MIB, 0.05), (4 * MIB, 0.5), (16 * MIB, 1.0))
-    # negative differences are none (floored at 1e-4 of the stall); 90 us is bounded by the 40 us stall after 16 MiB
-    assert own == ((MIB, 1e-4), (4 * MIB, 0.2), (16 * MIB, 1.0))
+    assert full == pytest.approx(38e-6)
+    assert after == ((MIB, 1e-4), (4 * MIB, round(18 / 38, 4)), (16 * MIB, 1.0))
+    # negative differences are none (floored at 1e-4 of the stall); 90 us is bounded by the 38 us stall after 16 MiB
+    assert own == ((MIB, 1e-4), (4 * MIB, round(8 / 38, 4)), (16 * MIB, 1.0))
     assert fit_evicted_calls(ms[:1]) is None
