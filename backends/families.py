@@ -230,6 +230,27 @@ class CpuTarget(Target):
     #: (the forward's footprint: weights plus the peak of live activations), measured on stacks of
     #: several depths. Absent: all of it once the footprint exceeds the resident part of the LLC.
     eager_cold_call_curve: tuple[tuple[float, float], ...] = spec_field("curve")
+    #: What a host call stalls, right after a kernel that moved more bytes than the caches hold,
+    #: to fetch back the host state (dispatcher and allocator state, code, page-table entries) that
+    #: kernel evicted: measured by ``calibrate`` as a one-element add after an add of up to 128 MiB,
+    #: beyond the dispatch. An eager whole-model prediction charges each kernel this times
+    #: ``eager_evicted_call_curve`` at the bytes the kernel before it moved, less this times
+    #: ``eager_evicted_call_self_curve`` at its own bytes (the part its hot-loop calibration, each
+    #: call after the previous call's traffic, already paid). Absent: no such stall.
+    eager_evicted_call_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    #: (bytes the previous kernel moved, fraction of ``eager_evicted_call_overhead`` stalled).
+    eager_evicted_call_curve: tuple[tuple[float, float], ...] = spec_field("curve")
+    #: (bytes a kernel moves, fraction of ``eager_evicted_call_overhead`` a hot loop of it includes).
+    eager_evicted_call_self_curve: tuple[tuple[float, float], ...] = spec_field("curve")
+    #: The stall of re-reading an input that other kernels' traffic pushed out of the caches, as the
+    #: bytes/s of that stall after the largest traffic measured (its reciprocal: seconds per byte):
+    #: ``calibrate`` times an add whose inputs were last touched before an add of up to 128 MiB (host
+    #: state warm, output hot) against the same add in a hot loop. An eager whole-model prediction
+    #: charges each kernel its inputs' bytes at this rate times ``evicted_read_curve`` at their reuse
+    #: distance (:mod:`narrowpipe.costmodel.execution.reuse`). Absent: no such stall.
+    evicted_read_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
+    #: (bytes moved since an input was last touched, fraction of the per-byte stall).
+    evicted_read_curve: tuple[tuple[float, float], ...] = spec_field("curve")
     #: The eager fused attention kernel (PyTorch's CPU flash attention) by key length, which sets its
     #: blocks' sizes: points are (keys, achieved fraction of the matrix peak, softmax included).
     #: Absent: the GEMM curve.

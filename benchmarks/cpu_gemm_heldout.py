@@ -50,7 +50,7 @@ def main() -> int:
     if args.measurements:
         ms = load_measurements(args.measurements)
     else:
-        from narrowpipe.calibration.sweeps import run_all
+        from narrowpipe.calibration.run import run_all
         ms = run_all("cpu", quick=False)       # calibrate's sweeps, the GEMM grid among them
     grid = {(m, n, k) for m in GRID_M for n in GRID_NK for k in GRID_NK}
     assert not grid & set(HELD_OUT), "a held-out shape is a grid point"

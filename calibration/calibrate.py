@@ -23,14 +23,15 @@ from ..costmodel.execution import TimingOptions
 from ..costmodel.execution.common import matrix_rate
 from ..errors import NarrowpipeError
 from ..ir import DType
-from .cold_calls import fit_cold_calls, measure_cold_calls, stack_facts
-from .eager import eager_reference, fit_eager_overhead, measure_eager
+from .cold_calls import fit_cold_calls, stack_facts
+from .eager import eager_reference, fit_eager_overhead
+from .evicted_calls import fit_evicted_calls, fit_evicted_reads, read_operand_bytes
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
 from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
 from .kernel_measurements import read_kernel_measurements
-from .module_calls import measure_module_call
-from .sweeps import Measurement, run_all
+from .measurement import Measurement
+from .run import run_all
 from .vector_measurements import VECTOR_KINDS
 
 __all__ = ["calibrate", "measurements_path", "load_measurements", "CUDA_TARGETS", "cuda_target_name"]
@@ -82,10 +83,6 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise NarrowpipeError("no CUDA device is available; calibrate the CPU with --device cpu")
         measurements = run_all(device, quick, progress)
-        if device == "cpu":
-            measurements += [measure_module_call(), measure_eager(), *measure_cold_calls()]
-            if progress:
-                progress("module calls, eager model")
     if base is None and device.startswith("cuda"):
         base = cuda_target_name(torch.cuda.get_device_name())
     if base is not None:
@@ -111,7 +108,7 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
                 f"measured: {module[-1].shape[1]} adds through {module[-1].shape[0]} nested trivial modules minus "
                 "the same adds inline, per module call (calibrate)")
         target = dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
-        target = _with_cold_calls(target, measurements)
+        target = _with_evicted_calls(_with_cold_calls(target, measurements), measurements)
     out = Path(out)
     dump_target(target, out)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),
@@ -141,6 +138,38 @@ def _with_cold_calls(target: CpuTarget, measurements: list[Measurement]) -> CpuT
         fields["eager_cold_call_curve"] = curve
         sources["eager_cold_call_curve"] = ("measured: the same at each depth, by its footprint, as a fraction "
                                             "of the deepest (calibrate)")
+    return dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
+
+
+def _with_evicted_calls(target: CpuTarget, measurements: list[Measurement]) -> CpuTarget:
+    """``target`` with the host stall after heavy traffic and the re-read stall of evicted inputs
+    fitted (:mod:`.evicted_calls`), where measured."""
+    reads = fit_evicted_reads(measurements)
+    if reads is not None:
+        top = max(m.shape[0] for m in measurements if m.kind == "evicted_read")
+        operand = read_operand_bytes([m.shape[0] for m in measurements if m.kind == "evicted_call"])
+        target = dataclasses.replace(target, evicted_read_bandwidth=reads[0], evicted_read_curve=reads[1], sources={
+            **target.sources, "evicted_read_bandwidth": (
+                f"measured: an add of two {operand // 1024} KiB inputs last touched before an add that moved "
+                f"{top / 2**20:.0f} MiB, minus the same add in a hot loop, per input byte (calibrate)"),
+            "evicted_read_curve": "measured: the same after adds of L2/2 to 64 x L2 bytes, by the bytes moved since "
+                                  "the inputs were touched, as a fraction of it (calibrate)"})
+    fit = fit_evicted_calls(measurements)
+    if fit is None:
+        return target
+    full, after, own = fit
+    top = max(m.shape[0] for m in measurements if m.kind == "evicted_call")
+    sources = {**target.sources, "eager_evicted_call_overhead": (
+        f"measured: a tiny eager op (add, relu, batch/layer norm, hardtanh, pad, GELU, 1x1 conv, softmax, mm, in "
+        f"turn) right after an add that moved {top / 2**20:.0f} MiB, minus the same op right after (calibrate)"),
+        "eager_evicted_call_curve": "measured: the same after adds of L2/8 to 64 x L2 bytes, as a fraction of it "
+                                    "(calibrate)"}
+    fields: dict[str, object] = {"eager_evicted_call_overhead": full, "eager_evicted_call_curve": after}
+    if own:
+        fields["eager_evicted_call_self_curve"] = own
+        sources["eager_evicted_call_self_curve"] = (
+            "measured: an add in a hot loop minus the same add right after a one-element add, by its bytes, as "
+            "a fraction of the stall (calibrate)")
     return dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
 
 

@@ -18,18 +18,17 @@ of 25 host calls, of which its 195 KiB of weights from memory explain about 10 u
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 from ..backends import Target
 from .eager import EAGER_MODEL, eager_model
-from .interleave import interleaved_samples
+from .measurement import Case, Measurement
 from .robust import monotone
-from .sweeps import Measurement
+from .rounds import measure_in_rounds
 
-__all__ = ["COLD_DEPTHS", "measure_cold_calls", "fit_cold_calls", "stack_facts"]
+__all__ = ["COLD_DEPTHS", "cold_call_cases", "measure_cold_calls", "fit_cold_calls", "stack_facts"]
 
 #: Layers of the stacks timed: 4 (0.8 MiB, cache-resident: the reference) to 640 (122 MiB, four
 #: times a large LLC).
@@ -42,19 +41,24 @@ _FLOOR = 0.01
 Facts = Callable[[tuple[int, ...]], tuple[int, int, float]]
 
 
-def measure_cold_calls(depths: Sequence[int] = COLD_DEPTHS, rounds: int = 7) -> list[Measurement]:
-    """Kind ``eager_cold``: the stack's forward (median seconds) at each depth, shape (layers,
-    hidden, heads, sequence) as :data:`.eager.EAGER_MODEL` but for the layers."""
-    import torch
+def cold_call_cases(depths: Sequence[int] = COLD_DEPTHS) -> list[Case]:
+    """Kind ``eager_cold``: the stack's forward at each depth, shape (layers, hidden, heads,
+    sequence) as :data:`.eager.EAGER_MODEL` but for the layers; each turn repeats the forward for
+    20 ms with no warm-up (a shallow stack is a loop of forwards, a deep one one forward)."""
     _, hidden, heads, seq = EAGER_MODEL
-    shapes = [(d, hidden, heads, seq) for d in depths]
-    models = [eager_model(*s) for s in shapes]
-    calls = [partial(_forward, m, a) for m, a in models]
+    cases = []
+    for d in depths:
+        model, args = eager_model(d, hidden, heads, seq)
+        cases.append(Case("eager_cold", "fp32", (d, hidden, heads, seq), 0, 0, partial(_forward, model, args),
+                          warmup=0, min_seconds=0.02))
+    return cases
+
+
+def measure_cold_calls(depths: Sequence[int] = COLD_DEPTHS, rounds: int = 7) -> list[Measurement]:
+    """:func:`cold_call_cases` measured alone in ``rounds`` interleaved rounds."""
+    import torch
     with torch.no_grad():
-        samples = interleaved_samples(calls, warmup=2, rounds=rounds, min_seconds=0.02,
-                                      thread_clock=torch.get_num_threads() == 1)
-    return [Measurement("eager_cold", "fp32", s, 0, 0, statistics.median(x.cpu or x.wall))
-            for s, x in zip(shapes, samples)]
+        return measure_in_rounds(cold_call_cases(depths), rounds)
 
 
 def _forward(model: Any, args: tuple[Any, ...]) -> Any:

@@ -22,15 +22,11 @@ call on a 64x56x56 layer, 9x its fault-free time), which a long-lived process do
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
-from .interleave import _minor_faults
-from .sweeps import Measurement
-from .timer import _one_torch_thread, calibration_quantile, quantile, timed_call
+from .measurement import Case, Measurement, bound
 
-__all__ = ["DEPTHWISE_SHAPES", "depthwise_sweep", "depthwise_times", "depthwise_terms"]
+__all__ = ["DEPTHWISE_SHAPES", "depthwise_cases", "prime_allocator", "depthwise_times", "depthwise_terms"]
 
 #: (channels, height = width, kernel size, stride) of the measured layers, padding kernel // 2.
 DEPTHWISE_SHAPES = ((16, 4, 3, 1), (64, 56, 3, 1), (64, 56, 3, 2), (64, 56, 7, 1), (32, 112, 3, 1),
@@ -47,55 +43,38 @@ def depthwise_terms(channels: int, size: int, kernel: int, stride: int, batch: i
     return batch * channels * size * size + out_elems, out_elems * kernel * kernel
 
 
-def depthwise_sweep(device: str = "cpu", rounds: int = 15, calls: int = 1) -> Iterator[Measurement]:
-    """The layers of ``DEPTHWISE_SHAPES`` timed in ``rounds`` rounds of ``calls`` calls each (rounds
-    interleave the layers in an order rotated each round, so a slow spell of the machine is shared
-    out, not one layer's; one call per turn by default, because a layer called again right after
-    itself runs in a state no network gives it: measured here, a 960x7x7 layer took 61 us called
-    back to back and 82-117 us after other layers, and MobileNetV2's 17 depthwise layers took
-    3.46 ms in the network against 1.9 ms predicted from back-to-back calls), each call
-    timed as every other sweep times it (:func:`.timer.time_samples`: the smaller of its wall and
-    thread-CPU time with torch at one thread) and summarized by the same quantile
-    (:func:`.timer.calibration_quantile`: the median on the thread clock), over the calls without
-    page faults (all calls if fewer than three were free of them). A lower quartile of wall times
-    here, against medians everywhere else, made every depthwise layer predicted fast. ``flops``
-    carries the output taps and ``bytes`` the input + output elements (the fit's two variables)."""
+def depthwise_cases(device: str = "cpu", turns: int = 2) -> list[Case]:
+    """The layers of ``DEPTHWISE_SHAPES``, each called once per turn with no warm-up and ``turns``
+    turns per round spread over the round (:mod:`.rounds`: a layer called again right after itself
+    runs in a state no network gives it: measured here, a 960x7x7 layer took 61 us called back to
+    back and 82-117 us after other layers, and MobileNetV2's 17 depthwise layers took 3.46 ms in
+    the network against 1.9 ms predicted from back-to-back calls), timed as every other case (the
+    smaller of wall and thread-CPU time with torch at one thread, the median over turns) over the
+    turns without page faults (all turns if fewer than three were free of them). A lower quartile of
+    wall times here, against medians everywhere else, made every depthwise layer predicted fast.
+    ``flops`` carries the output taps and ``bytes`` the input + output elements (the fit's two
+    variables)."""
     import torch
     import torch.nn.functional as F
-    # A long-lived process has freed buffers of tens of MiB, which raised glibc's mmap and trim
-    # thresholds (to the freed size, at most 32 MiB); a fresh one still hands every freed chunk
-    # above 128 KiB back to the OS. Freeing one such buffer here puts the sweep in the former state.
-    primer = torch.empty(PRIME_BYTES // 4, device=device)
-    del primer
-    layers = []
+    prime_allocator(device)
+    cases = []
     for c, px, k, s in DEPTHWISE_SHAPES:
         x = torch.randn(1, c, px, px, device=device)
         w = torch.randn(c, 1, k, k, device=device)
-        layers.append(lambda x=x, w=w, c=c, k=k, s=s: F.conv2d(x, w, stride=s, padding=k // 2, groups=c))
-    thread_clock = _one_torch_thread()
-    clean: list[list[float]] = [[] for _ in layers]
-    every: list[list[float]] = [[] for _ in layers]
-    with torch.no_grad():
-        for call in layers:
-            for _ in range(3):
-                call()
-        n = len(layers)
-        for r in range(rounds):
-            for j in range(n):
-                i = (j + r) % n
-                call = layers[i]
-                for _ in range(calls):
-                    f0 = _minor_faults()
-                    t = timed_call(call, thread_clock)
-                    f1 = _minor_faults()
-                    every[i].append(t)
-                    if f0 is None or f1 is None or f1 == f0:
-                        clean[i].append(t)
-    q = calibration_quantile(device)
-    for i, (c, px, k, s) in enumerate(DEPTHWISE_SHAPES):
         elements, taps = depthwise_terms(c, px, k, s)
-        samples = clean[i] if len(clean[i]) >= 3 else every[i]
-        yield Measurement("depthwise", "fp32", (c, px, k, s), taps, elements, quantile(samples, q))
+        cases.append(Case("depthwise", "fp32", (c, px, k, s), taps, elements,
+                          bound(F.conv2d, x, w, stride=s, padding=k // 2, groups=c),
+                          warmup=0, max_calls=1, turns=turns, skip_faulted=True))
+    return cases
+
+
+def prime_allocator(device: str = "cpu") -> None:
+    """Free one large buffer, as a long-lived process has: that raised glibc's mmap and trim
+    thresholds (to the freed size, at most 32 MiB); a fresh process still hands every freed chunk
+    above 128 KiB back to the OS, so oneDNN's reorder buffers would fault in on every call."""
+    import torch
+    primer = torch.empty(PRIME_BYTES // 4, device=device)
+    del primer
 
 
 def depthwise_times(measurements: list[Measurement]) -> tuple[float, float, float] | None:

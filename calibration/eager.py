@@ -15,10 +15,9 @@ from typing import Any
 
 from ..backends import Target
 from ..costmodel.analyze import analyze
-from .sweeps import Measurement
-from .timer import calibration_quantile, median_time
+from .measurement import Case, Measurement
 
-__all__ = ["EAGER_MODEL", "eager_model", "measure_eager", "fit_eager_overhead", "eager_reference"]
+__all__ = ["EAGER_MODEL", "eager_model", "eager_case", "fit_eager_overhead", "eager_reference"]
 
 #: (layers, hidden, heads, sequence) of the calibration model.
 EAGER_MODEL: tuple[int, int, int, int] = (4, 64, 4, 16)
@@ -59,14 +58,10 @@ def eager_model(layers: int, hidden: int, heads: int, seq: int) -> tuple[Any, tu
     return Stack().eval(), (torch.randn(1, seq, hidden),)
 
 
-def measure_eager(shape: tuple[int, int, int, int] = EAGER_MODEL) -> Measurement:
-    """The calibration model's eager forward time on the CPU (calibration's quantile of repeats)."""
-    import torch
+def eager_case(shape: tuple[int, int, int, int] = EAGER_MODEL) -> Case:
+    """The calibration model's eager forward on the CPU, a hot loop in each turn (kind ``eager_model``)."""
     model, args = eager_model(*shape)
-    with torch.no_grad():
-        t = median_time(lambda: model(*args), warmup=5, repeats=15, min_seconds=0.02,
-                        q=calibration_quantile())
-    return Measurement("eager_model", "fp32", shape, 0, 0, t)
+    return Case("eager_model", "fp32", shape, 0, 0, lambda: model(*args), min_seconds=0.01)
 
 
 def eager_reference(measurements: list[Measurement]) -> Measurement | None:

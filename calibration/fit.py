@@ -11,7 +11,9 @@
 * ``matmul_skinny_curve``: for GEMMs with a small M, achieved efficiency over the square curve's
   at the same FLOPs, by min(M, N).
 * ``transcendental_flops``: evaluations/s of each function on cache-resident data.
-* ``conv_curve``: achieved fraction of peak of direct convolutions, by kernel area.
+* ``conv_curve``: achieved fraction of peak of direct convolutions, by kernel area, over the factors
+  the CPU model multiplies it by (the GEMM curve's small-problem ramp, the skinny-GEMM factor at the
+  output positions), so the model reproduces the measured convolutions.
 * ``vector_op_flops``: input elements/s of norms, softmax, pooling and reductions.
 * ``attention_curve``: achieved fraction of peak of the fused attention kernel, by key length.
 * ``fresh_page_bandwidth``: bytes/s at which the OS faults in and zeroes a just-mapped buffer (a
@@ -111,13 +113,25 @@ def fit_curves(measurements: list[Measurement], peaks: dict[str, float], vector_
     for m in measurements:
         if m.kind == "conv" and m.dtype in peaks:
             area = float(m.shape[2] * m.shape[2])
-            conv.setdefault(area, []).append(m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype]))
+            eff = m.flops / (max(m.seconds - overhead, 1e-9) * peaks[m.dtype])
+            conv.setdefault(area, []).append(eff / _conv_factors(m, mcurve, plateau, scurve))
     ccurve = tuple((a, min(max(round(robust_median(v), 4), 1e-4), 1.0)) for a, v in sorted(conv.items()))
     vops = {m.kind.split(":", 1)[1]: m.flops / max(m.seconds - overhead, 1e-9)
             for m in measurements if m.kind.startswith("vector_op:")}
     return Curves(overhead, mcurve, round(min(max(plateau, 1e-3), 1.0), 4), bcurve, best,
                   round(min(max(mem_eff, 1e-3), 1.0), 4), scurve, trans, ccurve, vops, fresh_bw,
                   _attention_curve(measurements, peaks, overhead), _gemm_grid(measurements, peaks, overhead))
+
+
+def _conv_factors(m: Measurement, mcurve: tuple[tuple[float, float], ...], plateau: float,
+                  scurve: tuple[tuple[float, float], ...]) -> float:
+    """:func:`narrowpipe.costmodel.execution.cpu.conv_factors` for a ``conv`` measurement (shape: in
+    channels, out channels, kernel, stride, pixels; batch 1): the kernel-size curve is the measured
+    efficiency over them, so the model gives the measured convolutions back."""
+    from ..costmodel.execution.cpu import conv_factors
+    _, _, k, stride, px = m.shape
+    out = (px + 2 * (k // 2) - k) // stride + 1
+    return max(conv_factors(mcurve, plateau, scurve, float(m.flops), out * out), 1e-6)
 
 
 def _gemm_grid(measurements: list[Measurement], peaks: dict[str, float],

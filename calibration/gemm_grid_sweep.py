@@ -13,13 +13,10 @@ reads each layer's weights once), the activations hot. About 175 shapes, 20-30 s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from .measurement import Case
+from .sweeps import ColdPool, gemm_case
 
-from ..costmodel.interpreter import op_cost
-from ..ir import DType, Op, TensorType
-from .sweeps import Measurement, cold_copies, median_time
-
-__all__ = ["GRID_M", "GRID_NK", "gemm_grid_sweep"]
+__all__ = ["GRID_M", "GRID_NK", "gemm_grid_cases"]
 
 #: Rows (tokens x batch, or output positions): decode to a prompt batch.
 GRID_M = (1, 4, 16, 48, 160, 480, 1200)
@@ -27,18 +24,6 @@ GRID_M = (1, 4, 16, 48, 160, 480, 1200)
 GRID_NK = (64, 320, 1280, 2560, 3584)
 
 
-def gemm_grid_sweep(device: str = "cpu", ms: tuple[int, ...] = GRID_M,
-                    nks: tuple[int, ...] = GRID_NK) -> Iterator[Measurement]:
-    """fp32 ``torch.mm`` at every (M, N, K) of the grid: kind ``gemm_grid``, weights cold."""
-    import torch
-    f32 = DType.FP32
-    for n in nks:
-        for k in nks:
-            # one set of cold weight copies per (N, K), shared by every M
-            weights = cold_copies(lambda: torch.randn(k, n, device=device), 4 * k * n)  # noqa: B023
-            for m in ms:
-                a = torch.randn(m, k, device=device)
-                t = median_time(lambda: torch.mm(a, weights()), device=device)  # noqa: B023
-                c = op_cost(Op.DOT, [TensorType(f32, (m, k)), TensorType(f32, (k, n))], [TensorType(f32, (m, n))],
-                            {"lhs_contract": (1,), "rhs_contract": (0,)})
-                yield Measurement("gemm_grid", "fp32", (m, n, k), c.flops, c.bytes, t)
+def gemm_grid_cases(pool: ColdPool, ms: tuple[int, ...] = GRID_M, nks: tuple[int, ...] = GRID_NK) -> list[Case]:
+    """fp32 ``torch.mm`` at every (M, N, K) of the grid: kind ``gemm_grid``, weights cold (from ``pool``)."""
+    return [gemm_case("gemm_grid", "fp32", m, n, k, pool) for n in nks for k in nks for m in ms]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..backends.defaults import AMX_BF16_OPS_PER_CYCLE
 
-__all__ = ["HostCpu", "describe_cpu"]
+__all__ = ["HostCpu", "describe_cpu", "cache_bytes"]
 
 
 @dataclass
@@ -27,6 +27,8 @@ class HostCpu:
     amx: bool
     l3_bytes: float | None
     sources: dict[str, str] = field(default_factory=dict)
+    #: One core's L2 (data or unified), from the OS; None where it does not say.
+    l2_bytes: float | None = None
 
     @property
     def fp32_peak(self) -> float:
@@ -62,6 +64,38 @@ def _cpuinfo_field(info: str, key: str) -> str | None:
     return m.group(1) if m else None
 
 
+_SIZE = re.compile(r"([\d.]+)\s*([KMG])i?B?", re.IGNORECASE)
+
+
+def _bytes(text: str) -> float | None:
+    m = _SIZE.match(text.strip())
+    return float(m.group(1)) * {"K": 2**10, "M": 2**20, "G": 2**30}[m.group(2).upper()] if m else None
+
+
+def cache_bytes(level: int, sysfs: str = "/sys/devices/system/cpu/cpu0/cache") -> float | None:
+    """CPU 0's cache of ``level`` (a data or unified one) as the kernel describes it
+    (``/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}``: the per-core L2, the L3 the
+    core shares); None where the OS does not say."""
+    try:
+        names = sorted(os.listdir(sysfs))
+    except OSError:
+        return None
+    for name in names:
+        d = os.path.join(sysfs, name)
+        try:
+            with open(os.path.join(d, "level"), encoding="utf-8") as fh:
+                lvl = int(fh.read().strip())
+            with open(os.path.join(d, "type"), encoding="utf-8") as fh:
+                kind = fh.read().strip()
+            with open(os.path.join(d, "size"), encoding="utf-8") as fh:
+                size = _bytes(fh.read())
+        except (OSError, ValueError):
+            continue
+        if lvl == level and kind in ("Data", "Unified") and size:
+            return size
+    return None
+
+
 def describe_cpu(threads: int | None = None) -> HostCpu:
     info, ls = _cpuinfo(), _lscpu()
     sources: dict[str, str] = {}
@@ -95,4 +129,7 @@ def describe_cpu(threads: int | None = None) -> HostCpu:
     if m:
         l3 = float(m.group(1)) * {"K": 2**10, "M": 2**20, "G": 2**30}[m.group(2)]
         sources["onchip_capacity"] = "lscpu 'L3 cache'"
-    return HostCpu(str(model), cores, clock, simd, 2, "avx512_bf16" in flags, "amx_bf16" in flags, l3, sources)
+    l2 = cache_bytes(2)
+    if l2:
+        sources["l2_bytes"] = "/sys/devices/system/cpu/cpu0/cache (level 2)"
+    return HostCpu(str(model), cores, clock, simd, 2, "avx512_bf16" in flags, "amx_bf16" in flags, l3, sources, l2)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .interleave import interleaved_samples
-from .sweeps import Measurement
-from .timer import calibration_quantile, quantile
+from .measurement import Case, Measurement, bound
+from .rounds import measure_in_rounds
 
-__all__ = ["CHAIN", "module_chain", "measure_module_call"]
+__all__ = ["CHAIN", "module_chain", "module_call_cases", "module_call_from", "measure_module_call"]
 
 #: Adds in the chain (each wrapped in two module calls in the nested variant).
 CHAIN = 64
@@ -59,18 +58,32 @@ def module_chain(nested: bool, n: int = CHAIN) -> Any:
     return (Nested() if nested else Inline()).eval()
 
 
-def measure_module_call(n: int = CHAIN, rounds: int = 15) -> Measurement:
-    """Seconds per module call: (nested - inline) / (2 n), each calibration's quantile of
-    interleaved rounds on the thread's CPU clock at one torch thread (else the lower quartile of the
-    wall clock); kind ``module_call``,
-    shape (module calls, adds)."""
+def module_call_cases(n: int = CHAIN) -> list[Case]:
+    """The nested and the inline chain (kind ``module_chain``, shape (module calls, adds); the inline
+    one has no module calls), timed in turns of repeated calls with no warm-up."""
     import torch
     x = torch.randn(16)
     nested, inline = module_chain(True, n), module_chain(False, n)
-    one_thread = torch.get_num_threads() == 1
+    return [Case("module_chain", "fp32", (calls, n), 0, 0, bound(m, x), warmup=0, min_seconds=0.002)
+            for calls, m in ((2 * n, nested), (0, inline))]
+
+
+def module_call_from(ms: list[Measurement]) -> Measurement | None:
+    """Seconds per module call, (nested - inline) / (2 n), from the two chains' records (the last
+    of each): kind ``module_call``, shape (module calls, adds). None without both."""
+    nested = [m for m in ms if m.kind == "module_chain" and m.shape[0] > 0]
+    inline = [m for m in ms if m.kind == "module_chain" and m.shape[0] == 0]
+    if not nested or not inline:
+        return None
+    calls, n = nested[-1].shape
+    return Measurement("module_call", "fp32", (calls, n), 0, 0,
+                       max(0.0, (nested[-1].seconds - inline[-1].seconds) / calls))
+
+
+def measure_module_call(n: int = CHAIN, rounds: int = 15) -> Measurement:
+    """:func:`module_call_from` the two chains measured alone in ``rounds`` interleaved rounds."""
+    import torch
     with torch.no_grad():
-        samples = interleaved_samples([lambda: nested(x), lambda: inline(x)], warmup=5, rounds=rounds,
-                                      min_seconds=0.002, thread_clock=one_thread)
-    q = calibration_quantile() if one_thread else 0.25
-    low = [quantile(s.cpu if s.cpu else s.wall, q) for s in samples]
-    return Measurement("module_call", "fp32", (2 * n, n), 0, 0, max(0.0, (low[0] - low[1]) / (2 * n)))
+        m = module_call_from(measure_in_rounds(module_call_cases(n), rounds))
+    assert m is not None
+    return m

@@ -20,13 +20,11 @@ the planes is the cost of one plane.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from ..costmodel.interpreter import op_cost
 from ..ir import DType, Op, TensorType
-from .sweeps import Measurement, median_time
+from .measurement import Case, Measurement, bound
 
-__all__ = ["PAD_ROWS", "PAD_PLANES", "pad_row_sweep", "pad_row_time", "pad_plane_time"]
+__all__ = ["PAD_ROWS", "PAD_PLANES", "pad_row_cases", "pad_row_time", "pad_plane_time"]
 
 #: (rows, row length) of the two measured inputs: the same 200,704 elements.
 PAD_ROWS = ((3584, 56), (28672, 7))
@@ -35,22 +33,22 @@ PAD_ROWS = ((3584, 56), (28672, 7))
 PAD_PLANES = (4096, 7, 7)
 
 
-def pad_row_sweep(device: str = "cpu") -> Iterator[Measurement]:
+def pad_row_cases(device: str = "cpu") -> list[Case]:
     """A one-column constant pad, ``F.pad(x, (0, 1))``, of each input in ``PAD_ROWS``, then a pad by
     one in H and W of ``PAD_PLANES`` (all cache-resident)."""
     import torch
     import torch.nn.functional as F
+    cases = []
     for rows, width in PAD_ROWS:
         x = torch.randn(rows, width, device=device)
-        t = median_time(lambda: F.pad(x, (0, 1)), device=device)  # noqa: B023
         c = op_cost(Op.PAD, [TensorType(DType.FP32, (rows, width))], [TensorType(DType.FP32, (rows, width + 1))])
-        yield Measurement("pad_rows", "fp32", (rows, width), 0, c.bytes, t)
+        cases.append(Case("pad_rows", "fp32", (rows, width), 0, c.bytes, bound(F.pad, x, (0, 1))))
     planes, h, w = PAD_PLANES
     x4 = torch.randn(1, planes, h, w, device=device)
-    t = median_time(lambda: F.pad(x4, (0, 1, 0, 1)), device=device)
     c = op_cost(Op.PAD, [TensorType(DType.FP32, (1, planes, h, w))],
                 [TensorType(DType.FP32, (1, planes, h + 1, w + 1))])
-    yield Measurement("pad_planes", "fp32", PAD_PLANES, 0, c.bytes, t)
+    cases.append(Case("pad_planes", "fp32", PAD_PLANES, 0, c.bytes, lambda: F.pad(x4, (0, 1, 0, 1))))
+    return cases
 
 
 def pad_row_time(measurements: list[Measurement]) -> float | None:

@@ -1,30 +1,21 @@
-"""Microbenchmarks: matmul rate by dtype and size, memory bandwidth by transfer size, and the
-per-op dispatch overhead, measured with torch on the CPU or a CUDA device.
-
-Every record keeps what was run (kind, dtype, shape), the work it represents (FLOPs, bytes moved)
-and the median seconds, so a fit can be redone or audited from the raw file alone.
+"""Microbenchmarks: matmul rate by dtype and size, memory bandwidth by transfer size, the per-op
+dispatch overhead, functions, convolutions, norms and attention, measured with torch on the CPU or a
+CUDA device. Each sweep returns its :class:`.measurement.Case` list; :mod:`.run` measures every
+sweep's cases together in interleaved rounds (:mod:`.rounds`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..costmodel.interpreter import op_cost
 from ..ir import DType, Op, TensorType
-from .timer import calibration_quantile, quantile
-from .timer import median_time as _median_time
+from .measurement import Case, Measurement, bound
 
-
-def median_time(fn: Callable[[], object], *, device: str = "cpu", **kwargs: Any) -> float:
-    """:func:`.timer.median_time` at calibration's quantile (:func:`.timer.calibration_quantile`),
-    at least 9 repeats."""
-    kwargs.setdefault("repeats", 9)
-    return _median_time(fn, device=device, q=calibration_quantile(device), **kwargs)
-
-__all__ = ["Measurement", "dispatch_overhead", "matmul_sweep", "bandwidth_sweep", "MATMUL_SQUARES",
-           "QUICK_SQUARES"]
+__all__ = ["Measurement", "dispatch_cases", "matmul_cases", "bandwidth_cases", "conv_cases", "vector_op_cases",
+           "attention_cases", "fresh_page_cases", "transcendental_cases", "ColdPool", "cold_copies", "call_next",
+           "MATMUL_SQUARES", "QUICK_SQUARES"]
 
 MATMUL_SQUARES = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 QUICK_SQUARES = (32, 64, 128, 256, 512, 1024)
@@ -32,42 +23,19 @@ ELEMENTS = tuple(2 ** e for e in range(8, 27))              # 1 KiB .. 256 MiB o
 QUICK_ELEMENTS = tuple(2 ** e for e in range(8, 23, 2))
 
 
-@dataclass
-class Measurement:
-    kind: str            # "dispatch", "matmul", "add", "copy", "conv", "transcendental:<fn>", "vector_op:<op>",
-    #                      "attention", "fill", "fresh_fill", "gemm_grid", "pad_rows", "module_call",
-    #                      "depthwise" (flops: output taps, bytes: input + output elements)
-    dtype: str
-    shape: tuple[int, ...]
-    flops: int
-    bytes: int
-    seconds: float
-
-    def to_dict(self) -> dict[str, object]:
-        d = asdict(self)
-        d["shape"] = list(self.shape)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Measurement:
-        """From :meth:`to_dict`'s output read back from JSON."""
-        return cls(str(d["kind"]), str(d["dtype"]), tuple(int(x) for x in d["shape"]),
-                   int(d["flops"]), int(d["bytes"]), float(d["seconds"]))
-
-
 def _torch_dtype(name: str):  # noqa: ANN202
     import torch
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
-def dispatch_overhead(device: str = "cpu") -> Measurement:
-    """Time of an op on a one-element tensor: framework dispatch + launch, no real work."""
+def dispatch_cases(device: str = "cpu") -> list[Case]:
+    """An op on a one-element tensor: framework dispatch + launch, no real work."""
     import torch
     x = torch.ones(1, device=device)
-    t = median_time(lambda: torch.add(x, x), device=device, warmup=20, repeats=200, min_seconds=0.05)
     one = _fp32(x)
     c = op_cost(Op.ADD, [one, one], [one])
-    return Measurement("dispatch", "fp32", (1,), c.flops, c.bytes, t)
+    return [Case("dispatch", "fp32", (1,), c.flops, c.bytes, lambda: torch.add(x, x), min_seconds=0.002,
+                 max_calls=200)]
 
 
 def _fp32(t) -> TensorType:  # noqa: ANN001
@@ -94,43 +62,82 @@ def cold_copies(make: Callable[[], _T], nbytes: int) -> Callable[[], _T]:
     return next_copy
 
 
-def matmul_sweep(device: str = "cpu", dtypes: tuple[str, ...] = ("fp32", "bf16"),
-                 squares: tuple[int, ...] = MATMUL_SQUARES, skinny: bool = True) -> Iterator[Measurement]:
-    """Square GEMMs (the compute curve) and skinny ones (decode-like), weights cold."""
+class ColdPool:
+    """Cold weights for every GEMM of a calibration from one buffer of ``COLD_BYTES`` per dtype: a
+    GEMM's weights are views of it at successive page-aligned offsets (as many as
+    :func:`cold_copies` would make, at most 64), cycled call after call. One buffer instead of copies
+    per shape, so the interleaved rounds can hold every GEMM case at once (copies per shape of the
+    ~200 GEMMs would take ~5 GB)."""
+
+    _ALIGN = 4096
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
+        self._buffers: dict[str, Any] = {}
+
+    def weights(self, dtype: str, k: int, n: int) -> tuple[Callable[[], Any], int]:
+        """The next (k, n) weights, call after call, and how many distinct ones it cycles through."""
+        import torch
+        dt = _torch_dtype(dtype)
+        size = DType.parse(dtype).nbytes(k * n)
+        step = -(-size // self._ALIGN) * self._ALIGN
+        if step > COLD_BYTES:
+            one = torch.randn(k, n, device=self.device).to(dt)
+            return (lambda: one), 1
+        item = DType.parse(dtype).nbytes(1)
+        if dtype not in self._buffers:
+            self._buffers[dtype] = torch.randn(COLD_BYTES // item, device=self.device).to(dt)
+        flat = self._buffers[dtype]
+        views = [flat[i * step // item:i * step // item + k * n].view(k, n)
+                 for i in range(max(1, min(64, -(-COLD_BYTES // max(size, 1)), COLD_BYTES // step)))]
+        state = {"i": 0}
+
+        def next_view() -> Any:
+            state["i"] = (state["i"] + 1) % len(views)
+            return views[state["i"]]
+        return next_view, len(views)
+
+
+def gemm_case(kind: str, dtype: str, m: int, n: int, k: int, pool: ColdPool) -> Case:
+    """``torch.mm`` of an (m, k) activation, hot, by (k, n) weights from ``pool``, cold (as cold as
+    cycling through up to 64 copies of them leaves them)."""
     import torch
+    a = torch.randn(m, k, device=pool.device).to(_torch_dtype(dtype))
+    weights, copies = pool.weights(dtype, k, n)
+    dt = DType.parse(dtype)
+    c = op_cost(Op.DOT, [TensorType(dt, (m, k)), TensorType(dt, (k, n))], [TensorType(dt, (m, n))],
+                {"lhs_contract": (1,), "rhs_contract": (0,)})
+    # a turn's warm-up goes once through the weights, so its timed calls find them where a loop of
+    # this GEMM alone leaves them (small weights cycle inside the L2, large ones miss it), not where
+    # the previous case left them: with one warm-up call, 32x32x32 read 5 us here, 2 us in a loop
+    return Case(kind, dtype, (m, n, k), c.flops, c.bytes, lambda: torch.mm(a, weights()), warmup=copies)
+
+
+def matmul_cases(pool: ColdPool, dtypes: tuple[str, ...] = ("fp32", "bf16"),
+                 squares: tuple[int, ...] = MATMUL_SQUARES, skinny: bool = True) -> list[Case]:
+    """Square GEMMs (the compute curve) and skinny ones (decode-like), weights cold."""
     shapes: list[tuple[int, int, int]] = [(s, s, s) for s in squares]
     if skinny:
         shapes += [(m, 2048, 2048) for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)]
-    for dtype in dtypes:
-        dt = _torch_dtype(dtype)
-        for m, n, k in shapes:
-            a = torch.randn(m, k, device=device).to(dt)
-            # Both lambdas run before the loop moves on (cold_copies calls its factory at once).
-            weights = cold_copies(lambda: torch.randn(k, n, device=device).to(dt),  # noqa: B023
-                                  DType.parse(dtype).nbytes(k * n))
-            t = median_time(lambda: torch.mm(a, weights()), device=device)  # noqa: B023
-            dt_ir = DType.parse(dtype)
-            c = op_cost(Op.DOT, [TensorType(dt_ir, (m, k)), TensorType(dt_ir, (k, n))], [TensorType(dt_ir, (m, n))],
-                        {"lhs_contract": (1,), "rhs_contract": (0,)})
-            yield Measurement("matmul", dtype, (m, n, k), c.flops, c.bytes, t)
+    return [gemm_case("matmul", dtype, m, n, k, pool) for dtype in dtypes for m, n, k in shapes]
 
 
-def bandwidth_sweep(device: str = "cpu", elements: tuple[int, ...] = ELEMENTS) -> Iterator[Measurement]:
-    """Eager elementwise add (reads two operands, writes a new output) and in-place copy."""
+def bandwidth_cases(device: str = "cpu", elements: tuple[int, ...] = ELEMENTS) -> list[Case]:
+    """Eager elementwise add (reads two operands, writes a new output) and in-place copy, each size
+    reading the first elements of the same two buffers."""
     import torch
+    top = max(elements)
+    a_all, b_all, out_all = torch.randn(top, device=device), torch.randn(top, device=device), \
+        torch.empty(top, device=device)
+    cases = []
     for n in elements:
-        a = torch.randn(n, device=device)
-        b = torch.randn(n, device=device)
-        # The timed lambdas run before the loop moves on; a lambda, not a partial, keeps the one
-        # Python call per op that the dispatch measurement and the other sweeps also include.
-        t = median_time(lambda: torch.add(a, b), device=device)  # noqa: B023
+        a, b, out = a_all[:n], b_all[:n], out_all[:n]
         vec = TensorType(DType.FP32, (n,))
         c = op_cost(Op.ADD, [vec, vec], [vec])
-        yield Measurement("add", "fp32", (n,), c.flops, c.bytes, t)
-        out = torch.empty(n, device=device)
-        t = median_time(lambda: out.copy_(a), device=device)  # noqa: B023
+        cases.append(Case("add", "fp32", (n,), c.flops, c.bytes, bound(torch.add, a, b)))
         c = op_cost(Op.COPY, [vec], [vec])
-        yield Measurement("copy", "fp32", (n,), c.flops, c.bytes, t)
+        cases.append(Case("copy", "fp32", (n,), c.flops, c.bytes, bound(out.copy_, a)))
+    return cases
 
 
 #: (Cin, Cout, kernel, stride, pixels): ResNet-like direct convolutions, several per kernel size.
@@ -139,40 +146,37 @@ CONV_SHAPES = ((128, 512, 1, 1, 28), (320, 80, 1, 1, 20), (48, 192, 1, 1, 64),
                (3, 64, 7, 2, 160), (3, 32, 7, 2, 192))
 
 
-def conv_sweep(device: str = "cpu", rounds: int = 8) -> Iterator[Measurement]:
-    """Convolutions measured as a network runs them: round-robin, one call per turn with no warm-up
-    (oneDNN's speed for one shape depends on what ran before it: a hot loop of one shape ran 10-50%
-    faster here than the same convolutions in turn), weights cold; calibration's quantile over all rounds."""
-    import statistics
+def call_next(make: Callable[[], Any], *args: Any) -> Any:
+    """The next of ``make``'s modules (:func:`cold_copies`) on ``args``."""
+    return make()(*args)
 
+
+def conv_cases(device: str = "cpu", turns: int = 1) -> list[Case]:
+    """Convolutions measured as a network runs them: one call per turn with no warm-up (oneDNN's
+    speed for one shape depends on what ran before it: a hot loop of one shape ran 10-50% faster
+    here than the same convolutions in turn), weights cold."""
     import torch
     cases = []
+    f32 = DType.FP32
     for cin, cout, k, s, px in CONV_SHAPES:
         # cold_copies calls the factory before the loop moves on.
         convs = cold_copies(lambda: torch.nn.Conv2d(cin, cout, k, stride=s, padding=k // 2, bias=False)  # noqa: B023
-                            .to(device).eval(), 4 * cin * cout * k * k)
+                            .to(device).eval().requires_grad_(False), 4 * cin * cout * k * k)
         x = torch.randn(1, cin, px, px, device=device)
         out = (px + 2 * (k // 2) - k) // s + 1
-        cases.append(((cin, cout, k, s, px), convs, x, out))
-    samples: dict[int, list[float]] = {i: [] for i in range(len(cases))}
-    with torch.no_grad():
-        for _ in range(rounds):
-            for i, (_, convs, x, _) in enumerate(cases):
-                samples[i].append(median_time(lambda: convs()(x), device=device, repeats=1,  # noqa: B023
-                                              min_seconds=0.0, warmup=0))
-    for i, ((cin, cout, k, s, px), _, _, out) in enumerate(cases):
-        q = calibration_quantile(device)
-        t = quantile(samples[i], q) if len(samples[i]) > 3 else statistics.median(samples[i])
-        f32 = DType.FP32
         c = op_cost(Op.CONV, [TensorType(f32, (1, cin, px, px)), TensorType(f32, (cout, cin, k, k))],
                     [TensorType(f32, (1, cout, out, out))],
                     {"stride": (s, s), "padding": (k // 2, k // 2), "dilation": (1, 1), "groups": 1})
-        yield Measurement("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes, t)
+        cases.append(Case("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes,
+                          bound(call_next, convs, x), warmup=0, max_calls=1, turns=turns))
+    return cases
 
 
-def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:
+def vector_op_cases(device: str = "cpu") -> list[Case]:
     """Norms, softmax, pooling and a depthwise convolution on cache-resident activations: input
-    elements per second."""
+    elements per second. Each turn runs on a new copy of the activation: one buffer's placement
+    (which cache sets and pages it got) set a whole calibration's rate (a batch norm's turns read
+    33 +- 1 us in one process, 49 +- 2 us in the next), and a network sees many placements."""
     import torch
     import torch.nn.functional as F
     x2 = torch.randn(512, 768, device=device)
@@ -182,28 +186,41 @@ def vector_op_sweep(device: str = "cpu") -> Iterator[Measurement]:
     w, b = torch.ones(768, device=device), torch.zeros(768, device=device)
     rm, rv = torch.zeros(64, device=device), torch.ones(64, device=device)
     wd = torch.randn(64, 1, 3, 3, device=device)      # a MobileNet-style 3x3 depthwise layer
-    # name (a canonical op) -> (the call, the tensors it reads)
-    cases = {
-        "layer_norm": (lambda: F.layer_norm(x2, (768,), w, b), (x2, w, b)),
-        "softmax": (lambda: torch.softmax(x3, -1), (x3,)),
-        "log_softmax": (lambda: torch.log_softmax(x3, -1), (x3,)),
-        "batch_norm": (lambda: F.batch_norm(x4, rm, rv, training=False), (x4, rm, rv)),
-        "group_norm": (lambda: F.group_norm(x4, 8), (x4,)),
-        "pool": (lambda: F.max_pool2d(xp, 3, 2, 1), (xp,)),
-        "reduce_mean": (lambda: x3.mean(-1), (x3,)),
-        "reduce_sum": (lambda: x3.sum(-1), (x3,)),
-        "cumsum": (lambda: x3.cumsum(-1), (x3,)),
-        "conv_depthwise": (lambda: F.conv2d(x4, wd, padding=1, groups=64), (x4, wd)),
+    # name (a canonical op) -> (the call on the activation, the activation, the other tensors it reads)
+    calls: dict[str, tuple[Callable[[Any], Any], Any, tuple[Any, ...]]] = {
+        "layer_norm": (lambda x: F.layer_norm(x, (768,), w, b), x2, (w, b)),
+        "softmax": (lambda x: torch.softmax(x, -1), x3, ()),
+        "log_softmax": (lambda x: torch.log_softmax(x, -1), x3, ()),
+        "batch_norm": (lambda x: F.batch_norm(x, rm, rv, training=False), x4, (rm, rv)),
+        "group_norm": (lambda x: F.group_norm(x, 8), x4, ()),
+        "pool": (lambda x: F.max_pool2d(x, 3, 2, 1), xp, ()),
+        "reduce_mean": (lambda x: x.mean(-1), x3, ()),
+        "reduce_sum": (lambda x: x.sum(-1), x3, ()),
+        "cumsum": (lambda x: x.cumsum(-1), x3, ()),
+        "conv_depthwise": (lambda x: F.conv2d(x, wd, padding=1, groups=64), x4, (wd,)),
     }
-    with torch.no_grad():
-        for name, (fn, reads) in cases.items():
-            t = median_time(fn, device=device)
-            n = reads[0].numel()   # the rate counts input elements per second
-            attrs = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 64} \
-                if name == "conv_depthwise" else {}
-            op = Op.CONV if name == "conv_depthwise" else Op(name)
-            c = op_cost(op, [_fp32(r) for r in reads], [_fp32(fn())], attrs)
-            yield Measurement(f"vector_op:{name}", "fp32", (n,), n, c.bytes, t)
+    cases = []
+    for name, (fn, act, others) in calls.items():
+        n = act.numel()   # the rate counts input elements per second
+        attrs = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 64} \
+            if name == "conv_depthwise" else {}
+        op = Op.CONV if name == "conv_depthwise" else Op(name)
+        with torch.no_grad():
+            c = op_cost(op, [_fp32(r) for r in (act, *others)], [_fp32(fn(act))], attrs)
+        cases.append(Case(f"vector_op:{name}", "fp32", (n,), n, c.bytes, bound(fn, act), setup=_copies(fn, act)))
+    return cases
+
+
+def _copies(fn: Callable[[Any], Any], act: Any) -> Callable[[], Callable[[], object]]:
+    """A set-up that gives each turn ``fn`` on a new copy of ``act`` (made before the last copy is
+    freed, so it takes another buffer)."""
+    held: list[Any] = [act]
+
+    def setup() -> Callable[[], object]:
+        copy = act.clone()
+        held[0] = copy
+        return bound(fn, copy)
+    return setup
 
 
 #: (batch, heads, tokens, head dim) of the fused-attention measurements: encoder and decoder
@@ -212,25 +229,26 @@ ATTENTION_SHAPES = ((1, 12, 128, 64), (8, 12, 128, 64), (1, 12, 197, 64), (64, 3
                     (1, 8, 1024, 64))
 
 
-def attention_sweep(device: str = "cpu") -> Iterator[Measurement]:
+def attention_cases(device: str = "cpu") -> list[Case]:
     """``scaled_dot_product_attention`` (not causal) at each shape: the eager fused kernel, softmax
     included, by key length."""
     import torch
     import torch.nn.functional as F
-    with torch.no_grad():
-        for b, h, s, d in ATTENTION_SHAPES:
-            q, k, v = (torch.randn(b, h, s, d, device=device) for _ in range(3))
-            t = median_time(lambda: F.scaled_dot_product_attention(q, k, v), device=device)  # noqa: B023
-            qt = TensorType(DType.FP32, (b, h, s, d))
-            c = op_cost(Op.ATTENTION, [qt, qt, qt], [qt])
-            yield Measurement("attention", "fp32", (b, h, s, d), c.flops, c.bytes, t)
+    cases = []
+    for b, h, s, d in ATTENTION_SHAPES:
+        q, k, v = (torch.randn(b, h, s, d, device=device) for _ in range(3))
+        qt = TensorType(DType.FP32, (b, h, s, d))
+        c = op_cost(Op.ATTENTION, [qt, qt, qt], [qt])
+        cases.append(Case("attention", "fp32", (b, h, s, d), c.flops, c.bytes,
+                          bound(F.scaled_dot_product_attention, q, k, v)))
+    return cases
 
 
 #: Buffer sizes (bytes) for the fresh-page measurement: above any glibc mmap threshold (<= 32 MiB).
 FRESH_BYTES = (64 * 2**20, 128 * 2**20)
 
 
-def fresh_page_sweep(device: str = "cpu", sizes: tuple[int, ...] = FRESH_BYTES) -> Iterator[Measurement]:
+def fresh_page_cases(device: str = "cpu", sizes: tuple[int, ...] = FRESH_BYTES) -> list[Case]:
     """Filling a buffer just mapped from the OS (an anonymous ``mmap`` seen as a tensor: every page
     faults in and is zeroed on first touch) and filling one already mapped, at each size: the
     difference over the bytes is the fresh-page rate (:mod:`narrowpipe.costmodel.execution.fresh_pages`).
@@ -239,17 +257,16 @@ def fresh_page_sweep(device: str = "cpu", sizes: tuple[int, ...] = FRESH_BYTES) 
     private mappings (not a Unix)."""
     import mmap
     if not hasattr(mmap, "MAP_ANONYMOUS"):
-        return
+        return []
 
     import torch
+    cases = []
     for nbytes in sizes:
         n = nbytes // 4
         mapped = torch.empty(n, device=device)
-        # timed before the loop moves on
-        t = median_time(lambda: mapped.fill_(1.0), device=device)  # noqa: B023
-        yield Measurement("fill", "fp32", (n,), 0, nbytes, t)
-        t = median_time(lambda: _fill_fresh(nbytes), device=device)  # noqa: B023
-        yield Measurement("fresh_fill", "fp32", (n,), 0, nbytes, t)
+        cases.append(Case("fill", "fp32", (n,), 0, nbytes, bound(mapped.fill_, 1.0)))
+        cases.append(Case("fresh_fill", "fp32", (n,), 0, nbytes, bound(_fill_fresh, nbytes)))
+    return cases
 
 
 def _fill_fresh(nbytes: int) -> None:
@@ -266,37 +283,15 @@ def _fill_fresh(nbytes: int) -> None:
 TRANSCENDENTAL_FNS = ("exp", "log", "tanh", "sigmoid", "erf", "gelu", "silu", "sqrt", "rsqrt", "sin", "cos")
 
 
-def transcendental_sweep(device: str = "cpu", n: int = 1 << 18) -> Iterator[Measurement]:
+def transcendental_cases(device: str = "cpu", n: int = 1 << 18) -> list[Case]:
     """Each function on ``n`` cache-resident elements: evaluations per second."""
     import torch
     fns: dict[str, Callable[..., Any]] = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu}
     x = torch.rand(n, device=device) + 0.5
+    cases = []
     for name in TRANSCENDENTAL_FNS:
         fn = fns.get(name) or getattr(torch, name)
-        # timed before the loop moves on
-        t = median_time(lambda: fn(x), device=device)  # noqa: B023
         c = op_cost(Op(name), [_fp32(x)], [_fp32(x)])
-        yield Measurement(f"transcendental:{name}", "fp32", (n,), c.transcendentals, c.bytes, t)
+        cases.append(Case(f"transcendental:{name}", "fp32", (n,), c.transcendentals, c.bytes, bound(fn, x)))
+    return cases
 
-
-def run_all(device: str, quick: bool, progress: Callable[[str], None] | None = None) -> list[Measurement]:
-    """The full sweep (or a quick one for tests), reporting each finished case to ``progress``."""
-    squares = QUICK_SQUARES if quick else MATMUL_SQUARES
-    elements = QUICK_ELEMENTS if quick else ELEMENTS
-    sweeps: list[Iterable[Measurement]] = [
-        [dispatch_overhead(device)], matmul_sweep(device, squares=squares, skinny=not quick),
-        bandwidth_sweep(device, elements), transcendental_sweep(device), conv_sweep(device),
-        vector_op_sweep(device)]
-    if device == "cpu":
-        from .depthwise_sweep import depthwise_sweep
-        from .gemm_grid_sweep import gemm_grid_sweep
-        from .pad_sweep import pad_row_sweep
-        sweeps += [attention_sweep(device), fresh_page_sweep(device), pad_row_sweep(device), depthwise_sweep(device)]
-        sweeps += [] if quick else [gemm_grid_sweep(device)]
-    out: list[Measurement] = []
-    for sweep in sweeps:
-        for m in sweep:
-            out.append(m)
-            if progress:
-                progress(f"{m.kind} {m.dtype} {'x'.join(map(str, m.shape))}")
-    return out

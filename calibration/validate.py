@@ -134,18 +134,15 @@ def op_sweep(target: Target | str, *, groups: tuple[str, ...] = ("matmul", "conv
 def _conv_cases(convs: list[tuple[str, Any, tuple[Any, ...], Callable[[], Any]]], target: Target) -> list[Case]:
     import torch
 
-    from .sweeps import cold_copies
+    from .sweeps import call_next, cold_copies
     calls = []
     for _, module, args, make in convs:
         w = module.weight
         modules = cold_copies(lambda make=make: make()[0], w.numel() * w.element_size())  # type: ignore[misc]
-        calls.append(partial(_call_next, modules, args))
+        calls.append(partial(call_next, modules, *args))
     with torch.no_grad():
         samples = interleaved_samples(calls, warmup=1, rounds=8, min_seconds=0.0,
                                       thread_clock=torch.get_num_threads() == 1)
     return [Case("conv", name, s.cpu_median if s.cpu_median is not None else s.wall_median,
                  _predict(module, args, target)) for (name, module, args, _), s in zip(convs, samples)]
 
-
-def _call_next(modules: Callable[[], Any], args: tuple[Any, ...]) -> Any:
-    return modules()(*args)

@@ -4,7 +4,9 @@ overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion)
 target's curves replace the fixed efficiencies: GEMM efficiency by shape from a measured (M, N, K)
 grid (:mod:`.gemm_grid`), else by FLOPs and by the smaller output side (skinny GEMMs), bandwidth
 by transfer size, transcendental rates per function. Each kernel also pays for the fresh pages of
-the large buffers it allocates (:mod:`.fresh_pages`).
+the large buffers it allocates (:mod:`.fresh_pages`), and in an eager run the host stall after the
+kernel before it moved more bytes than the caches hold (:mod:`.host_stalls`) and the stall of
+re-reading inputs that the traffic since their last touch evicted (:mod:`.reuse`).
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ from .common import (
 from .fresh_pages import fresh_page_time
 from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
 from .gemm_grid import grid_efficiency
+from .host_stalls import evicted_call_time
 from .program import DeviceGroup, Program, Schedule
+from .reuse import input_reuse, reuse_stall_time
 from .routing import kernel_time
 from .sequential import SequentialModel, one_device_schedule
 from .vector import transcendental_time
 
-__all__ = ["CpuModel", "cold_call_time"]
+__all__ = ["CpuModel", "cold_call_time", "conv_factors"]
 
 
 class CpuModel(SequentialModel):
@@ -56,7 +60,9 @@ class CpuModel(SequentialModel):
         assert isinstance(target, CpuTarget)
         times = [self._with_fresh_pages(kernel_time(k, program, target, self), k, program, target)
                  for k in program.kernels]
-        return one_device_schedule(program, target, _with_module_calls(times, program, target))
+        times = _with_evicted_calls(_with_module_calls(times, program, target), program, target)
+        times = _with_reuse_stalls(times, program, target)
+        return one_device_schedule(program, target, times)
 
     @staticmethod
     def _with_fresh_pages(kt: KernelTime, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
@@ -90,21 +96,18 @@ class CpuModel(SequentialModel):
         return rate
 
     def conv_efficiency(self, kernel: Kernel, table: CostTable, target: CpuTarget) -> float:
-        """The direct-convolution plateau for this kernel size, ramped down for small problems as
-        the GEMM curve is (dispatch and blocking overheads do not depend on the algorithm), and by
-        the skinny-GEMM factor when the output has few positions or channels."""
+        """The direct-convolution plateau for this kernel size times :func:`conv_factors` (the
+        small-problem ramp, and the skinny factor when the output has few positions); ``conv_curve``
+        is fitted over the same factors, so the model gives the calibration's convolutions back."""
         w = kernel.anchor.inputs[1]
         area = 1
         if w is not None:
             for d in table.shapes[w][2:]:
                 area *= d
-        flops = kernel.cost.flops
-        ramp = min(1.0, interpolate(target.matmul_curve, flops, target.matmul_efficiency) / target.matmul_efficiency)
-        eff = interpolate(target.conv_curve, float(area), target.matmul_efficiency) * ramp
-        if target.matmul_skinny_curve and int(kernel.anchor.attrs.get("groups", 1)) == 1:
-            # few output positions (late stages at batch 1) behave like skinny GEMMs
-            g = conv_gemm(table, kernel.anchor)
-            eff *= interpolate(target.matmul_skinny_curve, float(max(min(g.m, g.n), 1)), 1.0)
+        positions = conv_gemm(table, kernel.anchor).m if int(kernel.anchor.attrs.get("groups", 1)) == 1 else None
+        eff = interpolate(target.conv_curve, float(area), target.matmul_efficiency)
+        eff *= conv_factors(target.matmul_curve, target.matmul_efficiency, target.matmul_skinny_curve,
+                            kernel.cost.flops, positions)
         return max(eff, MIN_MATMUL_EFFICIENCY)
 
     def kernel_overhead(self, target: CpuTarget, program: Program) -> float:
@@ -200,6 +203,21 @@ class CpuModel(SequentialModel):
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=bw, note=rate.note)
 
 
+def conv_factors(matmul_curve: tuple[tuple[float, float], ...], plateau: float,
+                 skinny_curve: tuple[tuple[float, float], ...], flops: float, positions: int | None) -> float:
+    """What a dense convolution's kernel-size efficiency is multiplied by: the GEMM curve's ramp for
+    small problems (dispatch and blocking overheads do not depend on the algorithm), and, given its
+    output ``positions`` (the implicit GEMM's M), the skinny-GEMM curve there relative to the curve's
+    widest point: few positions (late stages at batch 1) behave like skinny GEMMs, many do not. The
+    curve is measured at N = K = 2048 with cold weights, so it is read by positions, never by output
+    channels, and relative to its end (on the Xeon VM it reads 0.34 at M = 64 and 0.63 at 512: read
+    at the output channels, or absolutely, it put ResNet-50's convolutions at 2-3x their time)."""
+    ramp = min(1.0, interpolate(matmul_curve, flops, plateau) / plateau) if matmul_curve and plateau > 0 else 1.0
+    if not skinny_curve or positions is None:
+        return ramp
+    return ramp * min(1.0, interpolate(skinny_curve, float(max(positions, 1)), 1.0) / skinny_curve[-1][1])
+
+
 def _eager(program: Program) -> bool:
     """A whole model run eagerly, op by op (what pays the host's per-op and per-module costs)."""
     return program.options.eager_overhead and program.options.fusion == "none"
@@ -225,6 +243,45 @@ def _with_module_calls(times: list[KernelTime], program: Program, target: CpuTar
         overhead = kt.overhead_s + share
         out[i] = replace(kt, time_s=kt.time_s + share, overhead_s=overhead,
                          bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
+    return out
+
+
+def _with_evicted_calls(times: list[KernelTime], program: Program, target: CpuTarget) -> list[KernelTime]:
+    """An eager run's kernels with the host stall after their predecessor's traffic in place of the
+    one their own calibration loop included (:func:`.host_stalls.evicted_call_time`), as host time;
+    a kernel's host time never goes below zero. The first launched kernel follows the caller, and
+    keeps its time."""
+    if not (_eager(program) and target.eager_evicted_call_overhead):
+        return times
+    out = list(times)
+    previous: float | None = None
+    for i, (kernel, kt) in enumerate(zip(program.kernels, times)):
+        if kt.time_s <= 0.0:
+            continue
+        if previous is not None:
+            overhead = max(0.0, kt.overhead_s + evicted_call_time(target, previous, kernel.cost.bytes))
+            if overhead != kt.overhead_s:
+                out[i] = replace(kt, time_s=kt.time_s + overhead - kt.overhead_s, overhead_s=overhead,
+                                 bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
+        previous = float(kernel.cost.bytes)
+    return out
+
+
+def _with_reuse_stalls(times: list[KernelTime], program: Program, target: CpuTarget) -> list[KernelTime]:
+    """An eager run's kernels plus the stall of re-reading inputs that the traffic since their last
+    touch pushed out of the caches (:mod:`.reuse`), as memory time on top of the kernel's time: the
+    measured stall adds to a kernel's work rather than overlapping it."""
+    if not (_eager(program) and target.evicted_read_bandwidth and target.evicted_read_curve):
+        return times
+    launched = [t.time_s > 0.0 for t in times]
+    reads = input_reuse(program.kernels, program.table, float(program.memory_required), launched)
+    out = list(times)
+    for i, (kernel, kt) in enumerate(zip(program.kernels, times)):
+        stall = reuse_stall_time(target, reads[i], kernel.cost.bytes) if launched[i] else 0.0
+        if stall > 0.0:
+            memory = kt.memory_s + stall
+            out[i] = replace(kt, time_s=kt.time_s + stall, memory_s=memory,
+                             bound=bound_of(kt.compute_s, memory, kt.comm_s, kt.overhead_s))
     return out
 
 

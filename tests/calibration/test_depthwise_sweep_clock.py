@@ -1,46 +1,36 @@
-"""The depthwise sweep times and summarizes its calls as every other CPU sweep does: the smaller of
-wall and thread-CPU time per call, the median of those (one torch thread), not a wall-clock lower
-quartile, which predicted every depthwise layer fast against medians elsewhere."""
+"""The depthwise layers are timed and summarized as every other CPU case is: the smaller of wall and
+thread-CPU time per call, the median over turns (one torch thread), not a wall-clock lower
+quartile, which predicted every depthwise layer fast against medians elsewhere; one call per turn
+with no warm-up, several turns per round."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import pytest
 
 from narrowpipe.calibration import depthwise_sweep as dw
-from narrowpipe.calibration import timer
+from narrowpipe.calibration.rounds import Clocks, measure_in_rounds
 
 
-class _Clocks:
-    """A wall clock at which every call takes 1 s, and a thread clock at which every timed call in
-    round r takes r + 1 ms: over 15 rounds of one call, each layer's samples are 1..15 ms."""
+def test_depthwise_cases_take_the_median_of_thread_clock_turns(one_thread):
+    torch = pytest.importorskip("torch")
+    cases = dw.depthwise_cases(turns=3)
+    assert len(cases) == len(dw.DEPTHWISE_SHAPES)
+    assert all(c.warmup == 0 and c.max_calls == 1 and c.turns == 3 and c.skip_faulted for c in cases)
+    # a wall clock at which every call takes 1 s, a thread clock at which the k-th timed call of a
+    # layer takes k ms: over 5 rounds of 3 turns, each layer's samples are 1..15 ms
+    wall, cpu, calls = [0.0], [0.0], {id(c): 0 for c in cases}
 
-    def __init__(self, calls: int, layers: int) -> None:
-        self.calls, self.layers = calls, layers
-        self.wall = 0.0
-        self.cpu = 0.0
-        self.reads = 0
-
-    def perf_counter(self) -> float:
-        self.wall += 0.5
-        return self.wall
-
-    def thread_time(self) -> float:
-        n = self.reads
-        self.reads += 1
-        if n % 2 == 0:                         # the read before a call
-            return self.cpu
-        sample = n // 2                         # the read after the sample-th timed call
-        per_round = self.calls * self.layers
-        self.cpu += (sample // per_round + 1) * 1e-3
-        return self.cpu
-
-
-def test_depthwise_sweep_takes_the_median_of_thread_clock_samples(one_thread, monkeypatch):
-    clocks = _Clocks(calls=1, layers=len(dw.DEPTHWISE_SHAPES))
-    clock = SimpleNamespace(perf_counter=clocks.perf_counter, thread_time=clocks.thread_time)
-    monkeypatch.setattr(timer, "time", clock)          # the sweep times each call with timer.timed_call
-    monkeypatch.setattr(dw, "_minor_faults", lambda: 0)
-    ms = list(dw.depthwise_sweep(rounds=15, calls=1))
-    assert len(ms) == len(dw.DEPTHWISE_SHAPES)
-    # 1..15 ms per layer: the median is 8 ms (the lower quartile would be 5 ms, the wall 1 s)
+    def timed(case):
+        def call() -> None:
+            calls[id(case)] += 1
+            wall[0] += 1.0
+            cpu[0] += max(calls[id(case)] - 1, 0) * 1e-3       # the warm-up call is the 0th
+        return call
+    for c in cases:
+        c.fn = timed(c)
+    with torch.no_grad():
+        ms = measure_in_rounds(cases, 5, clocks=Clocks(wall=lambda: wall[0], thread=lambda: cpu[0],
+                                                       faults=lambda: 0), warmup=1)
+    assert [len(m.rounds) for m in ms] == [15] * len(ms)
+    # the median of 1..15 ms is 8 ms (the lower quartile would be 4.5 ms, the wall 1 s)
     assert [round(m.seconds * 1e3, 6) for m in ms] == [8.0] * len(ms)
