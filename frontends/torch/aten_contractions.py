@@ -12,7 +12,8 @@ import torch.fx as fx
 
 from ...ir import OPERAND_MAJOR, Op, TensorType, Value
 from ..moe_routing import routed_top_k
-from .aten_args import arg, ints, rank_of, tensor_meta
+from .aten_args import arg, ints, rank_of
+from .blas_layout import matmul_majors, stored_major
 from .lowering import AtenLowerer
 
 __all__ = ["CONTRACTION_LOWERINGS"]
@@ -21,67 +22,55 @@ __all__ = ["CONTRACTION_LOWERINGS"]
 def _dot(cx: AtenLowerer, n: fx.Node, lhs: Value, rhs: Value, lc: tuple[int, ...], rc: tuple[int, ...],
          lb: tuple[int, ...] = (), rb: tuple[int, ...] = (), bias: Value | None = None,
          types: list[TensorType] | None = None, extra: dict[str, Any] | None = None,
-         operands: tuple[Any, Any] | None = None) -> None:
-    """One DOT; ``operands``: the fx arguments ``lhs`` and ``rhs`` came from, whose strides (where
-    the export recorded them) say how the BLAS call sees each operand stored (``operand_major``)."""
+         major: tuple[str | None, str | None] = (None, None)) -> None:
+    """One DOT; ``major``: how the BLAS call reads each operand (:mod:`.blas_layout`), stated as
+    ``operand_major`` when both are known."""
     attrs = {"lhs_contract": lc, "rhs_contract": rc, "lhs_batch": lb, "rhs_batch": rb, **(extra or {})}
-    if operands is not None:
-        major = (_major(operands[0], lhs.type.rank, lc, lb), _major(operands[1], rhs.type.rank, rc, rb))
-        if major[0] is not None and major[1] is not None:
-            attrs[OPERAND_MAJOR] = major
+    if major[0] is not None and major[1] is not None:
+        attrs[OPERAND_MAJOR] = major
     out_types = types or cx.out_types(n)
     dot = cx.emit(Op.DOT, [lhs, rhs], n, attrs, types=out_types[:1], bind=bias is None)
     if bias is not None:
         cx.emit(Op.ADD, [dot.outputs[0], bias], n, {"role": "bias"}, name=f"{n.name}_bias")
 
 
-def _major(x: Any, rank: int, contract: tuple[int, ...], batch: tuple[int, ...]) -> str | None:
-    """How the tensor behind fx argument ``x`` is stored, for a DOT operand of ``rank`` dims
-    (``x``'s dims line up with its last ones): ``"k"`` when its one unit-stride dim longer than 1
-    is contracted, ``"mn"`` when it is a free dim, ``None`` when the export recorded no strides or
-    none applies (no such dim, several, or a batch dim: eager torch copies such an operand to a
-    contiguous one before the BLAS call, so the view's storage is not what the kernel reads)."""
-    t = tensor_meta(x)
-    if t is None:
-        return None
-    unit = [i for i, (size, stride) in enumerate(zip(t.shape, t.stride()))
-            if isinstance(stride, int) and stride == 1 and not (isinstance(size, int) and size == 1)]
-    if len(unit) != 1:
-        return None
-    d = unit[0] + rank - t.dim()
-    return "k" if d in contract else None if d in batch else "mn"
+def _stored(a: Any, b: Any, batched: bool = False) -> tuple[str | None, str | None]:
+    """mm/bmm operands ``[(B,) M, K]`` and ``[(B,) K, N]``, read in place."""
+    pre = ["b"] if batched else []
+    return stored_major(a, [*pre, "mn", "k"]), stored_major(b, [*pre, "k", "mn"])
 
 
 def _linear(cx: AtenLowerer, n: fx.Node) -> None:
-    """``x @ w.T + b``: the weight ``[N, K]`` is read in place (K-major), as eager torch's BLAS call does."""
+    """``x @ w.T + b``: the weight ``[N, K]`` is read in place (K-major), as eager torch's BLAS call
+    does (aten's linear is ``addmm(b, x, w.t())`` or ``matmul(x, w.t())``)."""
     x, w, b = cx.value(n.args[0]), cx.value(n.args[1]), cx.value(arg(n, 2, "bias"))
     assert x is not None and w is not None
     rc = (1,) if w.type.rank == 2 else (0,)
-    _dot(cx, n, x, w, (x.type.rank - 1,), rc, bias=b, operands=(n.args[0], n.args[1]))
+    _dot(cx, n, x, w, (x.type.rank - 1,), rc, bias=b, major=matmul_majors(n, linear=True))
 
 
 def _mm(cx: AtenLowerer, n: fx.Node) -> None:
     a, b = cx.value(n.args[0]), cx.value(n.args[1])
     assert a is not None and b is not None
-    _dot(cx, n, a, b, (1,), (0,), operands=(n.args[0], n.args[1]))
+    _dot(cx, n, a, b, (1,), (0,), major=_stored(n.args[0], n.args[1]))
 
 
 def _addmm(cx: AtenLowerer, n: fx.Node) -> None:
     bias, a, b = (cx.value(x) for x in n.args[:3])
     assert a is not None and b is not None
-    _dot(cx, n, a, b, (a.type.rank - 1,), (0,), bias=bias, operands=(n.args[1], n.args[2]))
+    _dot(cx, n, a, b, (a.type.rank - 1,), (0,), bias=bias, major=_stored(n.args[1], n.args[2]))
 
 
 def _bmm(cx: AtenLowerer, n: fx.Node) -> None:
     a, b = cx.value(n.args[0]), cx.value(n.args[1])
     assert a is not None and b is not None
-    _dot(cx, n, a, b, (2,), (1,), (0,), (0,), operands=(n.args[0], n.args[1]))
+    _dot(cx, n, a, b, (2,), (1,), (0,), (0,), major=_stored(n.args[0], n.args[1], batched=True))
 
 
 def _baddbmm(cx: AtenLowerer, n: fx.Node) -> None:
     bias, a, b = (cx.value(x) for x in n.args[:3])
     assert a is not None and b is not None
-    _dot(cx, n, a, b, (2,), (1,), (0,), (0,), bias=bias, operands=(n.args[1], n.args[2]))
+    _dot(cx, n, a, b, (2,), (1,), (0,), (0,), bias=bias, major=_stored(n.args[1], n.args[2], batched=True))
 
 
 def _mv(cx: AtenLowerer, n: fx.Node) -> None:
@@ -114,13 +103,13 @@ def _matmul(cx: AtenLowerer, n: fx.Node) -> None:
     if ra == 1:
         return _dot(cx, n, a, b, (0,), (rb - 2,))
     if rb == 2:
-        return _dot(cx, n, a, b, (ra - 1,), (0,), operands=(n.args[0], n.args[1]))
+        return _dot(cx, n, a, b, (ra - 1,), (0,), major=matmul_majors(n))
     # Both have matrix dims and at least one has batch dims: align ranks with free unsqueezes.
     r = max(ra, rb)
     a = _unsqueeze_front(cx, n, a, r)
     b = _unsqueeze_front(cx, n, b, r)
     batch = tuple(range(r - 2))
-    _dot(cx, n, a, b, (r - 1,), (r - 2,), batch, batch, operands=(n.args[0], n.args[1]))
+    _dot(cx, n, a, b, (r - 1,), (r - 2,), batch, batch, major=matmul_majors(n))
 
 
 def _unsqueeze_front(cx: AtenLowerer, n: fx.Node, v: Value, rank: int) -> Value:
