@@ -149,7 +149,8 @@ def torus(op: Op, size: float, axes: tuple[int, ...], link_bw: float, alpha: flo
 
 def permute(size: float, k: int, link_bw: float, alpha: float, wrap: bool = True) -> AlgoTime:
     """A shift by one along an axis of ``k``: each device sends its ``size`` bytes to the next one
-    (one direction; a pair of shifts the two ways runs on the two links at once, each timed alone).
+    (one direction; on a torus a pair of shifts the two ways runs on the two links at once, each in
+    this time; on a line both of the pair's buffers cross every link direction: twice the bytes).
     With wraparound that is one hop on one link; on a line the last device's buffer travels back
     over all ``k - 1`` links (each carrying that one buffer against the shift's direction)."""
     hops = 1 if wrap or k <= 2 else k - 1

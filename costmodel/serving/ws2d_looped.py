@@ -20,6 +20,9 @@ the longer of the two) and give the pair's time:
   the partial sums halved and sent both ways: the serial layer's forms without latency collectives
   (``layers/layers_serial.py``).
 
+The latency and throughput forms send both ways at once: on a torus axis each shift has its own links,
+on a line without wraparound both shifts' buffers share every link direction (``pair_s``).
+
 The accumulating adds between chunks are assumed to fuse into each chunk's matmul (XLA's output
 fusion) and are not costed apart.
 """
@@ -39,34 +42,38 @@ def loop_steps(form: Form, k: int) -> int:
     return max(k // 2, 1) if form == "latency" else max(k, 1)
 
 
-def reduce_scatter_matmul(form: Form, chunk_s: float, permute_s: float, k: int) -> float:
+def reduce_scatter_matmul(form: Form, chunk_s: float, permute_s: float, k: int, pair_s: float | None = None) -> float:
     """A matmul whose output is reduce-scattered over ``k`` devices inside it: the first chunk, then
     each further chunk beside the permute of the partial sums so far; the latency form's last
-    partial sums go out after the last chunk."""
+    partial sums go out after the last chunk, one way. ``pair_s``: a loop step's permutes where the
+    form sends both ways at once and that takes longer than one permute (:meth:`.Fabric.pair`)."""
     if k <= 1:
         return chunk_s
     steps = loop_steps(form, k)
-    t = chunk_s + (steps - 1) * max(chunk_s, permute_s)
+    step = permute_s if form == "oneway" or pair_s is None else pair_s
+    t = chunk_s + (steps - 1) * max(chunk_s, step)
     return t + permute_s if form == "latency" else t
 
 
-def all_gather_matmul(form: Form, chunk_s: float, permute_s: float, k: int) -> float:
+def all_gather_matmul(form: Form, chunk_s: float, permute_s: float, k: int, pair_s: float | None = None) -> float:
     """A matmul whose input is all-gathered over ``k`` devices inside it: each chunk beside the permute
     that brings the next shard, the last chunk alone; the latency form first fetches the neighbour's
-    shard (its first chunk multiplies two shards)."""
+    shard, one way (its first chunk multiplies two shards). ``pair_s`` as for :func:`reduce_scatter_matmul`."""
     if k <= 1:
         return chunk_s
     steps = loop_steps(form, k)
-    t = (steps - 1) * max(chunk_s, permute_s) + chunk_s
+    step = permute_s if form == "oneway" or pair_s is None else pair_s
+    t = (steps - 1) * max(chunk_s, step) + chunk_s
     return permute_s + t if form == "latency" else t
 
 
-def ring_reduce_scatter(form: Form, permute_s: float, k: int) -> float:
+def ring_reduce_scatter(form: Form, permute_s: float, k: int, pair_s: float | None = None) -> float:
     """A reduce-scatter written as permutes with no matmul beside them (``reducescatter_latency``:
-    ``k // 2`` permutes in turn, the last after the loop; the one-way and throughput forms ``k - 1``)."""
+    ``k // 2`` steps in turn, both ways but the last; the one-way and throughput forms ``k - 1``)."""
     if k <= 1:
         return 0.0
-    return loop_steps(form, k) * permute_s if form == "latency" else (k - 1) * permute_s
+    step = permute_s if form == "oneway" or pair_s is None else pair_s
+    return (loop_steps(form, k) - 1) * step + permute_s if form == "latency" else (k - 1) * step
 
 
 def reduce_scatter_permute_bytes(form: Form, out_bytes: float, k: int) -> float:

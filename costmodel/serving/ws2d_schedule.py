@@ -31,12 +31,18 @@ Per step (``embed_unembed_topp`` in ``usage/benchmarks.py``, what ``usage/run_be
 118 x the layer time): the embedding lookup **all-reduced over yz**, the final norm's statistic
 **all-reduced over x**, the fp32 logits **reduce-scattered over x**, and for a decode step the
 sampling: the logits **all-to-all over yz** (batch padded to ``yz`` rows) and the sampled tokens
-**all-gathered over every chip**. The released benchmark harness times the generate stack without
+**all-gathered over every chip**. One departure: a prefill's final norm and logits run on each
+sequence's last token (``B`` rows), what a served prefill needs; the released harness times them on
+every prompt token (``run_embed_unembed_topp(h, batch, input_length)`` in ``run_benchmark.py``,
+``infer``'s per-token logits), which for PaLM 540B's 2048-token prefill adds a 2048-row fp32 logits
+matmul and its reduce-scatter over x (131 MB). The released benchmark harness times the generate stack without
 sampling (``sample=False``); ``run_embed_unembed_sweep`` times it with, as a generated token needs.
 
 Decode steps take the looped collectives' latency forms (``latency_collectives=True`` in
-``run_benchmark.py`` and the benchmark sweeps), prefills the one-way forms (``latency_collectives=False``:
-a TPU v4 host sees 4 chips, so the layer's branch for at most 32 devices). Without a part in
+``run_benchmark.py`` and the benchmark sweeps), prefills the one-way forms (``latency_collectives=False``,
+the layer's branch for at most 32 local devices: a TPU v4 host sees 4 chips). Not settled:
+``run_benchmark.py`` asserts 64 local devices, which takes the throughput branch (half a chunk each
+way per permute); on it PaLM 540B's batch-1 int8 prefill reads 219 ms, not 268 (published 290). Without a part in
 ``Layout.parts`` a term takes the form the model first had: one op over yz (``split``), K/V columns in
 the fused matmul and the all-to-all (``kv``), plain collectives beside the matmuls (``looped``), the head
 alone (``stack``).
@@ -86,6 +92,13 @@ class Fabric:
     def permute(self, nbytes: float, span: str) -> float:
         """One collective-permute of ``nbytes`` to the next chip along the span (its own launch)."""
         return self.coll(Op.COLLECTIVE_PERMUTE, nbytes, span)
+
+    def pair(self, nbytes: float, span: str) -> float:
+        """Two permutes of ``nbytes`` at once, shifting opposite ways (a bidirectional form's loop
+        step): on a torus each runs on its own links, in one permute's time; on a line without
+        wraparound every link direction carries a buffer of each (one shift's neighbour send, the
+        other's buffer walking back to the far end), so the pair moves twice the bytes per link."""
+        return self.permute(nbytes if self.topology.scale_up.wraparound else 2 * nbytes, span)
 
 
 @dataclass
@@ -144,8 +157,9 @@ def _input_matmul(lay: Layout, fab: Fabric, blk: Block, out: Terms, matmul: Matm
     form = _form(lay)
     steps = loop_steps(form, lay.x)
     chunk = matmul(lay.t, lay.ex, math.ceil(cols / steps))
-    perm = fab.permute(reduce_scatter_permute_bytes(form, nbytes, lay.x), "x")
-    out.terms[blk.name + "w_in, reduce-scatter x looped"] = reduce_scatter_matmul(form, chunk, perm, lay.x)
+    perm_bytes = reduce_scatter_permute_bytes(form, nbytes, lay.x)
+    out.terms[blk.name + "w_in, reduce-scatter x looped"] = reduce_scatter_matmul(
+        form, chunk, fab.permute(perm_bytes, "x"), lay.x, fab.pair(perm_bytes, "x"))
     out.compute_s += steps * chunk
     looped.append(f"layer_{blk.key}w_in")
 
@@ -185,8 +199,9 @@ def _output_side(lay: Layout, fab: Fabric, blk: Block, out: Terms, matmul: Matmu
     if "looped" in lay.parts and not serial:
         steps = loop_steps(form, lay.x)
         chunk = matmul(t, math.ceil(k / steps), ex)
-        perm = fab.permute(all_gather_permute_bytes(form, t * math.ceil(blk.n_out / lay.n) * ab), "x")
-        out.terms[p + "w_out, all-gather x looped"] = all_gather_matmul(form, chunk, perm, lay.x)
+        perm_bytes = all_gather_permute_bytes(form, t * math.ceil(blk.n_out / lay.n) * ab)
+        out.terms[p + "w_out, all-gather x looped"] = all_gather_matmul(
+            form, chunk, fab.permute(perm_bytes, "x"), lay.x, fab.pair(perm_bytes, "x"))
         out.compute_s += steps * chunk
         looped.append(f"layer_{blk.key}w_out")
     else:
@@ -197,13 +212,14 @@ def _output_side(lay: Layout, fab: Fabric, blk: Block, out: Terms, matmul: Matmu
     if "looped" in lay.parts and serial:
         steps = loop_steps(form, lay.y)
         chunk = matmul(t, k, math.ceil(ex / steps))
-        perm = fab.permute(reduce_scatter_permute_bytes(form, t * ex * ab, lay.y), "y")
-        out.terms[p + "w_out, reduce-scatter y looped"] = reduce_scatter_matmul(form, chunk, perm, lay.y)
+        perm_bytes = reduce_scatter_permute_bytes(form, t * ex * ab, lay.y)
+        out.terms[p + "w_out, reduce-scatter y looped"] = reduce_scatter_matmul(
+            form, chunk, fab.permute(perm_bytes, "y"), lay.y, fab.pair(perm_bytes, "y"))
         out.compute_s += steps * chunk
         looped.append(f"layer_{blk.key}w_out")
         z_bytes = reduce_scatter_permute_bytes(form, t * ex / lay.y * ab, lay.z)
         out.terms[p + "reduce-scatter z (B x E/xy, permutes)"] = ring_reduce_scatter(
-            form, fab.permute(z_bytes, "z"), lay.z)
+            form, fab.permute(z_bytes, "z"), lay.z, fab.pair(z_bytes, "z"))
         return
     out.terms[p + "reduce-scatter y (B x E/x)"] = fab.coll(Op.REDUCE_SCATTER, t * ex * ab, "y")
     out.terms[p + "reduce-scatter z (B x E/xy)"] = fab.coll(Op.REDUCE_SCATTER, t * ex / lay.y * ab, "z")

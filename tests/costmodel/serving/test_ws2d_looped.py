@@ -131,3 +131,31 @@ def test_the_per_step_stack_by_hand(int8_b64):
     head = ws2d_decode(SERVED, V4, Topology.of_system(get_system("tpu-v4-4x4x4")), 64, batch=64, context=2048,
                        weights=DType.INT8, axes=(4, 16), parts=frozenset({"split", "kv", "looped"}))
     assert int8_b64.weight_bytes_per_chip - head.weight_bytes_per_chip == 16000 * 4608
+
+
+def test_a_loop_step_that_sends_both_ways_takes_the_pairs_time():
+    # x = 8, latency: four chunks; three steps beside a pair of permutes, the last permute one way
+    assert lp.reduce_scatter_matmul("latency", 10.0, 4.0, 8, pair_s=12.0) == 10 + 3 * 12 + 4
+    assert lp.all_gather_matmul("latency", 10.0, 4.0, 8, pair_s=12.0) == 4 + 3 * 12 + 10
+    assert lp.reduce_scatter_matmul("throughput", 10.0, 4.0, 4, pair_s=12.0) == 10 + 3 * 12
+    assert lp.reduce_scatter_matmul("oneway", 10.0, 4.0, 4, pair_s=12.0) == 40     # one way: no pairs
+    assert lp.ring_reduce_scatter("latency", 5.0, 8, pair_s=7.0) == 3 * 7 + 5
+    assert lp.ring_reduce_scatter("throughput", 5.0, 4, pair_s=7.0) == 3 * 7
+
+
+def test_on_a_mesh_the_two_way_permutes_share_every_link():
+    """layers_serial.py on the 2x2x4 slice (a mesh: no wraparound), PaLM 62B, batch 512, x, y, z = 2, 4, 2:
+    the MLP's down matmul (32768 / 8 = 4096 rows of K) reduce-scatters over the 4-long y line inside it in
+    y // 2 = 2 chunks of E/x / 2 = 2048 columns; each permute carries half a chunk's output (512 x 1024
+    bf16) over the line's 3 hops. The step between the chunks shifts both ways at once: on a line each
+    link direction carries a buffer of each shift (37 GB/s per link: 148 GB/s over 4 links), so the
+    pair outlasts the chunk beside it."""
+    palm_62b = replace(SERVED, layers=64, hidden=8192, heads=32, ffn=32768, parallel_block=False)
+    s = ws2d_decode(palm_62b, V4, Topology.of_system(get_system("tpu-v4-2x2x4")), 16, batch=512, context=2048,
+                    weights=DType.BF16, axes=(2, 8))
+    assert (s.x, s.y, s.z) == (2, 4, 2)
+    chunk = _chunk(512, 4096, 2048, DType.BF16)
+    one_way = LO + 3 * HOP + 512 * 1024 * 2 / 37e9
+    pair = LO + 3 * HOP + 2 * 512 * 1024 * 2 / 37e9
+    assert pair > chunk
+    assert s.per_layer["mlp w_out, reduce-scatter y looped"] == pytest.approx(chunk + pair + one_way, rel=1e-9)
