@@ -39,10 +39,12 @@ matmul and its reduce-scatter over x (131 MB). The released benchmark harness ti
 sampling (``sample=False``); ``run_embed_unembed_sweep`` times it with, as a generated token needs.
 
 Decode steps take the looped collectives' latency forms (``latency_collectives=True`` in
-``run_benchmark.py`` and the benchmark sweeps), prefills the one-way forms (``latency_collectives=False``,
-the layer's branch for at most 32 local devices: a TPU v4 host sees 4 chips). Not settled:
-``run_benchmark.py`` asserts 64 local devices, which takes the throughput branch (half a chunk each
-way per permute); on it PaLM 540B's batch-1 int8 prefill reads 219 ms, not 268 (published 290). Without a part in
+``run_benchmark.py`` and the benchmark sweeps). A parallel layer's prefill takes the one-way forms:
+with ``latency_collectives=False`` ``two_d_parallel_xmap.py`` always calls
+``matmul_reducescatter_oneway`` and ``allgather_matmul_one_way`` (its throughput forms are commented
+out; no device-count branch). The branch on ``len(jax.local_devices()) <= 32`` (one-way, else
+throughput) is the serial layer's (``layers_serial.py``); ``run_benchmark.py`` asserts 64 local
+devices, so a serial prefill takes the throughput forms, as here. Without a part in
 ``Layout.parts`` a term takes the form the model first had: one op over yz (``split``), K/V columns in
 the fused matmul and the all-to-all (``kv``), plain collectives beside the matmuls (``looped``), the head
 alone (``stack``).
