@@ -259,6 +259,13 @@ class CpuTarget(Target):
     #: of M, N and K (the BLAS's blocking and packing costs depend on each dim, not only on the
     #: FLOPs). Plain GEMMs interpolate it in log space; absent: matmul_curve x matmul_skinny_curve.
     matmul_grid: tuple[tuple[int, int, int, float], ...] = spec_field("grid")
+    #: Seconds each item of a batched GEMM (``bmm``, a batched ``matmul``) costs beyond its own
+    #: GEMM at the grid's efficiency for the item's (M, N, K): the BLAS runs a batch as a loop of
+    #: small GEMMs in one call, so each item runs at its own shape's rate and the call's dispatch is
+    #: paid once. Measured by ``calibrate`` on batched GEMMs (the item's cold operand as the grid's
+    #: weights), never below zero. Absent: batched GEMMs take the grid alone, or, without a grid, the
+    #: FLOPs and skinny curves.
+    bmm_item_time: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
     #: Seconds per contiguous input row of a constant pad beyond its bytes (PyTorch fills the
     #: output, then copies the input into its interior one row at a time; measured by ``calibrate``
     #: at two row lengths). Absent: a pad is a copy.
