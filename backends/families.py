@@ -234,11 +234,12 @@ class CpuTarget(Target):
     #: to fetch back the host state (dispatcher and allocator state, code, page-table entries) that
     #: kernel evicted: measured by ``calibrate`` as a one-element add after an add of up to 128 MiB,
     #: beyond the dispatch. An eager whole-model prediction charges each kernel this times
-    #: ``eager_evicted_call_curve`` at the bytes the kernel before it moved, less this times
+    #: ``eager_evicted_call_curve`` at the distinct bytes touched since its op's previous kernel
+    #: (that one's included), less this times
     #: ``eager_evicted_call_self_curve`` at its own bytes (the part its hot-loop calibration, each
     #: call after the previous call's traffic, already paid). Absent: no such stall.
     eager_evicted_call_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
-    #: (bytes the previous kernel moved, fraction of ``eager_evicted_call_overhead`` stalled).
+    #: (bytes touched since the op last ran, fraction of ``eager_evicted_call_overhead`` stalled).
     eager_evicted_call_curve: tuple[tuple[float, float], ...] = spec_field("curve")
     #: (bytes a kernel moves, fraction of ``eager_evicted_call_overhead`` a hot loop of it includes).
     eager_evicted_call_self_curve: tuple[tuple[float, float], ...] = spec_field("curve")

@@ -41,7 +41,7 @@ from .common import (
 )
 from .fresh_pages import fresh_page_time
 from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
-from .host_stalls import evicted_call_time
+from .host_stalls import bytes_since_own_call, evicted_call_time
 from .program import DeviceGroup, Program, Schedule
 from .reuse import input_reuse, reuse_stall_time
 from .routing import kernel_time
@@ -248,23 +248,24 @@ def _with_module_calls(times: list[KernelTime], program: Program, target: CpuTar
 
 
 def _with_evicted_calls(times: list[KernelTime], program: Program, target: CpuTarget) -> list[KernelTime]:
-    """An eager run's kernels with the host stall after their predecessor's traffic in place of the
-    one their own calibration loop included (:func:`.host_stalls.evicted_call_time`), as host time;
-    a kernel's host time never goes below zero. The first launched kernel follows the caller, and
-    keeps its time."""
+    """An eager run's kernels with the host stall after the traffic since their op last ran in place
+    of the one their own calibration loop included (:func:`.host_stalls.evicted_call_time` at
+    :func:`.host_stalls.bytes_since_own_call`), as host time; a kernel's host time never goes below
+    zero. The first launched kernel follows the caller, and keeps its time."""
     if not (_eager(program) and target.eager_evicted_call_overhead):
         return times
     out = list(times)
-    previous: float | None = None
+    since = bytes_since_own_call(program.kernels, program.table, [t.time_s > 0.0 for t in times])
+    first = True
     for i, (kernel, kt) in enumerate(zip(program.kernels, times)):
         if kt.time_s <= 0.0:
             continue
-        if previous is not None:
-            overhead = max(0.0, kt.overhead_s + evicted_call_time(target, previous, kernel.cost.bytes))
+        if not first:
+            overhead = max(0.0, kt.overhead_s + evicted_call_time(target, since[i], kernel.cost.bytes))
             if overhead != kt.overhead_s:
                 out[i] = replace(kt, time_s=kt.time_s + overhead - kt.overhead_s, overhead_s=overhead,
                                  bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
-        previous = float(kernel.cost.bytes)
+        first = False
     return out
 
 
