@@ -5,7 +5,7 @@ which runs it item by item (a batch of small GEMMs): each item runs at the rate 
 own (M, N, K), and the call's dispatch is paid once. Read at the batch's total FLOPs and at
 min(M, N) on the skinny curve instead (the shared ``matmul_efficiency``, which GPU targets use),
 a 12 x 128x128x64 batch came out at 2.1x its time on the 2-core Xeon VM (held-out per-op
-``bmm`` cases +96% to +161%, ``benchmarks/results/cpu_validate_2026-12-04.md``); item by item on
+``bmm`` cases +96% to +161%, ``benchmarks/results/cpu_validate_2026-12-04_2026.md``); item by item on
 the grid, 8 x 256x64x256 reads 436 us predicted against 422-524 us measured (weights hot to cold).
 ``calibrate`` measures a few batches (:mod:`narrowpipe.calibration.bmm_sweep`) and keeps what each
 item costs beyond its grid time (``bmm_item_time``: per-item loop and pointer set-up; 0 where the

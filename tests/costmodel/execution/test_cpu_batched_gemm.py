@@ -1,7 +1,7 @@
 """A batched fp32 GEMM on the CPU runs item by item at the grid's efficiency for the item's own
 shape, plus a measured per-item cost (hand values on a tiny grid), not at the batch's FLOPs and
-min(M, N) on the skinny curve; GPU targets keep the shared efficiency; the per-item cost is fitted
-from measured batches as what each item took beyond that."""
+min(M, N) on the skinny curve; a CPU target without a grid keeps that shared efficiency; the
+per-item cost is fitted from measured batches as what each item took beyond that."""
 
 from __future__ import annotations
 
@@ -10,20 +10,10 @@ import dataclasses
 import pytest
 
 import narrowpipe
-from narrowpipe.backends import get_target
 from narrowpipe.calibration.bmm_sweep import bmm_graph, fit_bmm_item_time
 from narrowpipe.calibration.sweeps import Measurement
 from narrowpipe.costmodel.execution.common import matmul_efficiency
-
-#: efficiency = 0.1 + 0.1*[M=100] + 0.2*[N=1000] + 0.4*[K=1000] (as test_cpu_gemm_grid.py's)
-GRID = tuple((m, n, k, 0.1 + 0.1 * (m == 100) + 0.2 * (n == 1000) + 0.4 * (k == 1000))
-             for m in (1, 100) for n in (10, 1000) for k in (10, 1000))
-
-
-def _cpu(**fields: object) -> narrowpipe.backends.Target:
-    epyc = get_target("epyc-9755")
-    sources = {**epyc.sources, **{k: "assumption: test" for k in fields}}
-    return dataclasses.replace(epyc, sources=sources, **fields)
+from tests.costmodel.execution.test_cpu_gemm_grid import GRID, _cpu  # efficiency 0.1 + 0.1*[M=100] + ...
 
 
 def _kernel(target, b, m, n, k):
