@@ -234,11 +234,12 @@ class CpuTarget(Target):
     #: to fetch back the host state (dispatcher and allocator state, code, page-table entries) that
     #: kernel evicted: measured by ``calibrate`` as a one-element add after an add of up to 128 MiB,
     #: beyond the dispatch. An eager whole-model prediction charges each kernel this times
-    #: ``eager_evicted_call_curve`` at the bytes the kernel before it moved, less this times
+    #: ``eager_evicted_call_curve`` at the distinct bytes touched since its op's previous kernel
+    #: (that one's included), less this times
     #: ``eager_evicted_call_self_curve`` at its own bytes (the part its hot-loop calibration, each
     #: call after the previous call's traffic, already paid). Absent: no such stall.
     eager_evicted_call_overhead: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
-    #: (bytes the previous kernel moved, fraction of ``eager_evicted_call_overhead`` stalled).
+    #: (bytes touched since the op last ran, fraction of ``eager_evicted_call_overhead`` stalled).
     eager_evicted_call_curve: tuple[tuple[float, float], ...] = spec_field("curve")
     #: (bytes a kernel moves, fraction of ``eager_evicted_call_overhead`` a hot loop of it includes).
     eager_evicted_call_self_curve: tuple[tuple[float, float], ...] = spec_field("curve")
@@ -259,6 +260,13 @@ class CpuTarget(Target):
     #: of M, N and K (the BLAS's blocking and packing costs depend on each dim, not only on the
     #: FLOPs). Plain GEMMs interpolate it in log space; absent: matmul_curve x matmul_skinny_curve.
     matmul_grid: tuple[tuple[int, int, int, float], ...] = spec_field("grid")
+    #: Seconds each item of a batched GEMM (``bmm``, a batched ``matmul``) costs beyond its own
+    #: GEMM at the grid's efficiency for the item's (M, N, K): the BLAS runs a batch as a loop of
+    #: small GEMMs in one call, so each item runs at its own shape's rate and the call's dispatch is
+    #: paid once. Measured by ``calibrate`` on batched GEMMs (the item's cold operand as the grid's
+    #: weights), never below zero. Absent: batched GEMMs take the grid alone, or, without a grid, the
+    #: FLOPs and skinny curves.
+    bmm_item_time: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
     #: Seconds per contiguous input row of a constant pad beyond its bytes (PyTorch fills the
     #: output, then copies the input into its interior one row at a time; measured by ``calibrate``
     #: at two row lengths). Absent: a pad is a copy.

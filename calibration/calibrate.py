@@ -23,6 +23,7 @@ from ..costmodel.execution import TimingOptions
 from ..costmodel.execution.common import matrix_rate
 from ..errors import NarrowpipeError
 from ..ir import DType
+from .bmm_sweep import with_bmm_item_time
 from .cold_calls import fit_cold_calls, stack_facts
 from .eager import eager_reference, fit_eager_overhead
 from .evicted_calls import fit_evicted_calls, fit_evicted_reads, read_operand_bytes
@@ -109,6 +110,7 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
                 "the same adds inline, per module call (calibrate)")
         target = dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
         target = _with_evicted_calls(_with_cold_calls(target, measurements), measurements)
+        target = with_bmm_item_time(target, measurements)
     out = Path(out)
     dump_target(target, out)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),

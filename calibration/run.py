@@ -1,6 +1,6 @@
 """Every sweep's cases measured together: what ``calibrate`` runs on a device.
 
-The cases of all sweeps (:mod:`.sweeps`, and on the CPU the GEMM grid, pads, depthwise layers,
+The cases of all sweeps (:mod:`.sweeps`, and on the CPU the GEMM grid and batched GEMMs, pads, depthwise layers,
 module calls, eager stacks and host calls after heavy traffic) are built first and then measured
 in interleaved rounds that span the whole run (:mod:`.rounds`), so each fitted term is the median
 over rounds minutes apart, not one burst of the machine's state.
@@ -40,6 +40,7 @@ def calibration_cases(device: str, quick: bool) -> list[Case]:
              *bandwidth_cases(device, QUICK_ELEMENTS if quick else ELEMENTS), *transcendental_cases(device),
              *conv_cases(device), *vector_op_cases(device)]
     if device == "cpu":
+        from .bmm_sweep import bmm_cases
         from .cold_calls import cold_call_cases
         from .depthwise_sweep import depthwise_cases
         from .eager import eager_case
@@ -51,7 +52,7 @@ def calibration_cases(device: str, quick: bool) -> list[Case]:
         cases += [*attention_cases(device), *fresh_page_cases(device), *pad_row_cases(device),
                   *depthwise_cases(device), *module_call_cases(), eager_case(), *cold_call_cases(),
                   *evicted_call_cases(cache_bytes(2))]
-        cases += [] if quick else gemm_grid_cases(pool)
+        cases += [] if quick else [*gemm_grid_cases(pool), *bmm_cases(pool)]
     return cases
 
 

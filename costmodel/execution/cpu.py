@@ -2,11 +2,12 @@
 bandwidth from DRAM or, for working sets that fit, the last-level cache, and a per-op dispatch
 overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion). A calibrated
 target's curves replace the fixed efficiencies: GEMM efficiency by shape from a measured (M, N, K)
-grid (:mod:`.gemm_grid`), else by FLOPs and by the smaller output side (skinny GEMMs), bandwidth
-by transfer size, transcendental rates per function. Each kernel also pays for the fresh pages of
-the large buffers it allocates (:mod:`.fresh_pages`), and in an eager run the host stall after the
-kernel before it moved more bytes than the caches hold (:mod:`.host_stalls`) and the stall of
-re-reading inputs that the traffic since their last touch evicted (:mod:`.reuse`).
+grid (:mod:`.gemm_grid`; a batched GEMM's items each at their own shape, :mod:`.batched_gemm`),
+else by FLOPs and by the smaller output side (skinny GEMMs), bandwidth by transfer size,
+transcendental rates per function. Each kernel also pays for the fresh pages of the large buffers
+it allocates (:mod:`.fresh_pages`), and in an eager run the host stall after the kernel before it
+moved more bytes than the caches hold (:mod:`.host_stalls`) and the stall of re-reading inputs that
+the traffic since their last touch evicted (:mod:`.reuse`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ...backends.defaults import (
 from ...ir import DType, Op
 from ..interpreter import CostTable
 from ..kernels import Kernel
+from .batched_gemm import batched_item_time, grid_item_efficiency
 from .common import (
     KernelTime,
     Rate,
@@ -39,8 +41,7 @@ from .common import (
 )
 from .fresh_pages import fresh_page_time
 from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
-from .gemm_grid import grid_efficiency
-from .host_stalls import evicted_call_time
+from .host_stalls import bytes_since_own_call, evicted_call_time
 from .program import DeviceGroup, Program, Schedule
 from .reuse import input_reuse, reuse_stall_time
 from .routing import kernel_time
@@ -137,10 +138,9 @@ class CpuModel(SequentialModel):
         if g.group_rows:   # eager grouped GEMM: one GEMM per reached expert, each at its own efficiency
             parts = [(2 * r * g.n * g.k, min(r, g.n)) for r in g.group_rows]
             return self._contraction(kernel, g.dtype, None, program, target, parts)
-        if target.matmul_grid and kernel.kind == "matmul" and g.batch == 1 and g.dtype is DType.FP32:
-            # a plain fp32 GEMM runs at the efficiency measured for its shape
-            eff = max(grid_efficiency(target.matmul_grid, g.m, g.n, g.k), MIN_MATMUL_EFFICIENCY)
-            return self._contraction(kernel, g.dtype, None, program, target, efficiency=eff)
+        if target.matmul_grid and kernel.kind == "matmul" and g.dtype is DType.FP32:
+            return self._contraction(kernel, g.dtype, None, program, target, efficiency=grid_item_efficiency(target, g),
+                                     extra_s=batched_item_time(target, g))
         return self._contraction(kernel, g.dtype, min(g.m, g.n), program, target)
 
     def depthwise(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
@@ -181,10 +181,11 @@ class CpuModel(SequentialModel):
 
     def _contraction(self, kernel: Kernel, dtype: DType, min_mn: int | None, program: Program,
                      target: CpuTarget, parts: list[tuple[int, int]] | None = None,
-                     efficiency: float | None = None) -> KernelTime:
+                     efficiency: float | None = None, extra_s: float = 0.0) -> KernelTime:
         """FLOPs at the matrix rate and the GEMM (or direct-convolution) efficiency, plus
-        transcendentals, against traffic from DRAM or the LLC. ``parts`` (FLOPs, smaller side) splits
-        a grouped GEMM into its experts' GEMMs; ``efficiency``, when given, is the GEMM's own."""
+        transcendentals and ``extra_s`` of compute, against traffic from DRAM or the LLC. ``parts``
+        (FLOPs, smaller side) splits a grouped GEMM into its experts' GEMMs; ``efficiency``, when
+        given, is the GEMM's own."""
         rate = self.matmul_rate(target, dtype, program.options)
         if efficiency is not None:
             compute = kernel.cost.flops / (rate.flops_per_s * efficiency)
@@ -195,7 +196,7 @@ class CpuModel(SequentialModel):
             if kernel.kind == "conv" and target.conv_curve:
                 eff = self.conv_efficiency(kernel, program.table, target)
             compute = kernel.cost.flops / (rate.flops_per_s * eff)
-        compute += transcendental_time(kernel, program.table, target)
+        compute += transcendental_time(kernel, program.table, target) + extra_s
         bw = self.bandwidth(target, kernel.cost.bytes)
         mem = memory_time(target, kernel.cost.bytes, bw)
         unit = "AMX" if rate.note == "AMX tiles" else "SIMD FMA"
@@ -247,23 +248,24 @@ def _with_module_calls(times: list[KernelTime], program: Program, target: CpuTar
 
 
 def _with_evicted_calls(times: list[KernelTime], program: Program, target: CpuTarget) -> list[KernelTime]:
-    """An eager run's kernels with the host stall after their predecessor's traffic in place of the
-    one their own calibration loop included (:func:`.host_stalls.evicted_call_time`), as host time;
-    a kernel's host time never goes below zero. The first launched kernel follows the caller, and
-    keeps its time."""
+    """An eager run's kernels with the host stall after the traffic since their op last ran in place
+    of the one their own calibration loop included (:func:`.host_stalls.evicted_call_time` at
+    :func:`.host_stalls.bytes_since_own_call`), as host time; a kernel's host time never goes below
+    zero. The first launched kernel follows the caller, and keeps its time."""
     if not (_eager(program) and target.eager_evicted_call_overhead):
         return times
     out = list(times)
-    previous: float | None = None
+    since = bytes_since_own_call(program.kernels, program.table, [t.time_s > 0.0 for t in times])
+    first = True
     for i, (kernel, kt) in enumerate(zip(program.kernels, times)):
         if kt.time_s <= 0.0:
             continue
-        if previous is not None:
-            overhead = max(0.0, kt.overhead_s + evicted_call_time(target, previous, kernel.cost.bytes))
+        if not first:
+            overhead = max(0.0, kt.overhead_s + evicted_call_time(target, since[i], kernel.cost.bytes))
             if overhead != kt.overhead_s:
                 out[i] = replace(kt, time_s=kt.time_s + overhead - kt.overhead_s, overhead_s=overhead,
                                  bound=bound_of(kt.compute_s, kt.memory_s, kt.comm_s, overhead))
-        previous = float(kernel.cost.bytes)
+        first = False
     return out
 
 

@@ -1,6 +1,7 @@
 """The CPU GEMM grid ``calibrate`` measures shares no dim with the validation's GEMMs, so the
 validation checks interpolation between measured shapes, as an unseen model's GEMMs would get."""
 
+from narrowpipe.calibration.bmm_sweep import BMM_SHAPES
 from narrowpipe.calibration.gemm_grid_sweep import GRID_M, GRID_NK
 
 #: calibration/validate.py's held-out per-op GEMMs (m, n, k)
@@ -10,6 +11,10 @@ HELD_OUT = [(100, 100, 100), (300, 500, 700), (1000, 200, 1000), (777, 777, 777)
 #: SmolLM2-135M, T5-small) and their row counts at 128 tokens (batch 1 and 8) or 197 patches
 MODEL_WIDTHS = {96, 192, 384, 512, 576, 768, 1536, 2048, 2304, 3072}
 MODEL_ROWS = {128, 1024, 197, 1576}
+#: calibration/validate.py's held-out per-op batched GEMMs (batch, m, n, k)
+HELD_OUT_BMM = [(12, 128, 128, 64), (48, 64, 64, 128), (8, 256, 64, 256)]
+#: the end-to-end models' attention head dims and Swin-T's window tokens
+MODEL_HEADS = {32, 64, 49}
 
 
 def test_no_held_out_gemm_is_a_grid_point():
@@ -20,3 +25,10 @@ def test_no_held_out_gemm_is_a_grid_point():
 def test_the_grid_avoids_the_validation_models_dims():
     assert not set(GRID_NK) & MODEL_WIDTHS
     assert not set(GRID_M) & MODEL_ROWS
+
+
+def test_the_calibrated_batches_share_no_dim_with_the_validation():
+    held_out = {d for shape in HELD_OUT_BMM for d in shape}
+    for shape in BMM_SHAPES:
+        assert not set(shape) & held_out, shape
+        assert not set(shape[1:]) & (MODEL_WIDTHS | MODEL_ROWS | MODEL_HEADS), shape
