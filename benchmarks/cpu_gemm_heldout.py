@@ -25,7 +25,7 @@ import torch  # noqa: E402
 
 from narrowpipe.calibration.calibrate import load_measurements  # noqa: E402
 from narrowpipe.calibration.fit import host_target  # noqa: E402
-from narrowpipe.calibration.gemm_grid_sweep import GRID_M, GRID_NK  # noqa: E402
+from narrowpipe.calibration.gemm_grid_sweep import GRID_M, GRID_N, GRID_NK  # noqa: E402
 from narrowpipe.calibration.host import describe_cpu  # noqa: E402
 from narrowpipe.calibration.validate import _measure_cold, _predict  # noqa: E402
 
@@ -33,12 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, env_header, environment  # noqa: E402
 
 #: (M, N, K): the validation's held-out GEMMs, then model layers (GPT-2/BERT/ViT at batch 1, Swin
-#: and ConvNeXt stages, MobileNet's classifier, decode GEMMs of other widths).
+#: and ConvNeXt stages, MobileNet's classifier, decode GEMMs of other widths; vocabulary projections:
+#: GPT-2's LM head at 128 tokens, T5-small's at decode batch 4, SmolLM2's at 8 x 128 tokens).
 HELD_OUT = ((100, 100, 100), (300, 500, 700), (1000, 200, 1000), (777, 777, 777), (1, 4096, 1024),
             (4, 1024, 4096), (64, 3072, 768), (512, 768, 3072), (1536, 1024, 256),
             (128, 2304, 768), (197, 768, 768), (197, 3072, 768), (197, 768, 3072), (96, 768, 3072),
             (49, 1536, 384), (196, 384, 1536), (784, 192, 768), (3136, 384, 96), (1, 1000, 1280),
-            (2, 1536, 576), (32, 512, 512), (256, 1536, 576), (1024, 2304, 768), (640, 1280, 320))
+            (2, 1536, 576), (32, 512, 512), (256, 1536, 576), (1024, 2304, 768), (640, 1280, 320),
+            (128, 50257, 768), (4, 32128, 512), (1024, 49152, 576))
 
 
 def main() -> int:
@@ -52,7 +54,7 @@ def main() -> int:
     else:
         from narrowpipe.calibration.run import run_all
         ms = run_all("cpu", quick=False)       # calibrate's sweeps, the GEMM grid among them
-    grid = {(m, n, k) for m in GRID_M for n in GRID_NK for k in GRID_NK}
+    grid = {(m, n, k) for m in GRID_M for n in GRID_N for k in GRID_NK}
     assert not grid & set(HELD_OUT), "a held-out shape is a grid point"
     host = describe_cpu(1)
     before = host_target(host, [m for m in ms if m.kind != "gemm_grid"], "before")
@@ -77,11 +79,12 @@ def main() -> int:
     med_a = statistics.median(abs(r["after_error"]) for r in rows)
     env = environment()
     out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps({"env": env, "grid_m": GRID_M, "grid_nk": GRID_NK, "rows": rows,
+    out.with_suffix(".json").write_text(json.dumps({"env": env, "grid_m": GRID_M, "grid_n": GRID_N, "grid_k": GRID_NK,
+                                                    "rows": rows,
                                                     "median_abs_before": med_b, "median_abs_after": med_a},
                                                    indent=2) + "\n")
     lines = [f"# Held-out GEMM shapes on the CPU ({env['date'][:10]})", "", env_header(env).rstrip(), "",
-             f"Grid `calibrate` measures: M in {GRID_M}, N and K in {GRID_NK} (fp32, weights cold). "
+             f"Grid `calibrate` measures: M in {GRID_M}, N in {GRID_N}, K in {GRID_NK} (fp32, weights cold). "
              "Before: square-GEMM curve x skinny curve (N = K = 2048). After: trilinear in log M, N, K over the grid.",
              "", f"Median |error|: before {med_b:.1%}, after {med_a:.1%}; max before "
              f"{max(abs(r['before_error']) for r in rows):.1%}, after {max(abs(r['after_error']) for r in rows):.1%}.",

@@ -31,12 +31,19 @@ from dataclasses import dataclass
 from .measurement import Case, Measurement
 from .timer import _cuda_samples, _one_torch_thread, calibration_quantile, quantile
 
-__all__ = ["Clocks", "round_order", "measure_in_rounds", "DEFAULT_ROUNDS", "QUICK_ROUNDS"]
+__all__ = ["Clocks", "round_order", "measure_in_rounds", "turn_stride", "DEFAULT_ROUNDS", "QUICK_ROUNDS",
+           "LONG_CALL_SECONDS", "LONG_CALL_TURNS"]
 
 #: Rounds of a full calibration (about 4 s each on the 1-thread Xeon VM; 9 rounds took 48 s in all)
 #: and of ``--quick``.
 DEFAULT_ROUNDS = 15
 QUICK_ROUNDS = 3
+#: A call at least this long (its last warm-up call) is a long case: a turn of it is one call that
+#: already averages over the machine's sub-second jitter, so it takes a turn in every few rounds only,
+#: ``LONG_CALL_TURNS`` turns in all, still spread over the whole run. Without this the wide GEMM grid
+#: points (a 1200x16000x3584 GEMM takes ~2 s on one core) would double a calibration's time.
+LONG_CALL_SECONDS = 0.25
+LONG_CALL_TURNS = 5
 
 
 def _faults() -> int | None:
@@ -76,6 +83,15 @@ def round_order(cases: Sequence[Case], r: int) -> list[int]:
     return order
 
 
+def turn_stride(rounds: int, call_seconds: float) -> int:
+    """Every how many rounds a case whose call lasts ``call_seconds`` takes a turn: 1 (every round)
+    unless it is a long case (:data:`LONG_CALL_SECONDS`), which takes ``LONG_CALL_TURNS`` turns over
+    the ``rounds`` (every round when there are no more rounds than that)."""
+    if call_seconds < LONG_CALL_SECONDS:
+        return 1
+    return max(1, rounds // LONG_CALL_TURNS)
+
+
 def measure_in_rounds(cases: Sequence[Case], rounds: int = DEFAULT_ROUNDS, *, device: str = "cpu",
                       clocks: Clocks | None = None, warmup: int = 2, thread_clock: bool | None = None,
                       progress: Callable[[str], None] | None = None) -> list[Measurement]:
@@ -83,13 +99,14 @@ def measure_in_rounds(cases: Sequence[Case], rounds: int = DEFAULT_ROUNDS, *, de
     quartile on wall-clock samples, :func:`.timer.calibration_quantile`), a turn's the median of its
     calls; ``rounds`` keeps each turn's seconds in order. Before the first round each case is called
     ``warmup`` times, which also sets how many calls its turns take (a case whose call outlasts a turn
-    takes one, with no warm-up call in its turns). A ``skip_faulted`` case's
+    takes one, with no warm-up call in its turns) and whether it is a long case that takes a turn only
+    every :func:`turn_stride` rounds (the rounds it skips offset case by case). A ``skip_faulted`` case's
     turns with page faults are left out when three or more are clean. ``thread_clock`` (default:
     on the CPU at one torch thread) times each call as the smaller of its wall and thread-CPU time."""
     clocks = clocks or Clocks()
     if thread_clock is None:
         thread_clock = device == "cpu" and _one_torch_thread()
-    calls = []
+    calls, strides = [], []
     for c in cases:
         last = 0.0
         for _ in range(max(warmup, 1)):
@@ -97,10 +114,13 @@ def measure_in_rounds(cases: Sequence[Case], rounds: int = DEFAULT_ROUNDS, *, de
             c.fn()
             last = clocks.wall() - w0
         calls.append(max(1, min(c.max_calls, math.ceil(c.min_seconds / max(last, 1e-7)))))
+        strides.append(turn_stride(rounds, last))
     every: list[list[float]] = [[] for _ in cases]
     clean: list[list[float]] = [[] for _ in cases]
     for r in range(rounds):
         for i in round_order(cases, r):
+            if (r + i) % strides[i]:
+                continue
             c = cases[i]
             fn = c.setup() if c.setup is not None else c.fn
             for _ in range(c.warmup if calls[i] > 1 else 0):     # a call as long as a turn warms nothing

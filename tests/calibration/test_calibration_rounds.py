@@ -153,3 +153,20 @@ def test_a_case_with_a_set_up_times_a_new_call_each_turn():
     _run(m, [case], rounds=4, warmup=1)
     assert made == ["copy0", "copy1", "copy2", "copy3"]             # one per turn
     assert [n for _, n in m.log] == ["first", *made]               # the warm-up call used fn, each turn its copy
+
+
+def test_a_long_case_takes_fewer_turns_spread_over_the_run():
+    """A call of half a second (a wide GEMM grid point) takes LONG_CALL_TURNS turns of the 15
+    rounds, every third round, while a short case takes all 15; both still span the run."""
+    from narrowpipe.calibration.rounds import LONG_CALL_SECONDS, LONG_CALL_TURNS, turn_stride
+    machine = FakeMachine(lambda name, r: 0.5 if name == "long" else 0.001 * (1 + r))
+    cases = [machine.case("long"), machine.case("short")]
+    out = _run(machine, cases, 15)
+    assert len(out[0].rounds) == LONG_CALL_TURNS == 5
+    assert len(out[1].rounds) == 15
+    long_calls = [t for t, name in machine.log if name == "long"][2:]      # after its two warm-up calls
+    assert len(long_calls) == 5
+    spans = machine.wall
+    assert long_calls[-1] - long_calls[0] > 0.5 * spans                  # spread over the run, not bunched
+    assert turn_stride(15, LONG_CALL_SECONDS / 2) == 1
+    assert turn_stride(3, 10.0) == 1                                     # a quick run keeps every turn
