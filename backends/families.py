@@ -267,6 +267,12 @@ class CpuTarget(Target):
     #: weights), never below zero. Absent: batched GEMMs take the grid alone, or, without a grid, the
     #: FLOPs and skinny curves.
     bmm_item_time: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    #: A GEMM whose output rows do not start on a ``ROW_ALIGN_BYTES`` boundary (N x item size not a
+    #: multiple of it: GPT-2's 50,257-wide LM head, RoBERTa's 50,265) runs its output tiles' loads and
+    #: stores across cache lines: points are (bytes of the GEMM's output, its efficiency as a fraction
+    #: of the grid's for the same shape), measured by ``calibrate`` on GEMMs one column wider than an
+    #: aligned twin. Absent: alignment is not modelled.
+    matmul_unaligned_curve: tuple[tuple[float, float], ...] = spec_field("curve")
     #: Seconds per contiguous input row of a constant pad beyond its bytes (PyTorch fills the
     #: output, then copies the input into its interior one row at a time; measured by ``calibrate``
     #: at two row lengths). Absent: a pad is a copy.

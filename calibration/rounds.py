@@ -113,6 +113,8 @@ def measure_in_rounds(cases: Sequence[Case], rounds: int = DEFAULT_ROUNDS, *, de
             w0 = clocks.wall()
             c.fn()
             last = clocks.wall() - w0
+            if last >= LONG_CALL_SECONDS:       # a call this long has warmed what it uses
+                break
         calls.append(max(1, min(c.max_calls, math.ceil(c.min_seconds / max(last, 1e-7)))))
         strides.append(turn_stride(rounds, last))
     every: list[list[float]] = [[] for _ in cases]

@@ -49,10 +49,11 @@ def calibration_cases(device: str, quick: bool) -> list[Case]:
         from .host import cache_bytes
         from .module_calls import module_call_cases
         from .pad_sweep import pad_row_cases
+        from .unaligned_sweep import unaligned_cases
         cases += [*attention_cases(device), *fresh_page_cases(device), *pad_row_cases(device),
                   *depthwise_cases(device), *module_call_cases(), eager_case(), *cold_call_cases(),
                   *evicted_call_cases(cache_bytes(2))]
-        cases += [] if quick else [*gemm_grid_cases(pool), *bmm_cases(pool)]
+        cases += [] if quick else [*gemm_grid_cases(pool), *bmm_cases(pool), *unaligned_cases(pool)]
     return cases
 
 

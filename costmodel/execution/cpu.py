@@ -2,7 +2,8 @@
 bandwidth from DRAM or, for working sets that fit, the last-level cache, and a per-op dispatch
 overhead (eager PyTorch runs one kernel per op, so the CPU default is no fusion). A calibrated
 target's curves replace the fixed efficiencies: GEMM efficiency by shape from a measured (M, N, K)
-grid (:mod:`.gemm_grid`; a batched GEMM's items each at their own shape, :mod:`.batched_gemm`),
+grid (:mod:`.gemm_grid`; a batched GEMM's items each at their own shape, :mod:`.batched_gemm`;
+an output whose rows are not aligned at the measured loss, :mod:`.unaligned_rows`),
 else by FLOPs and by the smaller output side (skinny GEMMs), bandwidth by transfer size,
 transcendental rates per function. Each kernel also pays for the fresh pages of the large buffers
 it allocates (:mod:`.fresh_pages`), and in an eager run the host stall after the kernel before it
@@ -46,6 +47,7 @@ from .program import DeviceGroup, Program, Schedule
 from .reuse import input_reuse, reuse_stall_time
 from .routing import kernel_time
 from .sequential import SequentialModel, one_device_schedule
+from .unaligned_rows import unaligned_factor
 from .vector import transcendental_time
 
 __all__ = ["CpuModel", "cold_call_time", "conv_factors"]
@@ -139,7 +141,8 @@ class CpuModel(SequentialModel):
             parts = [(2 * r * g.n * g.k, min(r, g.n)) for r in g.group_rows]
             return self._contraction(kernel, g.dtype, None, program, target, parts)
         if target.matmul_grid and kernel.kind == "matmul" and g.dtype is DType.FP32:
-            return self._contraction(kernel, g.dtype, None, program, target, efficiency=grid_item_efficiency(target, g),
+            eff = grid_item_efficiency(target, g) * unaligned_factor(target, g)
+            return self._contraction(kernel, g.dtype, None, program, target, efficiency=eff,
                                      extra_s=batched_item_time(target, g))
         return self._contraction(kernel, g.dtype, min(g.m, g.n), program, target)
 

@@ -164,8 +164,9 @@ def test_a_long_case_takes_fewer_turns_spread_over_the_run():
     out = _run(machine, cases, 15)
     assert len(out[0].rounds) == LONG_CALL_TURNS == 5
     assert len(out[1].rounds) == 15
-    long_calls = [t for t, name in machine.log if name == "long"][2:]      # after its two warm-up calls
-    assert len(long_calls) == 5
+    long_calls = [t for t, name in machine.log if name == "long"]
+    assert len(long_calls) == 1 + 5                                      # one warm-up call is enough
+    long_calls = long_calls[1:]
     spans = machine.wall
     assert long_calls[-1] - long_calls[0] > 0.5 * spans                  # spread over the run, not bunched
     assert turn_stride(15, LONG_CALL_SECONDS / 2) == 1

@@ -1,0 +1,42 @@
+"""GEMM outputs whose rows do not start on an aligned boundary, as a CPU BLAS runs them.
+
+A row-major M x N output has rows N x item-size bytes apart. When that is not a multiple of
+``ROW_ALIGN_BYTES``, every row after the first starts mid-vector, and the microkernel's loads and
+stores of its output tile straddle cache lines. Measured on the 2-core EPYC VM (one thread, torch
+2.13's fp32 ``linear``, ``benchmarks/results/cpu_unaligned_gemm.md``): 128 x N x 768 ran at 71-78
+GFLOP/s for N = 16000, 16008, 16016 and 16032, but 55-60 for N = 16001, 16002 and 16004, and GPT-2's
+LM head (N = 50,257) at 60 against 76 for N = 50,176 or 50,304; odd M or K changed nothing (A and B are
+packed before the microkernel reads them). The loss grows with the output's size: 1024 x 3073 x 768
+(12.6 MB of output) -22%, 128 x 3073 x 768 (1.6 MB) -4%, 16 x 16001 x 768 (1 MB) -6%. So
+``calibrate`` measures it as a curve over the output's bytes (``matmul_unaligned_curve``, from GEMMs
+one column wider than an aligned twin), and a GEMM on the grid whose rows are unaligned runs at the
+grid's efficiency times that curve.
+"""
+
+from __future__ import annotations
+
+from ...backends import CpuTarget
+from .common import interpolate
+from .gemm import Gemm
+
+__all__ = ["ROW_ALIGN_BYTES", "rows_aligned", "unaligned_factor"]
+
+#: The row alignment a CPU BLAS's output tiles need: 32 bytes (8 fp32 elements). Measured: N = 16004
+#: (16-byte rows) ran as slowly as N = 16001, N = 16008 (32-byte rows) as fast as N = 16000.
+ROW_ALIGN_BYTES = 32
+
+
+def rows_aligned(n: int, itemsize: int) -> bool:
+    """Whether every row of a row-major output ``n`` elements wide starts on a ``ROW_ALIGN_BYTES``
+    boundary (the allocator aligns the first)."""
+    return (n * itemsize) % ROW_ALIGN_BYTES == 0
+
+
+def unaligned_factor(target: CpuTarget, g: Gemm) -> float:
+    """What the grid's efficiency for ``g`` is multiplied by: 1 for aligned rows or a target that
+    did not measure the curve; else the curve at the bytes of one item's output."""
+    curve = target.matmul_unaligned_curve
+    itemsize = g.dtype.nbytes(1)
+    if not curve or rows_aligned(g.n, itemsize):
+        return 1.0
+    return interpolate(curve, float(g.m * g.n * itemsize), 1.0)
