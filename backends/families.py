@@ -100,6 +100,12 @@ class GpuTarget(Target):
     #: Weight-gradient kernels (a GEMM reducing over batch x positions, its partial sums combined
     #: in a workspace or with atomics) reach this fraction of the unit's GEMM plateau; absent: 1.
     conv_wgrad_efficiency: float | None = spec_field("fraction")
+    #: The library's strided data-gradient kernels on the vector units (stride > 1; cuDNN 6/7's fp32
+    #: dgrad kernels, which gather the output gradient at the taps landing on each input position and
+    #: test each tap against the stride) reach this fraction of the unit's GEMM plateau: DeepBench's
+    #: fp32 strided data gradients take a median 2.3x (P100), 1.7x (T4), 1.8x (V100) the time of the
+    #: same layer's forward, its stride-1 ones 1.0-1.1x. Absent: 1 (MIOpen's on MI25: 1.1x).
+    conv_dgrad_strided_efficiency: float | None = spec_field("fraction")
     #: The library's direct convolution on the vector units (MIOpen's ConvolutionFwdAlgoDirect and its
     #: backward kernels; on cuDNN, whose FWD_ALGO_DIRECT answers NOT_SUPPORTED, an assumption standing
     #: for its unpadded non-GEMM kernels): a loop over the filter taps per output,

@@ -349,6 +349,7 @@ def markdown(records: Sequence[dict[str, Any]], env: dict[str, Any], hosts: dict
             + md_table(["chip", *CLASSES], classes, "l")
             + kernel_residuals.markdown(records, summary, md_table, _pct)
             + vector + NOTES + kernel_notes_conv.ROUND5 + kernel_notes_conv.ROUND6 + kernel_notes_conv.ROUND7
+            + kernel_notes_conv.ROUND8
             + "\n## Sources\n\n" + ", ".join(f"{s} on {c}" for s, c in sources)
             + " (rows and what was left out: `benchmarks/data/README.md`)\n")
 

@@ -1,4 +1,4 @@
-"""The kernel-accuracy report's notes on rounds 5 to 7 (issue 12): the convolution rows of the DeepBench
+"""The kernel-accuracy report's notes on rounds 5 to 8 (issue 12): the convolution rows of the DeepBench
 chips, and their GEMMs' operand layouts. Kept apart from :mod:`kernel_accuracy` (a module stays under 400
 lines), appended to its notes."""
 
@@ -69,4 +69,32 @@ ROUND7 = """\
   52.7%), T4 14.3% / 44.8% -> 14.1% / 44.8% (GEMMs 9.7% / 22.2% -> 9.1% / 21.8%). Left: cuBLAS 10 runs
   skinny K-major GEMMs nearly at the M-major speed when K is a power of two and 1.2-1.9x slower at
   K = 1536-2816, which no mechanism here explains.
+"""
+
+ROUND8 = """\
+* **Round 8: cuDNN's strided data gradients** (P100, T4, V100 fp32; `conv_dgrad_strided_efficiency`).
+  Held out, the data gradients were predicted too fast (signed median P100 -25.9%, T4 fp32 -10.7%,
+  fp16 -14.1%, V100 fp32 -15.9%, fp16 -6.9%), the forward convolutions were not; split by stride,
+  the bias is the strided rows (P100 -38.8%, T4 fp32 -22.0%, V100 fp32 -30.5%; stride 1: -7.6%,
+  +5.9%, -8.2%). Measured against the same layer's forward (no model involved), DeepBench's fp32
+  strided data gradients take a median 2.3x (P100, cuDNN 6), 1.7x (T4) and 1.8x (V100, cuDNN 7.6)
+  the forward's time, its stride-1 ones 0.99-1.07x, and MIOpen's on MI25 1.1x (stride 1: 0.94x).
+  cuDNN's fp32 data-gradient kernels are cudnnFind's pick among BWD_DATA_ALGO_0/1 (FFT and Winograd
+  need stride 1); which kernel runs and why it is slower is not public, so the term is an assumption
+  with a fitted value: on the vector units the strided plan's GEMM (the zero fill as before) runs at
+  `conv_dgrad_strided_efficiency` of the plateau, fitted alone on the fit half with every other term
+  as committed (T4 0.75, P100 0.4; V100 copies T4, MI25 leaves it unset). Held out, data gradients
+  median / p90: P100 33.4% / 54.3% -> 15.1% / 54.3% (misses over 25%: 31 -> 25), T4 fp32 21.8% /
+  46.4% -> 17.3% / 46.4%, V100 fp32 19.0% / 47.4% -> 13.0% / 46.3% (33 -> 25); per chip P100 14.6% /
+  54.3% -> 13.8% / 54.3%, T4 14.1% / 44.8% -> 13.8% / 44.8%, V100 11.4% / 53.3% -> 11.0% / 53.3%.
+  Tried and not kept: the same plateau on the forced tensor-core BWD_DATA_ALGO_1 rows too (T4 0.5,
+  P100 0.4 fitted; T4's fp16 strided rows -24.7% -> +12.5% signed but V100's -2.0% -> +41.9%: T4 13.8%
+  / 46.5%, V100 11.4% / 53.8%), and one kernel over the input positions writing dx once instead of
+  the fill and the GEMM (T4 0.45 or 0.7, P100 0.4 fitted: held out no better, p90s up to 1.6 points
+  worse). What one plateau cannot follow: the strided rows' spread (P100's fp32 ratio to the forward
+  0.7-4.4x: its 5x5 stride-2 layers go from 16-41% fast to 41-106% slow and its 1x1 ones with 2048
+  output-gradient channels to 59-69% slow, while its c=32 5x10 ones stay 36-41% fast), the fp16 1x1 stride-2
+  rows with few channels (memory-bound in the model, 20-70% slow), the padded 1x1 stride-2 layer
+  (c=2048, pad 3) that T4 and V100 run in fp16 at 5-12x its forward's time, and the tensor-core
+  strided rows (T4 2.1x, V100 1.5x their forward).
 """

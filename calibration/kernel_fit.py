@@ -48,6 +48,7 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
         "gemm_min_tile": (8, 16, 32, 64, 128),
         "gemm_min_tile_fp32": (8, 16, 32, 64, 128),
         "conv_wgrad_efficiency": tuple(round(0.2 + 0.05 * i, 2) for i in range(17)),
+        "conv_dgrad_strided_efficiency": tuple(round(0.2 + 0.05 * i, 2) for i in range(17)),
         "conv_direct_efficiency": tuple(round(0.05 + 0.025 * i, 3) for i in range(15)),
         "conv_winograd_rxs_efficiency": tuple(round(0.3 + 0.025 * i, 3) for i in range(29)),
         "gemm_split_k_fill": (0.03125, 0.0625, 0.125, 0.25, 0.5, 1.0),
@@ -68,6 +69,7 @@ TERM_GRIDS: Mapping[str, Mapping[str, tuple[Any, ...]]] = {
 #: Library properties fitted only where the target already sets them (absent, the model runs
 #: without the mechanism: tiles shrink to the problem, weight gradients reach the GEMM plateau).
 OPTIONAL_TERMS = frozenset({"gemm_min_tile", "gemm_min_tile_fp32", "conv_wgrad_efficiency", "conv_direct_efficiency",
+                            "conv_dgrad_strided_efficiency",
                             "gemm_split_k_fill", "gemm_split_k_smallest_tile", "gemm_tile_feed_bandwidth",
                             "gemm_tile_feed_bandwidth_tf32", "conv_latency", "conv_min_tile",
                             "conv_winograd_rxs_efficiency", "gemm_k_major_read_efficiency_fp32"})

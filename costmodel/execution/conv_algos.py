@@ -45,6 +45,16 @@ cuDNN's strided path, which is not public, fills as well; with MIOpen's exceptio
 NVIDIA rows, T4's and V100's unpadded strided data gradients move further below their measured
 times, so the exception is not taken on evidence from AMD's library alone).
 
+cuDNN's strided data-gradient kernels on the CUDA cores run slower than its other kernels: DeepBench's
+fp32 strided data gradients take a median 2.3x (P100, cuDNN 6), 1.7x (T4) and 1.8x (V100, cuDNN 7.6)
+the time of the same layer's forward (10th-90th percentile 0.9-3.7x), its stride-1 data gradients
+1.0-1.1x, MIOpen's strided ones on MI25 1.1x. On the vector units the GEMM of that plan runs at the
+target's ``conv_dgrad_strided_efficiency`` of the plateau (assumption: the per-tap stride tests and
+predicated gathers of cuDNN's dgrad kernels, which are not public); the fill and the other plans
+(Winograd does not apply, the direct convolution has its own plateau) are not slowed. The forced
+tensor-core BWD_DATA_ALGO_1 rows keep the plain plan: T4's fp16 strided data gradients are 2.1x
+their forward, V100's 1.5x, and one value copied from T4 moves V100's past their times.
+
 A **forced algorithm** (node attribute ``forced_algo``, set only on measured rows whose benchmark
 harness forced one, :mod:`narrowpipe.calibration.harness_algos`) leaves the plan that algorithm is
 and no choice: DeepBench's tensor-core runs force cuDNN's IMPLICIT_PRECOMP_GEMM forward,
@@ -70,7 +80,7 @@ from .conv_miopen_gemm import miopen_1x1_stride2_gemm
 from .conv_winograd_rxs import rxs_gemm
 from .gemm import Gemm, conv_gemm
 
-__all__ = ["ConvPlan", "conv_plans", "WINOGRAD_FORMS", "FORCED_PLANS"]
+__all__ = ["ConvPlan", "conv_plans", "is_strided_data_gradient", "WINOGRAD_FORMS", "FORCED_PLANS"]
 
 #: (output tile m, filter r, fused) of the Winograd forms considered.
 WINOGRAD_FORMS: tuple[tuple[int, int, bool], ...] = ((2, 3, True), (4, 3, False), (2, 5, False))
@@ -186,6 +196,11 @@ def _winograd_wgrad(table: CostTable, node: Node, g: Gemm, r: int) -> list[ConvP
     return plans
 
 
+def is_strided_data_gradient(node: Node) -> bool:
+    """A convolution's data gradient with a stride above 1 on some axis."""
+    return node.attrs.get("role") == "grad_input" and any(int(s) > 1 for s in node.attrs.get("stride", (1,)))
+
+
 def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
                winograd_wgrad: bool = False, direct: bool = False,
                winograd_rxs: float | None = None, gemm_1x1_stride2: bool = False) -> list[ConvPlan]:
@@ -197,7 +212,7 @@ def conv_plans(table: CostTable, node: Node, *, k_step: int, winograd: bool,
     (:mod:`.conv_miopen_gemm`) instead of the implicit GEMM."""
     g = conv_gemm(table, node)
     a = node.attrs
-    if a.get("role") == "grad_input" and any(int(s) > 1 for s in a.get("stride", (1,))):
+    if is_strided_data_gradient(node):
         plans = [ConvPlan("strided data gradient: zero fill, then the GEMM", _channel_padded(g, node, table, k_step),
                           value_bytes(table, node.outputs[0]), 1)]
     else:

@@ -20,7 +20,8 @@
   row). Convolution kernels are
   the convolution library's own: they pay ``conv_latency`` and pad to ``conv_min_tile`` where the
   target sets them, and split K up to ``conv_max_split_k``; weight
-  gradients reach ``conv_wgrad_efficiency`` of the plateau (and may run as Winograd or, where the
+  gradients reach ``conv_wgrad_efficiency`` of the plateau, strided data gradients on the CUDA cores
+  ``conv_dgrad_strided_efficiency`` (both may run as Winograd or, where the
   target has ``conv_direct_efficiency``, as a direct convolution on the vector units,
   :mod:`.conv_algos`). A grouped GEMM (MoE experts) is one launch: one latency floor, waves over
   all its experts' tiles, one epilogue over its whole output. A weight-only quantized GEMM
@@ -68,7 +69,7 @@ from .common import (
     roofline,
     transcendental_rate,
 )
-from .conv_algos import ConvPlan, conv_plans
+from .conv_algos import ConvPlan, conv_plans, is_strided_data_gradient
 from .gemm import Gemm, attention_shape, is_depthwise
 from .program import Program
 from .sequential import SequentialModel
@@ -108,6 +109,10 @@ class GpuModel(SequentialModel):
                 int(target.conv_max_split_k or p.max_split_k)
             r = rate if not wgrad or target.conv_wgrad_efficiency is None or plan is not plans[0] else \
                 replace(rate, flops_per_s=rate.flops_per_s * target.conv_wgrad_efficiency)
+            # the library's strided data-gradient kernels on the CUDA cores reach their own plateau
+            if kernel.kind == "conv" and on_vector_units and plan is plans[0] \
+                    and target.conv_dgrad_strided_efficiency is not None and is_strided_data_gradient(kernel.anchor):
+                r = replace(rate, flops_per_s=rate.flops_per_s * target.conv_dgrad_strided_efficiency)
             gt = _direct_time(plan.gemm, reads, writes, rate, target, plan.efficiency) if plan.direct else \
                 _gemm_time(plan.gemm, reads, writes, r, target,
                            replace(p, max_split_k=split, split_fill=1.0 if wgrad else p.split_fill,

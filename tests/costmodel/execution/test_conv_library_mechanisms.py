@@ -1,6 +1,7 @@
 """Hand-computed checks of the convolution mechanisms of issue 12 round 3: the library's direct
-convolution on the vector units, the zero fill of a strided data gradient, and non-fused Winograd
-weight gradients running as ordinary batched GEMMs. Targets are catalog GPUs with flat efficiency
+convolution on the vector units, the zero fill of a strided data gradient (and, round 8, the plateau
+of cuDNN's strided fp32 data-gradient kernels), and non-fused Winograd weight gradients running as
+ordinary batched GEMMs. Targets are catalog GPUs with flat efficiency
 curves, so each term is a formula of the shape and the datasheet."""
 
 from __future__ import annotations
@@ -91,6 +92,31 @@ def test_a_strided_data_gradient_zero_fills_the_input_gradient_first():
     s1 = _kernel(_grad("grad_input", n, c, 14, k, 1), p100)
     assert "zero fill" not in s1.note
     assert s1.overhead_s == pytest.approx(p100.launch_overhead + p100.conv_latency)
+
+
+def test_a_strided_fp32_data_gradient_runs_at_the_strided_data_gradient_plateau():
+    """1x1 stride-2 dx on P100 in one 128x128x8 tile shape, 512 <- 1024 channels at 28x28: the GEMM
+    over the 16 x 14 x 14 output positions is 25 x 4 = 100 tiles, 2 waves on 56 SMs, each tile
+    2 x 128 x 128 x 1024 FLOPs at conv_dgrad_strided_efficiency (0.4) of the fp32 plateau; the zero
+    fill's bytes stall both pipes, as before. Stride 1 and tensor-core data gradients keep the plateau."""
+    n, c, hw, k = 16, 512, 28, 1024
+    dx = n * c * hw * hw * 4
+    g = _grad("grad_input", n, c, hw, k, 1, stride=2)
+    one_tile = {"tile_shapes": ((128, 128, 8),), "conv_direct_efficiency": None}
+    p100 = _flat("p100-pcie", conv_dgrad_strided_efficiency=0.4, **one_tile)
+    per_sm = P100_FP32 * p100.matmul_efficiency_fp32 / p100.sm_count
+    fill = dx / (p100.memory_bandwidth * p100.memory_efficiency)
+    t = _kernel(g, p100)
+    assert "zero fill" in t.note and t.bound == "compute"
+    assert t.compute_s == pytest.approx(2 * 2 * 128 * 128 * 1024 / (per_sm * 0.4) + fill, rel=1e-9)
+    plain = _kernel(g, _flat("p100-pcie", conv_dgrad_strided_efficiency=None, **one_tile))
+    assert plain.compute_s == pytest.approx(2 * 2 * 128 * 128 * 1024 / per_sm + fill, rel=1e-9)
+    s1 = _grad("grad_input", n, c, 14, k, 1)
+    assert _kernel(s1, p100).time_s == pytest.approx(
+        _kernel(s1, _flat("p100-pcie", conv_dgrad_strided_efficiency=None, **one_tile)).time_s, rel=1e-12)
+    g16 = _grad("grad_input", n, c, hw, k, 1, stride=2, dtype=DType.FP16)
+    assert _kernel(g16, _flat("t4", conv_dgrad_strided_efficiency=0.4)).time_s == pytest.approx(
+        _kernel(g16, _flat("t4", conv_dgrad_strided_efficiency=None)).time_s, rel=1e-12)
 
 
 def test_a_winograd_weight_gradient_is_not_slowed_by_the_weight_gradient_plateau():
