@@ -17,12 +17,13 @@ from narrowpipe.ir import DType, Graph, Op, TensorType
 from tests.graph_builders import gemm_graph
 
 HOST = Path(narrowpipe.__file__).parent / "benchmarks" / "results" / "host.toml"
-#: The CpuTarget fields wt-cpu3, wt-cpu4, wt-cpu5, wt-mbv2, wt-cpu6 and wt-cpu7 added (their values and
-#: their [sources] lines).
+#: The CpuTarget fields wt-cpu3, wt-cpu4, wt-cpu5, wt-mbv2, wt-cpu6, wt-cpu7 and the unaligned-rows
+#: change added (their values and their [sources] lines).
 NEW_FIELDS = ("eager_module_call_overhead", "matmul_grid", "pad_row_time", "depthwise_call_time",
               "depthwise_element_time", "depthwise_tap_time", "eager_cold_call_overhead", "eager_cold_call_curve",
               "pad_plane_time", "eager_evicted_call_overhead", "eager_evicted_call_curve",
-              "eager_evicted_call_self_curve", "evicted_read_bandwidth", "evicted_read_curve", "bmm_item_time")
+              "eager_evicted_call_self_curve", "evicted_read_bandwidth", "evicted_read_curve", "bmm_item_time",
+              "matmul_unaligned_curve")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,7 @@ def test_an_older_host_file_loads_without_the_new_terms(older):
     t = get_target(str(older))
     assert t.matmul_grid == () and t.eager_module_call_overhead is None and t.pad_row_time is None
     assert t.eager_evicted_call_overhead is None and t.evicted_read_bandwidth is None and t.bmm_item_time is None
+    assert t.matmul_unaligned_curve == ()
     assert (t.depthwise_call_time, t.depthwise_element_time, t.depthwise_tap_time) == (None, None, None)
 
 
