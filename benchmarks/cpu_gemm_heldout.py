@@ -86,8 +86,8 @@ def main() -> int:
                                                    indent=2) + "\n")
     lines = [f"# Held-out GEMM shapes on the CPU ({env['date'][:10]})", "", env_header(env).rstrip(), "",
              f"Grid `calibrate` measures: M in {GRID_M}, N in {GRID_N}, K in {GRID_NK} (fp32, weights cold). "
-             "Before: square-GEMM curve x skinny curve (N = K = 2048). After: trilinear in log M, N, K over the grid (and, for "
-             "unaligned output rows, the measured `matmul_unaligned_curve`).",
+             "Before: square-GEMM curve x skinny curve (N = K = 2048). After: trilinear in log M, N, K over the "
+             "grid (and, for unaligned output rows, the measured `matmul_unaligned_curve`).",
              "", f"Median |error|: before {med_b:.1%}, after {med_a:.1%}; max before "
              f"{max(abs(r['before_error']) for r in rows):.1%}, after {max(abs(r['after_error']) for r in rows):.1%}.",
              "", "| M x N x K | measured | before | after |", "|---|--:|--:|--:|"]

@@ -51,7 +51,7 @@ from narrowpipe.render.validation import plot_predicted_vs_measured  # noqa: E40
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, env_header, environment  # noqa: E402
 
-PREVIOUS = RESULTS / "cpu_validate_2026-12-04_2026.json"
+PREVIOUS = RESULTS / "cpu_validate_2026-12-06_before.json"
 MEDIAN_BAR, EACH_BAR, OPS_BAR = 0.10, 0.20, 0.20
 
 
