@@ -13,7 +13,8 @@ from ..costmodel.interpreter import op_cost
 from ..ir import DType, Op, TensorType
 from .measurement import Case, Measurement, bound
 
-__all__ = ["Measurement", "dispatch_cases", "matmul_cases", "bandwidth_cases", "conv_cases", "vector_op_cases",
+__all__ = ["Measurement", "dispatch_cases", "matmul_cases", "bandwidth_cases", "conv_cases", "after_elementwise",
+           "vector_op_cases",
            "attention_cases", "fresh_page_cases", "transcendental_cases", "ColdPool", "cold_copies", "call_next",
            "MATMUL_SQUARES", "QUICK_SQUARES"]
 
@@ -152,9 +153,16 @@ def call_next(make: Callable[[], Any], *args: Any) -> Any:
 
 
 def conv_cases(device: str = "cpu", turns: int = 1) -> list[Case]:
-    """Convolutions measured as a network runs them: one call per turn with no warm-up (oneDNN's
-    speed for one shape depends on what ran before it: a hot loop of one shape ran 10-50% faster
-    here than the same convolutions in turn), weights cold."""
+    """Convolutions measured as a network runs them: one call per turn with no warm-up, weights
+    cold, and on the CPU each right after an elementwise op wrote its input (the batch norm or
+    activation that precedes a convolution in a network), timing the convolution alone. oneDNN's
+    speed for one shape depends on what ran before it, and the calibration's turns used to run the
+    convolutions one after another, which a network never does: fitted that way, ResNet-50's
+    convolutions came out 11-29% slower than they ran in the network (2026-12-06, EPYC VM; +21% on
+    the Xeon VM), and after this change 13-15%, the network 3-4% (``benchmarks/results/
+    cpu_validate.md``). On single layers the effect depends on the shape and on the process's
+    history: ``benchmarks/cpu_conv_context.py`` found 5 of 8 calibrated shapes 3-33% slower right
+    after another convolution, 2 alike and one (48 -> 192, 1x1 at 64 px) 40% faster."""
     import torch
     cases = []
     f32 = DType.FP32
@@ -167,9 +175,30 @@ def conv_cases(device: str = "cpu", turns: int = 1) -> list[Case]:
         c = op_cost(Op.CONV, [TensorType(f32, (1, cin, px, px)), TensorType(f32, (cout, cin, k, k))],
                     [TensorType(f32, (1, cout, out, out))],
                     {"stride": (s, s), "padding": (k // 2, k // 2), "dilation": (1, 1), "groups": 1})
-        cases.append(Case("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes,
-                          bound(call_next, convs, x), warmup=0, max_calls=1, turns=turns))
+        if device == "cpu":
+            cases.append(Case("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes,
+                              after_elementwise(convs, x), warmup=0, max_calls=1, turns=turns, self_timed=True))
+        else:
+            cases.append(Case("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes,
+                              bound(call_next, convs, x), warmup=0, max_calls=1, turns=turns))
     return cases
+
+
+def after_elementwise(make: Callable[[], Any], x: Any) -> Callable[[], float]:
+    """A self-timed call: a ReLU (``clamp_min``) writes ``x``'s values into the input buffer (as
+    the op before a convolution in a network does), then the next of ``make``'s modules runs on it,
+    timed alone (:func:`.timer.timed_call`, thread clock at one torch thread)."""
+    import torch
+
+    from .timer import _one_torch_thread, timed_call
+    buffer = torch.empty_like(x)
+    thread_clock = _one_torch_thread()
+
+    def call() -> float:
+        torch.clamp_min(x, 0.0, out=buffer)
+        module = make()
+        return timed_call(lambda: module(buffer), thread_clock)
+    return call
 
 
 def vector_op_cases(device: str = "cpu") -> list[Case]:

@@ -171,3 +171,23 @@ def test_a_long_case_takes_fewer_turns_spread_over_the_run():
     assert long_calls[-1] - long_calls[0] > 0.5 * spans                  # spread over the run, not bunched
     assert turn_stride(15, LONG_CALL_SECONDS / 2) == 1
     assert turn_stride(3, 10.0) == 1                                     # a quick run keeps every turn
+
+
+def test_a_cpu_convolution_case_runs_right_after_an_elementwise_op_wrote_its_input():
+    """calibrate's CPU convolution turns: a ReLU writes the input buffer, then the next cold copy of
+    the module runs on that buffer, and only that call is timed (the case times itself)."""
+    import torch
+
+    from narrowpipe.calibration.sweeps import after_elementwise, conv_cases
+    x = torch.tensor([[-1.0, 2.0], [3.0, -4.0]])
+    seen = []
+
+    class Module:
+        def __call__(self, inp):
+            seen.append(inp.clone())
+            return inp
+
+    call = after_elementwise(lambda: Module(), x)
+    assert isinstance(call(), float)
+    assert torch.equal(seen[0], torch.tensor([[0.0, 2.0], [3.0, 0.0]]))
+    assert all(c.self_timed and c.warmup == 0 for c in conv_cases("cpu"))

@@ -1,0 +1,87 @@
+"""A convolution's time on this CPU after another convolution against after an elementwise op.
+
+    python benchmarks/cpu_conv_context.py        # ~30 s at one torch thread
+
+``calibrate`` times its convolutions (``calibration.sweeps.conv_cases``) the way a network runs
+them. In a network the op before a convolution is almost always elementwise (a batch norm, an
+activation, a residual add) writing the convolution's input; the calibration's turns used to run
+its convolutions one after another instead. This times each of calibrate's convolution shapes in
+interleaved rounds both ways, the input the same tensor, thread-CPU clock, median: right after a
+convolution of another of the shapes, and right after a ReLU wrote its input. Writes
+benchmarks/results/cpu_conv_context.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from narrowpipe.calibration.sweeps import CONV_SHAPES
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS, env_header, environment  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--out", default=str(RESULTS / "cpu_conv_context"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(1, cin, px, px, generator=g) for cin, _, _, _, px in CONV_SHAPES]
+    ws = [torch.randn(cout, cin, k, k, generator=g) for cin, cout, k, _, _ in CONV_SHAPES]
+    bufs = [torch.empty_like(x) for x in xs]
+
+    def conv(i: int, x: torch.Tensor) -> torch.Tensor:
+        _, _, k, s, _ = CONV_SHAPES[i]
+        return F.conv2d(x, ws[i], stride=s, padding=k // 2)
+
+    def timed(i: int, x: torch.Tensor) -> float:
+        t0 = time.thread_time()
+        conv(i, x)
+        return time.thread_time() - t0
+
+    n = len(CONV_SHAPES)
+    after_conv: list[list[float]] = [[] for _ in range(n)]
+    after_elementwise: list[list[float]] = [[] for _ in range(n)]
+    with torch.no_grad():
+        for i in range(n):
+            conv(i, xs[i])
+        for r in range(args.rounds):
+            for i in range(n):
+                other = (i + 1 + r % (n - 1)) % n                 # another shape, rotated
+                conv(other, xs[other])
+                after_conv[i].append(timed(i, xs[i]))
+                torch.clamp_min(xs[i], 0.0, out=bufs[i])
+                after_elementwise[i].append(timed(i, bufs[i]))
+    rows = []
+    for i, (cin, cout, k, s, px) in enumerate(CONV_SHAPES):
+        a, b = statistics.median(after_conv[i]), statistics.median(after_elementwise[i])
+        rows.append({"shape": [cin, cout, k, s, px], "after_conv_s": a, "after_elementwise_s": b, "ratio": a / b})
+    env = environment()
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps({"env": env, "rows": rows}, indent=2) + "\n")
+    lines = [f"# Convolutions after a convolution vs after an elementwise op ({env['date'][:10]})", "",
+             env_header(env).rstrip(), "",
+             f"calibrate's convolution shapes (Cin -> Cout, kernel, stride, input side, batch 1), {args.rounds} "
+             "interleaved rounds at one torch thread, thread-CPU clock, median.", "",
+             "| conv | after another conv | after an elementwise op | ratio |", "|---|--:|--:|--:|"]
+    for r in rows:
+        cin, cout, k, s, px = r["shape"]
+        lines.append(f"| {cin}->{cout} k{k} s{s} {px}px | {r['after_conv_s'] * 1e6:.0f} us | "
+                     f"{r['after_elementwise_s'] * 1e6:.0f} us | {r['ratio']:.2f} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
