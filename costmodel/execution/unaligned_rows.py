@@ -3,11 +3,11 @@
 A row-major M x N output has rows N x item-size bytes apart. When that is not a multiple of
 ``ROW_ALIGN_BYTES``, every row after the first starts mid-vector, and the microkernel's loads and
 stores of its output tile straddle cache lines. Measured on the 2-core EPYC VM (one thread, torch
-2.13's fp32 ``linear``, ``benchmarks/results/cpu_unaligned_gemm.md``): 128 x N x 768 ran at 71-78
-GFLOP/s for N = 16000, 16008, 16016 and 16032, but 55-60 for N = 16001, 16002 and 16004, and GPT-2's
-LM head (N = 50,257) at 60 against 76 for N = 50,176 or 50,304; odd M or K changed nothing (A and B are
-packed before the microkernel reads them). The loss grows with the output's size: 1024 x 3073 x 768
-(12.6 MB of output) -22%, 128 x 3073 x 768 (1.6 MB) -4%, 16 x 16001 x 768 (1 MB) -6%. So
+2.13's fp32 ``linear``, ``benchmarks/results/cpu_unaligned_gemm.md``): 128 x N x 768 ran at 69-74
+GFLOP/s for N = 16000, 16008 and 16016, but 55-66 for N = 16001, 16002 and 16004, and GPT-2's LM head
+(N = 50,257) at 56 against 74 for N = 50,304; odd M or K changed nothing (A and B are packed before
+the microkernel reads them). The loss grows with the output's size: 1024 x 3073 x 768 (12 MiB of
+output) -25%, 128 x 3073 x 768 (1.5 MiB) -13%, 16 x 16001 x 768 (1 MiB) none. So
 ``calibrate`` measures it as a curve over the output's bytes (``matmul_unaligned_curve``, from GEMMs
 one column wider than an aligned twin), and a GEMM on the grid whose rows are unaligned runs at the
 grid's efficiency times that curve.
@@ -21,8 +21,9 @@ from .gemm import Gemm
 
 __all__ = ["ROW_ALIGN_BYTES", "rows_aligned", "unaligned_factor"]
 
-#: The row alignment a CPU BLAS's output tiles need: 32 bytes (8 fp32 elements). Measured: N = 16004
-#: (16-byte rows) ran as slowly as N = 16001, N = 16008 (32-byte rows) as fast as N = 16000.
+#: The row alignment a CPU BLAS's output tiles need: 32 bytes (8 fp32 elements). Measured in two runs:
+#: N = 16004 (16-byte rows) ran with the unaligned widths (60-66 GFLOP/s), N = 16008 (32-byte rows)
+#: with the aligned ones (69-78).
 ROW_ALIGN_BYTES = 32
 
 
