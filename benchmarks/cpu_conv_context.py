@@ -14,7 +14,6 @@ benchmarks/results/cpu_conv_context.{md,json}.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ import torch.nn.functional as F
 from narrowpipe.calibration.sweeps import CONV_SHAPES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, env_header, environment  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
 
 
 def main() -> int:
@@ -68,18 +67,16 @@ def main() -> int:
         rows.append({"shape": [cin, cout, k, s, px], "after_conv_s": a, "after_elementwise_s": b, "ratio": a / b})
     env = environment()
     out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps({"env": env, "rows": rows}, indent=2) + "\n")
-    lines = [f"# Convolutions after a convolution vs after an elementwise op ({env['date'][:10]})", "",
-             env_header(env).rstrip(), "",
-             f"calibrate's convolution shapes (Cin -> Cout, kernel, stride, input side, batch 1), {args.rounds} "
-             "interleaved rounds at one torch thread, thread-CPU clock, median.", "",
-             "| conv | after another conv | after an elementwise op | ratio |", "|---|--:|--:|--:|"]
-    for r in rows:
-        cin, cout, k, s, px = r["shape"]
-        lines.append(f"| {cin}->{cout} k{k} s{s} {px}px | {r['after_conv_s'] * 1e6:.0f} us | "
-                     f"{r['after_elementwise_s'] * 1e6:.0f} us | {r['ratio']:.2f} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    table = md_table(["conv", "after another conv", "after an elementwise op", "ratio"],
+                     [(f"{cin}->{cout} k{k} s{s} {px}px", f"{r['after_conv_s'] * 1e6:.0f} us",
+                       f"{r['after_elementwise_s'] * 1e6:.0f} us", f"{r['ratio']:.2f}")
+                      for r in rows for cin, cout, k, s, px in [r["shape"]]], align="l")
+    page = (f"# Convolutions after a convolution vs after an elementwise op ({env['date'][:10]})\n\n"
+            f"{env_header(env).rstrip()}\n\ncalibrate's convolution shapes (Cin -> Cout, kernel, stride, input "
+            f"side, batch 1), {args.rounds} interleaved rounds at one torch thread, thread-CPU clock, median.\n\n"
+            + table)
+    write_results(out.parent, out.name, page, {"env": env, "rows": rows})
+    print(page)
     return 0
 
 

@@ -13,7 +13,6 @@ elements: N a multiple of 8 (32-byte output rows) or not, and odd M or K for con
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -24,7 +23,7 @@ import torch
 from narrowpipe.costmodel.execution.unaligned_rows import rows_aligned
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, env_header, environment  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
 
 #: (M, N, K); each group differs in one dim by a few elements
 SHAPES = ((128, 16000, 768), (128, 16001, 768), (128, 16002, 768), (128, 16004, 768), (128, 16008, 768),
@@ -58,17 +57,16 @@ def main() -> int:
                      "rows_aligned": rows_aligned(n, 4), "output_bytes": m * n * 4})
     env = environment()
     out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps({"env": env, "rows": rows}, indent=2) + "\n")
-    lines = [f"# fp32 GEMMs with aligned and unaligned output rows ({env['date'][:10]})", "",
-             env_header(env).rstrip(), "",
-             f"`torch.nn.functional.linear` at one thread, {args.rounds} interleaved rounds, thread-CPU "
-             "clock, median. Output rows are aligned when N x 4 bytes is a multiple of 32.", "",
-             "| M x N x K | output rows | output | time | GFLOP/s |", "|---|---|--:|--:|--:|"]
-    for r in rows:
-        lines.append(f"| {'x'.join(map(str, r['shape']))} | {'aligned' if r['rows_aligned'] else 'unaligned'} | "
-                     f"{r['output_bytes'] / 2**20:.1f} MiB | {r['seconds'] * 1e3:.2f} ms | {r['gflops']:.1f} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    table = md_table(["M x N x K", "output rows", "output", "time", "GFLOP/s"],
+                     [("x".join(map(str, r["shape"])), "aligned" if r["rows_aligned"] else "unaligned",
+                       f"{r['output_bytes'] / 2**20:.1f} MiB", f"{r['seconds'] * 1e3:.2f} ms", f"{r['gflops']:.1f}")
+                      for r in rows], align="ll")
+    page = (f"# fp32 GEMMs with aligned and unaligned output rows ({env['date'][:10]})\n\n"
+            f"{env_header(env).rstrip()}\n\n`torch.nn.functional.linear` at one thread, {args.rounds} interleaved "
+            "rounds, thread-CPU clock, median. Output rows are aligned when N x 4 bytes is a multiple of 32.\n\n"
+            + table)
+    write_results(out.parent, out.name, page, {"env": env, "rows": rows})
+    print(page)
     return 0
 
 
