@@ -95,6 +95,13 @@ def write_results(directory: Path, stem: str, markdown: str, data: dict[str, Any
     return md, js
 
 
+def publish(out: Path, page: str, data: dict[str, Any]) -> int:
+    """Write ``out``.md (``page``) and ``out``.json (``data``), print the page; a script's exit status."""
+    write_results(out.parent, out.name, page, data)
+    print(page)
+    return 0
+
+
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
     """A GitHub markdown table; ``align`` is one char per column ('l' or 'r', default right)."""
     align = align.ljust(len(header), "r")

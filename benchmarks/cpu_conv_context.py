@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from narrowpipe.calibration.sweeps import CONV_SHAPES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, publish  # noqa: E402
 
 
 def main() -> int:
@@ -75,9 +75,7 @@ def main() -> int:
             f"{env_header(env).rstrip()}\n\ncalibrate's convolution shapes (Cin -> Cout, kernel, stride, input "
             f"side, batch 1), {args.rounds} interleaved rounds at one torch thread, thread-CPU clock, median.\n\n"
             + table)
-    write_results(out.parent, out.name, page, {"env": env, "rows": rows})
-    print(page)
-    return 0
+    return publish(out, page, {"env": env, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import torch
 from narrowpipe.costmodel.execution.unaligned_rows import rows_aligned
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, publish  # noqa: E402
 
 #: (M, N, K); each group differs in one dim by a few elements
 SHAPES = ((128, 16000, 768), (128, 16001, 768), (128, 16002, 768), (128, 16004, 768), (128, 16008, 768),
@@ -65,9 +65,7 @@ def main() -> int:
             f"{env_header(env).rstrip()}\n\n`torch.nn.functional.linear` at one thread, {args.rounds} interleaved "
             "rounds, thread-CPU clock, median. Output rows are aligned when N x 4 bytes is a multiple of 32.\n\n"
             + table)
-    write_results(out.parent, out.name, page, {"env": env, "rows": rows})
-    print(page)
-    return 0
+    return publish(out, page, {"env": env, "rows": rows})
 
 
 if __name__ == "__main__":
