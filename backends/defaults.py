@@ -18,7 +18,7 @@ __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "
            "ATTENTION_QBLOCK_PROLOGUE", "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS",
            "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
            "MIN_MEMORY_EFFICIENCY", "SPLIT_K_PARTIAL_BYTES", "SKINNY_TILE_STEP", "FP32_EMULATION_PASSES",
-           "FP32_REDUCED_EMULATION_PASSES", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
+           "FP32_REDUCED_EMULATION_PASSES", "CPU_GEMM_ROW_ALIGN_BYTES", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
            "SERVING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT", "CPU_ATTENTION_KV_BLOCK"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
@@ -159,6 +159,13 @@ SPLIT_K_PARTIAL_BYTES: int = 4
 #: (the n=8 side of the smallest tensor-core MMA, mma.m16n8k16, PTX ISA): libraries run skinny
 #: GEMMs with narrow-tile or GEMV-like kernels rather than padding N=8 to a 128-wide tile.
 SKINNY_TILE_STEP: int = 8
+
+#: The row alignment a CPU BLAS's GEMM output tiles need: 32 bytes (8 fp32 elements); rows N x item
+#: size bytes apart that are not a multiple of it straddle cache lines. Measured on the 2-core EPYC VM
+#: in two runs (benchmarks/results/cpu_unaligned_gemm.md): N = 16004 (16-byte rows) ran with the
+#: unaligned widths (60-66 GFLOP/s at 128 x N x 768), N = 16008 (32-byte rows) with the aligned ones
+#: (69-78). How much it costs is measured per host (``matmul_unaligned_curve``).
+CPU_GEMM_ROW_ALIGN_BYTES: int = 32
 
 # -- power by utilization (costmodel/power.py) ---------------------------------------------------
 

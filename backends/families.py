@@ -273,7 +273,7 @@ class CpuTarget(Target):
     #: weights), never below zero. Absent: batched GEMMs take the grid alone, or, without a grid, the
     #: FLOPs and skinny curves.
     bmm_item_time: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
-    #: A GEMM whose output rows do not start on a ``ROW_ALIGN_BYTES`` boundary (N x item size not a
+    #: A GEMM whose output rows do not start on a ``CPU_GEMM_ROW_ALIGN_BYTES`` boundary (N x item size not a
     #: multiple of it: GPT-2's 50,257-wide LM head, RoBERTa's 50,265) runs its output tiles' loads and
     #: stores across cache lines: points are (bytes of the GEMM's output, its efficiency as a fraction
     #: of the grid's for the same shape), measured by ``calibrate`` on GEMMs one column wider than an

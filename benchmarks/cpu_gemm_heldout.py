@@ -27,7 +27,6 @@ from narrowpipe.calibration.calibrate import load_measurements  # noqa: E402
 from narrowpipe.calibration.fit import host_target  # noqa: E402
 from narrowpipe.calibration.gemm_grid_sweep import GRID_M, GRID_N, GRID_NK  # noqa: E402
 from narrowpipe.calibration.host import describe_cpu  # noqa: E402
-from narrowpipe.calibration.unaligned_sweep import with_unaligned_curve  # noqa: E402
 from narrowpipe.calibration.validate import _measure_cold, _predict  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,7 +58,7 @@ def main() -> int:
     assert not grid & set(HELD_OUT), "a held-out shape is a grid point"
     host = describe_cpu(1)
     before = host_target(host, [m for m in ms if m.kind != "gemm_grid"], "before")
-    after = with_unaligned_curve(host_target(host, ms, "after"), ms)
+    after = host_target(host, ms, "after")
     assert after.matmul_grid, "the measurements hold no full GEMM grid"
     rows = []
     for m, n, k in HELD_OUT:

@@ -33,7 +33,6 @@ from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cas
 from .kernel_measurements import read_kernel_measurements
 from .measurement import Measurement
 from .run import run_all
-from .unaligned_sweep import with_unaligned_curve
 from .vector_measurements import VECTOR_KINDS
 
 __all__ = ["calibrate", "measurements_path", "load_measurements", "CUDA_TARGETS", "cuda_target_name"]
@@ -112,8 +111,6 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         target = dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
         target = _with_evicted_calls(_with_cold_calls(target, measurements), measurements)
         target = with_bmm_item_time(target, measurements)
-    if isinstance(target, CpuTarget):
-        target = with_unaligned_curve(target, measurements)
     out = Path(out)
     dump_target(target, out)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),

@@ -39,6 +39,7 @@ from .host import HostCpu
 from .pad_sweep import pad_plane_time, pad_row_time
 from .robust import check_gemm_plateau, monotone, plausible_rates, robust_median
 from .sweeps import Measurement
+from .unaligned_sweep import fit_unaligned_curve, unaligned_source
 
 __all__ = ["fit_curves", "host_target", "apply_measurements", "Curves", "fresh_page_bandwidth"]
 
@@ -255,6 +256,10 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
     if c.gemm_grid:
         extra["matmul_grid"] = c.gemm_grid
         sources["matmul_grid"] = "measured: fp32 GEMMs over a grid of M, N and K, weights cold (calibrate)"
+    unaligned = fit_unaligned_curve(measurements)
+    if unaligned:
+        extra["matmul_unaligned_curve"] = unaligned
+        sources["matmul_unaligned_curve"] = unaligned_source(measurements, unaligned)
     if c.attention_curve:
         extra["attention_curve"] = c.attention_curve
         sources["attention_curve"] = "measured: scaled_dot_product_attention by key length (calibrate)"

@@ -175,12 +175,10 @@ def conv_cases(device: str = "cpu", turns: int = 1) -> list[Case]:
         c = op_cost(Op.CONV, [TensorType(f32, (1, cin, px, px)), TensorType(f32, (cout, cin, k, k))],
                     [TensorType(f32, (1, cout, out, out))],
                     {"stride": (s, s), "padding": (k // 2, k // 2), "dilation": (1, 1), "groups": 1})
-        if device == "cpu":
-            cases.append(Case("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes,
-                              after_elementwise(convs, x), warmup=0, max_calls=1, turns=turns, self_timed=True))
-        else:
-            cases.append(Case("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes,
-                              bound(call_next, convs, x), warmup=0, max_calls=1, turns=turns))
+        on_cpu = device == "cpu"
+        call = after_elementwise(convs, x) if on_cpu else bound(call_next, convs, x)
+        cases.append(Case("conv", "fp32", (cin, cout, k, s, px), c.flops, c.bytes, call, warmup=0, max_calls=1,
+                          turns=turns, self_timed=on_cpu))
     return cases
 
 

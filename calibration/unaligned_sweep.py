@@ -9,16 +9,17 @@ so each round measures them side by side. None of the widths is a validation mod
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 
-from ..backends import CpuTarget
 from ..costmodel.execution.unaligned_rows import rows_aligned
+from ..ir import DType
 from .measurement import Case, Measurement
 from .sweeps import ColdPool, gemm_case
 
 __all__ = ["UNALIGNED_M", "UNALIGNED_K", "UNALIGNED_N", "unaligned_cases", "fit_unaligned_curve",
-           "with_unaligned_curve"]
+           "unaligned_source"]
+
+_FP32 = DType.FP32.nbytes(1)
 
 UNALIGNED_M = 160
 UNALIGNED_K = 1280
@@ -31,7 +32,7 @@ def unaligned_cases(pool: ColdPool, m: int = UNALIGNED_M, k: int = UNALIGNED_K,
     """Kind ``gemm_unaligned``: ``torch.mm`` at (m, n, k) and (m, n + 1, k) for each n."""
     cases = []
     for n in ns:
-        assert rows_aligned(n, 4) and not rows_aligned(n + 1, 4), n
+        assert rows_aligned(n, _FP32) and not rows_aligned(n + 1, _FP32), n
         for width in (n, n + 1):
             cases.append(gemm_case("gemm_unaligned", "fp32", m, width, k, pool))
     return cases
@@ -44,23 +45,17 @@ def fit_unaligned_curve(measurements: list[Measurement]) -> tuple[tuple[float, f
     by_shape = {m.shape: m for m in measurements if m.kind == "gemm_unaligned" and m.seconds > 0}
     points = []
     for (m, n, k), aligned in sorted(by_shape.items()):
-        if not rows_aligned(n, 4) or (m, n + 1, k) not in by_shape:
+        if not rows_aligned(n, _FP32) or (m, n + 1, k) not in by_shape:
             continue
         wide = by_shape[(m, n + 1, k)]
         ratio = (wide.flops / wide.seconds) / (aligned.flops / aligned.seconds)
-        points.append((float(m * (n + 1) * 4), round(min(ratio, 1.0), 4)))
+        points.append((float(m * (n + 1) * _FP32), round(min(ratio, 1.0), 4)))
     return tuple(sorted(points))
 
 
-def with_unaligned_curve(target: CpuTarget, measurements: list[Measurement]) -> CpuTarget:
-    """``target`` with ``matmul_unaligned_curve`` where its pairs were measured."""
-    curve = fit_unaligned_curve(measurements)
-    if not curve:
-        return target
-    pairs = [m for m in measurements if m.kind == "gemm_unaligned"]
-    shapes = ", ".join(sorted({"x".join(map(str, m.shape)) for m in pairs}, key=lambda s: int(s.split("x")[1])))
-    ratios = statistics.median(r for _, r in curve)
-    return dataclasses.replace(target, matmul_unaligned_curve=curve, sources={
-        **target.sources, "matmul_unaligned_curve": (
-            f"measured: fp32 torch.mm at {shapes} (M x N x K), weights cold, each N + 1 GEMM's rate over its "
-            f"aligned twin's, by the bytes of its output (median ratio {ratios:.2f}; calibrate)")})
+def unaligned_source(measurements: list[Measurement], curve: tuple[tuple[float, float], ...]) -> str:
+    """The ``[sources]`` line of a fitted ``matmul_unaligned_curve``: the shapes it came from."""
+    shapes = sorted({m.shape for m in measurements if m.kind == "gemm_unaligned"}, key=lambda s: s[1])
+    return (f"measured: fp32 torch.mm at {', '.join('x'.join(map(str, s)) for s in shapes)} (M x N x K), weights "
+            f"cold, each N + 1 GEMM's rate over its aligned twin's, by the bytes of its output (median ratio "
+            f"{statistics.median(r for _, r in curve):.2f}; calibrate)")

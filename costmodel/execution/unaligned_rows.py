@@ -1,7 +1,7 @@
 """GEMM outputs whose rows do not start on an aligned boundary, as a CPU BLAS runs them.
 
 A row-major M x N output has rows N x item-size bytes apart. When that is not a multiple of
-``ROW_ALIGN_BYTES``, every row after the first starts mid-vector, and the microkernel's loads and
+``CPU_GEMM_ROW_ALIGN_BYTES`` (32), every row after the first starts mid-vector, and the microkernel's loads and
 stores of its output tile straddle cache lines. Measured on the 2-core EPYC VM (one thread, torch
 2.13's fp32 ``linear``, ``benchmarks/results/cpu_unaligned_gemm.md``): 128 x N x 768 ran at 69-74
 GFLOP/s for N = 16000, 16008 and 16016, but 55-66 for N = 16001, 16002 and 16004, and GPT-2's LM head
@@ -16,21 +16,17 @@ grid's efficiency times that curve.
 from __future__ import annotations
 
 from ...backends import CpuTarget
+from ...backends.defaults import CPU_GEMM_ROW_ALIGN_BYTES
 from .common import interpolate
 from .gemm import Gemm
 
-__all__ = ["ROW_ALIGN_BYTES", "rows_aligned", "unaligned_factor"]
-
-#: The row alignment a CPU BLAS's output tiles need: 32 bytes (8 fp32 elements). Measured in two runs:
-#: N = 16004 (16-byte rows) ran with the unaligned widths (60-66 GFLOP/s), N = 16008 (32-byte rows)
-#: with the aligned ones (69-78).
-ROW_ALIGN_BYTES = 32
+__all__ = ["rows_aligned", "unaligned_factor"]
 
 
 def rows_aligned(n: int, itemsize: int) -> bool:
-    """Whether every row of a row-major output ``n`` elements wide starts on a ``ROW_ALIGN_BYTES``
+    """Whether every row of a row-major output ``n`` elements wide starts on a ``CPU_GEMM_ROW_ALIGN_BYTES``
     boundary (the allocator aligns the first)."""
-    return (n * itemsize) % ROW_ALIGN_BYTES == 0
+    return (n * itemsize) % CPU_GEMM_ROW_ALIGN_BYTES == 0
 
 
 def unaligned_factor(target: CpuTarget, g: Gemm) -> float:
