@@ -33,7 +33,7 @@ import math
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,6 +93,15 @@ def features(record: Mapping[str, Any], with_model: bool) -> list[float]:
     return head + dims + tail
 
 
+def gemm_output_features(record: Mapping[str, Any], with_model: bool = False) -> list[float]:
+    """A GEMM as only its depth and its output: kind, dtype and layout (categorical), log2 K and
+    log2 b x M x N. Where M and N are multiples of every tile side, the tile count and so a
+    tile-based schedule's time depend on the shape through these two alone; skinny GEMMs pad."""
+    s = shape_of(record)
+    return [0.0, float(DTYPES.index(record["dtype"])), float(LAYOUTS.index(record.get("layout") or "")),
+            _log2(s["k"]), _log2(s["b"] * s["m"] * s["n"])]
+
+
 @dataclass(frozen=True)
 class LearnerResult:
     """A learner's held-out errors and the settings cross-validation chose for it."""
@@ -107,12 +116,13 @@ def _model(settings: Mapping[str, Any]) -> HistGradientBoostingRegressor:
 
 
 def learn(fit: Sequence[Mapping[str, Any]], held: Sequence[Mapping[str, Any]], with_model: bool,
-          settings: Sequence[Mapping[str, Any]] = SETTINGS, folds: int = 5) -> LearnerResult:
+          settings: Sequence[Mapping[str, Any]] = SETTINGS, folds: int = 5,
+          featurize: Callable[[Mapping[str, Any], bool], list[float]] = features) -> LearnerResult:
     """Choose settings by ``folds``-fold cross-validation on ``fit`` (the kernel fit's score), refit
     on all of ``fit``, and return the errors on ``held`` (predicted / measured - 1). With
     ``with_model`` the learner fits the log ratio measured / narrowpipe, so it starts from narrowpipe's
     prediction and learns the correction."""
-    x = np.array([features(r, with_model) for r in fit])
+    x = np.array([featurize(r, with_model) for r in fit])
     y = np.log(np.array([r["measured_s"] for r in fit]))
     base = x[:, -1] if with_model else np.zeros(len(fit))
     best: tuple[float, Mapping[str, Any]] | None = None
@@ -126,7 +136,7 @@ def learn(fit: Sequence[Mapping[str, Any]], held: Sequence[Mapping[str, Any]], w
             best = (sc, s)
     assert best is not None
     model = _model(best[1]).fit(x, y - base)
-    xh = np.array([features(r, with_model) for r in held])
+    xh = np.array([featurize(r, with_model) for r in held])
     predicted = model.predict(xh) + (xh[:, -1] if with_model else 0.0)
     errors = [float(math.exp(p) / r["measured_s"] - 1) for p, r in zip(predicted, held)]
     return LearnerResult(errors, dict(best[1]), float(best[0]))
@@ -172,6 +182,15 @@ def run(records: Sequence[Mapping[str, Any]], settings: Sequence[Mapping[str, An
                 entry[name] = {**_stats(res.errors), "settings": res.settings, "cv_score": res.cv_score}
             log(f"  {chip}: narrowpipe {_cell(entry['narrowpipe'])}, learner {_cell(entry['learner_shape'])}, "
                 f"learner with narrowpipe {_cell(entry['learner_shape_narrowpipe'])}")
+        gfit = [r for r in fit if r["kind"] == "gemm"]
+        gheld = [r for r in held if r["kind"] == "gemm"]
+        if len(gfit) >= MIN_FIT_ROWS and gheld:
+            entry["gemm_narrowpipe"] = _stats([r["error"] for r in gheld])
+            for name, fn in (("gemm_learner_shape", features), ("gemm_learner_k_output", gemm_output_features)):
+                res = learn(gfit, gheld, False, settings, featurize=fn)
+                entry[name] = {**_stats(res.errors), "settings": res.settings, "cv_score": res.cv_score}
+            log(f"  {chip} GEMMs: narrowpipe {_cell(entry['gemm_narrowpipe'])}, learner on every dim "
+                f"{_cell(entry['gemm_learner_shape'])}, on K and b x M x N {_cell(entry['gemm_learner_k_output'])}")
         chips[chip] = entry
     return chips
 
@@ -184,6 +203,8 @@ def markdown(chips: Mapping[str, Any], spread: Mapping[str, Sequence[float]], en
         learners = [_cell(e[k]) if k in e else f"- (fit rows: {e['fit_rows']})"
                     for k in ("learner_shape", "learner_shape_narrowpipe")]
         rows.append([chip, e["fit_rows"], e["held_out_rows"], _cell(e["narrowpipe"]), *learners])
+    gemm_rows = [[chip, e["gemm_narrowpipe"]["n"], _cell(e["gemm_narrowpipe"]), _cell(e["gemm_learner_shape"]),
+                  _cell(e["gemm_learner_k_output"])] for chip, e in chips.items() if "gemm_narrowpipe" in e]
     spreads = [[chip, len(v), f"{100 * statistics.median(v):.1f}%", f"{100 * max(v):.1f}%",
                 sum(x > ka.P90_BAR for x in v)] for chip, v in sorted(spread.items())]
     return ("# Kernel benchmark: what a learner trained on the fit half reaches on the held-out half\n\n"
@@ -195,6 +216,15 @@ def markdown(chips: Mapping[str, Any], spread: Mapping[str, Sequence[float]], en
             "correction to it. Same split and rows as `kernel_accuracy.py` (GEMMs and convolutions).\n\n"
             + md_table(["chip", "fit rows", "held-out rows", "narrowpipe", "learner (shape)",
                         "learner (shape + narrowpipe)"], rows, "l")
+            + "\n## GEMMs alone: every dim against K and b x M x N only\n\n"
+            "The same learner on the GEMM rows only, given every dim (b, M, N, K, layout, dtype) or only the "
+            "depth K and the output size b x M x N (with layout and dtype). On XLA's table every dim is a power "
+            "of two of at least 256, so every tile of up to 256 divides M and N, and the tile count is b x M x N "
+            "over the tile area whatever the aspect: the two numbers then carry the tiling, and a schedule that "
+            "spreads the work evenly (Stream-K) and one in waves of tiles both depend on them alone. DeepBench's "
+            "GEMMs are skinny (M or N down to 8): their aspect matters.\n\n"
+            + md_table(["chip", "held-out GEMMs", "narrowpipe", "learner (every dim)", "learner (K, b x M x N)"],
+                       gemm_rows, "l")
             + "\n## Repeated measurements of one problem\n\n"
             "Problems a source measured more than once on one chip (same kind, dtype, shape and layout): "
             "the spread between the measurements (slowest / fastest - 1).\n\n"

@@ -82,3 +82,12 @@ def test_repeat_spread_compares_only_the_same_problem():
             for t in (1.0, 1.5)]
     rows.append({**rows[0], "layout": "TN", "measured_s": 9.0})
     assert kl.repeat_spread(rows) == {"x": [pytest.approx(0.5)]}
+
+
+def test_the_output_features_keep_only_depth_and_output_size():
+    """Two GEMMs of the same K and b x M x N look the same to the two-number learner, and differ to
+    the learner that reads every dim."""
+    a = {"kind": "gemm", "dtype": "bf16", "shape": "b=1 m=4096 n=256 k=1024", "layout": "", "predicted_s": 1e-5}
+    b = {**a, "shape": "b=4 m=256 n=1024 k=1024"}
+    assert kl.gemm_output_features(a) == kl.gemm_output_features(b) == [0.0, 3.0, 0.0, 10.0, 20.0]
+    assert kl.features(a, False) != kl.features(b, False)
