@@ -17,10 +17,12 @@ chosen by 5-fold cross-validation on the fit half only, with the score that ``ca
 Where even the learner misses the bar, the bar is beyond what this data lets any per-shape model
 reach. Where the learner meets it, the gap is narrowpipe's.
 
-The second table asks whether the misses could be measurement noise. It lists the spread between
+A second table repeats the learner on the GEMM rows alone, once on every dim and once on only K and
+b x M x N, which says how much a GEMM's aspect matters beyond its depth and output size. The third
+table asks whether the misses could be measurement noise. It lists the spread between
 repeated measurements of one problem (same chip, kind, dtype, shape and layout) in the sources.
 
-    python benchmarks/kernel_learnability.py          # ~4 min on one core; results/kernel_learnability.*
+    python benchmarks/kernel_learnability.py          # ~6 min on one core; results/kernel_learnability.*
 
 narrowpipe's predictions are the committed catalog's (``kernel_accuracy.py --no-fit``): their fitted
 terms saw the fit half only.
@@ -166,7 +168,8 @@ def _cell(s: Mapping[str, float]) -> str:
 
 def run(records: Sequence[Mapping[str, Any]], settings: Sequence[Mapping[str, Any]] = SETTINGS,
         log: Any = print) -> dict[str, Any]:
-    """Per chip with enough fit rows: narrowpipe's held-out errors and both learners'."""
+    """Per chip with enough fit rows: narrowpipe's held-out errors and both learners'; on the GEMM rows
+    alone, the learner on every dim and the one on K and b x M x N only."""
     by_chip: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in records:
         by_chip[r["chip"]].append(r)
