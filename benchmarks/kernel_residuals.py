@@ -19,7 +19,7 @@ from typing import Any
 #: Chip families the bars are also read per (vendor and execution-model family of the target).
 FAMILY_OF = {"b200": "NVIDIA GPUs", "h100-sxm": "NVIDIA GPUs", "v100-sxm2": "NVIDIA GPUs", "t4": "NVIDIA GPUs",
              "p100-pcie": "NVIDIA GPUs", "mi25": "AMD GPUs", "mi300x": "AMD GPUs", "mi355x": "AMD GPUs",
-             "tpu-v5e": "TPUs", "tpu-v6e": "TPUs"}
+             "tpu-v5e": "TPUs", "tpu-v6e": "TPUs", "tpu-v7-tensorcore": "TPUs"}
 #: A held-out row counts as a miss beyond this |error| (the 90th-percentile bar).
 MISS = 0.25
 

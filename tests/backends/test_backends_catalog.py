@@ -24,7 +24,8 @@ from narrowpipe.errors import TargetSpecError, UnknownTargetError
 REQUIRED_TARGETS = {
     "a100-sxm-80gb": "gpu", "h100-sxm": "gpu", "h100-pcie": "gpu", "h200": "gpu", "b200": "gpu",
     "gb200": "gpu", "mi300x": "gpu", "mi355x": "gpu", "tpu-v4": "tpu", "tpu-v5e": "tpu",
-    "tpu-v5p": "tpu", "tpu-v6e": "tpu", "tpu-v7": "tpu", "trainium2": "tpu", "gaudi3": "tpu",
+    "tpu-v5p": "tpu", "tpu-v6e": "tpu", "tpu-v7": "tpu", "tpu-v7-tensorcore": "tpu", "trainium2": "tpu",
+    "gaudi3": "tpu",
     "groq-lpu": "dataflow", "cerebras-wse3": "dataflow", "sambanova-sn40l": "dataflow",
     "xeon-6980p": "cpu", "epyc-9755": "cpu",
     # older GPUs that public per-kernel benchmarks ran on (benchmarks/kernel_accuracy.py)

@@ -32,7 +32,7 @@ SHORT_OF_THE_BARS = {
     "mi300x": (0.122, 0.352), "mi355x": (0.064, 0.315),
     "v100-sxm2": (0.114, 0.533), "t4": (0.141, 0.448), "p100-pcie": (0.146, 0.543), "mi25": (0.142, 0.457),
 }
-MEETING_THE_BARS = ("b200", "h100-sxm", "tpu-v5e", "tpu-v6e")
+MEETING_THE_BARS = ("b200", "h100-sxm", "tpu-v5e", "tpu-v6e", "tpu-v7-tensorcore")
 
 
 @pytest.fixture(scope="module")
