@@ -53,6 +53,18 @@ def test_v100_is_never_fitted():
     assert ("DEEPBENCH", "v100-sxm2") in ka.INDEPENDENT
 
 
+def test_the_tpu7x_chip_takes_its_tensorcores_fitted_fold_overhead():
+    """TPU7x's public timings are of one JAX device, one of the chip's two TensorCores (no megacore):
+    the fold overhead is fitted on ``tpu-v7-tensorcore``'s fit rows and the whole chip copies it."""
+    from narrowpipe.backends import get_target
+    core, chip = get_target("tpu-v7-tensorcore"), get_target("tpu-v7")
+    assert ka.fitted_fields(core)[0] == ["mxu_fold_overhead"]
+    assert ka.fitted_fields(chip)[1] == {"mxu_fold_overhead": "tpu-v7-tensorcore"}
+    assert chip.mxu_fold_overhead == core.mxu_fold_overhead
+    assert core.tensorcores == 1 and chip.tensorcores == 2
+    assert core.matrix_flops["bf16"] * 2 == chip.matrix_flops["bf16"]
+
+
 def test_k_major_sgemm_streams_keep_mi25_small_gemms(held_out):
     """Round 7's ratchet: MI25's skinny K-major GEMMs (DeepBench's TN rows) stream their A slower
     (held-out small-GEMM class 0.329 / 0.555 -> 0.197 / 0.527)."""
