@@ -46,6 +46,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor  # noqa: E402
 from sklearn.model_selection import KFold  # noqa: E402
 
 from narrowpipe.calibration.kernel_fit import score  # noqa: E402
+from narrowpipe.calibration.kernel_measurements import KernelMeasurement, conv_output_hw  # noqa: E402
 
 import kernel_accuracy as ka  # noqa: E402
 from _common import RESULTS, env_header, environment, md_table, publish  # noqa: E402
@@ -83,14 +84,13 @@ def features(record: Mapping[str, Any], with_model: bool) -> list[float]:
             float(LAYOUTS.index(record.get("layout") or ""))]
     if record["kind"] == "gemm":
         dims = [_log2(s["b"]), _log2(s["m"]), _log2(s["n"]), _log2(s["k"]), 0.0, 0.0, 0.0, 0.0]
-        flops = 2 * s["b"] * s["m"] * s["n"] * s["k"]
     else:
-        p = (s["h"] + 2 * s.get("ph", 0) - s["r"]) // s.get("sh", 1) + 1
-        q = (s["w"] + 2 * s.get("pw", 0) - s["s"]) // s.get("sw", 1) + 1
+        p, q = conv_output_hw(s)
         crs = s["c"] // s.get("g", 1) * s["r"] * s["s"]
         dims = [_log2(s["n"] * p * q), _log2(s["k"]), _log2(crs), _log2(s["c"]),
                 float(s["r"] * s["s"]), float(s.get("sh", 1)), float(s.get("ph", 0)), float(s.get("g", 1))]
-        flops = 2 * s["n"] * p * q * s["k"] * crs
+    # the measurement format's own FLOP count (one formula for the benchmark and the learner)
+    flops = KernelMeasurement("", "", record["kind"], record["dtype"], s, 0.0, "kernel").flops
     tail = [_log2(flops)] + ([math.log(record["predicted_s"])] if with_model else [])
     return head + dims + tail
 
@@ -157,8 +157,8 @@ def repeat_spread(records: Sequence[Mapping[str, Any]]) -> dict[str, list[float]
 
 
 def _stats(errors: Sequence[float]) -> dict[str, float]:
-    a = sorted(abs(e) for e in errors)
-    return {"n": len(a), "median_abs": statistics.median(a), "p90_abs": a[min(len(a) - 1, int(0.9 * len(a)))]}
+    """kernel_accuracy's summary (the same median and 90th percentile) of a list of errors."""
+    return dict(ka.summary([{"error": e} for e in errors]))
 
 
 def _cell(s: Mapping[str, float]) -> str:

@@ -43,7 +43,8 @@ from ..ir import OPERAND_MAJOR, DType, Graph, Op, TensorType, ValueKind
 from .vector_measurements import SHAPE_KEYS as _VECTOR_KEYS
 from .vector_measurements import VECTOR_KINDS, check_vector_row, vector_graph
 
-__all__ = ["KernelMeasurement", "read_kernel_measurements", "kernel_graph", "KINDS", "TIMINGS", "COLUMNS"]
+__all__ = ["KernelMeasurement", "read_kernel_measurements", "kernel_graph", "conv_output_hw", "KINDS", "TIMINGS",
+           "COLUMNS"]
 
 KINDS = ("gemm", "conv_fwd", "conv_bwd_data", "conv_bwd_filter", *VECTOR_KINDS)
 TIMINGS = ("kernel", "stream", "host", "call")
