@@ -6,6 +6,7 @@ so each results file starts with this header (and the JSON carries the same fiel
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
@@ -93,6 +94,15 @@ def write_results(directory: Path, stem: str, markdown: str, data: dict[str, Any
     md.write_text(markdown)
     js.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
     return md, js
+
+
+def rounds_args(doc: str, rounds: int, stem: str) -> argparse.Namespace:
+    """The command line of a microbenchmark timed in interleaved rounds: ``--rounds`` (default
+    ``rounds``) and ``--out`` (default ``results/<stem>``), described by ``doc``'s first line."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--out", default=str(RESULTS / stem))
+    return ap.parse_args()
 
 
 def publish(out: Path, page: str, data: dict[str, Any]) -> int:

@@ -13,7 +13,6 @@ benchmarks/results/cpu_conv_context.{md,json}.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -25,14 +24,11 @@ import torch.nn.functional as F
 from narrowpipe.calibration.sweeps import CONV_SHAPES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, env_header, environment, md_table, publish  # noqa: E402
+from _common import env_header, environment, md_table, publish, rounds_args  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--out", default=str(RESULTS / "cpu_conv_context"))
-    args = ap.parse_args()
+    args = rounds_args(__doc__, 15, "cpu_conv_context")
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     xs = [torch.randn(1, cin, px, px, generator=g) for cin, _, _, _, px in CONV_SHAPES]

@@ -12,7 +12,6 @@ elements: N a multiple of 8 (32-byte output rows) or not, and odd M or K for con
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -23,7 +22,7 @@ import torch
 from narrowpipe.costmodel.execution.unaligned_rows import rows_aligned
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, env_header, environment, md_table, publish  # noqa: E402
+from _common import env_header, environment, md_table, publish, rounds_args  # noqa: E402
 
 #: (M, N, K); each group differs in one dim by a few elements
 SHAPES = ((128, 16000, 768), (128, 16001, 768), (128, 16002, 768), (128, 16004, 768), (128, 16008, 768),
@@ -33,10 +32,7 @@ SHAPES = ((128, 16000, 768), (128, 16001, 768), (128, 16002, 768), (128, 16004, 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--out", default=str(RESULTS / "cpu_unaligned_gemm"))
-    args = ap.parse_args()
+    args = rounds_args(__doc__, 7, "cpu_unaligned_gemm")
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     cases = [(s, torch.randn(s[0], s[2], generator=g), torch.randn(s[1], s[2], generator=g)) for s in SHAPES]
