@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("targets", help="list the hardware catalog")
     p.add_argument("--resources", action="store_true", help="list the resource names whatif --scale accepts")
     p.add_argument("--show", metavar="TARGET", help="print one target's numbers with their sources")
+    p.add_argument("--checks", action="store_true",
+                   help="how far each chip's kernel model is checked: held-out error on public kernel timings")
 
     p = sub.add_parser("calibrate", help="microbenchmark this machine and write a target file (needs torch)")
     p.add_argument("--out", default="host.toml", help="target file to write (default host.toml)")
@@ -233,6 +235,10 @@ def _targets(args: argparse.Namespace, console: Console) -> int:
     if args.show:
         from .render.target_card import target_card
         console.print(target_card(get_target(args.show)))
+        return 0
+    if args.checks:
+        from .render.checks_table import checks_table
+        console.print(checks_table())
         return 0
     from .render.catalog_table import catalog_table
     console.print(catalog_table())

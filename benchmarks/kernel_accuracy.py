@@ -38,6 +38,7 @@ import kernel_rows_vector  # noqa: E402
 
 from narrowpipe.backends import Target, get_target  # noqa: E402
 from narrowpipe.backends import targets as catalog_targets  # noqa: E402
+from narrowpipe.backends.kernel_checks import checks_document, copy_source, write_checks  # noqa: E402
 from narrowpipe.backends.registry import CATALOG_DIR  # noqa: E402
 from narrowpipe.backends.tomlio import read_toml  # noqa: E402
 from narrowpipe.calibration.harness_algos import apply_forced_algos, read_forced_algos  # noqa: E402
@@ -106,11 +107,7 @@ def fitted_fields(target: Target) -> tuple[list[str], dict[str, str]]:
     """(fields the catalog says were fitted here, field -> chip whose fitted value it copies)."""
     grids = TERM_GRIDS.get(target.family, {})
     fit = [f for f in grids if target.sources.get(f, "").startswith(FIT_KEY)]
-    copies = {}
-    for f in grids:
-        m = re.match(r"assumption: as ([a-z0-9.-]+)", target.sources.get(f, ""))
-        if m:
-            copies[f] = m.group(1)
+    copies = {f: src for f in grids if (src := copy_source(target.sources.get(f, "")))}
     return fit, copies
 
 
@@ -379,6 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     data["vector_held_out_rows"] = [[float(f"{r[c]:.4g}") if isinstance(r[c], float) else r[c] for c in columns]
                                     for r in records if r["held_out"] and r["class"] not in CLASSES]
     md, js = write_results(RESULTS, "kernel_accuracy", markdown(records, env, hosts), data)
+    if args.no_fit or args.write_catalog:       # the catalog holds the terms just evaluated
+        checked = [r for r in records if r["held_out"] and r["class"] in CLASSES]
+        print(f"wrote {write_checks(checks_document(data, checked))}")
     for chip, s in held.items():
         a = s["all"]
         print(f"{chip:12s} held-out n={a['n']:4d} median {100 * a['median_abs']:5.1f}% p90 {100 * a['p90_abs']:5.1f}%"

@@ -182,7 +182,17 @@ def print_comparison(c: Comparison, console: Console | None = None) -> None:
     parts.append(Text("bound mix: share of time in kernels bound by Compute, Memory, Interconnect, Overhead; "
                       "if doubled: the run's speed-up if that resource alone doubled (narrowest pipe first); "
                       "top kernels: share of the time and bound.", style="dim"))
+    parts.append(checks_text(c))
     console.print(Group(*parts))  # type: ignore[arg-type]
+
+
+def checks_text(c: Comparison) -> Text:
+    """One dim line: how far each compared chip's kernel model is checked against public kernel
+    timings (held-out median / p90 |error|; ``targets --checks`` has the table)."""
+    from ..backends.kernel_checks import check_text
+    cells = "; ".join(f"{t.target} {check_text(t.target)}" for t in _timings(c))
+    return Text(f"kernel model checked on public kernel timings (held-out median/p90 |error|): {cells} "
+                "(narrowpipe targets --checks)", style="dim")
 
 
 #: How the verdict names each price basis (backends/vocab.py PRICE_BASES, and Timing.price_basis).

@@ -20,8 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..backends import Target, source_refs, target_to_dict
+from ..backends.kernel_checks import copied_from, kernel_check
 
-__all__ = ["target_card", "cited_keys"]
+__all__ = ["target_card", "cited_keys", "check_lines"]
 
 
 def _rows(table: Mapping[str, Any], sources: Mapping[str, str], prefix: str = "") -> list[tuple[str, str, str]]:
@@ -76,6 +77,24 @@ def target_card(target: Target) -> Group:
     parts: list[Any] = [tab]
     if target.notes:
         parts.append(Text(f"notes: {target.notes}\n"))
+    parts.append(check_lines(target))
     if legend:
         parts += [Text("sources:", style="bold"), legend]
     return Group(*parts)
+
+
+def check_lines(target: Target) -> Text:
+    """How far the chip's kernel model is checked (``backends/kernel_checks.toml``): the held-out
+    error on public kernel timings, overall and per kernel class, or why there is none."""
+    c = kernel_check(target)
+    out = Text("kernel model check: ", style="bold")
+    if c is None:
+        src = copied_from(target)
+        out.append("no public kernel timings of this chip in the benchmark"
+                   + (f"; its fitted kernel terms are {src}'s (see targets --show {src})" if src else "") + "\n")
+        return out
+    out.append(f"median {c.median_abs:.1%}, p90 {c.p90_abs:.1%} |predicted / measured - 1| over {c.rows} "
+               f"held-out timings ({', '.join(c.sources)}; benchmarks/kernel_accuracy.py, run {c.run})\n")
+    for name, k in c.classes.items():
+        out.append(f"  {name}: median {k.median_abs:.1%}, p90 {k.p90_abs:.1%} ({k.rows} rows)\n")
+    return out
