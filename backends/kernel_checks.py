@@ -25,7 +25,7 @@ from .target import Target
 from .tomlio import dumps, read_toml
 
 __all__ = ["KernelCheck", "ClassCheck", "kernel_check", "kernel_checks", "copied_from", "copy_source",
-           "checks_document", "write_checks", "CHECKS_FILE", "check_text"]
+           "checks_document", "write_checks", "CHECKS_FILE", "check_text", "check_bars"]
 
 CHECKS_FILE = Path(__file__).parent / "kernel_checks.toml"
 #: Where a copied field's source names the chip it copies (``assumption: as t4 (...)``).
@@ -73,6 +73,12 @@ def kernel_checks() -> dict[str, KernelCheck]:
         out[chip] = KernelCheck(chip, int(c["rows"]), float(c["median_abs"]), float(c["p90_abs"]),
                                 float(c["median_signed"]), tuple(c.get("sources", ())), classes, doc.get("run", ""))
     return out
+
+
+def check_bars() -> tuple[float, float]:
+    """The bars the benchmark holds every chip to: (held-out median, p90) |error|."""
+    bars = read_toml(CHECKS_FILE)["bars"]
+    return float(bars["median_abs"]), float(bars["p90_abs"])
 
 
 def kernel_check(target: Target | str) -> KernelCheck | None:
@@ -133,7 +139,8 @@ def checks_document(results: Mapping[str, Any], rows: Sequence[Mapping[str, Any]
                        "median_signed": a["median_signed"], "sources": sorted(sources.get(chip, ())),
                        "classes": classes}
     env = results.get("env", {})
-    return {"run": env.get("date", ""), "command": env.get("command", ""), "chips": chips}
+    return {"run": env.get("date", ""), "command": env.get("command", ""), "bars": dict(results["bars"]),
+            "chips": chips}
 
 
 _HEADER = """Each chip's held-out error on the public per-kernel timings of benchmarks/kernel_accuracy.py:
