@@ -14,6 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..backends.kernel_checks import check_text
 from ..errors import NarrowpipeError
 from .comparison import bound_mix_text, verdict_text
 from .html_assets import SCRIPT, STYLE
@@ -64,7 +65,7 @@ def _targets_table(reports: list[Report]) -> str:
              ("time", "time", True), ("throughput", "throughput", True), ("mfu", "MFU", True),
              ("mix", "bound mix", False), ("narrowest", "narrowest pipe", False), ("top", "top kernel", False),
              ("fits", "fits", False), ("devices", "devices", True), ("energy", "energy", True),
-             ("cost", "cost per M items", True))
+             ("cost", "cost per M items", True), ("checked", "kernel model checked", False))
     fastest = min((r.time_s for r in reports if r.time_s is not None), default=None)
     rows = []
     for r in reports:
@@ -82,7 +83,8 @@ def _targets_table(reports: list[Report]) -> str:
                  _td(fit, cls=fit_cls), _td(str(t.devices), t.devices, True),
                  _td(si(t.energy_j, "J") if t.energy_j is not None else "-", t.energy_j, True),
                  _td(f"${per_m:.3g}/M {t.item_unit}" if (per_m := t.cost_per_million_items) is not None else "-",
-                     per_m, True)]
+                     per_m, True),
+                 _td(check_text(t.target))]
         cls = ' class="fastest"' if t.time_s == fastest else ""
         rows.append(f'<tr data-target="{escape(t.target)}"{cls}>' + "".join(cells) + "</tr>")
     head = "".join(_th(*h) for h in heads)

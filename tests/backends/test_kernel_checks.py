@@ -109,3 +109,17 @@ def test_compare_says_how_far_each_column_is_checked(capsys, monkeypatch):
     assert "kernel model checked on public kernel timings" in out
     for name in ("h100-sxm", "mi300x", "groq-lpu"):
         assert f"{name} {check_text(name)}" in out
+
+
+def test_the_html_page_has_a_checked_cell_per_target():
+    from html import escape
+
+    import narrowpipe
+    from narrowpipe.models.examples import load_example
+    from narrowpipe.render.html import html_page
+
+    page = html_page(narrowpipe.compare(load_example("gpt2"), ["h100", "h200", "groq-lpu"], seq=64))
+    assert "kernel model checked" in page
+    for name in ("h100-sxm", "h200", "groq-lpu"):
+        row = page[page.index(f'<tr data-target="{name}"'):]
+        assert escape(check_text(name)) in row[:row.index("</tr>")]
