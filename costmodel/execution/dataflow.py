@@ -9,9 +9,11 @@
   A chip's compiler balances its kernels over its processing elements, so a kernel costs its work
   at the chip's full rates (matrix or vector FLOP/s, fast-memory bandwidth, streaming bandwidth).
 * A chip is a pipeline stage. Latency is the sum of the stages plus a hop (latency + activation
-  bytes over the chip-to-chip bandwidth) at every chip boundary; with ``m`` independent inputs (the
-  sequences of the batch, or the tokens of a causal LM) streaming through, the run takes
-  latency / m + (m - 1) / m x the slowest stage.
+  bytes over the chip-to-chip bandwidth) at every chip boundary. Independent inputs (the sequences
+  of the batch, or the tokens of a causal LM) stream through in ``m`` microbatches: the pipeline
+  fills once (kernel and hop latencies, the first pass), then the slowest stage's pass repeats
+  ``m - 1`` times, where a pass reads the stage's weights from fast memory again and does its share
+  of the inputs' work; ``m`` is the count (a power of two, or all the inputs) that finishes first.
 * A tiered chip (weights in HBM behind the SRAM: SambaNova) can also split every block over the
   node's chips, tensor parallel (:mod:`.dataflow_tp`); the fastest layout wins.
 """
@@ -137,6 +139,43 @@ class _Units:
                         flops=c.flops, nbytes=c.bytes, bandwidth=target.memory_bandwidth, note=note)
 
 
+@dataclass
+class _StageParts:
+    """One chip's kernels under one layout, split by how microbatching changes them: ``fixed``
+    (kernel and hop latencies), ``per_pass`` (weights read from fast memory by each microbatch) and
+    ``work`` (what the whole batch's inputs need: FLOPs, activation bytes, hop bytes)."""
+
+    fixed: float = 0.0
+    per_pass: float = 0.0
+    work: float = 0.0
+
+    def add(self, fixed: float, per_pass: float, work: float) -> None:
+        self.fixed += fixed
+        self.per_pass += per_pass
+        self.work += max(work, 0.0)
+
+
+def pipelined_seconds(stages: list[_StageParts], m: int) -> float:
+    """The run with its inputs in ``m`` microbatches: the pipeline fills (every stage's fixed
+    latency and the first microbatch's pass), then the slowest stage's pass repeats ``m - 1``
+    times; a pass is the stage's weight reads plus its share of the work. With ``m = 1`` this is the
+    sum of the stages; more microbatches overlap the stages but re-read the weights, so the time
+    never falls as the batch grows."""
+    passes = [s.per_pass + s.work / m for s in stages]
+    return sum(s.fixed for s in stages) + sum(passes) + (m - 1) * max(passes, default=0.0)
+
+
+def _microbatch_counts(inputs: int) -> list[int]:
+    """Microbatch counts the compiler may pick for ``inputs`` independent inputs: powers of two up
+    to it, and the count itself."""
+    out = {inputs}
+    m = 1
+    while m < inputs:
+        out.add(m)
+        m *= 2
+    return sorted(out)
+
+
 def hop_seconds(nbytes: float, target: DataflowTarget) -> float:
     """One chip-to-chip transfer of ``nbytes``: latency plus bytes over the link."""
     latency = target.chip_to_chip_latency if target.chip_to_chip_latency is not None else (target.link_latency or 0.0)
@@ -205,27 +244,40 @@ class DataflowModel:
 
     def _run(self, layout: Layout, program: Program, target: DataflowTarget) -> Schedule:
         """Each chip is a pipeline stage; a hop (latency + activation bytes over the link) follows
-        every kernel whose successor sits on the next chip. With ``m`` independent inputs streaming
-        through, the run takes latency / m + (m - 1) / m x the slowest stage."""
+        every kernel whose successor sits on the next chip. The run streams its independent inputs
+        through the stages in ``m`` microbatches (see :func:`pipelined_seconds`); the compiler picks
+        the ``m`` that finishes first."""
         kernels, units = program.kernels, _Units(layout.streaming)
         times: list[KernelTime] = []
         stage = [0.0] * layout.chips
+        parts = [_StageParts() for _ in range(layout.chips)]
         for i, k in enumerate(kernels):
             kt = kernel_time(k, program, target, units)
             chip = layout.chip_of[k.name]
             nxt = next((kernels[j] for j in range(i + 1, len(kernels)) if not kernels[j].is_free), None)
+            hop_latency = 0.0
             if nxt is not None and layout.chip_of[nxt.name] != chip:
-                kt = with_hop(kt, hop_seconds(values_bytes(program.table, k.outputs), target))
+                hop = hop_seconds(values_bytes(program.table, k.outputs), target)
+                hop_latency = hop_seconds(0, target)
+                kt = with_hop(kt, hop)
+            # a kernel's fixed latency (and a hop's) is paid once, as the pipeline fills; reading its
+            # weights from fast memory is paid by every microbatch that passes; the rest of its work
+            # grows with the inputs it processes
+            fixed = kt.overhead_s + hop_latency
+            weights = 0.0 if layout.streaming else min(memory_time(target, _weight_bytes(k, program.table)),
+                                                       kt.time_s - fixed)
+            parts[chip].add(fixed, weights, kt.time_s - fixed - weights)
             stage[chip] += kt.time_s
             times.append(kt)
         latency = sum(stage)
-        m = layout.microbatches
-        total = latency / m + (m - 1) / m * max(stage, default=0.0)
+        m, total = min(((m, pipelined_seconds(parts, m)) for m in _microbatch_counts(layout.microbatches)),
+                       key=lambda x: (x[1], x[0]))
         if latency > 0 and total != latency:
             times = [t.scaled(total / latency) for t in times]
         required = program.memory_required
         capacity = target.memory_capacity + (target.external_memory_capacity if layout.streaming else 0.0)
         plan = {"chips": layout.chips, "weight_streaming": layout.streaming, "stage_seconds": stage,
-                "latency_s": latency, "microbatches": m, "fits": layout.fits, "chip_of_kernel": layout.chip_of}
+                "latency_s": latency, "microbatches": m, "inputs": layout.microbatches, "fits": layout.fits,
+                "chip_of_kernel": layout.chip_of}
         return Schedule(times, total, layout.chips, layout.chip_of, float(required), float(capacity),
                         required <= capacity * layout.chips and layout.fits, layout.chips, layout.notes, plan)

@@ -61,7 +61,8 @@ def test_a_pipelined_layout_overlaps_its_chips_and_no_chip_ends_after_the_run(gp
     r = narrowpipe.analyze(gpt2, "groq-lpu", dims={"seq": 128})
     plan, tl = r.timing.plan, r.timeline
     chips, m, stages = plan["chips"], plan["microbatches"], plan["stage_seconds"]
-    assert chips > 1 and m == 128                        # causal LM: the tokens stream through the chips
+    # causal LM: the 128 tokens stream through the chips, in the microbatch count that finishes first
+    assert chips > 1 and plan["inputs"] == 128 and 1 < m <= 128
     busy = [sum(k.time_s for k in tl if k.device == d) for d in range(chips)]
     assert busy == pytest.approx(stages, rel=1e-9)       # each chip is busy for its stage
     for d in range(chips):
