@@ -23,6 +23,9 @@ __all__ = ["RESOURCES", "RESOURCE_FIELDS", "scale_target"]
 
 #: resource -> fields it multiplies (a field a family lacks, or that is unset, is skipped).
 RESOURCE_FIELDS: Mapping[str, tuple[str, ...]] = {
+    # every FLOP/s of the chip: its matrix units and its vector units (an fp32 matmul on a GPU
+    # without an fp32 matrix rate runs on the latter); what "if doubled: compute" doubles
+    "compute": ("matrix_flops", "sparse_matrix_flops", "vector_flops", "transcendental_flops", "vector_op_flops"),
     "peak_flops": ("matrix_flops", "sparse_matrix_flops"),
     **{f"peak_{d}": ("matrix_flops", "sparse_matrix_flops") for d in DTYPES},
     "vector_flops": ("vector_flops", "transcendental_flops", "vector_op_flops"),

@@ -105,4 +105,20 @@ def whatif(graph: Graph, target: str | Target, factors: Mapping[str, float], *,
     base_target = get_target(target)
     scaled_target = base_target.scaled(**dict(factors))
     both = compare(graph, [base_target, scaled_target], dims=dims, **kwargs)
-    return WhatIf(both.reports[0], both.reports[1], dict(factors))
+    w = WhatIf(both.reports[0], both.reports[1], dict(factors))
+    if w.scaled.timing is not None and w.base.time_s == w.scaled.time_s:
+        w.scaled.timing.notes.append(_unmoved_note(w))
+    return w
+
+
+def _unmoved_note(w: WhatIf) -> str:
+    """Why scaling moved nothing: the usual surprise is a matrix peak scaled for a model whose
+    matmuls run on the vector units (fp32 on a GPU without an fp32 matrix rate)."""
+    names = ", ".join(w.factors)
+    timing = w.base.timing
+    note = f"scaling {names} moved no kernel's time: no kernel is bound by what it scales"
+    matrix_only = all(k == "peak_flops" or k.startswith("peak_") for k in w.factors)
+    if matrix_only and timing is not None and "vector units" in timing.precision:
+        note += (f"; the model's matmuls run as {timing.precision} here, which peak_* (the matrix units) "
+                 "does not scale: use compute (every FLOP/s) or vector_flops")
+    return note

@@ -15,7 +15,7 @@ __all__ = ["RESOURCE_DOUBLINGS", "speedups_if_doubled"]
 
 #: What "this pipe doubles" means, as factors for Target.scaled().
 RESOURCE_DOUBLINGS: dict[str, dict[str, float]] = {
-    "compute": {"peak_flops": 2.0, "vector_flops": 2.0},
+    "compute": {"compute": 2.0},
     "memory": {"memory_bandwidth": 2.0, "onchip_bandwidth": 2.0},
     "interconnect": {"interconnect_bandwidth": 2.0},
     "overhead": {"launch_overhead": 0.5},

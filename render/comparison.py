@@ -253,3 +253,5 @@ def print_whatif(w: WhatIf, console: Console | None = None) -> None:
     tab.add_row("if doubled", speedups_text(a), speedups_text(b))
     console.print(tab)
     console.print(Text(f"speed-up: {w.speedup:.3f}x", style="bold"))
+    for note in [n for n in b.notes if n not in a.notes]:
+        console.print(Text(note, style="yellow"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
 import narrowpipe
 from narrowpipe.backends import dump_target, get_target
 from narrowpipe.cli import main
@@ -75,6 +77,19 @@ def test_whatif_reports_speedup_and_bound_mix(capsys):
     w = narrowpipe.whatif(load_example("llama-3-8b"), "h100", {"hbm_bandwidth": 2}, seq=1)
     assert 1.5 < w.speedup < 2.0          # decode-like: mostly memory-bound
     assert w.base.timing.narrowest == "memory"
+
+
+def test_whatif_on_the_matrix_peak_of_an_fp32_model_says_why_nothing_moved(capsys, monkeypatch):
+    """A QA pass found ``--scale peak_flops=2`` giving 1.000x for fp32 GPT-2 on an H100 with no word
+    why (its matmuls run on the vector units); compute=2 doubles every FLOP/s, as "if doubled" does."""
+    monkeypatch.setenv("COLUMNS", "200")
+    g = load_example("gpt2")
+    assert main(["whatif", "gpt2", "--target", "h100", "--scale", "peak_flops=2"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "speed-up: 1.000x" in text and "moved no kernel's time" in text and "use compute" in text
+    w = narrowpipe.whatif(g, "h100", {"compute": 2})
+    assert w.speedup == pytest.approx(w.base.timing.speedup_if_doubled["compute"], rel=1e-9)
+    assert not any("moved no kernel" in n for n in w.scaled.timing.notes)
 
 
 def test_every_report_carries_resource_speedups():

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ...ir import Graph
+from ...ir import DType, Graph
+from ..execution.common import matrix_rate
 from .plan import ARCH_FIELDS, Plan, RunnerUp
 from .planner import Evaluation, Planner
 from .simulated import chunk_rows, simulated
@@ -43,7 +44,9 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
         rec_local = sum(c.flops.get("recompute", 0) for c in layers)
         hw_flops = model_flops + rec_local * p.tp * p.cp * p.microbatches * p.dp
     t = step.total_s
-    peak = planner.target.matrix_flops.get(_dtype(planner), 0.0) if hasattr(planner.target, "matrix_flops") else 0.0
+    # the rate the model's matmuls run at, as compare's MFU takes it: an fp32 model on a chip without
+    # an fp32 matrix rate runs on the vector units or as bf16 passes, not at a rate of 0
+    peak = matrix_rate(planner.target, DType(_dtype(planner))).flops_per_s
     tflops = model_flops / t / p.devices / 1e12 if t > 0 else 0.0
     fullest = ev.fullest
     memory = {**fullest.terms(), "total": fullest.total, "capacity": ev.capacity, "device": float(fullest.device)}

@@ -26,6 +26,14 @@ def test_peak_flops_scales_every_matrix_rate_dense_and_sparse():
     assert fast.memory_bandwidth == h100.memory_bandwidth
 
 
+def test_compute_scales_every_flop_rate_matrix_and_vector():
+    h100 = get_target("h100-sxm")
+    fast = h100.scaled(compute=2)
+    for table in ("matrix_flops", "sparse_matrix_flops", "vector_flops"):
+        assert all(getattr(fast, table)[d] == 2 * r for d, r in getattr(h100, table).items())
+    assert fast.memory_bandwidth == h100.memory_bandwidth
+
+
 def test_scaled_target_is_a_new_named_target_and_the_original_is_untouched():
     h100 = get_target("h100-sxm")
     fast = h100.scaled(peak_flops=2, hbm_bandwidth=1.5)

@@ -90,3 +90,14 @@ def test_bad_requests_are_plan_errors(model):
         narrowpipe.plan(model, "dgx-h100", 16, global_batch=64, mode="serve")
     with pytest.raises(PlanError, match="no strategy for 16 devices"):
         narrowpipe.plan(model, "dgx-h100", 16, global_batch=64, parallel={"tp": 3})
+
+
+def test_an_fp32_model_s_mfu_is_against_the_rate_its_matmuls_run_at():
+    """A QA pass found ``plan`` reporting MFU 0.0% for fp32 GPT-2 on H100s (no fp32 matrix rate):
+    the peak is the fp32 vector rate there, as compare's MFU takes it (H100 SXM: 67 TFLOP/s)."""
+    g = narrowpipe.transformer(2, 768, 12, 50257, seq=256, dtype="fp32", name="gpt2-2l")
+    p = narrowpipe.plan(g, "dgx-h100", 8, global_batch=32, parallel=FIX)
+    h100 = narrowpipe.backends.get_target("h100")
+    assert "fp32" not in h100.matrix_flops
+    assert p.mfu == pytest.approx(p.tflops_per_device * 1e12 / h100.vector_flops["fp32"], rel=1e-9)
+    assert 0 < p.mfu < 1
