@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from .cli_args import parse_factors, parse_grid, parse_prices, parse_sets, target_specs
+from .cli_args import count_arg, parse_factors, parse_grid, parse_prices, parse_sets, target_specs
 from .cli_feedback import add_feedback_flags, load_model, say
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
 from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("analyze", help="count FLOPs, bytes and params of every op")
     _add_model_args(p)
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
-    p.add_argument("--top", type=int, default=20, help="nodes to list (default 20)")
+    p.add_argument("--top", type=count_arg, default=20, help="nodes to list (default 20)")
     p.add_argument("--all", action="store_true", help="list every node")
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     p.add_argument("--target", help="time the model on a target (name, alias or .toml file)")

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import NarrowpipeError
 
-__all__ = ["parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs"]
+__all__ = ["parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs", "count_arg"]
 
 
 def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Callable[[str], Any],
@@ -63,8 +64,30 @@ def parse_grid(items: Sequence[str] | None) -> dict[str, list[int]]:
     return out
 
 
+def count_arg(text: str) -> int:
+    """An argparse type for how many rows to list: a whole number, 0 or more (a negative one would
+    slice from the end of the list)."""
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(text)
+    return value
+
+
 def parse_prices(items: Sequence[str] | None) -> dict[str, float]:
-    return _parse_pairs(items, "--price", "TARGET=USD", float, "a number")
+    """``--price`` pairs: USD per device-hour, a positive number (a price of 0 or less would rank
+    a chip cheapest by a cost no one pays)."""
+    return _parse_pairs(items, "--price", "TARGET=USD", _positive, "a positive number")
 
 
 def parse_factors(text: str) -> dict[str, float]:

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from .cli_args import count_arg
 from .errors import NarrowpipeError
 
 __all__ = ["add_output_args", "write_outputs", "check_outputs", "register_output_commands", "SHELLS"]
@@ -100,7 +101,7 @@ def register_output_commands(sub: argparse._SubParsersAction) -> dict[str, Handl
     _add_model_args(p)
     p.add_argument("--target", required=True, help="the chip (name, alias or .toml file)")
     p.add_argument("--out", default="roofline.png", metavar="FILE", help="a .png or .svg file (default roofline.png)")
-    p.add_argument("--top", type=int, default=3, help="bottlenecks to label (default 3)")
+    p.add_argument("--top", type=count_arg, default=3, help="bottlenecks to label (default 3)")
     _add_timing_args(p)
     p = sub.add_parser("completion", help="print a shell completion script",
                        description='Print a completion script: eval "$(narrowpipe completion bash)" in ~/.bashrc, '

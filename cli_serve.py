@@ -95,7 +95,7 @@ def add_mode_args(p: argparse.ArgumentParser) -> None:
     """``--mode`` and ``--context`` for analyze and compare."""
     p.add_argument("--mode", choices=("prefill", "decode"), help="time a serving step: prefill of --context "
                    "tokens, or one decode step with a KV cache of --context tokens")
-    p.add_argument("--context", type=int, default=2048, help="prompt or KV cache length for --mode (2048)")
+    p.add_argument("--context", type=int, help="prompt or KV cache length for --mode (2048)")
 
 
 def apply_mode(graph: Any, args: argparse.Namespace,
@@ -104,12 +104,22 @@ def apply_mode(graph: Any, args: argparse.Namespace,
     it). The notes say how the serving graph differs from the one given (a prefill's head on each
     sequence's last token counts fewer FLOPs than the export's forward), so a report says why."""
     mode = getattr(args, "mode", None)
+    context = getattr(args, "context", None)
     if not mode:
+        if context is not None:
+            raise NarrowpipeError("--context is the prompt or KV cache length of a serving step: give --mode "
+                                  "prefill or --mode decode with it (or --set seq=N for a plain forward)")
         return graph, dims, []
     from .costmodel.serving import serving_graph
+    context = 2048 if context is None else context
+    if context < 1 and mode == "prefill":
+        raise NarrowpipeError(f"--context must be at least 1 token for --mode prefill, got {context}")
+    if context < 0:
+        raise NarrowpipeError(f"--context must not be negative, got {context}")
     sg = serving_graph(graph)
     batch = next((dims[n] for n in sg.batch_dims if n in dims), None) or 1
-    tokens, past = (1, args.context) if mode == "decode" else (args.context, 0)
+    tokens, past = (1, context) if mode == "decode" else (context, 0)
+    sg.check_context(tokens + past)       # what serve refuses, analyze and compare refuse too
     out = {k: v for k, v in dims.items() if k in sg.graph.dims}
     out.update(sg.bindings(int(batch), tokens, past))
     return sg.graph, out, [f"--mode {mode}: {n}" for n in sg.notes]

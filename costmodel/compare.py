@@ -6,11 +6,13 @@ The program is counted once; each target only re-runs fusion and its execution m
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..backends import Target, get_target
+from ..errors import NarrowpipeError
 from ..ir import Graph
 from .analyze import build_report, merge_dims, range_notes, resolve_bindings
 from .experts import ExpertBalance
@@ -52,8 +54,14 @@ class Comparison:
 
 
 def prices_by_target(prices: Mapping[str, float] | None) -> dict[str, float]:
-    """USD per device-hour keyed by canonical target name (users may write aliases or paths)."""
-    return {get_target(k).name: v for k, v in (prices or {}).items()}
+    """USD per device-hour keyed by canonical target name (users may write aliases or paths); each
+    price must be a positive number."""
+    bad = {k: v for k, v in (prices or {}).items()
+           if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0}
+    if bad:
+        raise NarrowpipeError("prices must be positive USD per device-hour: "
+                              + ", ".join(f"{k}={v!r}" for k, v in bad.items()))
+    return {get_target(k).name: float(v) for k, v in (prices or {}).items()}
 
 
 def compare(graph: Graph, targets: Iterable[str | Target], *, dims: Mapping[str, Any] | None = None,

@@ -113,7 +113,9 @@ def graph_from_dict(data: dict[str, Any]) -> Graph:
         raise IRError(f"unsupported graph version {data.get('version')!r} (this build reads {VERSION})")
     try:
         return _build(data)
-    except (KeyError, TypeError, ValueError) as exc:
+    except KeyError as exc:
+        raise IRError(f"malformed graph JSON: a required field {exc} is missing") from exc
+    except (TypeError, ValueError) as exc:
         raise IRError(f"malformed graph JSON: {exc}") from exc
 
 

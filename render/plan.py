@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..cli_args import count_arg
 from ..costmodel.planner.plan import Plan
 from ..errors import PlanError
 from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, write_launch
@@ -45,7 +46,7 @@ def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--fix", metavar="K=V,...", help="fix several at once, e.g. --fix tp=8,pp=4,recompute=full")
     p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: balanced (default), "
                    "zipf:S or hot:F; under expert parallelism the busiest device sets the step")
-    p.add_argument("--top", type=int, default=5, help="runners-up to list (default 5)")
+    p.add_argument("--top", type=count_arg, default=5, help="runners-up to list (default 5)")
     p.add_argument("--json", metavar="FILE", help="write the plan as JSON")
     p.add_argument("--trace", metavar="FILE.json", help="write the step as a Chrome trace (ui.perfetto.dev): a "
                    "process per pipeline stage, a slice per forward/backward pass, the bubble and exposed comm")
@@ -74,14 +75,16 @@ def fixed_fields(args: argparse.Namespace) -> dict[str, Any]:
                 out[key] = int(value)
             except ValueError:
                 raise PlanError(f"--fix: {key} must be an integer, got {value!r}") from None
-    for name in _FIX_FIELDS:
-        if getattr(args, name, None) is not None:
-            out[name] = getattr(args, name)
+    flags: dict[str, Any] = {name: getattr(args, name) for name in _FIX_FIELDS if getattr(args, name, None) is not None}
     if args.recompute:
-        out["recompute"] = args.recompute
+        flags["recompute"] = args.recompute
     if args.sequence_parallel:
-        out["sequence_parallel"] = args.sequence_parallel == "on"
-    return out
+        flags["sequence_parallel"] = args.sequence_parallel == "on"
+    clash = [f"--fix {k}={out[k]} and --{k.replace('_', '-')} {v}"
+             for k, v in flags.items() if k in out and out[k] != v]
+    if clash:
+        raise PlanError("the command line fixes a field twice with different values: " + "; ".join(clash))
+    return {**out, **flags}
 
 
 def run_plan(args: argparse.Namespace, console: Console) -> int:

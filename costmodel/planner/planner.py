@@ -78,6 +78,10 @@ class Planner:
                  expert_balance: str | ExpertBalance | None = None) -> None:
         if devices < 1:
             raise PlanError(f"devices must be at least 1, got {devices}")
+        if global_batch < 1:
+            raise PlanError(f"global batch must be at least 1 sequence, got {global_batch}")
+        if seq is not None and seq < 1:
+            raise PlanError(f"seq must be at least 1 token, got {seq}")
         self.graph = graph
         self.target, self.system = resolve_machine(target, system)
         self.devices = devices

@@ -129,6 +129,21 @@ def initializer_fields(graph: GraphProto) -> list[InitFields]:
     return [(t, t.name, t.data_type, tuple(t.dims), t.data_location == external) for t in graph.initializer]
 
 
+def _check_single_assignment(rows: list[NodeFields], where: str, file: str) -> None:
+    """ONNX graphs are single-assignment: a value written by two nodes has no one meaning, and
+    lowering either writer would silently drop the other's cost."""
+    writer: dict[str, str] = {}
+    for i, (op_type, _domain, name, _ins, outs, _attrs) in enumerate(rows):
+        label = name or f"#{i} ({op_type})"
+        for out in outs:
+            if not out:
+                continue
+            if out in writer:
+                raise FrontendError(f"{where}: value {out!r} is written by two nodes, {writer[out]} and {label} "
+                                    "(ONNX graphs assign each value once)", file=file or None, node=name or None)
+            writer[out] = label
+
+
 def check_model(model: ModelProto, *, file: str = "", top: list[NodeFields] | None = None) -> list[GraphProto]:
     """Reject models this frontend cannot read, with the field, node, opset or domain at fault;
     returns the main graph and every nested body. ``top``: :func:`node_fields` of the main graph,
@@ -155,6 +170,7 @@ def check_model(model: ModelProto, *, file: str = "", top: list[NodeFields] | No
             i, row = next((i, row) for i, row in enumerate(rows) if not row[0])
             raise FrontendError(f"{where}: node #{i} has no op_type (a protobuf with missing fields)",
                                 file=f, node=row[2] or None)
+        _check_single_assignment(rows, where, file)
         new = {row[1] for row in rows} - used.keys()
         for op_type, domain, name, _ins, _outs, _attrs in rows:   # each new domain's first node, in order
             if not new:

@@ -1,0 +1,83 @@
+"""Bad numbers on the command line and in files are refused with a message, never priced or timed.
+
+Each case is one a QA pass reproduced: a negative price printed a negative cost while the verdict
+said there was no price; ``plan --seq 0`` failed deep in a slice; ``--context`` without ``--mode``
+was ignored; a decode context past the model's positions was timed; ``--top -3`` listed all but
+three rows; ``--fix tp=2 --tp 4`` silently took one; an ONNX file with two writers of one value
+loaded; a graph file without a name said only ``'name'``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import narrowpipe
+from narrowpipe.cli import main
+from narrowpipe.models.examples import load_example
+
+
+def _fails(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return " ".join(err.split())
+
+
+@pytest.mark.parametrize("price", ["-3", "0", "nan"])
+def test_a_price_must_be_positive(capsys, price):
+    err = _fails(capsys, ["compare", "gpt2", "--targets", "h100", "--set", "seq=8", "--price", f"h100={price}"])
+    assert "--price h100" in err and "positive" in err
+    with pytest.raises(narrowpipe.NarrowpipeError, match="positive"):
+        narrowpipe.compare(load_example("gpt2"), ["h100"], prices={"h100": float(price)}, seq=8)
+
+
+@pytest.mark.parametrize(("flag", "value", "says"), [("--seq", "0", "seq must be at least 1"),
+                                                     ("--global-batch", "-4", "global batch must be at least 1")])
+def test_plan_refuses_an_empty_sequence_or_batch(capsys, flag, value, says):
+    argv = ["plan", "gpt2", "--devices", "8", "--target", "dgx-h100", "--global-batch", "64", flag, value]
+    assert says in _fails(capsys, argv)
+
+
+def test_plan_refuses_a_field_fixed_twice_with_different_values(capsys):
+    argv = ["plan", "gpt2", "--devices", "8", "--target", "dgx-h100", "--global-batch", "64", "--fix", "tp=2",
+            "--tp", "4"]
+    assert "--fix tp=2 and --tp 4" in _fails(capsys, argv)
+
+
+def test_context_needs_a_mode_and_fits_the_model(capsys):
+    assert "give --mode prefill or --mode decode" in _fails(capsys, ["analyze", "gpt2", "--context", "512"])
+    err = _fails(capsys, ["analyze", "gpt2", "--target", "h100", "--mode", "decode", "--context", "4096"])
+    assert "gpt2 handles at most 1,024 positions" in err
+    assert main(["analyze", "gpt2", "--target", "h100", "--mode", "decode", "--context", "1000"]) == 0
+
+
+def test_top_is_a_count(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["analyze", "gpt2", "--top", "-3"])
+    assert e.value.code == 2 and "--top: must be 0 or more" in capsys.readouterr().err
+
+
+def test_an_onnx_value_with_two_writers_names_both(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r"),
+                           helper.make_node("Sigmoid", ["x"], ["y"], name="s")], "g", [x], [y])
+    path = tmp_path / "dup.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(narrowpipe.NarrowpipeError, match="'y' is written by two nodes, r and s") as e:
+        narrowpipe.load(path)
+    assert "dup.onnx" in str(e.value) and "'s'" in str(e.value)
+
+
+def test_a_graph_file_without_a_required_field_says_which(tmp_path):
+    path = tmp_path / "g.json"
+    load_example("gpt2").save(path)
+    data = json.loads(path.read_text())
+    del data["name"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(narrowpipe.NarrowpipeError, match="a required field 'name' is missing"):
+        narrowpipe.load(path)
