@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 __all__ = ["print_serving", "print_capacity", "print_serving_sweep"]
 
 
+
+def _max_batch_text(batch: int) -> str:
+    """The largest batch that fits, or ``>= N (search cap)`` where the search stopped before memory
+    did (a dataflow layout adds chips for its KV cache)."""
+    from ..costmodel.serving.replica import BATCH_SEARCH_LIMIT
+    return f">= {batch:,} (search cap)" if batch >= BATCH_SEARCH_LIMIT else str(batch)
+
 def _rate(x: float | None, unit: str = "tok/s") -> str:
     return "-" if not x else f"{x:,.0f} {unit}"
 
@@ -51,7 +58,7 @@ def print_serving(r: ServingReport, console: Console) -> None:
         t.add_row("prompt tokens/s", f"{_rate(r.prompt_tokens_per_s)} ({r.bound}-bound)")
     t.add_row("KV cache", f"{nbytes(r.kv_bytes_per_token)} per token per sequence (per device)")
     t.add_row("memory", escape(r.memory.explain()), style=None if r.fits else "bold red")
-    t.add_row("largest batch that fits", str(r.max_batch))
+    t.add_row("largest batch that fits", _max_batch_text(r.max_batch))
     if r.crossover is not None:
         t.add_row("crossover", _crossing(r.crossover))
     if r.cost_per_million_tokens is not None:
@@ -106,23 +113,28 @@ def print_serving_sweep(reports: list[ServingReport], console: Console) -> None:
     if not reports:
         return
     r0 = reports[0]
-    tab = Table(title=f"{escape(r0.model)} decode on {r0.target}, {r0.layout}", box=box.SIMPLE_HEAD,
+    # a dataflow layout grows with the KV cache: one layout in the title only when every row has it
+    same = all(r.layout == r0.layout for r in reports)
+    where = r0.layout if same else "the layout of each row (devices)"
+    tab = Table(title=f"{escape(r0.model)} decode on {r0.target}, {where}", box=box.SIMPLE_HEAD,
                 title_justify="left", pad_edge=False, collapse_padding=True)
-    for col in ("batch", "context", "TPOT", "tok/s", "tok/s/dev", "bound", "KV cache", "fits"):
+    heads = ("batch", "context", *(() if same else ("devices",)), "TPOT", "tok/s", "tok/s/dev", "bound",
+             "KV/dev", "fits")
+    for col in heads:
         tab.add_column(col, justify="left" if col in ("bound", "fits") else "right", no_wrap=col != "fits")
     for r in reports:
         over = r.memory.overflow
         fits = "yes" if over is None else f"no: {_TERMS[over[0]]} +{nbytes(over[1])}"
-        tab.add_row(str(r.batch), str(r.context), seconds(r.tpot_s), si(r.output_tokens_per_s or 0.0),
-                    si(r.tokens_per_s_per_device or 0.0), r.bound, nbytes(r.memory.kv_cache), fits,
-                    style=None if r.fits else "red")
+        tab.add_row(str(r.batch), str(r.context), *(() if same else (str(r.devices),)), seconds(r.tpot_s),
+                    si(r.output_tokens_per_s or 0.0), si(r.tokens_per_s_per_device or 0.0), r.bound,
+                    nbytes(r.memory.kv_cache), fits, style=None if r.fits else "red")
     console.print(tab)
     seen: set[int | None] = set()
     for r in reports:
         if r.context in seen:
             continue
         seen.add(r.context)
-        line = f"  context {r.context}: largest batch that fits {r.max_batch}"
+        line = f"  context {r.context}: largest batch that fits {_max_batch_text(r.max_batch)}"
         c = r.crossover
         if c is not None:
             line += "; " + _crossing(c)
@@ -133,7 +145,12 @@ _TERMS = {"kv_cache": "KV", "weights": "weights", "activations": "activations", 
 
 
 def _crossing(c: Any) -> str:
+    """The crossover line: the roofline's answer (from the ridge point), and the execution model's
+    first batch whose compute terms pass its memory terms, which can exist where the roofline says
+    there is none (tile padding, attention work the ridge's FLOP/B does not see). A step's own
+    label ("compute-bound") is the bound holding most of its time, which can come earlier."""
+    modelled = (f"; in the execution model the step's compute terms pass its memory terms at batch "
+                f"{c.modelled:,}") if c.modelled else ""
     if c.analytic is None:
-        return f"decode stays memory-bound at any batch (KV reads; ridge {c.ridge:.0f} FLOP/B)"
-    model = f", execution model {c.modelled}" if c.modelled else ""
-    return f"compute-bound from batch {c.analytic:,.0f} (ridge {c.ridge:.0f} FLOP/B{model})"
+        return f"by the roofline, KV reads keep decode memory-bound at any batch (ridge {c.ridge:.0f} FLOP/B){modelled}"
+    return f"by the roofline, compute-bound from batch {c.analytic:,.0f} (ridge {c.ridge:.0f} FLOP/B){modelled}"

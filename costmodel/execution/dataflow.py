@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from math import ceil
 
 from ...backends import DataflowTarget
-from ...ir import DimRole, DType, Op, is_causal
+from ...ir import DimRole, DType, Op, Value, is_causal
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import values_bytes, weight_bytes
@@ -176,6 +176,62 @@ def _microbatch_counts(inputs: int) -> list[int]:
     return sorted(out)
 
 
+#: How far (in kernels) a chip boundary may move from its equal-footprint place to cross fewer bytes.
+_CUT_WINDOW = 8
+
+
+def _crossing_by_position(kernels: list[Kernel], table: CostTable) -> list[float]:
+    """Bytes that cross a cut before each kernel position: values written before it and read at or
+    after it (a value from the graph's inputs has no writer and crosses nothing)."""
+    written: dict[Value, int] = {}
+    for i, k in enumerate(kernels):
+        for v in k.outputs:
+            written.setdefault(v, i)
+    last_read: dict[Value, int] = {}
+    for i, k in enumerate(kernels):
+        if not k.is_free:
+            for v in k.inputs:
+                if written.get(v, i) < i:
+                    last_read[v] = i
+    diff = [0.0] * (len(kernels) + 2)
+    for v, j in last_read.items():
+        b = float(values_bytes(table, [v]))
+        diff[written[v] + 1] += b
+        diff[j + 1] -= b
+    out, run = [], 0.0
+    for p in range(len(kernels) + 1):
+        run += diff[p]
+        out.append(run)
+    return out
+
+
+def _boundary_bytes(kernels: list[Kernel], chip_of: dict[str, int], chips: int, table: CostTable) -> list[float]:
+    """Bytes each chip boundary carries (index c: from chip c to c + 1): every value written on a
+    chip at or before c and read on a chip after it, forwarded through the chips between."""
+    writer_chip: dict[Value, int] = {}
+    for k in kernels:
+        for v in k.outputs:
+            writer_chip.setdefault(v, chip_of[k.name])
+    last_chip: dict[Value, int] = {}
+    for k in kernels:
+        if not k.is_free:
+            for v in k.inputs:
+                if v in writer_chip:
+                    last_chip[v] = max(last_chip.get(v, 0), chip_of[k.name])
+    diff = [0.0] * (chips + 1)
+    for v, last in last_chip.items():
+        first = writer_chip[v]
+        if last > first:
+            b = float(values_bytes(table, [v]))
+            diff[first] += b
+            diff[last] -= b
+    out, run = [], 0.0
+    for c in range(chips):
+        run += diff[c]
+        out.append(run)
+    return out
+
+
 def hop_seconds(nbytes: float, target: DataflowTarget) -> float:
     """One chip-to-chip transfer of ``nbytes``: latency plus bytes over the link."""
     latency = target.chip_to_chip_latency if target.chip_to_chip_latency is not None else (target.link_latency or 0.0)
@@ -190,37 +246,67 @@ class DataflowModel:
     def layouts(self, program: Program, target: DataflowTarget, limit: int | None) -> list[Layout]:
         """The layouts worth timing. Without weight streaming the chips are ceil(footprint / SRAM).
         With it, a model that does not fit one chip can either stream its weights into one chip from
-        the external tier (the training layout) or span enough chips to keep them on-chip (how
-        wafer-scale inference serves a 70B model); both are candidates and the faster one wins."""
+        the external tier (the training layout) or span enough chips to keep everything on-chip (how
+        wafer-scale inference serves a 70B model); both are candidates and the faster one wins. Only
+        weights stream: the activations and a KV cache stay in the chip's fast memory, so streaming
+        is a layout only while they fit there (and the weights fit the external tier)."""
         table = program.table
         weights = weight_bytes(table)
+        rest = max(program.memory_required - weights, 0)
         cap = target.memory_capacity
         need = max(1, ceil(program.memory_required / cap))
         if not target.weight_streaming or need == 1:
             return [self._layout(program, need, False, limit, [])]
-        out = [self._layout(program, 1, True, limit,
-                            [f"weights ({weights / 1e9:.3g} GB) exceed one chip's fast memory ({cap / 1e9:.3g} GB): "
-                             f"streamed from external memory"])]
-        if not limit or need <= limit:
+        what = (f"weights ({weights / 1e9:.3g} GB)" if rest <= cap * 0.5 else
+                f"weights ({weights / 1e9:.3g} GB) with activations and KV cache ({rest / 1e9:.3g} GB)")
+        out = []
+        external = target.external_memory_capacity
+        if rest <= cap and (not external or weights <= external):
+            out.append(self._layout(program, 1, True, limit,
+                                    [f"{what} exceed one chip's fast memory ({cap / 1e9:.3g} GB): weights streamed "
+                                     f"from external memory"]))
+        if not out or not limit or need <= limit:
+            why = "" if out else (f"; streaming the weights would leave {rest / 1e9:.3g} GB of activations and KV "
+                                  f"cache for one chip" if rest > cap else
+                                  f"; the weights exceed the external tier ({external / 1e9:.3g} GB)")
             out.append(self._layout(program, need, False, limit,
-                                    [f"weights ({weights / 1e9:.3g} GB) exceed one chip's fast memory "
-                                     f"({cap / 1e9:.3g} GB): spread over {need} chips"]))
+                                    [f"{what} exceed one chip's fast memory ({cap / 1e9:.3g} GB): spread over "
+                                     f"{need} chips{why}"]))
         return out
 
     def _layout(self, program: Program, chips: int, streaming: bool, limit: int | None,
                 notes: list[str]) -> Layout:
-        """Kernels in program order over the chips, contiguously, each chip taking an equal share of
-        the footprint."""
+        """Kernels in program order over the chips, contiguously, each chip taking about an equal
+        share of the footprint. Each cut is moved, within a few kernels, to where the fewest bytes
+        cross it, as a placer keeping a tensor with its readers would (a KV cache stays on the chip
+        of the attention that reads it); a chip may then hold a little more than its share (the fit
+        is the chips' total capacity against the total footprint)."""
         fits = not (limit and chips > limit)
         if not fits:
             notes.append(f"needs {chips} chips, more than the largest system ({limit})")
-        chip_of: dict[str, int] = {}
-        footprints = _footprints(program.kernels, program.table)
+        kernels = program.kernels
+        footprints = _footprints(kernels, program.table)
         per_chip = (sum(footprints) or 1) / chips
-        cum = 0.0
-        for k, size in zip(program.kernels, footprints):
-            chip_of[k.name] = min(chips - 1, int(cum // per_chip)) if chips > 1 else 0
-            cum += size
+        cuts: list[int] = []
+        if chips > 1:
+            crossing = _crossing_by_position(kernels, program.table)
+            start, n = 0, len(kernels)
+            prefix = [0.0]
+            for size in footprints:
+                prefix.append(prefix[-1] + size)
+            for b in range(1, chips):
+                ideal = next((i for i in range(start + 1, n) if prefix[i] >= b * per_chip), n - 1)
+                window = list(range(max(start + 1, ideal - _CUT_WINDOW), min(n - 1, ideal + _CUT_WINDOW) + 1)) \
+                    or [min(max(ideal, start + 1), n)]
+                cut = min(window, key=lambda p: (crossing[p], abs(p - ideal)))
+                cuts.append(cut)
+                start = cut
+        chip_of: dict[str, int] = {}
+        chip = 0
+        for i, k in enumerate(kernels):
+            while chip < len(cuts) and i >= cuts[chip]:
+                chip += 1
+            chip_of[k.name] = min(chip, chips - 1)
         return Layout(chips, streaming, chip_of, _microbatches(program.table), fits, notes)
 
     def run(self, program: Program, devices: DeviceGroup) -> Schedule:
@@ -243,23 +329,25 @@ class DataflowModel:
         return best
 
     def _run(self, layout: Layout, program: Program, target: DataflowTarget) -> Schedule:
-        """Each chip is a pipeline stage; a hop (latency + activation bytes over the link) follows
-        every kernel whose successor sits on the next chip. The run streams its independent inputs
-        through the stages in ``m`` microbatches (see :func:`pipelined_seconds`); the compiler picks
-        the ``m`` that finishes first."""
+        """Each chip is a pipeline stage; a hop (latency + bytes over the link) follows each chip's
+        last kernel, carrying what later chips read (:func:`_boundary_bytes`). The run streams its
+        independent inputs through the stages in ``m`` microbatches (see :func:`pipelined_seconds`);
+        the compiler picks the ``m`` that finishes first."""
         kernels, units = program.kernels, _Units(layout.streaming)
         times: list[KernelTime] = []
         stage = [0.0] * layout.chips
         parts = [_StageParts() for _ in range(layout.chips)]
+        # one hop per chip boundary, after the chip's last kernel: it carries every value read on a
+        # later chip (the residual stream, a layer's outputs), not what stays (a KV cache in place)
+        carried = _boundary_bytes(kernels, layout.chip_of, layout.chips, program.table)
+        last_on_chip = {layout.chip_of[k.name]: i for i, k in enumerate(kernels) if not k.is_free}
         for i, k in enumerate(kernels):
             kt = kernel_time(k, program, target, units)
             chip = layout.chip_of[k.name]
-            nxt = next((kernels[j] for j in range(i + 1, len(kernels)) if not kernels[j].is_free), None)
             hop_latency = 0.0
-            if nxt is not None and layout.chip_of[nxt.name] != chip:
-                hop = hop_seconds(values_bytes(program.table, k.outputs), target)
+            if chip < layout.chips - 1 and last_on_chip.get(chip) == i:
+                kt = with_hop(kt, hop_seconds(carried[chip], target))
                 hop_latency = hop_seconds(0, target)
-                kt = with_hop(kt, hop)
             # a kernel's fixed latency (and a hop's) is paid once, as the pipeline fills; reading its
             # weights from fast memory is paid by every microbatch that passes; the rest of its work
             # grows with the inputs it processes

@@ -59,29 +59,42 @@ class Folds(NamedTuple):
     mp: int
 
 
-def systolic_folds(batch: int, m: int, n: int, k: int, peak: float, target: TpuTarget) -> Folds:
-    """How a ``batch x (m x k) @ (k x n)`` GEMM folds onto the target's arrays at ``peak`` FLOP/s."""
+def systolic_folds(batch: int, m: int, n: int, k: int, peak: float, target: TpuTarget,
+                   overhead: float = 0.0) -> Folds:
+    """How a ``batch x (m x k) @ (k x n)`` GEMM folds onto the target's arrays at ``peak`` FLOP/s.
+
+    M is cut into blocks of at most ``mxu_block_rows``; with fewer weight tiles than arrays the
+    compiler may cut it finer so that every array streams rows (1,177 rows in 3 blocks would leave
+    one of v5e's 4 arrays idle; 4 blocks of 296 rows do not), so the blocking with the fewest
+    cycles (each fold ``max(rows, dim) + overhead``) is taken, the coarsest among equals."""
     dim = target.mxu_dim
     mxus = _mxus(target)
     clock = peak / (2 * mxus * dim * dim)
     sub = TPU_SUBLANE_ROWS
     mp = max(ceil(m / sub) * sub, sub)
     block_rows = int(default_value("tpu", "mxu_block_rows", target.mxu_block_rows))
-    blocks = ceil(mp / max(block_rows, sub))               # M blocks, balanced
-    block = ceil(mp / blocks / sub) * sub
-    folds = batch * blocks * ceil(k / dim) * ceil(n / dim)
-    # With fewer weight tiles than arrays, the rows are split over the idle arrays (same weights).
-    split = max(1, min(mxus // folds, block // sub)) if folds < mxus else 1
-    rows = ceil(block / split / sub) * sub
-    return Folds(ceil(folds * split / mxus), rows, dim, clock, mp)
+    base = ceil(mp / max(block_rows, sub))
+    best: tuple[float, Folds] | None = None
+    for blocks in range(base, min(base + mxus, mp // sub) + 1):
+        block = ceil(mp / blocks / sub) * sub                 # M blocks, balanced
+        folds = batch * blocks * ceil(k / dim) * ceil(n / dim)
+        # With fewer weight tiles than arrays, the rows are split over the idle arrays (same weights).
+        split = max(1, min(mxus // folds, block // sub)) if folds < mxus else 1
+        rows = ceil(block / split / sub) * sub
+        f = Folds(ceil(folds * split / mxus), rows, dim, clock, mp)
+        cost = f.rounds * (max(rows, dim) + overhead)
+        if best is None or cost < best[0]:
+            best = (cost, f)
+    assert best is not None
+    return best[1]
 
 
 def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float,
                   target: TpuTarget) -> tuple[float, float]:
     """(seconds, executed FLOPs incl. padding) of a GEMM on the target's systolic arrays."""
-    f = systolic_folds(batch, m, n, k, peak, target)
+    overhead = float(default_value("tpu", "mxu_fold_overhead", target.mxu_fold_overhead)) * target.mxu_dim
+    f = systolic_folds(batch, m, n, k, peak, target, overhead)
     dim = f.dim
-    overhead = float(default_value("tpu", "mxu_fold_overhead", target.mxu_fold_overhead)) * dim
     # Weights for the next fold load while the current one streams (double buffering), so a fold
     # costs max(rows, dim) cycles plus the fill and drain that the overlap does not hide; the
     # array fills and drains fully once (2 x dim).

@@ -30,7 +30,7 @@ from .generate import SteadyState, steady_state
 from .memory import Memory
 from .parallel import tp_spec
 from .prepare import ServingGraph
-from .replica import Layout, Replica
+from .replica import BATCH_SEARCH_LIMIT, Layout, Replica
 from .serve import replica_for
 
 __all__ = ["Candidate", "CapacityPlan", "plan_capacity", "layouts_for", "CAPACITY_FORMAT"]
@@ -56,7 +56,7 @@ class Candidate:
     memory: Memory
     why_not: str = ""
     state: SteadyState | None = None
-    limited_by: str = ""              # what stops a larger batch: "memory", "TPOT" or "TTFT"
+    limited_by: str = ""              # what stops a larger batch: "memory", "TPOT", "TTFT" or "batch cap"
 
     @property
     def meets(self) -> bool:
@@ -225,7 +225,7 @@ def _candidate(replica: Replica, rate: float, input_len: int, output_len: int, t
     label = replica.layout.label if not replica.dataflow else f"dataflow layout ({devices} chips)"
     replicas = ceil(rate / (tokens / output_len))
     if batch == fits:
-        limit = "memory"
+        limit = "batch cap" if fits >= BATCH_SEARCH_LIMIT else "memory"
     else:
         nxt = steady_state(replica, batch + 1, input_len, output_len)
         limit = "TPOT" if nxt.tpot_s > tpot else "TTFT"

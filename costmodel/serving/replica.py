@@ -51,6 +51,11 @@ class Layout:
         return " x ".join(parts)
 
 
+#: The largest batch :meth:`Replica.max_batch` looks for: a result equal to it is the search's cap,
+#: not a memory limit (a dataflow layout adds chips for its KV cache until the system has no more).
+BATCH_SEARCH_LIMIT = 1 << 16
+
+
 class Replica:
     """``sg`` on ``target`` in ``layout``; ``topology`` prices the collectives (default: the target's
     own links); ``reserve`` is the fraction of memory the runtime keeps."""
@@ -143,9 +148,10 @@ class Replica:
         return self._chips(batch, context, activation_bytes(self.device_graph, batch, 1))
 
     def _chips(self, batch: int, context: int, activations: float) -> int:
-        laid = self.step(batch, 1, context).devices
-        total = self._weights() + activations + self.device_graph.cache.resident_bytes(batch, context + 1)
-        return max(laid, ceil(total / self.target.memory_capacity))
+        step = self.step(batch, 1, context)
+        weights = 0 if step.weight_streaming else self._weights()     # streamed weights take no fast memory
+        total = weights + activations + self.device_graph.cache.resident_bytes(batch, context + 1)
+        return max(step.devices, ceil(total / self.target.memory_capacity))
 
     def note_once(self, text: str) -> None:
         if text not in self.notes:
@@ -164,9 +170,20 @@ class Replica:
             acts = max(acts, activation_bytes(g, ceil((prefill_batch or batch) / pp), prefill_tokens))
         kv = g.cache.resident_bytes(batch, context)
         chips = self._chips(batch, max(context - 1, 0), acts) if self.dataflow else 1
-        if self.dataflow and chips > self.step(batch, 1, max(context - 1, 0)).devices:
+        most = getattr(self.target, "max_chips", None)
+        if most and chips > most:
+            # no more chips than the largest system: the budget over them overflows, and says by how much
+            self.note_once(f"the KV cache needs more than {most:,} chips, the largest {self.target.name} system")
+            chips = most
+        step = self.step(batch, 1, max(context - 1, 0)) if self.dataflow else None
+        if step is not None and chips > step.devices:
             self.note_once("the dataflow layout gets more chips to hold the KV cache; their hops are not timed")
-        return memory_budget(self.target.memory_capacity, weights=self._weights() / chips, activations=acts / chips,
+        if step is not None and step.weight_streaming and chips == 1:
+            self.note_once("the weights stream from the external tier: the budget is the KV cache and activations")
+            weights = 0.0
+        else:
+            weights = self._weights() / chips
+        return memory_budget(self.target.memory_capacity, weights=weights, activations=acts / chips,
                              kv_cache=kv / chips, reserve_fraction=self.reserve)
 
     def _weights(self) -> int:
@@ -175,8 +192,9 @@ class Replica:
         return self._weight_bytes
 
     def max_batch(self, context: int, *, prefill_tokens: int | None = None, prefill_batch: int | None = None,
-                  limit: int = 1 << 16) -> int:
-        """The largest batch whose budget fits at ``context`` tokens (0 when not even one fits)."""
+                  limit: int = BATCH_SEARCH_LIMIT) -> int:
+        """The largest batch whose budget fits at ``context`` tokens (0 when not even one fits; ``limit``
+        when the search stops there, as it does on a dataflow target that adds chips for its KV cache)."""
         def fits(b: int) -> bool:
             return self.memory(b, context, prefill_tokens=prefill_tokens, prefill_batch=prefill_batch).fits
         if not fits(1):

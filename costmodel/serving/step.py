@@ -52,9 +52,13 @@ class StepTime:
     activation_bytes: int
     weight_bytes: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: A dataflow layout that streams the weights from the external tier (they take no fast memory);
+    #: for the memory budget, not part of the step's JSON.
+    weight_streaming: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()
+                if k != "weight_streaming"}
 
 
 def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past: int,
@@ -85,7 +89,7 @@ def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past
         kernels=sum(1 for k in program.kernels if not k.is_free), devices=schedule.devices,
         bound=max(by_bound, key=by_bound.get) if schedule.total_s > 0 else "overhead",  # type: ignore[arg-type]
         activation_bytes=activations // max(schedule.devices, 1), weight_bytes=weight_bytes(table),
-        notes=tuple(schedule.notes))
+        notes=tuple(schedule.notes), weight_streaming=bool(schedule.layout.get("weight_streaming", False)))
 
 
 def activation_bytes(sg: ServingGraph, batch: int, tokens: int, table: Any = None) -> int:

@@ -165,11 +165,12 @@ def test_decode_attention_stacks_the_query_heads_of_a_kv_group():
     clock = 275e12 / (2 * 8 * 128 * 128)
     fold = 0.5 * 128          # v4's mxu_fold_overhead x dim: the fill and drain each fold loses
     # QK^T with q held in the arrays (2 folds of 48 columns over 256 dims), the 2049 keys streaming
-    # through in 512-row blocks: 2056 rows in 5 balanced blocks of 416 -> 10 folds, 2 rounds over the
-    # 8 arrays of 416 + 64 cycles, + one full fill and drain. Holding K instead ties: 17 x 2 folds
-    # of the 48 stacked query rows, 5 rounds of max(48, 128) + 64 cycles.
-    qk = 2 * (416 + fold) + 2 * 128
-    assert qk == math.ceil(17 * 2 / 8) * (max(48, 128) + fold) + 2 * 128
+    # through: 2056 rows in 512-row blocks would be 5 blocks of 416 (10 folds, 2 rounds over the 8
+    # arrays of 416 + 64 cycles); cut finer, 8 blocks of 264 make 16 folds, still 2 rounds, of 264 +
+    # 64 (9 or more blocks take 3 rounds), + one full fill and drain. Holding K instead: 17 x 2 folds
+    # of the 48 stacked query rows, 5 rounds of max(48, 128) + 64 cycles, slower.
+    qk = 2 * (264 + fold) + 2 * 128
+    assert qk < math.ceil(17 * 2 / 8) * (max(48, 128) + fold) + 2 * 128
     # PV with V's tiles held (17 x 2 folds over 8 arrays: 5 rounds of max(48 rows, 128) + 64), + fill
     # and drain (holding P instead: 17 folds of 256 rows, 3 rounds of 256 + 64: the same 1216)
     pv = math.ceil(17 * 2 / 8) * (max(48, 128) + fold) + 2 * 128

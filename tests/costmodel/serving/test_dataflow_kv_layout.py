@@ -1,0 +1,90 @@
+"""Dataflow chips serving a KV cache: what streams, where the cache sits, and how far a batch goes.
+
+A second QA pass found Cerebras decode of Llama-3-8B at batch 512 and 32k context (a 2.2 TB KV
+cache) timed on one wafer streaming its weights at 108 ms, "fits" on 1 device, while the memory
+line divided the cache over 51 wafers; with the cache on a wafer split from its attention, every
+chip boundary carried a 4 GB cache tensor; Groq and Cerebras reported the batch search's 65,536
+cap as the largest batch that fits; a TPU decode step labelled compute-bound sat under a line
+saying decode stays memory-bound at any batch.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import narrowpipe
+from narrowpipe.backends import get_target
+from narrowpipe.cli import main
+from narrowpipe.costmodel.execution import TimingOptions
+from narrowpipe.costmodel.execution.dataflow import DataflowModel, _boundary_bytes
+from narrowpipe.costmodel.interpreter import interpret
+from narrowpipe.costmodel.serving import serving_graph
+from narrowpipe.costmodel.timing import fused_program
+from narrowpipe.models.examples import load_example
+
+
+@pytest.fixture(scope="module")
+def sg():
+    return serving_graph(load_example("llama-3-8b"))
+
+
+def _program(sg, target, batch, context):
+    table = interpret(sg.graph, sg.bindings(batch, 1, context))
+    return table, fused_program(table, get_target(target), TimingOptions())
+
+
+def test_weights_stream_only_while_the_kv_cache_fits_one_chip(sg):
+    cs3 = get_target("cerebras-wse3")
+    kv_per_token = sg.cache.bytes_per_token                     # 131,072 B: 32 layers x 8 heads x 128 x 2 x 2
+    for batch, streams in ((8, True), (512, False)):      # 16 GB of weights need more than a wafer with either
+        table, program = _program(sg, "cerebras-wse3", batch, 32768)
+        layouts = DataflowModel().layouts(program, cs3, cs3.max_chips)
+        assert any(lay.streaming for lay in layouts) == streams, batch
+        assert (batch * 32768 * kv_per_token <= cs3.memory_capacity) == streams
+    r = narrowpipe.serve(load_example("llama-3-8b"), "cerebras-wse3", mode="decode", batch=512, context=32768)
+    need = 512 * 32769 * kv_per_token / cs3.memory_capacity
+    assert r.devices >= need and r.fits                        # the wafers the cache needs, timed on them
+    assert r.memory.kv_cache == pytest.approx(512 * 32768 * kv_per_token / r.devices, rel=0.01)
+
+
+def test_a_kv_cache_stays_on_the_chip_of_the_attention_that_reads_it(sg):
+    table, program = _program(sg, "cerebras-wse3", 64, 32768)
+    layout = DataflowModel().layouts(program, get_target("cerebras-wse3"), None)[0]
+    assert layout.chips > 1 and not layout.streaming
+    kv_tensor = 64 * 32768 * 8 * 128 * 2                      # one layer's K: 4.3 GB
+    carried = _boundary_bytes(program.kernels, layout.chip_of, layout.chips, table)
+    assert max(carried) < kv_tensor / 100                      # the residual stream, not a cache
+    r = narrowpipe.analyze(sg.graph, "cerebras-wse3", dims=sg.bindings(64, 1, 32768))
+    assert r.timing.narrowest != "interconnect"
+
+
+def test_the_batch_search_cap_is_not_reported_as_memory(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["serve", "llama-3-8b", "--target", "groq-lpu", "--mode", "decode", "--batch", "8",
+                 "--context", "2048"]) == 0
+    assert "largest batch that fits >= 65,536 (search cap)" in " ".join(capsys.readouterr().out.split())
+    # Cerebras clusters stop at 2,048 wafers: the cache bounds the batch there
+    r = narrowpipe.serve(load_example("llama-3-8b"), "cerebras-wse3", mode="decode", batch=8, context=32768)
+    per_wafer = get_target("cerebras-wse3").memory_capacity
+    assert 0 < r.max_batch < 1 << 16
+    assert r.max_batch * 32769 * 131_072 <= 2048 * per_wafer
+
+
+def test_the_crossover_line_does_not_contradict_the_step(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["serve", "llama-3-8b", "--target", "tpu-v6e", "--mode", "decode", "--batch", "8",
+                 "--context", "32768"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "by the roofline, KV reads keep decode memory-bound at any batch" in text
+    assert "in the execution model the step's compute terms pass its memory terms at batch" in text
+    assert "decode stays memory-bound at any batch" not in text
+
+
+def test_serve_sweep_shows_each_dataflow_rows_devices(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["serve-sweep", "llama-3-8b", "--target", "groq-lpu", "--batches", "1,64", "--context", "1024"]) == 0
+    out = capsys.readouterr().out
+    assert "the layout of each row (devices)" in out and "KV/dev" in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith(("1 ", "64 "))]
+    devices = [int(r[2]) for r in rows]
+    assert len(devices) == 2 and devices[0] < devices[1]
