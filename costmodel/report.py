@@ -20,7 +20,7 @@ __all__ = ["OpRow", "Report", "Unmodeled", "Timing", "Bottleneck", "REPORT_FORMA
 REPORT_FORMAT = "narrowpipe.report"
 #: 2: a timed report carries its ``timeline`` (every launched kernel: device, stream, start, terms) and
 #: its target's roofline ``ceilings``, so traces, plots and pages can be drawn from the JSON alone.
-REPORT_VERSION = 3
+REPORT_VERSION = 4
 
 
 class Unmodeled(NamedTuple):

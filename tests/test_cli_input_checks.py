@@ -81,3 +81,17 @@ def test_a_graph_file_without_a_required_field_says_which(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(narrowpipe.NarrowpipeError, match="a required field 'name' is missing"):
         narrowpipe.load(path)
+
+
+def test_an_onnx_conv_whose_input_channels_do_not_fit_its_weight_is_refused(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 5, 3, 3])       # expects 5 input channels
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="badconv")], "g", [x, w], [y])
+    path = tmp_path / "badconv.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    with pytest.raises(narrowpipe.NarrowpipeError, match="3 channels but its weight .* expects 5") as e:
+        narrowpipe.load(path)
+    assert "badconv" in str(e.value)

@@ -230,6 +230,16 @@ def conv_attrs(cx: NodeCx, x: Value, w: Value, transposed: bool) -> dict[str, An
     return attrs
 
 
+def _check_channels(cx: NodeCx, channels: object, w_shape: tuple[object, ...], groups: int, transposed: bool) -> None:
+    """The input's channels must be what the weight expects (W is M x C/group x k... for Conv, C x
+    M/group x k... for ConvTranspose): a mismatch is a broken model, not something to cost from
+    the weight's shape."""
+    expected = w_shape[0] if transposed else (w_shape[1] * groups if isinstance(w_shape[1], int) else None)
+    if isinstance(channels, int) and isinstance(expected, int) and channels != expected:
+        what = f"weight {list(map(str, w_shape))}" + ("" if transposed else f" with group={groups}")
+        raise cx.error(f"convolution input has {channels} channels but its {what} expects {expected}")
+
+
 def _conv(transposed: bool = False, x_i: int = 0, w_i: int = 1, b_i: int | None = 2,
           zp: tuple[int, int] | None = None, requant: tuple[int, ...] | None = None) -> Callable[[NodeCx], None]:
     def fn(cx: NodeCx) -> None:
@@ -239,6 +249,7 @@ def _conv(transposed: bool = False, x_i: int = 0, w_i: int = 1, b_i: int | None 
         if x.type.rank < 3 or w.type.rank != x.type.rank:
             raise cx.error(f"convolution input rank {x.type.rank} and weight rank {w.type.rank} do not fit")
         attrs = conv_attrs(cx, x, w, transposed)
+        _check_channels(cx, x.type.shape[1], w.type.shape, attrs["groups"], transposed)
         if zp is not None:
             x = _zero_point(cx, x, zp[0], "x")
             w = _zero_point(cx, w, zp[1], "w")

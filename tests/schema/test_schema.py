@@ -51,6 +51,7 @@ def _cli_json(tmp_path, *argv) -> dict:
 @pytest.mark.parametrize("argv", [
     ("analyze", "gpt2", "--set", "seq=16"),                                  # counts only
     ("analyze", "gpt2", "--set", "seq=16", "--target", "h100", "--price", "h100=2"),
+    ("analyze", "gpt2", "--train", "--set", "seq=16", "--target", "h100"),   # phases, per-op phase
     ("compare", "gpt2", "--set", "seq=16", "--targets", "h100,tpu-v5e,groq-lpu,xeon-6980p,cerebras-wse3"),
     ("compare", "llama-3-70b", "--set", "seq=1", "--targets", "h100,groq-lpu"),   # does not fit: notes, excluded
     ("compare", "bert-base", "--set", "batch=1,2", "--targets", "h100,tpu-v6e"),    # a sweep
