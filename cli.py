@@ -265,12 +265,17 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-@command("calibrate")
-def _calibrate(args: argparse.Namespace, console: Console) -> int:
+def _need_torch(why: str) -> None:
+    """A clear error with the install hint where a command runs torch and torch is not installed."""
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise NarrowpipeError("calibrate measures with torch: pip install 'narrowpipe[torch]'") from None
+        raise NarrowpipeError(f"{why}: pip install 'narrowpipe[torch]'") from None
+
+
+@command("calibrate")
+def _calibrate(args: argparse.Namespace, console: Console) -> int:
+    _need_torch("calibrate measures with torch")
     from .calibration import calibrate, measurements_path
     from .render.progress import progress
     _set_threads(args.threads)
@@ -289,6 +294,7 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
 def _validate(args: argparse.Namespace, console: Console) -> int:
     import json
 
+    _need_torch("validate runs the model with torch")
     from .backends import CpuTarget, get_target
     from .calibration.validate import summarize, validate_models
     from .render.validation import validation_table

@@ -59,7 +59,8 @@ def _energy(t: Timing, sep: str = ", ") -> str:
 def timing_summary(r: Report) -> Table:
     t = r.timing
     assert t is not None
-    tab = Table(title=f"on {t.target} ({t.family}, fusion {t.fusion}, {t.kernels} kernels)", show_header=False,
+    kernels = f"{t.kernels} kernel" + ("" if t.kernels == 1 else "s")
+    tab = Table(title=f"on {t.target} ({t.family}, fusion {t.fusion}, {kernels})", show_header=False,
                 box=None, title_justify="left")
     tab.add_column(style="bold")
     tab.add_column()

@@ -18,6 +18,15 @@ def test_pip_install_hint_keeps_its_extra_in_brackets(tmp_path, monkeypatch, cap
     assert "pip install 'narrowpipe[torch]'" in capsys.readouterr().err
 
 
+def test_validate_without_torch_says_how_to_install_it(monkeypatch, capsys):
+    """QA on a torch-free install: ``validate`` crashed with ModuleNotFoundError where ``calibrate``
+    gave the install hint."""
+    monkeypatch.setitem(sys.modules, "torch", None)          # as if torch were absent
+    assert main(["validate", "gpt2", "--target", "epyc-9755"]) == 2
+    err = capsys.readouterr().err
+    assert "validate runs the model with torch: pip install 'narrowpipe[torch]'" in err and "Traceback" not in err
+
+
 def test_json_into_a_missing_folder_creates_it(tmp_path, capsys):
     out = tmp_path / "new" / "deeper" / "r.json"
     assert main(["analyze", "gpt2", "--set", "seq=8", "--top", "1", "--json", str(out)]) == 0
