@@ -206,30 +206,14 @@ def _crossing_by_position(kernels: list[Kernel], table: CostTable) -> list[float
 
 
 def _boundary_bytes(kernels: list[Kernel], chip_of: dict[str, int], chips: int, table: CostTable) -> list[float]:
-    """Bytes each chip boundary carries (index c: from chip c to c + 1): every value written on a
-    chip at or before c and read on a chip after it, forwarded through the chips between."""
-    writer_chip: dict[Value, int] = {}
-    for k in kernels:
-        for v in k.outputs:
-            writer_chip.setdefault(v, chip_of[k.name])
-    last_chip: dict[Value, int] = {}
-    for k in kernels:
-        if not k.is_free:
-            for v in k.inputs:
-                if v in writer_chip:
-                    last_chip[v] = max(last_chip.get(v, 0), chip_of[k.name])
-    diff = [0.0] * (chips + 1)
-    for v, last in last_chip.items():
-        first = writer_chip[v]
-        if last > first:
-            b = float(values_bytes(table, [v]))
-            diff[first] += b
-            diff[last] -= b
-    out, run = [], 0.0
-    for c in range(chips):
-        run += diff[c]
-        out.append(run)
-    return out
+    """Bytes each chip boundary carries (index c: from chip c to c + 1): with the chips contiguous in
+    program order, what crosses the cut before chip c + 1's first kernel (every value written on a
+    chip at or before c and read on a later one, forwarded through the chips between)."""
+    crossing = _crossing_by_position(kernels, table)
+    first = {}
+    for i, k in enumerate(kernels):
+        first.setdefault(chip_of[k.name], i)
+    return [crossing[first[c + 1]] if c + 1 in first else 0.0 for c in range(chips)]
 
 
 def hop_seconds(nbytes: float, target: DataflowTarget) -> float:
