@@ -210,7 +210,7 @@ def _boundary_bytes(kernels: list[Kernel], chip_of: dict[str, int], chips: int, 
     program order, what crosses the cut before chip c + 1's first kernel (every value written on a
     chip at or before c and read on a later one, forwarded through the chips between)."""
     crossing = _crossing_by_position(kernels, table)
-    first = {}
+    first: dict[int, int] = {}
     for i, k in enumerate(kernels):
         first.setdefault(chip_of[k.name], i)
     return [crossing[first[c + 1]] if c + 1 in first else 0.0 for c in range(chips)]
