@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from ..backends import CpuTarget, Target, dump_target, get_target
 from ..costmodel.execution import TimingOptions
@@ -175,6 +176,21 @@ def _with_evicted_calls(target: CpuTarget, measurements: list[Measurement]) -> C
     return dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
 
 
+def _other_chips(rows: list[Any], target: Target) -> dict[str, int]:
+    """Rows whose ``chip`` is not ``target`` (by name or alias; an unknown name counts as other)."""
+    names = {target.name.lower(), *(a.lower() for a in target.aliases)}
+    out: dict[str, int] = {}
+    for r in rows:
+        if r.chip.lower() not in names:
+            try:
+                same = get_target(r.chip).name == target.name
+            except NarrowpipeError:
+                same = False
+            if not same:
+                out[r.chip] = out.get(r.chip, 0) + 1
+    return out
+
+
 def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path) -> Target:
     """Fit a catalog chip's kernel terms to a kernel measurements CSV and write the target."""
     if base is None:
@@ -183,6 +199,11 @@ def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path
     rows = read_kernel_measurements(path)
     if not rows:
         raise NarrowpipeError(f"{path}: no measurements")
+    other = _other_chips(rows, target)
+    if other:
+        raise NarrowpipeError(f"{path}: --base is {target.name}, but rows were measured on "
+                              + ", ".join(f"{chip} ({n} rows)" for chip, n in other.items())
+                              + ": a chip's terms are fitted to its own rows only (split the file by chip)")
     rows = [r for r in rows if r.kind not in VECTOR_KINDS]    # predicted by the benchmark; no terms of theirs
     if not rows:
         raise NarrowpipeError(f"{path}: no GEMM or convolution rows; norm and elementwise rows have no kernel "
@@ -192,7 +213,9 @@ def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path
         has_tf32 = any(r.dtype == "tf32" for r in rows) and matrix_rate(
             target, DType.FP32, TimingOptions(allow_tf32=True)).dtype == "tf32"
         has_fp32 = any(r.dtype == "fp32" for r in rows) or (any(r.dtype == "tf32" for r in rows) and not has_tf32)
-        fields = [f for f in fields if (f != "matmul_efficiency_tf32" or has_tf32)
+        # a TF32 term only where TF32 rows exist: without them it would keep its value under a
+        # "fitted" source
+        fields = [f for f in fields if (not f.endswith("_tf32") or has_tf32)
                   and (f != "matmul_efficiency_fp32" or has_fp32)]
     if target.family == "tpu":
         fields = ["mxu_fold_overhead"]        # matmul_efficiency stays: the fold model holds the losses

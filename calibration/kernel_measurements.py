@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,9 @@ def read_kernel_measurements(path: str | Path) -> list[KernelMeasurement]:
     rows = []
     for i, r in enumerate(reader, start=2):
         where = f"{p}, data line {i}"
+        short = [c for c in COLUMNS if r.get(c) is None]      # csv fills a short row's last fields with None
+        if short:
+            raise NarrowpipeError(f"{where}: missing {', '.join(short)} (the row has fewer fields than the header)")
         kind, dtype, timing = r["kind"].strip(), r["dtype"].strip(), r["timing"].strip()
         if kind not in KINDS:
             raise NarrowpipeError(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -158,8 +162,8 @@ def read_kernel_measurements(path: str | Path) -> list[KernelMeasurement]:
             us = float(r["measured_us"])
         except ValueError:
             raise NarrowpipeError(f"{where}: measured_us {r['measured_us']!r} is not a number") from None
-        if not us > 0:
-            raise NarrowpipeError(f"{where}: measured_us must be positive, got {us}")
+        if not (us > 0 and math.isfinite(us)):
+            raise NarrowpipeError(f"{where}: measured_us must be a positive, finite number, got {us}")
         (shape, layout), algo = _parse_shape(r["shape"], kind, where), (r.get("algo") or "").strip()
         if kind in VECTOR_KINDS:
             check_vector_row(kind, shape, algo, where)

@@ -3,6 +3,8 @@ conventions are applied, and ``calibrate --from-measurements`` writes a usable t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from narrowpipe.backends import get_target
@@ -117,3 +119,36 @@ def test_the_fit_recovers_a_gemm_floor_among_many_convolution_rows():
     start = fitted_target(t4, {"gemm_latency": 10e-6, "conv_latency": 10e-6}, "start")
     res = fit_kernel_terms(kernel_cases(rows, start), start, ["gemm_latency", "conv_latency"])
     assert res.values == pytest.approx({"gemm_latency": 5e-6, "conv_latency": 14e-6})
+
+
+def _xla_rows(chip: str, n: int = 20) -> list[str]:
+    data = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "kernels_xla_gemm.csv"
+    lines = [x for x in data.read_text().splitlines() if x and not x.startswith("#")]
+    return [lines[0], *[x for x in lines[1:] if f",{chip},gemm,bf16," in x][:n]]
+
+
+def test_from_measurements_refuses_rows_of_another_chip_and_bad_rows(tmp_path, capsys):
+    """QA: rows measured on another (or a made-up) chip were fitted into --base; an infinite time and
+    a short row crashed with tracebacks; a TF32 term without TF32 rows was stamped as fitted."""
+    from narrowpipe.cli import main
+    rows = _xla_rows("h100-sxm")
+    cases = {"other.csv": ([rows[0], *(x.replace(",h100-sxm,", ",h900,") for x in rows[1:])],
+                           "rows were measured on h900 (20 rows)"),
+             "inf.csv": ([*rows[:5], "X,h100,gemm,bf16,b=1 m=256 n=256 k=256,inf,kernel,,"],
+                         "data line 6: measured_us must be a positive, finite number"),
+             "short.csv": ([*rows[:5], "X,h100,gemm,bf16,b=1 m=256 n=256 k=256"],
+                           "data line 6: missing measured_us, timing")}
+    for name, (lines, says) in cases.items():
+        path = tmp_path / name
+        path.write_text("\n".join(lines) + "\n")
+        assert main(["calibrate", "--from-measurements", str(path), "--base", "h100", "--out",
+                     str(tmp_path / "o.toml")]) == 2, name
+        err = " ".join(capsys.readouterr().err.split())
+        assert says in err and "Traceback" not in err, name
+    good = tmp_path / "good.csv"
+    good.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "g.toml"
+    assert main(["calibrate", "--from-measurements", str(good), "--base", "h100", "--out", str(out)]) == 0
+    fitted = get_target(out)
+    assert "good.csv" not in fitted.sources["gemm_tile_feed_bandwidth_tf32"]      # no TF32 rows: not refitted
+    assert "good.csv" in fitted.sources["gemm_latency"]
