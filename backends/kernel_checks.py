@@ -25,7 +25,7 @@ from .target import Target
 from .tomlio import dumps, read_toml
 
 __all__ = ["KernelCheck", "ClassCheck", "kernel_check", "kernel_checks", "copied_from", "copy_source",
-           "checks_document", "write_checks", "CHECKS_FILE", "check_text", "check_bars"]
+           "checks_document", "write_checks", "CHECKS_FILE", "check_text", "check_bars", "check_percent"]
 
 CHECKS_FILE = Path(__file__).parent / "kernel_checks.toml"
 #: Where a copied field's source names the chip it copies (``assumption: as t4 (...)``).
@@ -75,6 +75,7 @@ def kernel_checks() -> dict[str, KernelCheck]:
     return out
 
 
+@cache
 def check_bars() -> tuple[float, float]:
     """The bars the benchmark holds every chip to: (held-out median, p90) |error|."""
     bars = read_toml(CHECKS_FILE)["bars"]
@@ -107,7 +108,7 @@ def check_text(target: Target | str) -> str:
     name outside the catalog: a user's own target)."""
     c = kernel_check(target)
     if c is not None:
-        return f"{_pct(c.median_abs)}/{_pct(c.p90_abs)} on {c.rows} timings"
+        return f"{check_percent(c.median_abs)}/{check_percent(c.p90_abs)} on {c.rows} timings"
     if isinstance(target, str):
         from .registry import get_target, targets
         if target not in {name for name, _ in targets()}:
@@ -117,7 +118,8 @@ def check_text(target: Target | str) -> str:
     return f"unchecked ({src}'s terms)" if src else "unchecked"
 
 
-def _pct(x: float) -> str:
+def check_percent(x: float) -> str:
+    """An error as the checks print it: one decimal under 10%, whole percents above."""
     return f"{x * 100:.1f}%" if x < 0.1 else f"{x * 100:.0f}%"
 
 
@@ -152,4 +154,5 @@ def write_checks(doc: Mapping[str, Any], path: Path = CHECKS_FILE) -> Path:
     """Write :func:`checks_document`'s output as the shipped checks file."""
     path.write_text(dumps(doc, header=_HEADER))
     kernel_checks.cache_clear()
+    check_bars.cache_clear()
     return path

@@ -16,10 +16,6 @@ from rich.markup import escape
 __all__ = ["checks_table"]
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:.1f}%" if x < 0.1 else f"{x * 100:.0f}%"
-
-
 def checks_table() -> Any:
     """The table: chip, held-out rows, median and p90 |error|, whether the bars are met, sources (or
     whose fitted terms the chip copies); ``targets --show NAME`` breaks a chip's check down by class."""
@@ -27,7 +23,7 @@ def checks_table() -> Any:
     from rich.table import Table
 
     from ..backends import get_target, targets
-    from ..backends.kernel_checks import check_bars, copied_from, kernel_check, kernel_checks
+    from ..backends.kernel_checks import check_bars, check_percent, copied_from, kernel_check, kernel_checks
 
     median_bar, p90_bar = check_bars()
     run = next(iter(kernel_checks().values())).run if kernel_checks() else ""
@@ -47,6 +43,6 @@ def checks_table() -> Any:
             src = copied_from(t)
             tab.add_row(name, "-", "-", "-", "-", escape(f"none (copies {src}'s fitted terms)" if src else "none"))
             continue
-        tab.add_row(name, str(c.rows), _pct(c.median_abs), _pct(c.p90_abs),
+        tab.add_row(name, str(c.rows), check_percent(c.median_abs), check_percent(c.p90_abs),
                     "met" if c.meets(median_bar, p90_bar) else "missed", escape(", ".join(c.sources)))
     return tab
