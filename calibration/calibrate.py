@@ -177,18 +177,21 @@ def _with_evicted_calls(target: CpuTarget, measurements: list[Measurement]) -> C
 
 
 def _other_chips(rows: list[Any], target: Target) -> dict[str, int]:
-    """Rows whose ``chip`` is not ``target`` (by name or alias; an unknown name counts as other)."""
-    names = {target.name.lower(), *(a.lower() for a in target.aliases)}
-    out: dict[str, int] = {}
+    """Rows whose ``chip`` is not ``target`` (by name or alias; an unknown name counts as other),
+    counted per chip name; each distinct name is resolved once."""
+    counts: dict[str, int] = {}
     for r in rows:
-        if r.chip.lower() not in names:
-            try:
-                same = get_target(r.chip).name == target.name
-            except NarrowpipeError:
-                same = False
-            if not same:
-                out[r.chip] = out.get(r.chip, 0) + 1
-    return out
+        counts[r.chip] = counts.get(r.chip, 0) + 1
+    names = {target.name.lower(), *(a.lower() for a in target.aliases)}
+
+    def same(chip: str) -> bool:
+        if chip.lower() in names:
+            return True
+        try:
+            return get_target(chip).name == target.name
+        except NarrowpipeError:
+            return False
+    return {chip: n for chip, n in counts.items() if not same(chip)}
 
 
 def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path) -> Target:
