@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .errors import NarrowpipeError
+from .errors import NarrowpipeError, NarrowpipeWarning, UnknownTargetError
 
 __all__ = ["parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs", "count_arg"]
 
@@ -101,6 +102,12 @@ def target_specs(targets: str, files: Sequence[str]) -> list[Any]:
     from .backends import get_target
     loaded = [get_target(f) for f in files]
     by_name = {n.lower(): t for t in loaded for n in (t.name, *t.aliases)}
+    for path, chip in zip(files, loaded):
+        shadowed = _catalog_name(chip.name)
+        if shadowed is not None:
+            warnings.warn(f"{path}: its chip is named {chip.name!r}, which is the catalog's {shadowed}; "
+                          f"--targets {chip.name} means this file's chip here (rename it to compare the two)",
+                          NarrowpipeWarning, stacklevel=2)
     used: set[int] = set()
     specs: list[Any] = []
     for name in (t.strip() for t in targets.split(",")):
@@ -111,3 +118,12 @@ def target_specs(targets: str, files: Sequence[str]) -> list[Any]:
             used.add(id(chip))
         specs.append(chip if chip is not None else name)
     return specs + [t for t in loaded if id(t) not in used]
+
+
+def _catalog_name(name: str) -> str | None:
+    """The catalog chip ``name`` (any case, or an alias) names, or None."""
+    from .backends import get_target
+    try:
+        return get_target(name).name
+    except UnknownTargetError:
+        return None

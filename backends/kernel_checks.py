@@ -83,8 +83,16 @@ def check_bars() -> tuple[float, float]:
 
 
 def kernel_check(target: Target | str) -> KernelCheck | None:
-    """The check of ``target`` (a Target or catalog name); None where it has no held-out timings."""
-    return kernel_checks().get(target if isinstance(target, str) else target.name)
+    """The check of ``target`` (a Target or catalog name); None where it has no held-out timings,
+    and for a Target that only shares a catalog chip's name (a user's file with other numbers:
+    the check is of the catalog's terms, not its)."""
+    if isinstance(target, str):
+        return kernel_checks().get(target)
+    check = kernel_checks().get(target.name)
+    if check is None:
+        return None
+    from .registry import get_target
+    return check if get_target(target.name) == target else None
 
 
 def copy_source(source: str) -> str | None:

@@ -226,6 +226,8 @@ def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path
         raise NarrowpipeError(f"{path}: no kernel terms to fit for a {target.family} target")
     res = fit_kernel_terms(kernel_cases(rows, target), target, fields,
                            source=f"measured: fitted to {path.name} (calibrate --from-measurements)")
-    fitted = dataclasses.replace(res.target, name=name or f"{target.name}-calibrated", aliases=())
+    # its own display name too: compared beside its base, the two rows must not read alike
+    fitted = dataclasses.replace(res.target, name=name or f"{target.name}-calibrated", aliases=(),
+                                 display_name=f"{target.display_name} (fitted to {path.name})")
     dump_target(fitted, out)
     return fitted

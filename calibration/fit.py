@@ -304,7 +304,8 @@ def apply_measurements(base: Target, measurements: list[Measurement], name: str 
         else:
             sources.pop(key, None)
     return dataclasses.replace(
-        base, name=name or f"{base.name}-calibrated", aliases=(), matmul_efficiency=c.matmul_efficiency,
+        base, name=name or f"{base.name}-calibrated", aliases=(), display_name=f"{base.display_name} (calibrated)",
+        matmul_efficiency=c.matmul_efficiency,
         memory_efficiency=min(1.0, c.best_bandwidth * c.memory_efficiency / base.memory_bandwidth),
         launch_overhead=c.launch_overhead, matmul_curve=c.matmul_curve, matmul_skinny_curve=c.skinny_curve,
         bandwidth_curve=tuple((x, min(1.0, y * c.best_bandwidth / base.memory_bandwidth))

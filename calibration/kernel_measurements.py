@@ -111,6 +111,8 @@ def _parse_shape(text: str, kind: str, where: str) -> tuple[dict[str, int], str]
         key, sep, value = word.partition("=")
         if not sep:
             raise NarrowpipeError(f"{where}: shape word {word!r} is not key=value")
+        if key in out or key in flags:     # two values for one dimension: which was measured?
+            raise NarrowpipeError(f"{where}: shape word {key!r} is given twice")
         if key in ("ta", "tb"):            # the operands' storage, as column-major BLAS op flags
             if kind != "gemm" or value not in ("N", "T"):
                 raise NarrowpipeError(f"{where}: {word!r}: operand flags are N or T, on gemm rows only")

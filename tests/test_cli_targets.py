@@ -60,6 +60,19 @@ def test_a_target_file_chip_can_be_named_in_targets(tmp_path, capsys):
     assert [t["target"] for t in json.loads(out.read_text())["targets"]] == ["h100-sxm", "my-chip"]
 
 
+def test_a_target_file_named_like_a_catalog_chip_is_flagged_and_not_claimed_checked(tmp_path, capsys):
+    """A user's file that reuses a catalog name (with other numbers) takes that name's place in
+    --targets: said with a warning, and the catalog chip's kernel check is not shown as its own."""
+    from narrowpipe.backends.kernel_checks import kernel_check
+    base = get_target("h100")
+    mine = dataclasses.replace(base.scaled(memory_bandwidth=2.0), name=base.name)
+    path = dump_target(mine, tmp_path / "h100.toml")
+    assert main(["compare", "gpt2", "--targets", "h100-sxm", "--target-file", str(path), "--set", "seq=1"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "h100.toml: its chip is named 'h100-sxm', which is the catalog's h100-sxm" in err
+    assert kernel_check(base) is not None and kernel_check(get_target(str(path))) is None
+
+
 def test_malformed_target_file_names_the_field(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "bad"\nfamily = "gpu"\nvendor = "x"\ndisplay_name = "x"\nmemory_capacity_gb = 80\n'

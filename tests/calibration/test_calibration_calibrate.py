@@ -47,6 +47,7 @@ def test_measurements_calibrate_a_catalog_chip(host, tmp_path):
     base = dataclasses.replace(load_target_file(host), name="base-chip")
     mine = apply_measurements(base, measurements, "mine")
     assert mine.matrix_flops == base.matrix_flops and mine.name == "mine"
+    assert mine.display_name == f"{base.display_name} (calibrated)"
     assert mine.matmul_curve and mine.sources["matmul_curve"].startswith("measured")
     out = tmp_path / "mine.toml"
     assert main(["calibrate", "--base", str(host), "--from-measurements", str(measurements_path(host)),

@@ -97,6 +97,8 @@ def test_the_cli_calibrates_a_chip_from_a_kernel_csv(tmp_path, capsys):
     out = tmp_path / "mine.toml"
     assert main(["calibrate", "--base", "h100", "--from-measurements", str(csv), "--out", str(out)]) == 0
     assert "wrote" in capsys.readouterr().out and get_target(str(out)).name == "h100-sxm-calibrated"
+    # compared beside its base, the fitted chip must not read as the same chip
+    assert get_target(str(out)).display_name == f"{get_target('h100').display_name} (fitted to h100.csv)"
 
 
 def _conv_rows(chip: str) -> list[KernelMeasurement]:

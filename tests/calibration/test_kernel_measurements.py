@@ -37,6 +37,7 @@ def test_rows_parse_with_their_shape_and_seconds(tmp_path):
     ("X,t4,gemm,fp32,b=1 m=8 n=4 k=2 ta=T,1,stream,,", "both operand flags"),
     ("X,t4,gemm,fp32,b=1 m=8 n=4 k=2 ta=C tb=N,1,stream,,", "'ta=C'"),
     ("X,t4,conv_fwd,fp32,n=1 c=1 h=4 w=4 k=1 r=1 s=1 ta=N tb=N,1,stream,,", "gemm rows only"),
+    ("X,h100,gemm,bf16,b=1 m=8 n=8 k=8 m=16,1,kernel,,", "'m' is given twice"),   # which m was timed?
 ])
 def test_bad_rows_name_the_file_line_and_reason(tmp_path, line, reason):
     with pytest.raises(NarrowpipeError) as e:
