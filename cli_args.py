@@ -102,11 +102,11 @@ def target_specs(targets: str, files: Sequence[str]) -> list[Any]:
     from .backends import get_target
     loaded = [get_target(f) for f in files]
     by_name = {n.lower(): t for t in loaded for n in (t.name, *t.aliases)}
-    for path, chip in zip(files, loaded):
-        shadowed = _catalog_name(chip.name)
+    for path, file_chip in zip(files, loaded):
+        shadowed = _catalog_name(file_chip.name)
         if shadowed is not None:
-            warnings.warn(f"{path}: its chip is named {chip.name!r}, which is the catalog's {shadowed}; "
-                          f"--targets {chip.name} means this file's chip here (rename it to compare the two)",
+            warnings.warn(f"{path}: its chip is named {file_chip.name!r}, which is the catalog's {shadowed}; "
+                          f"--targets {file_chip.name} means this file's chip here (rename it to compare the two)",
                           NarrowpipeWarning, stacklevel=2)
     used: set[int] = set()
     specs: list[Any] = []
