@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from .cli_args import count_arg, parse_factors, parse_grid, parse_prices, parse_sets, target_specs
+from .cli_args import count_arg, parse_factors, parse_grid, parse_prices, parse_sets, positive_arg, target_specs
 from .cli_feedback import add_feedback_flags, load_model, say
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
 from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
@@ -114,9 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="a validation architecture (gpt2, smollm2-135m, bert-base, t5-small, vit-base, "
                    "swin-tiny, resnet50, mobilenet-v2, convnext-tiny)")
     p.add_argument("--target", required=True, help="the calibrated target (e.g. host.toml)")
-    p.add_argument("--batch", type=int, action="append", help="batch size(s) (default 1 and 8)")
-    p.add_argument("--seq", type=int, default=128, help="sequence length for text models (default 128)")
-    p.add_argument("--threads", type=int, help="CPU threads (default: the calibrated target's)")
+    p.add_argument("--batch", type=positive_arg, action="append", help="batch size(s) (default 1 and 8)")
+    p.add_argument("--seq", type=positive_arg, default=128, help="sequence length for text models (default 128)")
+    p.add_argument("--threads", type=positive_arg, help="CPU threads (default: the calibrated target's)")
     p.add_argument("--tiny", action="store_true", help="a 2-layer version of the architecture (smoke tests)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON")
 
@@ -249,12 +249,8 @@ def _write_json(args: argparse.Namespace, console: Console, text: str) -> int:
     """Write ``--json``, creating missing folders: the analysis already ran, and losing it to a
     traceback over ``out/`` not existing yet helps nobody."""
     if getattr(args, "json", None):
-        path = Path(args.json)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        except OSError as exc:
-            raise NarrowpipeError(f"cannot write --json {args.json}: {exc.strerror or exc}") from None
+        from .render.output_file import write_output
+        write_output(args.json, text, "--json")
         console.print(f"wrote {escape(args.json)}")
     return 0
 

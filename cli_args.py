@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import NarrowpipeError, NarrowpipeWarning, UnknownTargetError
 
-__all__ = ["parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs", "count_arg"]
+__all__ = ["parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs", "count_arg", "positive_arg"]
 
 
 def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Callable[[str], Any],
@@ -24,6 +24,8 @@ def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Cal
             if "=" not in part:
                 raise NarrowpipeError(f"{flag} expects {what}, got {part!r}")
             k, v = part.split("=", 1)
+            if k.strip() in out:       # which of the two did the user mean?
+                raise NarrowpipeError(f"{flag} {k.strip()} is given twice")
             try:
                 out[k.strip()] = convert(v)
             except ValueError:
@@ -78,6 +80,18 @@ def count_arg(text: str) -> int:
     return value
 
 
+def positive_arg(text: str) -> int:
+    """An argparse type for a size or a thread count: a whole number, 1 or more."""
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def _positive(text: str) -> float:
     value = float(text)
     if not math.isfinite(value) or value <= 0:
@@ -92,7 +106,11 @@ def parse_prices(items: Sequence[str] | None) -> dict[str, float]:
 
 
 def parse_factors(text: str) -> dict[str, float]:
-    return _parse_pairs([text], "--scale", "RESOURCE=FACTOR", float, "a number")
+    """``--scale`` pairs; at least one (an empty scaling would print a what-if of nothing)."""
+    out = _parse_pairs([text], "--scale", "RESOURCE=FACTOR", float, "a number")
+    if not out:
+        raise NarrowpipeError("--scale expects RESOURCE=FACTOR, got nothing")
+    return out
 
 
 def target_specs(targets: str, files: Sequence[str]) -> list[Any]:

@@ -69,6 +69,9 @@ def _roofline(args: argparse.Namespace, console: Console) -> int:
                   f"{len(shown)} kernels as points" + (f", {len(off)} without FLOPs or bytes" if off else ""))
     for rank, b in enumerate(timing.top[:args.top], start=1):
         console.print(f"  #{rank} {escape(b.label)} ({b.op}, {b.bound}-bound) {b.share:.0%}")
+    if args.top > len(timing.top):
+        console.print(f"note: --top {args.top}: the report ranks its {len(timing.top)} heaviest kernels "
+                      "(every repeated layer's together); those are labelled")
     return 0
 
 
@@ -101,7 +104,8 @@ def register_output_commands(sub: argparse._SubParsersAction) -> dict[str, Handl
     _add_model_args(p)
     p.add_argument("--target", required=True, help="the chip (name, alias or .toml file)")
     p.add_argument("--out", default="roofline.png", metavar="FILE", help="a .png or .svg file (default roofline.png)")
-    p.add_argument("--top", type=count_arg, default=3, help="bottlenecks to label (default 3)")
+    p.add_argument("--top", type=count_arg, default=3,
+                   help="bottlenecks to label (default 3, the most a report ranks)")
     _add_timing_args(p)
     p = sub.add_parser("completion", help="print a shell completion script",
                        description='Print a completion script: eval "$(narrowpipe completion bash)" in ~/.bashrc, '

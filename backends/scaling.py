@@ -69,6 +69,7 @@ def scale_target(target: Target, factors: Mapping[str, object]) -> Target:
                               f"valid resources: {', '.join(RESOURCES)}")
     changes: dict[str, Any] = {}
     sources = dict(target.sources)
+    scaled_by: dict[str, str] = {}      # spec key -> the resource that scaled it
     for resource, raw in factors.items():
         factor = _factor(resource, raw)
         dtype = resource[len("peak_"):] if resource.startswith("peak_") and \
@@ -89,6 +90,10 @@ def scale_target(target: Target, factors: Mapping[str, object]) -> Target:
                 changes[field] = value * factor
                 keys = [field]
             for key in keys:
+                if key in scaled_by:    # aliases (hbm_bandwidth, memory_bandwidth) would compound
+                    raise TargetSpecError(f"scaled(): {resource} and {scaled_by[key]} both scale {key}; "
+                                          "name one of them")
+                scaled_by[key] = resource
                 sources[key] = f"{sources[key]}; scaled x{factor:g} ({resource} what-if)"
         if not touched:
             raise TargetSpecError(f"scaled(): {target.name!r} has no value for {resource!r}")

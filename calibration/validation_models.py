@@ -133,6 +133,11 @@ def validation_inputs(name: str, model: Any, batch: int, seq: int = 128) -> dict
     import torch
 
     entry, config = _entry(name), model.config
+    if batch < 1 or seq < 1:
+        raise NarrowpipeError(f"{name}: batch and seq must be 1 or more (got batch {batch}, seq {seq})")
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if entry.has_seq and isinstance(limit, int) and seq > limit:
+        raise NarrowpipeError(f"{name}: seq {seq} is past the model's {limit} positions")
     gen = torch.Generator().manual_seed(batch)
     if entry.kind == "vision":
         size = getattr(config, "image_size", 224)

@@ -14,7 +14,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from ..cli_args import count_arg
 from .fit import fits
+from .output_file import write_output
 from .units import flops, nbytes, seconds, si
 
 if TYPE_CHECKING:
@@ -31,9 +33,11 @@ def _pct(x: float | None) -> str:
 
 
 def _util(x: float | None) -> Text:
-    """A utilization, never printed above 100%: faster than the peak means a wrong target or count
-    (the diagnosis says which ops in a note)."""
-    if x is not None and x > 1.0:
+    """A utilization, printed as a number up to the diagnosis's ``TOO_FAST`` (a calibrated rate is a
+    median a run may beat by a few percent) and as ">100%" beyond: faster than that means a wrong
+    target or count (the diagnosis says which ops in a note)."""
+    from ..costmodel.diagnose.run import TOO_FAST
+    if x is not None and x > TOO_FAST:
         return Text(">100%", style="bold red")
     return Text(_pct(x))
 
@@ -65,7 +69,7 @@ def offenders_table(d: Diagnosis, top: int = 10, drop: frozenset[str] = frozense
     rows = d.top(top)
     t = Table(title=f"top {len(rows)} of {len(d.ops)} ops by time", title_justify="left")
     columns = (("op", "left"), ("shapes", "left"), ("calls", "right"), ("time", "right"), ("share", "right"),
-               ("FLOP/s", "right"), ("B/s", "right"), ("compute", "right"), ("memory", "right"),
+               ("FLOP/s", "right"), ("B/s", "right"), ("compute", "right"), ("memory/link", "right"),
                ("model", "right"), ("bound", "left"), ("what would move it", "left"))
     keep = [i for i, (col, _) in enumerate(columns) if col not in drop]
     for i in keep:
@@ -129,7 +133,7 @@ def register_diagnose(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("trace", help="Chrome trace JSON (.json or .json.gz) from torch.profiler with record_shapes=True")
     p.add_argument("--target", required=True, help="the chip the trace ran on (name, alias or .toml file)")
     p.add_argument("--json", metavar="FILE", help="write the full diagnosis as JSON")
-    p.add_argument("--top", type=int, default=10, help="offenders to list (default 10)")
+    p.add_argument("--top", type=count_arg, default=10, help="offenders to list (default 10)")
     p.add_argument("--tf32", action="store_true", help="fp32 matmuls ran on TF32 tensor cores")
     return p
 
@@ -139,6 +143,6 @@ def run_diagnose(args: argparse.Namespace, console: Console) -> int:
     d = diagnose(args.trace, args.target, allow_tf32=getattr(args, "tf32", False))
     print_diagnosis(d, console, top=args.top)
     if args.json:
-        Path(args.json).write_text(d.to_json())
+        write_output(args.json, d.to_json(), "--json")
         console.print(f"wrote {args.json}", markup=False)
     return 0

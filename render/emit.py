@@ -22,6 +22,7 @@ from typing import Any
 
 from ..costmodel.planner.plan import Plan
 from ..errors import NarrowpipeError
+from .output_file import write_output
 
 __all__ = ["Launch", "LAUNCH_FORMAT", "LAUNCH_VERSION", "TRAINING_TOOLS", "SERVING_TOOLS", "write_launch",
            "plan_source", "training_dtype", "py_tuple"]
@@ -90,11 +91,7 @@ def write_launch(launch: Launch, out: str | None) -> str | None:
     if not out:
         return None
     path = Path(out)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(launch.to_json() if path.suffix.lower() == ".json" else launch.text())
-    except OSError as exc:
-        raise NarrowpipeError(f"cannot write --emit-out {out}: {exc.strerror or exc}") from None
+    write_output(path, launch.to_json() if path.suffix.lower() == ".json" else launch.text(), "--emit-out")
     return str(path)
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..backends.kernel_checks import check_text
-from ..errors import NarrowpipeError
 from .comparison import bound_mix_text, verdict_text
 from .html_assets import SCRIPT, STYLE
+from .output_file import write_output
 from .units import count, flops, nbytes, seconds, si
 
 if TYPE_CHECKING:
@@ -187,10 +187,4 @@ def _notes_line(r: Report) -> str:
 
 
 def write_html(path: str | Path, result: Report | Comparison) -> Path:
-    out = Path(path)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(html_page(result), encoding="utf-8")
-    except OSError as exc:
-        raise NarrowpipeError(f"cannot write --html {out}: {exc.strerror or exc}") from None
-    return out
+    return write_output(path, html_page(result), "--html")

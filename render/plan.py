@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -17,6 +16,7 @@ from ..cli_args import count_arg
 from ..costmodel.planner.plan import Plan
 from ..errors import PlanError
 from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, write_launch
+from .output_file import write_output
 from .units import nbytes, seconds
 
 __all__ = ["register_plan", "run_plan", "print_plan", "launch_for"]
@@ -99,7 +99,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
                        runtime=args.runtime, top=args.top, expert_balance=args.expert_balance)
     print_plan(result, console)
     if args.json:
-        Path(args.json).write_text(result.to_json())
+        write_output(args.json, result.to_json(), "--json")
         console.print(f"wrote {args.json}", markup=False)
     if args.trace:
         from .plan_trace import write_plan_trace

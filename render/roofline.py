@@ -177,11 +177,14 @@ def _labels(ax: Any, report: Report, shown: list[ScheduledKernel], xs: list[floa
             top: int | None) -> None:
     assert report.timing is not None
     where = {k.name: i for i, k in enumerate(shown)}
+    lo, hi = (math.log(v) for v in ax.get_xlim())
     for rank, b in enumerate(report.timing.top[:top], start=1):
         i = where.get(b.kernel)
         if i is None:
             continue
-        ax.annotate(f"#{rank} {b.label} ({b.bound}, {b.share:.0%})", (xs[i], ys[i]), xytext=(10, -14 * rank),
+        right_half = (math.log(xs[i]) - lo) / (hi - lo) > 0.5   # labels there run leftwards, inside the axes
+        ax.annotate(f"#{rank} {b.label} ({b.bound}, {b.share:.0%})", (xs[i], ys[i]),
+                    xytext=(-10 if right_half else 10, -14 * rank), ha="right" if right_half else "left",
                     textcoords="offset points", fontsize=8, gid="bottleneck",
                     arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "black"},
                     bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "gray", "lw": 0.5, "alpha": 0.9})

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NarrowpipeError
+from .output_file import write_output
 
 if TYPE_CHECKING:
     from ..costmodel.compare import Comparison
@@ -92,13 +93,7 @@ class TraceBuilder:
                 "otherData": {"format": TRACE_FORMAT, "version": TRACE_VERSION, **self.metadata}}
 
     def write(self, path: str | Path) -> Path:
-        out = Path(path)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(self.to_dict()))
-        except OSError as exc:
-            raise NarrowpipeError(f"cannot write trace {out}: {exc.strerror or exc}") from None
-        return out
+        return write_output(path, json.dumps(self.to_dict()), "trace")
 
 
 def add_report(builder: TraceBuilder, report: Report, *, sort_base: int = 0) -> dict[int, int]:

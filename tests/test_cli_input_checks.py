@@ -95,3 +95,48 @@ def test_an_onnx_conv_whose_input_channels_do_not_fit_its_weight_is_refused(tmp_
     with pytest.raises(narrowpipe.NarrowpipeError, match="3 channels but its weight .* expects 5") as e:
         narrowpipe.load(path)
     assert "badconv" in str(e.value)
+
+
+@pytest.mark.parametrize(("scale", "says"), [
+    ("memory_bandwidth=2,hbm_bandwidth=2", "both scale memory_bandwidth"),   # aliases compounded to 4x
+    ("compute=2,peak_flops=2", "both scale matrix_flops"),
+    ("hbm_bandwidth=2,hbm_bandwidth=3", "--scale hbm_bandwidth is given twice"),
+    ("", "--scale expects RESOURCE=FACTOR, got nothing"),
+])
+def test_whatif_refuses_a_resource_scaled_twice_or_nothing(capsys, scale, says):
+    assert says in _fails(capsys, ["whatif", "gpt2", "--target", "h100", "--set", "seq=1", "--scale", scale])
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--batch", "0"), ("--batch", "-1"), ("--seq", "0"), ("--threads", "0")])
+def test_validate_refuses_empty_sizes_and_thread_counts(capsys, flag, value):
+    with pytest.raises(SystemExit) as e:
+        main(["validate", "gpt2", "--target", "h100", flag, value])
+    assert e.value.code == 2 and "must be 1 or more" in capsys.readouterr().err
+
+
+def test_validation_inputs_refuse_a_sequence_past_the_models_positions():
+    pytest.importorskip("transformers")
+    from narrowpipe.calibration.validation_models import build_validation_model
+    with pytest.raises(narrowpipe.NarrowpipeError, match="seq 2000 is past the model's 1024 positions"):
+        build_validation_model("gpt2", 1, 2000, tiny=True)
+
+
+def test_diagnose_top_is_a_count_and_json_goes_into_new_folders(capsys, tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 50,
+         "args": {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]}}]}))
+    with pytest.raises(SystemExit):
+        main(["diagnose", str(trace), "--target", "h100", "--top", "-2"])
+    assert "must be 0 or more" in capsys.readouterr().err
+    out = tmp_path / "new" / "deeper" / "d.json"
+    assert main(["diagnose", str(trace), "--target", "h100", "-q", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["format"] == "narrowpipe.diagnosis"
+
+
+def test_roofline_says_when_top_asks_for_more_than_a_report_ranks(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    assert main(["roofline", "gpt2", "--target", "h100", "--set", "seq=8", "--top", "6",
+                 "--out", str(tmp_path / "r.png")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--top 6: the report ranks its 3 heaviest kernels" in out

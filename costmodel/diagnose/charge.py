@@ -1,8 +1,12 @@
 """Charging measured time: which op owns each piece of it (CPU op durations, GPU kernels, copies,
 collectives), grouped into units of one op name at one recorded signature.
 
-An op with no lowering that wraps costed ops is read through (its own time is dispatch); a kernel is
-charged to the nearest op above its launcher that owns time; what has no owner is unmodeled.
+An op with no lowering that wraps costed ops is read through: a wrapper's own time (a pass-through
+op such as ``reshape``, or a non-aten frame: autograd's engine, a ``record_function`` range) is
+dispatch, while an aten op's own time is work done outside its costed children, unmodeled
+(``aten::foo (own time)``; booking it as dispatch would call a step with unmapped heavy ops
+launch-bound). A kernel is charged to the nearest op above its launcher that owns time; what has no
+owner is unmodeled.
 """
 
 from __future__ import annotations
@@ -106,7 +110,14 @@ class Charger:
             u = self.unit("wrapper", ev.name, ev.name)
             self.owner[id(ev)] = u
             if not self.trace.gpu:
-                u.time_us += max(ev.dur - sum(c.dur for c in ev.children), 0.0)
+                own = max(ev.dur - sum(c.dur for c in ev.children), 0.0)
+                if ev.name.startswith("aten::") and base not in PASS_THROUGH:
+                    work = self.unit(UNMODELED, f"{ev.name} (own time)", f"{ev.name} (own time)")
+                    work.calls += 1
+                    work.time_us += own
+                    work.intervals.append((ev.ts, ev.end))
+                else:
+                    u.time_us += own
             for c in ev.children:
                 self.walk(c)
             return

@@ -14,7 +14,7 @@ from ...backends import Target
 from ...frontends.trace.collectives import collective_graph, collective_kind
 from ...frontends.trace.lower import Call, lower_call
 from ...frontends.trace.read import Event, parse_dtype
-from ...ir import DType, Op, OpGroup
+from ...ir import TRANSCENDENTAL_OPS, DType, Op, OpGroup
 from ..execution import DeviceGroup, Program
 from ..execution.collectives import Topology
 from ..execution.common import TimingOptions, matrix_rate, transcendental_rate, vector_rate
@@ -89,7 +89,9 @@ class Coster:
                 compute_s += cost.flops / matrix_rate(t, dtype, opts).flops_per_s
             elif cost.flops:
                 compute_s += cost.flops / vector_rate(t, dtype if dtype.is_float else DType.FP32).flops_per_s
-            compute_s += cost.transcendentals / transcendental_rate(t) if cost.transcendentals else 0.0
+            if cost.transcendentals:     # at the function's own rate, as the execution model times it
+                fn = node.op.value if node.op in TRANSCENDENTAL_OPS else "exp"
+                compute_s += cost.transcendentals / transcendental_rate(t, fn)
         nbytes = sum(k.cost.bytes for k in kernels if not k.is_free)
         link_s = None
         if comm:

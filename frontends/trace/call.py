@@ -16,7 +16,7 @@ from typing import Any
 from ...ir import DType, Graph, Op, TensorType, Value
 from .read import TensorArg
 
-__all__ = ["Call", "GraphBuilder", "Builder", "registrar", "ints", "int_arg", "bool_arg", "per_dim",
+__all__ = ["Call", "GraphBuilder", "Builder", "registrar", "ints", "int_arg", "bool_arg", "bool_mask", "per_dim",
            "dtype_code", "broadcast"]
 
 _SCALAR_TYPES = {0: DType.UINT8, 1: DType.INT8, 2: DType.INT16, 3: DType.INT32, 4: DType.INT64,
@@ -112,6 +112,15 @@ def int_arg(text: str, default: int) -> int:
 def bool_arg(text: str, default: bool = False) -> bool:
     s = text.strip().lower()
     return s in ("true", "1") if s in ("true", "false", "1", "0") else default
+
+
+def bool_mask(text: str, n: int) -> tuple[bool, ...]:
+    """A recorded ``output_mask`` (``[True, False, True]``) as ``n`` flags; all True when the text
+    does not fit (a backward op computes every gradient unless told otherwise)."""
+    words = [w.strip().lower() for w in text.strip().strip("[]").split(",")] if text.strip() else []
+    if len(words) != n or any(w not in ("true", "false", "1", "0") for w in words):
+        return (True,) * n
+    return tuple(w in ("true", "1") for w in words)
 
 
 def per_dim(text: str, n: int, default: int) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from math import ceil
 
 from ...ir import DType, Graph, Op, TensorType
-from .call import Builder, Call, GraphBuilder, bool_arg, broadcast, dtype_code, int_arg, per_dim, registrar
+from .call import Builder, Call, GraphBuilder, bool_arg, bool_mask, broadcast, dtype_code, int_arg, per_dim, registrar
 from .read import TensorArg
 
 __all__ = ["BUILDERS"]
@@ -168,6 +168,40 @@ def _convnd(c: Call) -> Graph | None:
 @_register("conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
 def _conv_transpose(c: Call) -> Graph | None:
     return _conv(c, c.c(3), c.c(4), c.c(7), True, c.c(5), c.c(6))
+
+
+@_register("convolution_backward")
+def _convolution_backward(c: Call) -> Graph | None:
+    """``convolution_backward(grad_out, input, weight, bias_sizes, stride, padding, dilation,
+    transposed, output_padding, groups, output_mask)``: the gradients its mask asks for, in the forms
+    the training pass gives them (:func:`narrowpipe.costmodel.training.grad_linear.conv_grad`): the
+    input gradient as the convolution the other way over ``grad_out``, the weight gradient as the
+    correlation of input and ``grad_out``, the bias gradient as ``grad_out`` summed over all but the
+    channels."""
+    dy, x, w = c.t(0), c.t(1), c.t(2)
+    if dy is None or x is None or w is None or not len(dy.shape) == len(x.shape) == len(w.shape) >= 3:
+        return None
+    n = len(x.shape) - 2
+    attrs = {"stride": per_dim(c.c(4), n, 1), "padding": per_dim(c.c(5), n, 0), "dilation": per_dim(c.c(6), n, 1),
+             "groups": int_arg(c.c(9), 1), "output_padding": per_dim(c.c(8), n, 0)}
+    if any(len(v) != n for v in attrs.values() if isinstance(v, tuple)):
+        return None
+    transposed = bool_arg(c.c(7))
+    want = bool_mask(c.c(10), 3)
+    b = GraphBuilder(c)
+    ins = [b.input(t) for t in (dy, x, w)]
+    dtype = x.dtype or c.default_dtype
+    outs = []
+    if want[0]:
+        outs.append(b.node(Op.CONV, [ins[0], ins[2]], x.shape, dtype,
+                           {**attrs, "transposed": not transposed, "role": "grad_input"}))
+    if want[1]:
+        outs.append(b.node(Op.CONV, [ins[1], ins[0]], w.shape, w.dtype or dtype,
+                           {**attrs, "transposed": transposed, "role": "grad_weight"}))
+    if want[2]:
+        outs.append(b.node(Op.REDUCE_SUM, [ins[0]], (dy.shape[1],), dy.dtype or dtype,
+                           {"axes": (0, *range(2, len(dy.shape))), "keepdims": False}))
+    return b.done(*outs) if outs else None
 
 
 def _attention(c: Call, mask: int | None, causal: int) -> Graph | None:

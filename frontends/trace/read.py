@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -204,10 +205,15 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
             ts, dur = float(e["ts"]), float(e.get("dur", 0.0))
         except (KeyError, TypeError, ValueError):
             continue
+        name = str(e.get("name", ""))
+        if not (math.isfinite(ts) and math.isfinite(dur)):
+            raise TraceError(p, f"event {name!r} has a non-finite time (ts {ts}, dur {dur})")
         args = e.get("args")
         if not isinstance(args, dict):
             args = {}
-        events.append(Event(str(e.get("name", "")), cat, ts, max(dur, 0.0), e.get("pid"), e.get("tid"), args))
+        if cat == CPU_OP:
+            _check_args(p, name, ts, args)
+        events.append(Event(name, cat, ts, max(dur, 0.0), e.get("pid"), e.get("tid"), args))
     ops = [e for e in events if e.cat == CPU_OP]
     device = sorted((e for e in events if e.cat in _DEVICE), key=lambda e: e.ts)
     runtime = [e for e in events if e.cat == RUNTIME]
@@ -226,9 +232,30 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
             by_ext.setdefault(op.ext_id, op)
     spans = [(e.ts, e.end) for e in (*roots, *device)]
     window = (min(s for s, _ in spans), max(t for _, t in spans))
+    if window[1] <= window[0]:
+        raise TraceError(p, "has no measured time: every op and kernel lasts 0 us")
     meta = {"device_properties": data.get("deviceProperties", []) if isinstance(data, dict) else []}
     return Trace(str(p), sorted(roots, key=lambda e: e.ts), device, runtime, by_ext, flag is None or bool(flag),
                  window, meta)
+
+
+def _check_args(path: Path, name: str, ts: float, args: dict[str, Any]) -> None:
+    """The recorded shapes and types have the forms the profiler writes: each input's dims a list of
+    non-negative integers (a TensorList: a list of such lists, a scalar: an empty list), types and
+    concrete values lists; anything else is a damaged trace, said here rather than costed wrong."""
+    where = f"op {name!r} at ts {ts:g} us"
+    dims = args.get("Input Dims")
+    for key in ("Input Dims", "Input type", "Concrete Inputs"):
+        if key in args and not isinstance(args[key], list):
+            raise TraceError(path, f"{where}: '{key}' is {type(args[key]).__name__}, not a list")
+    for i, d in enumerate(dims or []):
+        if not isinstance(d, list):
+            raise TraceError(path, f"{where}: input {i}'s dims {d!r} are not a list")
+        for x in d:
+            sizes = x if isinstance(x, list) else [x]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                       for v in sizes):
+                raise TraceError(path, f"{where}: input {i} has dims {d!r}: sizes are non-negative integers")
 
 
 def _nest(events: list[Event]) -> list[Event]:

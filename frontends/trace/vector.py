@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ir import DType, Graph, Op
+from ...ir import DType, Graph, Op, TensorType
 from ..torch.aten_names import ELEMENTWISE_OPS
-from .call import Builder, Call, GraphBuilder, bool_arg, broadcast, int_arg, ints
+from .call import Builder, Call, GraphBuilder, bool_arg, bool_mask, broadcast, int_arg, ints
 
 __all__ = ["ELEMENTWISE", "BUILDERS", "elementwise"]
 
@@ -82,6 +82,53 @@ def _softmax(c: Call) -> Graph | None:
                          {"axis": int_arg(c.c(1), -1) % len(x.shape)}))
 
 
+#: name -> (op, index of the weight, of the output mask): one backward kernel writing the gradients
+#: its mask asks for (input, weight, bias), as :mod:`narrowpipe.costmodel.training.grad_norm` emits it.
+_NORM_GRADS: dict[str, tuple[Op, int, int]] = {
+    "native_layer_norm_backward": (Op.LAYER_NORM, 5, 7), "native_batch_norm_backward": (Op.BATCH_NORM, 2, 9),
+    "native_group_norm_backward": (Op.GROUP_NORM, 4, 9),
+}
+
+
+def _norm_grad(c: Call) -> Graph | None:
+    op, wi, mi = _NORM_GRADS[c.key]
+    dy, x, w = c.t(0), c.t(1), c.t(wi)
+    if dy is None or x is None or not x.shape or dy.shape != x.shape:
+        return None
+    want = bool_mask(c.c(mi), 3)
+    names = [g for g, on in zip(("input", "weight", "bias"), want) if on and (g == "input" or w is not None)]
+    if "input" not in names:
+        names.insert(0, "input")     # the kernel's first output is dx, as the training pass has it
+    attrs: dict[str, Any] = {"role": "grad", "grads": tuple(names)}
+    if op is Op.LAYER_NORM:
+        attrs["axis"] = len(x.shape) - len(ints(c.c(2)) or (x.shape[-1],))
+    elif op is Op.GROUP_NORM:
+        attrs["num_groups"] = int_arg(c.c(8), 1)
+    elif op is Op.BATCH_NORM:
+        attrs["training"] = bool_arg(c.c(7), True)
+    b = GraphBuilder(c)
+    dtype = x.dtype or c.default_dtype
+    ins = [b.input(dy), b.input(x)] + ([b.input(w)] if w is not None else [])
+    types = [TensorType(dtype, x.shape) if g == "input" or w is None else TensorType(w.dtype or dtype, w.shape)
+             for g in names]
+    return b.done(*b.g.add_node(op, ins, types, attrs).outputs)
+
+
+_SOFTMAX_GRADS = ("_softmax_backward_data", "_log_softmax_backward_data")
+
+
+def _softmax_grad(c: Call) -> Graph | None:
+    """``_softmax_backward_data(grad_out, output, dim, input_dtype)``: one kernel over the output
+    gradient and the saved output."""
+    dy, y = c.t(0), c.t(1)
+    if dy is None or y is None or not y.shape or dy.shape != y.shape:
+        return None
+    op = Op.LOG_SOFTMAX if "log_softmax" in c.key else Op.SOFTMAX
+    b = GraphBuilder(c)
+    return b.done(b.node(op, [b.input(dy), b.input(y)], y.shape, y.dtype or c.default_dtype,
+                         {"axis": int_arg(c.c(2), -1) % len(y.shape), "role": "grad", "grads": ("input",)}))
+
+
 _REDUCTIONS: dict[str, tuple[Op, int, int]] = {   # name -> (op, dims arg, keepdim arg)
     "sum": (Op.REDUCE_SUM, 1, 2), "nansum": (Op.REDUCE_SUM, 1, 2), "mean": (Op.REDUCE_MEAN, 1, 2),
     "nanmean": (Op.REDUCE_MEAN, 1, 2), "amax": (Op.REDUCE_MAX, 1, 2), "amin": (Op.REDUCE_MIN, 1, 2),
@@ -127,4 +174,6 @@ def _binary(c: Call, op: Op) -> Graph | None:
 
 #: aten name -> builder for norms, softmaxes and reductions (elementwise names use :func:`elementwise`).
 BUILDERS: dict[str, Builder] = {**dict.fromkeys(_NORMS, _norm), **dict.fromkeys(_SOFTMAXES, _softmax),
+                                **dict.fromkeys(_NORM_GRADS, _norm_grad),
+                                **dict.fromkeys(_SOFTMAX_GRADS, _softmax_grad),
                                 **dict.fromkeys(_REDUCTIONS, _reduce)}

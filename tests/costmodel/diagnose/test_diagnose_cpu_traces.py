@@ -216,3 +216,44 @@ def test_out_buffers_are_written_not_read(tmp_path, host_target):
     assert ops["aten::add"].bytes == 4 * 3 * n            # x and y read, z written
     assert ops["aten::mul"].bytes == 4 * 2 * n + 8        # x read (+ the 0-d double scalar), z written
     assert ops["aten::exp"].bytes == 4 * 2 * n and ops["aten::exp"].flops == 0   # exp: a transcendental
+
+
+def test_a_training_step_counts_its_backward_kernels_as_flop_counter_mode_does(tmp_path, host_target):
+    """convolution_backward and the norm/softmax backward kernels are costed: their FLOPs are
+    torch's count of the same step (FlopCounterMode), and a conv-heavy step is compute-bound (it was
+    called launch-bound: the gradient convolutions' time was booked as dispatch)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(16, 32, 3, padding=1)
+    norm = torch.nn.LayerNorm(64)
+    x = torch.randn(4, 16, 24, 24, requires_grad=True)
+    y = torch.randn(32, 64, requires_grad=True)
+
+    def step() -> None:
+        loss = conv(x).relu().sum() + norm(y).softmax(-1).sum()
+        loss.backward()
+    with FlopCounterMode(display=False) as counter:
+        step()
+    d = diagnose(_record(tmp_path / "train.json", step), host_target)
+    ops = {o.name: o for o in d.ops}
+    assert "aten::convolution_backward" in ops and "aten::native_layer_norm_backward" in ops
+    assert "aten::_softmax_backward_data" in ops
+    assert d.matmul_flops == counter.get_total_flops()       # forward conv + input and weight gradients
+    cb = ops["aten::convolution_backward"]
+    fwd = 2 * 4 * 32 * 16 * 9 * 24 * 24
+    assert cb.flops == 2 * fwd + 4 * 32 * 24 * 24       # dx and dw as the forward each, the bias sum one add each
+    assert d.label == "compute"
+    assert not any(u.name.startswith("aten::convolution_backward") for u in d.unmodeled)
+
+
+def test_an_unmapped_aten_ops_own_time_is_unmodeled_work_not_dispatch(tmp_path, host_target):
+    """An aten op with no lowering whose children are costed: its time beyond them is work the
+    diagnosis cannot cost, listed as unmodeled ("(own time)"), never called dispatch."""
+    x = torch.randn(64, 64)
+
+    def loop() -> None:
+        for _ in range(3):
+            torch.linalg.solve(x, x)       # its LU kernels are not aten children; its copies are
+    d = diagnose(_record(tmp_path / "solve.json", loop), host_target)
+    assert any(u.name.endswith("(own time)") for u in d.unmodeled), [u.name for u in d.unmodeled]
+    assert d.time_by_bound["dispatch"] < 0.5 * sum(u.time_s for u in d.unmodeled)

@@ -172,3 +172,72 @@ def test_a_kernel_faster_than_the_peak_is_never_shown_above_100_percent(tmp_path
     import re
     assert not [m for m in re.findall(r"(\d+)\.\d%", text) if int(m) > 100]   # no "700.0%"
     assert all(len(line) <= 80 for line in text.splitlines())
+
+
+def _cpu_trace(path: Path, ops: list[tuple[str, float, list, list]]) -> Path:
+    """A CPU-only trace: each (name, dur, dims, types) one op after the other."""
+    events, ts = [], 0.0
+    for name, dur, dims, types in ops:
+        events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                       "args": {"Input Dims": dims, "Input type": types, "Concrete Inputs": [""] * len(dims)}})
+        ts += dur
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_each_transcendental_is_held_against_its_own_rate(tmp_path):
+    """A target that measured sqrt 4x and tanh 1/4x its default rate: each op's utilization is its
+    evaluations over its own rate (sqrt read 200% against the default rate, a false alarm)."""
+    import dataclasses
+    base = get_target("epyc-9755")
+    rates = {"default": 1e9, "sqrt": 4e9, "tanh": 0.25e9}
+    chip = dataclasses.replace(base, name="rates", transcendental_flops=rates,
+                               sources={**base.sources, **{f"transcendental_flops.{k}": "assumption: test"
+                                                           for k in rates}})
+    n = 1_000_000
+    path = _cpu_trace(tmp_path / "t.json", [("aten::sqrt", 500.0, [[n]], ["float"]),
+                                            ("aten::tanh", 8000.0, [[n]], ["float"])])
+    d = diagnose(path, chip)
+    ops = {o.name: o for o in d.ops}
+    assert ops["aten::sqrt"].compute_utilization == pytest.approx(0.5, rel=0.02)   # n / 4e9 in 500 us
+    assert ops["aten::tanh"].compute_utilization == pytest.approx(0.5, rel=0.02)   # n / 0.25e9 in 8 ms
+    assert not any("faster than" in note for note in d.notes)
+
+
+@pytest.mark.parametrize("args, reason", [
+    ({"Input Dims": "oops", "Input type": 7}, "'Input Dims' is str, not a list"),
+    ({"Input Dims": [[-2, 3], [3, 4]], "Input type": ["float", "float"]}, "sizes are non-negative integers"),
+    ({"Input Dims": [[2, 3], 5], "Input type": ["float", "float"]}, "are not a list"),
+])
+def test_damaged_recorded_shapes_are_errors_naming_the_op(tmp_path, args, reason):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1,
+                                                 "dur": 5, "args": args}]}))
+    with pytest.raises(TraceError, match=reason) as err:
+        diagnose(path, "h100")
+    assert "aten::mm" in str(err.value) and "d.json" in str(err.value)
+
+
+def test_non_finite_or_zero_times_are_errors(tmp_path):
+    shapes = {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}
+    nan = tmp_path / "nan.json"
+    nan.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": NaN, "dur": 5, '
+                   f'"args": {json.dumps(shapes)}}}]}}')
+    with pytest.raises(TraceError, match="non-finite time"):
+        diagnose(nan, "h100")
+    zero = _cpu_trace(tmp_path / "zero.json", [("aten::mm", 0.0, shapes["Input Dims"], shapes["Input type"])])
+    with pytest.raises(TraceError, match="no measured time"):
+        diagnose(zero, "h100")
+
+
+def test_a_collective_faster_than_its_link_is_noted_and_no_tf32_note_without_matmuls(tmp_path):
+    t = _Trace()
+    ext = t.op("nccl:all_reduce", 0, 5, [[1 << 26]], ["c10::BFloat16"], **{
+        "In msg nelems": 1 << 26, "Out msg nelems": 1 << 26, "Group size": 8, "dtype": "BFloat16",
+        "Collective name": "allreduce"})
+    t.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", 10, 300, ext)   # 235 MB of ring traffic in 300 us
+    d = diagnose(t.write(tmp_path / "ar.json"), "h100")
+    comm = d.ops[0]
+    assert comm.bound == "interconnect" and comm.link_utilization > 1.1
+    assert any("faster than h100-sxm's peaks" in n and "AllReduce" in n for n in d.notes)
+    assert not any("TF32" in n for n in d.notes)

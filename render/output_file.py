@@ -1,0 +1,25 @@
+"""Writing an output file a command was asked for (``--json``, ``--html``, ``--trace``, ...).
+
+One place for what every such write must do: create missing folders (the analysis already ran, and
+losing it to a traceback over ``out/`` not existing yet helps nobody) and turn an OS error into a
+:class:`~narrowpipe.errors.NarrowpipeError` that names the flag and the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import NarrowpipeError
+
+__all__ = ["write_output"]
+
+
+def write_output(path: str | Path, text: str, flag: str) -> Path:
+    """Write ``text`` to ``path`` (UTF-8), creating its folder; ``flag`` names the option in errors."""
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise NarrowpipeError(f"cannot write {flag} {out}: {exc.strerror or exc}") from None
+    return out
