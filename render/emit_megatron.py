@@ -117,6 +117,10 @@ def _runtime_flags(plan: Plan, notes: list[str]) -> dict[str, Any]:
                               f"of bf16); this plan's parameters are {dtype}")
     if rt.get("grad_reduce_dtype") == "fp32" and dtype in _PRECISION:
         out["--accumulate-allreduce-grads-in-fp32"] = True
+    elif rt.get("grad_reduce_dtype") in ("fp16", "bf16") and dtype == "bf16":
+        # Megatron turns --bf16 into fp32 gradient accumulation and reduction unless told otherwise
+        # (arguments.py, core_v0.15.0): the plan's 2-byte gradients need the flag
+        out["--grad-reduce-in-bf16"] = True
     reduces = p.dp * p.cp > 1 and p.zero < 3
     if rt.get("overlap_grad_reduce") and (reduces or p.zero >= 2):
         out["--overlap-grad-reduce"] = True

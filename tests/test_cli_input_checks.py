@@ -140,3 +140,13 @@ def test_roofline_says_when_top_asks_for_more_than_a_report_ranks(capsys, tmp_pa
                  "--out", str(tmp_path / "r.png")]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "--top 6: the report ranks its 3 heaviest kernels" in out
+
+
+def test_plan_refuses_devices_without_links_and_a_sequence_past_the_positions(capsys):
+    """A CPU chip has no interconnect in its spec: 8 of them planned to an infinite step (exit 0,
+    Infinity in the JSON). GPT-2 has 1,024 learned positions: seq 4096 was planned and emitted."""
+    err = _fails(capsys, ["plan", "llama-3-8b", "--devices", "8", "--target", "xeon-6980p", "--global-batch", "8"])
+    assert "no interconnect between devices" in err
+    err = _fails(capsys, ["plan", "gpt2", "--devices", "8", "--target", "dgx-h100", "--global-batch", "64",
+                          "--seq", "4096", "--emit", "megatron"])
+    assert "at most 1,024 positions; seq 4,096" in err

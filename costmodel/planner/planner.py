@@ -99,6 +99,11 @@ class Planner:
         defaults = graph.default_bindings()
         self.seq = int(seq if seq is not None else defaults.get(self.seq_dim or "", 1))
         self.topology = self._topology()
+        if devices > 1 and self.topology.link(devices).bandwidth <= 0:
+            raise PlanError(f"{self.system_name} has no interconnect between devices (no link bandwidth in its "
+                            "spec), so no collective can be timed: plan on 1 device, or name a system whose "
+                            "chips are linked")
+        self._check_positions()
         self.timer = CollectiveTimer(self.topology)
         self.blocks: Blocks = split_blocks(graph)
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
@@ -106,6 +111,15 @@ class Planner:
         self._by_strategy: dict[tuple[Any, ...], tuple[list[BlockCost], BlockCost | None, BlockCost | None]] = {}
         self._layouts: dict[tuple[Any, ...], Layout] = {}
         self._pbytes = _param_dtype_bytes(graph)
+
+    def _check_positions(self) -> None:
+        """Refuse a sequence longer than the model's positions (GPT-2's 1,024 learned rows): the model
+        cannot train on it, so no plan (nor the launch settings emitted from one) would be an answer."""
+        from ..serving.recognise import spec_from_graph
+        spec = spec_from_graph(self.graph)
+        limit = spec.max_positions if spec is not None else None
+        if limit and self.seq > limit:
+            raise PlanError(f"{self.graph.name} handles at most {limit:,} positions; seq {self.seq:,} is past them")
 
     # -- machine -------------------------------------------------------------------------------------
     def _topology(self) -> Topology:

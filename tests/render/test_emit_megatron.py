@@ -23,6 +23,7 @@ MEGATRON_FLAGS = {
     "--sequence-parallel", "--micro-batch-size", "--global-batch-size", "--recompute-granularity",
     "--recompute-method", "--recompute-num-layers", "--use-distributed-optimizer", "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "--ckpt-format", "--bf16", "--fp16", "--accumulate-allreduce-grads-in-fp32",
+    "--grad-reduce-in-bf16",
     "--overlap-grad-reduce", "--overlap-param-gather", "--attention-backend", "--attention-dropout",
     "--hidden-dropout", "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
     "--group-query-attention", "--num-query-groups", "--kv-channels", "--seq-length", "--max-position-embeddings",
@@ -159,3 +160,16 @@ def test_model_features_the_flags_do_not_set_are_named_not_dropped():
     plan = narrowpipe.plan(g, "dgx-h100", 8, global_batch=16, parallel={"tp": 2, "pp": 2, "microbatch": 1})
     assert plan.architecture["other"] == {"sliding_window": 512}
     assert any("sliding_window=512" in n for n in megatron_launch(plan).notes)
+
+
+def test_two_byte_gradient_reduction_under_bf16_asks_megatron_for_it(hand_plan, llama_arch):
+    """Megatron turns --bf16 into fp32 gradient accumulation and reduction unless
+    --grad-reduce-in-bf16 is given (arguments.py at core_v0.15.0): a plan that reduced 2-byte
+    gradients (the megatron-lm-2021 runtime) must say so, or the job holds and moves twice the bytes."""
+    plan = hand_plan(1, 1, 4, architecture=llama_arch,
+                     runtime={"name": "megatron-lm-2021", "grad_reduce_dtype": "fp16"})
+    flags = check_flags(megatron_launch(plan))
+    assert flags.get("--grad-reduce-in-bf16") is True and "--accumulate-allreduce-grads-in-fp32" not in flags
+    fp32 = check_flags(megatron_launch(hand_plan(1, 1, 4, architecture=llama_arch,
+                                                 runtime={"grad_reduce_dtype": "fp32"})))
+    assert "--grad-reduce-in-bf16" not in fp32 and fp32["--accumulate-allreduce-grads-in-fp32"] is True
