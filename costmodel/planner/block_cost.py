@@ -100,10 +100,12 @@ def block_key(block: Block, parallel: Parallel, microbatch: int) -> tuple[Any, .
 
 
 def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtime, *, dims: dict[str, int],
-               topology: Any = None, optimizer: str = "adam", expert_balance: ExpertBalance = BALANCED) -> BlockCost:
+               topology: Any = None, optimizer: str = "adam", expert_balance: ExpertBalance = BALANCED,
+               arrive_split: frozenset[str] = frozenset()) -> BlockCost:
     """Cost of one training step of ``block`` on one device of ``parallel`` (``dims`` binds batch =
     the microbatch and the sequence length; ``expert_balance`` spreads a mixture of experts' rows,
-    and under expert parallelism the busiest device's program is the one costed)."""
+    and under expert parallelism the busiest device's program is the one costed; ``arrive_split``:
+    the inputs that arrive sequence-split under sequence parallelism, see :func:`.sharding.shard`)."""
     from ..training import build_training_graph  # the training step (costmodel/training)
 
     forward = apply_runtime_form(block.graph, runtime)
@@ -113,7 +115,7 @@ def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtim
     recompute = parallel.recompute if block.kind == "layer" else "none"
     train = build_training_graph(forward, optimizer=optimizer, recompute=recompute, loss=loss,
                                  master="fp32" if runtime.master_weights else forward_dtype(forward))
-    local = shard(train, parallel, dims=dims, expert_balance=expert_balance)
+    local = shard(train, parallel, dims=dims, expert_balance=expert_balance, arrive_split=arrive_split)
     table = interpret(local, {}, expert_balance=expert_balance)
     program = fused_program(table, target, TimingOptions(fusion=runtime.fusion, topology=topology))
     schedule = time_program(program, DeviceGroup(target))

@@ -149,8 +149,21 @@ class Planner:
         if hit is None:
             hit = self._costs[key] = block_cost(block, parallel, self.target, self.runtime,
                                                 dims=self.dims(parallel.microbatch), topology=self.topology,
-                                                optimizer=self.optimizer, expert_balance=self.expert_balance)
+                                                optimizer=self.optimizer, expert_balance=self.expert_balance,
+                                                arrive_split=self._stream_inputs(block))
         return hit
+
+    def _stream_inputs(self, block: Any) -> frozenset[str]:
+        """The block's inputs that are the residual stream: activations shaped like a layer's output
+        (with a sequence dim). Under sequence parallelism the block before leaves the stream split
+        over ``tp`` on the sequence, so it arrives that way (:func:`.sharding.shard`'s
+        ``arrive_split``); position tables and masks, shaped otherwise, arrive whole."""
+        if not self.blocks.layers or self.seq_dim is None:
+            return frozenset()
+        stream = {tuple(map(str, o.shape)) for o in self.blocks.layers[0].graph.outputs
+                  if any(self.seq_dim in str(d) for d in o.shape)}
+        return frozenset(v.name for v in block.graph.inputs
+                         if not v.kind.is_weight and tuple(map(str, v.shape)) in stream)
 
     def _key(self, parallel: Parallel) -> tuple[Any, ...]:
         return (parallel.tp, parallel.cp, parallel.ep, parallel.sequence_parallel, parallel.recompute,

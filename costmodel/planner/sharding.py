@@ -43,7 +43,7 @@ _GENERATORS = frozenset({Op.RANDOM, Op.FILL, Op.IOTA, Op.CONSTANT, Op.RECV})
 
 def shard(graph: Graph, parallel: Parallel, *, dims: Mapping[str, int] | None = None,
           grad_sync: bool = False, grad_dtype: DType | None = None,
-          expert_balance: str | ExpertBalance | None = None) -> Graph:
+          expert_balance: str | ExpertBalance | None = None, arrive_split: frozenset[str] = frozenset()) -> Graph:
     """The program one device runs under ``parallel`` (its ``tp``, ``cp``, ``ep`` and sequence parallelism).
 
     ``dims`` binds the graph's symbolic dims (defaults otherwise): the batch dim is the per-device
@@ -51,19 +51,25 @@ def shard(graph: Graph, parallel: Parallel, *, dims: Mapping[str, int] | None = 
     (all-reduce, or reduce-scatter plus the parameter all-gather under ZeRO), in ``grad_dtype``
     (the parameter's own by default), for showing a whole training step in ``analyze``. Under
     expert parallelism the program is the busiest device's, under ``expert_balance`` (default
-    balanced; see :mod:`.expert_parallel`)."""
+    balanced; see :mod:`.expert_parallel`). ``arrive_split`` names activation inputs that arrive
+    split over ``tp`` on their sequence dim under sequence parallelism: a block of a larger model
+    receives the residual stream as the block before it left it (Megatron's sequence-parallel
+    region), so its norm runs on ``s / tp`` rows and an all-gather precedes the next
+    column-parallel matmul."""
     bindings = graph.default_bindings()
     bindings.update(dims or {})
     missing = sorted(s for s in graph.symbols() if s not in bindings)
     if missing:
         raise PlanError(f"shard: bind the dims {', '.join(missing)} (dims={{...}}) before sharding {graph.name!r}")
     graph = expert_parallel(graph, parallel, bindings, ExpertBalance.parse(expert_balance))
-    return _Shard(graph, bindings, parallel).run(grad_sync, grad_dtype)
+    return _Shard(graph, bindings, parallel, arrive_split).run(grad_sync, grad_dtype)
 
 
 class _Shard(WeightLayouts):
-    def __init__(self, graph: Graph, bindings: dict[str, int], parallel: Parallel) -> None:
+    def __init__(self, graph: Graph, bindings: dict[str, int], parallel: Parallel,
+                 arrive_split: frozenset[str] = frozenset()) -> None:
         self.src = graph
+        self.arrive_split = arrive_split if parallel.sequence_parallel and parallel.tp > 1 else frozenset()
         self.parallel = parallel
         self.binder = ShapeBinder(bindings)
         self.sizes: dict[str, int] = {"tp": parallel.tp, "cp": parallel.cp, "ep": parallel.ep, "dp": parallel.dp,
@@ -140,11 +146,16 @@ class _Shard(WeightLayouts):
         if v.kind.is_weight:
             return spec
         cp = self.sizes["cp"]
+        shape = self.shape(v)
         if cp > 1:
-            shape = self.shape(v)
             for d, dim in enumerate(v.shape):
                 if _symbols(dim) & self.seq_names and shape[d] % cp == 0:
-                    return spec.with_dim(d, ("cp",))
+                    spec = spec.with_dim(d, ("cp",))
+                    break
+        if v.name in self.arrive_split:
+            token = self._token_dim(v, spec, "tp")
+            if token is not None:
+                spec = spec.add_axis(token, "tp")
         return spec
 
     def _weight_value(self, w: Value) -> Value:
