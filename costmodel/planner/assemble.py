@@ -16,6 +16,7 @@ from ..execution.common import matrix_rate
 from .plan import ARCH_FIELDS, Plan, RunnerUp
 from .planner import Evaluation, Planner
 from .simulated import chunk_rows, simulated
+from .step import grad_reduction_rows, zero3_rows
 from .strategy import Parallel
 
 __all__ = ["assemble", "loss_reason"]
@@ -53,6 +54,11 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     stages = stage_rows(planner, ev)
     exposed = {k: step.breakdown.get(k, 0.0) for k in _COMM if step.breakdown.get(k, 0.0) > 0}
     hidden = {k: v for k, v in step.hidden.items() if v > 0}
+    if planner.runtime.overlap_param_gather:     # ZeRO 1-2's parameter all-gather runs under the next forward
+        gather = sum(r["seconds"] for r in grad_reduction_rows(step.layout, p, planner.timer, planner.runtime)
+                     if r["op"] == "all_gather")
+        if gather > 0:
+            hidden["param_gather"] = hidden.get("param_gather", 0.0) + gather
     all_notes = list(step.notes) + list(notes or [])
     if p.pp > 1:
         all_notes.append(f"pipeline bubble {step.breakdown['bubble'] * 1e3:.0f} ms in the simulated {p.schedule} "
@@ -164,17 +170,32 @@ def _collectives(planner: Planner, ev: Evaluation) -> list[dict[str, object]]:
             row["seconds"] = float(row["seconds"]) + u.seconds * mult  # type: ignore[arg-type]
             row["exposed_s"] = float(row["exposed_s"]) + u.exposed_s * mult  # type: ignore[arg-type]
     out = list(rows.values())
-    dp = ev.step.collectives.get("dp_reduction", 0.0)
-    if dp > 0:
-        group, _ = p.axis("dp_cp")
-        out.append({"purpose": "data-parallel gradient reduction", "op": "all_reduce" if p.zero == 0 else
-                    "reduce_scatter+all_gather", "axis": "dp" if p.cp == 1 else "dp+cp", "group_size": group,
-                    "per_step": 1, "comm_bytes": 0, "seconds": dp, "exposed_s": ev.step.breakdown.get("dp_comm", 0.0)})
+    axis = "dp" if p.cp == 1 else "dp+cp"
+    exposed_dp = ev.step.breakdown.get("dp_comm", 0.0)
+    rt = planner.runtime
+    for r in grad_reduction_rows(ev.step.layout, p, planner.timer, rt):
+        gather = r["op"] == "all_gather"
+        # the step waits for the reduction's exposed part (dp_comm); the gather only where not overlapped
+        exposed = (0.0 if rt.overlap_param_gather else r["seconds"]) if gather else exposed_dp
+        out.append({"purpose": "data-parallel parameter all-gather (ZeRO)" if gather else
+                    "data-parallel gradient reduction", "op": r["op"], "axis": axis, "group_size": r["group_size"],
+                    "per_step": 1, "comm_bytes": r["comm_bytes"], "seconds": r["seconds"], "exposed_s": exposed})
+    load = max(ev.step.layout.devices, key=lambda d: ev.step.gather_s[d.index] if ev.step.gather_s else 0.0)
+    for r in zero3_rows(load, p, planner.timer, rt):
+        m = p.microbatches
+        out.append({"purpose": "ZeRO-3 parameter all-gather" if r["op"] == "all_gather" else
+                    "ZeRO-3 gradient reduce-scatter", "op": r["op"], "axis": axis, "group_size": r["group_size"],
+                    "per_step": r["per_microbatch"] * m, "comm_bytes": r["comm_bytes"] * m,
+                    "seconds": r["seconds"] * m,
+                    "exposed_s": ev.step.breakdown.get("param_gather", 0.0) if r["op"] == "all_gather" else 0.0})
     if p.pp > 1:
         each = ev.step.collectives.get("p2p_each", 0.0)
         n = 2 * p.interleave * p.microbatches
+        sent = ev.step.layout.boundary_bytes     # a device's activation; Megatron's scatter/gather sends 1/tp
+        if p.tp > 1 and rt.pipeline_scatter_gather and not p.sequence_parallel:
+            sent //= p.tp
         out.append({"purpose": "pipeline activation/gradient sends", "op": "send", "axis": "pp", "group_size": 2,
-                    "per_step": n, "comm_bytes": 0, "seconds": each * n,
+                    "per_step": n, "comm_bytes": int(sent) * n, "seconds": each * n,
                     "exposed_s": ev.step.breakdown.get("p2p", 0.0)})
     return sorted(out, key=lambda r: -float(r["seconds"]))  # type: ignore[arg-type]
 

@@ -279,6 +279,65 @@ def _grad_reduction(lay: Layout, p: Parallel, topology: CollectiveTimer,
     return slowest, max(0.0, exposed), name
 
 
+def grad_reduction_rows(lay: Layout, p: Parallel, topology: CollectiveTimer,
+                        runtime: Runtime) -> list[dict[str, Any]]:
+    """The once-per-step data-parallel collectives of the device whose reduction takes longest, one
+    row per kind: ``op``, ``purpose``, ``group_size``, ``comm_bytes`` (what one device sends, ring
+    algorithms: all-reduce 2(n-1)/n x size, reduce-scatter and all-gather (n-1)/n x size) and
+    ``seconds``. Under ZeRO 1-2 the gradients are reduce-scattered (in the runtime's reduction dtype)
+    and the updated parameters all-gathered (in their own dtype): two rows, so neither hides in the
+    other; with ``overlap_param_gather`` the gather runs under the next step's forward (hidden)."""
+    group, stride = p.axis("dp_cp")
+    egroup, estride = p.axis("edp")
+    if group == 1 or p.zero >= 3:
+        return []
+    size = runtime.grad_reduce_dtype.nbytes(1)
+    best: list[dict[str, Any]] = []
+    for d in lay.devices:
+        rows: dict[str, dict[str, Any]] = {}
+        for params, pbytes, extra, members, apart in (
+                (d.params - d.expert_params, d.param_bytes - d.expert_param_bytes, d.deferred_bytes, group, stride),
+                (d.expert_params, d.expert_param_bytes, 0, egroup, estride)):
+            if members == 1 or not params:
+                continue
+            nbytes = params * size + extra
+            kinds = ((Op.REDUCE_SCATTER, nbytes), (Op.ALL_GATHER, pbytes)) if p.zero >= 1 else \
+                ((Op.ALL_REDUCE, nbytes),)
+            for op, n in kinds:
+                share = (2 if op is Op.ALL_REDUCE else 1) * (members - 1) * n // members
+                row = rows.setdefault(op.value, {"op": op.value, "group_size": group, "comm_bytes": 0, "seconds": 0.0})
+                row["comm_bytes"] += int(share)
+                row["seconds"] += topology.seconds(op, float(n), members, apart)
+        if sum(r["seconds"] for r in rows.values()) > sum(r["seconds"] for r in best):
+            best = list(rows.values())
+    return best
+
+
+def zero3_rows(load: DeviceLoad, p: Parallel, topology: CollectiveTimer, runtime: Runtime) -> list[dict[str, Any]]:
+    """ZeRO-3/FSDP's per-microbatch collectives on ``load``'s device, one row per kind (as
+    :func:`grad_reduction_rows`): every block's parameters all-gathered before its forward and again
+    before its backward, its gradients reduce-scattered after (:func:`_param_gathers` times them)."""
+    if p.zero < 3:
+        return []
+    group, stride = p.axis("dp_cp")
+    egroup, estride = p.axis("edp")
+    grad = runtime.grad_reduce_dtype.nbytes(1)
+    rows = {op: {"op": op.value, "group_size": group, "per_microbatch": 0, "comm_bytes": 0, "seconds": 0.0}
+            for op in (Op.ALL_GATHER, Op.REDUCE_SCATTER)}
+    for b in load.blocks:
+        for pbytes, params, members, apart in (
+                (b.param_bytes - b.expert_param_bytes, b.params - b.expert_params, group, stride),
+                (b.expert_param_bytes, b.expert_params, egroup, estride)):
+            if not params or members == 1:
+                continue
+            for op, n, times in ((Op.ALL_GATHER, pbytes, 2), (Op.REDUCE_SCATTER, params * grad, 1)):
+                r = rows[op]
+                r["per_microbatch"] += times
+                r["comm_bytes"] += times * (members - 1) * int(n) // members
+                r["seconds"] += times * topology.seconds(op, float(n), members, apart)
+    return [r for r in rows.values() if r["per_microbatch"]]
+
+
 def _param_gathers(lay: Layout, load: DeviceLoad, p: Parallel, topology: CollectiveTimer,
                    runtime: Runtime) -> tuple[float, float]:
     """ZeRO-3/FSDP per microbatch: each block's parameters all-gathered before its forward and again

@@ -101,3 +101,28 @@ def test_an_fp32_model_s_mfu_is_against_the_rate_its_matmuls_run_at():
     assert "fp32" not in h100.matrix_flops
     assert p.mfu == pytest.approx(p.tflops_per_device * 1e12 / h100.vector_flops["fp32"], rel=1e-9)
     assert 0 < p.mfu < 1
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_data_parallel_and_zero3_collectives_carry_their_ring_bytes(model, zero):
+    """Every once-per-step and ZeRO-3 collective is listed with what one device sends under a ring:
+    ZeRO 1-2 reduce-scatter the gradients (fp32, Megatron-Core's default reduction) and all-gather the
+    bf16 parameters, (n-1)/n of each; ZeRO-3 gathers the parameters twice per microbatch (forward and
+    backward) and reduce-scatters the gradients once. (ZeRO-3 plans listed none; the ZeRO 1-2 row
+    had 0 bytes and its gather's seconds were in neither exposed nor hidden communication.)"""
+    p = narrowpipe.plan(model, "dgx-h100", 16, global_batch=32,
+                        parallel={"tp": 1, "pp": 1, "microbatch": 1, "recompute": "full", "zero": zero})
+    n, params = 16, model.param_count()
+    rows = {c["purpose"]: c for c in p.collectives}
+    if zero == 2:
+        rs, ag = rows["data-parallel gradient reduction"], rows["data-parallel parameter all-gather (ZeRO)"]
+        assert rs["op"] == "reduce_scatter" and ag["op"] == "all_gather"
+        assert rs["comm_bytes"] == pytest.approx((n - 1) / n * 4 * params, rel=1e-6)
+        assert ag["comm_bytes"] == pytest.approx((n - 1) / n * 2 * params, rel=1e-6)
+        assert p.hidden_comm["param_gather"] == pytest.approx(ag["seconds"])      # under the next forward
+    else:
+        m = p.parallel.microbatches
+        ag, rs = rows["ZeRO-3 parameter all-gather"], rows["ZeRO-3 gradient reduce-scatter"]
+        assert ag["comm_bytes"] == pytest.approx(m * 2 * (n - 1) / n * 2 * params, rel=1e-6)
+        assert rs["comm_bytes"] == pytest.approx(m * (n - 1) / n * 4 * params, rel=1e-6)
+        assert ag["per_step"] % (2 * m) == 0 and rs["per_step"] % m == 0
