@@ -154,8 +154,9 @@ def main() -> None:
           "2021 (scores, softmax, dropout and their gradients through HBM), layer norms, bias-GeLU and "
           "bias-dropout-add kernels, the vocabulary-parallel head and cross entropy, tensor-parallel "
           "all-reduces on NVSwitch (exposed), pipeline sends with the scatter/gather optimization, the "
-          "fp16 data-parallel all-reduce after the backward (hierarchical: NVSwitch then one HDR link per "
-          "GPU), and the fused Adam step. Not modelled: CPU launch overhead of eager PyTorch, data "
+          "fp16 data-parallel all-reduce after the backward (NCCL's rings across nodes, one per NIC: capped "
+          "by NVSwitch and by the node's 8 HDR links together, or hierarchical where that is faster), and "
+          "the fused Adam step. Not modelled: CPU launch overhead of eager PyTorch, data "
           "loading, per-shape kernel choices of 2021's cuBLAS below the catalog's measured GEMM ceiling, which "
           "is where the small-hidden rows likely lose most (the 1.7B model's 2304-wide GEMMs and 96-wide "
           "attention heads).\n")

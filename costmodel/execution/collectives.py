@@ -149,7 +149,14 @@ class Topology:
             options = [ring(op, size, group, out.effective, out.latency)]
             tr = tree(op, size, group, out.effective, out.latency)
             return min(options + ([tr] if tr is not None else []), key=lambda t: t.seconds)
-        flat_bw = min(up.effective, out.effective)
+        # NCCL runs one ring per channel, each crossing between domains through a different NIC: a
+        # domain's `local` members send at most `local` NICs' worth across it, and each member sends
+        # on all the rings, so a member's ring rate is capped by its scale-up link and by the domain's
+        # NICs together (8 x 50 GB/s on a DGX H100: ~400 GB/s bus bandwidth across nodes, as
+        # nccl-tests shows), not by one NIC. An all-to-all is no ring: each member's off-domain share
+        # leaves through its own NIC
+        rings = op in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.BROADCAST)
+        flat_bw = min(up.effective, (local if rings else 1) * out.effective)
         options = [ring(op, size, group, flat_bw, max(up.latency, out.latency))]
         tr = tree(op, size, group, flat_bw, max(up.latency, out.latency))
         options += [tr] if tr is not None else []

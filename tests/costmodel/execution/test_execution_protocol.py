@@ -97,13 +97,25 @@ def test_collective_picks_scale_up_inside_the_domain_and_scale_out_beyond():
     inside, link = collective_seconds(Op.ALL_REDUCE, 1e9, 8, topo)
     assert link.intra and link.bandwidth == 400e9
     assert inside == pytest.approx(14 * 2e-6 + 1e9 / 400e9, rel=1e-12)      # 2.528 ms
-    # 16 devices = 2 domains: reduce-scatter inside (7 steps, 7/8 of the 8/15 GB buffer at 400 GB/s),
-    # all-reduce of the 1/8 shard across 2 domains (2 steps, 1/8 buffer at 50 GB/s), all-gather inside
+    # 16 devices = 2 domains. NCCL's rings (one per channel) each cross between the domains through
+    # their own NIC, so a member's ring rate is capped by its 400 GB/s link and by its domain's 8
+    # NICs x 50 GB/s = 400 GB/s together: one ring over 16 at 400 GB/s, 30 steps of latency.
     beyond, link = collective_seconds(Op.ALL_REDUCE, 1e9, 16, topo)
     assert not link.intra and link.bandwidth == 50e9
+    assert beyond == pytest.approx(30 * 2e-6 + 1e9 / 400e9, rel=1e-12)       # 2.56 ms
+    # the two-level form (reduce-scatter inside, all-reduce of the 1/8 shard across, all-gather
+    # inside) is slower here, run one after the other: 3.70 ms
     size = 1e9 / (2 * 15 / 16)
     two_level = 2 * (7 * 2e-6 + 7 / 8 * size / 400e9) + (2 * 2e-6 + size / 8 / 50e9)
-    assert beyond == pytest.approx(two_level, rel=1e-12)                      # 2.36 ms vs 20.06 flat
+    assert two_level > beyond
+    # with 4 NICs' worth per domain (25 GB/s each: 200 GB/s) the ring runs at 200 GB/s
+    thin = Topology(8, NetLevel(400e9, 2e-6), NetLevel(25e9, 2e-6))
+    ring16, _ = collective_seconds(Op.ALL_REDUCE, 1e9, 16, thin)
+    two_thin = 2 * (7 * 2e-6 + 7 / 8 * size / 400e9) + (2 * 2e-6 + size / 8 / 25e9)
+    assert ring16 == pytest.approx(min(30 * 2e-6 + 1e9 / 200e9, two_thin), rel=1e-12)
+    # an all-to-all is no ring: each member's off-domain share leaves through its own 50 GB/s NIC
+    a2a, _ = collective_seconds(Op.ALL_TO_ALL, 1e9, 16, topo)
+    assert a2a > 1e9 / 50e9
     gather, _ = collective_seconds(Op.ALL_GATHER, 1e9, 8, topo)
     assert gather == pytest.approx(7 * 2e-6 + 1e9 / 400e9, rel=1e-12)
 

@@ -29,10 +29,12 @@ def test_every_acceptance_row_is_predicted_within_twenty_percent(errors):
 
 def test_acceptance_bars_mean_ten_percent_each_fifteen(errors):
     """Met since the GEMM-kernel terms of issue 12 (the A100's latency floor, per-wave fill and exposed
-    epilogue, GPU defaults there: no public per-shape A100 timings were fitted): -10.3% / -0.4% /
-    -14.4%, mean 8.4% (before them -13.9% / -5.3% / -16.6%, mean 11.9%). Nothing is fitted to these
-    rows; the worst row sits 0.6 points inside its bar."""
-    assert errors == pytest.approx({"1.7B": -0.103, "18.4B": -0.004, "145.6B": -0.144}, abs=0.005)
+    epilogue, GPU defaults there: no public per-shape A100 timings were fitted): -10.8% / -0.4% /
+    -14.4%, mean 8.5% (before them -13.9% / -5.3% / -16.6%, mean 11.9%; the 1.7B row moved from -10.3%
+    when rings across nodes stopped being capped at one NIC: its data-parallel all-reduce over 32
+    GPUs went from 50 to 30 ms). Nothing is fitted to these rows; the worst row sits 0.6 points inside
+    its bar."""
+    assert errors == pytest.approx({"1.7B": -0.108, "18.4B": -0.004, "145.6B": -0.144}, abs=0.005)
     assert sum(abs(e) for e in errors.values()) / len(errors) <= 0.10
     assert all(abs(e) <= 0.15 for e in errors.values())
 
