@@ -138,7 +138,7 @@ def print_plan(plan: Plan, console: Console) -> None:
                   f"({escape(plan.system)}), seq {plan.seq}, global batch {p.global_batch}, runtime "
                   f"{escape(str(plan.runtime.get('name', '')))}")
     console.print(f"[bold]plan:[/] {escape(p.describe())}  (schedule {p.schedule})")
-    console.print(f"step {seconds(plan.step_time_s)}, {plan.tokens_per_s:,.0f} tokens/s, "
+    console.print(f"step {seconds(plan.step_time_s)}, {plan.tokens_per_s:,.0f} {plan.item_unit}/s, "
                   f"{plan.tflops_per_device:.0f} model TFLOP/s per device (MFU {plan.mfu:.1%}), "
                   f"{plan.hw_tflops_per_device:.0f} with recomputation")
     t = Table(title="where the step goes", title_justify="left")

@@ -85,7 +85,7 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
                 collectives=_collectives(planner, ev), runners_up=list(runners_up or []), notes=all_notes,
                 closed_form_step_s=closed,
                 model_flops_per_step=model_flops, hw_flops_per_step=hw_flops, dtype=_dtype(planner),
-                architecture=architecture(planner.graph))
+                architecture=architecture(planner.graph), item_unit="tokens" if planner.seq_dim else "samples")
 
 
 def stage_rows(planner: Planner, ev: Evaluation) -> list[dict[str, Any]]:

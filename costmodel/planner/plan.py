@@ -19,7 +19,7 @@ __all__ = ["Plan", "RunnerUp", "PLAN_VERSION", "PLAN_FORMAT", "ARCH_FIELDS"]
 
 #: 2: ``format`` (was ``kind``) like every other ``--json`` document, ``closed_form_step_s``, and
 #: ``step_time_s`` from the simulated schedule. Version 1 files still load.
-PLAN_VERSION = 2
+PLAN_VERSION = 3
 PLAN_FORMAT = "narrowpipe.plan"
 #: The model's sizes a plan keeps for launch tools (``Plan.architecture``), from the builder's spec.
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_mlp", "activation",
@@ -89,6 +89,9 @@ class Plan:
     dtype: str = ""
     architecture: dict[str, Any] = field(default_factory=dict)
     closed_form_step_s: float = 0.0
+    #: What ``tokens_per_s`` counts: ``tokens`` for a model with a sequence dim, ``samples`` (images,
+    #: rows) for one without (a ResNet plan's rate is images per second).
+    item_unit: str = "tokens"
 
     @property
     def placement(self) -> dict[str, Any]:
@@ -111,7 +114,7 @@ class Plan:
                 "runners_up": [r.to_dict() for r in self.runners_up], "notes": list(self.notes),
                 "model_flops_per_step": self.model_flops_per_step, "hw_flops_per_step": self.hw_flops_per_step,
                 "dtype": self.dtype, "architecture": dict(self.architecture),
-                "closed_form_step_s": self.closed_form_step_s}
+                "closed_form_step_s": self.closed_form_step_s, "item_unit": self.item_unit}
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -132,7 +135,8 @@ class Plan:
                        list(d["collectives"]), [RunnerUp.from_dict(r) for r in d.get("runners_up", [])],
                        list(d.get("notes", [])), float(d.get("model_flops_per_step", 0.0)),
                        float(d.get("hw_flops_per_step", 0.0)), str(d.get("dtype", "")),
-                       dict(d.get("architecture", {})), float(d.get("closed_form_step_s", 0.0)))
+                       dict(d.get("architecture", {})), float(d.get("closed_form_step_s", 0.0)),
+                       str(d.get("item_unit", "tokens")))
         except KeyError as e:
             raise PlanError(f"plan JSON lacks the field {e.args[0]!r}") from None
 

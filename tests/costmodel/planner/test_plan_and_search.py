@@ -42,7 +42,7 @@ def test_the_search_returns_the_fastest_plan_that_fits_with_reasons_for_the_othe
 def test_the_plan_round_trips_through_versioned_json(plan):
     text = plan.to_json()
     data = json.loads(text)
-    assert data["format"] == "narrowpipe.plan" and data["version"] == 2
+    assert data["format"] == "narrowpipe.plan" and data["version"] == 3 and data["item_unit"] == "tokens"
     assert data["placement"]["axes"]["tp"]["size"] == plan.parallel.tp
     assert Plan.from_json(text) == plan
     with pytest.raises(PlanError, match="newer"):
@@ -60,6 +60,15 @@ def test_a_version_1_plan_file_still_loads(plan):
     assert loaded.closed_form_step_s == 0.0
     with pytest.raises(PlanError, match="not a narrowpipe plan"):
         Plan.from_json(json.dumps({**old, "kind": "something else"}))
+
+
+def test_a_version_2_plan_reads_its_rate_as_tokens_and_an_image_model_counts_samples(plan):
+    data = json.loads(plan.to_json())
+    old = {**{k: v for k, v in data.items() if k != "item_unit"}, "version": 2}
+    assert Plan.from_json(json.dumps(old)).item_unit == "tokens"
+    resnet = narrowpipe.plan("resnet50", "dgx-h100", 8, global_batch=64)
+    assert resnet.item_unit == "samples"                    # images per second, not tokens (the CLI said tokens/s)
+    assert resnet.tokens_per_s == pytest.approx(64 / resnet.step_time_s)
 
 
 def test_collectives_of_the_plan_are_listed_with_their_time(plan):
