@@ -15,7 +15,7 @@ from typing import Protocol
 
 from ..errors import UnboundDimError
 
-__all__ = ["DimRole", "names_with_role", "role_size"]
+__all__ = ["DimRole", "names_with_role", "role_size", "least_size"]
 
 
 class DimRole(enum.Enum):
@@ -33,6 +33,13 @@ class DimRole(enum.Enum):
             return cls(text) if text else cls.OTHER
         except ValueError:
             return cls.OTHER
+
+
+def least_size(role: DimRole) -> int:
+    """The smallest size a dim of ``role`` may take. A tensor dim of 0 is an empty model with nothing
+    to count (``--set seq=0`` is a typo, not a question), so 1; but a KV cache may be empty
+    (``past_sequence_length=0`` is the prefill step of a decoder-with-past export)."""
+    return 0 if role is DimRole.KV_LENGTH else 1
 
 
 class _HasRole(Protocol):
