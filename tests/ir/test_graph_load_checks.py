@@ -89,7 +89,7 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {
         r"dim 'seq': default -3 is below 1"),
     "unknown dim role": (
         lambda d: d.update(dims=[{"name": "seq", "default": 4, "role": "banana"}]),
-        r"dim 'seq': unknown role 'banana'; roles: batch, sequence, kv_length, other"),
+        r"dim 'seq': unknown dim role 'banana'; roles: batch, sequence, kv_length, other"),
     "dim min above max": (
         lambda d: d.update(dims=[{"name": "seq", "min": 8, "max": 4}]), r"dim 'seq': min 8 is above max 4"),
 }
