@@ -70,5 +70,5 @@ def _load_json(path: Path) -> Graph:
         raise ModelLoadError("not a narrowpipe graph JSON: graph JSON must be an object", file=str(path))
     try:
         return graph_from_dict(data)
-    except IRError as exc:
-        raise ModelLoadError(f"not a narrowpipe graph JSON: {exc}", file=str(path)) from None
+    except IRError as exc:   # a format mismatch, a malformed entry or a graph the verifier refuses
+        raise ModelLoadError(f"invalid graph JSON: {exc}", file=str(path)) from None

@@ -8,7 +8,8 @@ from math import prod
 from typing import Any
 
 from ..errors import NarrowpipeError, UnboundDimError
-from ..ir import DimRole, Graph, OpGroup, ValueKind
+from ..ir import Graph, OpGroup, ValueKind
+from ..ir.roles import least_size
 from .costcache import graph_index, paused_gc
 from .experts import ExpertBalance, routing_notes
 from .interpreter import CostTable, interpret
@@ -53,6 +54,12 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
         if n < _least(graph, k, index.trip_names):
             raise NarrowpipeError(f"dim {k} must be >= {_least(graph, k, index.trip_names)}, got {n}")
         bindings[k] = n
+    for k, spec in graph.dims.items():   # a default nobody overrode must be a size too (a file may say -3)
+        if k not in dims and spec.default is not None and k in symbols:
+            least = _least(graph, k, index.trip_names)
+            if isinstance(spec.default, bool) or not isinstance(spec.default, int) or spec.default < least:
+                raise NarrowpipeError(f"dim {k}'s default must be an integer >= {least}, got {spec.default!r}; "
+                                      f"bind it with dims={{{k!r}: N}}")
     missing = sorted(s for s in symbols if s not in bindings)
     if missing:
         raise UnboundDimError(
@@ -62,13 +69,12 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
 
 
 def _least(graph: Graph, name: str, trip_names: frozenset[str] | set[str]) -> int:
-    """The smallest size a dim may take. A tensor dim of 0 is an empty model with nothing to count
-    (``--set seq=0`` is a typo, not a question), so 1; but a loop may run 0 times and a KV cache may
-    be empty (``past_sequence_length=0`` is the prefill step of a decoder-with-past export)."""
+    """The smallest size a dim may take: a loop may run 0 times, else what its role allows
+    (:func:`~narrowpipe.ir.roles.least_size`: 1, or 0 for a KV length)."""
     spec = graph.dims.get(name)
-    if name in trip_names or name.endswith("_trips") or (spec is not None and spec.role is DimRole.KV_LENGTH):
+    if name in trip_names or name.endswith("_trips"):
         return 0
-    return 1
+    return least_size(spec.role) if spec is not None else 1
 
 
 def build_report(table: CostTable) -> Report:

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import cast
 
-from ..errors import IRError, NarrowpipeError, UnsupportedOpError
+from ..errors import IRError, NarrowpipeError, ShapeError, UnsupportedOpError
 from ..gcpause import paused_gc
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, TensorType, Value
+from ..ir.dims import Dim
 from .cost import ZERO, Cost
 from .costcache import GraphIndex, graph_index
 from .experts import BALANCED, ExpertBalance
@@ -22,13 +23,28 @@ from .limits import check_size_limits
 from .opview import OpView
 from .rules import RULES
 
-__all__ = ["CostTable", "interpret", "ShapeBinder", "op_cost"]
+__all__ = ["CostTable", "interpret", "ShapeBinder", "NegativeDimError", "op_cost"]
 
 _CONTROL_FLOW = (Op.IF, Op.LOOP, Op.SCAN)
 
 
+class NegativeDimError(ShapeError):
+    """A dim that evaluates below zero under the bindings: a size the program cannot have (a
+    ``Conv1d(kernel=5)`` output ``seq - 4`` at ``seq=2``). Counting it would give negative FLOPs and
+    bytes, so binding refuses. ``dim`` is the expression, ``size`` its value, ``at`` the bindings
+    of its symbols."""
+
+    def __init__(self, reason: str, *, dim: Dim, size: int, at: str, node: str | None = None,
+                 op: str | None = None) -> None:
+        super().__init__(reason, node=node, op=op)
+        self.dim, self.size, self.at = dim, size, at
+
+
 class ShapeBinder:
-    """Evaluates symbolic shapes under one set of bindings, caching every distinct expression."""
+    """Evaluates symbolic shapes under one set of bindings, caching every distinct expression.
+
+    A dim that comes out negative raises :class:`NegativeDimError` (0 stays legal: an empty tensor);
+    :meth:`shape` names the node that produces the value."""
 
     def __init__(self, bindings: Mapping[str, int]) -> None:
         self.bindings = dict(bindings)
@@ -36,7 +52,10 @@ class ShapeBinder:
         self._shapes: dict[tuple, tuple[int, ...]] = {}
 
     def shape(self, value: Value) -> tuple[int, ...]:
-        return self.bind(value.type.shape)
+        try:
+            return self.bind(value.type.shape)
+        except NegativeDimError as exc:
+            raise _named(exc, value) from None
 
     def bind(self, shape: tuple) -> tuple[int, ...]:
         hit = self._shapes.get(shape)
@@ -53,8 +72,30 @@ class ShapeBinder:
                     self._dims[d] = n
                 out.append(n)
         result = tuple(out)
+        if result and min(result) < 0:
+            raise self._negative(shape, result)
         self._shapes[shape] = result
         return result
+
+    def _negative(self, shape: tuple, result: tuple[int, ...]) -> NegativeDimError:
+        d, n = next((d, n) for d, n in zip(shape, result) if n < 0)
+        names = sorted(d.symbols) if isinstance(d, Sym) else []
+        at = ", ".join(f"{k}={self.bindings[k]}" for k in names if k in self.bindings)
+        when = f" at {at}" if at else ""
+        return NegativeDimError(f"dim {str(d)!r} is {n}{when}", dim=d, size=n, at=at)
+
+
+def _named(exc: NegativeDimError, value: Value) -> NegativeDimError:
+    """``exc`` told about the value it came from: the producing node, or the graph input."""
+    when = f" at {exc.at}" if exc.at else ""
+    node = value.producer
+    if node is None:
+        kind = value.kind.value
+        return NegativeDimError(f"{kind} {value.name!r}: dim {str(exc.dim)!r} is {exc.size}{when}; "
+                                f"a size cannot be negative", dim=exc.dim, size=exc.size, at=exc.at)
+    return NegativeDimError(f"output dim {str(exc.dim)!r} is {exc.size}{when}; a size cannot be negative "
+                            f"(a dim bound below what the model accepts?)", dim=exc.dim, size=exc.size,
+                            at=exc.at, node=node.name, op=node.label)
 
 
 @dataclass
@@ -134,7 +175,12 @@ def _walk(graph: Graph, binder: ShapeBinder, table: CostTable, strict: bool, top
 def _walk_classes(graph: Graph, index: GraphIndex, binder: ShapeBinder, table: CostTable, strict: bool) -> None:
     """The walk of a graph without control flow, one rule call per class of equal nodes (the
     first node of each class, in order, so errors name the same node as the plain walk)."""
-    bound = {s: binder.bind(s) for s in index.shapes}
+    try:
+        bound = {s: binder.bind(s) for s in index.shapes}
+    except NegativeDimError:
+        for v in index.values:   # in program order: name the first value with the negative dim
+            binder.shape(v)
+        raise
     by_id = [bound[s] for s in index.shapes]
     table.shapes = dict(zip(index.values, map(by_id.__getitem__, index.value_shape)))
     nodes = graph.nodes

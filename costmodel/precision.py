@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import PassError
 from ..ir import DType, Graph, TensorType, Value, node_subgraphs
 from ..ir.passes import AnalysisManager, PassResult, register_pass
 
@@ -25,12 +26,23 @@ def _retype(value: Value, to: DType | None) -> None:
 def with_precision(graph: Graph, *, weights: DType | str | None = None,
                    activations: DType | str | None = None) -> Graph:
     """A copy of ``graph`` with float weights and/or float activations (inputs included) retyped."""
-    w = DType.parse(weights) if isinstance(weights, str) else weights
-    a = DType.parse(activations) if isinstance(activations, str) else activations
+    w = _option("weights", weights)
+    a = _option("activations", activations)
     out = graph.clone()
     _apply(out, w, a)
     out.meta["precision"] = {"weights": w.value if w else None, "activations": a.value if a else None}
     return out
+
+
+def _option(key: str, value: DType | str | None) -> DType | None:
+    """A dtype option, or a :class:`PassError` naming the option and the dtypes there are."""
+    if value is None or isinstance(value, DType):
+        return value
+    try:
+        return DType.parse(value)
+    except ValueError:
+        known = ", ".join(d.value for d in DType)
+        raise PassError(f"pass 'precision': option {key}={value!r} is not a dtype; choose from {known}") from None
 
 
 def _apply(graph: Graph, w: DType | None, a: DType | None) -> None:
@@ -56,6 +68,11 @@ class Precision:
 
     weights: str = ""
     activations: str = ""
+
+    def __post_init__(self) -> None:
+        """Refuse a bad dtype when the pipeline is parsed, as ``fuse{mode=...}`` does, not mid-run."""
+        _option("weights", self.weights or None)
+        _option("activations", self.activations or None)
 
     def run(self, graph: Graph, am: AnalysisManager) -> PassResult:
         """A new graph (the input is left as it was), so no analysis of the input is touched."""

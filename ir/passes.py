@@ -119,15 +119,22 @@ class AnalysisManager:
                 self._cache[(name, new)] = (new.version, result)
 
 
+def _pass_name(p: PassLike) -> str:
+    return getattr(p, "pass_name", None) or getattr(p, "__name__", None) or type(p).__name__
+
+
 def _run_one(p: PassLike, graph: Graph, am: AnalysisManager) -> Graph:
     out = p.run(graph, am) if isinstance(p, Pass) else p(graph, am)
     result = out if isinstance(out, PassResult) else PassResult(out)
+    if not isinstance(result.graph, Graph):   # a pass that forgot its return statement, most often
+        raise PassError(f"pass {_pass_name(p)!r} returned {type(result.graph).__name__} instead of a Graph "
+                        f"or a PassResult; a pass returns the graph it was given (or a new one)")
     if result.graph is graph:
         am.invalidate(graph, result.preserved)
     else:
         am.carry_over(graph, result.graph, result.preserved)
     if verify_enabled():
-        verify(result.graph, after=f"pass {getattr(p, 'pass_name', None) or type(p).__name__}")
+        verify(result.graph, after=f"pass {_pass_name(p)}")
     return result.graph
 
 
@@ -157,7 +164,7 @@ def get_pass(name: str, **options: Any) -> PassLike:
     if dataclasses.is_dataclass(obj) and isinstance(obj, type):
         try:
             made = obj(**_coerce_options(obj, options))
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:   # a __post_init__ refusing a value says why
             raise PassError(f"pass {name!r}: {exc}") from exc
         if not isinstance(made, Pass):
             raise PassError(f"pass {name!r}: {obj.__name__} has no run(graph, am) method")
@@ -175,15 +182,26 @@ def _coerce_options(cls: type, options: dict[str, Any]) -> dict[str, Any]:
         if key not in fields:
             raise PassError(f"pass {cls.__name__}: unknown option {key!r}; options: {', '.join(fields)}")
         hint = hints.get(key)
-        out[key] = _coerce(raw, hint)
+        try:
+            out[key] = _coerce(raw, hint)
+        except ValueError:
+            name = getattr(cls, "pass_name", cls.__name__)
+            raise PassError(f"pass {name!r}: option {key}={raw!r} is not {_WORDS.get(hint, str(hint))}") from None
     return out
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_WORDS: dict[Any, str] = {bool: f"a boolean ({'/'.join(_TRUE)} or {'/'.join(_FALSE)})",
+                          int: "an integer", float: "a number"}
 
 
 def _coerce(raw: Any, hint: Any) -> Any:
     if not isinstance(raw, str):
         return raw
     if hint is bool:
-        return raw.lower() in ("1", "true", "yes", "on")
+        if raw.lower() not in _TRUE + _FALSE:   # "ture" used to read as False
+            raise ValueError(raw)
+        return raw.lower() in _TRUE
     if hint is int:
         return int(raw)
     if hint is float:

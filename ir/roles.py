@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from math import prod
 from typing import Protocol
 
-from ..errors import UnboundDimError
+from ..errors import IRError, UnboundDimError
 
-__all__ = ["DimRole", "names_with_role", "role_size"]
+__all__ = ["DimRole", "names_with_role", "role_size", "least_size"]
 
 
 class DimRole(enum.Enum):
@@ -26,13 +26,24 @@ class DimRole(enum.Enum):
 
     @classmethod
     def parse(cls, text: str | DimRole | None) -> DimRole:
-        """A role from its JSON text; absent or unknown text is OTHER, so old and newer files load."""
+        """A role from its JSON text; absent is OTHER, so files from before roles load. Unknown text
+        is an error: read as OTHER, a misspelt ``"batch"`` would silently drop out of every
+        batch size a planner computes."""
         if isinstance(text, DimRole):
             return text
-        try:
-            return cls(text) if text else cls.OTHER
-        except ValueError:
+        if text is None or text == "":
             return cls.OTHER
+        try:
+            return cls(text)
+        except ValueError:
+            raise IRError(f"unknown dim role {text!r}; roles: {', '.join(r.value for r in cls)}") from None
+
+
+def least_size(role: DimRole) -> int:
+    """The smallest size a dim of ``role`` may take. A tensor dim of 0 is an empty model with nothing
+    to count (``--set seq=0`` is a typo, not a question), so 1; but a KV cache may be empty
+    (``past_sequence_length=0`` is the prefill step of a decoder-with-past export)."""
+    return 0 if role is DimRole.KV_LENGTH else 1
 
 
 class _HasRole(Protocol):

@@ -13,11 +13,12 @@ from typing import Any
 
 from ..errors import IRError
 from .dtypes import DType
-from .graph import DimSpec, Graph, Placement, Source, Value, ValueKind
+from .graph import DimSpec, Graph, Node, Placement, Source, Value, ValueKind
 from .ops import Op
-from .roles import DimRole
+from .roles import DimRole, least_size
 from .shapes import dim_from_json, dim_to_json
 from .types import TensorType
+from .verifier import verify
 
 __all__ = ["graph_to_dict", "graph_from_dict", "to_json", "from_json", "save_json", "load_json",
            "FORMAT", "VERSION"]
@@ -106,46 +107,160 @@ def graph_to_dict(graph: Graph) -> dict[str, Any]:
     }
 
 
-def graph_from_dict(data: dict[str, Any]) -> Graph:
+def graph_from_dict(data: dict[str, Any], *, check: bool = True) -> Graph:
+    """The graph ``data`` describes, refused (:class:`IRError`) unless it is one a program could be.
+
+    A file is input nobody checked: a name given twice, a reference to nothing, a weight listed as
+    an input or a dot whose operands disagree would otherwise load and count wrong numbers. So the
+    names are taken exactly as written (never renamed), every reference must name an input, weight
+    or earlier node's output, and the verifier (:func:`.verifier.verify`) checks the result;
+    ``check=False`` skips only that last step."""
     if data.get("format") != FORMAT:
         raise IRError(f"not a narrowpipe graph (format={data.get('format')!r})")
     if data.get("version") != VERSION:
         raise IRError(f"unsupported graph version {data.get('version')!r} (this build reads {VERSION})")
     try:
-        return _build(data)
+        graph = _build(data)
     except KeyError as exc:
         raise IRError(f"malformed graph JSON: a required field {exc} is missing") from exc
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, AttributeError) as exc:
         raise IRError(f"malformed graph JSON: {exc}") from exc
+    if check:
+        verify(graph, after="loading it from JSON")
+    return graph
+
+
+#: Which kinds each list of a graph file may hold: ``inputs`` are what the user feeds, ``weights``
+#: what the model holds (``params`` counts only ``param``); anything else contradicts its list.
+_LIST_KINDS: dict[str, tuple[ValueKind, ...]] = {
+    "inputs": (ValueKind.INPUT,),
+    "weights": (ValueKind.PARAM, ValueKind.BUFFER, ValueKind.CONST),
+}
+
+
+def _dim_spec(d: dict[str, Any]) -> DimSpec:
+    """A declared dim, checked: sizes are integers (or absent), the role one of :class:`DimRole`."""
+    name = d["name"]
+    if not isinstance(name, str) or not name:
+        raise IRError(f"a dim's name must be a non-empty string, got {name!r}")
+    sizes: dict[str, int | None] = {}
+    for key in ("default", "min", "max"):
+        v = d.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise IRError(f"dim {name!r}: {key} must be an integer or null, got {v!r}")
+        sizes[key] = v
+    try:
+        role = DimRole.parse(d.get("role"))
+    except IRError as exc:
+        raise IRError(f"dim {name!r}: {exc}") from None
+    least = least_size(role)
+    if sizes["default"] is not None and sizes["default"] < least:
+        raise IRError(f"dim {name!r}: default {sizes['default']} is below {least}, the least size of a "
+                      f"{role.value} dim")
+    if sizes["min"] is not None and sizes["min"] < 0:
+        raise IRError(f"dim {name!r}: min {sizes['min']} is negative")
+    lo, hi = sizes["min"], sizes["max"]
+    if lo is not None and hi is not None and lo > hi:
+        raise IRError(f"dim {name!r}: min {lo} is above max {hi}")
+    return DimSpec(name, sizes["default"], lo, hi, d.get("doc", ""), role)
+
+
+class _Names:
+    """The values visible while building one graph: an enclosing graph's, then this one's, each
+    name defined once, so a reference always means the value its writer meant."""
+
+    def __init__(self, outer: dict[str, Value] | None, later: dict[str, str]) -> None:
+        self.env: dict[str, Value] = dict(outer or {})
+        self.mine: dict[str, str] = {}      # name -> what defined it here, for the duplicate message
+        self.later = later                  # output name -> the node that defines it, to explain a cycle
+
+    def define(self, name: Any, value: Value, what: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise IRError(f"{what}: a value name must be a non-empty string, got {name!r}")
+        if name in self.mine:
+            raise IRError(f"value name {name!r} is defined twice ({self.mine[name]} and {what}); "
+                          f"every input, weight and node output needs its own name")
+        self.mine[name] = what
+        self.env[name] = value
+
+    def read(self, name: Any, reader: str) -> Value:
+        hit = self.env.get(name) if isinstance(name, str) else None
+        if hit is not None:
+            return hit
+        if isinstance(name, str) and name in self.later:
+            raise IRError(f"{reader} reads {name!r}, which node {self.later[name]!r} defines only later "
+                          f"(nodes must be listed in topological order; a cycle has none)")
+        raise IRError(f"{reader} reads {name!r}, which no input, weight or earlier node defines")
+
+
+def _keep_name(obj: Value | Node, name: str, graph: Graph) -> None:
+    """Give ``obj`` the name the file wrote: nodes and values share the graph's fresh-name space,
+    so a node ``relu`` whose output is ``relu`` would otherwise see the output silently renamed."""
+    if obj.name != name:
+        obj.name = name
+        graph._names.add(name)
 
 
 def _build(data: dict[str, Any], outer: dict[str, Value] | None = None) -> Graph:
     g = Graph(data["name"])
     for d in data.get("dims", []):
-        g.declare_dim(DimSpec(d["name"], d.get("default"), d.get("min"), d.get("max"), d.get("doc", ""),
-                              DimRole.parse(d.get("role"))))
-    env: dict[str, Value] = dict(outer or {})
-    for key, default_kind in (("inputs", ValueKind.INPUT), ("weights", ValueKind.PARAM)):
+        spec = _dim_spec(d)
+        if spec.name in g.dims:
+            raise IRError(f"dim {spec.name!r} is declared twice")
+        g.declare_dim(spec)
+    later = {o["name"]: n.get("name") for n in data["nodes"] for o in n["outputs"] if isinstance(o, dict)}
+    names = _Names(outer, later)
+    for key, kinds in _LIST_KINDS.items():
         for v in data[key]:
-            kind = ValueKind(v.get("kind", default_kind.value))
+            kind = _kind(v, kinds[0])
+            if kind not in kinds:
+                allowed = " or ".join(repr(k.value) for k in kinds)
+                raise IRError(f"{key[:-1]} {v.get('name')!r} has kind {kind.value!r}, which contradicts the "
+                              f"{key!r} list (kind {allowed}); list it under "
+                              f"{'weights' if kind.is_weight else 'inputs'} or fix its kind")
             val = g.add_input(v["name"], _type_from(v), kind, v.get("source_name", ""))
-            env[v["name"]] = val
+            _keep_name(val, v["name"], g)
+            names.define(v["name"], val, f"{key[:-1]} {v['name']!r}")
+    node_names: set[str] = set()
     for n in data["nodes"]:
-        inputs = [None if x is None else env[x] for x in n["inputs"]]
+        nname = n["name"]
+        if nname in node_names:
+            raise IRError(f"node name {nname!r} is used twice")
+        node_names.add(nname)
+        where = f"node {nname!r}"
+        inputs = [None if x is None else names.read(x, where) for x in n["inputs"]]
         src = Source(**n.get("source", {}))
-        attrs = {k: _attr_from(v, env) for k, v in n.get("attrs", {}).items()}
-        node = g.add_node(Op(n["op"]), inputs, [_type_from(o) for o in n["outputs"]], attrs,
-                          name=n["name"], source=src, out_names=[o["name"] for o in n["outputs"]])
+        attrs = {k: _attr_from(v, names.env) for k, v in n.get("attrs", {}).items()}
+        node = g.add_node(_op(n["op"], where), inputs, [_type_from(o) for o in n["outputs"]], attrs,
+                          name=nname, source=src, out_names=[o["name"] for o in n["outputs"]])
+        _keep_name(node, nname, g)
         for out, o in zip(node.outputs, n["outputs"]):
+            _keep_name(out, o["name"], g)
             out.source_name = o.get("source_name", out.name)
-            env[o["name"]] = out
+            names.define(o["name"], out, f"an output of {where}")
         if "placement" in n:
             p = n["placement"]
             node.placement = Placement(tuple(p["devices"]), tuple(p["mesh_axes"]),
                                        tuple((int(a), str(b)) for a, b in p["sharding"]), p.get("stage"))
-    g.set_outputs(env[x] for x in data["outputs"])
+    g.set_outputs(names.read(x, "the graph's outputs") for x in data["outputs"])
     g.meta = dict(data.get("meta", {}))
     return g
+
+
+def _kind(v: dict[str, Any], default: ValueKind) -> ValueKind:
+    text = v.get("kind", default.value)
+    try:
+        return ValueKind(text)
+    except ValueError:
+        kinds = ", ".join(k.value for k in ValueKind)
+        raise IRError(f"value {v.get('name')!r}: unknown kind {text!r}; kinds: {kinds}") from None
+
+
+def _op(text: Any, where: str) -> Op:
+    try:
+        return Op(text)
+    except ValueError:
+        raise IRError(f"{where}: unknown op {text!r} (see narrowpipe.ir.Op for the canonical ops)") from None
 
 
 def to_json(graph: Graph, indent: int | None = None) -> str:

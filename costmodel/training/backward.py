@@ -132,6 +132,7 @@ def _unmodeled(cx: GradContext, node: Node, dys: list[Value | None], wants: list
         v = node.inputs[i]
         assert v is not None
         types.append(TensorType(v.dtype, v.shape))
+    cx.unmodeled.add(node.label)
     reads = [g for g in dys if g is not None] + [cx.val(v) for v in node.inputs if v is not None]
     outs = cx.emit_types(Op.UNKNOWN, reads, types, {"source_op": f"{node.label} backward"}, name="grad")
     for i, g in zip(missing, outs):

@@ -34,6 +34,10 @@ class GradContext:
         self.source = Source()
         #: forward value -> its recomputed copy (what the backward reads instead of a saved value)
         self.remap: dict[Value, Value] = {}
+        #: labels of the forward nodes some of whose gradients no rule gave (an ``UNKNOWN`` node
+        #: stands in): a rule may cover an op's usual form and not another, so the op having a rule
+        #: does not make its backward modeled, and the step lists these too
+        self.unmodeled: set[str] = set()
 
     # -- whose node we are writing ----------------------------------------------------------------
     def serve(self, node: Node | None, source: Source | None = None) -> None:

@@ -178,13 +178,32 @@ def _extreme(cx: GradContext, node: Node, dys: list[Value | None], wants: list[b
     return [cx.like(Op.WHERE, [mask, dy], dy, name=f"grad{i}") if w else None for i, w in enumerate(wants)]
 
 
+def _condition(node: Node) -> int | None:
+    """Which input of a ``WHERE`` is the boolean mask: 0 in ``where(cond, a, b)``; 1 in the
+    ``masked_fill`` form ``where(x, mask)`` (the fill a ``scalar`` attribute) or ``where(x, mask,
+    value)`` (a tensor fill), as the torch frontend lowers ``aten.masked_fill``. None when no input
+    is a mask (``threshold``, ``nan_to_num``: a tensor and scalars), which this rule does not cover."""
+    for i, v in enumerate(node.inputs):
+        if v is not None and v.dtype is DType.BOOL:
+            return i
+    return None
+
+
 def _where(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
-    """``where(cond, a, b)``: each branch gets the gradient where it was chosen, zero elsewhere."""
-    dy, cond = dys[0], node.inputs[0]
-    assert dy is not None and cond is not None
+    """Each data operand gets the gradient where it was chosen, zero elsewhere: one select reading
+    the mask and dy. For ``masked_fill`` that is derivatives.yaml's ``grad.masked_fill(mask, 0)`` for
+    ``self`` and ``masked_fill_backward`` for a tensor ``value`` (the walker sums it to its shape).
+    Without a mask input no gradient is given, and the walker lists the node as unmodeled."""
+    dy = dys[0]
+    assert dy is not None
     out: Grads = [None] * len(node.inputs)
-    for i in range(1, len(node.inputs)):
-        if wants[i]:
+    at = _condition(node)
+    if at is None:
+        return out
+    cond = node.inputs[at]
+    assert cond is not None
+    for i, w in enumerate(wants):
+        if w and i != at:
             out[i] = cx.like(Op.WHERE, [cx.val(cond), dy], dy, name=f"grad{i}")
     return out
 

@@ -82,7 +82,7 @@ def build_training_graph(graph: Graph, *, optimizer: str = "adam", recompute: st
     grads = backward(cx, nodes, seeds, need, params, before=plan.before)
     train.set_outputs(optimizer_step(cx, train, grads, optimizer, master))
     no_rule = sorted({n.label for n in nodes if n.op not in BACKWARD_RULES and n.op not in NON_DIFFERENTIABLE
-                      and any(o in need for o in n.outputs)})
+                      and any(o in need for o in n.outputs)} | cx.unmodeled)
     if no_rule:
         notes.append(f"no backward rule for {', '.join(no_rule)}: their gradients are unmodeled ops")
     frozen_count = sum(1 for w in graph.weights if w.kind.value == "param") - len(params)

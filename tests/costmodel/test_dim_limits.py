@@ -56,3 +56,51 @@ def test_an_empty_kv_cache_may_be_bound_to_zero():
     assert narrowpipe.analyze(g, past=0, seq=3).transcendentals == 24
     with pytest.raises(NarrowpipeError, match="seq must be >= 1"):
         narrowpipe.analyze(g, past=0, seq=0)
+
+
+def _conv1d_graph(default_seq: int | None = 16):
+    """Conv1d(4 -> 8, kernel 5, no padding) on [1, 4, seq]: its output length is ``seq - 4``."""
+    from narrowpipe.ir import DimSpec, DType, Graph, Op, Sym, TensorType, ValueKind
+    g = Graph("conv1d")
+    g.declare_dim(DimSpec("seq", default_seq, 6, 1024, role=narrowpipe.DimRole.SEQUENCE))
+    x = g.add_input("x", TensorType(DType.FP32, (1, 4, Sym("seq"))))
+    w = g.add_input("w", TensorType(DType.FP32, (8, 4, 5)), ValueKind.PARAM)
+    attrs = {"stride": (1,), "padding": (0,), "dilation": (1,), "groups": 1, "output_padding": (0,),
+             "transposed": False}
+    c = g.add_node(Op.CONV, [x, w], [TensorType(DType.FP32, (1, 8, Sym("seq") - 4))], attrs, name="c")
+    g.set_outputs(c.outputs)
+    return g
+
+
+def test_a_dim_that_evaluates_negative_is_an_error_naming_node_and_expression():
+    """Bound below the export's range, ``seq - 4`` went negative and so did FLOPs (-640): refused.
+    Hand count at seq=16: 2 x 8 out channels x 12 positions x 4 in channels x 5 taps = 3840."""
+    from narrowpipe.costmodel.interpreter import NegativeDimError
+    g = _conv1d_graph()
+    assert narrowpipe.analyze(g, seq=16).modeled_flops == 2 * 8 * 12 * 4 * 5
+    assert narrowpipe.analyze(g, seq=4).modeled_flops == 0        # an empty output is legal
+    with pytest.raises(NegativeDimError) as info:
+        narrowpipe.analyze(g, dims={"seq": 2})
+    msg = str(info.value)
+    assert "node 'c'" in msg and "'seq - 4'" in msg and "is -2 at seq=2" in msg
+    assert isinstance(info.value, ShapeError) and info.value.size == -2
+
+
+def test_a_negative_dim_is_named_on_the_plain_walk_too():
+    """The per-node walk (graphs with control flow) and the binder used by planners name it as well."""
+    from narrowpipe.costmodel.interpreter import NegativeDimError, ShapeBinder
+    g = _conv1d_graph()
+    binder = ShapeBinder({"seq": 3})
+    assert binder.shape(g.inputs[0]) == (1, 4, 3)
+    with pytest.raises(NegativeDimError, match=r"node 'c', op 'conv': output dim 'seq - 4' is -1 at seq=3"):
+        binder.shape(g.nodes[0].outputs[0])
+    with pytest.raises(NegativeDimError, match="is -1"):
+        binder.bind(g.nodes[0].outputs[0].type.shape)
+
+
+def test_a_negative_default_is_refused():
+    """A default nobody overrides is a binding too: -3 gave -768 FLOPs."""
+    g = _conv1d_graph(default_seq=-3)
+    with pytest.raises(NarrowpipeError, match=r"dim seq's default must be an integer >= 1, got -3"):
+        narrowpipe.analyze(g)
+    assert narrowpipe.analyze(g, seq=6).modeled_flops == 2 * 8 * 2 * 4 * 5

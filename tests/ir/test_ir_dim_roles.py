@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from narrowpipe.errors import UnboundDimError
+from narrowpipe.errors import IRError, UnboundDimError
 from narrowpipe.ir import DimRole, DimSpec, DType, Graph, Op, Sym, TensorType, from_json, graph_to_dict, to_json
 
 
@@ -48,6 +48,9 @@ def test_roles_round_trip_and_files_without_roles_load_as_other():
     assert all(s.role is DimRole.OTHER for s in from_json(__import__("json").dumps(data)).dims.values())
 
 
-def test_unknown_role_text_from_a_newer_file_reads_as_other():
-    assert DimRole.parse("beam") is DimRole.OTHER and DimRole.parse(None) is DimRole.OTHER
+def test_unknown_role_text_is_an_error_naming_the_roles():
+    """It used to read as OTHER, so a misspelt "batch" silently left every planner's batch at 1."""
+    with pytest.raises(IRError, match=r"unknown dim role 'beam'; roles: batch, sequence, kv_length, other"):
+        DimRole.parse("beam")
+    assert DimRole.parse(None) is DimRole.OTHER and DimRole.parse("") is DimRole.OTHER
     assert DimRole.parse("kv_length") is DimRole.KV_LENGTH

@@ -72,3 +72,57 @@ def test_unknown_pass_option_and_syntax_errors_are_pass_errors():
         parse_pipeline("test.append-relu{color=red}")
     with pytest.raises(PassError, match="takes no options"):
         parse_pipeline("test.noop{x=1}")
+
+
+@register_pass("test.forgets-return")
+def forgets_return(graph: Graph, am: AnalysisManager) -> PassResult:
+    graph.meta["touched"] = True
+    return None  # type: ignore[return-value]   # the bug under test
+
+
+@register_pass("test.flagged")
+@dataclass(frozen=True)
+class Flagged:
+    on: bool = False
+    ratio: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.ratio <= 0:
+            raise ValueError(f"ratio must be > 0, got {self.ratio}")
+
+    def run(self, graph: Graph, am: AnalysisManager) -> PassResult:
+        return PassResult(graph)
+
+
+def test_a_pass_returning_none_is_a_pass_error_naming_it():
+    """It was a raw AttributeError ('NoneType' object has no attribute ...) from the manager."""
+    with pytest.raises(PassError, match=r"pass 'test.forgets-return' returned NoneType instead of a Graph"):
+        parse_pipeline("test.forgets-return").run(_graph())
+
+
+def test_bad_option_values_are_pass_errors_naming_pass_and_option():
+    with pytest.raises(PassError, match=r"pass 'test.append-relu': option times='three' is not an integer"):
+        parse_pipeline("test.append-relu{times=three}")
+    with pytest.raises(PassError, match=r"option ratio='half' is not a number"):
+        parse_pipeline("test.flagged{ratio=half}")
+    with pytest.raises(PassError, match=r"option on='ture' is not a boolean"):   # read as False before
+        parse_pipeline("test.flagged{on=ture}")
+    with pytest.raises(PassError, match=r"pass 'test.flagged': ratio must be > 0, got -1.0"):
+        parse_pipeline("test.flagged{ratio=-1}")
+    assert parse_pipeline("test.flagged{on=yes,ratio=0.5}").passes[0] == Flagged(True, 0.5)
+    assert parse_pipeline("test.flagged{on=off}").passes[0] == Flagged(False)
+
+
+def test_precision_with_an_unknown_dtype_is_a_pass_error_listing_the_dtypes():
+    """precision{weights=int3} raised builtins.ValueError, while fuse{mode=banana} was a PassError."""
+    from narrowpipe.costmodel.precision import with_precision
+    from narrowpipe.ir import run_passes
+    with pytest.raises(PassError, match=r"pass 'precision': option weights='int3' is not a dtype; "
+                                        r"choose from fp64, fp32"):
+        run_passes(_graph(), "precision{weights=int3}")
+    with pytest.raises(PassError, match=r"option activations='fp7'"):
+        parse_pipeline("precision{activations=fp7}")
+    with pytest.raises(PassError, match=r"option weights='int3'"):
+        with_precision(_graph(), weights="int3")
+    with pytest.raises(PassError, match=r"pass 'fuse': unknown mode 'banana'; choose from"):
+        parse_pipeline("fuse{mode=banana}")

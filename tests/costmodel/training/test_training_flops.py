@@ -133,3 +133,54 @@ def test_training_graphs_time_on_every_target():
         phases = report.time_by_phase
         assert set(phases) == {FORWARD, BACKWARD, OPTIMIZER} and all(t > 0 for t in phases.values())
         assert sum(phases.values()) == pytest.approx(report.time_s, rel=1e-9)
+
+
+def _where_graph(*, tensor_fill: bool = False, mask: bool = True):
+    """w[4,16] (a parameter) -> masked_fill(w, m, -1e4) -> tanh, as the torch frontend lowers it:
+    ``where(x, mask)`` with the fill a scalar attribute, or ``where(x, mask, value)`` for a tensor
+    fill; ``mask=False``: a mask-less ``where(x)`` with scalars (how ``threshold`` lowers)."""
+    from narrowpipe.ir import DType, Graph, Op, TensorType, ValueKind
+    f32 = TensorType(DType.FP32, (4, 16))
+    g = Graph("masked_fill")
+    w = g.add_input("w", f32, ValueKind.PARAM)
+    ins = [w]
+    attrs: dict = {"scalar": -1e4}
+    if mask:
+        ins.append(g.add_input("m", TensorType(DType.BOOL, (4, 16))))
+    if tensor_fill:
+        ins.append(g.add_input("v", TensorType(DType.FP32, ()), ValueKind.PARAM))
+        attrs = {}
+    y = g.add_node(Op.WHERE, ins, [f32], attrs, name="masked_fill").outputs[0]
+    g.set_outputs(g.add_node(Op.TANH, [y], [f32]).outputs)
+    return g
+
+
+def _backward_rows(step, op):
+    return [(r.flops, r.bytes_read, r.bytes_written) for r in narrowpipe.analyze(step).ops
+            if r.phase == "backward" and r.op == op]
+
+
+def test_masked_fill_backward_is_one_select_over_x():
+    """derivatives.yaml: masked_fill's self gradient is grad.masked_fill(mask, 0): one select over
+    x's 64 elements, reading the mask (64 bool bytes) and dy (64 x 4) and writing dx (64 x 4)."""
+    step = build_training_graph(_where_graph())
+    assert step.meta["training"]["no_backward_rule"] == [] and narrowpipe.analyze(step).unmodeled == []
+    assert _backward_rows(step, "where") == [(64, 64 + 256, 256)]
+
+
+def test_masked_fill_with_a_tensor_value_gives_both_gradients():
+    """masked_fill.Tensor: value's gradient is masked_fill_backward = where(mask, grad, 0).sum(): a
+    second select, then a sum of its 64 elements to the 0-d value."""
+    step = build_training_graph(_where_graph(tensor_fill=True))
+    assert step.meta["training"]["no_backward_rule"] == [] and narrowpipe.analyze(step).unmodeled == []
+    assert _backward_rows(step, "where") == [(64, 320, 256)] * 2
+    assert [r.flops for r in narrowpipe.analyze(step).ops if r.phase == "backward" and r.op == "reduce_sum"] == [64]
+
+
+def test_an_op_whose_rule_leaves_a_gradient_unmodeled_is_listed():
+    """WHERE has a rule, but not for the mask-less form: its gradient is an UNKNOWN node, and the
+    step must say so rather than list nothing (the op having a rule is not the gradient having one)."""
+    step = build_training_graph(_where_graph(mask=False))
+    assert step.meta["training"]["no_backward_rule"] == ["where"]
+    assert any("no backward rule for where" in n for n in step.meta["training"]["notes"])
+    assert [(u.op, u.count) for u in narrowpipe.analyze(step).unmodeled] == [("where backward", 1)]
