@@ -59,7 +59,7 @@ def test_fp8_prefill_of_llama_70b_on_eight_h100_is_within_twenty_percent():
 
 
 @pytest.mark.xfail(strict=True, reason="known gap, no mechanism: each sequence beyond batch 32 adds 56 ms to OCI's "
-                   "run (17% of the FP8 peak), 27 ms to the model's (37%) (serving_validate.md)")
+                   "run (17% of the FP8 peak), 32 ms to the model's (30%) (serving_validate.md)")
 def test_batch_256_405b_on_eight_mi300x_is_within_twenty_percent():
     p = rows.predict(_row("OCI-405B", "mi300x", "Llama 3.1 405B", 256, 128, 128))
     assert abs(p.time_error) <= 0.2
