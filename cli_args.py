@@ -70,25 +70,22 @@ def parse_grid(items: Sequence[str] | None) -> dict[str, list[int]]:
 def count_arg(text: str) -> int:
     """An argparse type for how many rows to list: a whole number, 0 or more (a negative one would
     slice from the end of the list)."""
-    import argparse
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+    return _whole_number(text, 0)
 
 
 def positive_arg(text: str) -> int:
     """An argparse type for a size or a thread count: a whole number, 1 or more."""
+    return _whole_number(text, 1)
+
+
+def _whole_number(text: str, least: int) -> int:
     import argparse
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
     return value
 
 

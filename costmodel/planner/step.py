@@ -252,20 +252,10 @@ def _grad_reduction(lay: Layout, p: Parallel, topology: CollectiveTimer,
         return hit[0], hit[1], name
     slowest, exposed = 0.0, 0.0
     drain = 0.0
-    size = runtime.grad_reduce_dtype.nbytes(1)
     for d in lay.devices:
-        t = 0.0
-        for params, pbytes, extra, members, apart in (
-                (d.params - d.expert_params, d.param_bytes - d.expert_param_bytes, d.deferred_bytes, group, stride),
-                (d.expert_params, d.expert_param_bytes, 0, egroup, estride)):
-            if members == 1 or not params:
-                continue
-            nbytes = params * size + extra
-            if p.zero >= 1:
-                t += topology.seconds(Op.REDUCE_SCATTER, nbytes, members, apart)
-                t += 0.0 if runtime.overlap_param_gather else topology.seconds(Op.ALL_GATHER, pbytes, members, apart)
-            else:
-                t += topology.seconds(Op.ALL_REDUCE, nbytes, members, apart)
+        t = sum(topology.seconds(op, nbytes, members, apart)
+                for op, nbytes, members, apart in _dp_collectives(d, p, runtime)
+                if not (op is Op.ALL_GATHER and runtime.overlap_param_gather))
         slowest = max(slowest, t)
         if runtime.overlap_grad_reduce:
             n = max(1, d.param_blocks)
@@ -287,30 +277,42 @@ def grad_reduction_rows(lay: Layout, p: Parallel, topology: CollectiveTimer,
     ``seconds``. Under ZeRO 1-2 the gradients are reduce-scattered (in the runtime's reduction dtype)
     and the updated parameters all-gathered (in their own dtype): two rows, so neither hides in the
     other; with ``overlap_param_gather`` the gather runs under the next step's forward (hidden)."""
-    group, stride = p.axis("dp_cp")
-    egroup, estride = p.axis("edp")
+    group, _ = p.axis("dp_cp")
     if group == 1 or p.zero >= 3:
         return []
-    size = runtime.grad_reduce_dtype.nbytes(1)
     best: list[dict[str, Any]] = []
     for d in lay.devices:
         rows: dict[str, dict[str, Any]] = {}
-        for params, pbytes, extra, members, apart in (
-                (d.params - d.expert_params, d.param_bytes - d.expert_param_bytes, d.deferred_bytes, group, stride),
-                (d.expert_params, d.expert_param_bytes, 0, egroup, estride)):
-            if members == 1 or not params:
-                continue
-            nbytes = params * size + extra
-            kinds = ((Op.REDUCE_SCATTER, nbytes), (Op.ALL_GATHER, pbytes)) if p.zero >= 1 else \
-                ((Op.ALL_REDUCE, nbytes),)
-            for op, n in kinds:
-                share = (2 if op is Op.ALL_REDUCE else 1) * (members - 1) * n // members
-                row = rows.setdefault(op.value, {"op": op.value, "group_size": group, "comm_bytes": 0, "seconds": 0.0})
-                row["comm_bytes"] += int(share)
-                row["seconds"] += topology.seconds(op, float(n), members, apart)
+        for op, n, members, apart in _dp_collectives(d, p, runtime):
+            share = (2 if op is Op.ALL_REDUCE else 1) * (members - 1) * n // members
+            row = rows.setdefault(op.value, {"op": op.value, "group_size": group, "comm_bytes": 0, "seconds": 0.0})
+            row["comm_bytes"] += int(share)
+            row["seconds"] += topology.seconds(op, float(n), members, apart)
         if sum(r["seconds"] for r in rows.values()) > sum(r["seconds"] for r in best):
             best = list(rows.values())
     return best
+
+
+def _dp_collectives(d: DeviceLoad, p: Parallel, runtime: Runtime) -> list[tuple[Op, int, int, int]]:
+    """``(op, bytes, members, stride)`` of each once-per-step data-parallel collective of device
+    ``d``: its dense parameters over ``dp x cp``, its experts' over ``edp``; the gradients (in the
+    runtime's reduction dtype, plus partial sums deferred to this reduction) all-reduced, or under
+    ZeRO 1-2 reduce-scattered with the parameters (their own dtype) all-gathered back."""
+    group, stride = p.axis("dp_cp")
+    egroup, estride = p.axis("edp")
+    size = runtime.grad_reduce_dtype.nbytes(1)
+    out: list[tuple[Op, int, int, int]] = []
+    for params, pbytes, extra, members, apart in (
+            (d.params - d.expert_params, d.param_bytes - d.expert_param_bytes, d.deferred_bytes, group, stride),
+            (d.expert_params, d.expert_param_bytes, 0, egroup, estride)):
+        if members == 1 or not params:
+            continue
+        grads = params * size + extra
+        if p.zero >= 1:
+            out += [(Op.REDUCE_SCATTER, grads, members, apart), (Op.ALL_GATHER, pbytes, members, apart)]
+        else:
+            out.append((Op.ALL_REDUCE, grads, members, apart))
+    return out
 
 
 def zero3_rows(load: DeviceLoad, p: Parallel, topology: CollectiveTimer, runtime: Runtime) -> list[dict[str, Any]]:
