@@ -37,13 +37,13 @@ def parse_duration(text: str | None, flag: str) -> float | None:
     return float(m.group(1)) * _UNITS[m.group(2) or ""]
 
 
-def _ints(text: str, flag: str) -> list[int]:
+def _ints(text: str, flag: str, least: int = 0) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise NarrowpipeError(f"{flag} expects integers separated by commas, got {text!r}") from None
-    if not values or min(values) < 0:
-        raise NarrowpipeError(f"{flag} expects non-negative integers, got {text!r}")
+    if not values or min(values) < least:
+        raise NarrowpipeError(f"{flag} expects integers of at least {least}, got {text!r}")
     return values
 
 
@@ -193,7 +193,7 @@ def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.serving import crossover, replica_for, serve
     from .render.serving import print_serving_sweep
     graph = resolve_model(args.model)
-    batches, contexts = _ints(args.batches, "--batches"), _ints(args.context, "--context")
+    batches, contexts = _ints(args.batches, "--batches", least=1), _ints(args.context, "--context")
     out = []
     for target in [t.strip() for t in args.target.split(",") if t.strip()]:
         replica = replica_for(graph, target, tp=args.tp, pp=args.pp, weights=args.weights,
@@ -203,7 +203,7 @@ def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
         for ctx in contexts:
             cross = None if replica.dataflow else crossover(replica, ctx)
             for i, b in enumerate(batches):
-                r = serve(replica, mode="decode", batch=max(b, 1), context=ctx, with_crossover=False,
+                r = serve(replica, mode="decode", batch=b, context=ctx, with_crossover=False,
                           price=_price(args, target))
                 r.crossover = cross if i == 0 else None
                 reports.append(r)

@@ -93,8 +93,11 @@ def print_capacity(plan: CapacityPlan, console: Console) -> None:
         console.print(f"  [{i}] {escape(why)}", highlight=False)
     best, cheap, fast = plan.best_throughput, plan.cheapest, plan.best_latency
     if best is None:
-        floor = f"{seconds(fast.min_tpot_s)} ({fast.target} {fast.layout})" if fast else "-"
-        console.print(f"[bold red]no layout meets the targets[/]; the lowest TPOT reachable is {floor}")
+        if fast is None:
+            console.print("[bold red]no layout meets the targets[/]; none holds even one sequence in memory")
+        else:
+            console.print(f"[bold red]no layout meets the targets[/]; the lowest TPOT reachable is "
+                          f"{seconds(fast.min_tpot_s)} ({fast.target} {fast.layout})")
     else:
         replicas = f"{best.replicas} replica{'s' if best.replicas > 1 else ''}"
         console.print(f"[bold]answer:[/] {best.total_devices} x {best.target} ({replicas} of {best.layout}, "

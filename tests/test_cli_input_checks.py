@@ -150,3 +150,28 @@ def test_plan_refuses_devices_without_links_and_a_sequence_past_the_positions(ca
     err = _fails(capsys, ["plan", "gpt2", "--devices", "8", "--target", "dgx-h100", "--global-batch", "64",
                           "--seq", "4096", "--emit", "megatron"])
     assert "at most 1,024 positions; seq 4,096" in err
+
+
+def test_serve_refuses_zero_lengths_and_sweep_batch_zero_and_a_context_past_the_export(capsys):
+    """--input 0 / --output 0 were read as 'not given' (2048 and 256 were timed); serve-sweep dropped
+    batch 0 silently; the bundled Llama-3 export (8,192 positions) was costed at a 200k context."""
+    assert "input_len must be >= 1 token, got 0" in _fails(
+        capsys, ["serve", "llama-3-8b", "--target", "h100", "--mode", "prefill", "--input", "0"])
+    assert "output_len must be >= 1 token, got 0" in _fails(
+        capsys, ["serve", "llama-3-8b", "--target", "h100", "--mode", "generate", "--input", "100", "--output", "0"])
+    assert "--batches expects integers of at least 1" in _fails(
+        capsys, ["serve-sweep", "llama-3-8b", "--target", "h100", "--batches", "0,1", "--context", "100"])
+    assert "handles at most 8,192 positions" in _fails(
+        capsys, ["serve", "llama-3-8b", "--target", "h100", "--mode", "decode", "--context", "200000"])
+
+
+def test_the_latency_answer_is_a_layout_that_holds_one_sequence(capsys):
+    """Llama-3-70B (141 GB of bf16 weights) on one 80 GB H100: no layout fits, so none reaches a TPOT;
+    it printed 'the lowest TPOT reachable is 53.6 ms (h100-sxm TP1)'."""
+    from narrowpipe.costmodel.serving.capacity import plan_capacity
+    plan = plan_capacity(load_example("llama-3-70b"), ["h100"], rate=10, tpot=0.1, max_tp=1, input_len=2048,
+                         output_len=256)
+    assert plan.best_latency is None and not any(c.fits_one for c in plan.candidates)
+    assert main(["serve", "llama-3-70b", "--target", "h100", "--rate", "10", "--tpot", "100ms", "--devices", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "none holds even one sequence in memory" in out and "lowest TPOT reachable" not in out

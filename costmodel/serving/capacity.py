@@ -63,6 +63,11 @@ class Candidate:
         return self.batch > 0
 
     @property
+    def fits_one(self) -> bool:
+        """Whether one sequence fits the layout's memory (a layout that does not reaches no TPOT)."""
+        return self.state is not None
+
+    @property
     def tokens_per_s_per_device(self) -> float:
         return self.tokens_per_s / self.devices if self.devices else 0.0
 
@@ -108,8 +113,9 @@ class CapacityPlan:
 
     @property
     def best_latency(self) -> Candidate | None:
-        """The lowest TPOT any layout reaches (its batch-1 step)."""
-        return min(self.candidates, key=lambda c: c.min_tpot_s) if self.candidates else None
+        """The lowest TPOT any layout reaches (its batch-1 step), among layouts one sequence fits."""
+        reachable = [c for c in self.candidates if c.fits_one]
+        return min(reachable, key=lambda c: c.min_tpot_s) if reachable else None
 
     def to_dict(self) -> dict[str, Any]:
         def name(c: Candidate | None) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ FLOPs exactly at the same dims, or the recognition is refused: a twin that diffe
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 
@@ -115,8 +116,18 @@ def spec_from_graph(graph: Graph) -> TransformerSpec | None:
         except (ValueError, TypeError, ZeroDivisionError):   # a shape that is not this layout's
             spec = None
         if spec is not None:
-            return spec
+            return _with_export_positions(spec, graph)
     return None
+
+
+def _with_export_positions(spec: TransformerSpec, graph: Graph) -> TransformerSpec:
+    """A rotary model's weights do not say how many positions it handles; its export does: the
+    sequence dim's declared maximum (the bundled Llama-3 exports: 8,192, the config's
+    ``max_position_embeddings``). Without it a 200k-token context was costed as if it ran."""
+    if spec.max_positions is not None:
+        return spec
+    limits = [d.max for d in graph.dims.values() if d.role is DimRole.SEQUENCE and d.max]
+    return dataclasses.replace(spec, max_positions=max(limits)) if limits else spec
 
 
 def _counted(graph: Graph, dims: Mapping[str, int]) -> tuple[int, int]:

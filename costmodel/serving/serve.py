@@ -58,6 +58,11 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
         raise NarrowpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if batch < 1:
         raise NarrowpipeError(f"batch must be >= 1, got {batch}")
+    for name, value in (("input_len", input_len), ("output_len", output_len)):
+        if value is not None and value < 1:   # 0 read as "not given" and took the default
+            raise NarrowpipeError(f"{name} must be >= 1 token, got {value}")
+    if context is not None and context < 0:
+        raise NarrowpipeError(f"context must be >= 0 tokens, got {context}")
     if isinstance(model, Replica):
         replica = model
     else:

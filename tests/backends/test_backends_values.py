@@ -18,7 +18,7 @@ def test_h100_sxm_matches_the_datasheet_dense_figures():
     assert h100.sparse_matrix_flops["bf16"] == 1979e12
     assert h100.vector_flops["fp32"] == 67e12
     assert h100.memory_bandwidth == 3.35e12
-    assert h100.memory_capacity == 80e9
+    assert h100.memory_capacity == pytest.approx(81559 * 2**20, rel=1e-5)   # what nvidia-smi reports, not 80e9
     assert h100.onchip_capacity == h100.l2_bytes == 50e6
     assert h100.scale_up_bandwidth == 450e9               # 900 GB/s bidir, one direction
     assert (h100.scale_up_links, h100.scale_up_domain) == (18, 8)
@@ -31,7 +31,7 @@ def test_h100_sxm_matches_the_datasheet_dense_figures():
 
 def test_h200_has_h100_compute_and_more_memory():
     h100, h200 = get_target("h100-sxm"), get_target("h200")
-    assert h200.memory_capacity == 141e9
+    assert h200.memory_capacity == pytest.approx(143771 * 2**20, rel=1e-5)  # nvidia-smi; the label says 141 GB
     assert h200.memory_bandwidth == 4.8e12
     assert h200.matrix_flops == h100.matrix_flops
 

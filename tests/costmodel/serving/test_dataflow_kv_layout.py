@@ -23,9 +23,18 @@ from narrowpipe.costmodel.timing import fused_program
 from narrowpipe.models.examples import load_example
 
 
+def llama31_8b():
+    """Llama-3.1-8B: Llama-3-8B's layers with 131,072 positions (rope scaling, which the cost model
+    does not see): the bundled Llama-3 export declares 8,192, and serving refuses a context past them."""
+    import dataclasses
+    g = load_example("llama-3-8b")
+    g.dims["seq"] = dataclasses.replace(g.dims["seq"], max=131072)
+    return g
+
+
 @pytest.fixture(scope="module")
 def sg():
-    return serving_graph(load_example("llama-3-8b"))
+    return serving_graph(llama31_8b())
 
 
 def _program(sg, target, batch, context):
@@ -41,7 +50,7 @@ def test_weights_stream_only_while_the_kv_cache_fits_one_chip(sg):
         layouts = DataflowModel().layouts(program, cs3, cs3.max_chips)
         assert any(lay.streaming for lay in layouts) == streams, batch
         assert (batch * 32768 * kv_per_token <= cs3.memory_capacity) == streams
-    r = narrowpipe.serve(load_example("llama-3-8b"), "cerebras-wse3", mode="decode", batch=512, context=32768)
+    r = narrowpipe.serve(llama31_8b(), "cerebras-wse3", mode="decode", batch=512, context=32768)
     need = 512 * 32769 * kv_per_token / cs3.memory_capacity
     assert r.devices >= need and r.fits                        # the wafers the cache needs, timed on them
     assert r.memory.kv_cache == pytest.approx(512 * 32768 * kv_per_token / r.devices, rel=0.01)
@@ -64,15 +73,17 @@ def test_the_batch_search_cap_is_not_reported_as_memory(capsys, monkeypatch):
                  "--context", "2048"]) == 0
     assert "largest batch that fits >= 65,536 (search cap)" in " ".join(capsys.readouterr().out.split())
     # Cerebras clusters stop at 2,048 wafers: the cache bounds the batch there
-    r = narrowpipe.serve(load_example("llama-3-8b"), "cerebras-wse3", mode="decode", batch=8, context=32768)
+    r = narrowpipe.serve(llama31_8b(), "cerebras-wse3", mode="decode", batch=8, context=32768)
     per_wafer = get_target("cerebras-wse3").memory_capacity
     assert 0 < r.max_batch < 1 << 16
     assert r.max_batch * 32769 * 131_072 <= 2048 * per_wafer
 
 
-def test_the_crossover_line_does_not_contradict_the_step(capsys, monkeypatch):
+def test_the_crossover_line_does_not_contradict_the_step(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("COLUMNS", "250")
-    assert main(["serve", "llama-3-8b", "--target", "tpu-v6e", "--mode", "decode", "--batch", "8",
+    path = tmp_path / "llama-3.1-8b.json"
+    llama31_8b().save(path)
+    assert main(["serve", str(path), "--target", "tpu-v6e", "--mode", "decode", "--batch", "8",
                  "--context", "32768"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "by the roofline, KV reads keep decode memory-bound at any batch" in text
