@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from .report import Report, Timing
 
-__all__ = ["Pick", "Verdict", "verdict"]
+__all__ = ["Pick", "Verdict", "verdict", "fastest_target"]
 
 
 @dataclass(frozen=True)
@@ -79,3 +79,11 @@ def verdict(reports: Sequence[Report]) -> Verdict:
             basis = t.price_basis or "unstated"
             bases[basis] = (*bases.get(basis, ()), t.target)
     return Verdict(fastest, cheapest, frugal, per_chip, excluded, bases)
+
+
+def fastest_target(reports: Sequence[Report]) -> str | None:
+    """The target the verdict calls fastest (per chip when the chip counts differ), which every
+    table and page highlights: a minimum-time highlight contradicted the verdict beside it (Groq's
+    10 chips beat one H100 in time, not per chip)."""
+    pick = verdict(reports).fastest
+    return pick.target if pick is not None else None

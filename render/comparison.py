@@ -8,7 +8,7 @@ from rich.text import Text
 
 from ..costmodel.compare import Comparison, WhatIf
 from ..costmodel.report import Report, Timing
-from ..costmodel.verdict import verdict
+from ..costmodel.verdict import fastest_target, verdict
 from .fit import fits as _fits
 from .units import nbytes, seconds, si
 
@@ -135,9 +135,9 @@ def comparison_table(c: Comparison) -> Table:
     tab.add_column("target", justify="left")
     for head, _ in _ROWS:
         tab.add_column(head, justify="right" if head in _RIGHT else "left")
-    fastest = c.fastest.time_s
+    fastest = fastest_target(c.reports)
     for t in _timings(c):
-        name = Text(f"{t.target}\n{_kind(t)}", style="bold" if t.time_s == fastest else "")
+        name = Text(f"{t.target}\n{_kind(t)}", style="bold" if t.target == fastest else "")
         tab.add_row(name, *(cell(t) for _, cell in _ROWS))
     return tab
 
@@ -150,7 +150,7 @@ def comparison_cards(c: Comparison, width: int) -> list[Table]:
     col = [max([len(t.target), len(_kind(t))] + [max((len(line) for line in str(x).split("\n")), default=0)
                                                       for x in row]) for t, row in zip(timings, cells)]
     label = max(len(h) for h, _ in _ROWS)
-    fastest = c.fastest.time_s
+    fastest = fastest_target(c.reports)
     tables: list[Table] = []
     i = 0
     while i < len(timings):
@@ -163,7 +163,7 @@ def comparison_cards(c: Comparison, width: int) -> list[Table]:
         tab.add_column("", style="bold", no_wrap=True)
         for k in range(i, j):
             tab.add_column(Text(f"{timings[k].target}\n{_kind(timings[k])}",
-                                style="bold underline" if timings[k].time_s == fastest else "bold"),
+                                style="bold underline" if timings[k].target == fastest else "bold"),
                            justify="left", overflow="fold")
         for r, (head, _) in enumerate(_ROWS):
             tab.add_row(head, *(cells[k][r] for k in range(i, j)))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..backends.kernel_checks import check_text
+from ..costmodel.verdict import fastest_target
 from .comparison import bound_mix_text, verdict_text
 from .html_assets import SCRIPT, STYLE
 from .output_file import write_output
@@ -66,7 +67,7 @@ def _targets_table(reports: list[Report]) -> str:
              ("mix", "bound mix", False), ("narrowest", "narrowest pipe", False), ("top", "top kernel", False),
              ("fits", "fits", False), ("devices", "devices", True), ("energy", "energy", True),
              ("cost", "cost per M items", True), ("checked", "kernel model checked", False))
-    fastest = min((r.time_s for r in reports if r.time_s is not None), default=None)
+    fastest = fastest_target(reports)
     rows = []
     for r in reports:
         t = r.timing
@@ -85,7 +86,7 @@ def _targets_table(reports: list[Report]) -> str:
                  _td(f"${per_m:.3g}/M {t.item_unit}" if (per_m := t.cost_per_million_items) is not None else "-",
                      per_m, True),
                  _td(check_text(t.target))]
-        cls = ' class="fastest"' if t.time_s == fastest else ""
+        cls = ' class="fastest"' if t.target == fastest else ""
         rows.append(f'<tr data-target="{escape(t.target)}"{cls}>' + "".join(cells) + "</tr>")
     head = "".join(_th(*h) for h in heads)
     return (f'<table id="targets" class="sortable"><thead><tr>{head}</tr></thead>'

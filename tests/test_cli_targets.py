@@ -136,3 +136,16 @@ def test_targets_listing_marks_a_price_on_another_basis(capsys):
     assert main(["targets"]) == 0
     rows = {line.split()[0]: line.split()[-1] for line in capsys.readouterr().out.splitlines() if line.strip()}
     assert rows["h100-sxm"] == "6.88" and rows["h100-pcie"] == "3.29*" and rows["groq-lpu"] == "-"
+
+
+def test_the_highlighted_fastest_row_is_the_verdicts_fastest(tmp_path):
+    """Groq's 10 chips finish gpt2 batch 8 first, but per chip the H100 is faster, which the verdict
+    says; the table and the HTML page highlighted the minimum time (Groq) beside it."""
+    from narrowpipe.costmodel.verdict import fastest_target, verdict
+    out = tmp_path / "c.html"
+    assert main(["compare", "gpt2", "--targets", "h100,groq-lpu", "--set", "batch=8", "--html", str(out)]) == 0
+    c = narrowpipe.compare(load_example("gpt2"), ["h100", "groq-lpu"], batch=8)
+    pick = verdict(c.reports)
+    assert pick.per_chip and fastest_target(c.reports) == pick.fastest.target == "h100-sxm"
+    assert min(c.reports, key=lambda r: r.time_s).target == "groq-lpu"          # the time alone says Groq
+    assert '<tr data-target="h100-sxm" class="fastest">' in out.read_text()
