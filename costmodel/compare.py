@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..backends import Target, get_target
-from ..errors import NarrowpipeError
+from ..errors import NarrowpipeError, NarrowpipeWarning
 from ..ir import Graph
 from .analyze import build_report, merge_dims, range_notes, resolve_bindings
 from .experts import ExpertBalance
@@ -83,6 +84,10 @@ def compare(graph: Graph, targets: Iterable[str | Target], *, dims: Mapping[str,
         t = get_target(spec)
         reports.append(apply_target(counted, table, t, fusion=fusion, allow_tf32=allow_tf32, sparse=sparse,
                                     price=price_of.get(t.name)))
+    unused = sorted(set(price_of) - {r.target for r in reports})
+    if unused:     # a price for a chip not compared prices nothing: say so rather than drop it
+        warnings.warn(f"--price for {', '.join(unused)}: not among the compared targets, so it prices nothing",
+                      NarrowpipeWarning, stacklevel=2)
     return Comparison(graph.name, bindings, reports)
 
 

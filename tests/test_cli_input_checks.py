@@ -175,3 +175,8 @@ def test_the_latency_answer_is_a_layout_that_holds_one_sequence(capsys):
     assert main(["serve", "llama-3-70b", "--target", "h100", "--rate", "10", "--tpot", "100ms", "--devices", "1"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "none holds even one sequence in memory" in out and "lowest TPOT reachable" not in out
+
+
+def test_a_price_for_a_target_not_compared_is_warned_about(capsys):
+    assert main(["compare", "gpt2", "--targets", "h100", "--set", "seq=8", "--price", "tpu-v5e=2"]) == 0
+    assert "--price for tpu-v5e: not among the compared targets" in " ".join(capsys.readouterr().err.split())
