@@ -54,9 +54,9 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     stages = stage_rows(planner, ev)
     exposed = {k: step.breakdown.get(k, 0.0) for k in _COMM if step.breakdown.get(k, 0.0) > 0}
     hidden = {k: v for k, v in step.hidden.items() if v > 0}
+    dp_rows = grad_reduction_rows(step.layout, p, planner.timer, planner.runtime)
     if planner.runtime.overlap_param_gather:     # ZeRO 1-2's parameter all-gather runs under the next forward
-        gather = sum(r["seconds"] for r in grad_reduction_rows(step.layout, p, planner.timer, planner.runtime)
-                     if r["op"] == "all_gather")
+        gather = sum(r["seconds"] for r in dp_rows if r["op"] == "all_gather")
         if gather > 0:
             hidden["param_gather"] = hidden.get("param_gather", 0.0) + gather
     all_notes = list(step.notes) + list(notes or [])
@@ -82,7 +82,7 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
                 tokens_per_s=p.global_batch * planner.seq / t if t > 0 else 0.0, tflops_per_device=tflops,
                 hw_tflops_per_device=hw_flops / t / p.devices / 1e12 if t > 0 else 0.0,
                 mfu=tflops * 1e12 / peak if peak else 0.0, memory_per_device=memory, fits=ev.fits, stages=stages,
-                collectives=_collectives(planner, ev), runners_up=list(runners_up or []), notes=all_notes,
+                collectives=_collectives(planner, ev, dp_rows), runners_up=list(runners_up or []), notes=all_notes,
                 closed_form_step_s=closed,
                 model_flops_per_step=model_flops, hw_flops_per_step=hw_flops, dtype=_dtype(planner),
                 architecture=architecture(planner.graph), item_unit="tokens" if planner.seq_dim else "samples")
@@ -147,9 +147,10 @@ def loss_reason(best: Evaluation, other: Evaluation) -> str:
     return f"{slower * 1e3:+.0f} ms per step" + (f": {', '.join(parts)}" if parts else "")
 
 
-def _collectives(planner: Planner, ev: Evaluation) -> list[dict[str, object]]:
+def _collectives(planner: Planner, ev: Evaluation, dp_rows: list[dict[str, Any]]) -> list[dict[str, object]]:
     """Every kind of collective in a step on the critical device: per-microbatch ones from the blocks
-    (times the microbatches), and the once-per-step gradient reduction."""
+    (times the microbatches), and the once-per-step gradient reduction (``dp_rows``:
+    :func:`.step.grad_reduction_rows` of the step)."""
     p = ev.parallel
     layers, pro, epi = planner.costs(p)
     crit = max(ev.step.stages, key=lambda s: s.time_s)
@@ -173,7 +174,7 @@ def _collectives(planner: Planner, ev: Evaluation) -> list[dict[str, object]]:
     axis = "dp" if p.cp == 1 else "dp+cp"
     exposed_dp = ev.step.breakdown.get("dp_comm", 0.0)
     rt = planner.runtime
-    for r in grad_reduction_rows(ev.step.layout, p, planner.timer, rt):
+    for r in dp_rows:
         gather = r["op"] == "all_gather"
         # the step waits for the reduction's exposed part (dp_comm); the gather only where not overlapped
         exposed = (0.0 if rt.overlap_param_gather else r["seconds"]) if gather else exposed_dp

@@ -11,6 +11,7 @@ interleaving) is :mod:`.step` and :mod:`.memory` arithmetic over cached numbers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from ...backends import System, Target, get_system, get_target
@@ -28,6 +29,7 @@ from .memory import DeviceMemory, device_memory
 from .runtime import Runtime, get_runtime
 from .step import CollectiveTimer, Layout, StepTime, layout, step_time
 from .strategy import Parallel
+from .weight_layout import _symbols
 
 __all__ = ["Planner", "Evaluation", "resolve_machine"]
 
@@ -155,15 +157,19 @@ class Planner:
 
     def _stream_inputs(self, block: Any) -> frozenset[str]:
         """The block's inputs that are the residual stream: activations shaped like a layer's output
-        (with a sequence dim). Under sequence parallelism the block before leaves the stream split
+        (with the sequence dim). Under sequence parallelism the block before leaves the stream split
         over ``tp`` on the sequence, so it arrives that way (:func:`.sharding.shard`'s
         ``arrive_split``); position tables and masks, shaped otherwise, arrive whole."""
+        stream = self._stream_shapes
+        return frozenset(v.name for v in block.graph.inputs if not v.kind.is_weight and tuple(v.shape) in stream)
+
+    @cached_property
+    def _stream_shapes(self) -> frozenset[tuple[Any, ...]]:
+        """The shapes of a layer's outputs that carry the sequence dim (the residual stream's)."""
         if not self.blocks.layers or self.seq_dim is None:
             return frozenset()
-        stream = {tuple(map(str, o.shape)) for o in self.blocks.layers[0].graph.outputs
-                  if any(self.seq_dim in str(d) for d in o.shape)}
-        return frozenset(v.name for v in block.graph.inputs
-                         if not v.kind.is_weight and tuple(map(str, v.shape)) in stream)
+        return frozenset(tuple(o.shape) for o in self.blocks.layers[0].graph.outputs
+                         if any(self.seq_dim in _symbols(d) for d in o.shape))
 
     def _key(self, parallel: Parallel) -> tuple[Any, ...]:
         return (parallel.tp, parallel.cp, parallel.ep, parallel.sequence_parallel, parallel.recompute,

@@ -96,9 +96,8 @@ def _norm_grad(c: Call) -> Graph | None:
     if dy is None or x is None or not x.shape or dy.shape != x.shape:
         return None
     want = bool_mask(c.c(mi), 3)
-    names = [g for g, on in zip(("input", "weight", "bias"), want) if on and (g == "input" or w is not None)]
-    if "input" not in names:
-        names.insert(0, "input")     # the kernel's first output is dx, as the training pass has it
+    # the kernel's first output is dx (as the training pass has it), then the parameter gradients asked for
+    names = ["input", *(g for g, on in zip(("weight", "bias"), want[1:]) if on and w is not None)]
     attrs: dict[str, Any] = {"role": "grad", "grads": tuple(names)}
     if op is Op.LAYER_NORM:
         attrs["axis"] = len(x.shape) - len(ints(c.c(2)) or (x.shape[-1],))
@@ -109,8 +108,7 @@ def _norm_grad(c: Call) -> Graph | None:
     b = GraphBuilder(c)
     dtype = x.dtype or c.default_dtype
     ins = [b.input(dy), b.input(x)] + ([b.input(w)] if w is not None else [])
-    types = [TensorType(dtype, x.shape) if g == "input" or w is None else TensorType(w.dtype or dtype, w.shape)
-             for g in names]
+    types = [TensorType(dtype, x.shape)] + [TensorType(w.dtype or dtype, w.shape) for _ in names[1:] if w is not None]
     return b.done(*b.g.add_node(op, ins, types, attrs).outputs)
 
 
