@@ -21,14 +21,20 @@ def llama8b():
     return narrowpipe.transformer(**SIZES)
 
 
-def test_int4_weight_only_decode_streams_a_quarter_of_the_weight_bytes(llama8b):
+def test_int4_weight_only_decode_streams_a_quarter_of_the_linear_layers_bytes(llama8b):
+    """AWQ/GPTQ quantize the linear layers; the embedding, lm_head and norms stay in bf16."""
     bf16 = serve(llama8b, "h100", batch=1, context=2048, with_crossover=False)
     int4 = serve(llama8b, "h100", batch=1, context=2048, weights="int4", with_crossover=False)
     assert int4.formats["weights"] == "int4"
-    assert int4.memory.weights == pytest.approx(bf16.memory.weights / 4, rel=1e-6)
+    L, E, F, V, KV = 32, 4096, 14336, 128256, 1024
+    linear = L * (E * (E + KV + KV + E) + 3 * E * F)            # q, k, v, o; gate, up, down
+    norms = L * 2 * E + E
+    embed = head = V * E
+    assert bf16.memory.weights == pytest.approx(2 * (linear + norms + embed + head), rel=1e-6)
+    assert int4.memory.weights == pytest.approx(linear / 2 + 2 * (norms + embed + head), rel=1e-6)
     h100 = get_target("h100")
-    embed = 128256 * 4096 * 2                      # gathered a row at a time: not streamed per step
-    moved = (bf16.memory.weights - embed) / 4 + bf16.kv_bytes_per_token * 2049
+    # the embedding is gathered a row at a time: not streamed per step
+    moved = linear / 2 + 2 * (norms + head) + bf16.kv_bytes_per_token * 2049
     # beyond its launch each GEMM kernel (q, k, v, o, gate, up, down per layer; the head) pays the
     # GEMM latency floor; the int4 dequantization hides under the weight reads
     gemms = 7 * 32 + 1
@@ -36,6 +42,15 @@ def test_int4_weight_only_decode_streams_a_quarter_of_the_weight_bytes(llama8b):
         + gemms * h100.gemm_latency
     assert int4.tpot_s == pytest.approx(hand, rel=0.03)
     assert int4.bound == "memory"
+
+
+def test_fp8_weights_leave_a_tied_head_and_norms_in_the_models_format():
+    """A tied embedding/head table is read by a gather and a GEMM: the engines keep it in 16 bits."""
+    g = narrowpipe.transformer(layers=2, hidden=256, heads=4, vocab=1000, ffn=512, tie_embeddings=True, seq=64)
+    fp8 = serve(g, "h100", batch=1, context=64, weights="fp8_e4m3", with_crossover=False)
+    bf16 = serve(g, "h100", batch=1, context=64, with_crossover=False)
+    linear = 2 * (4 * 256 * 256 + 2 * 256 * 512)
+    assert bf16.memory.weights - fp8.memory.weights == pytest.approx(linear, rel=1e-6)   # 2 -> 1 byte each
 
 
 def test_fp8_end_to_end_prefill_runs_at_the_fp8_rate(llama8b):
