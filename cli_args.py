@@ -45,25 +45,34 @@ def parse_sets(items: Sequence[str] | None) -> dict[str, int]:
 def parse_grid(items: Sequence[str] | None) -> dict[str, list[int]]:
     """``["batch=1,8,64", "seq=512,2048"]`` -> ``{"batch": [1, 8, 64], "seq": [512, 2048]}``: a value
     without a name continues the list of the dim before it, so ``batch=8,seq=2048`` still binds two
-    dims. A dim given twice keeps its last list."""
+    dims. An empty item inside a list (``batch=1,,8``), a value listed twice or a dim given twice is
+    an error: each is a typo whose meaning the sweep would otherwise guess (it dropped the empty
+    item, ran the duplicate twice and kept the last list)."""
     out: dict[str, list[int]] = {}
     for item in items or ():
         current: str | None = None
-        for part in item.split(","):
-            part = part.strip()
+        parts = [p.strip() for p in item.split(",")]
+        while parts and not parts[-1]:          # a trailing comma ends the list
+            parts.pop()
+        for part in parts:
             if not part:
-                continue
+                raise NarrowpipeError(f"--set {item!r} has an empty item between commas")
             if "=" in part:
                 current, value = (s.strip() for s in part.split("=", 1))
+                if current in out:
+                    raise NarrowpipeError(f"--set {current} is given twice")
                 out[current] = []
             elif current is None:
                 raise NarrowpipeError(f"--set expects DIM=VALUE[,VALUE...], got {part!r}")
             else:
                 value = part
             try:
-                out[current].append(int(value))
+                number = int(value)
             except ValueError:
                 raise NarrowpipeError(f"--set {current}: {value!r} is not an integer") from None
+            if number in out[current]:
+                raise NarrowpipeError(f"--set {current} lists {number} twice")
+            out[current].append(number)
     return out
 
 

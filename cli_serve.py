@@ -38,12 +38,18 @@ def parse_duration(text: str | None, flag: str) -> float | None:
 
 
 def _ints(text: str, flag: str, least: int = 0) -> list[int]:
+    """A comma list of distinct integers of at least ``least`` (an empty item or a repeat is a typo)."""
+    parts = [v.strip() for v in text.split(",")]
+    while parts and not parts[-1]:
+        parts.pop()
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in parts]
     except ValueError:
         raise NarrowpipeError(f"{flag} expects integers separated by commas, got {text!r}") from None
     if not values or min(values) < least:
         raise NarrowpipeError(f"{flag} expects integers of at least {least}, got {text!r}")
+    if len(set(values)) < len(values):
+        raise NarrowpipeError(f"{flag} lists a value twice: {text!r}")
     return values
 
 

@@ -42,6 +42,16 @@ def test_set_values_without_a_name_continue_the_dim_before_them():
         parse_grid(["8"])
     with pytest.raises(NarrowpipeError, match="not an integer"):
         parse_grid(["batch=1,x"])
+    assert parse_grid(["batch=1,8,"]) == {"batch": [1, 8]}               # a trailing comma ends the list
+
+
+@pytest.mark.parametrize("items, reason", [(["batch=1,,8"], "empty item"), (["batch=1,8,1"], "lists 1 twice"),
+                                           (["batch=1", "batch=8"], "given twice"), (["batch=1,seq=2,batch=4"],
+                                                                                    "given twice")])
+def test_set_refuses_what_a_sweep_would_have_to_guess(items, reason):
+    """An empty item was dropped, a repeated value swept twice, a repeated dim kept its last list."""
+    with pytest.raises(NarrowpipeError, match=reason):
+        parse_grid(items)
 
 
 def test_compare_with_value_lists_prints_one_row_per_point_and_target_and_writes_every_point(tmp_path, capsys):
