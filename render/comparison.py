@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..costmodel.compare import Comparison, WhatIf
-from ..costmodel.report import Report, Timing
+from ..costmodel.report import Bottleneck, Report, Timing
 from ..costmodel.verdict import fastest_target, verdict
 from .fit import fits as _fits
 from .units import nbytes, seconds, si
@@ -81,7 +81,16 @@ def timing_summary(r: Report) -> Table:
 
 
 def _tops(t: Timing) -> str:
-    return "\n".join(f"{b.label} {b.bound[0].upper()} {b.share:.0%}" for b in t.top) or "-"
+    """One line per bottleneck group; the op (and the heaviest kernel's name) where a module path
+    alone repeats: three ``self_attn x160`` lines on a dataflow target read as one kernel thrice."""
+    labels = [b.label for b in t.top]
+    ops = [(b.label, b.op) for b in t.top]
+
+    def which(b: Bottleneck) -> str:
+        if labels.count(b.label) == 1:
+            return ""
+        return f" ({b.op})" if ops.count((b.label, b.op)) == 1 else f" ({b.op} {b.kernel})"
+    return "\n".join(f"{b.label}{which(b)} {b.bound[0].upper()} {b.share:.0%}" for b in t.top) or "-"
 
 
 def _narrowest(t: Timing, n: int = 2) -> Text:

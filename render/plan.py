@@ -28,6 +28,14 @@ _LABELS = {"compute": "compute", "recompute": "recomputation", "tp_comm": "tenso
            "bubble": "pipeline bubble", "dp_comm": "data-parallel reduction (exposed)", "optimizer": "optimizer step"}
 
 
+def _labels(zero: int) -> dict[str, str]:
+    """The step terms' names; under ZeRO 1-2 the parameter gather is the distributed optimizer's
+    all-gather of the updated shards, once per step, not ZeRO-3's gather before each layer."""
+    if zero >= 3:
+        return _LABELS
+    return {**_LABELS, "param_gather": f"ZeRO-{zero} parameter all-gather after the optimizer (exposed)"}
+
+
 def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="shard a model over N devices for training: strategy, step time, memory")
     p.add_argument("model", help="a .onnx/.pt2/.json file, a config.json, or a bundled example")
@@ -145,11 +153,12 @@ def print_plan(plan: Plan, console: Console) -> None:
     t.add_column("term")
     t.add_column("time", justify="right")
     t.add_column("share", justify="right")
+    labels = _labels(p.zero)
     for key, value in plan.breakdown.items():
         if value > 0:
-            t.add_row(_LABELS.get(key, key), seconds(value), f"{value / plan.step_time_s:.1%}")
+            t.add_row(labels.get(key, key), seconds(value), f"{value / plan.step_time_s:.1%}")
     for key, value in plan.hidden_comm.items():
-        t.add_row(f"[dim]hidden: {_LABELS.get(key, key).replace(' (exposed)', '')}[/]", f"[dim]{seconds(value)}[/]", "")
+        t.add_row(f"[dim]hidden: {labels.get(key, key).replace(' (exposed)', '')}[/]", f"[dim]{seconds(value)}[/]", "")
     console.print(t)
     m = plan.memory_per_device
     terms = ", ".join(f"{k.replace('_', ' ')} {nbytes(v)}" for k, v in m.items()

@@ -23,7 +23,7 @@ __all__ = ["assemble", "loss_reason"]
 
 _LABELS = {"compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel communication",
            "cp_comm": "context-parallel communication", "ep_comm": "expert-parallel all-to-all",
-           "p2p": "pipeline sends", "param_gather": "parameter gathers (ZeRO-3)", "bubble": "pipeline bubble",
+           "p2p": "pipeline sends", "param_gather": "parameter gathers (ZeRO)", "bubble": "pipeline bubble",
            "dp_comm": "data-parallel gradient reduction", "optimizer": "optimizer step"}
 #: Spec fields that are the plan's to say (dtype) or the runtime's (dropout, attention form), or implied.
 _RUNTIME_SPEC = ("dtype", "dropout", "attention", "norm_bias", "causal")

@@ -1,0 +1,20 @@
+"""The comparison card's lines can be told apart: a module path repeated names the op, then the kernel."""
+
+from types import SimpleNamespace
+
+from narrowpipe.costmodel.report import Bottleneck
+from narrowpipe.render.comparison import _tops
+
+
+def _b(kernel: str, op: str, scope: str) -> Bottleneck:
+    return Bottleneck(kernel, op, "overhead", 1e-4, 0.08, scope, 160)
+
+
+def test_top_kernels_under_one_module_path_name_their_op_and_then_their_kernel():
+    top = [_b("mul_5", "elementwise", "model.layers.*.self_attn"), _b("mul_7", "elementwise", "model.layers.*.self_attn"),
+           _b("transpose_1", "copy", "model.layers.*.self_attn"), _b("down_proj", "dot", "model.layers.*.mlp")]
+    lines = _tops(SimpleNamespace(top=top)).splitlines()
+    assert len(set(lines)) == 4
+    assert lines == ["model.layers.*.self_attn x160 (elementwise mul_5) O 8%",
+                     "model.layers.*.self_attn x160 (elementwise mul_7) O 8%",
+                     "model.layers.*.self_attn x160 (copy) O 8%", "model.layers.*.mlp x160 O 8%"]
