@@ -60,7 +60,7 @@ def print_serving(r: ServingReport, console: Console) -> None:
     t.add_row("memory", escape(r.memory.explain()), style=None if r.fits else "bold red")
     t.add_row("largest batch that fits", _max_batch_text(r.max_batch))
     if r.crossover is not None:
-        t.add_row("crossover", _crossing(r.crossover))
+        t.add_row("crossover", _crossing(r.crossover) + _label_beside_crossing(r))
     if r.cost_per_million_tokens is not None:
         t.add_row("cost", f"{_money(r.cost_per_million_tokens)} per million tokens")
     console.print(t)
@@ -147,11 +147,30 @@ def print_serving_sweep(reports: list[ServingReport], console: Console) -> None:
 _TERMS = {"kv_cache": "KV", "weights": "weights", "activations": "activations", "reserve": "reserve"}
 
 
+def _label_beside_crossing(r: ServingReport) -> str:
+    """Where the step's label and the crossover's sums disagree, say why both hold: the label is
+    the bound of the kernels that hold most of the time, the crossover compares the step's summed
+    compute and memory terms (a TPU decode at batch 64 read "compute-bound", its MXU-padded
+    attention kernels, beside "compute terms pass memory terms at batch 180")."""
+    step = r.decode
+    if r.mode == "prefill" or r.crossover is None or step is None:
+        return ""
+    summed_compute = step.compute_s >= step.memory_s
+    if r.bound == "compute" and not summed_compute:
+        return (f"; at batch {r.batch:,} compute-bound kernels already hold most of the step (the TPOT label), "
+                "while its summed memory terms still lead")
+    if r.bound == "memory" and summed_compute:
+        return (f"; at batch {r.batch:,} memory-bound kernels still hold most of the step (the TPOT label), "
+                "while its summed compute terms lead")
+    return ""
+
+
 def _crossing(c: Any) -> str:
     """The crossover line: the roofline's answer (from the ridge point), and the execution model's
     first batch whose compute terms pass its memory terms, which can exist where the roofline says
     there is none (tile padding, attention work the ridge's FLOP/B does not see). A step's own
-    label ("compute-bound") is the bound holding most of its time, which can come earlier."""
+    label ("compute-bound") is the bound holding most of its time, which can come earlier
+    (:func:`_label_beside_crossing` says so where it does)."""
     modelled = (f"; in the execution model the step's compute terms pass its memory terms at batch "
                 f"{c.modelled:,}") if c.modelled else ""
     if c.analytic is None:

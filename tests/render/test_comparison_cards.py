@@ -11,8 +11,9 @@ def _b(kernel: str, op: str, scope: str) -> Bottleneck:
 
 
 def test_top_kernels_under_one_module_path_name_their_op_and_then_their_kernel():
-    top = [_b("mul_5", "elementwise", "model.layers.*.self_attn"), _b("mul_7", "elementwise", "model.layers.*.self_attn"),
-           _b("transpose_1", "copy", "model.layers.*.self_attn"), _b("down_proj", "dot", "model.layers.*.mlp")]
+    attn = "model.layers.*.self_attn"
+    top = [_b("mul_5", "elementwise", attn), _b("mul_7", "elementwise", attn), _b("transpose_1", "copy", attn),
+           _b("down_proj", "dot", "model.layers.*.mlp")]
     lines = _tops(SimpleNamespace(top=top)).splitlines()
     assert len(set(lines)) == 4
     assert lines == ["model.layers.*.self_attn x160 (elementwise mul_5) O 8%",

@@ -99,3 +99,16 @@ def test_serve_sweep_shows_each_dataflow_rows_devices(capsys, monkeypatch):
     rows = [line.split() for line in out.splitlines() if line.strip().startswith(("1 ", "64 "))]
     devices = [int(r[2]) for r in rows]
     assert len(devices) == 2 and devices[0] < devices[1]
+
+
+def test_a_step_labelled_compute_bound_before_the_crossover_says_why(capsys, monkeypatch):
+    """TPU v6e decode at batch 64: MXU-padded attention kernels hold most of the time (the label),
+    the summed memory terms still lead (the crossover): the card says both, not one of them."""
+    monkeypatch.setenv("COLUMNS", "250")
+    r = narrowpipe.serve(load_example("llama-3-8b"), "tpu-v6e", mode="decode", batch=64, context=2048)
+    assert r.bound == "compute" and r.decode.memory_s > r.decode.compute_s
+    assert r.crossover.modelled is not None and r.crossover.modelled > 64
+    assert main(["serve", "llama-3-8b", "--target", "tpu-v6e", "--mode", "decode", "--batch", "64",
+                 "--context", "2048"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "at batch 64 compute-bound kernels already hold most of the step (the TPOT label)" in text
