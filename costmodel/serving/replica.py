@@ -71,7 +71,7 @@ class Replica:
         self.dataflow = target.family == "dataflow"
         # a dataflow compiler places every tensor ahead of time: no allocator, so no runtime reserve
         self.reserve = 0.0 if self.dataflow else reserve
-        self.notes: list[str] = [sg.origin, *sg.notes]
+        self.notes: list[str] = [sg.origin, *sg.notes, *_format_fallbacks(sg, target, options)]
         if layout.devices > 1:
             if self.dataflow:
                 raise NarrowpipeError(f"{target.name} is a dataflow chip: it lays the model out over its chips "
@@ -208,6 +208,23 @@ class Replica:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if fits(mid) else (lo, mid)
         return lo
+
+
+def _format_fallbacks(sg: ServingGraph, target: Target, options: TimingOptions) -> list[str]:
+    """A note per quantized GEMM format the chip has no matrix rate for: the bytes shrink, the
+    GEMMs run at a wider format's rate (fp8 on TPU v5e ran at bf16 and only said "GEMM inputs in
+    fp8_e4m3")."""
+    from ..execution.common import matrix_rate
+    out = []
+    for flag, dtype in (("gemm-inputs", sg.formats.gemm_inputs), ("activations", sg.formats.activations)):
+        if dtype is None or not (dtype.is_float or dtype.is_int) or dtype.bits > 8:
+            continue
+        rate = matrix_rate(target, dtype, options)
+        if rate.dtype != dtype.value:
+            out.append(f"{target.name} has no {dtype.value} matrix rate: the {dtype.value} GEMMs (--{flag}) run at "
+                       f"its {rate.dtype} rate ({rate.flops_per_s / 1e12:,.0f} TFLOP/s); their {dtype.value} bytes "
+                       "still count")
+    return out
 
 
 def graph_weight_bytes(g: ServingGraph) -> int:

@@ -151,3 +151,15 @@ def test_fp8_gemm_inputs_prefill_sits_between_weight_only_and_fp8_end_to_end(lla
     # the all-reduces move 16-bit rows: the same collectives time as with bf16 GEMM inputs
     w8_only = replica_for(llama8b, "h100", tp=2, weights="fp8_e4m3", activations="bf16")
     assert r.step(1, 2048, 0).comm_s == w8_only.step(1, 2048, 0).comm_s > 0
+
+
+def test_fp8_gemms_on_a_chip_without_an_fp8_rate_say_they_run_at_bf16(llama8b):
+    """TPU v5e lists bf16 and int8 matrix rates, no fp8 (its catalog file): the report says so."""
+    v5e = serve(llama8b, "tpu-v5e", mode="prefill", batch=1, input_len=2048, weights="fp8_e4m3",
+                gemm_inputs="fp8_e4m3")
+    bf16 = serve(llama8b, "tpu-v5e", mode="prefill", batch=1, input_len=2048)
+    assert "fp8_e4m3" not in get_target("tpu-v5e").matrix_flops
+    assert any("tpu-v5e has no fp8_e4m3 matrix rate" in n and "bf16 rate (197 TFLOP/s)" in n for n in v5e.notes)
+    assert v5e.ttft_s == pytest.approx(bf16.ttft_s, rel=0.05)        # the bytes shrink; compute-bound prefill
+    h100 = serve(llama8b, "h100", mode="prefill", batch=1, input_len=2048, weights="fp8_e4m3", gemm_inputs="fp8_e4m3")
+    assert not any("matrix rate" in n for n in h100.notes)
