@@ -19,7 +19,7 @@ from .vocab import DTYPES
 if TYPE_CHECKING:
     from .target import Target
 
-__all__ = ["RESOURCES", "RESOURCE_FIELDS", "scale_target"]
+__all__ = ["RESOURCES", "RESOURCE_FIELDS", "scale_target", "sram_is_main_memory"]
 
 #: resource -> fields it multiplies (a field a family lacks, or that is unset, is skipped).
 RESOURCE_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -41,6 +41,32 @@ RESOURCE_FIELDS: Mapping[str, tuple[str, ...]] = {
     "launch_overhead": ("launch_overhead", "gemm_latency", "conv_latency", "gemm_wave_overhead", "eager_op_overhead"),
     "link_latency": ("link_latency", "chip_to_chip_latency"),
 }
+
+#: On a chip whose main memory is its SRAM (Groq, Cerebras: ``memory_* = onchip_*``) the two names
+#: are one memory: scaling either moves both (``onchip_capacity=2`` on Groq did nothing, the layout
+#: reads ``memory_capacity``), and there is no HBM to scale.
+_SRAM_MAIN: Mapping[str, tuple[str, ...]] = {
+    "memory_capacity": ("memory_capacity", "onchip_capacity"),
+    "onchip_capacity": ("onchip_capacity", "memory_capacity"),
+    "memory_bandwidth": ("memory_bandwidth", "onchip_bandwidth"),
+    "onchip_bandwidth": ("onchip_bandwidth", "memory_bandwidth"),
+}
+
+
+def sram_is_main_memory(target: Target) -> bool:
+    """A dataflow chip whose ``memory_*`` is its on-chip SRAM (the family doc: Groq and Cerebras)."""
+    return target.family == "dataflow" and target.onchip_capacity is not None \
+        and target.memory_capacity == target.onchip_capacity
+
+
+def _fields(target: Target, resource: str) -> tuple[str, ...]:
+    if not sram_is_main_memory(target):
+        return RESOURCE_FIELDS[resource]
+    if resource == "hbm_bandwidth":
+        raise TargetSpecError(f"scaled(): {target.name!r} has no HBM: its memory is its on-chip SRAM "
+                              "(scale memory_bandwidth or onchip_bandwidth)")
+    return _SRAM_MAIN.get(resource, RESOURCE_FIELDS[resource])
+
 
 #: The resource names :meth:`Target.scaled` accepts.
 RESOURCES: tuple[str, ...] = tuple(RESOURCE_FIELDS)
@@ -78,7 +104,7 @@ def scale_target(target: Target, factors: Mapping[str, object]) -> Target:
             raise TargetSpecError(f"scaled(): {target.name!r} has no {dtype} matrix rate "
                                   f"to scale (it has {', '.join(target.matrix_flops)})")
         touched = False
-        for field in RESOURCE_FIELDS[resource]:
+        for field in _fields(target, resource):
             value: Any = changes.get(field, getattr(target, field, None))
             if value is None or (isinstance(value, Mapping) and not value):
                 continue

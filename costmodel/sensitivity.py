@@ -8,6 +8,7 @@ and layout changes, not just the share of time a resource is bound.
 from __future__ import annotations
 
 from ..backends import Target
+from ..backends.scaling import sram_is_main_memory
 from .execution import DeviceGroup, Program
 from .timing import time_program
 
@@ -35,8 +36,8 @@ def speedups_if_doubled(program: Program, devices: DeviceGroup, base_s: float) -
 
 
 def _has_resource(target: Target, name: str) -> bool:
-    if name == "onchip_bandwidth":
-        return target.onchip_bandwidth is not None
+    if name == "onchip_bandwidth":       # where the SRAM is the main memory, memory_bandwidth is it
+        return target.onchip_bandwidth is not None and not sram_is_main_memory(target)
     if name == "interconnect_bandwidth":
         return bool(target.scale_up_bandwidth or target.scale_out_bandwidth)
     if name == "vector_flops":

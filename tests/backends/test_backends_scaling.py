@@ -6,8 +6,10 @@ import dataclasses
 
 import pytest
 
+import narrowpipe
 from narrowpipe.backends import DTYPES, RESOURCES, get_target
 from narrowpipe.errors import TargetSpecError
+from narrowpipe.models.examples import load_example
 
 
 def test_documented_resource_names_are_exported():
@@ -117,3 +119,29 @@ def test_scaled_targets_can_be_scaled_again():
     twice = get_target("h100").scaled(peak_flops=2).scaled(peak_flops=2)
     assert twice.matrix_flops["bf16"] == 4 * 989e12
     assert dataclasses.replace(twice) == twice
+
+
+def test_a_chip_whose_sram_is_its_memory_scales_both_names_together():
+    """Groq and Cerebras read weights from SRAM (memory_* = onchip_*): onchip_capacity=2 did nothing
+    (the layout reads memory_capacity) and hbm_bandwidth scaled a memory the chip does not have."""
+    groq = get_target("groq-lpu")
+    for resource in ("onchip_capacity", "memory_capacity"):
+        bigger = groq.scaled(**{resource: 2})
+        assert bigger.memory_capacity == bigger.onchip_capacity == 2 * groq.memory_capacity == 460e6
+    faster = groq.scaled(onchip_bandwidth=2)
+    assert faster.memory_bandwidth == faster.onchip_bandwidth == 160e12
+    with pytest.raises(TargetSpecError, match="has no HBM"):
+        groq.scaled(hbm_bandwidth=2)
+    with pytest.raises(TargetSpecError, match="both scale"):
+        groq.scaled(onchip_capacity=2, memory_capacity=2)
+    # SambaNova's memory is its HBM, apart from its SRAM: each name moves its own
+    sn = get_target("sambanova-sn40l")
+    assert sn.scaled(onchip_capacity=2).memory_capacity == sn.memory_capacity
+    # an H100's on-chip capacity is its L2, not its HBM
+    h100 = get_target("h100")
+    assert h100.scaled(onchip_capacity=2).memory_capacity == h100.memory_capacity
+
+
+def test_doubling_memory_on_groq_is_one_doubling_of_its_sram():
+    r = narrowpipe.analyze(load_example("llama-3-8b"), "groq-lpu", dims={"seq": 1})
+    assert r.timing.speedup_if_doubled["memory"] > 1.0
