@@ -20,7 +20,9 @@ __all__ = ["OpRow", "Report", "Unmodeled", "Timing", "Bottleneck", "REPORT_FORMA
 REPORT_FORMAT = "narrowpipe.report"
 #: 2: a timed report carries its ``timeline`` (every launched kernel: device, stream, start, terms) and
 #: its target's roofline ``ceilings``, so traces, plots and pages can be drawn from the JSON alone.
-REPORT_VERSION = 4
+#: 5: each timeline entry says how it repeats and splits (``passes``, ``every_s``, ``pass_s``,
+#: ``pass_transfer_s``, ``reread_s``: a pipelined layout's microbatches; ``shards``: tensor parallel).
+REPORT_VERSION = 5
 
 
 class Unmodeled(NamedTuple):

@@ -6,12 +6,18 @@ those renderers must not need the program or the graph. So the timeline is plain
 per timed report and written to its JSON.
 
 Times are device busy times. A one-device schedule's kernels run end to end and add up to its
-total. A pipelined layout (dataflow chips as stages, ``m`` microbatches streaming through) scales
-its kernel times to their share of the pipelined run; the timeline scales them back to what each
-chip is busy for and starts each chip when the first microbatch reaches it, so the chips overlap as
-a pipeline does and a kernel's FLOPs over its time is the rate its own chip achieves. A kernel
-whose next kernel runs on another device ends with the transfer to it (its communication term: the
-hop the dataflow layout adds), kept apart from the kernel's own work.
+total. A pipelined layout (dataflow chips as stages, ``m`` microbatches streaming through) runs
+each kernel ``m`` times, once per microbatch's pass: an entry holds its first pass (``start_s``,
+``pass_s``) and the interval to the next (``every_s``), and its ``time_s`` is all it is busy for,
+the fixed latency paid once plus every pass, so the weight re-reads of passes 2..m (``reread_s``)
+are in it. Where the passes run is :func:`~narrowpipe.costmodel.execution.pipeline.pass_schedule`'s
+flow shop, the same run the execution model charges: the last pass ends at the schedule's total.
+A kernel whose next kernel runs on another device ends with the transfer to it (its communication
+term: the hop the dataflow layout adds), kept apart from the kernel's own work. A tensor-parallel
+layout runs every kernel as ``shards`` equal shards on as many devices at once: an entry's times
+are one device's, its ``flops`` and ``bytes`` the whole kernel's (``device_flops`` and
+``device_bytes`` one shard's), and an exchange of partial results that follows it (the all-reduce
+closing a block) is its trailing transfer.
 
 Streams say what a slot occupies: ``communication`` for collectives and transfers between devices,
 ``memory`` for kernels that only move data (no FLOPs: copies, gathers, concatenations) and
@@ -25,7 +31,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..ir import OpGroup
 
 if TYPE_CHECKING:   # report.py reads the result type without pulling in the execution models
-    from .execution import Program, Schedule
+    from .execution import KernelTime, Program, Schedule
+    from .kernels import Kernel
 
 __all__ = ["ScheduledKernel", "timeline", "STREAMS", "COMPUTE_STREAM", "MEMORY_STREAM", "COMM_STREAM"]
 
@@ -37,11 +44,20 @@ class ScheduledKernel(NamedTuple):
     """One launched kernel in the predicted run (a named tuple: a 2,000-kernel model on five targets
     builds 10,000 of them, and a frozen dataclass's ``__init__`` costs as much as the timing).
 
-    ``start_s`` and ``time_s`` place it on the run's clock, busy on ``device`` (``time_s`` includes
-    ``transfer_s``, the trailing transfer of its output to the device of the next kernel, if any). The
-    roofline terms (``compute_s``, ``memory_s``, ``comm_s``, ``overhead_s``) and ``bound`` are the
-    execution model's; ``flops`` and ``bytes`` are the kernel's work and external traffic (fused
-    intermediates excluded). ``modeled`` is False for a kernel without a cost rule (0 s: not timed).
+    ``start_s`` places its first pass on the run's clock, on ``device`` (and, when ``shards`` > 1,
+    on the devices after it, one shard each, at the same time); ``time_s`` is what it keeps each of
+    them busy for over the run. It includes ``transfer_s``, the trailing transfer of its output to
+    the device of the next kernel (or between its shards), if any. The roofline terms
+    (``compute_s``, ``memory_s``, ``comm_s``, ``overhead_s``) and ``bound`` are the execution
+    model's for the whole batch in one pass; ``flops`` and ``bytes`` are the kernel's work and
+    external traffic (fused intermediates excluded), over all its shards. ``modeled`` is False for a
+    kernel without a cost rule (0 s: not timed).
+
+    A pipelined kernel runs ``passes`` times: pass ``i`` from ``start_s + i * every_s`` for
+    ``pass_s`` (the last ``pass_transfer_s`` of it the transfer); ``time_s`` is its fixed latency
+    (launch overhead, a hop's latency: paid once, as the pipeline fills) plus ``passes * pass_s``,
+    and ``reread_s`` the part of it that passes 2..``passes`` spend reading the weights again. Any
+    other kernel runs once: ``pass_s`` is ``time_s``.
     """
 
     name: str
@@ -66,6 +82,12 @@ class ScheduledKernel(NamedTuple):
     bytes: int
     comm_bytes: int
     modeled: bool = True
+    passes: int = 1
+    every_s: float = 0.0
+    pass_s: float = 0.0
+    pass_transfer_s: float = 0.0
+    reread_s: float = 0.0
+    shards: int = 1
 
     @property
     def end_s(self) -> float:
@@ -77,20 +99,37 @@ class ScheduledKernel(NamedTuple):
         return self.time_s - self.transfer_s
 
     @property
+    def last_pass_end_s(self) -> float:
+        """When its last pass ends (its end, for a kernel that runs once)."""
+        return self.start_s + (self.passes - 1) * self.every_s + self.pass_s
+
+    @property
+    def device_flops(self) -> float:
+        """One shard's FLOPs: what each device that runs it does."""
+        return self.flops / self.shards
+
+    @property
+    def device_bytes(self) -> float:
+        """One shard's external traffic: the 1/shards share each device's memory time is charged for."""
+        return self.bytes / self.shards
+
+    @property
     def intensity(self) -> float | None:
         """FLOPs per byte of the kernel's external traffic (None when it moves no bytes)."""
         return self.flops / self.bytes if self.bytes else None
 
     @property
     def achieved_flops_per_s(self) -> float | None:
-        """FLOPs over the kernel's own time: the height of its point on a roofline."""
-        return self.flops / self.kernel_s if self.kernel_s > 0 else None
+        """One device's FLOPs over its own time: the height of its point on a per-device roofline."""
+        return self.device_flops / self.kernel_s if self.kernel_s > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScheduledKernel:
+        """An entry read back; one from a report before version 5 ran once, on one device."""
+        data = {"pass_s": data["time_s"], "pass_transfer_s": data["transfer_s"], **data}
         return cls(**data)
 
 
@@ -100,63 +139,100 @@ def _stream(kernel_group: OpGroup, flops: int, comm_bytes: int) -> str:
     return COMPUTE_STREAM if flops else MEMORY_STREAM
 
 
-def _pipelining(schedule: Schedule) -> tuple[float, int]:
-    """(busy time per unit of scheduled time, microbatches). A pipelined layout (the dataflow
-    family's) scales its kernels' times to their share of the pipelined run and records the
-    unpipelined ``latency_s`` (the sum of its stages) and its ``microbatches``; every other
-    schedule's times are the devices' busy times, one batch."""
-    latency = schedule.layout.get("latency_s")
-    m = int(schedule.layout.get("microbatches", 1) or 1)
-    if latency and schedule.total_s > 0:
-        return float(latency) / schedule.total_s, m
-    return 1.0, 1
-
-
 def timeline(program: Program, schedule: Schedule) -> list[ScheduledKernel]:
     """Every non-free kernel of ``program`` as ``schedule`` places it, in program order.
 
-    Each device runs its kernels back to back in program order, each for its busy time. Devices
-    start one after another: device ``d`` starts when the first of ``m`` microbatches has passed
-    the devices before it (their busy time / ``m``), so a pipelined layout's chips overlap and a
-    one-device run is its kernels end to end, ending at the schedule's total. A chip of a pipeline
-    is drawn busy from its start (its idle gaps between microbatches are not drawn), so no chip
-    ends after the run does.
+    A pipelined schedule places every pass (:func:`_pipelined`). Otherwise each device runs its
+    kernels back to back in program order, each for its busy time, and devices start one after
+    another, each when the devices before it have finished, so a one-device run is its kernels end
+    to end, ending at the schedule's total.
 
     Views launch nothing and take no time, so they are left out; a kernel without a cost rule stays
     in, with 0 s and ``modeled=False``, so a timeline never hides what it could not time.
     """
-    unmodeled = {id(n) for n in program.table.unmodeled}
-    placed = [(k, t) for k, t in zip(program.kernels, schedule.times) if not k.is_free]
-    scale, microbatches = _pipelining(schedule)
-    devices = [schedule.placement.get(k.name, 0) for k, _ in placed]
-    next_device: list[int | None] = [None] * len(placed)   # where the next timed kernel runs
-    following: int | None = None
-    for i in range(len(placed) - 1, -1, -1):
-        next_device[i] = following
-        if placed[i][1].time_s > 0:
-            following = devices[i]
+    placed = [(i, k, t) for i, (k, t) in enumerate(zip(program.kernels, schedule.times)) if not k.is_free]
+    devices = [schedule.placement.get(k.name, 0) for _, k, _ in placed]
+    following = _next_devices(placed, devices)
+    if schedule.pipelining is not None:
+        return _pipelined(program, schedule, placed, devices, following)
     busy: dict[int, float] = {}
-    for d, (_, t) in zip(devices, placed):
-        busy[d] = busy.get(d, 0.0) + t.time_s * scale
+    for d, (_, _, t) in zip(devices, placed):
+        busy[d] = busy.get(d, 0.0) + t.time_s
     clock: dict[int, float] = {}
     start = 0.0
     for d in busy:                      # devices in the order the program first reaches them
         clock[d] = start
-        start += busy[d] / microbatches
+        start += busy[d]
+    unmodeled = {id(n) for n in program.table.unmodeled}
     out: list[ScheduledKernel] = []
-    for i, (k, t) in enumerate(placed):
-        device = devices[i]
-        moves = t.time_s > 0 and next_device[i] is not None and next_device[i] != device
-        time_s = t.time_s * scale
-        transfer = min(t.comm_s * scale, time_s) if moves else 0.0
-        c = k.cost
-        anchor = k.anchor
-        out.append(ScheduledKernel(
-            name=k.name, kind=k.kind, op=anchor.op.value, group=anchor.group.value, scope=anchor.source.scope,
-            nodes=len(k.nodes), device=device, stream=_stream(anchor.group, c.flops, c.comm_bytes),
-            start_s=clock[device], time_s=time_s, transfer_s=transfer, compute_s=t.compute_s * scale,
-            memory_s=t.memory_s * scale, comm_s=t.comm_s * scale, overhead_s=t.overhead_s * scale, bound=t.bound,
-            unit=t.unit, utilization=t.utilization, flops=c.flops, bytes=c.bytes, comm_bytes=c.comm_bytes,
-            modeled=id(anchor) not in unmodeled))
-        clock[device] += time_s
+    for (_, k, t), device, nxt in zip(placed, devices, following):
+        # a sharded kernel's comm term is the exchange between its shards that closes it
+        trailing = (nxt is not None and nxt != device) or (schedule.shards > 1 and t.comm_s > 0)
+        transfer = min(t.comm_s, t.time_s) if trailing else 0.0
+        out.append(_entry(k, t, device, clock[device], t.time_s, transfer, unmodeled, pass_s=t.time_s,
+                          pass_transfer_s=transfer, shards=schedule.shards))
+        clock[device] += t.time_s
     return out
+
+
+def _next_devices(placed: list[tuple[int, Kernel, KernelTime]], devices: list[int]) -> list[int | None]:
+    """Where each timed kernel's next timed kernel runs (None for the last, and for untimed kernels)."""
+    out: list[int | None] = [None] * len(placed)
+    following: int | None = None
+    for i in range(len(placed) - 1, -1, -1):
+        if placed[i][2].time_s > 0:
+            out[i] = following
+            following = devices[i]
+    return out
+
+
+def _pipelined(program: Program, schedule: Schedule, placed: list[tuple[int, Kernel, KernelTime]],
+               devices: list[int], following: list[int | None]) -> list[ScheduledKernel]:
+    """Each chip a stage, each kernel run once per microbatch. A chip's passes are placed by
+    :func:`pass_schedule`; its fill (what it adds once before its first pass) is its kernels' launch
+    overheads and the latency of the hop into it, which the execution model charges to the chip
+    that sends (the same latencies in total, so the run ends when the model says)."""
+    from .execution.pipeline import pass_schedule  # here: report.py imports this module, not the models
+    split = schedule.pipelining
+    assert split is not None
+    m = split.microbatches
+    # the schedule's times are shares of the pipelined total; the entries hold the kernels' own terms
+    latency = float(schedule.layout.get("latency_s") or schedule.total_s)
+    unscale = latency / schedule.total_s if schedule.total_s > 0 else 1.0
+    fill: dict[int, float] = {}
+    pace: dict[int, float] = {}
+    for (i, _, t), device, nxt in zip(placed, devices, following):
+        pace[device] = pace.get(device, 0.0) + split.pass_s(i)
+        overhead = min(t.overhead_s * unscale, split.fixed_s[i])
+        fill[device] = fill.get(device, 0.0) + overhead
+        receiver = nxt if nxt is not None and nxt != device else device
+        fill[receiver] = fill.get(receiver, 0.0) + split.fixed_s[i] - overhead   # a hop's latency
+    order = list(pace)                  # chips in the order the program reaches them: the stages
+    stages = dict(zip(order, pass_schedule([fill[d] for d in order], [pace[d] for d in order], m)))
+    clock = {d: stages[d].start_s for d in order}
+    unmodeled = {id(n) for n in program.table.unmodeled}
+    out: list[ScheduledKernel] = []
+    for (i, k, t), device, nxt in zip(placed, devices, following):
+        one = t.scaled(unscale)
+        moved = nxt is not None and nxt != device
+        transfer = min(one.comm_s, split.busy_s(i)) if moved else 0.0
+        hop_latency = max(split.fixed_s[i] - one.overhead_s, 0.0) if moved else 0.0
+        pass_s = split.pass_s(i)
+        out.append(_entry(k, one, device, clock[device], split.busy_s(i), transfer, unmodeled, passes=m,
+                          every_s=stages[device].every_s if m > 1 else 0.0, pass_s=pass_s,
+                          pass_transfer_s=min(max(transfer - hop_latency, 0.0) / m, pass_s),
+                          reread_s=(m - 1) * split.reads_s[i]))
+        clock[device] += pass_s
+    return out
+
+
+def _entry(k: Kernel, t: KernelTime, device: int, start_s: float, time_s: float, transfer_s: float,
+           unmodeled: set[int], **passes: Any) -> ScheduledKernel:
+    """One timeline entry: ``t`` holds the kernel's roofline terms, ``passes`` how it repeats."""
+    c, anchor = k.cost, k.anchor
+    return ScheduledKernel(
+        name=k.name, kind=k.kind, op=anchor.op.value, group=anchor.group.value, scope=anchor.source.scope,
+        nodes=len(k.nodes), device=device, stream=_stream(anchor.group, c.flops, c.comm_bytes), start_s=start_s,
+        time_s=time_s, transfer_s=transfer_s, compute_s=t.compute_s, memory_s=t.memory_s, comm_s=t.comm_s,
+        overhead_s=t.overhead_s, bound=t.bound, unit=t.unit, utilization=t.utilization, flops=c.flops,
+        bytes=c.bytes, comm_bytes=c.comm_bytes, modeled=id(anchor) not in unmodeled, **passes)

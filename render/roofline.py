@@ -1,13 +1,15 @@
 """The roofline of a timed report: the chip's ceilings, and every kernel where the model puts it.
 
 x is a kernel's arithmetic intensity (its FLOPs over its external bytes, fused intermediates
-excluded), y the FLOP/s it achieves in its predicted time. The roofs are the target's datasheet
-peaks, one per precision it lists (matrix units solid, vector units dashed), and one bandwidth slope
-per memory level (on-chip, main memory, a dataflow chip's external tier, the host link). The run's own
-precision gets a dash-dotted roof where the chip emulates it (fp32 as six bf16 passes), and the
-dotted line is what the model times against (that peak at the matmul efficiency, main memory at
-the memory efficiency). A point's area is its kernel's time; its colour the kernel's op group; the
-report's top bottlenecks are labelled.
+excluded), y the FLOP/s it achieves in its predicted time, both per device: a kernel split over
+``shards`` devices (tensor parallel) is one shard's FLOPs and bytes over one device's time, against
+the one-device roofs; a pipelined kernel's time is every microbatch's pass, weight re-reads
+included. The roofs are the target's datasheet peaks, one per precision it lists (matrix units
+solid, vector units dashed), and one bandwidth slope per memory level (on-chip, main memory, a
+dataflow chip's external tier, the host link). The run's own precision gets a dash-dotted roof
+where the chip emulates it (fp32 as six bf16 passes), and the dotted line is what the model times
+against (that peak at the matmul efficiency, main memory at the memory efficiency). A point's area
+is its kernel's time; its colour the kernel's op group; the report's top bottlenecks are labelled.
 
 A kernel without FLOPs (a copy, a gather) has no place on a FLOP/s axis and a kernel without
 bytes no intensity: they are counted in the footnote with their share of the time, never dropped
@@ -94,8 +96,8 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     for c in ceil.memory:
         memory.setdefault(c.value, []).append(c.label)
     peak = max(v for _, v, _ in compute)
-    xs = [k.flops / k.bytes for k in shown]
-    ys = [k.flops / k.kernel_s for k in shown]
+    xs = [k.device_flops / k.device_bytes for k in shown]      # a sharded kernel: one device's shard
+    ys = [k.device_flops / k.kernel_s for k in shown]
     ridges = [peak / bw for bw in memory]
     x_lo, x_hi = min(xs + ridges + [1.0]) / 4, max(xs + ridges + [1.0]) * 8
 

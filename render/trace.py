@@ -9,6 +9,14 @@ the communication track, and a ``run`` track holding the whole predicted run. A 
 each target's processes side by side from time zero. A planner that schedules pipeline stages or
 overlapped collectives adds its own tracks with the same builder (``add_report`` hands back the
 device -> process map).
+
+A pipelined layout runs every kernel once per microbatch. Its kernels' slices are the first
+microbatch's pass; each chip then gets one ``microbatches 2-m`` slice from the start of its second
+pass to the end of its last (the chip runs a pass every ``every_us``, busy ``pass_us`` of it, the
+rest waiting for a slower chip upstream; the arguments say how much of it re-reads the weights),
+and a ``fill`` slice on a ``pipeline`` track before its first pass: the latencies paid once (its
+kernels' launches, the hop into it). The chips' slices end when the run does. A tensor-parallel
+kernel is a slice on every device that runs a shard of it, with one shard's FLOPs and bytes.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from .output_file import write_output
 if TYPE_CHECKING:
     from ..costmodel.compare import Comparison
     from ..costmodel.report import Report
+    from ..costmodel.timeline import ScheduledKernel
 
 __all__ = ["Track", "TraceBuilder", "add_report", "report_trace", "comparison_trace", "write_trace",
            "TRACE_FORMAT", "TRACE_VERSION", "KERNEL_CATEGORY"]
@@ -109,21 +118,69 @@ def add_report(builder: TraceBuilder, report: Report, *, sort_base: int = 0) -> 
                        "narrowest": timing.narrowest, "dims": dict(report.dims), "notes": list(timing.notes)})
     pids: dict[int, int] = {}
     for k in report.timeline:
-        if k.device not in pids:
-            pids[k.device] = builder.process(f"{target}: device {k.device}", sort_index=sort_base + 1 + k.device)
-        pid = pids[k.device]
-        args = {"op": k.op, "kind": k.kind, "scope": k.scope, "nodes": k.nodes, "bound": k.bound, "unit": k.unit,
-                "utilization": k.utilization, "flops": k.flops, "bytes": k.bytes, "comm_bytes": k.comm_bytes,
-                "compute_us": k.compute_s * _US, "memory_us": k.memory_s * _US, "comm_us": k.comm_s * _US,
-                "overhead_us": k.overhead_s * _US}
-        if not k.modeled:
-            args["note"] = "no cost rule: not timed"
-        cat = f"{KERNEL_CATEGORY},{k.bound if k.modeled else 'unmodeled'}"
-        builder.span(builder.track(pid, k.stream), k.name, k.start_s, k.kernel_s, cat=cat, args=args)
-        if k.transfer_s > 0:
-            builder.span(builder.track(pid, "communication"), f"{k.name} -> next device", k.start_s + k.kernel_s,
-                         k.transfer_s, cat="transfer", args={"after": k.name, "transfer_us": k.transfer_s * _US})
+        for shard, device in enumerate(range(k.device, k.device + k.shards)):
+            if device not in pids:
+                pids[device] = builder.process(f"{target}: device {device}", sort_index=sort_base + 1 + device)
+            _first_pass(builder, pids[device], k, shard)
+    _later_passes(builder, report.timeline, pids)
     return pids
+
+
+def _first_pass(builder: TraceBuilder, pid: int, k: ScheduledKernel, shard: int = 0) -> None:
+    """The kernel's slice (its first pass, for a pipelined one) and the transfer that ends it. A
+    sharded kernel's first shard carries the full arguments, the others what differs (their trace
+    would otherwise repeat them once per device)."""
+    args: dict[str, Any] = {"flops": k.device_flops, "bytes": k.device_bytes, "bound": k.bound}
+    if shard == 0:
+        args.update(op=k.op, kind=k.kind, scope=k.scope, nodes=k.nodes, unit=k.unit, utilization=k.utilization,
+                    comm_bytes=k.comm_bytes, compute_us=k.compute_s * _US, memory_us=k.memory_s * _US,
+                    comm_us=k.comm_s * _US, overhead_us=k.overhead_s * _US)
+    if k.shards > 1:
+        args.update(shard=shard, shards=k.shards,
+                    note=f"one of {k.shards} shards, one per device, run at once: FLOPs and bytes are one shard's")
+    if k.passes > 1:
+        args.update(passes=k.passes, pass_us=k.pass_s * _US, every_us=k.every_s * _US, busy_us=k.time_s * _US,
+                    weight_rereads_us=k.reread_s * _US,
+                    note=f"microbatch 1 of {k.passes}; flops, bytes and the roofline terms are the whole "
+                         f"batch's, busy_us all {k.passes} passes")
+    if not k.modeled:
+        args["note"] = "no cost rule: not timed"
+    cat = f"{KERNEL_CATEGORY},{k.bound if k.modeled else 'unmodeled'}"
+    kernel_s = k.pass_s - k.pass_transfer_s
+    builder.span(builder.track(pid, k.stream), k.name, k.start_s, kernel_s, cat=cat, args=args)
+    if k.pass_transfer_s > 0:
+        name = f"{k.name} -> next device" if k.shards == 1 else f"{k.name}: exchange between its {k.shards} shards"
+        builder.span(builder.track(pid, "communication"), name, k.start_s + kernel_s, k.pass_transfer_s,
+                     cat="transfer", args={"after": k.name, "transfer_us": k.pass_transfer_s * _US})
+
+
+def _later_passes(builder: TraceBuilder, timeline: list[ScheduledKernel], pids: dict[int, int]) -> None:
+    """A pipelined layout's chips: the fill before each one's first pass, and its passes 2..m."""
+    if not any(k.passes > 1 or k.pass_s < k.time_s for k in timeline):   # none repeats or pays a latency once
+        return
+    chips: dict[int, list[ScheduledKernel]] = {}
+    for k in timeline:
+        chips.setdefault(k.device, []).append(k)
+    first_pass_end = 0.0                            # of the chip before, in pipeline order
+    for device, mine in sorted(chips.items(), key=lambda kv: kv[1][0].start_s):
+        start = mine[0].start_s
+        overheads = sum(k.overhead_s for k in mine)
+        if start > first_pass_end:
+            builder.span(builder.track(pids[device], "pipeline"), "fill", first_pass_end, start - first_pass_end,
+                         cat="fill", args={"launch_overheads_us": overheads * _US,
+                                           "hop_latency_us": max(start - first_pass_end - overheads, 0.0) * _US,
+                                           "note": "latencies paid once, as the first microbatch reaches the chip"})
+        pass_s = sum(k.pass_s for k in mine)
+        first_pass_end = start + pass_s
+        m, every = mine[0].passes, mine[0].every_s
+        if m < 2:
+            continue
+        span = (m - 2) * every + pass_s
+        builder.span(builder.track(pids[device], "compute"), f"microbatches 2-{m}", start + every, span,
+                     cat="passes", args={"passes": m - 1, "pass_us": pass_s * _US, "every_us": every * _US,
+                                         "busy_us": (m - 1) * pass_s * _US, "idle_us": (span - (m - 1) * pass_s) * _US,
+                                         "weight_rereads_us": sum(k.reread_s for k in mine) * _US,
+                                         "note": "each pass re-reads the chip's weights and does 1/m of the work"})
 
 
 def report_trace(report: Report) -> TraceBuilder:

@@ -14,6 +14,8 @@
   fills once (kernel and hop latencies, the first pass), then the slowest stage's pass repeats
   ``m - 1`` times, where a pass reads the stage's weights from fast memory again and does its share
   of the inputs' work; ``m`` is the count (a power of two, or all the inputs) that finishes first.
+  The schedule keeps each kernel's split (:class:`.pipeline.Pipelining`) so that a timeline draws
+  every pass of the run it charges (:func:`.pipeline.pass_schedule`).
 * A tiered chip (weights in HBM behind the SRAM: SambaNova) can also split every block over the
   node's chips, tensor parallel (:mod:`.dataflow_tp`); the fastest layout wins.
 """
@@ -40,6 +42,7 @@ from .common import (
 )
 from .dataflow_tp import is_tiered, tensor_parallel_schedule
 from .gemm import Gemm, attention_shape, grouped_gemm
+from .pipeline import Pipelining, StageParts, pipelined_seconds
 from .program import DeviceGroup, Program, Schedule
 from .residual import residual_adds
 from .routing import kernel_time
@@ -137,32 +140,6 @@ class _Units:
             stream = _weight_bytes(kernel, program.table) / target.external_memory_bandwidth
         return roofline(compute, max(mem, stream), 0.0, target.launch_overhead, unit, peak_flops=peak,
                         flops=c.flops, nbytes=c.bytes, bandwidth=target.memory_bandwidth, note=note)
-
-
-@dataclass
-class _StageParts:
-    """One chip's kernels under one layout, split by how microbatching changes them: ``fixed``
-    (kernel and hop latencies), ``per_pass`` (weights read from fast memory by each microbatch) and
-    ``work`` (what the whole batch's inputs need: FLOPs, activation bytes, hop bytes)."""
-
-    fixed: float = 0.0
-    per_pass: float = 0.0
-    work: float = 0.0
-
-    def add(self, fixed: float, per_pass: float, work: float) -> None:
-        self.fixed += fixed
-        self.per_pass += per_pass
-        self.work += max(work, 0.0)
-
-
-def pipelined_seconds(stages: list[_StageParts], m: int) -> float:
-    """The run with its inputs in ``m`` microbatches: the pipeline fills (every stage's fixed
-    latency and the first microbatch's pass), then the slowest stage's pass repeats ``m - 1``
-    times; a pass is the stage's weight reads plus its share of the work. With ``m = 1`` this is the
-    sum of the stages; more microbatches overlap the stages but re-read the weights, so the time
-    never falls as the batch grows."""
-    passes = [s.per_pass + s.work / m for s in stages]
-    return sum(s.fixed for s in stages) + sum(passes) + (m - 1) * max(passes, default=0.0)
 
 
 def _microbatch_counts(inputs: int) -> list[int]:
@@ -320,7 +297,10 @@ class DataflowModel:
         kernels, units = program.kernels, _Units(layout.streaming)
         times: list[KernelTime] = []
         stage = [0.0] * layout.chips
-        parts = [_StageParts() for _ in range(layout.chips)]
+        parts = [StageParts() for _ in range(layout.chips)]
+        fixed_s: list[float] = []
+        reads_s: list[float] = []
+        work_s: list[float] = []
         # one hop per chip boundary, after the chip's last kernel: it carries every value read on a
         # later chip (the residual stream, a layer's outputs), not what stays (a KV cache in place)
         carried = _boundary_bytes(kernels, layout.chip_of, layout.chips, program.table)
@@ -338,7 +318,11 @@ class DataflowModel:
             fixed = kt.overhead_s + hop_latency
             weights = 0.0 if layout.streaming else min(memory_time(target, _weight_bytes(k, program.table)),
                                                        kt.time_s - fixed)
-            parts[chip].add(fixed, weights, kt.time_s - fixed - weights)
+            work = max(kt.time_s - fixed - weights, 0.0)
+            parts[chip].add(fixed, weights, work)
+            fixed_s.append(fixed)
+            reads_s.append(weights)
+            work_s.append(work)
             stage[chip] += kt.time_s
             times.append(kt)
         latency = sum(stage)
@@ -352,4 +336,5 @@ class DataflowModel:
                 "latency_s": latency, "microbatches": m, "inputs": layout.microbatches, "fits": layout.fits,
                 "chip_of_kernel": layout.chip_of}
         return Schedule(times, total, layout.chips, layout.chip_of, float(required), float(capacity),
-                        required <= capacity * layout.chips and layout.fits, layout.chips, layout.notes, plan)
+                        required <= capacity * layout.chips and layout.fits, layout.chips, layout.notes, plan,
+                        pipelining=Pipelining(m, tuple(fixed_s), tuple(reads_s), tuple(work_s)))

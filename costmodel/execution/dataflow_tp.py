@@ -60,7 +60,9 @@ def _split(kt: KernelTime, chips: int, stream_s: float, comm_s: float) -> Kernel
 
 def tensor_parallel_schedule(program: Program, target: DataflowTarget, chips: int, units: UnitTimes,
                              fits: bool, notes: list[str]) -> Schedule:
-    """Every kernel split over ``chips``, an all-reduce at each block's residual add."""
+    """Every kernel split over ``chips``, an all-reduce at each block's residual add. Each kernel is
+    placed from chip 0 on with ``shards = chips``: all of them run its shards at once, and its times
+    are one chip's (its 1/chips share of the work, then the all-reduce that closes a block)."""
     table = program.table
     weights = weight_bytes(table)
     per_chip = weights / chips
@@ -97,4 +99,4 @@ def tensor_parallel_schedule(program: Program, target: DataflowTarget, chips: in
     plan = {"chips": chips, "layout": "tensor_parallel", "weight_streaming": bool(overflow),
             "all_reduces": reduces, "latency_s": total}
     return Schedule(times, total, chips, placement, float(required), float(capacity),
-                    required <= capacity * chips and fits, chips, notes, plan)
+                    required <= capacity * chips and fits, chips, notes, plan, shards=chips)

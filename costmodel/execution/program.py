@@ -16,6 +16,7 @@ from ..interpreter import CostTable
 from ..kernels import Kernel, fuse
 from ..sizes import weight_bytes
 from .common import KernelTime, TimingOptions
+from .pipeline import Pipelining
 
 __all__ = ["Program", "DeviceGroup", "Schedule", "ExecutionModel"]
 
@@ -69,6 +70,12 @@ class Schedule:
     holds (for a weight-streaming layout, its external tier too). ``devices_needed`` is the fewest
     devices of this kind of layout that would hold the program. ``layout`` is family detail (the
     dataflow stages) that :meth:`to_dict` hands to the report's ``plan``.
+
+    Two details say how a multi-device layout runs, for a timeline to draw it: ``pipelining`` (a
+    pipelined layout's per-kernel split into what is paid once, by every microbatch's pass and over
+    all passes; its ``times`` are then shares of the pipelined total, not busy times) and ``shards``
+    (every kernel split over that many devices that run it at once, each its 1/shards share, from
+    its placement on: a tensor-parallel layout's ``times`` are one device's).
     """
 
     times: list[KernelTime]
@@ -81,6 +88,8 @@ class Schedule:
     devices_needed: int
     notes: list[str] = field(default_factory=list)
     layout: dict[str, Any] = field(default_factory=dict)
+    pipelining: Pipelining | None = None
+    shards: int = 1
 
     @property
     def memory_per_device(self) -> float:

@@ -89,3 +89,17 @@ def test_an_emulated_precision_gets_its_own_roof_and_the_achievable_line():
     assert lines["run-ceiling"].get_ydata()[0] == pytest.approx(emulated)
     assert lines["achievable"].get_ydata()[-1] == pytest.approx(emulated * r.ceilings.matmul_efficiency)
     assert "fp32 as 6x bf16" in lines["achievable"].get_label()
+
+
+def test_a_tensor_parallel_kernel_is_one_devices_shard_under_one_devices_roof():
+    """SambaNova's SN40L splits every kernel over the 16 sockets of a node: a point is one socket's
+    shard (its FLOPs and bytes over its time) against one socket's roofs. It was the whole kernel's
+    FLOPs over one socket's time, 16x too high: above the roof the title calls per device."""
+    r = narrowpipe.analyze(load_example("llama-3-8b"), "sambanova-sn40l", dims={"seq": 128})
+    points = _points(roofline_figure(r))
+    roof = max(c.value for c in r.ceilings.compute)        # SN40L: 638 TFLOP/s bf16 per socket
+    assert roof == 638e12 and max(y for _, y in points) <= roof
+    (q,) = [k for k in r.timeline if k.scope == "model.layers.0.self_attn.q_proj"]
+    flops = 2 * 128 * 4096 * 4096 / 16                    # by hand: one socket's share of [128, 4096] x [4096, 4096]
+    nbytes = 2 * (128 * 4096 + 4096 * 4096 + 128 * 4096) / 16
+    assert (flops / nbytes, flops / q.kernel_s) in [pytest.approx(p, rel=1e-12) for p in points]

@@ -33,7 +33,7 @@ def test_trace_has_one_slice_per_kernel_with_consistent_times(comparison, tmp_pa
     events = data["traceEvents"]
     assert data["otherData"]["format"] == "narrowpipe.trace"
     processes, threads = _names(events, "process_name"), _threads(events)
-    assert set(threads.values()) <= {"run", "compute", "memory", "communication"}
+    assert set(threads.values()) <= {"run", "compute", "memory", "communication", "pipeline"}
     for report in comparison.reports:
         target, total_us = report.target, report.time_s * 1e6
         pids = {pid for pid, name in processes.items() if name.startswith(f"{target}: device")}
@@ -42,14 +42,58 @@ def test_trace_has_one_slice_per_kernel_with_consistent_times(comparison, tmp_pa
         assert len(kernels) == report.timing.kernels == len(report.timeline)
         assert {e["name"] for e in kernels} == {k.name for k in report.timeline}
         spans = [e for e in events if e["ph"] == "X" and e["pid"] in pids]
-        for e in spans:
-            assert e["dur"] >= 0 and e["ts"] >= 0 and e["ts"] + e["dur"] <= total_us * (1 + 1e-9)
-        for track in {(e["pid"], e["tid"]) for e in spans}:
-            lane = sorted((e for e in spans if (e["pid"], e["tid"]) == track), key=lambda e: e["ts"])
-            for a, b in zip(lane, lane[1:]):
-                assert b["ts"] >= a["ts"] + a["dur"] - 1e-6 * total_us     # no overlap within a track
+        _fits_the_run(spans, total_us)
         run = [e for e in events if e.get("cat") == "run" and processes[e["pid"]] == f"{target}: run"]
         assert len(run) == 1 and run[0]["dur"] == pytest.approx(total_us)
+
+
+def _fits_the_run(spans, total_us):
+    """Every slice inside the run, and none overlapping another on its track."""
+    for e in spans:
+        assert e["dur"] >= 0 and e["ts"] >= 0 and e["ts"] + e["dur"] <= total_us * (1 + 1e-9)
+    for track in {(e["pid"], e["tid"]) for e in spans}:
+        lane = sorted((e for e in spans if (e["pid"], e["tid"]) == track), key=lambda e: e["ts"])
+        for a, b in zip(lane, lane[1:]):
+            assert b["ts"] >= a["ts"] + a["dur"] - 1e-6 * total_us     # no overlap within a track
+
+
+@pytest.mark.slow
+def test_a_wafer_pipeline_trace_ends_at_the_predicted_time_with_every_microbatch():
+    """Llama-3-70B prefill of 2,048 tokens on four WSE-3s: 32 microbatches, each pass re-reading the
+    chip's weights. The trace drew one pass per chip and ended at 1.60 ms of the 2.69 ms predicted; it
+    now ends with the run, and its slices add up to the chips' busy time: the first pass kernel by
+    kernel, the other passes (their weight re-reads in the arguments) and the fill latencies."""
+    r = narrowpipe.analyze(load_example("llama-3-70b"), "cerebras-wse3")
+    plan, total_us = r.timing.plan, r.time_s * 1e6
+    assert plan["chips"] == 4 and plan["inputs"] == 2048 and plan["microbatches"] == 32 and not plan["weight_streaming"]
+    events = report_trace(r).to_dict()["traceEvents"]
+    devices = {pid for pid, name in _names(events, "process_name").items() if ": device" in name}
+    spans = [e for e in events if e["ph"] == "X" and e["pid"] in devices]
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(total_us, rel=1e-9)
+    _fits_the_run(spans, total_us)
+    passes = [e for e in spans if e["cat"] == "passes"]
+    assert len(passes) == 4 and all(e["name"] == "microbatches 2-32" and e["args"]["passes"] == 31 for e in passes)
+    for e in passes:
+        assert e["args"]["busy_us"] == pytest.approx(31 * e["args"]["pass_us"])
+        assert e["dur"] == pytest.approx(30 * e["args"]["every_us"] + e["args"]["pass_us"])
+    rereads = sum(e["args"]["weight_rereads_us"] for e in passes)
+    assert rereads == pytest.approx(sum(k.reread_s for k in r.timeline) * 1e6) and rereads > 0
+    drawn = sum(e["dur"] for e in spans if e["cat"] in ("fill", "transfer") or e["cat"].startswith(KERNEL_CATEGORY))
+    drawn += sum(e["args"]["busy_us"] for e in passes)
+    assert drawn == pytest.approx(sum(k.time_s for k in r.timeline) * 1e6, rel=1e-9)
+
+
+def test_a_tensor_parallel_kernel_is_a_shard_on_every_device():
+    r = narrowpipe.analyze(load_example("llama-3-8b"), "sambanova-sn40l", dims={"seq": 128})
+    events = report_trace(r).to_dict()["traceEvents"]
+    devices = {pid for pid, name in _names(events, "process_name").items() if ": device" in name}
+    assert len(devices) == r.timing.devices == 16
+    (q,) = [k for k in r.timeline if k.scope == "model.layers.0.self_attn.q_proj"]
+    shards = [e for e in events if e["ph"] == "X" and e["name"] == q.name and e["cat"].startswith(KERNEL_CATEGORY)]
+    assert {e["pid"] for e in shards} == devices and {e["ts"] for e in shards} == {q.start_s * 1e6}
+    assert {e["args"]["flops"] for e in shards} == {2 * 128 * 4096 * 4096 / 16}    # one shard's FLOPs, by hand
+    spans = [e for e in events if e["ph"] == "X" and e["pid"] in devices]
+    _fits_the_run(spans, r.time_s * 1e6)
 
 
 def test_one_device_slices_run_end_to_end(comparison):
