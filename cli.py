@@ -173,7 +173,8 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     if args.target and args.price:
         from .backends import get_target
         from .costmodel.compare import prices_by_target
-        price = prices_by_target(parse_prices(args.price)).get(get_target(args.target).name)
+        chip = get_target(args.target)
+        price = prices_by_target(parse_prices(args.price), [chip]).get(chip.name)
     graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set))
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
     report.notes.extend(mode_notes)

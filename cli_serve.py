@@ -134,7 +134,8 @@ def apply_mode(graph: Any, args: argparse.Namespace,
 def _price(args: argparse.Namespace, target: str) -> float | None:
     from .backends import get_target
     from .costmodel.compare import prices_by_target
-    return prices_by_target(parse_prices(args.price)).get(get_target(target).name) if args.price else None
+    chip = get_target(target)
+    return prices_by_target(parse_prices(args.price), [chip]).get(chip.name) if args.price else None
 
 
 def run_serve(args: argparse.Namespace, console: Console) -> int:

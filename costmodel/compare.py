@@ -54,15 +54,32 @@ class Comparison:
         return json.dumps(self.to_dict(), indent=indent)
 
 
-def prices_by_target(prices: Mapping[str, float] | None) -> dict[str, float]:
+def prices_by_target(prices: Mapping[str, float] | None, known: Iterable[Target] = ()) -> dict[str, float]:
     """USD per device-hour keyed by canonical target name (users may write aliases or paths); each
-    price must be a positive number."""
+    price must be a positive number. ``known`` are the targets in hand (a ``--target-file`` chip):
+    a price may name them by name or alias, as ``--targets`` does (only the catalog was searched,
+    so ``--price mychip=0.1`` for a file's chip was an unknown target)."""
     bad = {k: v for k, v in (prices or {}).items()
            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0}
     if bad:
         raise NarrowpipeError("prices must be positive USD per device-hour: "
                               + ", ".join(f"{k}={v!r}" for k, v in bad.items()))
-    return {get_target(k).name: float(v) for k, v in (prices or {}).items()}
+    by_name = {n.lower(): t for t in known for n in (t.name, *t.aliases)}
+    return {(by_name[k.lower()] if k.lower() in by_name else get_target(k)).name: float(v)
+            for k, v in (prices or {}).items()}
+
+
+def _refuse_twins(chips: list[Target], specs: list[Any]) -> None:
+    """Two targets of one name would print as two identical columns, and prices, the verdict and
+    the JSON key targets by name: refuse, naming where each came from."""
+    seen: dict[str, Any] = {}
+    for chip, spec in zip(chips, specs):
+        if chip.name in seen:
+            first = seen[chip.name]
+            where = " and ".join(str(x) if isinstance(x, str) else "a Target object" for x in (first, spec))
+            raise NarrowpipeError(f"two targets are named {chip.name!r} ({where}): one chip given twice, or two "
+                                  "files that need distinct `name`s (the comparison keys targets by name)")
+        seen[chip.name] = spec
 
 
 def compare(graph: Graph, targets: Iterable[str | Target], *, dims: Mapping[str, Any] | None = None,
@@ -78,10 +95,11 @@ def compare(graph: Graph, targets: Iterable[str | Target], *, dims: Mapping[str,
     table = interpret(graph, bindings, strict=strict, expert_balance=ExpertBalance.parse(expert_balance))
     counted = build_report(table)
     counted.notes.extend(range_notes(graph, bindings))
-    price_of = prices_by_target(prices)
+    chips = [get_target(spec) for spec in targets]
+    _refuse_twins(chips, list(targets))
+    price_of = prices_by_target(prices, chips)
     reports = []
-    for spec in targets:
-        t = get_target(spec)
+    for t in chips:
         reports.append(apply_target(counted, table, t, fusion=fusion, allow_tf32=allow_tf32, sparse=sparse,
                                     price=price_of.get(t.name)))
     unused = sorted(set(price_of) - {r.target for r in reports})

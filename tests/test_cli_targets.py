@@ -58,6 +58,14 @@ def test_a_target_file_chip_can_be_named_in_targets(tmp_path, capsys):
     assert main(["compare", "gpt2", "--targets", "h100", "--target-file", str(path), "--set", "seq=1",
                  "--json", str(out)]) == 0
     assert [t["target"] for t in json.loads(out.read_text())["targets"]] == ["h100-sxm", "my-chip"]
+    # a price names the file's chip as --targets does (it was looked up in the catalog only)
+    assert main(["compare", "gpt2", "--targets", "mine,h100", "--target-file", str(path), "--set", "seq=1",
+                 "--price", "my-chip=0.5", "--json", str(out)]) == 0
+    prices = {t["target"]: t["timing"]["price_per_hour"] for t in json.loads(out.read_text())["targets"]}
+    assert prices["my-chip"] == 0.5
+    assert main(["analyze", "gpt2", "--target", str(path), "--set", "seq=1", "--price", "mine=0.5", "--json",
+                 str(out)]) == 0
+    assert json.loads(out.read_text())["timing"]["price_per_hour"] == 0.5
 
 
 def test_a_target_file_named_like_a_catalog_chip_is_flagged_and_not_claimed_checked(tmp_path, capsys):
@@ -149,3 +157,14 @@ def test_the_highlighted_fastest_row_is_the_verdicts_fastest(tmp_path):
     assert pick.per_chip and fastest_target(c.reports) == pick.fastest.target == "h100-sxm"
     assert min(c.reports, key=lambda r: r.time_s).target == "groq-lpu"          # the time alone says Groq
     assert '<tr data-target="h100-sxm" class="fastest">' in out.read_text()
+
+
+def test_two_targets_of_one_name_are_refused(tmp_path, capsys):
+    """Two calibrations both named 'host' printed as two 'host' columns, priced and ranked by name."""
+    base = get_target("h100")
+    a = dump_target(dataclasses.replace(base, name="host", aliases=()), tmp_path / "a.toml")
+    b = dump_target(dataclasses.replace(base.scaled(memory_bandwidth=2), name="host", aliases=()), tmp_path / "b.toml")
+    assert main(["compare", "gpt2", "--targets", f"{a},{b}", "--set", "seq=1"]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "two targets are named 'host'" in err and "a.toml" in err and "b.toml" in err
+    assert main(["compare", "gpt2", "--targets", "h100,h100-sxm", "--set", "seq=1"]) != 0
