@@ -96,6 +96,16 @@ def write_results(directory: Path, stem: str, markdown: str, data: dict[str, Any
     return md, js
 
 
+def no_options(doc: str | None) -> None:
+    """The command line of a script without options: ``--help`` prints its docstring and an unknown
+    argument is refused, where both ran the whole benchmark and rewrote its committed results."""
+    text = (doc or "").strip()
+    ap = argparse.ArgumentParser(description=text.splitlines()[0] if text else None,
+                                 epilog="\n".join(text.splitlines()[1:]).strip() or None,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.parse_args()
+
+
 def rounds_args(doc: str, rounds: int, stem: str) -> argparse.Namespace:
     """The command line of a microbenchmark timed in interleaved rounds: ``--rounds`` (default
     ``rounds``) and ``--out`` (default ``results/<stem>``), described by ``doc``'s first line."""

@@ -21,7 +21,7 @@ from narrowpipe.backends import get_system  # noqa: E402
 from narrowpipe.costmodel.execution.collectives import Topology  # noqa: E402
 from narrowpipe.ir import Op  # noqa: E402
 
-from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, no_options, write_results  # noqa: E402
 
 KiB = 1024
 SWEEP_SOURCE = ("MLE-NET: stas00/ml-engineering network/benchmarks/results/all-reduce-8xH200.md (8x H200 SXM, "
@@ -115,4 +115,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     main()

@@ -26,7 +26,7 @@ from narrowpipe.backends import Target, get_target  # noqa: E402
 from narrowpipe.calibration.kernel_fit import fitted_target  # noqa: E402
 
 import kernel_accuracy as ka  # noqa: E402
-from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, no_options, write_results  # noqa: E402
 
 FIELD = "gemm_k_major_read_efficiency_fp32"
 LAYOUTS = ("NN", "TN", "NT")
@@ -185,4 +185,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     raise SystemExit(main())

@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import narrowpipe  # noqa: E402
 
-from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, no_options, write_results  # noqa: E402
 
 SOURCE = ("Megatron-Core MoE README, NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md at commit "
           "c230e0d7c2 (2024-11-21): 468 TFLOPS for Mixtral 8x7B bf16 as of MCore v0.9 (438 as of v0.8, previous "
@@ -156,4 +156,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     main()

@@ -30,7 +30,7 @@ import narrowpipe  # noqa: E402
 from narrowpipe.errors import NarrowpipeError  # noqa: E402
 from narrowpipe.ir import Graph, Op, Sym, node_subgraphs  # noqa: E402
 
-from _common import RESULTS, env_header, environment, write_results  # noqa: E402
+from _common import RESULTS, env_header, environment, no_options, write_results  # noqa: E402
 
 __all__ = ["CaseResult", "collect_cases", "run_case", "sweep"]
 
@@ -148,4 +148,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     sys.exit(main())

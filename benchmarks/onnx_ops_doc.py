@@ -22,6 +22,7 @@ from narrowpipe.frontends.onnx.table import ONNX_TABLE  # noqa: E402
 from narrowpipe.ir import Op  # noqa: E402
 
 import onnx_node_sweep  # noqa: E402
+from _common import no_options  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "onnx_ops.md")
 #: Control flow is costed by the interpreter itself (bodies times trip counts), not by a rule.
@@ -121,4 +122,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     sys.exit(main())

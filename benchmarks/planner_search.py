@@ -25,7 +25,7 @@ import narrowpipe  # noqa: E402
 from narrowpipe.costmodel.planner.planner import Planner  # noqa: E402
 from narrowpipe.costmodel.planner.search import candidates, search  # noqa: E402
 
-from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, no_options, write_results  # noqa: E402
 
 
 def speed() -> dict[str, float]:
@@ -102,4 +102,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     main()

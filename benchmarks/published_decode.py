@@ -32,7 +32,7 @@ import narrowpipe  # noqa: E402
 from narrowpipe.backends import get_target  # noqa: E402
 from narrowpipe.models.examples import load_example  # noqa: E402
 
-from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, no_options, write_results  # noqa: E402
 
 #: (target, bundled example, published tokens/s, published model, source key, role)
 PUBLISHED = [
@@ -81,4 +81,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     main()

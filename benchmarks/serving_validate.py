@@ -50,7 +50,7 @@ from narrowpipe.ir import DType  # noqa: E402
 from narrowpipe.models.examples import load_example  # noqa: E402
 from narrowpipe.models.spec import TransformerSpec  # noqa: E402
 
-from _common import RESULTS, env_header, environment, md_table, write_results  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, no_options, write_results  # noqa: E402
 
 PALM_540B = TransformerSpec(layers=118, hidden=18432, heads=48, vocab=256000, ffn=73728, kv_heads=1,
                             head_dim=256, gated_mlp=True, activation="silu", parallel_block=True,
@@ -234,4 +234,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     main()
