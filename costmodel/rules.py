@@ -257,7 +257,8 @@ def view(v: OpView) -> Cost:
     if op is Op.RESHAPE and v.has_input(0) and v.out_shapes and v.numel(0) != v.out_numel():
         raise _shape_error(v, f"reshape of {list(v.shape(0))} ({v.numel(0)} elements) to "
                               f"{list(v.out_shapes[0])} ({v.out_numel()} elements) under these bindings")
-    if op is Op.EXPAND and v.has_input(0) and v.out_shapes:
+    if op is Op.EXPAND and v.node.source.op.endswith("::Expand") and v.has_input(0) and v.out_shapes:
+        # an ONNX Expand broadcasts numpy-style (frontends also emit expands that re-lay a state)
         x, out = v.shape(0), v.out_shapes[0]
         if len(x) > len(out) or any(a not in (1, b) for a, b in zip(reversed(x), reversed(out))):
             raise _shape_error(v, f"cannot expand {list(x)} to {list(out)} under these bindings (a size "
