@@ -127,7 +127,11 @@ def apply_mode(graph: Any, args: argparse.Namespace,
     tokens, past = (1, context) if mode == "decode" else (context, 0)
     sg.check_context(tokens + past)       # what serve refuses, analyze and compare refuse too
     out = {k: v for k, v in dims.items() if k in sg.graph.dims}
-    out.update(sg.bindings(int(batch), tokens, past))
+    for k, v in sg.bindings(int(batch), tokens, past).items():
+        if k in dims and int(dims[k]) != v:
+            raise NarrowpipeError(f"--set {k}={dims[k]} disagrees with --mode {mode} --context {context}, "
+                                  f"which binds {k}={v}")
+        out[k] = v
     return sg.graph, out, [f"--mode {mode}: {n}" for n in sg.notes]
 
 

@@ -62,9 +62,11 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
                                       f"bind it with dims={{{k!r}: N}}")
     missing = sorted(s for s in symbols if s not in bindings)
     if missing:
+        docs = [f"{k}: {graph.dims[k].doc}" for k in missing if k in graph.dims and graph.dims[k].doc]
         raise UnboundDimError(
             f"graph {graph.name!r} has unbound symbolic dim(s): {', '.join(missing)}; bind them with "
-            f"--set {missing[0]}=VALUE (CLI) or analyze(graph, dims={{{missing[0]!r}: VALUE}})")
+            f"--set {missing[0]}=VALUE (CLI) or analyze(graph, dims={{{missing[0]!r}: VALUE}})"
+            + (" (" + "; ".join(docs) + ")" if docs else ""))
     return bindings
 
 

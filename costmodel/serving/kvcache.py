@@ -113,6 +113,10 @@ def _static(v: Value, axis: int) -> int:
     return d
 
 
+#: Input dtypes no KV cache is stored in: an attention mask's or position ids' (a quantized cache is int8/fp8).
+_NOT_CACHE = frozenset({DType.INT64, DType.INT32, DType.BOOL})
+
+
 def _windows(graph: Graph) -> Mapping[str, int]:
     return dict(graph.meta.get("kv_windows", {}) or {})
 
@@ -131,10 +135,13 @@ def find_kv_cache(graph: Graph) -> KvCache | None:
         length = next((i for i, name in axes if name in kv_dims), None)
         if length is None:
             continue
+        batch_axis = next((i for i, name in axes if name in batch_dims), None)
+        if v.type.dtype in _NOT_CACHE or len(axes) - 1 - (batch_axis is not None) < 1:
+            continue   # an attention mask or positions ([batch, total_len] ints): no per-token features
         dim = axes[length][1]
         if v.name not in windows:
             length_dim = length_dim or dim
-        batch = next((i for i, name in axes if name in batch_dims), None)
+        batch = batch_axis
         skip = {length} | ({batch} if batch is not None else set())
         tensors.append(KvTensor(v.name, batch, length, _per_token(v, skip), v.type.dtype.value, windows.get(v.name),
                                 dim))

@@ -58,7 +58,7 @@ class OnnxLowerer:
                     inits: list[tuple[InitFields, bool]] | None = None) -> list[Value]:
         """``fields``: :func:`.read.node_fields` of ``gproto`` when the caller has read them;
         ``inits``: its :func:`.read.initializer_fields`, each with whether inference saw it as a stub."""
-        scope = Scope(graph_types(gproto), parent)
+        scope = Scope(graph_types(gproto), parent, gproto)
         if inits is None:
             external = TensorProto.EXTERNAL
             inits = [((t, t.name, t.data_type, tuple(t.dims), t.data_location == external), False)

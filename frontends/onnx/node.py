@@ -45,13 +45,15 @@ class ModelInfo:
 class Scope:
     """Names visible in one graph: its own values, known small tensors and ONNX types, then outer."""
 
-    __slots__ = ("values", "known", "types", "parent")
+    __slots__ = ("values", "known", "types", "parent", "proto")
 
-    def __init__(self, types: dict[str, onnx.TypeProto], parent: Scope | None = None) -> None:
+    def __init__(self, types: dict[str, onnx.TypeProto], parent: Scope | None = None,
+                 proto: GraphProto | None = None) -> None:
         self.values: dict[str, Value] = {}
         self.known: dict[str, np.ndarray] = {}
         self.types = types
         self.parent = parent
+        self.proto = proto   # the graph being lowered: rules that read a value's consumers look here
 
     # One loop per table rather than one generic lookup by table name: these run several times per
     # node, and the top-level scope (no parent) answers from its own dict.

@@ -29,7 +29,9 @@ __all__ = ["read_bytes", "parse_model", "check_model", "node_fields", "NodeField
 #: protobuf refuses messages of 2 GiB and more; bigger models keep weights in external files.
 MAX_PROTO_BYTES = (1 << 31) - 1
 
-#: Operator domains the frontend lowers (besides the model's own local functions).
+#: Operator domains the frontend lowers (besides the model's own local functions). An op of any other
+#: domain (a vendor's custom op) is lowered like an unknown standard op: listed as unmodeled, its
+#: outputs typed from the model's value_info.
 KNOWN_DOMAINS: dict[str, str] = {
     "": "ONNX standard ops", "ai.onnx": "ONNX standard ops", "ai.onnx.ml": "ONNX-ML",
     "ai.onnx.preview": "ONNX preview ops", "ai.onnx.preview.training": "ONNX training ops",
@@ -181,11 +183,7 @@ def check_model(model: ModelProto, *, file: str = "", top: list[NodeFields] | No
     for domain, (op_type, name) in used.items():
         if domain in local:
             continue
-        node_op, where = op_type, name or op_type
-        if domain not in KNOWN_DOMAINS:
-            known = ", ".join(repr(d) for d in KNOWN_DOMAINS if d)
-            raise ModelLoadError(f"unknown operator domain {domain!r} (op {node_op!r}); this frontend knows "
-                                 f"the default ONNX domain and {known}", file=f, node=where)
+        where = name or op_type
         if domain not in opsets and domain not in _CONTRIB_MAX:
             raise ModelLoadError(f"node uses domain {domain!r}, which the model does not import "
                                  f"(opset_import lists {sorted(opsets)})", file=f, node=where)

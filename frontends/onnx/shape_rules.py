@@ -8,14 +8,18 @@ through the ops that merely pass them along. Conventions are in :mod:`.shape_bas
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...ir import DType
 from .fold import as_dims, as_ints
+from .reshape_open import open_reshape
 from .shape_base import Dim, RuleContext, broadcast, inputs_shapes, length_of, max_dim, numel, rule_error, unknown_dims
 from .shape_windows import WINDOW_RULES, conv_out_dim
 from .shapes import Bounded, OutSpec
 from .symdims import dim_add, dim_ceildiv, dim_floordiv, dim_max, dim_min, dim_mul, dim_sub
+
+if TYPE_CHECKING:
+    from .node import NodeCx
 
 __all__ = ["SHAPE_RULES", "broadcast", "conv_out_dim", "numel", "rule_error"]
 
@@ -75,9 +79,11 @@ def _gemm(cx: RuleContext) -> list[OutSpec | None]:
 def _reshape(cx: RuleContext) -> list[OutSpec | None]:
     data = cx.shape(0)
     target = as_dims(cx.known(1)) if cx.opset >= 5 else cx.attr("shape")
-    if target is None:
-        return [unknown_dims(cx, length_of(cx, 1), numel(data) if data is not None else None)]
     allowzero = int(cx.attr("allowzero", 0))
+    if target is None:
+        if cx.opset < 5:
+            return [None]
+        return [open_reshape(cast("NodeCx", cx), data, bool(allowzero))]
     out: list[Dim] = []
     minus = -1
     for i, d in enumerate(target):

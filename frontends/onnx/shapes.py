@@ -280,7 +280,8 @@ class ShapeState:
         if dims is None:
             if own_dims is None:
                 raise ShapeError(f"shape inference could not determine the rank of output {name!r}"
-                                 + (f" ({self.errors[node]})" if node in self.errors else ""),
+                                 + (f" ({self.errors[node]})" if node in self.errors else "")
+                                 + "; declare its type in the model's value_info to analyse past this node",
                                  file=self.file or None, node=node, op=op)
             dims = own_dims
         elif own_dims is not None and len(own_dims) != len(dims):

@@ -184,11 +184,38 @@ def test_unsorted_nodes_are_sorted(tmp_path: Path) -> None:
 
 # -- opsets and domains ----------------------------------------------------------------------
 
-def test_unknown_domain_is_named(tmp_path: Path) -> None:
+def _vendor_op_model(declared: bool) -> onnx.ModelProto:
+    """x -> MatMul -> com.example.vendor::Frob -> Relu; ``declared``: Frob's output is in value_info."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3], [0.0] * 12)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Frob", ["h"], ["h2"], domain="com.example.vendor", name="f"),
+             helper.make_node("Relu", ["h2"], ["y"], name="relu")]
+    info = [_vi("h2", ["batch", 3])] if declared else []
+    g = helper.make_graph(nodes, "g", [_vi("x", ["batch", 4])], [_vi("y", None)], [w], value_info=info)
+    imports = [helper.make_opsetid("", 17), helper.make_opsetid("com.example.vendor", 3)]
+    return helper.make_model(g, opset_imports=imports)
+
+
+def test_unknown_domain_op_is_unmodeled_like_an_unknown_default_op(tmp_path: Path) -> None:
+    """A vendor op is listed as unmodeled and the rest analysed (it used to abort the whole load),
+    its output typed from value_info; the matmul and relu count as by hand (2*2*4*3 + 2*3)."""
+    path = _save(tmp_path, _vendor_op_model(declared=True))
+    report = narrowpipe.analyze(narrowpipe.load(path), dims={"batch": 2})
+    assert [u.op for u in report.unmodeled] == ["com.example.vendor::Frob"]
+    assert report.flops == 2 * 2 * 4 * 3 + 2 * 3
+    with pytest.raises(UnsupportedOpError, match="Frob"):
+        narrowpipe.load(path, strict=True)
+
+
+def test_unknown_domain_op_with_untyped_output_is_named(tmp_path: Path) -> None:
+    """Without a declared type its output's shape is unknowable, and the Relu needs it: a clear error."""
+    _raises(_save(tmp_path, _vendor_op_model(declared=False)), ShapeError, "'f'", "'h2'", "value_info")
+
+
+def test_undeclared_domain_is_named(tmp_path: Path) -> None:
     m = _model([helper.make_node("Frob", ["x"], ["y"], domain="com.example.vendor", name="f")],
                [_vi("x", [2])], [_vi("y", [2])])
-    m.opset_import.append(helper.make_opsetid("com.example.vendor", 3))
-    _raises(_save(tmp_path, m), ModelLoadError, "com.example.vendor", "'f'")
+    _raises(_save(tmp_path, m), ModelLoadError, "com.example.vendor", "'f'", "does not import")
 
 
 def test_opset_newer_than_onnx_knows(tmp_path: Path) -> None:

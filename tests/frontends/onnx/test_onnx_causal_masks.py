@@ -9,6 +9,8 @@ models with both exporters (shared with ``test_transformers.py`` through the ``e
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -130,6 +132,28 @@ def test_hand_built_eager_masks(kind: str, step: str, causal: bool) -> None:
     tagged = _tagged(g)
     assert len(tagged) == (1 if causal else 0)
     assert all(n.op is (Op.WHERE if step != "add" else Op.ADD) for n in tagged)
+
+
+def test_mask_evaluation_leaks_no_numpy_warnings() -> None:
+    """T5's relative-position bias takes log(|q - kv|), -inf on the diagonal, and casts it to int:
+    numpy's divide-by-zero and invalid-cast warnings are expected there and must not reach the user
+    (the bias is not a causal mask, so nothing is tagged)."""
+    nodes = _positions("scores") + [
+        helper.make_node("Sub", ["q_idx", "kv_idx"], ["d"]),
+        helper.make_node("Abs", ["d"], ["ad"]),
+        helper.make_node("Cast", ["ad"], ["fd"], to=F),
+        helper.make_node("Log", ["fd"], ["lg"]),
+        helper.make_node("Cast", ["lg"], ["bucket"], to=I64),
+        helper.make_node("Cast", ["bucket"], ["mask"], to=F),
+        helper.make_node("Add", ["scores", "mask"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+    ]
+    model = _model(nodes, _scores_in(), [helper.make_tensor_value_info("probs", F, None)])
+    with warnings.catch_warnings(record=True) as caught:   # recorded, not raised: the walk catches errors
+        warnings.simplefilter("always")
+        g = narrowpipe.load(model)
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+    assert not _tagged(g)
 
 
 def test_mask_that_feeds_no_softmax_is_not_tagged() -> None:
