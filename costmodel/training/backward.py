@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Iterable, Sequence
 
-from ...ir import Graph, Node, Op, Source, TensorType, Value, ValueKind
+from ...ir import Graph, Node, Op, OpGroup, Source, TensorType, Value, ValueKind, ops_in_group
 from .context import GradContext, Grads
 from .grad_data import DATA_GRADS
 from .grad_elementwise import ELEMENTWISE_GRADS, NON_DIFFERENTIABLE
@@ -25,6 +25,8 @@ from .grad_norm import NORM_GRADS
 from .phases import FORWARD, PHASE
 
 __all__ = ["BACKWARD_RULES", "requires_grad", "backward", "has_backward_rule", "trainable", "param_scope"]
+
+_ELEMENTWISE = ops_in_group(OpGroup.ELEMENTWISE)
 
 Rule = Callable[[GradContext, Node, list[Value | None], list[bool]], Grads]
 BACKWARD_RULES: dict[Op, Rule] = {
@@ -165,6 +167,11 @@ def backward(cx: GradContext, nodes: Sequence[Node], seeds: dict[Value, Value], 
         grads = _unmodeled(cx, node, dys, wants, grads)
         for operand, grad, w in zip(node.inputs, grads, wants):
             if w and operand is not None and grad is not None:
+                axis = node.attrs.get("axis")
+                if isinstance(axis, int) and node.op in _ELEMENTWISE and operand.type.rank < grad.type.rank:
+                    # an operand aligned from an axis (a conv's channel bias): only this node knows
+                    # where, so its gradient is summed back here, not by the accumulator
+                    grad = cx.unbroadcast(grad, operand.shape, axis)
                 acc.add(operand, grad)
     out: dict[Value, Value] = {}
     for p in params:

@@ -84,7 +84,11 @@ class GradContext:
             out = self.emit(Op.CAST, [out], out.shape, target.dtype, {"to": target.dtype.value}, name="grad_cast")
         return out
 
-    def unbroadcast(self, g: Value, shape: Shape) -> Value:
+    def unbroadcast(self, g: Value, shape: Shape, axis: int | None = None) -> Value:
+        """``g`` summed back to ``shape``: numpy broadcasting aligns an operand's dims to the right,
+        an elementwise node's ``axis`` (a bias added along the channels, ``[N, C, H, W] + [C]``)
+        aligns them from that axis (summing a conv bias's gradient over the last dims gave
+        ``[1, 1, 1, W]`` where the bias has ``C`` elements)."""
         gs, ts = tuple(g.shape), tuple(shape)
         if gs == ts:
             return g
@@ -93,7 +97,11 @@ class GradContext:
             where = self.node.name if self.node is not None else "?"
             raise IRError(f"gradient {g.name!r} of node {where!r} has rank {len(gs)}, below its operand's "
                           f"{len(ts)}: cannot sum it back to the operand's shape")
-        axes = [*range(lead), *(lead + i for i, d in enumerate(ts) if d == 1 and gs[lead + i] != 1)]
+        start = lead
+        if axis is not None and 0 <= axis + (len(gs) if axis < 0 else 0) <= lead:
+            start = axis + (len(gs) if axis < 0 else 0)
+        span = range(start, start + len(ts))
+        axes = [i for i in range(len(gs)) if i not in span or (ts[i - start] == 1 and gs[i] != 1)]
         out = g
         if axes:
             kept = tuple(1 if i in axes else d for i, d in enumerate(gs))

@@ -160,3 +160,16 @@ def test_convolutional_net_matches_flop_counter_over_backward():
         model(x).sum().backward()
     report = narrowpipe.analyze(build_training_graph(graph), strict=True)
     assert report.modeled_flops == counter.get_total_flops()
+
+
+def test_a_channel_bias_gradient_sums_over_batch_and_space():
+    """``conv + bias`` adds ``[C]`` along axis 1: its gradient is summed over N, H and W (torch's
+    ``grad.sum((0, 2, 3))``); it was summed over N, C, H to ``[1, 1, 1, W]`` and reshaped to ``[C]``."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1))
+    graph = narrowpipe.from_torch(model, (torch.randn(2, 3, 16, 16),))
+    step = build_training_graph(graph)
+    (bias,) = [p for p in step.weights if p.source_name == "0.bias"]
+    sums = [n for n in step.nodes if n.op is narrowpipe.ir.Op.REDUCE_SUM]
+    assert [n.attrs["axes"] for n in sums] == [(0, 2, 3)]
+    assert tuple(sums[0].outputs[0].shape) == (1, 8, 1, 1)
+    assert tuple(bias.shape) == (8,)
