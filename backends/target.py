@@ -20,7 +20,7 @@ from ..errors import TargetSpecError
 from .checks import normalize_fields
 from .fields import spec_field, specs
 from .sourcing import check_sources
-from .vocab import FAMILIES, PRICE_BASES, TRANSCENDENTALS, VECTOR_OPS
+from .vocab import FAMILIES, PRICE_BASES, TOPOLOGIES, TRANSCENDENTALS, VECTOR_OPS
 
 __all__ = ["Target", "NAME_PATTERN"]
 
@@ -57,6 +57,10 @@ class Target:
     scale_up_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
     scale_up_links: int | None = spec_field("count")
     scale_up_domain: int = spec_field("count", required=True)
+    #: How the scale-up links are wired (vocab.TOPOLOGIES); "full-mesh": each device has a direct link
+    #: (or an equal share of its links) to each peer of the domain, so a pair gets 1/(domain-1) of
+    #: the bandwidth (MI300X Infinity Fabric, Gaudi RoCE). Absent: a switch (or the torus_dims).
+    scale_up_topology: str = spec_field("text", choices=TOPOLOGIES)
     scale_out_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
     link_latency: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
     # power and money

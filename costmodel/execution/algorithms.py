@@ -19,7 +19,8 @@ an all-reduce moves 2(n-1)/n of the buffer through every device, an all-gather o
   smaller than a full cube has no wraparound, SB-TPU "How to Think About TPUs") needs ``k - 1`` hops
   and its busiest link carries the whole ``(k-1)/k`` of the buffer one way, so the transfer runs at
   one link per axis, half a torus's rate (SB-TPU: "typically doubles the time of most
-  communication").
+  communication"). Wraparound is per axis: a group spanning only part of a torus axis (2 or 8 of a
+  16-ring) has no link closing its ring and runs along a line, like a mesh axis.
 * collective-permute on a torus axis: every device sends one buffer to its neighbour along the axis
   (XLA's ``collective-permute``, the step of a looped collective matmul): one hop on one link; along
   a line without wraparound the shift's last buffer walks back over the ``k - 1`` links.
@@ -105,12 +106,26 @@ def in_network(op: Op, size: float, n: int, bw: float, alpha: float,
     return _time("in-network", 2, alpha, size, bw)
 
 
-def torus_bandwidth(axes: tuple[int, ...], link_bw: float, wrap: bool = True) -> float:
+Wrap = bool | tuple[bool, ...]
+
+
+def _wraps(axes: tuple[int, ...], wrap: Wrap) -> tuple[bool, ...]:
+    """One wraparound flag per axis: a single flag applies to every axis."""
+    if isinstance(wrap, bool):
+        return (wrap,) * len(axes)
+    if len(wrap) != len(axes):
+        raise ValueError(f"{len(wrap)} wraparound flags for {len(axes)} axes")
+    return tuple(wrap)
+
+
+def torus_bandwidth(axes: tuple[int, ...], link_bw: float, wrap: Wrap = True) -> float:
     """Per-device bandwidth of rings over ``axes`` all busy at once: both links (directions) of
-    every axis longer than one device on a torus; on a mesh (no wraparound) one link's worth per
-    axis, the busiest link of a line carrying the whole share one way."""
-    per_axis = 2 * link_bw if wrap else link_bw
-    return per_axis * max(sum(1 for k in axes if k > 1), 1)
+    every axis longer than one device that has wraparound; along an axis without it (a mesh, or a
+    part of a torus axis) one link's worth, the busiest link of a line carrying the whole share one
+    way. ``wrap``: one flag for every axis or one per axis."""
+    wraps = _wraps(axes, wrap)
+    links = sum(2 if w else 1 for k, w in zip(axes, wraps) if k > 1)
+    return link_bw * max(links, 1)
 
 
 def axis_hops(k: int, wrap: bool = True) -> int:
@@ -121,30 +136,33 @@ def axis_hops(k: int, wrap: bool = True) -> int:
 
 
 def torus(op: Op, size: float, axes: tuple[int, ...], link_bw: float, alpha: float,
-          wrap: bool = True) -> AlgoTime:
+          wrap: Wrap = True) -> AlgoTime:
     """Bidirectional rings along every axis the group spans, all axes busy at once: the buffer is
     cut into one part per axis and each part visits the axes in a rotated order (a reduce-scatter
     leaves 1/k of a part for the next axis, an all-gather grows it back), so every link of the
     spanned axes carries traffic the whole time. The transfer term is the bus volume over the
     spanned axes' links (:func:`torus_bandwidth`); the latency term walks the axes one after the
     other, :func:`axis_hops` each (twice for an all-reduce: a reduce-scatter and an all-gather).
-    ``wrap`` False is a mesh: no wraparound links. On a whole pod this is the pod's published
-    all-reduce bandwidth per chip (TPU v4: 6 links x 45 GB/s = 270 GB/s, 1.1 PB/s over 4,096 chips;
-    v5e: 200 GB/s, 51.2 TB/s over 256)."""
-    axes = tuple(k for k in axes if k > 1)
+    ``wrap`` False is a mesh: no wraparound links; a tuple gives each axis its own (a whole torus
+    axis wraps, a part of one does not). On a whole pod this is the pod's published all-reduce
+    bandwidth per chip (TPU v4: 6 links x 45 GB/s = 270 GB/s, 1.1 PB/s over 4,096 chips; v5e:
+    200 GB/s, 51.2 TB/s over 256)."""
+    all_wraps = _wraps(axes, wrap)
+    kept = [(k, w) for k, w in zip(axes, all_wraps) if k > 1]
+    axes, wraps = tuple(k for k, _ in kept), tuple(w for _, w in kept)
     n = prod(axes) if axes else 1
+    name = "torus" if any(wraps or all_wraps) else "mesh"
     if n <= 1:
-        return AlgoTime("torus" if wrap else "mesh", 0.0, 0.0, 0.0)
+        return AlgoTime(name, 0.0, 0.0, 0.0)
     if op is Op.ALL_TO_ALL:
-        return _torus_all_to_all(size, axes, link_bw, alpha, wrap)
+        return _torus_all_to_all(size, axes, link_bw, alpha, wraps)
     if op is Op.COLLECTIVE_PERMUTE and len(axes) == 1:
-        return permute(size, axes[0], link_bw, alpha, wrap)
+        return permute(size, axes[0], link_bw, alpha, wraps[0])
     if op not in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER):
-        return ring(op, size, n, torus_bandwidth(axes, link_bw, wrap), alpha)
+        return ring(op, size, n, torus_bandwidth(axes, link_bw, wraps), alpha)
     phases = 2 if op is Op.ALL_REDUCE else 1
-    steps = phases * sum(axis_hops(k, wrap) for k in axes)
-    return _time("torus" if wrap else "mesh", steps, alpha, bus_factor(op, n) * size,
-                 torus_bandwidth(axes, link_bw, wrap))
+    steps = phases * sum(axis_hops(k, w) for k, w in zip(axes, wraps))
+    return _time(name, steps, alpha, bus_factor(op, n) * size, torus_bandwidth(axes, link_bw, wraps))
 
 
 def permute(size: float, k: int, link_bw: float, alpha: float, wrap: bool = True) -> AlgoTime:
@@ -158,17 +176,18 @@ def permute(size: float, k: int, link_bw: float, alpha: float, wrap: bool = True
 
 
 def _torus_all_to_all(size: float, axes: tuple[int, ...], link_bw: float, alpha: float,
-                      wrap: bool = True) -> AlgoTime:
+                      wrap: Wrap = True) -> AlgoTime:
     """Dimension-ordered all-to-all: one exchange per axis, in turn, each :func:`axis_hops` long (6
     on a 4x4x4 cube with wraparound, not the 63 steps of one ring over every device). Each device's
     buffer keeps its size; along an axis of ``k`` a device sends (k-1)/k of it, and the k/2
     devices on each side of the axis's bisection send it k/2 x k/2 x 1/k = k/4 buffers each way:
     the transfer is the larger of the two over the links the axis has per direction (two cuts of a
     ring, one of a line)."""
-    per_dir = 2 * link_bw if wrap else link_bw
-    steps = sum(axis_hops(k, wrap) for k in axes)
-    beta = sum(max((k - 1) / k, k / 4) * size / per_dir for k in axes)
-    return AlgoTime("torus" if wrap else "mesh", steps * alpha + beta, steps * alpha, beta)
+    wraps = _wraps(axes, wrap)
+    steps = sum(axis_hops(k, w) for k, w in zip(axes, wraps))
+    beta = sum(max((k - 1) / k, k / 4) * size / (2 * link_bw if w else link_bw) for k, w in zip(axes, wraps))
+    name = "torus" if any(wraps) else "mesh"
+    return AlgoTime(name, steps * alpha + beta, steps * alpha, beta)
 
 
 def hierarchical(op: Op, size: float, local: int, nodes: int, local_bw: float, local_alpha: float,

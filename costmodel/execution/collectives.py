@@ -13,7 +13,18 @@ and the torus accounting cannot drift apart.
 Bandwidths are per device and one direction. A torus level's ``bandwidth`` is the sum over all its
 links, so a ring along one axis runs on ``2 x bandwidth / links`` (the axis's two links); a mesh
 level (a TPU slice smaller than a full cube: no wraparound links) has the same axes without the
-wraparound, so one link's worth per axis and ``k - 1`` hops along an axis of ``k``.
+wraparound, so one link's worth per axis and ``k - 1`` hops along an axis of ``k``. Only a group that
+spans a whole torus axis has its wraparound link; a group on part of an axis (2 or 8 chips of a
+16-ring) runs along a line, as on a mesh. The level's bandwidth is shared by at least the links its
+dims wire to each chip (two per axis longer than two), so no collective runs faster than the chip's
+total link bandwidth, whatever link count the data gives.
+
+A full-mesh level (MI300X Infinity Fabric, Gaudi RoCE, a GroqNode) has a direct link, or an equal
+share of the links, from each device to each of its ``N - 1`` peers: one peer pair gets
+``bandwidth / (N - 1)``. A collective over ``n`` members of the domain runs on the ``n - 1`` pairs
+among them (RCCL's extra channels for 2 or 4 of 8 MI300X spread its rings over those links; an
+all-to-all sends on each directly), ``(n - 1) / (N - 1)`` of the level's rate; the full rate (the
+measured all-``N`` bus bandwidth) needs all ``N``.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from math import ceil, prod
 from typing import TYPE_CHECKING
 
 from ...backends import Target
+from ...errors import PlanError
 from ...ir import Node, Op
 from ..cost import Cost
 from .algorithms import AlgoTime, bus_factor, hierarchical, in_network, ring, torus, torus_bandwidth, tree
@@ -33,6 +45,8 @@ if TYPE_CHECKING:
     from ...backends.system import Level
 
 __all__ = ["Topology", "NetLevel", "Link", "collective_time", "collective_seconds"]
+
+_POINT_TO_POINT = frozenset({Op.SEND, Op.RECV, Op.COLLECTIVE_PERMUTE})
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,7 @@ class NetLevel:
     in_network_reduction: bool = False
     reduction_bus_bandwidth: float | None = None
     reduction_latency: float | None = None      # fixed cost of one in-network reduction
+    full_mesh: bool = False                     # a direct link (or an equal share) to every peer
 
     @property
     def effective(self) -> float:
@@ -56,8 +71,13 @@ class NetLevel:
 
     @property
     def link_bandwidth(self) -> float:
-        """One link of a torus (the level's bandwidth over its links, two per axis by default)."""
-        links = self.links or 2 * max(len(self.torus_dims), 1)
+        """One link of a torus: the level's bandwidth over its links, and over no fewer than the
+        dims wire to a chip (two per axis longer than two, one for an axis of two): a spec giving
+        fewer links than its torus needs (Trainium2's 4 NeuronLink-v3 against the UltraServer's
+        4x4x4 torus, six neighbours) shares the chip's bandwidth over the links the torus uses
+        rather than counting it more than once."""
+        wired = sum(2 if k > 2 else 1 for k in self.torus_dims if k > 1)
+        links = max(self.links or 0, wired) or 2
         return self.effective / links
 
 
@@ -81,11 +101,15 @@ class Topology:
     scale_up_domain: int
     scale_up: NetLevel
     scale_out: NetLevel | None = None
+    #: a system with no scale-out level: no device beyond the scale-up domain, so a larger group is
+    #: refused (chip fields without a scale-out figure keep timing it on the scale-up level)
+    closed: str = ""
 
     @classmethod
     def of(cls, target: Target) -> Topology:
         up = NetLevel(target.scale_up_bandwidth or 0.0, target.link_latency or 0.0,
-                      torus_dims=tuple(getattr(target, "torus_dims", ()) or ()), links=target.scale_up_links)
+                      torus_dims=tuple(getattr(target, "torus_dims", ()) or ()), links=target.scale_up_links,
+                      full_mesh=target.scale_up_topology == "full-mesh")
         out = NetLevel(target.scale_out_bandwidth, target.link_latency or 0.0) if target.scale_out_bandwidth else None
         return cls(target.scale_up_domain, up, out)
 
@@ -97,9 +121,10 @@ class Topology:
             torus_dims = tuple(lv.dims) if lv.topology in ("torus", "mesh") else ()
             return NetLevel(lv.bandwidth, lv.latency, lv.bus_bandwidth, torus_dims, lv.links,
                             lv.topology != "mesh", bool(lv.in_network_reduction), lv.reduction_bus_bandwidth,
-                            lv.reduction_latency)
+                            lv.reduction_latency, full_mesh=lv.topology == "full-mesh")
         up = level(system.scale_up) or NetLevel(0.0, 0.0)
-        return cls(system.scale_up_domain, up, level(system.scale_out))
+        out = level(system.scale_out)
+        return cls(system.scale_up_domain, up, out, closed=system.name if out is None else "")
 
     @property
     def torus(self) -> bool:
@@ -113,16 +138,49 @@ class Topology:
             return 1
         return max(1, min(group, self.scale_up_domain // stride))
 
+    def check(self, group: int, stride: int = 1) -> None:
+        """Refuse a group that does not fit a system with no scale-out level (a TPU slice, a
+        GroqNode): its devices beyond the slice have no network to be timed on."""
+        span = (group - 1) * stride + 1
+        if self.closed and span > self.scale_up_domain:
+            members = f"{group} devices" if stride == 1 else f"{group} devices {stride} ranks apart ({span} in all)"
+            raise PlanError(f"a collective over {members} does not fit {self.closed}, which has "
+                            f"{self.scale_up_domain} devices and no scale-out level to reach further: use at most "
+                            f"{self.scale_up_domain} devices, or name a larger system")
+
+    def up_bandwidth(self, members: int) -> float:
+        """The scale-up rate ``members`` devices of one domain have among themselves: the level's on
+        a switch; on a full mesh the ``members - 1`` peer pairs among them, each ``1 / (N - 1)`` of
+        the level (a pair on an 8-way MI300X mesh: 336 / 7 = 48 GB/s usable of its 64 GB/s link)."""
+        up = self.scale_up
+        if not up.full_mesh or self.scale_up_domain <= 2 or members >= self.scale_up_domain:
+            return up.effective
+        return up.effective * max(members - 1, 1) / (self.scale_up_domain - 1)
+
     def link(self, group: int, stride: int = 1) -> Link:
-        """The level a group of ``group`` devices is limited by (scale-out beyond the domain; a
-        topology without a scale-out figure uses its scale-up level, no better number being known)."""
+        """The level a group of ``group`` devices is limited by (scale-out beyond the domain; chip
+        fields without a scale-out figure use their scale-up level, no better number being known)."""
+        self.check(group, stride)
         local = self.members_per_domain(group, stride)
         if local >= group or self.scale_out is None:
             up = self.scale_up
-            axes = _torus_axes(group, up.torus_dims, stride)
-            bw = torus_bandwidth(axes, up.link_bandwidth, up.wraparound) if up.torus_dims else up.effective
+            if up.torus_dims:
+                axes, wraps = _torus_spans(group, up.torus_dims, stride, up.wraparound)
+                bw = torus_bandwidth(axes, up.link_bandwidth, wraps)
+            else:
+                bw = self.up_bandwidth(local)
             return Link(bw, up.latency, local >= group)
         return Link(self.scale_out.effective, self.scale_out.latency, False)
+
+    def wraps(self, group: int, stride: int = 1, axes: tuple[int, ...] | None = None) -> bool:
+        """Whether every torus axis the group spans closes into a ring (a whole axis of a torus
+        level); False on a mesh and along part of an axis, where a shift's last buffer walks back."""
+        up = self.scale_up
+        if not up.torus_dims:
+            return True
+        if axes is not None:
+            return all(_named_wraps(axes, up.torus_dims, up.wraparound))
+        return all(_torus_spans(group, up.torus_dims, stride, up.wraparound)[1])
 
     def time(self, op: Op, size: float, group: int, stride: int = 1, *,
              axes: tuple[int, ...] | None = None) -> AlgoTime:
@@ -135,6 +193,7 @@ class Topology:
         groups fill). Named axes take the place of ``stride``."""
         if group <= 1 or size <= 0:
             return AlgoTime("none", 0.0, 0.0, 0.0)
+        self.check(group, 1 if axes is not None else stride)
         up = self.scale_up
         if axes is not None and up.torus_dims and group <= self.scale_up_domain:
             if prod(axes) != group:
@@ -156,20 +215,24 @@ class Topology:
         # nccl-tests shows), not by one NIC. An all-to-all is no ring: each member's off-domain share
         # leaves through its own NIC
         rings = op in (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.BROADCAST)
-        flat_bw = min(up.effective, (local if rings else 1) * out.effective)
+        up_bw = self.up_bandwidth(local)
+        flat_bw = min(up_bw, (local if rings else 1) * out.effective)
         options = [ring(op, size, group, flat_bw, max(up.latency, out.latency))]
         tr = tree(op, size, group, flat_bw, max(up.latency, out.latency))
         options += [tr] if tr is not None else []
-        two = hierarchical(op, size, local, nodes, up.effective, up.latency, out.effective, out.latency)
+        two = hierarchical(op, size, local, nodes, up_bw, up.latency, out.effective, out.latency)
         options += [two] if two is not None else []
         return min(options, key=lambda t: t.seconds)
 
     def _within(self, op: Op, size: float, group: int, up: NetLevel, stride: int = 1) -> list[AlgoTime]:
         if up.torus_dims:
-            return [self._on_torus(op, size, _torus_axes(group, up.torus_dims, stride))]
+            axes, wraps = _torus_spans(group, up.torus_dims, stride, up.wraparound)
+            return [torus(op, size, axes, up.link_bandwidth, up.latency, wraps)]
         # NCCL's double binary trees span nodes; inside one switch domain its tree is a chain,
         # no faster than the ring (the 8xH200 sweep runs Ring/LL below 2 MiB, then NVLS)
-        options = [ring(op, size, group, up.effective, up.latency)]
+        # a point-to-point transfer on a full mesh has one pair's link, whatever the group
+        members = 2 if op in _POINT_TO_POINT else min(group, self.scale_up_domain)
+        options = [ring(op, size, group, self.up_bandwidth(members), up.latency)]
         if up.in_network_reduction:
             alpha = up.reduction_latency / 2 if up.reduction_latency is not None else up.latency
             nvls = in_network(op, size, group, up.bandwidth, alpha, up.reduction_bus_bandwidth)
@@ -177,33 +240,59 @@ class Topology:
         return options
 
     def _on_torus(self, op: Op, size: float, axes: tuple[int, ...]) -> AlgoTime:
-        """Per-axis rings over ``axes`` of the scale-up torus, with or without wraparound links:
-        the one torus path both the default axes (from group and stride) and named axes take."""
+        """Per-axis rings over the named ``axes`` of the scale-up torus: a whole torus axis with its
+        wraparound link, any other length along a line (:func:`_named_wraps`)."""
         up = self.scale_up
-        return torus(op, size, axes, up.link_bandwidth, up.latency, up.wraparound)
+        return torus(op, size, axes, up.link_bandwidth, up.latency, _named_wraps(axes, up.torus_dims, up.wraparound))
 
 
-def _torus_axes(group: int, dims: tuple[int, ...], stride: int = 1) -> tuple[int, ...]:
+def _named_wraps(axes: tuple[int, ...], dims: tuple[int, ...], wrap: bool) -> tuple[bool, ...]:
+    """Wraparound of named axes: an axis whose length is one of the torus's dims (each dim matched
+    once) is that whole axis and wraps on a torus; another length is part of an axis, a line."""
+    left = list(dims)
+    flags = []
+    for k in axes:
+        whole = k in left
+        if whole:
+            left.remove(k)
+        flags.append(wrap and whole)
+    return tuple(flags)
+
+
+def _torus_spans(group: int, dims: tuple[int, ...], stride: int = 1,
+                 wrap: bool = True) -> tuple[tuple[int, ...], tuple[bool, ...]]:
     """The axes a group of ``group`` devices spans, filling whole axes first (how slices are laid
     out on the torus): 16 devices on 16x16 use one axis, 64 on 4x4x4 all three; a remainder runs
-    as a ring along part of the next axis. Members ``stride`` ranks apart skip the axes the inner
-    groups fill (a data-parallel group at stride 16 on 16x16 runs along the second axis)."""
-    rest: list[int] = []
+    along part of the next axis. Members ``stride`` ranks apart skip the axes the inner groups fill
+    (a data-parallel group at stride 16 on 16x16 runs along the second axis). With each axis its
+    wraparound: only a group reaching all of a torus axis closes its ring through the wraparound
+    link; along part of one (2 of a 16-ring) the members form a line (the mesh rule, SB-TPU)."""
+    rest: list[tuple[int, int]] = []          # (members along the axis, the axis's length)
     for k in dims:
         if stride >= k and stride % k == 0:
             stride //= k
         elif stride > 1:
-            rest.append(max(1, k // stride))
+            rest.append((max(1, k // stride), max(1, k // stride)))   # every stride-th chip: the whole axis
             stride = 1
         else:
-            rest.append(k)
+            rest.append((k, k))
     axes: list[int] = []
-    for k in rest or [group]:
+    wraps: list[bool] = []
+    for k, whole in rest or [(group, 0)]:
         have = prod(axes) if axes else 1
         if have >= group:
             break
-        axes.append(min(k, ceil(group / have)))
-    return tuple(axes) or (group,)
+        take = min(k, ceil(group / have))
+        axes.append(take)
+        wraps.append(wrap and take == whole)
+    if not axes:
+        return (group,), (False,)
+    return tuple(axes), tuple(wraps)
+
+
+def _torus_axes(group: int, dims: tuple[int, ...], stride: int = 1) -> tuple[int, ...]:
+    """The axes a group spans (:func:`_torus_spans` without the wraparound flags)."""
+    return _torus_spans(group, dims, stride)[0]
 
 
 def collective_seconds(op: Op, comm_bytes: float, group_size: int, topology: Topology,

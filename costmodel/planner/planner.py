@@ -52,9 +52,12 @@ class Evaluation:
         return max(self.memory, key=lambda m: m.total)
 
 
-def resolve_machine(target: Any, system: Any = None) -> tuple[Target, System | None]:
+def resolve_machine(target: Any, system: Any = None, devices: int | None = None) -> tuple[Target, System | None]:
     """``target`` names a chip or a system; ``system`` (optional) a system. A chip with no system
-    gets the catalog's system of that chip when there is one (``a100`` -> ``dgx-a100``)."""
+    gets the catalog's system of that chip when there is one (``a100`` -> ``dgx-a100``); where the
+    catalog has several (TPU v4 slices of 8, 16 and 64 chips), the one of ``devices`` chips, else the
+    smallest that holds them, else one with a scale-out level to replicate. Devices that no system
+    of the chip holds or joins are refused: a slice's topology is not a larger machine's."""
     if system is not None:
         sys_ = get_system(system)
         return sys_.target(), sys_
@@ -66,10 +69,21 @@ def resolve_machine(target: Any, system: Any = None) -> tuple[Target, System | N
             return sys_.target(), sys_
         except NarrowpipeError:
             chip = get_target(target)
-    for name, chip_name in _systems():
-        if chip_name == chip.name:
-            return chip, get_system(name)
-    return chip, None
+    candidates = [get_system(name) for name, chip_name in _systems() if chip_name == chip.name]
+    if not candidates:
+        return chip, None
+    if devices is None:
+        return chip, candidates[0]
+    holding = sorted((s for s in candidates if s.devices >= devices), key=lambda s: s.devices)
+    if holding:
+        return chip, holding[0]
+    joined = [s for s in candidates if s.scale_out is not None]
+    if joined:
+        return chip, joined[0]
+    sizes = ", ".join(f"{s.name} ({s.devices})" for s in sorted(candidates, key=lambda s: s.devices))
+    raise PlanError(f"{devices} x {chip.name}: the catalog's {chip.name} systems are {sizes}, none with a "
+                    f"scale-out level to join more; plan on at most {max(s.devices for s in candidates)} devices, "
+                    "or name a system file of that size with --system")
 
 
 class Planner:
@@ -85,8 +99,8 @@ class Planner:
         if seq is not None and seq < 1:
             raise PlanError(f"seq must be at least 1 token, got {seq}")
         self.graph = graph
-        self.target, self.system = resolve_machine(target, system)
         self.devices = devices
+        self.target, self.system = resolve_machine(target, system, devices)
         self.global_batch = global_batch
         self.runtime = get_runtime(runtime)
         self.optimizer = optimizer
@@ -128,7 +142,11 @@ class Planner:
         if self.system is None:
             return Topology.of(self.target)
         sys_ = self.system
-        if self.devices > sys_.devices and sys_.scale_out is not None:
+        if self.devices > sys_.devices:
+            if sys_.scale_out is None:
+                raise PlanError(f"{self.devices} devices do not fit {sys_.name} ({sys_.devices} devices), which has no "
+                                f"scale-out level to join more: plan on at most {sys_.devices}, or name a larger "
+                                "system")
             sys_ = sys_.replicate(-(-self.devices // sys_.devices))
         return Topology.of_system(sys_)
 

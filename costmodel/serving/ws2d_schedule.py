@@ -99,8 +99,10 @@ class Fabric:
         """Two permutes of ``nbytes`` at once, shifting opposite ways (a bidirectional form's loop
         step): on a torus each runs on its own links, in one permute's time; on a line without
         wraparound every link direction carries a buffer of each (one shift's neighbour send, the
-        other's buffer walking back to the far end), so the pair moves twice the bytes per link."""
-        return self.permute(nbytes if self.topology.scale_up.wraparound else 2 * nbytes, span)
+        other's buffer walking back to the far end), so the pair moves twice the bytes per link. A span
+        on part of a torus axis is such a line too (:meth:`Topology.wraps`)."""
+        wraps = self.topology.wraps(self.groups[span], axes=self.axes.get(span))
+        return self.permute(nbytes if wraps else 2 * nbytes, span)
 
 
 @dataclass

@@ -1,0 +1,43 @@
+"""Which system a plan runs on: a chip with several catalog systems (TPU v4 slices of 8, 16 and 64
+chips, no scale-out level) takes the one its device count fits, and a count no system holds or joins
+is refused instead of being timed on a smaller slice's topology."""
+
+from __future__ import annotations
+
+import pytest
+
+import narrowpipe
+from narrowpipe import PlanError
+from narrowpipe.costmodel.planner.planner import Planner, resolve_machine
+
+
+@pytest.fixture(scope="module")
+def model() -> narrowpipe.Graph:
+    return narrowpipe.transformer(2, 512, 8, 1000, seq=128, name="tiny")
+
+
+@pytest.mark.parametrize("devices, system", [
+    (8, "tpu-v4-2x2x2"), (16, "tpu-v4-2x2x4"), (64, "tpu-v4-4x4x4"),   # the slice of that size
+    (4, "tpu-v4-2x2x2"), (12, "tpu-v4-2x2x4"), (32, "tpu-v4-4x4x4"),   # part of the smallest that holds them
+])
+def test_a_tpu_v4_plan_runs_on_the_slice_that_holds_its_chips(devices, system):
+    assert resolve_machine("tpu-v4", devices=devices)[1].name == system
+
+
+def test_chips_no_slice_holds_are_refused_with_the_slices_named(model):
+    with pytest.raises(PlanError, match=r"512 x tpu-v4: .*tpu-v4-4x4x4 \(64\).*at most 64 devices"):
+        Planner(model, "tpu-v4", 512, global_batch=512)
+
+
+def test_a_named_slice_refuses_more_chips_than_it_has(model):
+    with pytest.raises(PlanError, match="64 devices do not fit tpu-v4-2x2x2 \\(8 devices\\)"):
+        Planner(model, "tpu-v4-2x2x2", 64, global_batch=64)
+    with pytest.raises(PlanError, match="do not fit tpu-v4-4x4x4"):
+        Planner(model, "tpu-v4", 128, global_batch=128, system="tpu-v4-4x4x4")
+
+
+def test_a_system_with_a_network_still_replicates(model):
+    p = Planner(model, "h100", 32, global_batch=32)
+    assert p.system is not None and p.system.name == "dgx-h100"
+    assert p.topology.scale_up_domain == 8 and p.topology.scale_out is not None
+    assert resolve_machine("h100", devices=4)[1].name == "dgx-h100"
