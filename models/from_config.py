@@ -60,9 +60,10 @@ def _rope(c: Mapping[str, Any]) -> dict[str, Any]:
     """``rope_theta`` and ``rope_scaling``: transformers 4 writes ``rope_theta`` and ``rope_scaling``,
     transformers 5 one ``rope_parameters`` dict holding both; a config with neither has transformers'
     default base, 10,000. The plain ``default`` type is no scaling."""
-    params = c.get("rope_parameters") if isinstance(c.get("rope_parameters"), Mapping) else {}
+    raw_params, raw_scaling = c.get("rope_parameters"), c.get("rope_scaling")
+    params: Mapping[str, Any] = raw_params if isinstance(raw_params, Mapping) else {}
+    scaling: Mapping[str, Any] = raw_scaling if isinstance(raw_scaling, Mapping) else params
     theta = c.get("rope_theta") or params.get("rope_theta") or 10000.0
-    scaling = c.get("rope_scaling") if isinstance(c.get("rope_scaling"), Mapping) else params
     kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
     extra = {k: v for k, v in scaling.items() if k != "rope_theta"} if kind not in ("default", None) else None
     return {"rope_theta": float(theta), **({"rope_scaling": extra} if extra else {})}

@@ -89,7 +89,8 @@ def test_zero_3_shards_weights_as_many_ways_as_the_plans_memory_assumes(hand_pla
                  "embedding [vocab, hidden]"):
         assert _shards(specs[name], sizes) == whole, name
     if fix.get("ep"):
-        for name in ("experts in (gate, up) [experts, hidden, expert_ffn]", "experts out [experts, expert_ffn, hidden]"):
+        for name in ("experts in (gate, up) [experts, hidden, expert_ffn]",
+                     "experts out [experts, expert_ffn, hidden]"):
             assert specs[name][0] == "expert" and _shards(specs[name], sizes) == whole, name
         assert 'P("expert", "fsdp", "tensor")' in launch.code
     for spec in specs.values():                       # a mesh axis shards at most one dim of a weight

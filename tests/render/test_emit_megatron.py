@@ -89,7 +89,8 @@ def test_a_hand_made_interleaved_plan_gives_this_exact_command(hand_plan, llama_
         "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--num-layers", "32", "--hidden-size", "4096",
         "--ffn-hidden-size", "14336", "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups",
         "8", "--seq-length", "8192", "--max-position-embeddings", "8192", "--position-embedding-type", "rope",
-        "--rotary-base", "500000", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
+        "--rotary-base", "500000", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights"]
     check_flags(launch)
     text = launch.text()
     assert text.splitlines()[-1] == "    --untie-embeddings-and-output-weights"
