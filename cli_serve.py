@@ -188,7 +188,7 @@ def _emit(args: argparse.Namespace, console: Console, graph: Any, result: Any) -
     if isinstance(result, ServingReport):
         launch = vllm_from_report(result, args.model, own)
     else:
-        formats = Formats.of(args.weights, args.activations, args.kv).to_dict()
+        formats = Formats.of(args.weights, args.activations, args.kv, args.gemm_inputs).to_dict()
         launch = vllm_from_capacity(result, args.model, own, formats)
     written = write_launch(launch, args.emit_out)
     if written:

@@ -36,6 +36,8 @@ class Example:
     dims: dict[str, int] = field(default_factory=dict)   # default bindings (what the CLI uses)
     export_dims: dict[str, int] = field(default_factory=dict)  # example sizes used to export
     max_dims: dict[str, int] = field(default_factory=dict)
+    #: the config's rotary base: the export holds the inv_freq buffer's shape, not its values (meta device)
+    rope_theta: float | None = None
 
 
 # transformers 5 types its configs as keyword-only dataclasses that leave out the legacy keywords
@@ -62,12 +64,15 @@ def _vit() -> Any:
     return ViTConfig(num_labels=1000)  # type: ignore[call-arg]  # ViT-B/16 at 224x224; legacy keyword
 
 
+_LLAMA3_ROPE_THETA = 500000.0
+
+
 def _llama3(hidden: int, inter: int, layers: int, heads: int) -> Callable[[], Any]:
     def make() -> Any:
         from transformers import LlamaConfig
         return LlamaConfig(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
                            num_attention_heads=heads, num_key_value_heads=8, vocab_size=128256,
-                           max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=False,
+                           max_position_embeddings=8192, rope_theta=_LLAMA3_ROPE_THETA, tie_word_embeddings=False,
                            rms_norm_eps=1e-5)  # type: ignore[call-arg]  # legacy keyword, see above
     return make
 
@@ -83,10 +88,12 @@ EXAMPLES: dict[str, Example] = {e.name: e for e in (
             "ViTForImageClassification", dims={"batch": 1}, export_dims={"batch": 2}),
     Example("llama-3-8b", "Llama-3-8B dimensions (GQA, 32 layers, hidden 4096), bf16", "causal-lm",
             _llama3(4096, 14336, 32, 32), "LlamaForCausalLM", "bfloat16",
-            dims={"batch": 1, "seq": 2048}, export_dims={"batch": 2, "seq": 16}, max_dims={"seq": 8192}),
+            dims={"batch": 1, "seq": 2048}, export_dims={"batch": 2, "seq": 16}, max_dims={"seq": 8192},
+            rope_theta=_LLAMA3_ROPE_THETA),
     Example("llama-3-70b", "Llama-3-70B dimensions (GQA, 80 layers, hidden 8192), bf16", "causal-lm",
             _llama3(8192, 28672, 80, 64), "LlamaForCausalLM", "bfloat16",
-            dims={"batch": 1, "seq": 2048}, export_dims={"batch": 2, "seq": 16}, max_dims={"seq": 8192}),
+            dims={"batch": 1, "seq": 2048}, export_dims={"batch": 2, "seq": 16}, max_dims={"seq": 8192},
+            rope_theta=_LLAMA3_ROPE_THETA),
 )}
 
 

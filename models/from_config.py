@@ -53,7 +53,20 @@ def _llama(c: Mapping[str, Any], *, attn_bias: bool | None = None, out_bias: boo
                 max_positions=c.get("max_position_embeddings"),
                 attn_bias=bias if attn_bias is None else attn_bias, out_bias=bias if out_bias is None else out_bias,
                 mlp_bias=bool(c.get("mlp_bias", False)), tie_embeddings=bool(c.get("tie_word_embeddings", False)),
-                eps=c.get("rms_norm_eps", 1e-6))
+                eps=c.get("rms_norm_eps", 1e-6), **_rope(c))
+
+
+def _rope(c: Mapping[str, Any]) -> dict[str, Any]:
+    """``rope_theta`` and ``rope_scaling``: transformers 4 writes ``rope_theta`` and ``rope_scaling``,
+    transformers 5 one ``rope_parameters`` dict holding both; a config with neither has transformers'
+    default base, 10,000. The plain ``default`` type is no scaling."""
+    raw_params, raw_scaling = c.get("rope_parameters"), c.get("rope_scaling")
+    params: Mapping[str, Any] = raw_params if isinstance(raw_params, Mapping) else {}
+    scaling: Mapping[str, Any] = raw_scaling if isinstance(raw_scaling, Mapping) else params
+    theta = c.get("rope_theta") or params.get("rope_theta") or 10000.0
+    kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
+    extra = {k: v for k, v in scaling.items() if k != "rope_theta"} if kind not in ("default", None) else None
+    return {"rope_theta": float(theta), **({"rope_scaling": extra} if extra else {})}
 
 
 def _first(c: Mapping[str, Any], *keys: str) -> Any:

@@ -7,7 +7,8 @@ a value that tests and the planner can print, compare and vary with :func:`datac
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import NarrowpipeError
 from ..ir import DType
@@ -42,6 +43,12 @@ class TransformerSpec:
     norm: str = "rms"
     positions: str = "rotary"
     max_positions: int | None = None
+    # rotary embedding: the frequency base (Hugging Face's rope_theta; None: unknown) and a scaling of the
+    # frequencies beyond the plain one (config.json's rope_scaling, e.g. Llama-3.1's {"rope_type": "llama3",
+    # "factor": 8.0, ...}; None: none). Neither changes a FLOP; launch settings need them (Megatron's
+    # --rotary-base defaults to 10,000, Llama-3 trains with 500,000).
+    rope_theta: float | None = None
+    rope_scaling: dict[str, Any] | None = field(default=None, hash=False)
     attn_bias: bool = False        # q, k and v projections
     out_bias: bool = False         # the attention output projection
     mlp_bias: bool = False
@@ -107,6 +114,11 @@ class TransformerSpec:
             raise NarrowpipeError("transformer: an encoder attends both ways; pass causal=False")
         if self.positions == "rotary" and self.rope_dim % 2:
             raise NarrowpipeError(f"transformer: rotary embedding needs an even head_dim, got {self.rope_dim}")
+        if self.rope_theta is not None and not float(self.rope_theta) > 0:
+            raise NarrowpipeError(f"transformer: rope_theta must be positive, got {self.rope_theta!r}")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, dict):
+            raise NarrowpipeError(f"transformer: rope_scaling must be a dict (config.json's rope_scaling), "
+                                  f"got {self.rope_scaling!r}")
         if self.attention not in ATTENTION:
             raise NarrowpipeError(f"transformer: attention must be one of {', '.join(ATTENTION)}, "
                                   f"got {self.attention!r}")

@@ -25,7 +25,7 @@ from ..errors import NarrowpipeError
 from .output_file import write_output
 
 __all__ = ["Launch", "LAUNCH_FORMAT", "LAUNCH_VERSION", "TRAINING_TOOLS", "SERVING_TOOLS", "write_launch",
-           "plan_source", "training_dtype", "py_tuple"]
+           "plan_source", "training_dtype", "py_tuple", "software_stack", "STACKS"]
 
 LAUNCH_FORMAT, LAUNCH_VERSION = "narrowpipe.launch", 1
 TRAINING_TOOLS = ("megatron", "torch", "jax")
@@ -103,6 +103,29 @@ def plan_source(plan: Plan) -> dict[str, Any]:
             "step_time_s": plan.step_time_s,
             "summary": f"{plan.model} on {plan.devices} x {plan.target} ({plan.system}): {p.describe()}, "
                        f"predicted step {plan.step_time_s:.4g} s"}
+
+
+#: What trains on a chip, by its vendor's software rather than its execution-model family (the family
+#: picks how the cost model times it: Gaudi 3 and Trainium2 are systolic arrays like TPUs, but neither
+#: runs JAX's TPU runtime).
+STACKS = {"cuda": "NVIDIA GPUs (CUDA)", "rocm": "AMD GPUs (ROCm)", "tpu": "Google TPUs (XLA: JAX, PyTorch/XLA)",
+          "gaudi": "Intel Gaudi (PyTorch through Intel's HPU bridge, SynapseAI)",
+          "neuron": "AWS Trainium (the Neuron SDK: torch-neuronx, NeuronX Distributed)", "cpu": "CPUs",
+          "other": "its vendor's own compiler"}
+
+
+def software_stack(target: Any) -> str:
+    """The key in :data:`STACKS` of the software that trains on ``target`` (a :class:`Target`)."""
+    vendor = str(getattr(target, "vendor", "")).lower()
+    if target.family == "gpu":
+        return "rocm" if vendor == "amd" else "cuda"
+    if "intel" in vendor and target.family == "tpu":
+        return "gaudi"
+    if vendor in ("aws", "amazon"):
+        return "neuron"
+    if target.family == "tpu":
+        return "tpu"                     # Google's, or a systolic chip of a spec file: XLA's model of one
+    return "cpu" if target.family == "cpu" else "other"
 
 
 def py_tuple(items: Iterable[str]) -> str:

@@ -3,10 +3,12 @@
 How the plan maps, and why:
 
 * mesh ``jax.make_mesh((data, fsdp, tensor), ("data", "fsdp", "tensor"))`` (``context`` and
-  ``expert`` axes when used): ZeRO-3 data parallelism is the ``fsdp`` axis (parameters sharded over
-  it and gathered per layer by the compiler), ZeRO 0-2 the ``data`` axis (parameters replicated;
-  ZeRO 1-2 shard the optimizer states over ``data`` with a spec of their own). Expert parallelism is
-  carved out of the data-parallel ranks, as in the plan.
+  ``expert`` axes when used): ZeRO-3 data parallelism is the ``fsdp`` axis, ZeRO 0-2 the ``data``
+  axis. Expert parallelism is carved out of the data-parallel ranks, as in the plan.
+* what ZeRO shards is what the plan's memory assumes: dense weights (ZeRO-3; the optimizer states
+  with ZeRO 1-2) over every data-like axis, ``dp x cp`` ways (``fsdp``/``data``, ``expert``,
+  ``context``); expert weights over ``expert`` on their expert dim and over the rest
+  (``dp x cp / ep`` ways) on another.
 * tensor parallelism is Megatron's split: q/k/v and the MLP's input projections column-wise
   (output features over ``tensor``), the attention output and the MLP's down projection row-wise,
   the vocabulary of the embedding and the head over ``tensor``; sequence parallelism shards the
@@ -24,7 +26,7 @@ from typing import Any
 from ..backends import get_target
 from ..costmodel.planner.plan import Plan
 from ..errors import NarrowpipeError
-from .emit import Launch, plan_source, py_tuple, training_dtype
+from .emit import STACKS, Launch, plan_source, py_tuple, software_stack, training_dtype
 
 __all__ = ["jax_launch", "jax_mesh", "JAX_REFERENCE"]
 
@@ -47,15 +49,28 @@ def jax_mesh(plan: Plan) -> list[tuple[str, int]]:
 def jax_launch(plan: Plan) -> Launch:
     """The JAX mesh and weight shardings for ``plan`` (see the module doc)."""
     p = plan.parallel
-    family = get_target(plan.target).family
-    if family not in ("tpu", "gpu"):
-        raise NarrowpipeError(f"JAX runs on TPUs and GPUs; this plan is for {plan.target} (a {family} target)")
+    target = get_target(plan.target)
+    stack = software_stack(target)
+    notes = []
+    if stack == "gaudi":
+        raise NarrowpipeError(f"JAX runs on TPUs and GPUs; {target.name} runs {STACKS[stack]}: use --emit torch "
+                              "(device 'hpu') or --emit megatron (Intel's Megatron-LM port)")
+    if stack == "neuron":
+        notes.append(f"{target.name}: JAX runs through AWS's jax-neuronx plugin of the Neuron SDK (not the TPU "
+                     "runtime); the mesh and PartitionSpecs are the same")
+    elif stack not in ("tpu", "cuda", "rocm"):
+        raise NarrowpipeError(f"JAX runs on TPUs and GPUs; this plan is for {plan.target} (a {target.family} target)")
     if p.pp > 1:
         raise NarrowpipeError(f"JAX has no pipeline-parallel schedule to map pp={p.pp} ({p.schedule}) onto: re-plan "
                               "with --pp 1 for --emit jax, or use a framework with pipelining (MaxText, Megatron-LM)")
     axes = jax_mesh(plan)
-    f = "fsdp" if p.zero >= 3 else None
-    batch = tuple(a for a in ("data", "fsdp", "expert") if dict(axes).get(a, 1) > 1) or None
+    sizes = dict(axes)
+    # the axes ZeRO shards over, as the planner's memory does: dense over dp x cp, experts' rest over dp x cp / ep
+    data_axes = [a for a in ("data", "fsdp", "expert", "context") if sizes.get(a, 1) > 1]
+    expert_rest = [a for a in data_axes if a != "expert"]
+    f = _axes(data_axes) if p.zero >= 3 else None
+    fe = _axes(expert_rest) if p.zero >= 3 else None
+    batch = tuple(a for a in ("data", "fsdp", "expert") if sizes.get(a, 1) > 1) or None
     seq = "context" if p.cp > 1 else None
     specs: dict[str, list[Any]] = {
         "embedding [vocab, hidden]": ["tensor", f],
@@ -68,13 +83,19 @@ def jax_launch(plan: Plan) -> Launch:
         "head [hidden, vocab]": [f, "tensor"],
         "activations [batch, seq, hidden]": [list(batch) if batch else None, seq, None],
     }
+    if plan.architecture.get("experts"):
+        ep = "expert" if p.ep > 1 else None
+        specs.update({"router [hidden, experts]": [f, None],
+                      "experts in (gate, up) [experts, hidden, expert_ffn]": [ep, fe if ep else f, "tensor"],
+                      "experts out [experts, expert_ffn, hidden]": [ep, "tensor", fe if ep else f]})
     if p.sequence_parallel:
         specs["activations between layers (sequence parallel) [batch, seq, hidden]"] = [
             list(batch) if batch else None, "tensor" if seq is None else [seq, "tensor"], None]
-    notes = []
-    if p.zero in (1, 2):
+    if p.zero in (1, 2) and data_axes:
         notes.append(f"ZeRO-{p.zero}: give the optimizer states (and with ZeRO-2 the gradient accumulators) the "
-                     "weights' specs with their first unsharded dim over 'data'")
+                     f"weights' specs with their first unsharded dim over {_spec([_axes(data_axes)])[2:-1]} (an "
+                     f"expert weight's over {_spec([_axes(expert_rest)])[2:-1] if expert_rest else 'nothing more'}), "
+                     f"{p.dp * p.cp} ways as the plan's memory assumes")
     if p.microbatches > 1:
         notes.append(f"accumulate gradients over {p.microbatches} microbatches of {p.microbatch} sequences per data "
                      "replica (e.g. optax.MultiSteps or a scan over microbatches)")
@@ -88,6 +109,11 @@ def jax_launch(plan: Plan) -> Launch:
                 "microbatch": p.microbatch, "global_batch": p.global_batch}
     return Launch("jax", plan_source(plan), settings, code=_snippet(settings, p.recompute), notes=notes,
                   reference=JAX_REFERENCE)
+
+
+def _axes(names: list[str]) -> Any:
+    """One mesh axis by name, several as a list (one dim sharded over their product), none as None."""
+    return None if not names else names[0] if len(names) == 1 else list(names)
 
 
 def _kv_splits(plan: Plan) -> bool:

@@ -14,7 +14,14 @@ plan maps, and why:
   softmax region); ``full`` recomputes every layer (``--recompute-method uniform
   --recompute-num-layers 1``).
 * ZeRO: 1 is the distributed optimizer; 2 and 3 are Megatron FSDP's ``optim_grads`` and
-  ``optim_grads_params`` sharding (which need the ``fsdp_dtensor`` checkpoint format).
+  ``optim_grads_params`` sharding with the flags ``docs/source/api-guide/custom_fsdp.md`` lists
+  together (``--use-megatron-fsdp --data-parallel-sharding-strategy ... --no-gradient-accumulation-fusion
+  --use-distributed-optimizer``) and the ``fsdp_dtensor`` checkpoint format ``validate_args`` asserts.
+* ``CUDA_DEVICE_MAX_CONNECTIONS``: ``validate_args`` asserts it is ``1`` with tensor or context
+  parallelism on GPUs before Blackwell (compute capability below 10), and that it is not ``1`` with
+  Megatron FSDP; the command sets it (``env CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...``) when needed.
+* the model: sizes, rotary base (``--rotary-base``: Megatron's default is 10,000, Llama-3 trains with
+  500,000) and Llama-3.1's rotary scaling (``--use-rope-scaling``).
 * the runtime: gradient-reduction and parameter-gather overlap, attention form, dropout and the
   gradient-reduction precision as the planner's runtime profile assumed them.
 """
@@ -27,7 +34,7 @@ from typing import Any
 from ..backends import defaults, get_system, get_target
 from ..costmodel.planner.plan import Plan
 from ..errors import NarrowpipeError
-from .emit import Launch, plan_source, training_dtype
+from .emit import STACKS, Launch, plan_source, software_stack, training_dtype
 
 __all__ = ["megatron_launch", "pipeline_layout", "MEGATRON_REFERENCE"]
 
@@ -35,6 +42,9 @@ MEGATRON_REFERENCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py, tag co
                       "(commit 0d7e02bd26d3eb347ad8d1bef625002babfa6df7)")
 _PRECISION = {"bf16": "--bf16", "fp16": "--fp16"}
 _ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+#: Megatron's --use-rope-scaling is Llama-3.x's scaling with these fixed (``RotaryEmbedding._apply_scaling``,
+#: megatron/core/models/common/embeddings/rotary_pos_embedding.py, core_v0.15.0); only the factor is a flag.
+_LLAMA3_ROPE_FIXED = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 
 def pipeline_layout(plan: Plan) -> str | None:
@@ -56,10 +66,22 @@ def pipeline_layout(plan: Plan) -> str | None:
 def megatron_launch(plan: Plan) -> Launch:
     """Megatron-LM's ``pretrain_gpt.py`` arguments for ``plan`` (see the module doc)."""
     target = get_target(plan.target)
-    if target.family != "gpu":
-        raise NarrowpipeError(f"Megatron-LM runs on GPUs; this plan is for {target.name} (a {target.family} "
-                              "target): emit --emit jax for TPUs, or plan for a GPU system")
+    stack = software_stack(target)
     p, arch, notes = plan.parallel, dict(plan.architecture), []
+    if stack == "tpu":
+        raise NarrowpipeError(f"Megatron-LM runs on GPUs; this plan is for {target.name}, a TPU: "
+                              "use --emit jax, or plan for a GPU system")
+    if stack == "neuron":
+        raise NarrowpipeError(f"Megatron-LM runs on GPUs; {target.name} runs {STACKS[stack]}: NeuronX Distributed "
+                              f"Training takes tensor/pipeline sizes of its own (this plan: tp={p.tp}, pp={p.pp}, "
+                              f"dp={p.dp}); no pretrain_gpt.py command is emitted")
+    if stack == "gaudi":
+        notes.append(f"{target.name} runs {STACKS[stack]}: upstream Megatron-LM needs CUDA; run these arguments "
+                     "with Intel's Gaudi port (HabanaAI/Megatron-LM, or Megatron-DeepSpeed), whose argument names "
+                     "follow upstream's but may lag it")
+    elif stack not in ("cuda", "rocm"):
+        raise NarrowpipeError(f"Megatron-LM runs on GPUs; this plan is for {target.name} (a {target.family} "
+                              "target): plan for a GPU system")
     if arch.get("encoder"):
         raise NarrowpipeError("Megatron-LM's pretrain_gpt.py trains decoders; this model is an encoder")
     flags: dict[str, Any] = {"--tensor-model-parallel-size": p.tp, "--pipeline-model-parallel-size": p.pp}
@@ -86,7 +108,7 @@ def megatron_launch(plan: Plan) -> Launch:
     flags.update(_zero_flags(plan))
     flags.update(_runtime_flags(plan, notes))
     flags.update(_model_flags(plan, arch, notes))
-    program = _launcher(plan, notes)
+    program = _environment(plan, target, stack, notes) + _launcher(plan, notes)
     args: list[str] = []
     for flag, value in flags.items():
         args += [flag] if value is True else [flag, str(value)]
@@ -99,6 +121,7 @@ def _zero_flags(plan: Plan) -> dict[str, Any]:
         return {"--use-distributed-optimizer": True}
     if zero in _ZERO_SHARDING:
         return {"--use-megatron-fsdp": True, "--data-parallel-sharding-strategy": _ZERO_SHARDING[zero],
+                "--no-gradient-accumulation-fusion": True, "--use-distributed-optimizer": True,
                 "--ckpt-format": "fsdp_dtensor"}
     return {}
 
@@ -152,6 +175,8 @@ def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str
     out["--seq-length"] = plan.seq
     out["--max-position-embeddings"] = max(plan.seq, int(arch.get("max_positions") or 0))
     out["--position-embedding-type"] = "rope" if arch.get("positions") == "rotary" else "learned_absolute"
+    if arch.get("positions") == "rotary":
+        out.update(_rope_flags(arch, notes))
     out["--normalization"] = "RMSNorm" if arch.get("norm") == "rms" else "LayerNorm"
     act, gated = arch.get("activation"), bool(arch.get("gated_mlp"))
     if gated and act == "silu":
@@ -160,7 +185,11 @@ def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str
         notes.append(f"a gated {act} MLP has no Megatron flag (--swiglu is SiLU): set "
                      "TransformerConfig(gated_linear_unit=True, activation_func=...) in the model provider")
     elif act == "gelu_tanh":
-        out["--openai-gelu"] = True               # Megatron's tanh-approximated GeLU
+        # --openai-gelu is read only by megatron/legacy models; Megatron-Core's MLP uses F.gelu (erf)
+        notes.append("the tanh-approximated GeLU (GPT-2's gelu_new) has no Megatron-Core flag (--openai-gelu acts "
+                     "only with --use-legacy-models): set TransformerConfig(activation_func=functools.partial("
+                     "torch.nn.functional.gelu, approximate='tanh')) in the model provider; left at Megatron-Core's "
+                     "exact (erf) GeLU")
     elif act not in ("gelu", None):
         notes.append(f"activation {act}: Megatron's default is GeLU; set activation_func in the model provider")
     out.update(_bias_flags(arch, notes))
@@ -173,9 +202,50 @@ def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str
                                                                           sorted(arch["other"].items()))
                      + " (add Megatron's flags or model-provider settings for them)")
     notes.append(f"add data and tokenizer flags (--data-path, --tokenizer-type, ...); to measure this plan on "
-                 f"synthetic data: --mock-data --tokenizer-type NullTokenizer --vocab-size {arch['vocab']} "
-                 "(Megatron pads the vocabulary to a multiple of 128 x tp)")
+                 f"synthetic data: --mock-data --tokenizer-type NullTokenizer --vocab-size {int(arch['vocab']) - 1} "
+                 f"(the model's {arch['vocab']} minus one: NullTokenizer adds an end-of-document token; Megatron "
+                 "pads the vocabulary to a multiple of 128 x tp)")
     return out
+
+
+def _rope_flags(arch: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """``--rotary-base`` (an integer in Megatron; default 10,000) and Llama-3.x's ``--use-rope-scaling``."""
+    out: dict[str, Any] = {}
+    theta = arch.get("rope_theta")
+    if theta is None:
+        notes.append("the model's rotary base (rope_theta) is unknown (a plan saved before narrowpipe.plan v4, or an "
+                     "export without inv_freq values): Megatron's --rotary-base defaults to 10000; set it to the "
+                     "model's (Llama-3: 500000)")
+    elif float(theta) != int(float(theta)):
+        notes.append(f"rotary base {theta}: Megatron's --rotary-base takes an integer; set rotary_base in the model "
+                     "provider")
+    else:
+        out["--rotary-base"] = int(float(theta))
+    scaling = arch.get("rope_scaling")
+    if scaling:
+        kind = scaling.get("rope_type", scaling.get("type"))
+        fixed = all(float(scaling.get(k, v)) == v for k, v in _LLAMA3_ROPE_FIXED.items())
+        if kind == "llama3" and fixed:
+            out.update({"--use-rope-scaling": True, "--rope-scaling-factor": float(scaling.get("factor", 8.0))})
+        else:
+            notes.append(f"rotary scaling {dict(scaling)} has no Megatron flag for this attention (--use-rope-scaling "
+                         f"is Llama-3.x's with {_LLAMA3_ROPE_FIXED}): set it in the model provider")
+    return out
+
+
+def _environment(plan: Plan, target: Any, stack: str, notes: list[str]) -> list[str]:
+    """``env CUDA_DEVICE_MAX_CONNECTIONS=1`` where Megatron's ``validate_args`` asserts it: tensor or
+    context parallelism before Blackwell (NVIDIA's compute capability 10; AMD's Instinct report 9)
+    without Megatron FSDP, which asserts the opposite."""
+    p = plan.parallel
+    if stack not in ("cuda", "rocm") or (p.tp == 1 and p.cp == 1):
+        return []
+    if p.zero in _ZERO_SHARDING:
+        notes.append("Megatron FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is not 1: leave it unset (Megatron warns that "
+                     "tensor/context parallelism would prefer 1)")
+        return []
+    blackwell = stack == "cuda" and "fp4" in target.matrix_flops      # NVFP4 tensor cores came with Blackwell
+    return [] if blackwell else ["env", "CUDA_DEVICE_MAX_CONNECTIONS=1"]
 
 
 def _bias_flags(arch: dict[str, Any], notes: list[str]) -> dict[str, Any]:

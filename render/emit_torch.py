@@ -11,10 +11,21 @@ How the plan maps, and why:
   states sharded); 2 is FSDP2 ``fully_shard(reshard_after_forward=False)`` (parameters stay
   gathered between forward and backward: gradients and states sharded); 3 is
   ``fully_shard(reshard_after_forward=True)``. With context parallelism the gradient group is
-  ``dp x cp`` (the flattened ``dp_cp`` mesh, as torchtitan does).
+  ``dp x cp`` (the flattened ``dp_cp`` mesh, as torchtitan does). With tensor parallelism the
+  parameters are DTensors, which DDP refuses (``_sync_module_states``: "mixed torch.Tensor and
+  DTensor") and ``ZeroRedundancyOptimizer`` cannot broadcast: ZeRO-0 is the composable
+  ``replicate(model, device_mesh=dp_mesh)`` (DDP's reducer, DTensor-aware), ZeRO-1 is FSDP2 without
+  resharding after forward (it also shards the gradients: a note says so).
 * tensor parallelism: Megatron's column/row split (q, k, v, gate, up column-wise; o and down
-  row-wise), with ``SequenceParallel`` norms and sequence-sharded layer inputs when the plan uses
-  sequence parallelism.
+  row-wise) in every layer, and at the model level the embedding row-wise (vocabulary split) and
+  the head column-wise, as torchtitan does. With sequence parallelism the norms are
+  ``SequenceParallel`` and the residual stream stays a sequence-sharded DTensor between them:
+  the embedding's output is kept a DTensor (Hugging Face's Llama reads the sequence length off it
+  for positions and mask), attention's ``hidden_states`` (passed by keyword by Hugging Face's
+  decoder layer) and the MLP input are gathered on entry, the row-wise outputs reduce-scattered back
+  to sequence shards, and the head gathers the final norm's output.
+* the device type follows the chip's software: ``cuda`` (NVIDIA, AMD ROCm), ``hpu`` (Intel Gaudi,
+  through its PyTorch bridge); Trainium (Neuron SDK) and TPUs are refused.
 * recomputation ``full`` wraps every layer in ``checkpoint_wrapper``; the pipeline is
   ``torch.distributed.pipelining``'s ``Schedule1F1B`` or ``ScheduleInterleaved1F1B``.
 """
@@ -23,8 +34,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..backends import get_target
 from ..costmodel.planner.plan import Plan
-from .emit import Launch, plan_source, py_tuple, training_dtype
+from ..errors import NarrowpipeError
+from .emit import STACKS, Launch, plan_source, py_tuple, software_stack, training_dtype
 
 __all__ = ["torch_launch", "mesh_axes", "TORCH_REFERENCE"]
 
@@ -33,6 +46,7 @@ TORCH_REFERENCE = ("torch.distributed.device_mesh.init_device_mesh, torch.distri
 _TORCH_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 _COLWISE = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
 _ROWWISE = ("self_attn.o_proj", "mlp.down_proj")
+_DEVICE = {"cuda": "cuda", "rocm": "cuda", "gaudi": "hpu", "cpu": "cpu"}
 
 
 def mesh_axes(plan: Plan) -> list[tuple[str, int]]:
@@ -48,15 +62,28 @@ def mesh_axes(plan: Plan) -> list[tuple[str, int]]:
 def torch_launch(plan: Plan) -> Launch:
     """PyTorch settings for ``plan`` (see the module doc)."""
     p, notes = plan.parallel, []
+    target = get_target(plan.target)
+    stack = software_stack(target)
+    if stack not in _DEVICE:
+        way_out = ("NeuronX Distributed (torch-neuronx) has tensor/pipeline-parallel layers of its own"
+                   if stack == "neuron" else "use --emit jax" if stack == "tpu" else "plan for a GPU system")
+        raise NarrowpipeError(f"the PyTorch settings are torch.distributed on CUDA devices (DeviceMesh, FSDP2, "
+                              f"DTensor tensor parallelism); {target.name} runs {STACKS[stack]}: {way_out}")
+    if stack == "gaudi":
+        notes.append(f"{target.name}: import habana_frameworks.torch before building the mesh (device type 'hpu', "
+                     "HCCL backend), and check Intel Gaudi's documentation for the FSDP2 and DTensor features used")
     axes = mesh_axes(plan)
     dtype = training_dtype(plan)
-    data = {0: "ddp", 1: "ddp+zero_redundancy_optimizer", 2: "fsdp2", 3: "fsdp2"}[p.zero]
+    fsdp = p.zero >= 2 or (p.zero == 1 and p.tp > 1)
+    data = "fsdp2" if fsdp else "replicate" if p.tp > 1 else {0: "ddp", 1: "ddp+zero_redundancy_optimizer"}[p.zero]
     settings: dict[str, Any] = {
-        "mesh": {"device_type": "cuda", "shape": [n for _, n in axes], "mesh_dim_names": [a for a, _ in axes]},
+        "mesh": {"device_type": _DEVICE[stack], "shape": [n for _, n in axes],
+                 "mesh_dim_names": [a for a, _ in axes]},
         "data_parallel": {"kind": data, "mesh": "dp_cp" if p.cp > 1 else "dp",
-                          **({"reshard_after_forward": p.zero == 3} if p.zero >= 2 else {})},
+                          **({"reshard_after_forward": p.zero == 3} if fsdp else {})},
         "param_dtype": dtype, "reduce_dtype": str(plan.runtime.get("grad_reduce_dtype", "fp32")),
         "tensor_parallel": _tp_plan(p.sequence_parallel) if p.tp > 1 else {},
+        "tensor_parallel_model": _tp_model_plan(p.sequence_parallel) if p.tp > 1 else {},
         "activation_checkpointing": p.recompute,
         "pipeline": ({"schedule": "ScheduleInterleaved1F1B" if p.interleave > 1 else "Schedule1F1B",
                       "n_microbatches": p.microbatches, "stages_per_rank": p.interleave,
@@ -72,9 +99,13 @@ def torch_launch(plan: Plan) -> Launch:
     if p.ep > 1:
         notes.append(f"expert parallelism ep={p.ep}: torch.distributed has no built-in expert-parallel layer; "
                      "shard the experts over the data-parallel ranks yourself")
-    if p.tp > 1 and p.zero < 2:
-        notes.append("DDP over tensor-parallel (DTensor) parameters: if DDP refuses them, use FSDP2 with "
-                     "reshard_after_forward=False or torch's composable replicate (as torchtitan does)")
+    if p.tp > 1 and p.zero == 1:
+        notes.append("ZeRO-1 with tensor parallelism: ZeroRedundancyOptimizer cannot broadcast DTensor parameters, so "
+                     "the data-parallel axis is FSDP2 without resharding after forward, which shards the gradients "
+                     "too (ZeRO-2: less memory than planned, the same reduce-scatter + all-gather traffic)")
+    if p.tp > 1 and p.pp > 1:
+        notes.append("the model-level tensor-parallel plan (embedding, final norm, head) applies on the pipeline "
+                     "stage that holds each module")
     if p.tp > 1 and plan.architecture and not plan.architecture.get("gated_mlp"):
         notes.append("the tensor-parallel plan names Llama modules (q/k/v/o, gate/up/down projections); rename them "
                      "for this model (GPT-2's Conv1D layers are not nn.Linear: torch's tensor parallel needs Linear)")
@@ -83,14 +114,34 @@ def torch_launch(plan: Plan) -> Launch:
 
 
 def _tp_plan(sp: bool) -> dict[str, str]:
+    """Each decoder layer's plan. Under sequence parallelism the row-wise outputs stay DTensors
+    (``use_local_output=False``) so the residual add meets the sequence-sharded DTensor stream;
+    Hugging Face's decoder layer calls ``self_attn(hidden_states=..., ...)`` with keywords only, so
+    its input is prepared by keyword (a positional layout fails: 'module inputs and input_layouts
+    should have same length')."""
     out = {name: "ColwiseParallel()" for name in _COLWISE}
-    out.update({name: "RowwiseParallel(output_layouts=Shard(1))" if sp else "RowwiseParallel()" for name in _ROWWISE})
+    out.update({name: "RowwiseParallel(output_layouts=Shard(1), use_local_output=False)" if sp else "RowwiseParallel()"
+                for name in _ROWWISE})
     if sp:
         out.update({"input_layernorm": "SequenceParallel()", "post_attention_layernorm": "SequenceParallel()",
-                    "self_attn": "PrepareModuleInput(input_layouts=(Shard(1), None), "
-                                 "desired_input_layouts=(Replicate(), None))",
+                    "self_attn": 'PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)}, '
+                                 'desired_input_kwarg_layouts={"hidden_states": Replicate()})',
                     "mlp": "PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))"})
     return out
+
+
+def _tp_model_plan(sp: bool) -> dict[str, str]:
+    """The modules outside the layers (torchtitan's plan): the embedding split by vocabulary rows, the
+    head by vocabulary columns and gathered for the loss; with sequence parallelism the embedding
+    leaves its output sequence-sharded (a DTensor: Hugging Face's Llama takes the sequence length for
+    positions and mask from it) and the final norm runs on the shards."""
+    if not sp:
+        return {"model.embed_tokens": "RowwiseParallel(input_layouts=Replicate())",
+                "lm_head": "ColwiseParallel(output_layouts=Replicate())"}
+    return {"model.embed_tokens": "RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), "
+                                  "use_local_output=False)",
+            "model.norm": "SequenceParallel()",
+            "lm_head": "ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())"}
 
 
 def _chunk_layers(plan: Plan) -> list[list[int]]:
@@ -103,12 +154,17 @@ def _snippet(plan: Plan, s: dict[str, Any]) -> str:
     mesh = s["mesh"]
     names = py_tuple(f'"{n}"' for n in mesh["mesh_dim_names"])
     shape = py_tuple(str(n) for n in mesh["shape"])
+    kind = s["data_parallel"]["kind"]
+    fsdp = kind == "fsdp2"
+    reshard = bool(s["data_parallel"].get("reshard_after_forward"))
     lines = ["import torch", "from torch.distributed.device_mesh import init_device_mesh"]
-    if p.zero >= 2:
+    if fsdp:
         lines.append("from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard")
+    elif kind == "replicate":
+        lines.append("from torch.distributed._composable.replicate import replicate")
     else:
         lines.append("from torch.nn.parallel import DistributedDataParallel as DDP")
-    if p.zero == 1:
+    if kind == "ddp+zero_redundancy_optimizer":
         lines.append("from torch.distributed.optim import ZeroRedundancyOptimizer")
     if p.tp > 1:
         lines.append("from torch.distributed.tensor import Replicate, Shard")
@@ -118,13 +174,16 @@ def _snippet(plan: Plan, s: dict[str, Any]) -> str:
         lines.append("from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper")
     if p.pp > 1:
         lines.append(f"from torch.distributed.pipelining import PipelineStage, {s['pipeline']['schedule']}")
-    lines += ["", f'mesh = init_device_mesh("cuda", {shape}, mesh_dim_names={names})',
+    lines += ["", f'mesh = init_device_mesh("{mesh["device_type"]}", {shape}, mesh_dim_names={names})',
               'dp_mesh = mesh["dp", "cp"]._flatten("dp_cp")' if p.cp > 1 else 'dp_mesh = mesh["dp"]']
     if p.tp > 1:
+        lines.append('parallelize_module(model, mesh["tp"], {   # embedding, final norm and head')
+        lines += [f'    "{k}": {v},' for k, v in s["tensor_parallel_model"].items()]
+        lines.append("})")
         lines.append("layer_plan = {")
         lines += [f'    "{k}": {v},' for k, v in s["tensor_parallel"].items()]
         lines.append("}")
-    if p.zero >= 2:
+    if fsdp:
         lines.append(f"mp = MixedPrecisionPolicy(param_dtype={_TORCH_DTYPE.get(s['param_dtype'], 'torch.bfloat16')}, "
                      f"reduce_dtype={_TORCH_DTYPE.get(s['reduce_dtype'], 'torch.float32')})")
     lines.append("for i, layer in enumerate(model.model.layers):   # this pipeline stage's layers"
@@ -134,14 +193,16 @@ def _snippet(plan: Plan, s: dict[str, Any]) -> str:
         body.append('parallelize_module(layer, mesh["tp"], layer_plan)')
     if p.recompute == "full":
         body += ["layer = checkpoint_wrapper(layer)", "model.model.layers[i] = layer"]
-    if p.zero >= 2:
-        body.append(f"fully_shard(layer, mesh=dp_mesh, reshard_after_forward={p.zero == 3}, mp_policy=mp)")
+    if fsdp:
+        body.append(f"fully_shard(layer, mesh=dp_mesh, reshard_after_forward={reshard}, mp_policy=mp)")
     lines += ["    " + b for b in body or ["pass"]]
-    if p.zero >= 2:
-        lines.append(f"fully_shard(model, mesh=dp_mesh, reshard_after_forward={p.zero == 3}, mp_policy=mp)")
+    if fsdp:
+        lines.append(f"fully_shard(model, mesh=dp_mesh, reshard_after_forward={reshard}, mp_policy=mp)")
+    elif kind == "replicate":
+        lines.append("model = replicate(model, device_mesh=dp_mesh)   # DDP's reducer over DTensor parameters")
     else:
         lines.append("model = DDP(model, process_group=dp_mesh.get_group())")
-    if p.zero == 1:
+    if kind == "ddp+zero_redundancy_optimizer":
         lines.append("optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, "
                      "process_group=dp_mesh.get_group())")
     lines.append(f"# microbatch {p.microbatch} sequences, global batch {p.global_batch} "

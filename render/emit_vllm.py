@@ -37,6 +37,7 @@ VLLM_REFERENCE = ("vllm-project/vllm vllm/engine/arg_utils.py (commit 001999d2f3
 #: ``--kv-cache-dtype`` choices, and the narrowpipe KV format each stands for.
 KV_CACHE_DTYPES = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+_FP8 = ("fp8_e4m3", "fp8")
 _LAYOUT = re.compile(r"^(?:TP(?P<tp>\d+))?(?: x )?(?:PP(?P<pp>\d+))?$")
 
 
@@ -64,7 +65,7 @@ def model_reference(model: str) -> tuple[str, str | None]:
 def vllm_launch(model: str, target: str, layout: str, *, batch: int, max_model_len: int, model_dtype: str,
                 formats: dict[str, str | None], source: dict[str, Any]) -> Launch:
     """vLLM engine arguments for ``batch`` sequences of up to ``max_model_len`` tokens of ``model`` on
-    ``layout`` devices of ``target``; ``formats`` are the deployment's weights/activations/kv formats
+    ``layout`` devices of ``target``; ``formats`` are the deployment's weights/activations/kv/gemm_inputs formats
     (None: the model's own, ``model_dtype``)."""
     chip = get_target(target)
     if chip.family == "dataflow":
@@ -85,7 +86,7 @@ def vllm_launch(model: str, target: str, layout: str, *, batch: int, max_model_l
     else:
         raise NarrowpipeError(f"vLLM's --dtype is bfloat16, float16 or float32; this deployment computes in {compute}")
     flags["--kv-cache-dtype"] = _kv_flag(kv, model_dtype)
-    flags.update(_quantization(weights, activations, model_dtype, notes))
+    flags.update(_quantization(weights, activations, formats.get("gemm_inputs"), model_dtype, notes))
     args: list[str] = []
     for flag, value in flags.items():
         args += [flag, str(value)]
@@ -101,15 +102,23 @@ def _kv_flag(kv: str | None, model_dtype: str) -> str:
                           f"is {kv}: re-plan with --kv fp8_e4m3 or the model's own format")
 
 
-def _quantization(weights: str | None, activations: str | None, model_dtype: str,
+def _quantization(weights: str | None, activations: str | None, gemm_inputs: str | None, model_dtype: str,
                   notes: list[str]) -> dict[str, Any]:
+    """``--quantization`` for the deployment's formats. FP8 "W8A8" is fp8 weights with fp8 GEMM inputs
+    (``--gemm-inputs``, or every activation in fp8): what vLLM's ``fp8`` method runs on GPUs with fp8
+    tensor cores, so only fp8 weights with 16-bit GEMM inputs are weight-only."""
+    fp8_inputs = activations in _FP8 or gemm_inputs in _FP8
     if weights is None or weights == model_dtype or weights in _DTYPE:
-        if activations not in (None, model_dtype) and activations not in _DTYPE:
+        if gemm_inputs in _FP8:
+            notes.append(f"fp8 GEMM inputs with {weights or model_dtype} weights: vLLM runs fp8 GEMMs only with fp8 "
+                         "weights (--quantization fp8 stores them in fp8 too), so none is emitted; re-plan with "
+                         "--weights fp8_e4m3 to predict what it runs")
+        elif activations not in (None, model_dtype) and activations not in _DTYPE:
             notes.append(f"{activations} activations with {weights or model_dtype} weights: vLLM quantizes "
                          "activations only together with the weights (--quantization fp8)")
         return {}
     if weights == "fp8_e4m3":
-        if activations not in ("fp8_e4m3", "fp8"):
+        if not fp8_inputs:
             notes.append("vLLM's --quantization fp8 also runs the activations in fp8 on GPUs with fp8 tensor cores "
                          "(Hopper, Ada, Blackwell); this deployment was predicted weight-only (16-bit activations)")
         return {"--quantization": "fp8"}

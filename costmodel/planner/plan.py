@@ -18,13 +18,15 @@ from .strategy import Parallel
 __all__ = ["Plan", "RunnerUp", "PLAN_VERSION", "PLAN_FORMAT", "ARCH_FIELDS"]
 
 #: 2: ``format`` (was ``kind``) like every other ``--json`` document, ``closed_form_step_s``, and
-#: ``step_time_s`` from the simulated schedule. Version 1 files still load.
-PLAN_VERSION = 3
+#: ``step_time_s`` from the simulated schedule. Version 1 files still load. 3: ``item_unit``. 4: the
+#: architecture's ``rope_theta`` and ``rope_scaling`` (launch tools need the rotary base); older files
+#: load without them.
+PLAN_VERSION = 4
 PLAN_FORMAT = "narrowpipe.plan"
 #: The model's sizes a plan keeps for launch tools (``Plan.architecture``), from the builder's spec.
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_mlp", "activation",
                "norm", "positions", "max_positions", "tie_embeddings", "experts", "top_k", "attn_bias", "out_bias",
-               "mlp_bias", "encoder")
+               "mlp_bias", "encoder", "rope_theta", "rope_scaling")
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,8 @@ class Planner:
         """Refuse a sequence longer than the model's positions (GPT-2's 1,024 learned rows): the model
         cannot train on it, so no plan (nor the launch settings emitted from one) would be an answer."""
         from ..serving.recognise import spec_from_graph
-        spec = spec_from_graph(self.graph)
+        #: the transformer's spec when recognised (heads, KV heads, positions), else None
+        self.spec = spec = spec_from_graph(self.graph)
         limit = spec.max_positions if spec is not None else None
         if limit and self.seq > limit:
             raise PlanError(f"{self.graph.name} handles at most {limit:,} positions; seq {self.seq:,} is past them")
@@ -221,9 +222,27 @@ class Planner:
             raise PlanError(f"{len(self.blocks.layers)} layers cannot fill pp={parallel.pp} x "
                             f"interleave={parallel.interleave} pipeline chunks")
         self.check_experts(parallel.ep, parallel.cp)
+        heads = self.heads_split(parallel.tp)
+        if heads is not None:
+            raise PlanError(heads)
         if parallel.cp > 1 and self.seq % (2 * parallel.cp if parallel.cp > 1 else 1):
             raise PlanError(f"seq={self.seq} does not split into 2 x cp={parallel.cp} chunks (load-balanced "
                             "causal context parallelism)")
+
+    def heads_split(self, tp: int) -> str | None:
+        """None when ``tp`` divides the attention heads and the KV heads (query groups), else why not.
+        Megatron asserts both (num_attention_heads and num_query_groups divisible by the tensor-parallel
+        size), torch's tensor parallelism splits k/v projections by whole heads, and the cost model
+        shards a weight's columns without regard to heads (it would cost half a KV head per device)."""
+        spec = self.spec
+        if tp == 1 or spec is None:
+            return None
+        if spec.heads % tp:
+            return f"{spec.heads} attention heads do not split over tp={tp}"
+        if spec.kv_heads % tp:
+            return (f"{spec.kv_heads} KV heads (query groups) do not split over tp={tp} (Megatron needs "
+                    "num_query_groups divisible by the tensor-parallel size)")
+        return None
 
     def check_experts(self, ep: int, cp: int = 1) -> None:
         """Expert parallelism needs experts that ``ep`` divides, and no context parallelism."""

@@ -67,14 +67,13 @@ def _divisors(n: int) -> list[int]:
 def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
     """Every strategy for ``planner.devices`` that respects ``fixed`` (any ``Parallel`` field)."""
     n, batch, layers = planner.devices, planner.global_batch, len(planner.blocks.layers)
-    meta = planner.graph.meta.get("spec", {}) if isinstance(planner.graph.meta.get("spec"), dict) else {}
-    heads = int(meta.get("heads") or 0)
     domain = planner.topology.scale_up_domain
 
     def allowed(name: str, values: list[Any]) -> list[Any]:
         return [fixed[name]] if name in fixed else values
 
-    for tp in allowed("tp", [d for d in _divisors(n) if d <= min(_TP_MAX, domain) and (not heads or heads % d == 0)]):
+    # tensor parallelism splits whole heads and whole KV heads (query groups): Megatron asserts both
+    for tp in allowed("tp", [d for d in _divisors(n) if d <= min(_TP_MAX, domain) and planner.heads_split(d) is None]):
         cps = [1] + ([c for c in (2, 4, 8) if planner.seq >= 8192 * c // 2] if planner.seq >= 8192 else [])
         for cp in allowed("cp", cps):
             if n % (tp * cp) or planner.seq % (2 * cp if cp > 1 else 1):
@@ -138,6 +137,9 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
         raise PlanError(f"no strategy for {planner.devices} devices satisfies {fixed or 'the constraints'} "
                         f"(global batch {planner.global_batch}, {len(planner.blocks.layers)} layers, "
                         f"seq {planner.seq})")
+    heads = planner.heads_split(int(fixed["tp"])) if "tp" in fixed else None
+    if heads is not None:                            # a fixed tp skips the candidates' filter: say why not
+        raise PlanError(f"tp={fixed['tp']}: {heads}")
     kept = [p for p in cands if static_memory(planner, p) <= capacity]
     result_pruned = len(cands) - len(kept)
     if not kept:

@@ -19,7 +19,7 @@ from ...ir import DimRole, DType, Graph, Op, OpGroup, Value, attention_dims
 from ...ir.dims import Dim
 from ...models.spec import TransformerSpec
 
-__all__ = ["spec_from_graph", "check_twin"]
+__all__ = ["spec_from_graph", "check_twin", "ROPE_THETA_META"]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.")
 
@@ -116,8 +116,26 @@ def spec_from_graph(graph: Graph) -> TransformerSpec | None:
         except (ValueError, TypeError, ZeroDivisionError):   # a shape that is not this layout's
             spec = None
         if spec is not None:
-            return _with_export_positions(spec, graph)
+            return _with_rope_theta(_with_export_positions(spec, graph), graph)
     return None
+
+
+#: ``graph.meta`` key: the rotary base a frontend read from the model's ``rotary_emb.inv_freq`` values.
+ROPE_THETA_META = "rope_theta"
+
+
+def _with_rope_theta(spec: TransformerSpec, graph: Graph) -> TransformerSpec:
+    """A rotary model's base is in its inv_freq buffer's values, which the IR does not keep: the
+    frontend records it (``graph.meta["rope_theta"]``) when the export had real values; a bundled
+    example (exported on the meta device) has its config's. Otherwise it stays unknown (None)."""
+    if spec.positions != "rotary" or spec.rope_theta is not None:
+        return spec
+    theta = graph.meta.get(ROPE_THETA_META)
+    if theta is None:
+        from ...models.examples import EXAMPLES
+        example = EXAMPLES.get(str(graph.meta.get("example", "")))
+        theta = example.rope_theta if example is not None else None
+    return dataclasses.replace(spec, rope_theta=float(theta)) if theta else spec
 
 
 def _with_export_positions(spec: TransformerSpec, graph: Graph) -> TransformerSpec:

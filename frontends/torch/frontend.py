@@ -110,6 +110,9 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
         graph.meta[KV_CACHE_META] = [{"name": mapping[n].name, "batch_axis": caches[n.name]["batch_axis"],
                                       "length_axis": caches[n.name]["length_axis"]}
                                      for n in placeholders if n.name in caches]
+    theta = rope_theta_of(state)
+    if theta is not None:
+        graph.meta[ROPE_THETA_META] = theta
     _declare_dims(graph, ep, placeholders, renames)
     assign_roles(graph)  # batch / sequence / KV length, from the Dim names and input positions
     constants = {node: state[spec.target] for spec, node in zip(sig.input_specs, placeholders)
@@ -120,6 +123,28 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
     graph.set_outputs(outputs)
     graph.meta[MODULE_CALLS_META] = module_calls(gm)
     return maybe_verify(graph, "the torch frontend")
+
+
+#: ``graph.meta`` key: the rotary base read from a ``rotary_emb.inv_freq`` buffer's values (what the
+#: serving recogniser, ``costmodel/serving/recognise.py``, gives the model's spec as ``rope_theta``).
+ROPE_THETA_META = "rope_theta"
+
+
+def rope_theta_of(state: Mapping[str, Any]) -> float | None:
+    """The rotary base behind Hugging Face's ``inv_freq[i] = theta ** (-2 i / d)`` buffer, or None
+    (no such buffer, or one on the meta device with no values). Fitted in log space over the first
+    quarter of the frequencies, which Llama-3.1-style scaling leaves alone (it rescales only the low
+    ones), and rounded to the digits the buffer's format holds (a bf16 buffer: two)."""
+    for name, t in state.items():
+        if not (name.endswith("rotary_emb.inv_freq") and isinstance(t, torch.Tensor)) or t.is_meta or t.numel() < 2:
+            continue
+        n = t.numel()
+        y = t.detach().double().flatten()[1:max(2, n // 4 + 1)].log()
+        i = torch.arange(1, len(y) + 1, dtype=torch.float64)
+        log_theta = float(-n * (i * y).sum() / (i * i).sum())
+        digits = 2 if t.element_size() < 4 else 6
+        return float(f"{torch.tensor(log_theta).exp().item():.{digits}g}")
+    return None
 
 
 #: ``graph.meta`` key: how many ``nn.Module`` calls the exported forward made.

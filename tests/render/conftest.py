@@ -14,7 +14,7 @@ from narrowpipe.costmodel.planner import Parallel
 LLAMA_8B = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ffn": 14336, "vocab": 128256,
             "gated_mlp": True, "activation": "silu", "norm": "rms", "positions": "rotary", "max_positions": 8192,
             "tie_embeddings": False, "experts": None, "top_k": None, "attn_bias": False, "out_bias": False,
-            "mlp_bias": False, "encoder": False}
+            "mlp_bias": False, "encoder": False, "rope_theta": 500000.0, "rope_scaling": None}
 MEGATRON_CORE = {"name": "megatron-core", "overlap_grad_reduce": True, "overlap_param_gather": True,
                  "overlap_tp_comm": False, "pipeline_scatter_gather": True, "attention": "fused", "dropout": 0.0,
                  "grad_reduce_dtype": "fp32", "master_weights": True, "stage_split": "balanced", "fusion": "full"}

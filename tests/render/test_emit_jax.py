@@ -61,3 +61,52 @@ def test_the_snippet_builds_its_shardings_with_jax(hand_plan, llama_arch):
     code = jax_launch(plan).code.replace("jax.checkpoint(layer_fn,", "jax.checkpoint(lambda x: x,")
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+def _shards(spec: list, sizes: dict[str, int]) -> int:
+    """How many ways a PartitionSpec (as settings data) splits a weight over the mesh."""
+    ways = 1
+    for entry in spec:
+        for axis in ([] if entry is None else entry if isinstance(entry, list) else [entry]):
+            ways *= sizes[axis]
+    return ways
+
+
+@pytest.mark.parametrize("fix", [{"tp": 2, "dp": 32, "ep": 4, "zero": 3}, {"tp": 2, "dp": 8, "cp": 4, "zero": 3},
+                                 {"tp": 4, "dp": 16, "zero": 3}])
+def test_zero_3_shards_weights_as_many_ways_as_the_plans_memory_assumes(hand_plan, llama_arch, fix):
+    """The planner's memory (search.static_memory) splits dense weights over tp x dp x cp under ZeRO-3 and
+    expert weights over tp x ep x (dp x cp / ep) = tp x dp x cp: with ep or cp the 'fsdp' axis alone
+    (dp / ep ways) left the weights 4x bigger per device than predicted."""
+    arch = {**llama_arch, "experts": 8, "top_k": 2} if fix.get("ep") else llama_arch
+    plan = hand_plan(1, 1, 4, target="tpu-v5p", system="tpu-v5p-8x8x8", architecture=arch, **fix)
+    launch = jax_launch(plan)
+    sizes = dict(jax_mesh(plan))
+    specs = launch.settings["partition_specs"]
+    whole = plan.parallel.tp * plan.parallel.dp * plan.parallel.cp
+    for name in ("attention q [hidden, heads, head_dim]", "attention out [heads, head_dim, hidden]",
+                 "mlp in (gate, up) [hidden, ffn]", "mlp out [ffn, hidden]", "head [hidden, vocab]",
+                 "embedding [vocab, hidden]"):
+        assert _shards(specs[name], sizes) == whole, name
+    if fix.get("ep"):
+        for name in ("experts in (gate, up) [experts, hidden, expert_ffn]",
+                     "experts out [experts, expert_ffn, hidden]"):
+            assert specs[name][0] == "expert" and _shards(specs[name], sizes) == whole, name
+        assert 'P("expert", "fsdp", "tensor")' in launch.code
+    for spec in specs.values():                       # a mesh axis shards at most one dim of a weight
+        used = [a for e in spec if e is not None for a in (e if isinstance(e, list) else [e])]
+        assert len(used) == len(set(used)), spec
+
+
+def test_zero_1_states_are_sharded_over_every_data_axis(hand_plan, llama_arch):
+    plan = hand_plan(1, 1, 4, tp=2, dp=8, cp=2, zero=1, target="tpu-v5p", system="tpu-v5p-8x8x8",
+                     architecture=llama_arch)
+    assert any('over ("data", "context")' in n and "16 ways" in n for n in jax_launch(plan).notes)
+
+
+def test_gaudi_runs_pytorch_not_jax_and_trainium_jax_goes_through_neuron(hand_plan, llama_arch):
+    """Gaudi 3 and Trainium2 are 'tpu' (systolic) in the catalog; the software decides."""
+    with pytest.raises(NarrowpipeError, match="Intel Gaudi.*--emit torch"):
+        jax_launch(hand_plan(1, 1, 4, target="gaudi3", system="gaudi3", architecture=llama_arch))
+    trn = jax_launch(hand_plan(1, 1, 4, target="trainium2", system="trn2-16", architecture=llama_arch))
+    assert any("jax-neuronx" in n for n in trn.notes)

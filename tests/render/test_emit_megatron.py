@@ -27,9 +27,11 @@ MEGATRON_FLAGS = {
     "--overlap-grad-reduce", "--overlap-param-gather", "--attention-backend", "--attention-dropout",
     "--hidden-dropout", "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
     "--group-query-attention", "--num-query-groups", "--kv-channels", "--seq-length", "--max-position-embeddings",
-    "--position-embedding-type", "--normalization", "--swiglu", "--openai-gelu", "--disable-bias-linear",
+    "--position-embedding-type", "--normalization", "--swiglu", "--disable-bias-linear",
     "--add-qkv-bias", "--untie-embeddings-and-output-weights", "--num-experts", "--moe-router-topk",
+    "--rotary-base", "--use-rope-scaling", "--rope-scaling-factor", "--no-gradient-accumulation-fusion",
 }
+# `--rotary-base` is `type=int` there: an integer, written as one
 # choices= of the flags above that take one (same file and tag)
 MEGATRON_CHOICES = {"--recompute-granularity": {"full", "selective"}, "--recompute-method": {"uniform", "block"},
                     "--position-embedding-type": {"learned_absolute", "rope", "mrope", "relative", "none"},
@@ -59,6 +61,9 @@ def flags_of(args: list[str]) -> dict[str, str | bool]:
 
 def check_flags(launch) -> dict[str, str | bool]:
     program = launch.program
+    if program[0] == "env":           # only the variable validate_args asserts on
+        assert program[1] == "CUDA_DEVICE_MAX_CONNECTIONS=1"
+        program = program[2:]
     assert program[0] == "torchrun" and program[-1] == "pretrain_gpt.py"
     torchrun = get_args_parser().parse_args(program[1:])        # torch's own parser accepts the launcher flags
     assert torchrun.nproc_per_node == program[2] and torchrun.training_script == "pretrain_gpt.py"
@@ -66,6 +71,8 @@ def check_flags(launch) -> dict[str, str | bool]:
     assert set(flags) <= MEGATRON_FLAGS, set(flags) - MEGATRON_FLAGS
     for flag, choices in MEGATRON_CHOICES.items():
         assert flags.get(flag, next(iter(choices))) in choices
+    if "--rotary-base" in flags:
+        assert str(int(flags["--rotary-base"])) == flags["--rotary-base"]
     return flags
 
 
@@ -74,7 +81,7 @@ def test_a_hand_made_interleaved_plan_gives_this_exact_command(hand_plan, llama_
                      zero=1, architecture=llama_arch)
     launch = megatron_launch(plan)
     assert launch.command == [
-        "torchrun", "--nproc-per-node", "8", "--nnodes", "4", "pretrain_gpt.py",
+        "env", "CUDA_DEVICE_MAX_CONNECTIONS=1", "torchrun", "--nproc-per-node", "8", "--nnodes", "4", "pretrain_gpt.py",
         "--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size", "4",
         "--num-layers-per-virtual-pipeline-stage", "4", "--sequence-parallel", "--micro-batch-size", "1",
         "--global-batch-size", "32", "--recompute-granularity", "selective", "--use-distributed-optimizer", "--bf16",
@@ -82,7 +89,8 @@ def test_a_hand_made_interleaved_plan_gives_this_exact_command(hand_plan, llama_
         "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--num-layers", "32", "--hidden-size", "4096",
         "--ffn-hidden-size", "14336", "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups",
         "8", "--seq-length", "8192", "--max-position-embeddings", "8192", "--position-embedding-type", "rope",
-        "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
+        "--rotary-base", "500000", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights"]
     check_flags(launch)
     text = launch.text()
     assert text.splitlines()[-1] == "    --untie-embeddings-and-output-weights"
@@ -103,8 +111,11 @@ def test_uneven_chunks_become_megatrons_layout_string_that_parses_back_to_the_pl
 @pytest.mark.parametrize("zero, expect, absent", [
     (0, set(), {"--use-distributed-optimizer", "--overlap-param-gather", "--use-megatron-fsdp"}),
     (1, {"--use-distributed-optimizer", "--overlap-param-gather"}, {"--use-megatron-fsdp"}),
-    (2, {"--use-megatron-fsdp", "--ckpt-format"}, {"--use-distributed-optimizer"}),
-    (3, {"--use-megatron-fsdp", "--ckpt-format"}, {"--use-distributed-optimizer"}),
+    # Megatron FSDP: the four flags docs/source/api-guide/custom_fsdp.md (core_v0.15.0) lists together
+    (2, {"--use-megatron-fsdp", "--ckpt-format", "--use-distributed-optimizer", "--no-gradient-accumulation-fusion"},
+     set()),
+    (3, {"--use-megatron-fsdp", "--ckpt-format", "--use-distributed-optimizer", "--no-gradient-accumulation-fusion"},
+     set()),
 ])
 def test_zero_stages_map_to_the_distributed_optimizer_or_megatron_fsdp(hand_plan, llama_arch, zero, expect, absent):
     flags = check_flags(megatron_launch(hand_plan(1, 1, 4, zero=zero, architecture=llama_arch)))
@@ -134,7 +145,8 @@ def test_a_plan_of_llama_3_8b_gives_megatrons_own_llama_3_recipe_flags(tmp_path,
     assert flags["--tensor-model-parallel-size"] == "4" and flags["--pipeline-model-parallel-size"] == "2"
     assert flags["--global-batch-size"] == "32" and flags["--micro-batch-size"] == "1"
     assert flags["--num-layers"] == "32" and flags["--seq-length"] == "4096"
-    assert "torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py" in text
+    assert "env CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc-per-node 8 --nnodes 2 pretrain_gpt.py" in text
+    assert flags["--rotary-base"] == "500000"          # Llama-3's rope_theta; Megatron's default is 10000
 
 
 def test_what_megatron_cannot_run_is_refused(hand_plan, llama_arch):
@@ -173,3 +185,97 @@ def test_two_byte_gradient_reduction_under_bf16_asks_megatron_for_it(hand_plan, 
     fp32 = check_flags(megatron_launch(hand_plan(1, 1, 4, architecture=llama_arch,
                                                  runtime={"grad_reduce_dtype": "fp32"})))
     assert "--grad-reduce-in-bf16" not in fp32 and fp32["--accumulate-allreduce-grads-in-fp32"] is True
+
+
+def test_zero_2_and_3_give_megatron_fsdps_documented_flag_set(hand_plan, llama_arch):
+    for zero, strategy in ((2, "optim_grads"), (3, "optim_grads_params")):
+        flags = check_flags(megatron_launch(hand_plan(1, 1, 4, zero=zero, architecture=llama_arch)))
+        assert {k: flags.get(k) for k in ("--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                                          "--no-gradient-accumulation-fusion", "--use-distributed-optimizer")} == {
+            "--use-megatron-fsdp": True, "--data-parallel-sharding-strategy": strategy,
+            "--no-gradient-accumulation-fusion": True, "--use-distributed-optimizer": True}
+
+
+@pytest.mark.parametrize("target, system, tp, cp, zero, env", [
+    ("h100-sxm", "dgx-h100", 2, 1, 1, True),       # tensor parallelism before Blackwell: asserted == "1"
+    ("h100-sxm", "dgx-h100", 1, 2, 0, True),       # context parallelism too
+    ("h100-sxm", "dgx-h100", 1, 1, 1, False),      # neither: nothing asserted
+    ("h100-sxm", "dgx-h100", 2, 1, 3, False),      # Megatron FSDP asserts != "1"
+    ("b200", "dgx-b200", 2, 1, 1, False),          # Blackwell (compute capability 10): no requirement
+    ("mi300x", "mi300x-8", 2, 1, 0, True),         # AMD Instinct reports major version 9
+])
+def test_cuda_device_max_connections_is_set_where_validate_args_asserts_it(hand_plan, llama_arch, target, system,
+                                                                           tp, cp, zero, env):
+    """megatron/training/arguments.py (core_v0.15.0) validate_args: with tp > 1 or cp > 1 and
+    get_device_arch_version() < 10 it asserts CUDA_DEVICE_MAX_CONNECTIONS == "1" (unless FSDP); with
+    --use-megatron-fsdp it asserts the variable is not "1"."""
+    launch = megatron_launch(hand_plan(1, 1, 4, tp=tp, cp=cp, zero=zero, target=target, system=system,
+                                       architecture=llama_arch))
+    check_flags(launch)
+    assert (launch.program[:2] == ["env", "CUDA_DEVICE_MAX_CONNECTIONS=1"]) == env
+    assert launch.text().count("CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun") == int(env)
+    if zero >= 2 and tp > 1:
+        assert any("CUDA_DEVICE_MAX_CONNECTIONS is not 1" in n for n in launch.notes)
+
+
+def test_rotary_base_and_llama_3_1_scaling_come_from_the_model(hand_plan, llama_arch):
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    flags = check_flags(megatron_launch(hand_plan(1, 1, 4, architecture={**llama_arch, "rope_scaling": scaling})))
+    assert flags["--rotary-base"] == "500000"
+    assert flags["--use-rope-scaling"] is True and flags["--rope-scaling-factor"] == "8.0"
+    yarn = megatron_launch(hand_plan(1, 1, 4, architecture={**llama_arch, "rope_scaling": {"rope_type": "yarn",
+                                                                                           "factor": 4.0}}))
+    assert "--use-rope-scaling" not in check_flags(yarn) and any("yarn" in n for n in yarn.notes)
+    unknown = megatron_launch(hand_plan(1, 1, 4, architecture={**llama_arch, "rope_theta": None}))
+    assert "--rotary-base" not in check_flags(unknown)
+    assert any("rotary base (rope_theta) is unknown" in n for n in unknown.notes)
+    gpt2 = {**llama_arch, "positions": "learned", "rope_theta": None}
+    assert not any("rotary" in n for n in megatron_launch(hand_plan(1, 1, 4, architecture=gpt2)).notes)
+
+
+def test_rotary_base_of_a_hugging_face_config_and_of_the_bundled_exports(tmp_path):
+    import json
+
+    import narrowpipe
+    mixtral = {"model_type": "mixtral", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
+               "num_key_value_heads": 8, "vocab_size": 1000, "intermediate_size": 1024, "num_local_experts": 4,
+               "num_experts_per_tok": 2, "rope_theta": 1e6, "max_position_embeddings": 4096}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(mixtral))
+    plan = narrowpipe.plan(str(path), "dgx-h100", 8, global_batch=16, seq=1024, parallel={"tp": 2, "pp": 1})
+    assert plan.architecture["rope_theta"] == 1e6
+    assert check_flags(megatron_launch(plan))["--rotary-base"] == "1000000"
+    from narrowpipe.costmodel.planner.assemble import architecture
+    from narrowpipe.models.examples import load_example
+    for name in ("llama-3-8b", "llama-3-70b"):       # exports keep no buffer values: the example's config
+        assert architecture(load_example(name))["rope_theta"] == 500000.0
+    assert architecture(load_example("gpt2"))["rope_theta"] is None
+
+
+def test_gpt2s_tanh_gelu_is_a_note_not_the_legacy_only_openai_gelu_flag(hand_plan):
+    """--openai-gelu is read only under megatron/legacy (core_v0.15.0): Megatron-Core ignores it."""
+    gpt2 = {"layers": 12, "hidden": 768, "heads": 12, "kv_heads": 12, "head_dim": 64, "ffn": 3072, "vocab": 50257,
+            "gated_mlp": False, "activation": "gelu_tanh", "norm": "layer", "positions": "learned",
+            "max_positions": 1024, "tie_embeddings": True, "attn_bias": True, "out_bias": True, "mlp_bias": True}
+    launch = megatron_launch(hand_plan(1, 1, 4, tp=1, architecture=gpt2))
+    assert "--openai-gelu" not in check_flags(launch)
+    assert any("approximate='tanh'" in n and "--use-legacy-models" in n for n in launch.notes)
+
+
+def test_synthetic_data_hint_gives_nulltokenizer_the_vocabulary_minus_one(hand_plan, llama_arch):
+    """Megatron's _NullTokenizer.vocab_size is the --vocab-size given plus one (its end-of-document id)."""
+    notes = megatron_launch(hand_plan(1, 1, 4, architecture=llama_arch)).notes
+    assert any("--tokenizer-type NullTokenizer --vocab-size 128255 " in n for n in notes)
+
+
+def test_chips_are_told_apart_by_their_software_not_their_execution_family(hand_plan, llama_arch):
+    """Gaudi 3 and Trainium2 are 'tpu' (systolic) in the catalog, but neither runs JAX's TPU stack."""
+    with pytest.raises(NarrowpipeError, match="Trainium2? .*Neuron") as err:
+        megatron_launch(hand_plan(1, 1, 4, target="trainium2", system="trn2-16", architecture=llama_arch))
+    assert "jax" not in str(err.value) and "tpu" not in str(err.value).lower()
+    with pytest.raises(NarrowpipeError, match="a TPU: use --emit jax"):
+        megatron_launch(hand_plan(1, 1, 4, target="tpu-v5p", system="tpu-v5p-8x8x8", architecture=llama_arch))
+    gaudi = megatron_launch(hand_plan(1, 1, 4, target="gaudi3", system="gaudi3", architecture=llama_arch))
+    assert any("HabanaAI/Megatron-LM" in n for n in gaudi.notes)
+    assert gaudi.program[0] == "torchrun"          # no CUDA variable on Gaudi

@@ -65,6 +65,31 @@ def test_weight_formats_name_vllms_method_or_say_why_not(weights, activations, q
     assert any("quantiz" in n or "fp8" in n for n in launch.notes) == noted
 
 
+def test_fp8_gemm_inputs_with_fp8_weights_are_w8a8_not_weight_only():
+    """serve --weights fp8_e4m3 --gemm-inputs fp8_e4m3 is FP8 W8A8 (the activations stay 16-bit outside
+    the GEMMs): what vLLM's fp8 method runs, so no 'predicted weight-only' note."""
+    kw = dict(batch=8, max_model_len=4096, model_dtype="bf16", source=SOURCE)
+    w8a8 = vllm_launch("m", "h100", "TP4", formats={"weights": "fp8_e4m3", "activations": None, "kv": "fp8_e4m3",
+                                                     "gemm_inputs": "fp8_e4m3"}, **kw)
+    assert check(w8a8)["--quantization"] == "fp8"
+    assert not any("weight-only" in n for n in w8a8.notes)
+    weight_only = vllm_launch("m", "h100", "TP4", formats={"weights": "fp8_e4m3", "gemm_inputs": None}, **kw)
+    assert any("weight-only" in n for n in weight_only.notes)
+    inputs_only = vllm_launch("m", "h100", "TP4", formats={"weights": None, "gemm_inputs": "fp8_e4m3"}, **kw)
+    assert "--quantization" not in check(inputs_only)
+    assert any("fp8 GEMM inputs with bf16 weights" in n for n in inputs_only.notes)
+
+
+def test_serve_emit_vllm_w8a8_from_the_command_line(tmp_path):
+    out = tmp_path / "vllm.json"
+    assert main(["-q", "serve", "llama-3-8b", "--target", "h100", "--mode", "generate", "--batch", "4", "--tp", "2",
+                 "--weights", "fp8_e4m3", "--gemm-inputs", "fp8_e4m3", "--emit", "vllm",
+                 "--emit-out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["--quantization"] == "fp8"
+    assert not any("weight-only" in n for n in doc["notes"])
+
+
 def test_formats_and_layouts_vllm_cannot_express_are_refused():
     kw = dict(batch=8, max_model_len=4096, model_dtype="bf16", source=SOURCE)
     with pytest.raises(NarrowpipeError, match="--kv-cache-dtype is auto, fp8, fp8_e4m3 or fp8_e5m2; .* is int8"):

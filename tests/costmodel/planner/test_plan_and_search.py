@@ -42,13 +42,21 @@ def test_the_search_returns_the_fastest_plan_that_fits_with_reasons_for_the_othe
 def test_the_plan_round_trips_through_versioned_json(plan):
     text = plan.to_json()
     data = json.loads(text)
-    assert data["format"] == "narrowpipe.plan" and data["version"] == 3 and data["item_unit"] == "tokens"
+    assert data["format"] == "narrowpipe.plan" and data["version"] == 4 and data["item_unit"] == "tokens"
+    assert "rope_theta" in data["architecture"]          # v4: the rotary base (None: the builder was not told)
     assert data["placement"]["axes"]["tp"]["size"] == plan.parallel.tp
     assert Plan.from_json(text) == plan
     with pytest.raises(PlanError, match="newer"):
         Plan.from_json(json.dumps({**data, "version": 99}))
     with pytest.raises(PlanError, match="lacks the field 'step_time_s'"):
         Plan.from_json(json.dumps({k: v for k, v in data.items() if k != "step_time_s"}))
+
+
+def test_a_version_3_plan_file_loads_without_the_rotary_base(plan):
+    data = json.loads(plan.to_json())
+    arch = {k: v for k, v in data["architecture"].items() if k not in ("rope_theta", "rope_scaling")}
+    old = Plan.from_json(json.dumps({**data, "version": 3, "architecture": arch}))
+    assert "rope_theta" not in old.architecture and old.parallel == plan.parallel
 
 
 def test_a_version_1_plan_file_still_loads(plan):
@@ -135,3 +143,24 @@ def test_data_parallel_and_zero3_collectives_carry_their_ring_bytes(model, zero)
         assert ag["comm_bytes"] == pytest.approx(m * 2 * (n - 1) / n * 2 * params, rel=1e-6)
         assert rs["comm_bytes"] == pytest.approx(m * (n - 1) / n * 4 * params, rel=1e-6)
         assert ag["per_step"] % (2 * m) == 0 and rs["per_step"] % m == 0
+
+
+def test_tensor_parallelism_splits_whole_heads_and_whole_kv_heads():
+    """Megatron asserts num_attention_heads and num_query_groups divisible by the tensor-parallel size;
+    a fixed tp that does not divide them is refused, and the search never tries one (the cost model
+    would keep the K/V projections whole on every device, as vLLM does and Megatron refuses)."""
+    gqa = narrowpipe.transformer(4, 2048, 16, 32000, kv_heads=2, ffn=5632, gated_mlp=True, seq=1024, name="gqa")
+    with pytest.raises(PlanError, match=r"tp=4: 2 KV heads \(query groups\) do not split over tp=4"):
+        narrowpipe.plan(gqa, "dgx-h100", 8, global_batch=16, parallel={"tp": 4})
+    searched = narrowpipe.plan(gqa, "dgx-h100", 8, global_batch=16)
+    assert all(p.parallel.tp <= 2 for p in searched.runners_up) and searched.parallel.tp <= 2
+    mha = narrowpipe.transformer(2, 768, 12, 1000, seq=512, name="twelve-heads")
+    with pytest.raises(PlanError, match="tp=8: 12 attention heads do not split over tp=8"):
+        narrowpipe.plan(mha, "dgx-h100", 8, global_batch=16, parallel={"tp": 8})
+
+
+def test_bundled_exports_are_checked_too():
+    """The bundled GPT-2 is an export (no builder spec in its metadata): its 12 heads are read off the
+    graph by the recogniser, so tp=8 is refused rather than emitted for Megatron."""
+    with pytest.raises(PlanError, match="12 attention heads do not split over tp=8"):
+        narrowpipe.plan("gpt2", "dgx-h100", 8, global_batch=64, parallel={"tp": 8})
