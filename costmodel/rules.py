@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import ceil, log2, prod
 
-from ..errors import ShapeError
 from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
 from .cost import ZERO, Cost
 from .experts import active_experts, node_expert_rows
 from .opview import OpView
 from .rules_vision import VISION_RULES, _traffic
+from .shape_checks import check_contraction, check_view
 
 __all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "NORM_GRAD_FLOPS_PER_ELEMENT", "Rule"]
 
@@ -56,15 +56,7 @@ def has_rule(op: Op) -> bool:
 @_rule(Op.DOT)
 def dot(v: OpView) -> Cost:
     """dot_general: 2 x output elements x contracted size (= torch's mm/bmm count)."""
-    lhs = v.shape(0)
-    k_lhs = [lhs[d] for d in v.attrs["lhs_contract"]]
-    if v.has_input(1):
-        rhs = v.shape(1)
-        k_rhs = [rhs[d] for d in v.attrs["rhs_contract"]]
-        if k_lhs != k_rhs:   # symbolic dims the frontend could not compare, bound to sizes that differ
-            raise _shape_error(v, f"contracted dims differ once bound: {list(lhs)} @ {list(rhs)} "
-                                  f"contracts {k_lhs} with {k_rhs}")
-    return _traffic(v, 2 * v.out_numel() * prod(k_lhs))
+    return _traffic(v, 2 * v.out_numel() * prod(check_contraction(v)))
 
 
 @_rule(Op.GROUPED_DOT)
@@ -251,24 +243,9 @@ def _norm_rows(v: OpView) -> int:
 
 @_rule(*VIEW_OPS)
 def view(v: OpView) -> Cost:
-    """Views re-describe memory: no work, no traffic. A reshape keeps its element count (a target
-    computed at run time is symbolic until bound, and a binding can break it)."""
-    op = v.node.op
-    if op is Op.RESHAPE and v.has_input(0) and v.out_shapes and v.numel(0) != v.out_numel():
-        raise _shape_error(v, f"reshape of {list(v.shape(0))} ({v.numel(0)} elements) to "
-                              f"{list(v.out_shapes[0])} ({v.out_numel()} elements) under these bindings")
-    if op is Op.EXPAND and v.node.source.op.endswith("::Expand") and v.has_input(0) and v.out_shapes:
-        # an ONNX Expand broadcasts numpy-style (frontends also emit expands that re-lay a state)
-        x, out = v.shape(0), v.out_shapes[0]
-        if len(x) > len(out) or any(a not in (1, b) for a, b in zip(reversed(x), reversed(out))):
-            raise _shape_error(v, f"cannot expand {list(x)} to {list(out)} under these bindings (a size "
-                                  f"past what the model holds, such as its position table?)")
+    """Views re-describe memory: no work, no traffic (once their shapes hold under the bindings)."""
+    check_view(v)
     return ZERO
-
-
-def _shape_error(v: OpView, reason: str) -> ShapeError:
-    src = v.node.source
-    return ShapeError(reason, file=src.file or None, node=src.name or v.node.name, op=src.op or v.node.label)
 
 
 @_rule(Op.PERMUTE, Op.COPY, Op.CONCAT, Op.SPLIT, Op.PAD, Op.TILE, Op.FLIP, Op.ROLL, Op.TRIANGULAR,

@@ -1,0 +1,54 @@
+"""Shape checks that only a binding can decide, run where the rules see bound shapes.
+
+A reshape whose target an ONNX graph computes at run time, a contraction between two symbolic
+dims, an ONNX Expand: each is consistent symbolically and can still break once dims are bound
+(a sequence past a position table, ``--set k=63`` against a 64-row weight). The rules call these
+checks and raise a :class:`ShapeError` naming the node, never a silently wrong count.
+"""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..ir import Op
+from .opview import OpView
+
+__all__ = ["check_view", "check_contraction", "shape_error"]
+
+
+def shape_error(v: OpView, reason: str) -> ShapeError:
+    src = v.node.source
+    return ShapeError(reason, file=src.file or None, node=src.name or v.node.name, op=src.op or v.node.label)
+
+
+def check_view(v: OpView) -> None:
+    """A reshape keeps its bytes (its element count, unless it reinterprets the dtype as
+    ``view_as_complex`` does: two fp32 become one complex64); an ONNX Expand broadcasts numpy-style
+    (frontends also emit expands that re-lay a state, which are not checked)."""
+    op = v.node.op
+    if op is Op.RESHAPE and v.has_input(0) and v.out_shapes:
+        dt_in, dt_out = v.in_dtypes[0], v.out_dtypes[0]
+        same = dt_in is None or dt_out is None or dt_in.bits == dt_out.bits
+        before = v.numel(0) * (1 if same or dt_in is None else dt_in.bits)
+        after = v.out_numel() * (1 if same or dt_out is None else dt_out.bits)
+        if before != after:
+            raise shape_error(v, f"reshape of {list(v.shape(0))} ({v.numel(0)} elements) to "
+                                 f"{list(v.out_shapes[0])} ({v.out_numel()} elements) under these bindings")
+    if op is Op.EXPAND and v.node.source.op.endswith("::Expand") and v.has_input(0) and v.out_shapes:
+        x, out = v.shape(0), v.out_shapes[0]
+        if len(x) > len(out) or any(a not in (1, b) for a, b in zip(reversed(x), reversed(out))):
+            raise shape_error(v, f"cannot expand {list(x)} to {list(out)} under these bindings (a size "
+                                 "past what the model holds, such as its position table?)")
+
+
+def check_contraction(v: OpView) -> list[int]:
+    """The contracted sizes of a dot, the same on both sides once bound (symbolic dims the frontend
+    could not compare can bind to sizes that differ)."""
+    lhs = v.shape(0)
+    k_lhs = [lhs[d] for d in v.attrs["lhs_contract"]]
+    if v.has_input(1):
+        rhs = v.shape(1)
+        k_rhs = [rhs[d] for d in v.attrs["rhs_contract"]]
+        if k_lhs != k_rhs:
+            raise shape_error(v, f"contracted dims differ once bound: {list(lhs)} @ {list(rhs)} "
+                                 f"contracts {k_lhs} with {k_rhs}")
+    return k_lhs
