@@ -43,6 +43,7 @@ from .common import (
 )
 from .dataflow_layout import (
     Layout,
+    at_peak,
     boundary_bytes,
     crossing_by_position,
     cuts,
@@ -181,8 +182,7 @@ class DataflowModel:
     def layouts(self, program: Program, target: DataflowTarget, limit: int | None,
                 where: str = "") -> list[Layout]:
         """The layouts worth timing. Without weight streaming the chips are ceil(footprint / SRAM),
-        the footprint being every kernel's weights and the activations it produces (at least the
-        program's weights and peak activations). With it, a model that does not fit one chip can
+        the footprint being the weights and the peak activations. With it, a model that does not fit one chip can
         either stream its weights into one chip from
         the external tier (the training layout) or span enough chips to keep everything on-chip (how
         wafer-scale inference serves a 70B model); both are candidates and the faster one wins. Only
@@ -193,8 +193,7 @@ class DataflowModel:
         weights = weight_bytes(table)
         rest = max(program.memory_required - weights, 0)
         cap = target.memory_capacity
-        held = max(program.memory_required, sum(footprints(program.kernels, table)))
-        need = max(1, ceil(held / cap))
+        need = max(1, ceil(max(program.memory_required, sum(self._sizes(program, False))) / cap))
         where = where or f"the {limit} chips available"
         if not target.weight_streaming or need == 1:
             return [self._layout(program, target, need, False, limit, [], where)]
@@ -225,7 +224,7 @@ class DataflowModel:
         if not fits:
             notes.append(f"needs {chips:,} chips, more than {where}: it does not fit")
         kernels, table = program.kernels, program.table
-        sizes = [(0 if streaming else w, a) for w, a in footprint_parts(kernels, table)]
+        sizes = [(0.0 if streaming else w, a) for w, a in self._sizes_parts(program)]
         cut_list = cuts([w + a for w, a in sizes], crossing_by_position(kernels, table),
                         produced_for_later(kernels, table), target.memory_capacity, chips) if chips > 1 else []
         chip_of, shares, chip_bytes, chip_weights = place(kernels, sizes, cut_list, chips)
@@ -236,6 +235,15 @@ class DataflowModel:
                          f"and computes its part; the hop carries the kernel's inputs and the output made so far")
         return Layout(chips, streaming, chip_of, _microbatches(table), fits, notes, cut_list, shares, chip_bytes,
                       chip_weights)
+
+    @staticmethod
+    def _sizes_parts(program: Program) -> list[tuple[float, float]]:
+        """Each kernel's (weights, activations) on its chip, the activations at the program's peak."""
+        parts = footprint_parts(program.kernels, program.table)
+        return at_peak(parts, max(program.memory_required - sum(w for w, _ in parts), 0))
+
+    def _sizes(self, program: Program, streaming: bool) -> list[float]:
+        return [(0.0 if streaming else w) + a for w, a in self._sizes_parts(program)]
 
     def run(self, program: Program, devices: DeviceGroup) -> Schedule:
         target = devices.target

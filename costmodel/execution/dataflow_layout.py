@@ -2,7 +2,8 @@
 
 Kernels go over the chips in program order, contiguously. Each chip takes an equal share of what
 the chips before it left (its footprint: the weights it is the first to use and the activations it
-produces), so no chip holds more than its fast memory when the chips are ceil(footprint / capacity).
+produces, scaled to the program's peak: :func:`at_peak`), so no chip holds more than its fast memory
+when the chips are ceil(footprint / capacity).
 A share rarely ends between two kernels: a weight matrix larger than what is left of a chip (Llama-3's
 1.05 GB vocabulary matrix on a 230 MB Groq chip) is split over consecutive chips, as Groq's compiler
 splits a tensor over chips; each chip holds its part of the weights and does its part of the work,
@@ -72,6 +73,16 @@ def footprint_parts(kernels: list[Kernel], table: CostTable) -> list[tuple[int, 
     return out
 
 
+def at_peak(parts: list[tuple[int, int]], peak_activations: float) -> list[tuple[float, float]]:
+    """The footprints with their activations scaled, when they add up to more than the program's peak
+    of live activations, to that peak: a statically scheduled chip reuses a buffer once its readers
+    have run, and the inputs stream through in microbatches, so a layout holds the peak, not every
+    tensor a prefill ever makes (Llama-3-8B at 2k tokens and batch 8: ~100 GB of outputs, 1 GB peak)."""
+    made = sum(a for _, a in parts)
+    scale = peak_activations / made if made > peak_activations else 1.0
+    return [(float(w), a * scale) for w, a in parts]
+
+
 def footprints(kernels: list[Kernel], table: CostTable) -> list[int]:
     """What each kernel places on its chip, weights and activations together (:func:`footprint_parts`)."""
     return [w + a for w, a in footprint_parts(kernels, table)]
@@ -139,7 +150,7 @@ def _cut_bytes(cut: Cut, crossing: list[float], produced: list[float]) -> float:
     return crossing[index] + share * produced[index]
 
 
-def cuts(sizes: list[int], crossing: list[float], produced: list[float], capacity: float,
+def cuts(sizes: list[float], crossing: list[float], produced: list[float], capacity: float,
          chips: int) -> list[Cut]:
     """Where chips 1 .. ``chips`` - 1 begin (see the module doc). ``chips`` x ``capacity`` must hold
     the sizes; each chip then takes at most ``capacity`` and more than nothing."""
@@ -168,7 +179,7 @@ def cuts(sizes: list[int], crossing: list[float], produced: list[float], capacit
     return out
 
 
-def place(kernels: list[Kernel], parts: list[tuple[int, int]], cut_list: list[Cut], chips: int
+def place(kernels: list[Kernel], parts: list[tuple[float, float]], cut_list: list[Cut], chips: int
           ) -> tuple[dict[str, int], dict[str, list[tuple[int, float]]], list[float], list[float]]:
     """(chip_of, shares, chip_bytes, chip_weights) of the kernels cut at ``cut_list`` (:class:`Layout`)."""
     chip_of: dict[str, int] = {}

@@ -182,6 +182,17 @@ class Replica:
                                  kv_cache=kv, reserve_fraction=self.reserve)
         return self._chip_memory(batch, context, acts, kv)
 
+    def over_limit(self, batch: int, context: int) -> str:
+        """Why ``batch`` sequences at ``context`` tokens do not fit the chips there are ('' when they
+        do, or the target is not a dataflow chip); the budget of :meth:`memory` overflows then too."""
+        if not self.dataflow or not self.chip_limit:
+            return ""
+        g = self.device_graph
+        need = max(self._chips(batch, max(context - 1, 0), activation_bytes(g, batch, 1)),
+                   self.step(batch, 1, max(context - 1, 0)).devices)
+        return (f"the layout needs {need:,} chips, more than {self.chip_where}: it does not fit"
+                if need > self.chip_limit else "")
+
     def _chip_memory(self, batch: int, context: int, acts: float, kv: float) -> Memory:
         """A dataflow layout's budget is its fullest chip's (the fit is per chip, not the average),
         its bytes besides the weights split between KV cache and activations as the layout's are.
@@ -193,11 +204,9 @@ class Replica:
         most = self.chip_limit
         need = max(chips, step.devices)
         if most and need > most:
-            self.note_once(f"the layout needs {need:,} chips, more than {self.chip_where}: it does not fit")
-            weights = self._weights()
             other = max(acts + kv, total - weights_all)
-            return memory_budget(cap, weights=weights / most, activations=(other - kv) / most, kv_cache=kv / most,
-                                 reserve_fraction=self.reserve)
+            return memory_budget(cap, weights=self._weights() / most, activations=(other - kv) / most,
+                                 kv_cache=kv / most, reserve_fraction=self.reserve)
         if chips > step.devices or not total:      # chips added for the KV cache, or no per-chip bytes (TP)
             if chips > step.devices:
                 self.note_once("the dataflow layout gets more chips to hold the KV cache; their hops are not timed")

@@ -116,7 +116,10 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
         max_batch = replica.max_batch(ctx, prefill_tokens=n_in)
         bound = gen.decode_first.bound
         notes.append(f"decode: {gen.how}; TPOT is their mean")
-    notes += [n for n in replica.notes if n not in notes]    # what the memory budget found (a layout too large)
+    notes += [n for n in replica.notes if n not in notes]    # what the memory budget found
+    too_many = replica.over_limit(batch, ctx + 1 if mode == "decode" else ctx)
+    if too_many:
+        notes.append(too_many)
     ran = decode_step or prefill_step
     devices = ran.devices if ran is not None else 1
     cross = crossover(replica, ctx) if with_crossover and mode != "prefill" and not replica.dataflow else None

@@ -46,7 +46,7 @@ def test_llama3_8b_fills_70_chips_none_past_its_sram_and_none_empty(decode):
     # the export's two 64-value rotary buffers (256 B) aside
     assert sum(plan["chip_weight_bytes"]) == pytest.approx(LLAMA3_8B_WEIGHTS, abs=256)
     assert plan["chips"] == len(held) == math.ceil(sum(held) / GROQ_SRAM) == 70
-    assert max(held) <= GROQ_SRAM * (1 + 1e-9) and min(held) > 0.9 * GROQ_SRAM   # equal shares of 229.5 MB
+    assert max(held) <= GROQ_SRAM * (1 + 1e-9) and min(held) > 0.85 * GROQ_SRAM  # equal shares of 229.4 MB
     assert decode.timing.fits
 
 

@@ -73,7 +73,8 @@ def test_a_kv_cache_stays_on_the_chip_of_the_attention_that_reads_it(sg):
 def test_the_batch_search_cap_is_not_reported_as_memory(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     groq = get_target("groq-lpu")                                     # as if it had no largest system:
-    groq = dataclasses.replace(groq, max_chips=None, sources={k: v for k, v in groq.sources.items() if k != "max_chips"})
+    sources = {k: v for k, v in groq.sources.items() if k != "max_chips"}
+    groq = dataclasses.replace(groq, max_chips=None, sources=sources)
     r = narrowpipe.serve(llama31_8b(), groq, mode="decode", batch=8, context=2048)
     assert r.max_batch == 1 << 16
     assert main(["serve", "llama-3-8b", "--target", "groq-lpu", "--mode", "decode", "--batch", "8",
