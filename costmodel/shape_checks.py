@@ -21,16 +21,16 @@ def shape_error(v: OpView, reason: str) -> ShapeError:
 
 
 def check_view(v: OpView) -> None:
-    """A reshape keeps its bytes (its element count, unless it reinterprets the dtype as
-    ``view_as_complex`` does: two fp32 become one complex64); an ONNX Expand broadcasts numpy-style
+    """A reshape keeps its element count (or its bytes where it reinterprets the dtype, as
+    ``view_as_complex`` does: two fp32 become one complex64; a view whose output a format what-if
+    retyped keeps its count); an ONNX Expand broadcasts numpy-style
     (frontends also emit expands that re-lay a state, which are not checked)."""
     op = v.node.op
     if op is Op.RESHAPE and v.has_input(0) and v.out_shapes:
         dt_in, dt_out = v.in_dtypes[0], v.out_dtypes[0]
-        same = dt_in is None or dt_out is None or dt_in.bits == dt_out.bits
-        before = v.numel(0) * (1 if same or dt_in is None else dt_in.bits)
-        after = v.out_numel() * (1 if same or dt_out is None else dt_out.bits)
-        if before != after:
+        reinterpreted = dt_in is not None and dt_out is not None and \
+            v.numel(0) * dt_in.bits == v.out_numel() * dt_out.bits
+        if v.numel(0) != v.out_numel() and not reinterpreted:
             raise shape_error(v, f"reshape of {list(v.shape(0))} ({v.numel(0)} elements) to "
                                  f"{list(v.out_shapes[0])} ({v.out_numel()} elements) under these bindings")
     if op is Op.EXPAND and v.node.source.op.endswith("::Expand") and v.has_input(0) and v.out_shapes:

@@ -188,10 +188,11 @@ def _next_devices(placed: list[tuple[int, Kernel, KernelTime]], devices: list[in
 
 def _pipelined(program: Program, schedule: Schedule, placed: list[tuple[int, Kernel, KernelTime]],
                devices: list[int], following: list[int | None]) -> list[ScheduledKernel]:
-    """Each chip a stage, each kernel run once per microbatch. A chip's passes are placed by
-    :func:`pass_schedule`; its fill (what it adds once before its first pass) is its kernels' launch
-    overheads and the latency of the hop into it, which the execution model charges to the chip
-    that sends (the same latencies in total, so the run ends when the model says)."""
+    """Each chip a stage, each kernel run once per microbatch; a kernel split over chips is an entry
+    per piece, on its chip, with its share of the kernel's terms, FLOPs and bytes. A chip's passes
+    are placed by :func:`pass_schedule`; its fill (what it adds once before its first pass) is its
+    kernels' launch overheads and the latency of the hop into it, which the execution model charges
+    to the chip that sends (the same latencies in total, so the run ends when the model says)."""
     from .execution.pipeline import pass_schedule  # here: report.py imports this module, not the models
     split = schedule.pipelining
     assert split is not None
@@ -199,40 +200,55 @@ def _pipelined(program: Program, schedule: Schedule, placed: list[tuple[int, Ker
     # the schedule's times are shares of the pipelined total; the entries hold the kernels' own terms
     latency = float(schedule.layout.get("latency_s") or schedule.total_s)
     unscale = latency / schedule.total_s if schedule.total_s > 0 else 1.0
+    # (kernel index, kernel, its time, chip, share, fixed, reads, work) per piece, in program order
+    pieces: list[tuple[int, Kernel, KernelTime, int, float, float, float, float, bool]] = []
+    for (i, k, t), device in zip(placed, devices):
+        parts = split.pieces[i] if split.pieces else ((device, 1.0, split.fixed_s[i], split.reads_s[i],
+                                                       split.work_s[i]),)
+        pieces.extend((i, k, t, *part, n == 0) for n, part in enumerate(parts))
+    nexts: list[int | None] = [None] * len(pieces)
+    after: int | None = None
+    for j in range(len(pieces) - 1, -1, -1):
+        if pieces[j][2].time_s > 0:
+            nexts[j] = after
+            after = pieces[j][3]
     fill: dict[int, float] = {}
     pace: dict[int, float] = {}
-    for (i, _, t), device, nxt in zip(placed, devices, following):
-        pace[device] = pace.get(device, 0.0) + split.pass_s(i)
-        overhead = min(t.overhead_s * unscale, split.fixed_s[i])
-        fill[device] = fill.get(device, 0.0) + overhead
-        receiver = nxt if nxt is not None and nxt != device else device
-        fill[receiver] = fill.get(receiver, 0.0) + split.fixed_s[i] - overhead   # a hop's latency
+    for (_, _, t, chip, _, fixed, reads, work, first), nxt in zip(pieces, nexts):
+        pace[chip] = pace.get(chip, 0.0) + reads + work / m
+        overhead = min(t.overhead_s * unscale, fixed) if first else 0.0     # the first piece launches it
+        fill[chip] = fill.get(chip, 0.0) + overhead
+        receiver = nxt if nxt is not None and nxt != chip else chip
+        fill[receiver] = fill.get(receiver, 0.0) + fixed - overhead   # a hop's latency
     order = list(pace)                  # chips in the order the program reaches them: the stages
-    stages = dict(zip(order, pass_schedule([fill[d] for d in order], [pace[d] for d in order], m)))
+    stages = dict(zip(order, pass_schedule([fill.get(d, 0.0) for d in order], [pace[d] for d in order], m)))
     clock = {d: stages[d].start_s for d in order}
     unmodeled = {id(n) for n in program.table.unmodeled}
     out: list[ScheduledKernel] = []
-    for (i, k, t), device, nxt in zip(placed, devices, following):
-        one = t.scaled(unscale)
-        moved = nxt is not None and nxt != device
-        transfer = min(one.comm_s, split.busy_s(i)) if moved else 0.0
-        hop_latency = max(split.fixed_s[i] - one.overhead_s, 0.0) if moved else 0.0
-        pass_s = split.pass_s(i)
-        out.append(_entry(k, one, device, clock[device], split.busy_s(i), transfer, unmodeled, passes=m,
-                          every_s=stages[device].every_s if m > 1 else 0.0, pass_s=pass_s,
+    for (_, k, t, chip, share, fixed, reads, work, _), nxt in zip(pieces, nexts):
+        one = t.scaled(unscale * share)
+        pass_s = reads + work / m
+        busy = fixed + m * pass_s
+        moved = nxt is not None and nxt != chip
+        transfer = min(one.comm_s, busy) if moved else 0.0
+        hop_latency = max(fixed - one.overhead_s, 0.0) if moved else 0.0
+        out.append(_entry(k, one, chip, clock[chip], busy, transfer, unmodeled, share=share, passes=m,
+                          every_s=stages[chip].every_s if m > 1 else 0.0, pass_s=pass_s,
                           pass_transfer_s=min(max(transfer - hop_latency, 0.0) / m, pass_s),
-                          reread_s=(m - 1) * split.reads_s[i]))
-        clock[device] += pass_s
+                          reread_s=(m - 1) * reads))
+        clock[chip] += pass_s
     return out
 
 
 def _entry(k: Kernel, t: KernelTime, device: int, start_s: float, time_s: float, transfer_s: float,
-           unmodeled: set[int], **passes: Any) -> ScheduledKernel:
-    """One timeline entry: ``t`` holds the kernel's roofline terms, ``passes`` how it repeats."""
+           unmodeled: set[int], share: float = 1.0, **passes: Any) -> ScheduledKernel:
+    """One timeline entry: ``t`` holds the kernel's roofline terms, ``passes`` how it repeats;
+    ``share`` is the part of the kernel this entry is (a piece of a kernel split over chips)."""
     c, anchor = k.cost, k.anchor
     return ScheduledKernel(
         name=k.name, kind=k.kind, op=anchor.op.value, group=anchor.group.value, scope=anchor.source.scope,
         nodes=len(k.nodes), device=device, stream=_stream(anchor.group, c.flops, c.comm_bytes), start_s=start_s,
         time_s=time_s, transfer_s=transfer_s, compute_s=t.compute_s, memory_s=t.memory_s, comm_s=t.comm_s,
-        overhead_s=t.overhead_s, bound=t.bound, unit=t.unit, utilization=t.utilization, flops=c.flops,
-        bytes=c.bytes, comm_bytes=c.comm_bytes, modeled=id(anchor) not in unmodeled, **passes)
+        overhead_s=t.overhead_s, bound=t.bound, unit=t.unit, utilization=t.utilization,
+        flops=round(c.flops * share), bytes=round(c.bytes * share), comm_bytes=round(c.comm_bytes * share),
+        modeled=id(anchor) not in unmodeled, **passes)

@@ -5,7 +5,9 @@
   with weight streaming (Cerebras MemoryX, SambaNova DDR) one chip streams the weights that do not
   fit from the external tier, at its bandwidth.
 * Placement is the plan: kernels are laid out in program order over the chips, contiguously, each
-  chip taking an equal share of the footprint (its weights plus the activations it produces).
+  chip taking an equal share of the footprint (its weights plus the activations it produces) and
+  never more than its fast memory; a kernel that does not fit what is left of a chip is split over
+  consecutive chips (:mod:`.dataflow_layout`). The fit is per chip: the fullest chip's bytes.
   A chip's compiler balances its kernels over its processing elements, so a kernel costs its work
   at the chip's full rates (matrix or vector FLOP/s, fast-memory bandwidth, streaming bandwidth).
 * A chip is a pipeline stage. Latency is the sum of the stages plus a hop (latency + activation
@@ -22,16 +24,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from math import ceil
 
 from ...backends import DataflowTarget
-from ...ir import DimRole, DType, Op, Value, is_causal
+from ...ir import DimRole, DType, Op, is_causal
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import values_bytes, weight_bytes
 from .common import (
     KernelTime,
+    bound_of,
     matmul_efficiency,
     matrix_rate,
     memory_time,
@@ -39,6 +42,17 @@ from .common import (
     transcendental_rate,
     vector_rate,
     with_hop,
+)
+from .dataflow_layout import (
+    Layout,
+    at_peak,
+    boundary_bytes,
+    crossing_by_position,
+    cuts,
+    footprint_parts,
+    footprints,
+    place,
+    produced_for_later,
 )
 from .dataflow_tp import is_tiered, tensor_parallel_schedule
 from .gemm import Gemm, attention_shape, grouped_gemm
@@ -49,19 +63,10 @@ from .routing import kernel_time
 
 __all__ = ["DataflowModel", "Layout"]
 
-
-@dataclass
-class Layout:
-    """One way to lay the program out: over ``chips`` chips (kernel name -> chip in ``chip_of``),
-    streaming weights from the external tier or not; ``fits`` is False when it needs more chips
-    than the device group has."""
-
-    chips: int
-    streaming: bool
-    chip_of: dict[str, int] = field(default_factory=dict)
-    microbatches: int = 1
-    fits: bool = True
-    notes: list[str] = field(default_factory=list)
+# the names tests and scripts knew these by before the layout had a module of its own
+_footprints = footprints
+_crossing_by_position = crossing_by_position
+_boundary_bytes = boundary_bytes
 
 
 def _microbatches(table: CostTable) -> int:
@@ -86,19 +91,6 @@ def _weight_bytes(kernel: Kernel, table: CostTable) -> int:
         del weights[experts]
         return values_bytes(table, weights) + grouped_gemm(table, anchor).b_bytes
     return values_bytes(table, weights)
-
-
-def _footprints(kernels: list[Kernel], table: CostTable) -> list[int]:
-    """What each kernel places on its chip: the activations it produces and the weights it is the
-    first to use. A weight shared by several kernels (a tied embedding and LM head) lives in one
-    place, so it is counted once, where the layout first needs it."""
-    placed: set[object] = set()
-    out = []
-    for k in kernels:
-        new = [v for v in dict.fromkeys(k.inputs) if v.kind.is_weight and v not in placed]
-        placed.update(new)
-        out.append(values_bytes(table, new) + values_bytes(table, k.outputs))
-    return out
 
 
 @dataclass(frozen=True)
@@ -153,46 +145,6 @@ def _microbatch_counts(inputs: int) -> list[int]:
     return sorted(out)
 
 
-#: How far (in kernels) a chip boundary may move from its equal-footprint place to cross fewer bytes.
-_CUT_WINDOW = 8
-
-
-def _crossing_by_position(kernels: list[Kernel], table: CostTable) -> list[float]:
-    """Bytes that cross a cut before each kernel position: values written before it and read at or
-    after it (a value from the graph's inputs has no writer and crosses nothing)."""
-    written: dict[Value, int] = {}
-    for i, k in enumerate(kernels):
-        for v in k.outputs:
-            written.setdefault(v, i)
-    last_read: dict[Value, int] = {}
-    for i, k in enumerate(kernels):
-        if not k.is_free:
-            for v in k.inputs:
-                if written.get(v, i) < i:
-                    last_read[v] = i
-    diff = [0.0] * (len(kernels) + 2)
-    for v, j in last_read.items():
-        b = float(values_bytes(table, [v]))
-        diff[written[v] + 1] += b
-        diff[j + 1] -= b
-    out, run = [], 0.0
-    for p in range(len(kernels) + 1):
-        run += diff[p]
-        out.append(run)
-    return out
-
-
-def _boundary_bytes(kernels: list[Kernel], chip_of: dict[str, int], chips: int, table: CostTable) -> list[float]:
-    """Bytes each chip boundary carries (index c: from chip c to c + 1): with the chips contiguous in
-    program order, what crosses the cut before chip c + 1's first kernel (every value written on a
-    chip at or before c and read on a later one, forwarded through the chips between)."""
-    crossing = _crossing_by_position(kernels, table)
-    first: dict[int, int] = {}
-    for i, k in enumerate(kernels):
-        first.setdefault(chip_of[k.name], i)
-    return [crossing[first[c + 1]] if c + 1 in first else 0.0 for c in range(chips)]
-
-
 def hop_seconds(nbytes: float, target: DataflowTarget) -> float:
     """One chip-to-chip transfer of ``nbytes``: latency plus bytes over the link."""
     latency = target.chip_to_chip_latency if target.chip_to_chip_latency is not None else (target.link_latency or 0.0)
@@ -204,79 +156,81 @@ class DataflowModel:
     family = "dataflow"
     default_fusion = "full"
 
-    def layouts(self, program: Program, target: DataflowTarget, limit: int | None) -> list[Layout]:
-        """The layouts worth timing. Without weight streaming the chips are ceil(footprint / SRAM).
-        With it, a model that does not fit one chip can either stream its weights into one chip from
+    def layouts(self, program: Program, target: DataflowTarget, limit: int | None,
+                where: str = "") -> list[Layout]:
+        """The layouts worth timing. Without weight streaming the chips are ceil(footprint / SRAM),
+        the footprint being the weights and the peak activations. With it, a model that does not fit one chip can
+        either stream its weights into one chip from
         the external tier (the training layout) or span enough chips to keep everything on-chip (how
         wafer-scale inference serves a 70B model); both are candidates and the faster one wins. Only
         weights stream: the activations and a KV cache stay in the chip's fast memory, so streaming
-        is a layout only while they fit there (and the weights fit the external tier)."""
+        is a layout only while they fit there (and the weights fit the external tier). ``where``
+        names the chips ``limit`` counts (a system, or the largest one) for a layout that needs more."""
         table = program.table
         weights = weight_bytes(table)
         rest = max(program.memory_required - weights, 0)
         cap = target.memory_capacity
-        need = max(1, ceil(program.memory_required / cap))
+        need = max(1, ceil(max(program.memory_required, sum(self._sizes(program, False))) / cap))
+        where = where or f"the {limit} chips available"
         if not target.weight_streaming or need == 1:
-            return [self._layout(program, need, False, limit, [])]
+            return [self._layout(program, target, need, False, limit, [], where)]
         what = (f"weights ({weights / 1e9:.3g} GB)" if rest <= cap * 0.5 else
                 f"weights ({weights / 1e9:.3g} GB) with activations and KV cache ({rest / 1e9:.3g} GB)")
         out = []
         external = target.external_memory_capacity
         if rest <= cap and (not external or weights <= external):
-            out.append(self._layout(program, 1, True, limit,
+            out.append(self._layout(program, target, 1, True, limit,
                                     [f"{what} exceed one chip's fast memory ({cap / 1e9:.3g} GB): weights streamed "
-                                     f"from external memory"]))
+                                     f"from external memory"], where))
         if not out or not limit or need <= limit:
             why = "" if out else (f"; streaming the weights would leave {rest / 1e9:.3g} GB of activations and KV "
                                   f"cache for one chip" if rest > cap else
                                   f"; the weights exceed the external tier ({external / 1e9:.3g} GB)")
-            out.append(self._layout(program, need, False, limit,
+            out.append(self._layout(program, target, need, False, limit,
                                     [f"{what} exceed one chip's fast memory ({cap / 1e9:.3g} GB): spread over "
-                                     f"{need} chips{why}"]))
+                                     f"{need} chips{why}"], where))
         return out
 
-    def _layout(self, program: Program, chips: int, streaming: bool, limit: int | None,
-                notes: list[str]) -> Layout:
-        """Kernels in program order over the chips, contiguously, each chip taking about an equal
-        share of the footprint. Each cut is moved, within a few kernels, to where the fewest bytes
-        cross it, as a placer keeping a tensor with its readers would (a KV cache stays on the chip
-        of the attention that reads it); a chip may then hold a little more than its share (the fit
-        is the chips' total capacity against the total footprint)."""
+    def _layout(self, program: Program, target: DataflowTarget, chips: int, streaming: bool, limit: int | None,
+                notes: list[str], where: str) -> Layout:
+        """Kernels in program order over the chips, contiguously, each chip taking an equal share of
+        the footprint and at most its fast memory, a kernel split over chips where a share ends inside
+        it; cuts move to where fewer bytes cross while no chip is left empty or overfull
+        (:mod:`.dataflow_layout`). Streamed weights take no fast memory."""
         fits = not (limit and chips > limit)
         if not fits:
-            notes.append(f"needs {chips} chips, more than the largest system ({limit})")
-        kernels = program.kernels
-        footprints = _footprints(kernels, program.table)
-        per_chip = (sum(footprints) or 1) / chips
-        cuts: list[int] = []
-        if chips > 1:
-            crossing = _crossing_by_position(kernels, program.table)
-            start, n = 0, len(kernels)
-            prefix = [0.0]
-            for size in footprints:
-                prefix.append(prefix[-1] + size)
-            for b in range(1, chips):
-                ideal = next((i for i in range(start + 1, n) if prefix[i] >= b * per_chip), n - 1)
-                window = list(range(max(start + 1, ideal - _CUT_WINDOW), min(n - 1, ideal + _CUT_WINDOW) + 1)) \
-                    or [min(max(ideal, start + 1), n)]
-                cut = min(window, key=lambda p: (crossing[p], abs(p - ideal)))
-                cuts.append(cut)
-                start = cut
-        chip_of: dict[str, int] = {}
-        chip = 0
-        for i, k in enumerate(kernels):
-            while chip < len(cuts) and i >= cuts[chip]:
-                chip += 1
-            chip_of[k.name] = min(chip, chips - 1)
-        return Layout(chips, streaming, chip_of, _microbatches(program.table), fits, notes)
+            notes.append(f"needs {chips:,} chips, more than {where}: it does not fit")
+        kernels, table = program.kernels, program.table
+        sizes = [(0.0 if streaming else w, a) for w, a in self._sizes_parts(program)]
+        cut_list = cuts([w + a for w, a in sizes], crossing_by_position(kernels, table),
+                        produced_for_later(kernels, table), target.memory_capacity, chips) if chips > 1 else []
+        chip_of, shares, chip_bytes, chip_weights = place(kernels, sizes, cut_list, chips)
+        if shares:
+            widest = max(shares, key=lambda name: len(shares[name]))     # the first of the widest
+            notes.append(f"{len(shares)} kernel(s) split over consecutive chips where a chip's share of the "
+                         f"footprint ends inside them ({widest} over {len(shares[widest])} chips): each chip holds "
+                         f"and computes its part; the hop carries the kernel's inputs and the output made so far")
+        return Layout(chips, streaming, chip_of, _microbatches(table), fits, notes, cut_list, shares, chip_bytes,
+                      chip_weights)
+
+    @staticmethod
+    def _sizes_parts(program: Program) -> list[tuple[float, float]]:
+        """Each kernel's (weights, activations) on its chip, the activations at the program's peak."""
+        parts = footprint_parts(program.kernels, program.table)
+        return at_peak(parts, max(program.memory_required - sum(w for w, _ in parts), 0))
+
+    def _sizes(self, program: Program, streaming: bool) -> list[float]:
+        return [(0.0 if streaming else w) + a for w, a in self._sizes_parts(program)]
 
     def run(self, program: Program, devices: DeviceGroup) -> Schedule:
         target = devices.target
         assert isinstance(target, DataflowTarget)
         limit = devices.count or target.max_chips
+        where = (f"the {devices.count:,} chip{'s' if devices.count > 1 else ''} given" if devices.count else
+                 f"the largest {target.name} system ({target.max_chips:,} chips)" if target.max_chips else "")
         runs: list[tuple[str, Schedule]] = [
             ("streaming weights into 1 chip" if layout.streaming else f"spreading over {layout.chips} chips",
-             self._run(layout, program, target)) for layout in self.layouts(program, target, limit)]
+             self._run(layout, program, target)) for layout in self.layouts(program, target, limit, where)]
         if is_tiered(target) and limit and limit > 1 and residual_adds(program.table.graph):
             # only where the blocks (and so the all-reduces) are found: a convnet's split is not modelled
             runs.append((f"tensor parallel over {limit} chips",
@@ -291,7 +245,9 @@ class DataflowModel:
 
     def _run(self, layout: Layout, program: Program, target: DataflowTarget) -> Schedule:
         """Each chip is a pipeline stage; a hop (latency + bytes over the link) follows each chip's
-        last kernel, carrying what later chips read (:func:`_boundary_bytes`). The run streams its
+        last kernel (or part of a split kernel), carrying what later chips read
+        (:func:`.dataflow_layout.boundary_bytes`). A split kernel's part does its share of the work and
+        weight reads; the kernel's fixed latency is paid once (:func:`_share`). The run streams its
         independent inputs through the stages in ``m`` microbatches (see :func:`pipelined_seconds`);
         the compiler picks the ``m`` that finishes first."""
         kernels, units = program.kernels, _Units(layout.streaming)
@@ -301,30 +257,40 @@ class DataflowModel:
         fixed_s: list[float] = []
         reads_s: list[float] = []
         work_s: list[float] = []
+        pieces_of: list[tuple[tuple[int, float, float, float, float], ...]] = []
         # one hop per chip boundary, after the chip's last kernel: it carries every value read on a
         # later chip (the residual stream, a layer's outputs), not what stays (a KV cache in place)
-        carried = _boundary_bytes(kernels, layout.chip_of, layout.chips, program.table)
-        last_on_chip = {layout.chip_of[k.name]: i for i, k in enumerate(kernels) if not k.is_free}
+        carried = boundary_bytes(kernels, layout.cuts, layout.chips, program.table)
+        last_on_chip = {chip: i for i, k in enumerate(kernels) if not k.is_free for chip, _ in layout.parts(k.name)}
         for i, k in enumerate(kernels):
             kt = kernel_time(k, program, target, units)
-            chip = layout.chip_of[k.name]
-            hop_latency = 0.0
-            if chip < layout.chips - 1 and last_on_chip.get(chip) == i:
-                kt = with_hop(kt, hop_seconds(carried[chip], target))
-                hop_latency = hop_seconds(0, target)
-            # a kernel's fixed latency (and a hop's) is paid once, as the pipeline fills; reading its
-            # weights from fast memory is paid by every microbatch that passes; the rest of its work
-            # grows with the inputs it processes
-            fixed = kt.overhead_s + hop_latency
-            weights = 0.0 if layout.streaming else min(memory_time(target, _weight_bytes(k, program.table)),
-                                                       kt.time_s - fixed)
-            work = max(kt.time_s - fixed - weights, 0.0)
-            parts[chip].add(fixed, weights, work)
-            fixed_s.append(fixed)
-            reads_s.append(weights)
-            work_s.append(work)
-            stage[chip] += kt.time_s
-            times.append(kt)
+            weight_bytes_k = 0 if layout.streaming else _weight_bytes(k, program.table)
+            pieces = []
+            sums = [0.0, 0.0, 0.0]
+            placed: list[tuple[int, float, float, float, float]] = []
+            for n, (chip, share) in enumerate(layout.parts(k.name)):
+                piece = _share(kt, share, n == 0)
+                hop_latency = 0.0
+                if chip < layout.chips - 1 and last_on_chip.get(chip) == i:
+                    piece = with_hop(piece, hop_seconds(carried[chip], target))
+                    hop_latency = hop_seconds(0, target)
+                # a kernel's fixed latency (and a hop's) is paid once, as the pipeline fills; reading its
+                # weights from fast memory is paid by every microbatch that passes; the rest of its work
+                # grows with the inputs it processes
+                fixed = piece.overhead_s + hop_latency
+                weights = min(memory_time(target, weight_bytes_k * share), piece.time_s - fixed) \
+                    if weight_bytes_k else 0.0
+                work = max(piece.time_s - fixed - weights, 0.0)
+                parts[chip].add(fixed, weights, work)
+                stage[chip] += piece.time_s
+                pieces.append(piece)
+                placed.append((chip, share, fixed, weights, work))
+                sums = [sums[0] + fixed, sums[1] + weights, sums[2] + work]
+            fixed_s.append(sums[0])
+            reads_s.append(sums[1])
+            work_s.append(sums[2])
+            pieces_of.append(tuple(placed))
+            times.append(_joined(pieces))
         latency = sum(stage)
         m, total = min(((m, pipelined_seconds(parts, m)) for m in _microbatch_counts(layout.microbatches)),
                        key=lambda x: (x[1], x[0]))
@@ -332,9 +298,37 @@ class DataflowModel:
             times = [t.scaled(total / latency) for t in times]
         required = program.memory_required
         capacity = target.memory_capacity + (target.external_memory_capacity if layout.streaming else 0.0)
+        # the fit is per chip: the fullest chip against its fast memory (streamed weights sit outside it)
+        held = (required <= capacity * layout.chips if layout.streaming else
+                max(layout.chip_bytes, default=0.0) <= target.memory_capacity * (1 + 1e-9))
         plan = {"chips": layout.chips, "weight_streaming": layout.streaming, "stage_seconds": stage,
                 "latency_s": latency, "microbatches": m, "inputs": layout.microbatches, "fits": layout.fits,
-                "chip_of_kernel": layout.chip_of}
+                "chip_of_kernel": layout.chip_of, "chip_bytes": layout.chip_bytes,
+                "chip_weight_bytes": layout.chip_weights,
+                "split_kernels": {name: [[c, f] for c, f in ps] for name, ps in layout.shares.items()}}
         return Schedule(times, total, layout.chips, layout.chip_of, float(required), float(capacity),
-                        required <= capacity * layout.chips and layout.fits, layout.chips, layout.notes, plan,
-                        pipelining=Pipelining(m, tuple(fixed_s), tuple(reads_s), tuple(work_s)))
+                        held and layout.fits, layout.chips, layout.notes, plan,
+                        pipelining=Pipelining(m, tuple(fixed_s), tuple(reads_s), tuple(work_s), tuple(pieces_of)))
+
+
+def _share(kt: KernelTime, share: float, first: bool) -> KernelTime:
+    """One chip's part of a kernel split over chips: ``share`` of its work. The parts start as the
+    kernel's input reaches their chip, side by side with the first part's fill, so the kernel's fixed
+    latency is paid once, by the first part; the hops between the chips are paid as every hop is."""
+    if share >= 1.0:
+        return kt
+    busy = max(kt.time_s - kt.overhead_s, 0.0) * share
+    overhead = kt.overhead_s if first else 0.0
+    return replace(kt, time_s=busy + overhead, compute_s=kt.compute_s * share, memory_s=kt.memory_s * share,
+                   comm_s=kt.comm_s * share, overhead_s=overhead, executed_flops=kt.executed_flops * share)
+
+
+def _joined(pieces: list[KernelTime]) -> KernelTime:
+    """A split kernel's parts, run one after another, as one kernel's time."""
+    if len(pieces) == 1:
+        return pieces[0]
+    compute, memory = sum(p.compute_s for p in pieces), sum(p.memory_s for p in pieces)
+    comm, overhead = sum(p.comm_s for p in pieces), sum(p.overhead_s for p in pieces)
+    return replace(pieces[0], time_s=sum(p.time_s for p in pieces), compute_s=compute, memory_s=memory,
+                   comm_s=comm, overhead_s=overhead, bound=bound_of(compute, memory, comm, overhead),
+                   executed_flops=sum(p.executed_flops for p in pieces))

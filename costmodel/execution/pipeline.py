@@ -54,12 +54,16 @@ class Pipelining:
     (the schedule's own times are scaled to their share of the pipelined total): ``fixed_s`` is paid
     once (launch overhead, and the hop latency after a chip's last kernel), ``reads_s`` by every one
     of the ``microbatches`` passes (its weights read from fast memory), ``work_s`` once over all
-    passes together (the batch's FLOPs and activation bytes, a pass doing 1/m of it)."""
+    passes together (the batch's FLOPs and activation bytes, a pass doing 1/m of it). ``pieces``
+    says where each kernel runs: ``(chip, share, fixed_s, reads_s, work_s)`` per chip it occupies (a
+    kernel too large for one chip is split over several, each piece timed on its own chip); the
+    per-kernel terms are the sums over its pieces."""
 
     microbatches: int
     fixed_s: tuple[float, ...]
     reads_s: tuple[float, ...]
     work_s: tuple[float, ...]
+    pieces: tuple[tuple[tuple[int, float, float, float, float], ...], ...] = ()
 
     def pass_s(self, i: int) -> float:
         """Kernel ``i``'s time in one pass: its weight reads and its share of the work."""

@@ -58,11 +58,13 @@ BATCH_SEARCH_LIMIT = 1 << 16
 
 class Replica:
     """``sg`` on ``target`` in ``layout``; ``topology`` prices the collectives (default: the target's
-    own links); ``reserve`` is the fraction of memory the runtime keeps."""
+    own links); ``reserve`` is the fraction of memory the runtime keeps; ``chips`` the chips a
+    dataflow layout may use (``system`` names them: a system's devices; default: the target's
+    largest system, ``max_chips``, or no limit where the catalog gives none)."""
 
     def __init__(self, sg: ServingGraph, target: Target, layout: Layout = Layout(), *,
                  options: TimingOptions = _DEFAULT_OPTIONS, topology: Topology | None = None,
-                 reserve: float = SERVING_MEMORY_RESERVE) -> None:
+                 reserve: float = SERVING_MEMORY_RESERVE, chips: int | None = None, system: str = "") -> None:
         self.source = sg
         self.target = target
         self.layout = layout
@@ -72,6 +74,11 @@ class Replica:
         # a dataflow compiler places every tensor ahead of time: no allocator, so no runtime reserve
         self.reserve = 0.0 if self.dataflow else reserve
         self.notes: list[str] = [sg.origin, *sg.notes, *_format_fallbacks(sg, target, options)]
+        self.chips_given = chips if self.dataflow else None
+        most = getattr(target, "max_chips", None)
+        self.chip_limit: int | None = chips or most if self.dataflow else None
+        self.chip_where = (f"the {chips:,} chips of {system or 'the system given'}" if chips else
+                           f"the largest {target.name} system ({most:,} chips)" if most else "")
         if layout.devices > 1:
             if self.dataflow:
                 raise NarrowpipeError(f"{target.name} is a dataflow chip: it lays the model out over its chips "
@@ -114,7 +121,8 @@ class Replica:
     def _compute_step(self, batch: int, tokens: int, past: int) -> StepTime:
         tp, pp = self.layout.tp, self.layout.pp
         micro = ceil(batch / pp)
-        base = time_step(self.device_graph, self.target, batch=micro, tokens=tokens, past=past, options=self.options)
+        base = time_step(self.device_graph, self.target, batch=micro, tokens=tokens, past=past, options=self.options,
+                         devices=self.chips_given)
         if self.layout.devices == 1:
             return base
         spec = self.device_graph.spec
@@ -169,22 +177,51 @@ class Replica:
         if prefill_tokens:
             acts = max(acts, activation_bytes(g, ceil((prefill_batch or batch) / pp), prefill_tokens))
         kv = g.cache.resident_bytes(batch, context)
-        chips = self._chips(batch, max(context - 1, 0), acts) if self.dataflow else 1
-        most = getattr(self.target, "max_chips", None)
-        if most and chips > most:
-            # no more chips than the largest system: the budget over them overflows, and says by how much
-            self.note_once(f"the KV cache needs more than {most:,} chips, the largest {self.target.name} system")
-            chips = most
-        step = self.step(batch, 1, max(context - 1, 0)) if self.dataflow else None
-        if step is not None and chips > step.devices:
-            self.note_once("the dataflow layout gets more chips to hold the KV cache; their hops are not timed")
-        if step is not None and step.weight_streaming and chips == 1:
+        if not self.dataflow:
+            return memory_budget(self.target.memory_capacity, weights=self._weights(), activations=acts,
+                                 kv_cache=kv, reserve_fraction=self.reserve)
+        return self._chip_memory(batch, context, acts, kv)
+
+    def over_limit(self, batch: int, context: int) -> str:
+        """Why ``batch`` sequences at ``context`` tokens do not fit the chips there are ('' when they
+        do, or the target is not a dataflow chip); the budget of :meth:`memory` overflows then too."""
+        if not self.dataflow or not self.chip_limit:
+            return ""
+        g = self.device_graph
+        need = max(self._chips(batch, max(context - 1, 0), activation_bytes(g, batch, 1)),
+                   self.step(batch, 1, max(context - 1, 0)).devices)
+        return (f"the layout needs {need:,} chips, more than {self.chip_where}: it does not fit"
+                if need > self.chip_limit else "")
+
+    def _chip_memory(self, batch: int, context: int, acts: float, kv: float) -> Memory:
+        """A dataflow layout's budget is its fullest chip's (the fit is per chip, not the average),
+        its bytes besides the weights split between KV cache and activations as the layout's are.
+        Over more chips than the limit, the layout's bytes over the chips there are: it overflows."""
+        chips = self._chips(batch, max(context - 1, 0), acts)
+        step = self.step(batch, 1, max(context - 1, 0))
+        total, weights_all, fullest, fullest_weights = step.chip_bytes
+        cap = self.target.memory_capacity
+        most = self.chip_limit
+        need = max(chips, step.devices)
+        if most and need > most:
+            other = max(acts + kv, total - weights_all)
+            return memory_budget(cap, weights=self._weights() / most, activations=(other - kv) / most,
+                                 kv_cache=kv / most, reserve_fraction=self.reserve)
+        if chips > step.devices or not total:      # chips added for the KV cache, or no per-chip bytes (TP)
+            if chips > step.devices:
+                self.note_once("the dataflow layout gets more chips to hold the KV cache; their hops are not timed")
+            streamed = step.weight_streaming and chips == 1
+            if streamed:
+                self.note_once("the weights stream from the external tier: the budget is the KV cache and activations")
+            weights = 0.0 if streamed else self._weights() / chips
+            return memory_budget(cap, weights=weights, activations=acts / chips, kv_cache=kv / chips,
+                                 reserve_fraction=self.reserve)
+        if step.weight_streaming:
             self.note_once("the weights stream from the external tier: the budget is the KV cache and activations")
-            weights = 0.0
-        else:
-            weights = self._weights() / chips
-        return memory_budget(self.target.memory_capacity, weights=weights, activations=acts / chips,
-                             kv_cache=kv / chips, reserve_fraction=self.reserve)
+        other = fullest - fullest_weights
+        kv_share = min(kv / (total - weights_all), 1.0) if total > weights_all else 0.0
+        return memory_budget(cap, weights=fullest_weights, activations=other * (1 - kv_share),
+                             kv_cache=other * kv_share, reserve_fraction=self.reserve)
 
     def _weights(self) -> int:
         if self._weight_bytes is None:

@@ -43,8 +43,12 @@ def replica_for(model: Graph | ServingGraph, target: Target | str, *, tp: int = 
         sg = model if formats == model.formats or formats == Formats() else serving_graph(model.graph, formats)
     else:
         sg = serving_graph(model, formats)
-    topology = Topology.of_system(get_system(system)) if system is not None else None
-    return Replica(sg, t, Layout(tp, pp), options=TimingOptions(fusion=fusion), topology=topology)
+    found = get_system(system) if system is not None else None
+    topology = Topology.of_system(found) if found is not None else None
+    # a dataflow layout may use the system's chips and no more (without one: the largest system)
+    chips = found.devices if found is not None and t.family == "dataflow" else None
+    return Replica(sg, t, Layout(tp, pp), options=TimingOptions(fusion=fusion), topology=topology, chips=chips,
+                   system=found.name if found is not None else "")
 
 
 def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = None, *, mode: str = "decode",
@@ -112,6 +116,10 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
         max_batch = replica.max_batch(ctx, prefill_tokens=n_in)
         bound = gen.decode_first.bound
         notes.append(f"decode: {gen.how}; TPOT is their mean")
+    notes += [n for n in replica.notes if n not in notes]    # what the memory budget found
+    too_many = replica.over_limit(batch, ctx + 1 if mode == "decode" else ctx)
+    if too_many:
+        notes.append(too_many)
     ran = decode_step or prefill_step
     devices = ran.devices if ran is not None else 1
     cross = crossover(replica, ctx) if with_crossover and mode != "prefill" and not replica.dataflow else None

@@ -55,10 +55,13 @@ class StepTime:
     #: A dataflow layout that streams the weights from the external tier (they take no fast memory);
     #: for the memory budget, not part of the step's JSON.
     weight_streaming: bool = False
+    #: A dataflow layout's bytes in fast memory: (all its chips, their weights, the fullest chip, that
+    #: chip's weights); for the memory budget, whose fit is per chip; not part of the step's JSON.
+    chip_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()
-                if k != "weight_streaming"}
+                if k not in ("weight_streaming", "chip_bytes")}
 
 
 def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past: int,
@@ -89,7 +92,17 @@ def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past
         kernels=sum(1 for k in program.kernels if not k.is_free), devices=schedule.devices,
         bound=max(by_bound, key=by_bound.get) if schedule.total_s > 0 else "overhead",  # type: ignore[arg-type]
         activation_bytes=activations // max(schedule.devices, 1), weight_bytes=weight_bytes(table),
-        notes=tuple(schedule.notes), weight_streaming=bool(schedule.layout.get("weight_streaming", False)))
+        notes=tuple(schedule.notes), weight_streaming=bool(schedule.layout.get("weight_streaming", False)),
+        chip_bytes=_chip_bytes(schedule.layout))
+
+
+def _chip_bytes(plan: dict[str, Any]) -> tuple[float, float, float, float]:
+    """(all chips, their weights, the fullest chip, its weights) of a dataflow plan; zeros otherwise."""
+    held, weights = plan.get("chip_bytes") or [], plan.get("chip_weight_bytes") or []
+    if not held or len(weights) != len(held):
+        return 0.0, 0.0, 0.0, 0.0
+    fullest = max(range(len(held)), key=held.__getitem__)
+    return float(sum(held)), float(sum(weights)), float(held[fullest]), float(weights[fullest])
 
 
 def activation_bytes(sg: ServingGraph, batch: int, tokens: int, table: Any = None) -> int:

@@ -10,6 +10,8 @@ saying decode stays memory-bound at any batch.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import narrowpipe
@@ -26,7 +28,6 @@ from narrowpipe.models.examples import load_example
 def llama31_8b():
     """Llama-3.1-8B: Llama-3-8B's layers with 131,072 positions (rope scaling, which the cost model
     does not see): the bundled Llama-3 export declares 8,192, and serving refuses a context past them."""
-    import dataclasses
     g = load_example("llama-3-8b")
     g.dims["seq"] = dataclasses.replace(g.dims["seq"], max=131072)
     return g
@@ -53,7 +54,9 @@ def test_weights_stream_only_while_the_kv_cache_fits_one_chip(sg):
     r = narrowpipe.serve(llama31_8b(), "cerebras-wse3", mode="decode", batch=512, context=32768)
     need = 512 * 32769 * kv_per_token / cs3.memory_capacity
     assert r.devices >= need and r.fits                        # the wafers the cache needs, timed on them
-    assert r.memory.kv_cache == pytest.approx(512 * 32768 * kv_per_token / r.devices, rel=0.01)
+    # the budget is the fullest wafer's: at least the average share of the cache, within a wafer
+    assert r.memory.kv_cache >= 0.99 * 512 * 32768 * kv_per_token / r.devices
+    assert r.memory.required <= cs3.memory_capacity * (1 + 1e-9)
 
 
 def test_a_kv_cache_stays_on_the_chip_of_the_attention_that_reads_it(sg):
@@ -61,7 +64,7 @@ def test_a_kv_cache_stays_on_the_chip_of_the_attention_that_reads_it(sg):
     layout = DataflowModel().layouts(program, get_target("cerebras-wse3"), None)[0]
     assert layout.chips > 1 and not layout.streaming
     kv_tensor = 64 * 32768 * 8 * 128 * 2                      # one layer's K: 4.3 GB
-    carried = _boundary_bytes(program.kernels, layout.chip_of, layout.chips, table)
+    carried = _boundary_bytes(program.kernels, layout.cuts, layout.chips, table)
     assert max(carried) < kv_tensor / 100                      # the residual stream, not a cache
     r = narrowpipe.analyze(sg.graph, "cerebras-wse3", dims=sg.bindings(64, 1, 32768))
     assert r.timing.narrowest != "interconnect"
@@ -69,9 +72,14 @@ def test_a_kv_cache_stays_on_the_chip_of_the_attention_that_reads_it(sg):
 
 def test_the_batch_search_cap_is_not_reported_as_memory(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
+    groq = get_target("groq-lpu")                                     # as if it had no largest system:
+    sources = {k: v for k, v in groq.sources.items() if k != "max_chips"}
+    groq = dataclasses.replace(groq, max_chips=None, sources=sources)
+    r = narrowpipe.serve(llama31_8b(), groq, mode="decode", batch=8, context=2048)
+    assert r.max_batch == 1 << 16
     assert main(["serve", "llama-3-8b", "--target", "groq-lpu", "--mode", "decode", "--batch", "8",
                  "--context", "2048"]) == 0
-    assert "largest batch that fits >= 65,536 (search cap)" in " ".join(capsys.readouterr().out.split())
+    assert "(search cap)" not in " ".join(capsys.readouterr().out.split())   # Groq's 10,440 chips bound it
     # Cerebras clusters stop at 2,048 wafers: the cache bounds the batch there
     r = narrowpipe.serve(llama31_8b(), "cerebras-wse3", mode="decode", batch=8, context=32768)
     per_wafer = get_target("cerebras-wse3").memory_capacity
