@@ -283,6 +283,10 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, "
                   f"memory {target.memory_bandwidth / 1e9:.3g} GB/s best, "
                   f"dispatch {target.launch_overhead * 1e6:.3g} us")
+    if target.vendor == "host":
+        # what each dtype's GEMMs reach at the plateau: fp16 may be two orders below bf16
+        console.print("  GEMM plateau " + ", ".join(f"{dt} {rate * target.matmul_efficiency / 1e9:.3g}"
+                                                      for dt, rate in target.matrix_flops.items()) + " GFLOP/s")
     return 0
 
 
