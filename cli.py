@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="microbenchmark this machine and write a target file (needs torch)")
     p.add_argument("--out", default="host.toml", help="target file to write (default host.toml)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--threads", type=int, help="CPU threads to use (default: torch's default)")
+    p.add_argument("--threads", type=positive_arg, help="CPU threads to use (default: torch's default)")
     p.add_argument("--quick", action="store_true", help="a short sweep (for smoke tests)")
     p.add_argument("--base", help="calibrate a catalog chip: keep its peaks, replace its measured ceilings")
     p.add_argument("--from-measurements", metavar="FILE",
@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "swin-tiny, resnet50, mobilenet-v2, convnext-tiny)")
     p.add_argument("--target", required=True, help="the calibrated target (e.g. host.toml)")
     p.add_argument("--batch", type=positive_arg, action="append", help="batch size(s) (default 1 and 8)")
-    p.add_argument("--seq", type=positive_arg, default=128, help="sequence length for text models (default 128)")
+    p.add_argument("--seq", type=positive_arg, help="sequence length for text models (default 128; an image "
+                   "model has none)")
     p.add_argument("--threads", type=positive_arg, help="CPU threads (default: the calibrated target's)")
     p.add_argument("--tiny", action="store_true", help="a 2-layer version of the architecture (smoke tests)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON")
@@ -275,6 +276,8 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     _need_torch("calibrate measures with torch")
     from .calibration import calibrate, measurements_path
     from .render.progress import progress
+    if args.threads and args.from_measurements:
+        _check_measured_threads(args.from_measurements, args.threads)
     _set_threads(args.threads)
     with progress(console, "calibrating") as step:
         target = calibrate(args.out, device=args.device, quick=args.quick, base=args.base,
@@ -284,7 +287,20 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, "
                   f"memory {target.memory_bandwidth / 1e9:.3g} GB/s best, "
                   f"dispatch {target.launch_overhead * 1e6:.3g} us")
+    if target.vendor == "host":
+        # what each dtype's GEMMs reach at the plateau: fp16 may be two orders below bf16
+        console.print("  GEMM plateau " + ", ".join(f"{dt} {rate * target.matmul_efficiency / 1e9:.3g}"
+                                                      for dt, rate in target.matrix_flops.items()) + " GFLOP/s")
     return 0
+
+
+def _check_measured_threads(path: str, threads: int) -> None:
+    """--threads with --from-measurements: the file's threads are the target's (its rates are theirs)."""
+    from .calibration import measured_threads
+    measured = measured_threads(path)
+    if measured is not None and measured != threads:
+        raise NarrowpipeError(f"--threads {threads}: {path} was measured at {measured} thread(s), and the target's "
+                              f"rates are those threads'; drop --threads (the file's {measured} is used)")
 
 
 @command("validate")
@@ -294,12 +310,18 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
     _need_torch("validate runs the model with torch")
     from .backends import CpuTarget, get_target
     from .calibration.validate import summarize, validate_models
+    from .calibration.validation_models import MODELS
     from .render.validation import validation_table
     target = get_target(args.target)
+    model = MODELS.get(args.model)
+    if args.seq is not None and model is not None and not model.has_seq:
+        raise NarrowpipeError(f"--seq {args.seq}: {args.model} is an image model, it has no sequence dim "
+                              "(its input size is the architecture's); drop --seq")
     # a target `calibrate` wrote runs with the threads it was measured with
     host_cores = target.cores if isinstance(target, CpuTarget) and target.vendor == "host" else None
     _set_threads(args.threads or host_cores)
-    results = validate_models([args.model], target, batches=args.batch or [1, 8], seq=args.seq, tiny=args.tiny)
+    results = validate_models([args.model], target, batches=args.batch or [1, 8], seq=args.seq or 128,
+                              tiny=args.tiny)
     console.print(validation_table(results))
     cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
     return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 4,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
+import re
 import time
 from collections.abc import Callable
 from datetime import date
@@ -36,7 +37,8 @@ from .measurement import Measurement
 from .run import run_all
 from .vector_measurements import VECTOR_KINDS
 
-__all__ = ["calibrate", "measurements_path", "load_measurements", "CUDA_TARGETS", "cuda_target_name"]
+__all__ = ["calibrate", "measurements_path", "load_measurements", "measured_threads", "check_device", "CUDA_TARGETS",
+           "cuda_target_name"]
 
 #: Substrings of torch.cuda.get_device_name() -> catalog target.
 CUDA_TARGETS = (("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"), ("A100", "a100-sxm-80gb"),
@@ -66,6 +68,36 @@ def load_measurements(path: str | Path) -> list[Measurement]:
         raise NarrowpipeError(f"{p}: not a narrowpipe measurements file ({exc})") from None
 
 
+def measured_threads(path: str | Path) -> int | None:
+    """The torch threads a measurements JSON was taken at (None: a CSV, or a file that does not say)."""
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        return None
+    try:
+        threads = json.loads(p.read_text()).get("threads")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return threads if isinstance(threads, int) and threads > 0 else None
+
+
+def check_device(device: str) -> None:
+    """Calibration measures a real device: the CPU, or a CUDA GPU torch sees. Anything else is
+    refused here, not fitted: on ``meta`` every op returns at once and the fit wrote a target of a
+    100% GEMM plateau at 10 GB/s; ``tpu`` failed inside torch with a traceback."""
+    if device == "cpu":
+        return
+    m = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if m is None:
+        raise NarrowpipeError(f"--device {device!r}: calibrate measures this machine's CPU ('cpu') or a CUDA GPU "
+                              "('cuda' or 'cuda:N'); for another chip, calibrate --base NAME --from-measurements FILE")
+    import torch
+    if not torch.cuda.is_available():
+        raise NarrowpipeError("no CUDA device is available; calibrate the CPU with --device cpu")
+    if m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
+        raise NarrowpipeError(f"--device {device}: torch sees {torch.cuda.device_count()} CUDA device(s) "
+                              f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+
+
 def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool = False, base: str | None = None,
               from_measurements: str | Path | None = None, name: str | None = None,
               progress: Callable[[str], None] | None = None) -> Target:
@@ -79,19 +111,22 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         return _calibrate_kernels(Path(from_measurements), base, name, Path(out))
     import torch
     t0 = time.perf_counter()
+    threads = torch.get_num_threads()
     if from_measurements is not None:
         measurements = load_measurements(from_measurements)
+        # the rates are those of the threads the file was measured at, not of this process's
+        threads = measured_threads(from_measurements) or threads
     else:
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise NarrowpipeError("no CUDA device is available; calibrate the CPU with --device cpu")
+        check_device(device)
         measurements = run_all(device, quick, progress)
     if base is None and device.startswith("cuda"):
-        base = cuda_target_name(torch.cuda.get_device_name())
+        check_device(device)
+        base = cuda_target_name(torch.cuda.get_device_name(device))
     if base is not None:
         target = apply_measurements(get_target(base), measurements, name)
         device_name = get_target(base).display_name
     else:
-        host = describe_cpu(torch.get_num_threads())
+        host = describe_cpu(threads)
         target = host_target(host, measurements, name or "host")
         device_name = host.model
     eager = eager_reference(measurements)
@@ -116,7 +151,7 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
     dump_target(target, out)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),
            "device": device_name, "torch": torch.__version__, "platform": platform.platform(),
-           "threads": torch.get_num_threads(), "seconds": time.perf_counter() - t0,
+           "threads": threads, "seconds": time.perf_counter() - t0,
            "measurements": [m.to_dict() for m in measurements]}
     measurements_path(out).write_text(json.dumps(raw, indent=1))
     return target

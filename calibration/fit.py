@@ -10,6 +10,8 @@
   overhead) carry no bandwidth information and are left out.
 * ``matmul_skinny_curve``: for GEMMs with a small M, achieved efficiency over the square curve's
   at the same FLOPs, by min(M, N).
+* ``matrix_flops.fp16`` (CPU): the fp16 GEMMs' rate over the fp32 curve at their FLOPs
+  (:func:`fp16_peak`), so an fp16 model is timed at this CPU's fp16 rate, not its bf16 one.
 * ``transcendental_flops``: evaluations/s of each function on cache-resident data.
 * ``conv_curve``: achieved fraction of peak of direct convolutions, by kernel area, over the factors
   the CPU model multiplies it by (the GEMM curve's small-problem ramp, the skinny-GEMM factor at the
@@ -41,7 +43,7 @@ from .robust import check_gemm_plateau, monotone, plausible_rates, robust_median
 from .sweeps import Measurement
 from .unaligned_sweep import fit_unaligned_curve, unaligned_source
 
-__all__ = ["fit_curves", "host_target", "apply_measurements", "Curves", "fresh_page_bandwidth"]
+__all__ = ["fit_curves", "host_target", "apply_measurements", "Curves", "fresh_page_bandwidth", "fp16_peak"]
 
 
 @dataclasses.dataclass
@@ -205,6 +207,13 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         # curve's plateau efficiency, so curve x peak reproduces the bf16 rate actually reached.
         peaks["bf16"] = statistics.median(sorted(bf16)[-3:]) / c.matmul_efficiency
         bf16_source = "measured: bf16 GEMM plateau / fp32 plateau efficiency (calibrate)"
+    fp16_source = None
+    fp16 = fp16_peak(measurements, c)
+    if fp16 is not None:
+        peaks["fp16"] = fp16
+        sides = ", ".join(sorted({str(m.shape[0]) for m in measurements if _square_fp16(m)}, key=int))
+        fp16_source = (f"measured: fp16 GEMMs (square, {sides}; x @ W.T as nn.Linear runs them), the median of the "
+                       "three largest over the fp32 curve's efficiency at their FLOPs (calibrate)")
     derived = (f"derived: {host.cores} cores x {host.simd_bits // 32} lanes x 2 (FMA) x {host.fma_units} FMA units"
                f" x {host.clock_hz / 1e9:.3g} GHz")
     bf16_derived = derived + (" x AMX" if host.amx else " x 2 (AVX512-BF16)" if host.bf16_simd else "")
@@ -214,6 +223,7 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
                               if raised else derived),
         "vector_flops.fp32": derived,
         "matrix_flops.bf16": bf16_source or bf16_derived,
+        **({"matrix_flops.fp16": fp16_source} if fp16_source else {}),
         "vector_flops.bf16": derived, "memory_capacity": "measured: /proc/meminfo MemTotal",
         "memory_bandwidth": "measured: best eager elementwise-add bandwidth (calibrate)",
         "memory_efficiency": "measured: largest-transfer add bandwidth / best (calibrate)",
@@ -286,6 +296,31 @@ def host_target(host: HostCpu, measurements: list[Measurement], name: str = "hos
         vector_op_flops=c.vector_ops,
         cores=host.cores, clock_hz=host.clock_hz, simd_width_bits=host.simd_bits, fma_units=host.fma_units,
         amx_ops_per_cycle=AMX_BF16_OPS_PER_CYCLE if host.amx else 0, memory_channels=1, sources=sources, **extra)  # type: ignore[arg-type]
+
+
+def _square_fp16(m: Measurement) -> bool:
+    return m.kind == "matmul" and m.dtype == "fp16" and m.shape[0] == m.shape[1] == m.shape[2] and m.seconds > 0
+
+
+def fp16_peak(measurements: list[Measurement], c: Curves) -> float | None:
+    """The fp16 matrix "peak" that, times the fitted GEMM curve, gives back the largest fp16 GEMMs
+    measured: the median over the three largest of each one's rate (dispatch taken out, as for the
+    curve) over the curve's efficiency at its FLOPs and the skinny factor at its side (one curve
+    serves every dtype; bf16's peak is the median of its top three rates too). The reference loop
+    ramps up slower than BLAS (14 GFLOP/s at 256^3, 22 from 1024^3 here): its small GEMMs run
+    slower than the curve says, as a fitted fp32 curve cannot tell. A CPU's fp16 rate is its
+    own: native on AVX512-FP16 or AMX-FP16, and without them PyTorch's reference loop, one to two
+    orders below bf16 (a 1024^3 ``F.linear`` at 22 GFLOP/s, ``torch.mm`` at 1.0, bf16 ~200 on one
+    EPYC Zen 4 core; :func:`.sweeps.fp16_linear_cases`). None
+    without fp16 measurements (an older file): the target then has no fp16 rate, and a report
+    says which rate it used."""
+    from ..costmodel.execution.common import interpolate
+    def efficiency(m: Measurement) -> float:      # what the CPU model multiplies the peak by for this GEMM
+        skinny = interpolate(c.skinny_curve, float(m.shape[0]), 1.0) if c.skinny_curve else 1.0
+        return max(interpolate(c.matmul_curve, float(m.flops), c.matmul_efficiency) * skinny, 1e-4)
+    top = sorted((m for m in measurements if _square_fp16(m)), key=lambda m: m.flops)[-3:]
+    rates = [m.flops / (max(m.seconds - c.launch_overhead, 1e-9) * efficiency(m)) for m in top]
+    return float(statistics.median(rates)) if rates else None
 
 
 def apply_measurements(base: Target, measurements: list[Measurement], name: str | None = None) -> Target:

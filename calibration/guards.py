@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import warnings
 from collections.abc import Iterator
 
-from ..backends import Target
-from ..errors import NarrowpipeError
+from ..backends import CpuTarget, Target
+from ..errors import NarrowpipeError, NarrowpipeWarning
 
-__all__ = ["ValidationError", "check_target_family", "check_fits_in_memory", "available_memory",
-           "quiet_native_stderr", "MEMORY_HEADROOM"]
+__all__ = ["ValidationError", "ValidationWarning", "check_target_family", "check_fits_in_memory",
+           "available_memory", "check_threads", "check_this_machine", "warn_if_not_this_machine",
+           "is_calibrated_host", "quiet_native_stderr", "MEMORY_HEADROOM"]
 
 #: Share of the available memory a validation model may take: weights, activations, the eager
 #: runtime and the export all live at once (assumption: 2x the weights, see check_fits_in_memory).
@@ -22,6 +25,68 @@ MEMORY_HEADROOM = 0.8
 
 class ValidationError(NarrowpipeError):
     """A validation that cannot give a meaningful answer on this machine."""
+
+
+class ValidationWarning(NarrowpipeWarning):
+    """A validation that runs, but whose errors may compare two different machines."""
+
+
+def is_calibrated_host(target: Target) -> bool:
+    """A target ``calibrate`` wrote for a host CPU: its rates are the host's at ``cores`` threads."""
+    return isinstance(target, CpuTarget) and target.vendor == "host"
+
+
+def check_threads(target: Target, threads: int) -> None:
+    """A calibrated host's rates are those of the threads it was measured with (``cores``), and the
+    CPU model does not scale them by threads: measured at other threads, a validation compares two
+    different machines (a 1-thread file validated at 2 threads read +72.7% on gpt2 --tiny)."""
+    if not is_calibrated_host(target):
+        return
+    assert isinstance(target, CpuTarget)
+    if threads != target.cores:
+        t = "thread" if target.cores == 1 else "threads"
+        raise ValidationError(
+            f"target {target.name!r} was calibrated at {target.cores} {t} (its rates are {target.cores} "
+            f"{t}'s), but torch runs {threads} thread{'s' if threads != 1 else ''} here: the prediction does "
+            f"not scale with threads, so the errors would measure the thread count. Validate at --threads "
+            f"{target.cores}, or calibrate at --threads {threads} (narrowpipe calibrate --threads {threads} "
+            "--out FILE) and validate that")
+
+
+def _model_tokens(name: str) -> set[str]:
+    """The words of a CPU's name that carry a digit (its model number: '9755', '6980p')."""
+    return {w for w in re.findall(r"[a-z0-9]+", name.lower()) if any(ch.isdigit() for ch in w)}
+
+
+def check_this_machine(target: Target, host_model: str, host_cpus: int) -> str | None:
+    """Why ``target`` may not be this machine (``host_model``, as lscpu names it, with ``host_cpus``
+    logical CPUs), or None where it looks like it: validate measures this machine and predicts the
+    target, so on another CPU the errors compare two machines (the 128-core xeon-6980p validated on a
+    2-CPU EPYC VM read -97.5% on gpt2 --tiny). A calibrated host file names its CPU in its display name; a catalog CPU
+    is this machine when its model number is in this CPU's name and it has no more cores than this
+    machine has CPUs. A warning, not a refusal: a VM may hide its model number."""
+    if not isinstance(target, CpuTarget):
+        return None
+    here = f"this machine ({host_model}, {host_cpus} CPU{'s' if host_cpus != 1 else ''})"
+    if is_calibrated_host(target):
+        if target.display_name.startswith(f"{host_model} ("):
+            return None
+        return (f"target {target.name!r} was calibrated on {target.display_name.split(' (')[0]!r}, not on "
+                f"{here}: its errors compare two machines; calibrate this one (narrowpipe calibrate --out FILE)")
+    tokens = _model_tokens(target.display_name)
+    if tokens and tokens <= _model_tokens(host_model) and target.cores <= host_cpus:
+        return None
+    return (f"target {target.name!r} is the catalog's {target.display_name} ({target.cores} cores), not {here}: "
+            f"validate measures this machine, so its errors compare two machines; calibrate this one "
+            f"(narrowpipe calibrate --out host.toml) and validate that")
+
+
+def warn_if_not_this_machine(target: Target) -> None:
+    """:func:`check_this_machine` for the machine this runs on, as a :class:`ValidationWarning`."""
+    from .host import describe_cpu
+    reason = check_this_machine(target, describe_cpu().model, os.cpu_count() or 1)
+    if reason is not None:
+        warnings.warn(reason, ValidationWarning, stacklevel=3)
 
 
 def check_target_family(target: Target) -> None:

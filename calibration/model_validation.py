@@ -24,7 +24,13 @@ from ..backends import Target, get_target
 from ..costmodel.analyze import analyze
 from ..frontends.torch.frontend import from_torch
 from .cases import Case
-from .guards import check_fits_in_memory, check_target_family, quiet_native_stderr
+from .guards import (
+    check_fits_in_memory,
+    check_target_family,
+    check_threads,
+    quiet_native_stderr,
+    warn_if_not_this_machine,
+)
 from .interleave import Samples, interleaved_samples
 from .validation_models import (
     MODELS,
@@ -92,12 +98,15 @@ def validate_run(names: Sequence[str], target: Target | str, *, batches: Sequenc
                  progress: Callable[[str], None] | None = None) -> ValidationRun:
     """Measure eager forward passes of every model at every batch size, interleaved with each other
     (and with the probes), and compare them, and their per-op-type times, with the prediction of the
-    same module's export. Refuses a non-CPU target and models that would not fit in this machine's
-    memory, before building anything."""
+    same module's export. Refuses a non-CPU target, a calibrated host file at other threads than torch
+    runs (:func:`.guards.check_threads`) and models that would not fit in this machine's memory, before
+    building anything; warns where the target does not look like this machine."""
     import torch
 
     target = get_target(target)
     check_target_family(target)
+    check_threads(target, torch.get_num_threads())
+    warn_if_not_this_machine(target)
     check_fits_in_memory(" + ".join(names), sum(validation_param_count(n, tiny) for n in names))
     subjects = []
     for name in names:

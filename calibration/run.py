@@ -14,14 +14,17 @@ from .measurement import Case, Measurement
 from .rounds import DEFAULT_ROUNDS, QUICK_ROUNDS, measure_in_rounds
 from .sweeps import (
     ELEMENTS,
+    FP16_SQUARES,
     MATMUL_SQUARES,
     QUICK_ELEMENTS,
+    QUICK_FP16_SQUARES,
     QUICK_SQUARES,
     ColdPool,
     attention_cases,
     bandwidth_cases,
     conv_cases,
     dispatch_cases,
+    fp16_linear_cases,
     fresh_page_cases,
     matmul_cases,
     transcendental_cases,
@@ -50,6 +53,8 @@ def calibration_cases(device: str, quick: bool) -> list[Case]:
         from .module_calls import module_call_cases
         from .pad_sweep import pad_row_cases
         from .unaligned_sweep import unaligned_cases
+        # a CPU's fp16 rate is its own (native, or a reference loop without fp16 arithmetic)
+        cases += fp16_linear_cases(pool, QUICK_FP16_SQUARES if quick else FP16_SQUARES)
         cases += [*attention_cases(device), *fresh_page_cases(device), *pad_row_cases(device),
                   *depthwise_cases(device), *module_call_cases(), eager_case(), *cold_call_cases(),
                   *evicted_call_cases(cache_bytes(2))]

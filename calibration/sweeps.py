@@ -16,10 +16,15 @@ from .measurement import Case, Measurement, bound
 __all__ = ["Measurement", "dispatch_cases", "matmul_cases", "bandwidth_cases", "conv_cases", "after_elementwise",
            "vector_op_cases",
            "attention_cases", "fresh_page_cases", "transcendental_cases", "ColdPool", "cold_copies", "call_next",
-           "MATMUL_SQUARES", "QUICK_SQUARES"]
+           "MATMUL_SQUARES", "QUICK_SQUARES", "FP16_SQUARES", "QUICK_FP16_SQUARES", "fp16_linear_cases"]
 
 MATMUL_SQUARES = (32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 QUICK_SQUARES = (32, 64, 128, 256, 512, 1024)
+#: Square fp16 GEMMs (CPU, :func:`fp16_linear_cases`): enough sizes for a rate, few and small enough
+#: that a CPU without fp16 arithmetic, whose PyTorch fp16 GEMM is a reference loop (0.77 s at 2048^3
+#: on one EPYC Zen 4 core), adds seconds to the run, not minutes.
+FP16_SQUARES = (256, 512, 1024, 2048)
+QUICK_FP16_SQUARES = (512, 1024)
 ELEMENTS = tuple(2 ** e for e in range(8, 27))              # 1 KiB .. 256 MiB of fp32 per operand
 QUICK_ELEMENTS = tuple(2 ** e for e in range(8, 23, 2))
 
@@ -121,6 +126,30 @@ def matmul_cases(pool: ColdPool, dtypes: tuple[str, ...] = ("fp32", "bf16"),
     if skinny:
         shapes += [(m, 2048, 2048) for m in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)]
     return [gemm_case("matmul", dtype, m, n, k, pool) for dtype in dtypes for m, n, k in shapes]
+
+
+def _linear(x: Any, weights: Callable[[], Any]) -> Any:
+    """``nn.Linear``'s product with the next of ``weights`` (cold)."""
+    import torch
+    return torch.nn.functional.linear(x, weights())
+
+
+def fp16_linear_cases(pool: ColdPool, squares: tuple[int, ...] = FP16_SQUARES) -> list[Case]:
+    """Square fp16 GEMMs as ``nn.Linear`` runs them (``x @ W.T``, weights cold), for the CPU's fp16
+    rate. Without AVX512-FP16 or AMX-FP16, PyTorch's fp16 GEMM is a reference loop whose speed
+    depends on the weights' layout; on one EPYC Zen 4 core (torch 2.13, thread clock) at 256, 512,
+    1024 and 2048: ``F.linear`` 14, 18, 22, 22 GFLOP/s, ``torch.mm`` with (K, N) weights 3.1, 2.7 and
+    1.0 to 1024 (bf16: ~190 both ways). Models' projections are linears (the bulk of a transformer's FLOPs), so the
+    rate is the linear layout's."""
+    import torch
+    cases = []
+    for s in squares:
+        a = torch.randn(s, s, device=pool.device).to(torch.float16)
+        weights, copies = pool.weights("fp16", s, s)           # (N, K): a Linear's weight
+        t = TensorType(DType.FP16, (s, s))
+        c = op_cost(Op.DOT, [t, t], [t], {"lhs_contract": (1,), "rhs_contract": (1,)})
+        cases.append(Case("matmul", "fp16", (s, s, s), c.flops, c.bytes, bound(_linear, a, weights), warmup=copies))
+    return cases
 
 
 def bandwidth_cases(device: str = "cpu", elements: tuple[int, ...] = ELEMENTS) -> list[Case]:

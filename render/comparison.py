@@ -56,6 +56,13 @@ def _energy(t: Timing, sep: str = ", ") -> str:
     return f"{si(t.energy_j, 'J')}{sep}{per:.3g} {t.item_unit}/J" if per else si(t.energy_j, "J")
 
 
+def _mfu_precision(t: Timing) -> str:
+    """What the MFU's peak is the rate of: the model's dtype, or the fallback the rate took where the
+    target has none for it ("fp16 as bf16": a CPU without an fp16 rate printed its bf16 peak under
+    an fp16 label)."""
+    return t.precision if " as " in t.precision else t.dtype
+
+
 def timing_summary(r: Report) -> Table:
     t = r.timing
     assert t is not None
@@ -65,7 +72,7 @@ def timing_summary(r: Report) -> Table:
     tab.add_column(style="bold")
     tab.add_column()
     tab.add_row("time", f"{seconds(t.time_s)}  ({si(t.throughput)} {t.item_unit}/s)")
-    tab.add_row("MFU", f"{t.mfu:.1%} of {si(t.peak_flops, 'FLOP/s')} {t.dtype}"
+    tab.add_row("MFU", f"{t.mfu:.1%} of {si(t.peak_flops, 'FLOP/s')} {_mfu_precision(t)}"
                 + (f" x {t.devices}" if t.devices > 1 else ""))
     tab.add_row("bound mix", bound_mix_text(t))
     tab.add_row("if doubled", speedups_text(t))

@@ -41,7 +41,7 @@ from .common import (
     vector_rate,
 )
 from .fresh_pages import fresh_page_time
-from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise
+from .gemm import Gemm, attention_shape, conv_gemm, is_depthwise, kernel_gemms
 from .host_stalls import bytes_since_own_call, evicted_call_time
 from .program import DeviceGroup, Program, Schedule
 from .reuse import input_reuse, reuse_stall_time
@@ -65,7 +65,34 @@ class CpuModel(SequentialModel):
                  for k in program.kernels]
         times = _with_evicted_calls(_with_module_calls(times, program, target), program, target)
         times = _with_reuse_stalls(times, program, target)
-        return one_device_schedule(program, target, times)
+        schedule = one_device_schedule(program, target, times)
+        schedule.notes.extend(self.rate_notes(program, target))
+        return schedule
+
+    def rate_notes(self, program: Program, target: CpuTarget) -> list[str]:
+        """What the report must say about the rates it took: each contraction dtype the target has no
+        matrix rate for and the rate it ran at instead (a host file without fp16 timed fp16 matmuls at
+        its bf16 rate and said so nowhere; PyTorch's fp16 GEMM on a CPU without fp16 arithmetic ran
+        ~100x slower than that), and the options this CPU has no rate for (--tf32, --sparse)."""
+        notes = []
+        for dtype in _contraction_dtypes(program):
+            rate = self.matmul_rate(target, dtype, program.options)
+            if rate.dtype == dtype.value or not rate.runs_as:
+                continue
+            why = (f"{dtype.value} was not calibrated on this host (recalibrate: calibrate measures fp16 GEMMs)"
+                   if target.vendor == "host" and dtype is DType.FP16 else
+                   f"{dtype.value} was not calibrated on this host" if target.vendor == "host" else
+                   f"{target.name} lists no {dtype.value} matrix rate")
+            notes.append(f"{rate.runs_as}: {dtype.value} matmuls are timed at the {rate.dtype} rate "
+                         f"({rate.flops_per_s / 1e9:.4g} GFLOP/s); {why}")
+        options = program.options
+        if options.allow_tf32 and "tf32" not in target.matrix_flops:
+            notes.append(f"TF32 (--tf32) changes nothing on {target.name}: a CPU has no TF32 rate, fp32 matmuls "
+                         "run at its fp32 rate")
+        if options.sparse and not target.sparse_matrix_flops:
+            notes.append(f"2:4 sparsity (--sparse) changes nothing on {target.name}: it lists no sparse matrix "
+                         "rate, matmuls run at the dense rate")
+        return notes
 
     @staticmethod
     def _with_fresh_pages(kt: KernelTime, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
@@ -220,6 +247,23 @@ def conv_factors(matmul_curve: tuple[tuple[float, float], ...], plateau: float,
     if not skinny_curve or positions is None:
         return ramp
     return ramp * min(1.0, interpolate(skinny_curve, float(max(positions, 1)), 1.0) / skinny_curve[-1][1])
+
+
+def _contraction_dtypes(program: Program) -> list[DType]:
+    """The compute dtypes of the program's matmul, convolution and attention kernels, in order of
+    first use."""
+    seen: dict[DType, None] = {}
+    for kernel in program.kernels:
+        if kernel.is_free:
+            continue
+        if kernel.kind == "attention":
+            q = kernel.anchor.inputs[0] if kernel.anchor.inputs else None
+            if q is not None:
+                seen[q.type.dtype] = None
+            continue
+        for g in kernel_gemms(program.table, kernel):
+            seen[g.dtype] = None
+    return list(seen)
 
 
 def _eager(program: Program) -> bool:
