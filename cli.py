@@ -274,10 +274,10 @@ def _need_torch(why: str) -> None:
 @command("calibrate")
 def _calibrate(args: argparse.Namespace, console: Console) -> int:
     _need_torch("calibrate measures with torch")
-    from .calibration import calibrate, measurements_path
+    from .calibration import calibrate, check_measured_threads, measurements_path
     from .render.progress import progress
     if args.threads and args.from_measurements:
-        _check_measured_threads(args.from_measurements, args.threads)
+        check_measured_threads(args.from_measurements, args.threads)
     _set_threads(args.threads)
     with progress(console, "calibrating") as step:
         target = calibrate(args.out, device=args.device, quick=args.quick, base=args.base,
@@ -294,15 +294,6 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _check_measured_threads(path: str, threads: int) -> None:
-    """--threads with --from-measurements: the file's threads are the target's (its rates are theirs)."""
-    from .calibration import measured_threads
-    measured = measured_threads(path)
-    if measured is not None and measured != threads:
-        raise NarrowpipeError(f"--threads {threads}: {path} was measured at {measured} thread(s), and the target's "
-                              f"rates are those threads'; drop --threads (the file's {measured} is used)")
-
-
 @command("validate")
 def _validate(args: argparse.Namespace, console: Console) -> int:
     import json
@@ -310,13 +301,10 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
     _need_torch("validate runs the model with torch")
     from .backends import CpuTarget, get_target
     from .calibration.validate import summarize, validate_models
-    from .calibration.validation_models import MODELS
+    from .calibration.validation_models import check_seq_option
     from .render.validation import validation_table
     target = get_target(args.target)
-    model = MODELS.get(args.model)
-    if args.seq is not None and model is not None and not model.has_seq:
-        raise NarrowpipeError(f"--seq {args.seq}: {args.model} is an image model, it has no sequence dim "
-                              "(its input size is the architecture's); drop --seq")
+    check_seq_option(args.model, args.seq)
     # a target `calibrate` wrote runs with the threads it was measured with
     host_cores = target.cores if isinstance(target, CpuTarget) and target.vendor == "host" else None
     _set_threads(args.threads or host_cores)

@@ -80,6 +80,15 @@ def measured_threads(path: str | Path) -> int | None:
     return threads if isinstance(threads, int) and threads > 0 else None
 
 
+def check_measured_threads(path: str | Path, threads: int) -> None:
+    """``--threads`` beside ``--from-measurements``: the file's threads are the target's (its rates
+    are theirs), so a different count is refused rather than written into the target."""
+    measured = measured_threads(path)
+    if measured is not None and measured != threads:
+        raise NarrowpipeError(f"--threads {threads}: {path} was measured at {measured} thread(s), and the target's "
+                              f"rates are those threads'; drop --threads (the file's {measured} is used)")
+
+
 def check_device(device: str) -> None:
     """Calibration measures a real device: the CPU, or a CUDA GPU torch sees. Anything else is
     refused here, not fitted: on ``meta`` every op returns at once and the fit wrote a target of a

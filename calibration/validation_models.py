@@ -17,8 +17,8 @@ from typing import Any
 
 from ..errors import NarrowpipeError
 
-__all__ = ["ValidationModel", "VALIDATION_MODELS", "MODELS", "build_validation_model", "validation_inputs",
-           "validation_param_count", "validation_label"]
+__all__ = ["check_seq_option", "ValidationModel", "VALIDATION_MODELS", "MODELS", "build_validation_model",
+           "validation_inputs", "validation_param_count", "validation_label"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,14 @@ def _config(name: str, tiny: bool) -> Any:
     if entry.attn is not None:
         config._attn_implementation = entry.attn
     return config
+
+
+def check_seq_option(name: str, seq: int | None) -> None:
+    """``validate --seq`` on an image model: refused (it has no sequence dim; the value was ignored)."""
+    model = MODELS.get(name)
+    if seq is not None and model is not None and not model.has_seq:
+        raise NarrowpipeError(f"--seq {seq}: {name} is an image model, it has no sequence dim "
+                              "(its input size is the architecture's); drop --seq")
 
 
 def validation_label(name: str, batch: int, seq: int) -> str:
