@@ -132,3 +132,15 @@ def test_report_json_keeps_the_timeline_and_ceilings(gpt2):
            if key not in ("passes", "every_s", "pass_s", "pass_transfer_s", "reread_s", "shards")}
     first = ScheduledKernel.from_dict(old)
     assert (first.passes, first.pass_s, first.shards) == (1, first.time_s, 1)
+
+
+def test_a_kernel_split_over_chips_is_drawn_piece_by_piece_and_the_run_ends_when_predicted():
+    """Groq holds Llama-3-8B's 1.05 GB head on 5 chips of 230 MB: each piece is an entry on its chip
+    with its share of the FLOPs, and the last pass ends at the pipelined time the model predicts."""
+    from narrowpipe.models.examples import load_example
+    r = narrowpipe.analyze(load_example("llama-3-8b"), "groq-lpu", dims={"batch": 1, "seq": 512})
+    head = [e for e in r.timeline if e.flops and e.scope.startswith("lm_head")]
+    assert len({e.device for e in head}) >= 5
+    assert sum(e.flops for e in head) == pytest.approx(2 * 512 * 4096 * 128256, rel=1e-6)
+    assert max(e.last_pass_end_s for e in r.timeline) == pytest.approx(r.time_s, rel=1e-9)
+    assert sum(e.flops for e in r.timeline) == pytest.approx(r.flops, rel=1e-9)
