@@ -188,10 +188,21 @@ def comparison_cards(c: Comparison, width: int) -> list[Table]:
     return tables
 
 
+def shared_notes(c: Comparison) -> list[str]:
+    """The counting notes every target's report carries (the model's, not a chip's: an expert
+    routing assumption, a dim range), printed once; compare showed them only in its JSON."""
+    if not c.reports:
+        return []
+    rest = [set(r.notes) for r in c.reports[1:]]
+    return [n for n in dict.fromkeys(c.reports[0].notes) if all(n in other for other in rest)]
+
+
 def print_comparison(c: Comparison, console: Console | None = None) -> None:
     console = console or Console()
     wide = comparison_table(c)
     parts: list[object] = [wide] if _fits(console, wide) else list(_spaced(comparison_cards(c, console.width)))
+    for note in shared_notes(c):
+        parts.append(Text(f"note: {note}", style="yellow"))
     for t in _timings(c):
         for note in t.notes:
             parts.append(Text(f"{t.target}: {note}", style="yellow"))
