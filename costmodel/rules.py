@@ -26,7 +26,7 @@ from .cost import ZERO, Cost
 from .experts import active_experts, node_expert_rows
 from .opview import OpView
 from .rules_vision import VISION_RULES, _traffic
-from .shape_checks import check_contraction, check_view
+from .shape_checks import check_contraction, check_gather, check_view
 
 __all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "NORM_GRAD_FLOPS_PER_ELEMENT", "Rule"]
 
@@ -269,6 +269,8 @@ def _bytes_except(v: OpView, keep: int) -> int:
 @_rule(Op.GATHER, Op.GATHER_ELEMENTS, Op.GATHER_ND)
 def gather(v: OpView) -> Cost:
     """Reads the indices and only the gathered elements (not the whole table), writes the output."""
+    if v.node.op is Op.GATHER:
+        check_gather(v)
     out = v.out_bytes()
     idx = sum(v.in_bytes(i) for i in range(1, len(v.in_shapes)) if v.has_input(i))
     return Cost(0, 0, idx + out, out)

@@ -12,7 +12,7 @@ from ..errors import ShapeError
 from ..ir import Op
 from .opview import OpView
 
-__all__ = ["check_view", "check_contraction", "shape_error"]
+__all__ = ["check_view", "check_contraction", "check_gather", "shape_error"]
 
 
 def shape_error(v: OpView, reason: str) -> ShapeError:
@@ -52,3 +52,31 @@ def check_contraction(v: OpView) -> list[int]:
             raise shape_error(v, f"contracted dims differ once bound: {list(lhs)} @ {list(rhs)} "
                                  f"contracts {k_lhs} with {k_rhs}")
     return k_lhs
+
+
+def check_gather(v: OpView) -> None:
+    """A gather from a weight table along axis 0 whose indices are a constant-start range (through
+    views) stays inside the table once the range's length is bound: GPT-2 at sequence 200 read
+    positions 0..199 of a 128-row position table, which onnxruntime refuses."""
+    node = v.node
+    table = node.inputs[0] if node.inputs else None
+    if table is None or table.producer is not None or node.attrs.get("axis", 0) != 0 or len(node.inputs) < 2:
+        return
+    rows = table.type.shape[0] if table.type.shape else None
+    idx = node.inputs[1]
+    while idx is not None and idx.producer is not None and idx.producer.op in (Op.RESHAPE, Op.CAST) \
+            and idx.producer.inputs:
+        idx = idx.producer.inputs[0]
+    iota = idx.producer if idx is not None else None
+    if not isinstance(rows, int) or iota is None or iota.op is not Op.IOTA or "start" not in iota.attrs:
+        return
+    start, delta = int(iota.attrs["start"]), int(iota.attrs.get("delta", 1))
+    n = v.numel(1)
+    if n < 1 or delta == 0:
+        return
+    last = start + (n - 1) * delta
+    low, high = min(start, last), max(start, last)
+    if low < -rows or high > rows - 1:
+        raise shape_error(v, f"indices {start}..{last} (a range of {n}) fall outside the {rows} rows of "
+                             f"{table.source_name or table.name} under these bindings (a sequence past the "
+                             "model's positions?)")

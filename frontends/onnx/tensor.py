@@ -39,6 +39,18 @@ def _axis_attr(op: Op, default: int = 0, **fixed: object) -> Callable[[NodeCx], 
 
 
 @pure
+def _range(cx: NodeCx) -> None:
+    """Range as an iota, keeping a constant start and step (``start``, ``delta``): a gather indexed
+    by it can then be checked against its table once the length is bound (GPT-2's position table)."""
+    fixed: dict[str, object] = {}
+    for key, i in (("start", 0), ("delta", 2)):
+        known = cx.known_ints(i)
+        if known is not None and len(known) == 1:
+            fixed[key] = int(known[0])
+    cx.emit(Op.IOTA, cx.inputs(), fixed or None)
+
+
+@pure
 def _reshape(cx: NodeCx) -> None:
     """Reshape, Flatten, Squeeze, Unsqueeze: views, which must keep the element count."""
     x, out = cx.input(0), cx.out_types()[0]
@@ -244,7 +256,7 @@ TENSOR_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
     "Identity": _identity, "Shape": one(Op.SHAPE_OF), "Size": one(Op.SHAPE_OF, what="size"),
     "Constant": _constant, "Cast": _cast, "CastLike": _cast, "BitCast": _bitcast,
     "ConstantOfShape": _fill, "EyeLike": _fill, "OneHot": _fill, "MelWeightMatrix": _fill,
-    "Range": one(Op.IOTA), "RandomNormal": _random, "RandomUniform": _random, "RandomNormalLike": _random,
+    "Range": _range, "RandomNormal": _random, "RandomUniform": _random, "RandomNormalLike": _random,
     "RandomUniformLike": _random, "Bernoulli": _random, "Multinomial": _random,
     "Gather": _axis_attr(Op.GATHER), "GatherElements": _axis_attr(Op.GATHER_ELEMENTS),
     "GatherND": _gather_nd, "Scatter": _scatter(Op.SCATTER_ELEMENTS),

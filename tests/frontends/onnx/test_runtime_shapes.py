@@ -136,3 +136,25 @@ def test_onnxruntime_agrees_on_the_refusals() -> None:
     run(_open3(), X=np.zeros((4, 64), np.float32), S=np.array([2, 4, 32], np.int64))
     with pytest.raises(Exception, match="(?i)reshape|shape"):
         run(_open3(), X=np.zeros((4, 64), np.float32), S=np.array([3, 5, 17], np.int64))
+
+
+def _position_lookup() -> onnx.ModelProto:
+    """GPT-2's position embedding as exporters write it: Range(0, len(ids), 1) indexes an 8-row table."""
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero")
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    axis0 = numpy_helper.from_array(np.array([0], np.int64), "axis0")
+    return _model([helper.make_node("Shape", ["ids"], ["shape"], name="shape"),
+                   helper.make_node("Gather", ["shape", "zero"], ["n"], name="n", axis=0),
+                   helper.make_node("Range", ["zero", "n", "one"], ["pos"], name="range"),
+                   helper.make_node("Gather", ["W", "pos"], ["rows"], name="wpe", axis=0),
+                   helper.make_node("Unsqueeze", ["rows", "axis0"], ["out"], name="unsq")],
+                  [_vi("ids", ["sequence"], I64)], [_vi("out", None)], [_w(8, 4), zero, one, axis0])
+
+
+def test_a_range_past_the_position_table_is_refused_naming_the_gather() -> None:
+    """Positions 0..n-1 of an 8-row table: n = 8 is the last that fits (onnxruntime: 'indices element
+    out of data bounds' past it); n = 9 read a row the model does not have and was costed."""
+    g = narrowpipe.load(_position_lookup())
+    assert narrowpipe.analyze(g, dims={"sequence": 8}).bytes > 0
+    with pytest.raises(ShapeError, match=r"wpe.*indices 0\.\.8 \(a range of 9\) fall outside the 8 rows"):
+        narrowpipe.analyze(g, dims={"sequence": 9})
