@@ -152,9 +152,9 @@ def timeline(program: Program, schedule: Schedule) -> list[ScheduledKernel]:
     """
     placed = [(i, k, t) for i, (k, t) in enumerate(zip(program.kernels, schedule.times)) if not k.is_free]
     devices = [schedule.placement.get(k.name, 0) for _, k, _ in placed]
-    following = _next_devices(placed, devices)
     if schedule.pipelining is not None:
-        return _pipelined(program, schedule, placed, devices, following)
+        return _pipelined(program, schedule, placed, devices)
+    following = _next_devices(placed, devices)
     busy: dict[int, float] = {}
     for d, (_, _, t) in zip(devices, placed):
         busy[d] = busy.get(d, 0.0) + t.time_s
@@ -187,7 +187,7 @@ def _next_devices(placed: list[tuple[int, Kernel, KernelTime]], devices: list[in
 
 
 def _pipelined(program: Program, schedule: Schedule, placed: list[tuple[int, Kernel, KernelTime]],
-               devices: list[int], following: list[int | None]) -> list[ScheduledKernel]:
+               devices: list[int]) -> list[ScheduledKernel]:
     """Each chip a stage, each kernel run once per microbatch; a kernel split over chips is an entry
     per piece, on its chip, with its share of the kernel's terms, FLOPs and bytes. A chip's passes
     are placed by :func:`pass_schedule`; its fill (what it adds once before its first pass) is its
@@ -206,12 +206,7 @@ def _pipelined(program: Program, schedule: Schedule, placed: list[tuple[int, Ker
         parts = split.pieces[i] if split.pieces else ((device, 1.0, split.fixed_s[i], split.reads_s[i],
                                                        split.work_s[i]),)
         pieces.extend((i, k, t, *part, n == 0) for n, part in enumerate(parts))
-    nexts: list[int | None] = [None] * len(pieces)
-    after: int | None = None
-    for j in range(len(pieces) - 1, -1, -1):
-        if pieces[j][2].time_s > 0:
-            nexts[j] = after
-            after = pieces[j][3]
+    nexts = _next_devices([(i, k, t) for i, k, t, *_ in pieces], [p[3] for p in pieces])
     fill: dict[int, float] = {}
     pace: dict[int, float] = {}
     for (_, _, t, chip, _, fixed, reads, work, first), nxt in zip(pieces, nexts):
