@@ -153,7 +153,7 @@ def timeline(program: Program, schedule: Schedule) -> list[ScheduledKernel]:
     placed = [(i, k, t) for i, (k, t) in enumerate(zip(program.kernels, schedule.times)) if not k.is_free]
     devices = [schedule.placement.get(k.name, 0) for _, k, _ in placed]
     if schedule.pipelining is not None:
-        return _pipelined(program, schedule, placed, devices)
+        return _pipelined(program, schedule, placed)
     following = _next_devices(placed, devices)
     busy: dict[int, float] = {}
     for d, (_, _, t) in zip(devices, placed):
@@ -186,8 +186,8 @@ def _next_devices(placed: list[tuple[int, Kernel, KernelTime]], devices: list[in
     return out
 
 
-def _pipelined(program: Program, schedule: Schedule, placed: list[tuple[int, Kernel, KernelTime]],
-               devices: list[int]) -> list[ScheduledKernel]:
+def _pipelined(program: Program, schedule: Schedule,
+               placed: list[tuple[int, Kernel, KernelTime]]) -> list[ScheduledKernel]:
     """Each chip a stage, each kernel run once per microbatch; a kernel split over chips is an entry
     per piece, on its chip, with its share of the kernel's terms, FLOPs and bytes. A chip's passes
     are placed by :func:`pass_schedule`; its fill (what it adds once before its first pass) is its
@@ -202,10 +202,8 @@ def _pipelined(program: Program, schedule: Schedule, placed: list[tuple[int, Ker
     unscale = latency / schedule.total_s if schedule.total_s > 0 else 1.0
     # (kernel index, kernel, its time, chip, share, fixed, reads, work) per piece, in program order
     pieces: list[tuple[int, Kernel, KernelTime, int, float, float, float, float, bool]] = []
-    for (i, k, t), device in zip(placed, devices):
-        parts = split.pieces[i] if split.pieces else ((device, 1.0, split.fixed_s[i], split.reads_s[i],
-                                                       split.work_s[i]),)
-        pieces.extend((i, k, t, *part, n == 0) for n, part in enumerate(parts))
+    for i, k, t in placed:
+        pieces.extend((i, k, t, *part, n == 0) for n, part in enumerate(split.pieces[i]))
     nexts = _next_devices([(i, k, t) for i, k, t, *_ in pieces], [p[3] for p in pieces])
     fill: dict[int, float] = {}
     pace: dict[int, float] = {}

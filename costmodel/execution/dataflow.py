@@ -254,9 +254,6 @@ class DataflowModel:
         times: list[KernelTime] = []
         stage = [0.0] * layout.chips
         parts = [StageParts() for _ in range(layout.chips)]
-        fixed_s: list[float] = []
-        reads_s: list[float] = []
-        work_s: list[float] = []
         pieces_of: list[tuple[tuple[int, float, float, float, float], ...]] = []
         # one hop per chip boundary, after the chip's last kernel: it carries every value read on a
         # later chip (the residual stream, a layer's outputs), not what stays (a KV cache in place)
@@ -266,7 +263,6 @@ class DataflowModel:
             kt = kernel_time(k, program, target, units)
             weight_bytes_k = 0 if layout.streaming else _weight_bytes(k, program.table)
             pieces = []
-            sums = [0.0, 0.0, 0.0]
             placed: list[tuple[int, float, float, float, float]] = []
             for n, (chip, share) in enumerate(layout.parts(k.name)):
                 piece = _share(kt, share, n == 0)
@@ -285,10 +281,6 @@ class DataflowModel:
                 stage[chip] += piece.time_s
                 pieces.append(piece)
                 placed.append((chip, share, fixed, weights, work))
-                sums = [sums[0] + fixed, sums[1] + weights, sums[2] + work]
-            fixed_s.append(sums[0])
-            reads_s.append(sums[1])
-            work_s.append(sums[2])
             pieces_of.append(tuple(placed))
             times.append(_joined(pieces))
         latency = sum(stage)
@@ -308,7 +300,7 @@ class DataflowModel:
                 "split_kernels": {name: [[c, f] for c, f in ps] for name, ps in layout.shares.items()}}
         return Schedule(times, total, layout.chips, layout.chip_of, float(required), float(capacity),
                         held and layout.fits, layout.chips, layout.notes, plan,
-                        pipelining=Pipelining(m, tuple(fixed_s), tuple(reads_s), tuple(work_s), tuple(pieces_of)))
+                        pipelining=Pipelining(m, tuple(pieces_of)))
 
 
 def _share(kt: KernelTime, share: float, first: bool) -> KernelTime:

@@ -50,28 +50,17 @@ def pipelined_seconds(stages: list[StageParts], m: int) -> float:
 
 @dataclass(frozen=True)
 class Pipelining:
-    """How a pipelined schedule's kernel times split, one entry per kernel in program order, unscaled
-    (the schedule's own times are scaled to their share of the pipelined total): ``fixed_s`` is paid
-    once (launch overhead, and the hop latency after a chip's last kernel), ``reads_s`` by every one
-    of the ``microbatches`` passes (its weights read from fast memory), ``work_s`` once over all
-    passes together (the batch's FLOPs and activation bytes, a pass doing 1/m of it). ``pieces``
-    says where each kernel runs: ``(chip, share, fixed_s, reads_s, work_s)`` per chip it occupies (a
-    kernel too large for one chip is split over several, each piece timed on its own chip); the
-    per-kernel terms are the sums over its pieces."""
+    """Where a pipelined schedule's kernels run and how their times split, one entry per kernel in
+    program order, unscaled (the schedule's own times are scaled to their share of the pipelined
+    total): ``pieces`` holds ``(chip, share, fixed_s, reads_s, work_s)`` per chip the kernel occupies
+    (a kernel too large for one chip is split over several, each piece timed on its own chip).
+    ``fixed_s`` is paid once (launch overhead, and the hop latency after a chip's last kernel),
+    ``reads_s`` by every one of the ``microbatches`` passes (its weights read from fast memory),
+    ``work_s`` once over all passes together (the batch's FLOPs and activation bytes, a pass doing
+    1/m of it)."""
 
     microbatches: int
-    fixed_s: tuple[float, ...]
-    reads_s: tuple[float, ...]
-    work_s: tuple[float, ...]
-    pieces: tuple[tuple[tuple[int, float, float, float, float], ...], ...] = ()
-
-    def pass_s(self, i: int) -> float:
-        """Kernel ``i``'s time in one pass: its weight reads and its share of the work."""
-        return self.reads_s[i] + self.work_s[i] / self.microbatches
-
-    def busy_s(self, i: int) -> float:
-        """Kernel ``i``'s time over the whole run: its fixed latency and every pass."""
-        return self.fixed_s[i] + self.microbatches * self.pass_s(i)
+    pieces: tuple[tuple[tuple[int, float, float, float, float], ...], ...]
 
 
 @dataclass(frozen=True)
