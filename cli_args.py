@@ -123,9 +123,9 @@ def target_specs(targets: str, files: Sequence[str]) -> list[Any]:
     """``--targets`` names (catalog names, aliases, paths) with the ``--target-file`` chips mixed in:
     a file's chip may be named in ``--targets`` by its ``name`` or an alias (it then takes that
     place in the order); files not named there come last, in the order given."""
-    from .backends import get_target
+    from .backends import get_target, name_index
     loaded = [get_target(f) for f in files]
-    by_name = {n.lower(): t for t in loaded for n in (t.name, *t.aliases)}
+    by_name = name_index(loaded)
     for path, file_chip in zip(files, loaded):
         shadowed = _catalog_name(file_chip.name)
         if shadowed is not None:

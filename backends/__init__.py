@@ -26,7 +26,7 @@ from .loader import (
                      target_from_dict,
                      target_to_dict,
 )
-from .registry import clear_cache, get_system, get_target, source_refs, systems, targets
+from .registry import clear_cache, get_system, get_target, name_index, source_refs, systems, targets
 from .scaling import RESOURCES
 from .system import Level, System
 from .target import Target
@@ -39,7 +39,7 @@ __all__ = [
     # vocabularies
     "DTYPES", "FAMILIES", "TOPOLOGIES", "RESOURCES", "PRICE_BASES", "CATALOG_PRICE_BASIS",
     # catalog
-    "targets", "get_target", "systems", "get_system", "source_refs", "clear_cache",
+    "targets", "get_target", "systems", "get_system", "source_refs", "clear_cache", "name_index",
     # files
     "load_target_file", "dump_target", "target_from_dict", "target_to_dict",
     "load_system_file", "dump_system", "system_from_dict", "system_to_dict",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache, partial
 from pathlib import Path
 from types import MappingProxyType
@@ -23,7 +23,7 @@ from .target import Target
 from .tomlio import read_toml
 
 __all__ = ["CATALOG_DIR", "SYSTEMS_DIR", "targets", "get_target", "systems", "get_system",
-           "source_refs", "clear_cache"]
+           "source_refs", "clear_cache", "name_index"]
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 SYSTEMS_DIR = Path(__file__).parent / "systems"
@@ -99,6 +99,12 @@ def get_target(spec: str | os.PathLike[str] | Target) -> Target:
         return load_target_file(spec)
     target: Target = _targets().lookup(os.fspath(spec), "target")
     return target
+
+
+def name_index(chips: Iterable[Target]) -> dict[str, Target]:
+    """``chips`` (targets in hand: a ``--target-file``'s) by lower-case name and alias, the way
+    :func:`get_target` finds catalog chips, so a user may name a file's chip either way."""
+    return {n.lower(): t for t in chips for n in (t.name, *t.aliases)}
 
 
 def systems() -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from .experts import ExpertBalance, routing_notes
 from .interpreter import CostTable, interpret
 from .lazy_rows import LazyRows
 from .limits import range_warnings
+from .mask_length import check_mask_length
 from .report import OpRow, Report, Unmodeled
 from .report_rows import class_rows, class_totals, node_rows
 from .sizes import weight_bytes
@@ -128,6 +129,7 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
     balance = ExpertBalance.parse(expert_balance)
     with paused_gc():
         bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
+        check_mask_length(graph, bindings)
         table = interpret(graph, bindings, strict=strict, expert_balance=balance)
         report = build_report(table)
     report.notes.extend(range_notes(graph, bindings))

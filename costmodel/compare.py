@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends import Target, get_target
+from ..backends import Target, get_target, name_index
 from ..errors import NarrowpipeError, NarrowpipeWarning
 from ..ir import Graph
 from .analyze import build_report, merge_dims, range_notes, resolve_bindings
@@ -64,7 +64,7 @@ def prices_by_target(prices: Mapping[str, float] | None, known: Iterable[Target]
     if bad:
         raise NarrowpipeError("prices must be positive USD per device-hour: "
                               + ", ".join(f"{k}={v!r}" for k, v in bad.items()))
-    by_name = {n.lower(): t for t in known for n in (t.name, *t.aliases)}
+    by_name = name_index(known)
     return {(by_name[k.lower()] if k.lower() in by_name else get_target(k)).name: float(v)
             for k, v in (prices or {}).items()}
 

@@ -26,7 +26,7 @@ from .cost import ZERO, Cost
 from .experts import active_experts, node_expert_rows
 from .opview import OpView
 from .rules_vision import VISION_RULES, _traffic
-from .shape_checks import check_contraction, check_gather, check_view
+from .shape_checks import check_broadcast, check_contraction, check_gather, check_view
 
 __all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "NORM_GRAD_FLOPS_PER_ELEMENT", "Rule"]
 
@@ -137,6 +137,7 @@ def attention_backward(v: OpView) -> Cost:
 # -- elementwise ------------------------------------------------------------------------------------
 
 def _elementwise(v: OpView) -> Cost:
+    check_broadcast(v)
     n = sum(v.out_numel(i) for i in range(len(v.out_shapes)))
     if v.node.op in TRANSCENDENTAL_OPS:
         return _traffic(v, 0, n)

@@ -12,7 +12,7 @@ from ..errors import ShapeError
 from ..ir import Op
 from .opview import OpView
 
-__all__ = ["check_view", "check_contraction", "check_gather", "shape_error"]
+__all__ = ["check_view", "check_contraction", "check_gather", "check_broadcast", "shape_error"]
 
 
 def shape_error(v: OpView, reason: str) -> ShapeError:
@@ -80,3 +80,31 @@ def check_gather(v: OpView) -> None:
         raise shape_error(v, f"indices {start}..{last} (a range of {n}) fall outside the {rows} rows of "
                              f"{table.source_name or table.name} under these bindings (a sequence past the "
                              "model's positions?)")
+
+
+#: ONNX ops with multidirectional (numpy) broadcasting, per the ONNX operator docs (PRelu broadcasts
+#: one way, CastLike's second input is a type, opset-6 ops broadcast by ``axis``: not listed).
+_ONNX_BROADCASTING = frozenset(f"ai.onnx::{op}" for op in (
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "Max", "Min", "Sum", "Mean", "Equal", "Less", "LessOrEqual",
+    "Greater", "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"))
+
+
+def check_broadcast(v: OpView) -> None:
+    """An elementwise op's inputs broadcast numpy-style to its output once bound. Two symbolic dims a
+    frontend could not compare broadcast to their ``max``; a decoder-with-past ONNX export adds its
+    ``[batch, total]`` mask to scores over ``past + sequence`` keys, and ``total`` bound to anything
+    else is a model that cannot run, not a count. Only an ONNX op's own numpy broadcast is checked (the
+    frontends also emit adds that align by ``axis``, a conv's channel bias, or read rows by position)."""
+    attrs = v.node.attrs
+    if len(v.in_shapes) < 2 or not v.out_shapes or v.node.source.op not in _ONNX_BROADCASTING \
+            or "axis" in attrs or "lookup_operands" in attrs:
+        return
+    out = v.out_shapes[0]
+    for x in v.in_shapes:
+        if x is None or x == out:
+            continue
+        if len(x) > len(out) or any(a not in (1, b) for a, b in zip(reversed(x), reversed(out))):
+            shapes = ", ".join(str(list(s)) for s in v.in_shapes if s is not None)
+            raise shape_error(v, f"inputs {shapes} do not broadcast to {list(out)} under these bindings "
+                                 "(dims that must agree bound to different sizes, such as an attention mask's "
+                                 "total length against past + new tokens?)")

@@ -13,8 +13,8 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
-from ..ir import DimRole, Graph, Sym
-from ..ir.dims import Dim
+from ..ir import DimRole, Graph
+from ..ir.roles import plain_name
 
 __all__ = ["role_from_name", "role_at", "is_cache_input", "assign_roles"]
 
@@ -69,15 +69,6 @@ def role_at(input_name: str, axis: int, rank: int, *, cached: bool = False) -> D
     return None
 
 
-def _plain_symbol(d: Dim) -> str | None:
-    """The name when ``d`` is one bare symbol (``seq``, not ``seq + 1``)."""
-    if isinstance(d, Sym) and len(d.terms) == 1:
-        (mono, coef), = d.terms.items()
-        if coef == 1 and len(mono) == 1 and mono[0][1] == 1 and isinstance(mono[0][0], str):
-            return mono[0][0]
-    return None
-
-
 def assign_roles(graph: Graph, input_names: Iterable[tuple[str, str]] | None = None) -> None:
     """Tag ``graph.dims`` still of role OTHER: by the dim's name, else by its first input position.
 
@@ -88,7 +79,7 @@ def assign_roles(graph: Graph, input_names: Iterable[tuple[str, str]] | None = N
     found: dict[str, DimRole] = {}
     for value in graph.inputs:
         for axis, d in enumerate(value.shape):
-            sym = _plain_symbol(d)
+            sym = plain_name(d)
             if sym is None or sym in found:
                 continue
             role = role_from_name(sym) or role_at(names[value.name], axis, len(value.shape), cached=cached)

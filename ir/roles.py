@@ -14,8 +14,9 @@ from math import prod
 from typing import Protocol
 
 from ..errors import IRError, UnboundDimError
+from .dims import Dim, Sym
 
-__all__ = ["DimRole", "names_with_role", "role_size", "least_size"]
+__all__ = ["DimRole", "names_with_role", "role_size", "least_size", "plain_name"]
 
 
 class DimRole(enum.Enum):
@@ -73,3 +74,13 @@ def role_size(specs: Iterable[_HasRole], role: DimRole, bindings: Mapping[str, i
             raise UnboundDimError(f"dim {s.name} ({role.value}) has no value; bind it with dims={{{s.name!r}: N}}")
         values.append(int(v))
     return prod(values)
+
+
+def plain_name(d: Dim) -> str | None:
+    """The name when ``d`` is one bare symbol (``seq``, not ``seq + 1`` or ``2*seq``), else None: only
+    a bare dim on an input can carry a role (``past + 1`` is derived from ``past``)."""
+    if isinstance(d, Sym) and len(d.terms) == 1:
+        (mono, coef), = d.terms.items()
+        if coef == 1 and len(mono) == 1 and mono[0][1] == 1 and isinstance(mono[0][0], str):
+            return str(mono[0][0])
+    return None

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from math import prod
 
 from ...errors import NarrowpipeError
-from ...ir import DimRole, DType, Graph, Sym, Value, ValueKind
-from ...ir.dims import Dim
+from ...ir import DimRole, DType, Graph, Value, ValueKind
+from ...ir.roles import plain_name
 
 __all__ = ["KvTensor", "KvCache", "find_kv_cache", "STATIC_CACHE_META"]
 
@@ -87,15 +87,6 @@ class KvCache:
                 f"{self.bytes_per_token:,} B per token per sequence, {length}")
 
 
-def _plain(d: Dim) -> str | None:
-    """The name when ``d`` is one bare symbol."""
-    if isinstance(d, Sym) and len(d.terms) == 1:
-        (mono, coef), = d.terms.items()
-        if coef == 1 and len(mono) == 1 and mono[0][1] == 1 and isinstance(mono[0][0], str):
-            return mono[0][0]
-    return None
-
-
 def _per_token(value: Value, skip: set[int]) -> int:
     """Bytes of ``value`` with the batch and length axes taken as 1; its other dims must be static."""
     rest = [d for i, d in enumerate(value.shape) if i not in skip]
@@ -131,7 +122,7 @@ def find_kv_cache(graph: Graph) -> KvCache | None:
     for v in graph.inputs:
         if v.kind is not ValueKind.INPUT:
             continue
-        axes = [(i, _plain(d)) for i, d in enumerate(v.shape)]
+        axes = [(i, plain_name(d)) for i, d in enumerate(v.shape)]
         length = next((i for i, name in axes if name in kv_dims), None)
         if length is None:
             continue

@@ -59,3 +59,34 @@ def test_mode_decode_binds_total_and_refuses_a_set_that_disagrees() -> None:
     assert _mode(batch=1, total_sequence_length=101)["total_sequence_length"] == 101
     with pytest.raises(NarrowpipeError, match="total_sequence_length=100 disagrees with --mode decode"):
         _mode(batch=1, total_sequence_length=100)
+
+
+def _analyze(**dims: int) -> narrowpipe.Report:
+    return narrowpipe.analyze(narrowpipe.load(_decoder()), dims={"batch": 1, "sequence_length": 1, **dims})
+
+
+def test_a_plain_analysis_refuses_a_mask_shorter_than_the_cache_plus_the_new_tokens() -> None:
+    """onnxruntime refuses GPT-2's decoder-with-past at total < past + 1 (its mask gather runs past the end)."""
+    ok = _analyze(past_sequence_length=100, total_sequence_length=101)
+    # scores q k^T over 101 keys of 4 features, plus the two projections of one token: 2*101*4 + 2 * 2*8*4
+    assert ok.flops_by_group["contraction"] == 2 * 101 * 4 + 2 * 2 * 8 * 4
+    with pytest.raises(NarrowpipeError, match=r"total_sequence_length=50 is shorter .* 100 \+ 1 = 101"):
+        _analyze(past_sequence_length=100, total_sequence_length=50)
+
+
+def test_an_onnx_broadcast_that_breaks_once_bound_names_the_node() -> None:
+    """This model adds its [batch, total] mask to scores over past + 1 keys: a longer mask cannot broadcast."""
+    with pytest.raises(NarrowpipeError, match=r"Add.*\[1, 1, 1, 101\], \[1, 1, 1, 120\] do not broadcast"):
+        _analyze(past_sequence_length=100, total_sequence_length=120)
+
+
+def test_symbolic_dims_that_broadcast_at_one_are_accepted() -> None:
+    x = helper.make_tensor_value_info("x", F, ["a", 4])
+    y = helper.make_tensor_value_info("y", F, ["b", 4])
+    g = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"])], "bc", [x, y],
+                          [helper.make_tensor_value_info("z", F, None)])
+    m = narrowpipe.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert narrowpipe.analyze(m, dims={"a": 1, "b": 6}).flops == 6 * 4
+    assert narrowpipe.analyze(m, dims={"a": 6, "b": 6}).flops == 6 * 4
+    with pytest.raises(NarrowpipeError, match=r"\[3, 4\], \[6, 4\] do not broadcast to \[6, 4\]"):
+        narrowpipe.analyze(m, dims={"a": 3, "b": 6})
