@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import schema  # noqa: F401  (narrowpipe.schema.validate(doc) after a plain import narrowpipe)
 from .backends import get_target
 from .backends import targets as _catalog_targets
 from .costmodel.analyze import analyze

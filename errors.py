@@ -7,6 +7,7 @@ raw traceback from a library deep below.
 
 from __future__ import annotations
 
+import operator
 import os
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "TraceError",
     "NarrowpipeWarning",
     "PlanError",
+    "as_integer",
 ]
 
 
@@ -103,3 +105,22 @@ class NarrowpipeWarning(UserWarning):
 class PlanError(NarrowpipeError):
     """A parallel configuration is invalid or cannot run: sizes that do not divide, a device count
     the strategy does not use, a model that fits no strategy. The message names the field and why."""
+
+
+def as_integer(what: str, value: object) -> int:
+    """``value`` as an int, or a :class:`NarrowpipeError` naming ``what``: a count (a dim, a batch, a
+    context length) given as 2.9 was truncated to 2 while the throughput divided by 2.9. Ints,
+    numpy integers, integral floats (``8.0``) and digit strings pass; bools and fractions do not."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+    raise NarrowpipeError(f"{what} must be an integer, got {value!r}")

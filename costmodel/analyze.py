@@ -7,15 +7,15 @@ from functools import partial
 from math import prod
 from typing import Any
 
-from ..errors import NarrowpipeError, UnboundDimError
+from ..errors import NarrowpipeError, UnboundDimError, as_integer
 from ..ir import Graph, OpGroup, ValueKind
 from ..ir.roles import least_size
 from .costcache import graph_index, paused_gc
 from .experts import ExpertBalance, routing_notes
 from .interpreter import CostTable, interpret
+from .kv_lengths import bind_windows, check_mask_length
 from .lazy_rows import LazyRows
 from .limits import range_warnings
-from .mask_length import check_mask_length
 from .report import OpRow, Report, Unmodeled
 from .report_rows import class_rows, class_totals, node_rows
 from .sizes import weight_bytes
@@ -48,10 +48,7 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
         raise NarrowpipeError(f"unknown dim(s) {', '.join(sorted(unknown))}; this graph's dims: {listed}")
     bindings = graph.default_bindings()
     for k, v in dims.items():
-        try:
-            n = int(v)
-        except (TypeError, ValueError):
-            raise NarrowpipeError(f"dim {k} must be an integer, got {v!r}") from None
+        n = as_integer(f"dim {k}", v)
         if n < _least(graph, k, index.trip_names):
             raise NarrowpipeError(f"dim {k} must be >= {_least(graph, k, index.trip_names)}, got {n}")
         bindings[k] = n
@@ -68,6 +65,8 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
             f"graph {graph.name!r} has unbound symbolic dim(s): {', '.join(missing)}; bind them with "
             f"--set {missing[0]}=VALUE (CLI) or analyze(graph, dims={{{missing[0]!r}: VALUE}})"
             + (" (" + "; ".join(docs) + ")" if docs else ""))
+    bind_windows(graph, dims, bindings)
+    check_mask_length(graph, bindings)
     return bindings
 
 
@@ -129,7 +128,6 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
     balance = ExpertBalance.parse(expert_balance)
     with paused_gc():
         bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
-        check_mask_length(graph, bindings)
         table = interpret(graph, bindings, strict=strict, expert_balance=balance)
         report = build_report(table)
     report.notes.extend(range_notes(graph, bindings))

@@ -82,21 +82,37 @@ def _refuse_twins(chips: list[Target], specs: list[Any]) -> None:
         seen[chip.name] = spec
 
 
-def compare(graph: Graph, targets: Iterable[str | Target], *, dims: Mapping[str, Any] | None = None,
+def _target_list(targets: str | Target | Iterable[str | Target]) -> list[str | Target]:
+    """The targets as a list: a string is comma-separated names, as ``--targets`` takes them (iterated,
+    ``"h100"`` was the targets h, 1, 0, 0); none at all is an error, not an empty comparison."""
+    if isinstance(targets, str):
+        specs: list[str | Target] = [t.strip() for t in targets.split(",") if t.strip()]
+    elif isinstance(targets, Target):
+        specs = [targets]
+    else:
+        specs = list(targets)
+    if not specs:
+        raise NarrowpipeError("compare: no targets given (name one or more, e.g. ['h100', 'mi300x'])")
+    return specs
+
+
+def compare(graph: Graph, targets: str | Target | Iterable[str | Target], *, dims: Mapping[str, Any] | None = None,
             strict: bool = False, prices: Mapping[str, float] | None = None, fusion: str | None = None,
             allow_tf32: bool = False, sparse: bool = False, expert_balance: str | ExpertBalance | None = None,
             **keyword_dims: Any) -> Comparison:
-    """Predict ``graph`` on each target (names, aliases, TOML paths or Target objects).
+    """Predict ``graph`` on each target (names, aliases, TOML paths or Target objects; a string of
+    comma-separated names).
 
     ``dims={...}`` binds symbolic dims (keywords such as ``batch=8`` work where they name no option);
     ``expert_balance`` as for :func:`~narrowpipe.analyze`.
     """
+    specs = _target_list(targets)
     bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
     table = interpret(graph, bindings, strict=strict, expert_balance=ExpertBalance.parse(expert_balance))
     counted = build_report(table)
     counted.notes.extend(range_notes(graph, bindings))
-    chips = [get_target(spec) for spec in targets]
-    _refuse_twins(chips, list(targets))
+    chips = [get_target(spec) for spec in specs]
+    _refuse_twins(chips, specs)
     price_of = prices_by_target(prices, chips)
     reports = []
     for t in chips:
@@ -125,6 +141,9 @@ class WhatIf:
     def to_dict(self) -> dict[str, Any]:
         return {"format": "narrowpipe.whatif", "version": 1, "factors": self.factors, "speedup": self.speedup,
                 "base": self.base.to_dict(), "scaled": self.scaled.to_dict()}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
 
 
 def whatif(graph: Graph, target: str | Target, factors: Mapping[str, float], *,

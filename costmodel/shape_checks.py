@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ..ir import Op
+from ..ir.typecheck import elementwise_shape_problem
 from .opview import OpView
 
 __all__ = ["check_view", "check_contraction", "check_gather", "check_broadcast", "shape_error"]
@@ -82,29 +83,17 @@ def check_gather(v: OpView) -> None:
                              "model's positions?)")
 
 
-#: ONNX ops with multidirectional (numpy) broadcasting, per the ONNX operator docs (PRelu broadcasts
-#: one way, CastLike's second input is a type, opset-6 ops broadcast by ``axis``: not listed).
-_ONNX_BROADCASTING = frozenset(f"ai.onnx::{op}" for op in (
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Where", "Max", "Min", "Sum", "Mean", "Equal", "Less", "LessOrEqual",
-    "Greater", "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor"))
-
-
 def check_broadcast(v: OpView) -> None:
-    """An elementwise op's inputs broadcast numpy-style to its output once bound. Two symbolic dims a
-    frontend could not compare broadcast to their ``max``; a decoder-with-past ONNX export adds its
+    """An elementwise op's operands broadcast to its result once bound (the verifier's rule,
+    :func:`~narrowpipe.ir.typecheck.elementwise_shape_problem`, decided on integers). Two symbolic dims a
+    frontend could not compare broadcast to their ``max``: a decoder-with-past ONNX export adds its
     ``[batch, total]`` mask to scores over ``past + sequence`` keys, and ``total`` bound to anything
-    else is a model that cannot run, not a count. Only an ONNX op's own numpy broadcast is checked (the
-    frontends also emit adds that align by ``axis``, a conv's channel bias, or read rows by position)."""
-    attrs = v.node.attrs
-    if len(v.in_shapes) < 2 or not v.out_shapes or v.node.source.op not in _ONNX_BROADCASTING \
-            or "axis" in attrs or "lookup_operands" in attrs:
+    else is a model that cannot run, not a count; an edited graph file's result shape is caught too."""
+    if not v.out_shapes:
         return
-    out = v.out_shapes[0]
-    for x in v.in_shapes:
-        if x is None or x == out:
-            continue
-        if len(x) > len(out) or any(a not in (1, b) for a, b in zip(reversed(x), reversed(out))):
-            shapes = ", ".join(str(list(s)) for s in v.in_shapes if s is not None)
-            raise shape_error(v, f"inputs {shapes} do not broadcast to {list(out)} under these bindings "
-                                 "(dims that must agree bound to different sizes, such as an attention mask's "
-                                 "total length against past + new tokens?)")
+    problem = elementwise_shape_problem(v.node, [s for s in v.in_shapes if s is not None], v.out_shapes[0])
+    if problem is not None:
+        hint = ("dims that must agree bound to different sizes, such as an attention mask's total length "
+                "against past + new tokens?" if problem.startswith("operands") else
+                "the graph states a result its operands do not give: an edited graph file?")
+        raise shape_error(v, f"{problem} under these bindings ({hint})")

@@ -8,6 +8,7 @@ identically to ``g``.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,9 @@ def graph_to_dict(graph: Graph) -> dict[str, Any]:
         }
         if n.attrs:
             entry["attrs"] = {k: _attr_to(v) for k, v in n.attrs.items()}
-        src = {k: getattr(n.source, k) for k in ("op", "name", "scope", "file") if getattr(n.source, k)}
+        src = {k: getattr(n.source, k) for k in ("op", "name", "scope") if getattr(n.source, k)}
+        if n.source.file:   # the file's name, not where it sat on the machine that exported it
+            src["file"] = os.path.basename(n.source.file)
         if src:
             entry["source"] = src
         if n.placement is not None:
@@ -103,7 +106,7 @@ def graph_to_dict(graph: Graph) -> dict[str, Any]:
         "weights": [value(v) for v in graph.weights],
         "nodes": nodes,
         "outputs": [v.name for v in graph.outputs],
-        "meta": graph.meta,
+        "meta": {k: os.path.basename(v) if k == "file" and isinstance(v, str) else v for k, v in graph.meta.items()},
     }
 
 

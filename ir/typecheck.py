@@ -17,7 +17,7 @@ from .graph import Node, Value
 from .ops import MAJORS, OPERAND_MAJOR, Op, OpGroup
 from .shapes import format_shape
 
-__all__ = ["type_problems", "may_equal", "REQUIRED_ATTRS"]
+__all__ = ["type_problems", "may_equal", "elementwise_shape_problem", "REQUIRED_ATTRS"]
 
 #: Attributes a node of the op must carry; cost rules read them unconditionally.
 REQUIRED_ATTRS: dict[Op, tuple[str, ...]] = {
@@ -178,10 +178,6 @@ def _check_expert_rows(node: Node, rows: Dim, groups: Dim) -> list[str]:
 
 
 def _check_elementwise(node: Node) -> list[str]:
-    ins = [v for v in node.inputs if v is not None]
-    tables = node.attrs.get("lookup_operands", 0)
-    if isinstance(tables, int) and 0 < tables < len(ins):
-        ins = ins[:-tables]   # read by position (rotary caches), not broadcast (see ops.py)
     out: list[str] = []
     if not node.outputs:
         return ["elementwise op without an output"]
@@ -196,21 +192,31 @@ def _check_elementwise(node: Node) -> list[str]:
             want = None
         if want is not None and want is not result.dtype:
             out.append(f"cast to {want.value} yields {result.dtype.value}")
+    problem = elementwise_shape_problem(node, [v.shape for v in node.inputs if v is not None], result.shape)
+    return out + ([problem] if problem else [])
+
+
+def elementwise_shape_problem(node: Node, shapes: Sequence[Shape], result: Shape) -> str | None:
+    """What is wrong with an elementwise node's result shape given its present operands' shapes, or
+    None. Symbolic shapes (the verifier) accept what some binding makes right; the interpreter calls
+    it again with bound shapes, where every comparison is decided (an edited graph file, or two dims
+    an ONNX export never relates, such as a mask's length against the keys')."""
+    tables = node.attrs.get("lookup_operands", 0)
+    if isinstance(tables, int) and 0 < tables < len(shapes):
+        shapes = shapes[:-tables]   # read by position (rotary caches), not broadcast (see ops.py)
     if node.op is Op.CAST:
-        ins = ins[:1]   # CastLike's second operand only names the dtype
-    if node.op in _NOT_BROADCAST or not ins:
-        return out
-    shapes = [v.shape for v in ins]
+        shapes = shapes[:1]   # CastLike's second operand only names the dtype
+    if node.op in _NOT_BROADCAST or not shapes:
+        return None
     axis = node.attrs.get("axis")
     if isinstance(axis, int) and not isinstance(axis, bool):
-        shapes = _align_at_axis(shapes, axis)
+        shapes = _align_at_axis(list(shapes), axis)
     expected = broadcast_shapes(shapes)
     if expected is None:
-        out.append("operands do not broadcast: " + ", ".join(format_shape(v.shape) for v in ins))
-    elif _shape_mismatch(expected, result.shape):
-        out.append(f"output shape {format_shape(result.shape)} is not the broadcast "
-                   f"{format_shape(expected)} of its operands")
-    return out
+        return "operands do not broadcast: " + ", ".join(format_shape(s) for s in shapes)
+    if _shape_mismatch(expected, result):
+        return f"output shape {format_shape(result)} is not the broadcast {format_shape(expected)} of its operands"
+    return None
 
 
 def _align_at_axis(shapes: list[Shape], axis: int) -> list[Shape]:

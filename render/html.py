@@ -18,7 +18,7 @@ from ..backends.kernel_checks import check_text
 from ..costmodel.verdict import fastest_target
 from .comparison import bound_mix_text, verdict_text
 from .html_assets import SCRIPT, STYLE
-from .output_file import write_output
+from .output_file import reports_of, write_output
 from .units import count, flops, nbytes, seconds, si
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def _notes(reports: list[Report]) -> str:
 def html_page(result: Report | Comparison) -> str:
     """The page for a report (timed or not) or a comparison."""
     from ..costmodel.compare import Comparison
-    reports = result.reports if isinstance(result, Comparison) else [result]
+    reports = reports_of(result, "write_html")
     timed = [r for r in reports if r.timing is not None]
     first = reports[0]
     title = f"narrowpipe: {first.graph}"

@@ -8,10 +8,11 @@ losing it to a traceback over ``out/`` not existing yet helps nobody) and turn a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..errors import NarrowpipeError
 
-__all__ = ["write_output"]
+__all__ = ["write_output", "reports_of"]
 
 
 def write_output(path: str | Path, text: str, flag: str) -> Path:
@@ -23,3 +24,19 @@ def write_output(path: str | Path, text: str, flag: str) -> Path:
     except OSError as exc:
         raise NarrowpipeError(f"cannot write {flag} {out}: {exc.strerror or exc}") from None
     return out
+
+
+def reports_of(result: Any, what: str) -> list[Any]:
+    """The reports a renderer draws from ``result`` (a :class:`Report` or a :class:`Comparison`), or a
+    :class:`NarrowpipeError` saying what it takes: a ``Graph`` passed by mistake failed with
+    ``'Graph' object has no attribute 'graph'``, an empty comparison with ``list index out of range``."""
+    from ..costmodel.compare import Comparison
+    from ..costmodel.report import Report
+    if isinstance(result, Report):
+        return [result]
+    if isinstance(result, Comparison):
+        if not result.reports:
+            raise NarrowpipeError(f"{what}: the comparison has no targets")
+        return list(result.reports)
+    raise NarrowpipeError(f"{what} takes a Report (narrowpipe.analyze) or a Comparison (narrowpipe.compare), "
+                          f"got a {type(result).__name__}")

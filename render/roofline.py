@@ -85,7 +85,13 @@ def _footnote(shown: list[ScheduledKernel], off: list[ScheduledKernel], total: f
 def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     """The figure (not written anywhere). ``top`` labels that many of the report's bottlenecks
     (default: all it lists)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    from ..costmodel.report import Report
+    if not isinstance(report, Report):
+        raise NarrowpipeError(f"a roofline draws a Report (narrowpipe.analyze(graph, target)), got a "
+                              f"{type(report).__name__}")
     if report.timing is None or report.ceilings is None:
         raise NarrowpipeError("a roofline needs a timed report: analyze the model with a target "
                               "(--target h100, or analyze(graph, 'h100'))")
@@ -102,6 +108,7 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     x_lo, x_hi = min(xs + ridges + [1.0]) / 4, max(xs + ridges + [1.0]) * 8
 
     fig = Figure(figsize=(10, 6.5))
+    FigureCanvasAgg(fig)   # a canvas that measures text: the labels are placed clear of each other
     fig.subplots_adjust(left=0.08, right=0.985, bottom=0.085, top=0.94)   # fixed: slope labels need the angle
     ax = fig.add_subplot()
     ax.set_xscale("log")
@@ -180,16 +187,38 @@ def _labels(ax: Any, report: Report, shown: list[ScheduledKernel], xs: list[floa
     assert report.timing is not None
     where = {k.name: i for i, k in enumerate(shown)}
     lo, hi = (math.log(v) for v in ax.get_xlim())
+    renderer = ax.figure.canvas.get_renderer()
+    taken = [t.get_window_extent(renderer) for t in ax.texts]   # the roofs' and slopes' labels
     for rank, b in enumerate(report.timing.top[:top], start=1):
         i = where.get(b.kernel)
         if i is None:
             continue
         right_half = (math.log(xs[i]) - lo) / (hi - lo) > 0.5   # labels there run leftwards, inside the axes
-        ax.annotate(f"#{rank} {b.label} ({b.bound}, {b.share:.0%})", (xs[i], ys[i]),
-                    xytext=(-10 if right_half else 10, -14 * rank), ha="right" if right_half else "left",
-                    textcoords="offset points", fontsize=8, gid="bottleneck",
-                    arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "black"},
-                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "gray", "lw": 0.5, "alpha": 0.9})
+        label = ax.annotate(f"#{rank} {b.label} ({b.bound}, {b.share:.0%})", (xs[i], ys[i]),
+                            xytext=(-10 if right_half else 10, -14 * rank), ha="right" if right_half else "left",
+                            textcoords="offset points", fontsize=8, gid="bottleneck",
+                            arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "black"},
+                            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "gray", "lw": 0.5, "alpha": 0.9})
+        taken.append(_clear_of(label, taken, renderer))
+
+
+def _clear_of(label: Any, taken: list[Any], renderer: Any, step_pt: float = 4.0, tries: int = 30) -> Any:
+    """Shift ``label`` up or down, nearest first, until its box overlaps none of ``taken`` (labels of
+    kernels a few points apart in height were drawn over each other, or over a bandwidth's label);
+    where no shift within ``tries`` steps clears it, it stays put. Returns its final box."""
+    from matplotlib.text import Text
+
+    def box() -> Any:   # the text's own box: an annotation's extent takes in its arrow too
+        return Text.get_window_extent(label, renderer).padded(2)
+
+    x, y = label.xyann
+    for k in range(2 * tries + 1):
+        shift = step_pt * ((k + 1) // 2) * (-1 if k % 2 else 1)
+        label.xyann = (x, y + shift)
+        if not any(box().overlaps(t) for t in taken):
+            return box()
+    label.xyann = (x, y)
+    return box()
 
 
 def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 110) -> bytes:

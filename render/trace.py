@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NarrowpipeError
-from .output_file import write_output
+from .output_file import reports_of, write_output
 
 if TYPE_CHECKING:
     from ..costmodel.compare import Comparison
@@ -204,5 +204,6 @@ def comparison_trace(comparison: Comparison) -> TraceBuilder:
 def write_trace(path: str | Path, result: Report | Comparison) -> Path:
     """Write the trace of a timed report or a comparison to ``path``."""
     from ..costmodel.report import Report
+    reports_of(result, "write_trace")
     builder = report_trace(result) if isinstance(result, Report) else comparison_trace(result)
     return builder.write(path)

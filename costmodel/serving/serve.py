@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...backends import Target, get_system, get_target
-from ...errors import NarrowpipeError
+from ...errors import NarrowpipeError, as_integer
 from ...ir import Graph
 from ..execution import TimingOptions
 from ..execution.collectives import Topology
@@ -60,6 +60,9 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
     length for decode (default: ``input_len``, else 2048)."""
     if mode not in MODES:
         raise NarrowpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    batch, tp, pp = as_integer("batch", batch), as_integer("tp", tp), as_integer("pp", pp)
+    context, input_len, output_len = (None if x is None else as_integer(n, x) for n, x in
+                                      (("context", context), ("input_len", input_len), ("output_len", output_len)))
     if batch < 1:
         raise NarrowpipeError(f"batch must be >= 1, got {batch}")
     for name, value in (("input_len", input_len), ("output_len", output_len)):

@@ -13,6 +13,7 @@ process) is taken from that log and reported as one :class:`~narrowpipe.errors.M
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from collections.abc import Mapping
@@ -126,33 +127,68 @@ class _Capture(logging.Handler):
         self.records.append(record)
 
 
+#: Libraries whose output types a ``.pt2`` may name and that this loader imports itself: transformers
+#: registers its ``ModelOutput`` classes with torch's pytree as ``transformers.modeling_outputs`` is
+#: imported, which ``import transformers`` (lazy) does not do; the CLI has no way to import it at all.
+_TRUSTED_TYPE_MODULES = ("transformers.",)
+
+
 def _load(p: Path, extra: dict[str, Any]) -> ExportedProgram:
-    """``torch.export.load`` without its logged traceback, failing with the underlying reason."""
-    logger = logging.getLogger("torch.export")
-    capture, propagate = _Capture(), logger.propagate
-    logger.addHandler(capture)
-    logger.propagate = False
+    """``torch.export.load`` without its logged traceback, failing with the underlying reason. An
+    output type of a trusted library not yet registered is imported and the load tried once more."""
+    for attempt in (0, 1):
+        logger = logging.getLogger("torch.export")   # torch gives it a stderr handler of its own
+        capture, propagate, handlers = _Capture(), logger.propagate, logger.handlers[:]
+        logger.handlers = [capture]
+        logger.propagate = False
+        try:
+            return torch.export.load(str(p), extra_files=extra)
+        except Exception as exc:
+            text = _cause_and_text(exc, capture.records)[1]
+            if attempt == 0 and _import_type_module(_unregistered_type(text)):
+                continue
+            raise ModelLoadError(_reason(exc, capture.records), file=str(p)) from None
+        finally:
+            logger.handlers = handlers
+            logger.propagate = propagate
+    raise AssertionError("unreachable")
+
+
+def _unregistered_type(text: str) -> str | None:
+    """The dotted type name torch could not deserialize, from its message, or None."""
+    if "pytree is not registered" not in text:
+        return None
+    return text.removeprefix("Deserializing ").split(" in pytree")[0].strip()
+
+
+def _import_type_module(type_name: str | None) -> bool:
+    """Import the module defining ``type_name`` when it belongs to a trusted library; True if it did."""
+    if not type_name or not type_name.startswith(_TRUSTED_TYPE_MODULES) or "." not in type_name:
+        return False
     try:
-        return torch.export.load(str(p), extra_files=extra)
-    except Exception as exc:
-        raise ModelLoadError(_reason(exc, capture.records), file=str(p)) from None
-    finally:
-        logger.removeHandler(capture)
-        logger.propagate = propagate
+        importlib.import_module(type_name.rsplit(".", 1)[0])
+    except Exception:   # not installed, or broken: the load's own error says what is missing
+        return False
+    return True
 
 
-def _reason(exc: BaseException, records: list[logging.LogRecord]) -> str:
+def _cause_and_text(exc: BaseException, records: list[logging.LogRecord]) -> tuple[BaseException, str]:
     cause: BaseException = exc
     for r in records:
         if r.exc_info and r.exc_info[1] is not None:
             cause = r.exc_info[1]
     text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-    if "pytree is not registered" in text:
-        type_name = text.removeprefix("Deserializing ").split(" in pytree")[0]
+    return cause, text
+
+
+def _reason(exc: BaseException, records: list[logging.LogRecord]) -> str:
+    cause, text = _cause_and_text(exc, records)
+    type_name = _unregistered_type(text)
+    if type_name is not None:
+        module = type_name.rsplit(".", 1)[0]
         return (f"the program's inputs or outputs use the type {type_name}, which is not registered with "
                 f"torch's pytree in this process: import the module that defines it before loading "
-                f"(for transformers' ModelOutput classes, `import transformers`), or export a model "
-                f"that returns plain tensors or tuples")
+                f"(`import {module}`), or export a model that returns plain tensors or tuples")
     if isinstance(cause, (KeyError, ValueError, OSError)) or "zip" in text.lower():
         return f"not a torch.export archive ({type(cause).__name__}: {text})"
     return f"torch cannot load this archive: {type(cause).__name__}: {text}"

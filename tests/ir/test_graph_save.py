@@ -33,3 +33,41 @@ def test_graph_save_and_load_round_trip(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ModelLoadError, match="bad.json"):
         narrowpipe.load(bad)
+
+
+def test_a_saved_graph_keeps_the_source_file_name_not_its_folder(tmp_path):
+    """A graph file is the portable artifact: the exporting machine's folders do not belong in it."""
+    import json
+
+    import narrowpipe
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "lin", [x],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    src = tmp_path / "deep" / "lin.onnx"
+    src.parent.mkdir()
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    graph = narrowpipe.load(str(src.resolve()))
+    graph.save(tmp_path / "lin.json")
+    text = (tmp_path / "lin.json").read_text()
+    assert str(tmp_path) not in text
+    doc = json.loads(text)
+    assert doc["meta"]["file"] == "lin.onnx" and {n["source"]["file"] for n in doc["nodes"]} == {"lin.onnx"}
+    assert narrowpipe.analyze(narrowpipe.load(tmp_path / "lin.json")).flops == narrowpipe.analyze(graph).flops
+
+
+def test_an_edited_result_shape_is_refused_once_bound_not_costed(tmp_path):
+    """An eager-attention score scale declared [batch, 4, seq, seq*3] passes the symbolic verifier (seq*3
+    and seq may agree for some binding) but not the interpreter once seq is bound."""
+    import json
+
+    import narrowpipe
+    from narrowpipe.errors import ShapeError
+    narrowpipe.transformer(2, 64, 4, 100, seq=16, attention="eager").save(tmp_path / "e.json")
+    doc = json.loads((tmp_path / "e.json").read_text())
+    node = next(n for n in doc["nodes"] if n["name"] == "model_layers_0_self_attn_scale")
+    node["outputs"][0]["shape"] = ["batch", 4, "seq", "seq*3"]
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(ShapeError, match=r"output shape \[2, 4, 16, 48\] is not the broadcast \[2, 4, 16, 16\]"):
+        narrowpipe.analyze(narrowpipe.load(tmp_path / "bad.json"), dims={"batch": 2})

@@ -103,3 +103,18 @@ def test_a_tensor_parallel_kernel_is_one_devices_shard_under_one_devices_roof():
     flops = 2 * 128 * 4096 * 4096 / 16                    # by hand: one socket's share of [128, 4096] x [4096, 4096]
     nbytes = 2 * (128 * 4096 + 4096 * 4096 + 128 * 4096) / 16
     assert (flops / nbytes, flops / q.kernel_s) in [pytest.approx(p, rel=1e-12) for p in points]
+
+
+def test_bottleneck_labels_do_not_cover_each_other_or_the_roofs_labels():
+    """Groq: the top kernels sit a few points apart in height, and their labels were drawn over each other."""
+    from matplotlib.text import Text
+    g = narrowpipe.transformer(4, 256, 4, 1000, seq=1024)
+    fig = roofline_figure(narrowpipe.analyze(g, "groq-lpu", dims={"batch": 2}))
+    renderer = fig.canvas.get_renderer()
+    texts = fig.axes[0].texts
+    labels = [t for t in texts if t.get_gid() == "bottleneck"]
+    assert len(labels) >= 3
+    boxes = [Text.get_window_extent(t, renderer) for t in texts]
+    for label in labels:
+        mine = Text.get_window_extent(label, renderer)
+        assert sum(mine.overlaps(b) for b in boxes) == 1, label.get_text()   # itself only

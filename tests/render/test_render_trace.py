@@ -145,3 +145,16 @@ def test_cli_writes_traces_and_refuses_one_without_a_schedule(tmp_path, capsys):
     assert not (tmp_path / "b.json").exists()
     assert main(["compare", "gpt2", "--targets", "h100", "--set", "seq=8,16", "--trace", str(tmp_path / "c.json")]) == 2
     assert "take one point" in capsys.readouterr().err
+
+
+def test_renderers_name_what_they_take_when_given_a_graph(tmp_path):
+    from narrowpipe.errors import NarrowpipeError
+    from narrowpipe.render.html import write_html
+    from narrowpipe.render.trace import write_trace
+    g = narrowpipe.transformer(1, 64, 2, 100, seq=8)
+    for write in (write_trace, write_html):
+        with pytest.raises(NarrowpipeError, match="takes a Report .* got a Graph"):
+            write(tmp_path / "x.out", g)
+    from narrowpipe.render.roofline import plot_roofline
+    with pytest.raises(NarrowpipeError, match="roofline draws a Report"):
+        plot_roofline(g)

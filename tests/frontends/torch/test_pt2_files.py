@@ -79,3 +79,31 @@ def test_unregistered_output_type_is_one_model_load_error(tmp_path, capfd):
     msg = str(info.value)
     assert "out.pt2" in msg and "narrowpipe_test.Out" in msg and "not registered" in msg
     assert "import" in msg and "Traceback" not in capfd.readouterr().err
+
+
+class _ReturnsModelOutput(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.output_type(last_hidden_state=self.l(x))
+
+
+def test_a_transformers_output_type_loads_in_a_fresh_process(tmp_path):
+    """transformers registers its ModelOutput pytrees when ``transformers.modeling_outputs`` is imported,
+    which a lazy ``import transformers`` does not do (and the CLI cannot do): the loader imports it."""
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+    import subprocess
+    import sys
+    path = tmp_path / "hf_out.pt2"
+    module = _ReturnsModelOutput()
+    module.output_type = outputs.BaseModelOutput
+    torch.export.save(torch.export.export(module, (torch.randn(2, 4),)), str(path))
+    code = ("import narrowpipe, sys; g = narrowpipe.load(sys.argv[1]); "
+            "print(narrowpipe.analyze(g).flops_by_group['contraction'])")
+    run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == str(2 * 2 * 4 * 4)    # one Linear: 2 rows x 4 in x 4 out, 2 FLOPs each
+    assert "Traceback" not in run.stderr
