@@ -60,15 +60,22 @@ class _Routing:
 
 
 def expert_parallel(graph: Graph, parallel: Parallel, bindings: Mapping[str, int],
-                    balance: ExpertBalance) -> Graph:
+                    balance: ExpertBalance) -> tuple[Graph, frozenset[Value]]:
     """``graph`` with its grouped GEMMs on the expert side of dispatch and combine all-to-alls
-    (``graph`` itself when ``ep`` is 1 or it has no experts)."""
+    (``graph`` itself when ``ep`` is 1 or it has no experts), and its expert-side values.
+
+    The expert-side values' first dim is the routed rows the busiest device received: a count of
+    tokens (top-k copies of them) with no symbolic dim left to say so, which the sharding pass needs
+    to know twice: such rows may split unevenly over ``tp`` (each rank exchanges its share, the
+    busiest ``ceil(rows / tp)``), and a partial sum over them is an activation (gradient) to settle
+    per microbatch, never a weight gradient left to the data-parallel reduction."""
     if parallel.ep == 1 or not is_moe(graph):
-        return graph
+        return graph, frozenset()
     if parallel.cp > 1:
         raise PlanError(f"expert parallelism (ep={parallel.ep}) with context parallelism (cp={parallel.cp}) is not "
                         f"modelled: {graph.name!r} routes rows its sequence split has already divided")
-    return _Rewrite(graph, parallel, bindings, balance).run()
+    rewrite = _Rewrite(graph, parallel, bindings, balance)
+    return rewrite.run(), frozenset(rewrite.expert.values())
 
 
 class _Rewrite:

@@ -51,6 +51,11 @@ class RuleContext(Protocol):
         """Whether dim ``dim`` of ``v`` runs over batch or sequence positions (order matters there)."""
         ...
 
+    def uneven_rows(self, v: Value) -> bool:
+        """Whether ``v``'s rows may split unevenly: the experts' routed rows, as many as the router
+        sent (each rank holds its share, the busiest the largest)."""
+        ...
+
 
 Rule = Callable[[RuleContext, Node], Decision]
 

@@ -9,7 +9,9 @@ sum is settled right after the node that made it: an all-reduce, or a reduce-sca
 dim under sequence parallelism (and for the key/value gradients of context parallelism). Partial
 sums with no token dim (weight gradients under context or sequence parallelism) are not settled per
 microbatch: they join the data-parallel gradient reduction, as Megatron-LM does, and are listed in
-``graph.meta["deferred_reductions"]``.
+``graph.meta["deferred_reductions"]``. The experts' routed rows (:mod:`.expert_parallel`) are tokens
+too, though no symbolic dim says so: a partial sum over them is settled per microbatch, and they may
+split unevenly over ``tp``.
 
 The result is a static graph of local shapes (dims bound first), each inserted collective an op of
 group ``collective`` with ``group_size``, ``axis``, ``stride`` (ranks between group members, which
@@ -61,14 +63,15 @@ def shard(graph: Graph, parallel: Parallel, *, dims: Mapping[str, int] | None = 
     missing = sorted(s for s in graph.symbols() if s not in bindings)
     if missing:
         raise PlanError(f"shard: bind the dims {', '.join(missing)} (dims={{...}}) before sharding {graph.name!r}")
-    graph = expert_parallel(graph, parallel, bindings, ExpertBalance.parse(expert_balance))
-    return _Shard(graph, bindings, parallel, arrive_split).run(grad_sync, grad_dtype)
+    graph, routed = expert_parallel(graph, parallel, bindings, ExpertBalance.parse(expert_balance))
+    return _Shard(graph, bindings, parallel, arrive_split, routed).run(grad_sync, grad_dtype)
 
 
 class _Shard(WeightLayouts):
     def __init__(self, graph: Graph, bindings: dict[str, int], parallel: Parallel,
-                 arrive_split: frozenset[str] = frozenset()) -> None:
+                 arrive_split: frozenset[str] = frozenset(), routed: frozenset[Value] = frozenset()) -> None:
         self.src = graph
+        self.routed = routed                      # expert-side values: their rows are routed tokens
         self.arrive_split = arrive_split if parallel.sequence_parallel and parallel.tp > 1 else frozenset()
         self.parallel = parallel
         self.binder = ShapeBinder(bindings)
@@ -181,7 +184,7 @@ class _Shard(WeightLayouts):
                 self.specs[v] = spec
                 self.new[v] = self.out.add_input(v.name, self._local_type(v, spec), v.kind, v.source_name)
         decision = decide(self, node)
-        if not all(s.divides(self.shape(o), self.sizes) for s, o in zip(decision.outs, node.outputs)):
+        if not all(self._splits(o, s) for s, o in zip(decision.outs, node.outputs)):
             decision = Decision([Spec.replicated(len(self.shape(v))) if v is not None else None
                                  for v in node.inputs],
                                 [Spec.replicated(len(self.shape(o))) for o in node.outputs])
@@ -287,7 +290,7 @@ class _Shard(WeightLayouts):
         token = want.dim_of(axis)
         if token is not None and axis not in spec.dims[token]:
             done = spec.resolved().add_axis(token, axis)
-            if done.divides(shape, self.sizes):
+            if self._splits(orig, done):
                 purpose = ("sequence-parallel reduce-scatter" if axis == "tp" else
                            "context-parallel gradient reduce-scatter" if axis == "cp" else f"{axis} reduce-scatter")
                 return done, self._collective(Op.REDUCE_SCATTER, new, done.local_shape(shape, self.sizes), axis,
@@ -300,7 +303,20 @@ class _Shard(WeightLayouts):
         return bool(_symbols(v.shape[dim]) & self.token_roles)
 
     def _has_tokens(self, v: Value) -> bool:
-        return any(_symbols(d) & self.token_roles for d in v.shape)
+        """Whether ``v`` runs over tokens: a batch or sequence dim, or the routed rows of the experts
+        (an activation or its gradient, not a weight's)."""
+        return v in self.routed or any(_symbols(d) & self.token_roles for d in v.shape)
+
+    def uneven_rows(self, v: Value) -> bool:
+        return v in self.routed
+
+    def _splits(self, v: Value, spec: Spec) -> bool:
+        """Whether ``v`` can be laid out as ``spec``: every split dim divides, but the routed rows of
+        the experts, which split as the router sent them (the busiest rank holds ``ceil(rows / k)``,
+        :meth:`.Spec.local_shape`)."""
+        if v in self.routed and spec.dims and spec.dims[0]:
+            spec = spec.with_dim(0, ())
+        return spec.divides(self.shape(v), self.sizes)
 
     def _token_dim(self, v: Value, spec: Spec, axis: str) -> int | None:
         """The dim a reduce-scatter over ``axis`` splits: the first sequence (or token) dim that
@@ -346,7 +362,7 @@ class _Shard(WeightLayouts):
 
     def _local_type(self, v: Value, spec: Spec) -> TensorType:
         shape = self.shape(v)
-        if not spec.divides(shape, self.sizes):
+        if not self._splits(v, spec):
             raise PlanError(f"shard: value {v.name!r} of shape {list(shape)} does not split as {spec}")
         return TensorType(v.dtype, spec.local_shape(shape, self.sizes))
 

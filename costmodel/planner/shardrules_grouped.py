@@ -80,15 +80,17 @@ def expert_exchange(ctx: RuleContext, node: Node) -> Decision:
     of the rows when the rows are split over ``tp`` (sequence parallelism) or owed a ``tp`` sum (the
     row-parallel down projection, settled by a reduce-scatter onto the rows): Megatron-Core's
     all-to-all dispatcher exchanges ``1/tp`` of the tokens per rank and all-gathers over ``tp`` after
-    it. Any other layout is exchanged whole."""
+    it. The routed rows split however many the router sent, the busiest rank's ``ceil(rows / tp)``
+    setting the time (:meth:`.Spec.local_shape`); the token side must divide. Any other layout is
+    exchanged whole."""
     x, out = node.inputs[0], node.outputs[0]
     if x is None or node.attrs.get("axis") != "ep":
         return Decision([Spec.replicated(len(ctx.shape(v))) if v is not None else None for v in node.inputs],
                         [Spec.replicated(len(ctx.shape(o))) for o in node.outputs])
     raw, tp = ctx.raw(x), ctx.sizes.get("tp", 1)
     rows: tuple[str, ...] = ()
-    if tp > 1 and ("tp" in raw.dims[0] or raw.partial == "tp") and ctx.shape(x)[0] % tp == 0 \
-            and ctx.shape(out)[0] % tp == 0:
+    if tp > 1 and ("tp" in raw.dims[0] or raw.partial == "tp") and \
+            all(ctx.shape(v)[0] % tp == 0 or ctx.uneven_rows(v) for v in (x, out)):
         rows = ("tp",)
     rank = len(ctx.shape(x))
     spec = Spec((rows, *(((),) * (rank - 1))))

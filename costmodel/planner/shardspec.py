@@ -64,16 +64,18 @@ class Spec:
         return Spec(self.dims)
 
     def local_shape(self, shape: tuple[int, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
-        """The shape each device holds: every split dim divided by its axes' sizes."""
+        """The shape the busiest device holds: every split dim divided by its axes' sizes, rounded up
+        where it does not divide (the routed rows of the experts: the largest share sets the time)."""
         out = []
         for n, axes in zip(shape, self.dims):
             for a in axes:
-                n //= sizes[a]
+                n = -(-n // sizes[a])
             out.append(n)
         return tuple(out)
 
     def divides(self, shape: tuple[int, ...], sizes: Mapping[str, int]) -> bool:
-        """Whether every split dim divides evenly (the only layouts the pass produces)."""
+        """Whether every split dim divides evenly (the only layouts the pass produces, but for the
+        experts' routed rows, which split as the router sent them)."""
         for n, axes in zip(shape, self.dims):
             k = 1
             for a in axes:

@@ -218,3 +218,86 @@ def test_a_torch_exported_mixtral_shards_its_grouped_mm_offsets_with_the_experts
     grouped = [n for n in local.nodes if n.op is Op.GROUPED_DOT]
     assert len(grouped) == 6 and all(tuple(n.inputs[2].shape) == (2,) for n in grouped)
     assert sum(n.op is Op.ALL_TO_ALL for n in local.nodes) == 4
+
+
+def _tp_ep(**kw) -> Parallel:
+    return _par(tp=2, dp=8, ep=8, sequence_parallel=True, **kw)
+
+
+def test_an_odd_row_count_splits_unevenly_over_tp_and_exchanges_the_largest_share(moe):
+    """zipf:1 sends the busiest device (one expert each, ep=8) 753 of the group's 8 x 256 routed rows:
+    odd, so tp=2 cannot halve them. Each tensor-parallel rank still exchanges its share, the busiest
+    ceil(753 / 2) = 377 rows: the forward dispatch moves (ep-1)/ep x 377 x H x 2 B = 7/8 x 377 x 512
+    = 168,896 B (the whole tensor on every rank, 7/8 x 753 x 512 = 337,344 B, was the bug), the
+    experts all-gather the 753 rows over tp, and the combine reduce-scatters the down projection's
+    partial sum onto 377 rows per rank before its own exchange (no all-reduce of all 753)."""
+    rows, share = 753, 377
+    planner = _planner(moe, "zipf:1")
+    layer = planner.cost(planner.blocks.layers[0], _tp_ep())
+    forward = [u for u in layer.collectives if u.phase == "forward"]
+    dispatch = next(u for u in forward if u.purpose.startswith("expert-parallel dispatch"))
+    combine = next(u for u in forward if u.purpose.startswith("expert-parallel combine"))
+    assert dispatch.comm_bytes == 7 * share * H * 2 // 8 == 168_896
+    assert combine.comm_bytes == 7 * share * H * 2 // 8          # sends 377 rows, receives 128 x 2 / 2
+    assert not any(u.op == "all_reduce" and u.axis == "tp" and u.purpose == "tensor-parallel all-reduce"
+                   for u in layer.collectives)
+    local = shard(build_training_graph(moe, optimizer="adam"), _tp_ep(), dims={"batch": 1, "seq": SEQ},
+                  expert_balance="zipf:1")
+    exchanged = {tuple(n.outputs[0].shape) for n in local.nodes if n.op is Op.ALL_TO_ALL
+                 and "dispatch" in n.attrs["purpose"]}
+    assert exchanged == {(share, H)}
+    gathered = {tuple(n.outputs[0].shape) for n in local.nodes if n.op is Op.ALL_GATHER
+                and n.inputs[0].producer is not None and "dispatch" in n.inputs[0].producer.attrs.get("purpose", "")}
+    assert gathered == {(rows, H)}
+    scattered = {(tuple(n.inputs[0].shape), tuple(n.outputs[0].shape)) for n in local.nodes
+                 if n.op is Op.REDUCE_SCATTER and any(u.node.op is Op.ALL_TO_ALL for u in n.outputs[0].uses)}
+    assert scattered == {((rows, H), (share, H))}
+
+
+def test_the_step_time_does_not_fall_as_the_router_skews_more(moe):
+    """zipf 0.98 .. 1.02 gives the busiest device 741, 747, 753, 760, 766 rows: odd, odd, odd, even,
+    even. More rows can only cost more; the step time and the bytes of a dispatch are non-decreasing
+    (an odd count exchanged whole made them zig-zag by about 2x in the exchange). The dispatch moves
+    7/8 x ceil(rows / 2) x 512 B."""
+    times, sent = [], []
+    for z, rows in (("0.98", 741), ("0.99", 747), ("1", 753), ("1.01", 760), ("1.02", 766)):
+        planner = _planner(moe, f"zipf:{z}")
+        times.append(planner.evaluate(_tp_ep()).step.total_s)
+        layer = planner.cost(planner.blocks.layers[0], _tp_ep())
+        use = next(u for u in layer.collectives if u.purpose.startswith("expert-parallel dispatch")
+                   and u.phase == "forward")
+        assert use.comm_bytes == 7 * ((rows + 1) // 2) * H * 2 // 8
+        sent.append(use.comm_bytes)
+    assert times == sorted(times) and sent == sorted(sent)
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_the_experts_input_gradient_is_reduce_scattered_over_tp_per_microbatch_not_deferred(moe, recompute):
+    """With tp=2 the row-parallel experts leave a partial sum over tp on the routed rows: the down
+    projection's output (forward, and the recomputed forward) and the gate-up projection's input
+    gradient (backward). Both are activations, settled per microbatch by a tp reduce-scatter onto
+    the rows before the combine all-to-all, as Megatron-Core's dispatcher does (256 balanced rows:
+    [256, H] -> [128, H], one per layer and pass). Only weight gradients are deferred to the data-
+    parallel reduction, the same ones as without expert parallelism: the routers' [E, H] and the
+    vocabulary table's [V, H] (1000 rows do not split over tp) in fp32, 4 x (L x E x H + V x H)
+    = 4 x (4096 + 256,000) = 1,040,384 B; the experts' 2 x 256 x H x 2 B per layer never joins them."""
+    dims = {"batch": 1, "seq": SEQ}
+    step = narrowpipe.training_step(moe, recompute=recompute)
+    local = shard(step, _tp_ep(recompute=recompute), dims=dims)
+    dense = shard(step, _par(tp=2, dp=8, sequence_parallel=True, recompute=recompute), dims=dims)
+    assert local.meta["deferred_reductions"] == dense.meta["deferred_reductions"] == {"tp": 4 * (L * E * H + V * H)}
+    settled = [n for n in local.nodes if n.op is Op.REDUCE_SCATTER and n.attrs["axis"] == "tp"
+               and any(u.node.op is Op.ALL_TO_ALL for u in n.outputs[0].uses)]
+    phases = ["forward", "backward"] + (["recompute"] if recompute == "full" else [])
+    assert sorted(n.attrs["phase"] for n in settled) == sorted(phases * L)
+    assert all(tuple(n.inputs[0].shape) == (SEQ * K, H) and tuple(n.outputs[0].shape) == (SEQ * K // 2, H)
+               for n in settled)
+    # the planner times them as tp collectives of every pass: per layer and microbatch each pass has two
+    # sequence-parallel reduce-scatters, attention's [128, H] (1/2 x 128 x 256 x 2 = 32,768 B) and the
+    # experts' [256, H] (1/2 x 256 x 256 x 2 = 65,536 B); the layer defers only its router's 4 x E x H
+    planner = _planner(moe)
+    layer = planner.cost(planner.blocks.layers[0], _tp_ep(recompute=recompute))
+    scatters = {u.phase: (u.count, u.comm_bytes) for u in layer.collectives
+                if u.axis == "tp" and u.op == "reduce_scatter"}
+    assert scatters == {phase: (2, SEQ * H * 2 // 2 + SEQ * K * H * 2 // 2) for phase in phases}
+    assert layer.deferred == {"tp": 4 * E * H}
