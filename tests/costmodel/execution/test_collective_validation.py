@@ -4,9 +4,10 @@ and the 8xH200 message-size sweep with 17 of its 20 points held out."""
 
 from __future__ import annotations
 
+import json
 import statistics
 
-from benchmark_module import load_benchmark  # tests/benchmark_module.py
+from benchmark_module import BENCHMARKS, load_benchmark  # tests/benchmark_module.py
 
 
 def _module():
@@ -32,3 +33,11 @@ def test_held_out_sweep_points_are_within_a_quarter_and_typically_within_ten_per
     errors = [abs(r["error"]) for r in held]
     assert max(errors) <= 0.26
     assert statistics.median(errors) <= 0.10
+
+
+def test_the_committed_results_are_what_the_code_predicts():
+    committed = json.loads((BENCHMARKS / "results" / "collective_validate.json").read_text())
+    for key, field, rows in (("published", "predicted", _module().published()),
+                             ("sweep_8xh200", "predicted_busbw", _module().sweep())):
+        assert [r[field] for r in committed[key]] == [r[field] for r in rows], \
+            "rerun python benchmarks/collective_validate.py and commit benchmarks/results/collective_validate.*"

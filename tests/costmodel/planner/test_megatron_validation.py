@@ -4,7 +4,7 @@ with the paper's configuration fixed and nothing fitted (benchmarks/megatron_val
 from __future__ import annotations
 
 import pytest
-from benchmark_module import load_benchmark  # tests/benchmark_module.py
+from benchmark_module import committed_rows, load_benchmark  # tests/benchmark_module.py
 
 
 def _module():
@@ -12,9 +12,21 @@ def _module():
 
 
 @pytest.fixture(scope="module")
-def errors() -> dict[str, float]:
+def plans() -> dict:
     mv = _module()
-    return {row.name: mv.error(row, mv.predict(row)) for row in mv.ROWS if row.acceptance}
+    return {row.name: (row, mv.predict(row)) for row in mv.ROWS if row.acceptance}
+
+
+@pytest.fixture(scope="module")
+def errors(plans) -> dict[str, float]:
+    return {name: _module().error(row, plan) for name, (row, plan) in plans.items()}
+
+
+def test_the_committed_results_are_what_the_code_predicts(plans):
+    steps = {name: plan.step_time_s for name, (_, plan) in plans.items()}
+    committed = {r["row"]: r["predicted_step_s"] for r in committed_rows("megatron_validate") if r["row"] in steps}
+    assert committed == pytest.approx(steps, rel=1e-9), \
+        "rerun python benchmarks/megatron_validate.py and commit benchmarks/results/megatron_validate.*"
 
 
 def test_published_step_times_follow_from_the_papers_flop_formula():

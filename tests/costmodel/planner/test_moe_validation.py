@@ -5,7 +5,7 @@ and nothing fitted."""
 from __future__ import annotations
 
 import pytest
-from benchmark_module import load_benchmark  # tests/benchmark_module.py
+from benchmark_module import committed_rows, load_benchmark  # tests/benchmark_module.py
 
 
 def _module():
@@ -43,3 +43,10 @@ def test_the_prediction_is_within_a_quarter_of_the_published_step(row_and_plan):
     """Predicted 2.32 s against 2.90 s (-20%, fast like every Megatron row: see results/moe_validate.md)."""
     row, plan = row_and_plan
     assert abs(_module().error(row, plan)) < 0.25
+
+
+def test_the_committed_results_are_what_the_code_predicts(row_and_plan):
+    row, plan = row_and_plan
+    (committed,) = [r for r in committed_rows("moe_validate") if r["row"] == row.name]
+    assert committed["predicted_step_s"] == pytest.approx(plan.step_time_s, rel=1e-9), \
+        "rerun python benchmarks/moe_validate.py and commit benchmarks/results/moe_validate.*"
