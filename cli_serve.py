@@ -62,6 +62,9 @@ def _formats(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", help="a system file whose links price the collectives (e.g. dgx-h100)")
     p.add_argument("--price", action="append", metavar="TARGET=USD", help="USD per device-hour")
     p.add_argument("--json", metavar="FILE", help="write the result as JSON")
+    p.add_argument("--mla-decode", choices=("absorbed", "as-built"), default="absorbed",
+                   help="latent attention (DeepSeek MLA): time decode absorbed, as vLLM/SGLang run it (default), "
+                   "or as built (decompressed, transformers' form); prefill stays as built")
 
 
 def register_serve(sub: Any) -> None:
@@ -154,7 +157,7 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
     tpot = parse_duration(args.tpot, "--tpot") if args.tpot else (args.tpot_ms / 1e3 if args.tpot_ms else None)
     pps = _ints(args.pp, "--pp")
     kw = dict(weights=args.weights, activations=args.activations, kv=args.kv, system=args.system,
-              gemm_inputs=args.gemm_inputs)
+              gemm_inputs=args.gemm_inputs, mla_decode=args.mla_decode)
     if tpot is not None:
         plan = plan_capacity(graph, targets, rate=args.rate, input_len=args.input, output_len=args.output, tpot=tpot,
                              ttft=parse_duration(args.ttft, "--ttft"), max_tp=args.devices, pps=pps,
@@ -209,7 +212,7 @@ def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
     for target in [t.strip() for t in args.target.split(",") if t.strip()]:
         replica = replica_for(graph, target, tp=args.tp, pp=args.pp, weights=args.weights,
                               activations=args.activations, kv=args.kv, system=args.system,
-                              gemm_inputs=args.gemm_inputs)
+                              gemm_inputs=args.gemm_inputs, mla_decode=args.mla_decode)
         reports = []
         for ctx in contexts:
             cross = None if replica.dataflow else crossover(replica, ctx)

@@ -21,7 +21,9 @@ plan maps, and why:
   parallelism on GPUs before Blackwell (compute capability below 10), and that it is not ``1`` with
   Megatron FSDP; the command sets it (``env CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...``) when needed.
 * the model: sizes, rotary base (``--rotary-base``: Megatron's default is 10,000, Llama-3 trains with
-  500,000) and Llama-3.1's rotary scaling (``--use-rope-scaling``).
+  500,000), Llama-3.1's rotary scaling (``--use-rope-scaling``), per-head q/k norms (``--qk-layernorm``);
+  experts and latent attention as :mod:`.emit_megatron_moe` says (expert width, dispatcher, shared
+  expert, dense layers, router; MLA's ranks and head sizes). A feature no flag expresses is a note.
 * the runtime: gradient-reduction and parameter-gather overlap, attention form, dropout and the
   gradient-reduction precision as the planner's runtime profile assumed them.
 """
@@ -35,6 +37,7 @@ from ..backends import defaults, get_system, get_target
 from ..costmodel.planner.plan import Plan
 from ..errors import NarrowpipeError
 from .emit import STACKS, Launch, plan_source, software_stack, training_dtype
+from .emit_megatron_moe import mla_flags, moe_flags
 
 __all__ = ["megatron_launch", "pipeline_layout", "MEGATRON_REFERENCE"]
 
@@ -170,13 +173,15 @@ def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str
                            "--num-attention-heads": heads}
     if kv != heads:
         out.update({"--group-query-attention": True, "--num-query-groups": kv})
-    if int(arch["head_dim"]) * heads != hidden:
+    other = dict(arch.get("other") or {})
+    mla = other.get("kv_lora_rank") is not None
+    if int(arch["head_dim"]) * heads != hidden and not mla:    # MLA's head sizes are flags of their own
         out["--kv-channels"] = arch["head_dim"]
     out["--seq-length"] = plan.seq
     out["--max-position-embeddings"] = max(plan.seq, int(arch.get("max_positions") or 0))
     out["--position-embedding-type"] = "rope" if arch.get("positions") == "rotary" else "learned_absolute"
     if arch.get("positions") == "rotary":
-        out.update(_rope_flags(arch, notes))
+        out.update(_rope_flags(arch, notes, yarn_flags=mla))
     out["--normalization"] = "RMSNorm" if arch.get("norm") == "rms" else "LayerNorm"
     act, gated = arch.get("activation"), bool(arch.get("gated_mlp"))
     if gated and act == "silu":
@@ -195,11 +200,15 @@ def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str
     out.update(_bias_flags(arch, notes))
     if not arch.get("tie_embeddings"):
         out["--untie-embeddings-and-output-weights"] = True
+    if other.pop("qk_norm", False):
+        out["--qk-layernorm"] = True           # an RMS norm per head with --normalization RMSNorm
+    if mla:
+        out.update(mla_flags(arch, other, notes))
     if arch.get("experts"):
-        out.update({"--num-experts": arch["experts"], "--moe-router-topk": arch.get("top_k") or 1})
-    if arch.get("other"):
+        out.update(moe_flags(arch, other, plan.parallel.ep, training_dtype(plan), notes))
+    if other:
         notes.append("model features these flags do not set: " + ", ".join(f"{k}={v}" for k, v in
-                                                                          sorted(arch["other"].items()))
+                                                                          sorted(other.items()))
                      + " (add Megatron's flags or model-provider settings for them)")
     notes.append(f"add data and tokenizer flags (--data-path, --tokenizer-type, ...); to measure this plan on "
                  f"synthetic data: --mock-data --tokenizer-type NullTokenizer --vocab-size {int(arch['vocab']) - 1} "
@@ -208,8 +217,9 @@ def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str
     return out
 
 
-def _rope_flags(arch: dict[str, Any], notes: list[str]) -> dict[str, Any]:
-    """``--rotary-base`` (an integer in Megatron; default 10,000) and Llama-3.x's ``--use-rope-scaling``."""
+def _rope_flags(arch: dict[str, Any], notes: list[str], *, yarn_flags: bool = False) -> dict[str, Any]:
+    """``--rotary-base`` (an integer in Megatron; default 10,000) and Llama-3.x's ``--use-rope-scaling``;
+    with ``yarn_flags`` (latent attention) YaRN scaling is left to :func:`.emit_megatron_moe.mla_flags`."""
     out: dict[str, Any] = {}
     theta = arch.get("rope_theta")
     if theta is None:
@@ -222,6 +232,8 @@ def _rope_flags(arch: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     else:
         out["--rotary-base"] = int(float(theta))
     scaling = arch.get("rope_scaling")
+    if scaling and yarn_flags and scaling.get("rope_type", scaling.get("type")) == "yarn":
+        return out
     if scaling:
         kind = scaling.get("rope_type", scaling.get("type"))
         fixed = all(float(scaling.get(k, v)) == v for k, v in _LLAMA3_ROPE_FIXED.items())

@@ -246,6 +246,8 @@ class Planner:
 
     def check_experts(self, ep: int, cp: int = 1) -> None:
         """Expert parallelism needs experts that ``ep`` divides, and no context parallelism."""
+        if ep < 1:
+            raise PlanError(f"ep={ep}: ep must be >= 1 (the expert-parallel group size; 1: no expert parallelism)")
         if ep > 1 and (not self.experts or self.experts % ep or cp > 1):
             raise PlanError(f"ep={ep}: " + ("the model has no experts to split" if not self.experts else
                                             f"does not divide the model's {self.experts} experts"

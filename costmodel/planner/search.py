@@ -106,6 +106,26 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
                                             continue
 
 
+def _ep_reason(planner: Planner, fixed: dict[str, Any]) -> str:
+    """Why a fixed ``ep`` left no strategy, when it is the cause: experts are split over data-parallel
+    ranks, so ``ep`` must divide ``dp = devices / (tp * pp * cp)`` of some layout the other constraints allow."""
+    if "ep" not in fixed:
+        return ""
+    ep = int(fixed["ep"])
+    others = {k: v for k, v in fixed.items() if k != "ep"}
+    dps = sorted({p.dp for p in candidates(planner, others)})
+    if not dps or any(dp % ep == 0 for dp in dps):
+        return ""
+    n = planner.devices
+    if len(dps) == 1 and all(k in fixed for k in ("tp", "pp")):
+        tp, pp = int(fixed["tp"]), int(fixed["pp"])
+        cp = n // (tp * pp * dps[0])
+        return (f": ep={ep} must divide the data-parallel size dp = devices/(tp*pp*cp) = {n}/({tp}*{pp}*{cp}) = "
+                f"{dps[0]} (experts are split over data-parallel ranks)")
+    return (f": ep={ep} must divide the data-parallel size dp = devices/(tp*pp*cp), and no layout the other "
+            f"constraints allow has such a dp (they allow dp {', '.join(map(str, dps))})")
+
+
 def static_memory(planner: Planner, p: Parallel) -> float:
     """A lower bound on a device's bytes before any costing: its share of the parameters with their
     gradients and optimizer states under ``p.zero`` (activations only add). Experts split over
@@ -136,7 +156,7 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
     if not cands:
         raise PlanError(f"no strategy for {planner.devices} devices satisfies {fixed or 'the constraints'} "
                         f"(global batch {planner.global_batch}, {len(planner.blocks.layers)} layers, "
-                        f"seq {planner.seq})")
+                        f"seq {planner.seq}){_ep_reason(planner, fixed)}")
     heads = planner.heads_split(int(fixed["tp"])) if "tp" in fixed else None
     if heads is not None:                            # a fixed tp skips the candidates' filter: say why not
         raise PlanError(f"tp={fixed['tp']}: {heads}")

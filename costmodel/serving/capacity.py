@@ -188,8 +188,9 @@ def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[
                   input_len: int, output_len: int, tpot: float, ttft: float | None = None,
                   max_tp: int | None = None, pps: Sequence[int] = (1,), weights: Any = None,
                   activations: Any = None, kv: Any = None, price: float | None = None,
-                  system: Any = None, gemm_inputs: Any = None) -> CapacityPlan:
-    """The plan for ``rate`` requests/s (see the module doc); ``tpot``/``ttft`` in seconds."""
+                  system: Any = None, gemm_inputs: Any = None, mla_decode: str = "absorbed") -> CapacityPlan:
+    """The plan for ``rate`` requests/s (see the module doc); ``tpot``/``ttft`` in seconds;
+    ``mla_decode`` as :func:`.serve.replica_for`'s."""
     if rate <= 0 or input_len < 1 or output_len < 1 or tpot <= 0:
         raise NarrowpipeError("serve: rate, input and output lengths and the TPOT target must be positive")
     specs = [targets] if isinstance(targets, (str, Target)) else list(targets)
@@ -199,12 +200,13 @@ def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[
     for spec in specs:
         target = get_target(spec)
         base = replica_for(model, target, weights=weights, activations=activations, kv=kv, system=system,
-                           gemm_inputs=gemm_inputs)
+                           gemm_inputs=gemm_inputs, mla_decode=mla_decode)
         base.source.check_context(input_len + output_len)
         name = base.source.graph.name
         notes = notes or list(base.notes)
         for layout in layouts_for(base.source, target, max_tp=max_tp, pps=pps):
-            replica = base if layout == Layout() else Replica(base.source, target, layout, topology=base.topology)
+            replica = base if layout == Layout() else Replica(base.source, target, layout, topology=base.topology,
+                                                              mla_decode=base.mla_decode)
             candidates.append(_candidate(replica, rate, input_len, output_len, tpot, ttft, price))
     return CapacityPlan(name, rate, input_len, output_len, tpot, ttft, candidates, notes)
 

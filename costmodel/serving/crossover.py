@@ -52,7 +52,7 @@ class Crossover:
 
 
 def _dtype(replica: Replica) -> Any:
-    g = replica.device_graph
+    g = replica.decode_graph
     table = interpret(g.graph, g.bindings(1, 1, 0))
     best, dtype = -1, None
     for node, cost in table.costs.items():
@@ -63,7 +63,7 @@ def _dtype(replica: Replica) -> Any:
 
 def crossover(replica: Replica, context: int, *, limit: int = 1 << 14) -> Crossover:
     """The crossover batch of ``replica``'s per-device decode step at ``context``."""
-    g, target = replica.device_graph, replica.target
+    g, target = replica.decode_graph, replica.target
     one = time_step(g, target, batch=1, tokens=1, past=context, options=replica.options)
     two = time_step(g, target, batch=2, tokens=1, past=context, options=replica.options)
     f = float(two.flops - one.flops)

@@ -25,7 +25,11 @@ from .prepare import ServingGraph, spec_graph
 from .step import StepTime, activation_bytes, time_step
 
 _DEFAULT_OPTIONS = TimingOptions()
-__all__ = ["Layout", "Replica"]
+__all__ = ["Layout", "Replica", "MLA_DECODE"]
+#: How a latent-attention (MLA) model's decode steps are timed: ``absorbed``, as serving engines run
+#: decode (vLLM's and SGLang's MLA kernels fold ``kv_b_proj`` into the query and the output and attend
+#: over the cached latent; :mod:`narrowpipe.models.mla`), or ``as-built``, the graph's own formulation.
+MLA_DECODE = ("absorbed", "as-built")
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,15 @@ class Replica:
     """``sg`` on ``target`` in ``layout``; ``topology`` prices the collectives (default: the target's
     own links); ``reserve`` is the fraction of memory the runtime keeps; ``chips`` the chips a
     dataflow layout may use (``system`` names them: a system's devices; default: the target's
-    largest system, ``max_chips``, or no limit where the catalog gives none)."""
+    largest system, ``max_chips``, or no limit where the catalog gives none); ``mla_decode`` one of
+    :data:`MLA_DECODE` (a model without latent attention ignores it)."""
 
     def __init__(self, sg: ServingGraph, target: Target, layout: Layout = Layout(), *,
                  options: TimingOptions = _DEFAULT_OPTIONS, topology: Topology | None = None,
-                 reserve: float = SERVING_MEMORY_RESERVE, chips: int | None = None, system: str = "") -> None:
+                 reserve: float = SERVING_MEMORY_RESERVE, chips: int | None = None, system: str = "",
+                 mla_decode: str = "absorbed") -> None:
+        if mla_decode not in MLA_DECODE:
+            raise NarrowpipeError(f"mla_decode must be one of {', '.join(MLA_DECODE)}, got {mla_decode!r}")
         self.source = sg
         self.target = target
         self.layout = layout
@@ -93,8 +101,37 @@ class Replica:
                               f"{shard.layers} layers, vocab {shard.vocab})")
         else:
             self.device_graph = sg
+        self.mla_decode = mla_decode
+        self.decode_graph = self._decode_graph(mla_decode)
         self._step = lru_cache(maxsize=512)(self._compute_step)
         self._weight_bytes: int | None = None
+
+    def _decode_graph(self, mla_decode: str) -> ServingGraph:
+        """The graph a one-token step runs: for latent attention built decompressed (transformers'
+        form, what ``from_config`` builds by default), its absorbed twin unless ``as-built`` is asked
+        for. Prefill stays as built: engines prefill decompressed (expanding the latent once per
+        prompt token is cheaper than attending over it). Same weights and cache, so only FLOPs move."""
+        g = self.device_graph
+        spec = g.spec
+        if spec is None or not spec.is_mla:
+            return g
+        if spec.mla_absorb:
+            self.notes.append("latent attention (MLA): the graph is built absorbed; prefill and decode are both "
+                              "timed absorbed")
+            return g
+        if mla_decode == "as-built":
+            self.notes.append("latent attention (MLA): decode timed decompressed, as built (kv_b_proj expands the "
+                              "whole cache every step; serving engines decode absorbed: --mla-decode absorbed)")
+            return g
+        self.notes.append("latent attention (MLA): decode timed in the absorbed form serving engines run (kv_b_proj "
+                          "folded into the query and output, attention over the cached latent), prefill "
+                          "decompressed as built; --mla-decode as-built (mla_decode='as-built') times decode "
+                          "decompressed")
+        return spec_graph(replace(spec, mla_absorb=True), g.formats, origin=g.origin, name=g.graph.name)
+
+    def graph_for(self, tokens: int) -> ServingGraph:
+        """The per-device graph a step adding ``tokens`` per sequence runs (decode: one token)."""
+        return self.decode_graph if tokens == 1 else self.device_graph
 
     # -- facts ------------------------------------------------------------------------------------
     @property
@@ -121,14 +158,15 @@ class Replica:
     def _compute_step(self, batch: int, tokens: int, past: int) -> StepTime:
         tp, pp = self.layout.tp, self.layout.pp
         micro = ceil(batch / pp)
-        base = time_step(self.device_graph, self.target, batch=micro, tokens=tokens, past=past, options=self.options,
+        graph = self.graph_for(tokens)
+        base = time_step(graph, self.target, batch=micro, tokens=tokens, past=past, options=self.options,
                          devices=self.chips_given)
         if self.layout.devices == 1:
             return base
-        spec = self.device_graph.spec
+        spec = graph.spec
         full = self.source.spec
         assert spec is not None and full is not None
-        rows = micro if self.device_graph.head_on_last_token else micro * tokens   # the logits the head made
+        rows = micro if graph.head_on_last_token else micro * tokens   # the logits the head made
         comm, count = tp_collectives_s(replace(full, layers=spec.layers), tp, micro * tokens, self.act_bytes,
                                        self.topology, self.target, logit_rows=rows)
         hop = pp_hop_s(full, pp, micro * tokens, self.act_bytes, self.topology, self.target, self.layout.devices)
@@ -153,7 +191,7 @@ class Replica:
         and activations; serving adds chips until the KV cache fits too (their hops are not timed)."""
         if not self.dataflow:
             return self.layout.devices
-        return self._chips(batch, context, activation_bytes(self.device_graph, batch, 1))
+        return self._chips(batch, context, activation_bytes(self.decode_graph, batch, 1))
 
     def _chips(self, batch: int, context: int, activations: float) -> int:
         step = self.step(batch, 1, context)
@@ -173,7 +211,7 @@ class Replica:
         ``prefill_batch`` sequences (default ``batch``: static batching prefills them together)."""
         g = self.device_graph
         pp = self.layout.pp
-        acts = activation_bytes(g, ceil(batch / pp), 1)
+        acts = activation_bytes(self.decode_graph, ceil(batch / pp), 1)
         if prefill_tokens:
             acts = max(acts, activation_bytes(g, ceil((prefill_batch or batch) / pp), prefill_tokens))
         kv = g.cache.resident_bytes(batch, context)
@@ -187,7 +225,7 @@ class Replica:
         do, or the target is not a dataflow chip); the budget of :meth:`memory` overflows then too."""
         if not self.dataflow or not self.chip_limit:
             return ""
-        g = self.device_graph
+        g = self.decode_graph
         need = max(self._chips(batch, max(context - 1, 0), activation_bytes(g, batch, 1)),
                    self.step(batch, 1, max(context - 1, 0)).devices)
         return (f"the layout needs {need:,} chips, more than {self.chip_where}: it does not fit"

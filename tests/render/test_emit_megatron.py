@@ -30,6 +30,12 @@ MEGATRON_FLAGS = {
     "--position-embedding-type", "--normalization", "--swiglu", "--disable-bias-linear",
     "--add-qkv-bias", "--untie-embeddings-and-output-weights", "--num-experts", "--moe-router-topk",
     "--rotary-base", "--use-rope-scaling", "--rope-scaling-factor", "--no-gradient-accumulation-fusion",
+    "--qk-layernorm", "--moe-ffn-hidden-size", "--moe-token-dispatcher-type", "--moe-grouped-gemm",
+    "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--moe-router-score-function",
+    "--moe-router-enable-expert-bias", "--moe-router-pre-softmax", "--moe-router-num-groups", "--moe-router-group-topk",
+    "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--multi-latent-attention", "--q-lora-rank",
+    "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--rope-type",
+    "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
 }
 # `--rotary-base` is `type=int` there: an integer, written as one
 # choices= of the flags above that take one (same file and tag)
@@ -37,7 +43,10 @@ MEGATRON_CHOICES = {"--recompute-granularity": {"full", "selective"}, "--recompu
                     "--position-embedding-type": {"learned_absolute", "rope", "mrope", "relative", "none"},
                     "--normalization": {"LayerNorm", "RMSNorm"},
                     "--data-parallel-sharding-strategy": {"no_shard", "optim", "optim_grads", "optim_grads_params"},
-                    "--attention-backend": {"flash", "fused", "unfused", "local", "auto"}}
+                    "--attention-backend": {"flash", "fused", "unfused", "local", "auto"},
+                    "--moe-token-dispatcher-type": {"allgather", "alltoall", "flex"},
+                    "--moe-router-score-function": {"softmax", "sigmoid"}, "--moe-router-dtype": {"fp32", "fp64"},
+                    "--rope-type": {"rope", "yarn"}}
 # the architecture flags of Megatron-LM's own Llama-3 8B recipe, examples/llama/train_llama3_8b_h100_fp8.sh
 # (core_v0.15.0), which a plan of Llama-3 8B must reproduce
 LLAMA3_8B_RECIPE = {"--hidden-size": "4096", "--ffn-hidden-size": "14336", "--num-attention-heads": "32",

@@ -1,0 +1,104 @@
+"""Serving a latent-attention (DeepSeek MLA) model decodes in the absorbed form serving engines run
+(vLLM's and SGLang's MLA decode), prefills as built (decompressed), and says which form it timed.
+
+The FLOPs a decode step saves by absorbing are written by hand from the two formulations
+(narrowpipe.models.mla's module doc): decompressed, every step expands the whole cache of ``n = past +
+1`` tokens through ``kv_b_proj`` (``2 n r H (dn + dv)``) and attends with head dims ``dn + dr`` and
+``dv``; absorbed, the query and output pass ``W_UK`` and ``W_UV`` once (``2 H dn r + 2 H r dv``) and
+attention's head dims are the latent's (``r + dr`` and ``r``). Everything else is the same graph."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import narrowpipe
+from narrowpipe.cli import main
+from narrowpipe.costmodel.serving import serve
+
+H, R, DN, DR, DV, LAYERS = 4, 32, 32, 16, 32, 2
+TINY_DEEPSEEK = {"model_type": "deepseek_v3", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+                 "moe_intermediate_size": 64, "num_hidden_layers": LAYERS, "num_attention_heads": H,
+                 "num_key_value_heads": H, "n_shared_experts": 1, "n_routed_experts": 8,
+                 "routed_scaling_factor": 2.5, "kv_lora_rank": R, "q_lora_rank": 64, "qk_rope_head_dim": DR,
+                 "v_head_dim": DV, "qk_nope_head_dim": DN, "n_group": 2, "topk_group": 1, "num_experts_per_tok": 2,
+                 "first_k_dense_replace": 1, "norm_topk_prob": True, "max_position_embeddings": 4096}
+
+
+def decompressed_minus_absorbed(past: int) -> int:
+    """Per token: FLOPs the decompressed decode step spends beyond the absorbed one."""
+    n = past + 1
+    decompressed = 2 * n * R * H * (DN + DV) + 2 * H * n * (DN + DR) + 2 * H * n * DV
+    absorbed = 2 * H * DN * R + 2 * H * R * DV + 2 * H * n * (R + DR) + 2 * H * n * R
+    return LAYERS * (decompressed - absorbed)
+
+
+@pytest.mark.parametrize("past, batch", [(100, 3), (1000, 1)])
+def test_decode_is_timed_absorbed_by_default_and_saves_the_hand_counted_flops(past, batch):
+    g = narrowpipe.from_config(TINY_DEEPSEEK)
+    absorbed = serve(g, "h100", mode="decode", batch=batch, context=past)
+    built = serve(g, "h100", mode="decode", batch=batch, context=past, mla_decode="as-built")
+    assert absorbed.decode is not None and built.decode is not None
+    per_token = absorbed.decode.flops / batch
+    assert built.decode.flops / batch - per_token == decompressed_minus_absorbed(past)
+    # the same as serving a graph built absorbed (from_config(..., mla_absorb=True))
+    twin = serve(narrowpipe.from_config(TINY_DEEPSEEK, mla_absorb=True), "h100", mode="decode", batch=batch,
+                 context=past)
+    assert twin.decode is not None and twin.decode.flops == absorbed.decode.flops
+    assert any("decode timed in the absorbed form" in n for n in absorbed.notes)
+    assert any("decode timed decompressed, as built" in n for n in built.notes)
+
+
+def test_prefill_stays_decompressed_while_decode_absorbs():
+    g = narrowpipe.from_config(TINY_DEEPSEEK)
+    runs = {m: serve(g, "h100", mode="generate", batch=2, input_len=64, output_len=4, mla_decode=m)
+            for m in ("absorbed", "as-built")}
+    pre = {m: r.prefill for m, r in runs.items()}
+    dec = {m: r.decode for m, r in runs.items()}
+    assert pre["absorbed"] is not None and pre["as-built"] is not None
+    assert pre["absorbed"].flops == pre["as-built"].flops
+    assert dec["absorbed"] is not None and dec["as-built"] is not None
+    # the last decode step holds 64 + 2 tokens in its cache, 2 sequences
+    assert dec["as-built"].flops - dec["absorbed"].flops == 2 * decompressed_minus_absorbed(66)
+
+
+def test_tensor_parallel_shards_decode_absorbed_too():
+    g = narrowpipe.from_config(TINY_DEEPSEEK)
+    absorbed = serve(g, "h100", mode="decode", batch=4, context=500, tp=2)
+    built = serve(g, "h100", mode="decode", batch=4, context=500, tp=2, mla_decode="as-built")
+    assert absorbed.decode is not None and built.decode is not None
+    # each device holds H / 2 heads: the saving is the same in total over the two devices
+    assert built.decode.flops - absorbed.decode.flops == 4 * decompressed_minus_absorbed(500)
+
+
+def test_a_model_without_latent_attention_is_unchanged_and_unnoted():
+    g = narrowpipe.transformer(2, 256, 4, 1000, seq=8)
+    a = serve(g, "h100", mode="decode", batch=2, context=100)
+    b = serve(g, "h100", mode="decode", batch=2, context=100, mla_decode="as-built")
+    assert a.tpot_s == b.tpot_s and not any("latent attention" in n for n in a.notes)
+
+
+def test_an_unknown_mla_decode_form_is_refused():
+    with pytest.raises(narrowpipe.NarrowpipeError, match="mla_decode must be one of absorbed, as-built"):
+        serve(narrowpipe.from_config(TINY_DEEPSEEK), "h100", mode="decode", mla_decode="latent")
+
+
+def test_cli_serve_and_sweep_time_decode_absorbed_and_say_so(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY_DEEPSEEK))
+    out = {}
+    for form in ("absorbed", "as-built"):
+        assert main(["serve", str(path), "--target", "h100", "--mode", "decode", "--batch", "2", "--context", "300",
+                     "--mla-decode", form, "--json", str(tmp_path / f"{form}.json")]) == 0
+        out[form] = json.loads((tmp_path / f"{form}.json").read_text())
+    text = capsys.readouterr().out
+    assert "decode timed in the absorbed form" in " ".join(text.split())
+    diff = out["as-built"]["decode"]["flops"] - out["absorbed"]["decode"]["flops"]
+    assert diff == 2 * decompressed_minus_absorbed(300)
+    sweep = {}
+    for form in ("absorbed", "as-built"):
+        assert main(["serve-sweep", str(path), "--target", "h100", "--batches", "1", "--context", "300",
+                     "--mla-decode", form, "--json", str(tmp_path / "sweep.json")]) == 0
+        sweep[form] = json.loads((tmp_path / "sweep.json").read_text())["points"][0]["decode"]["flops"]
+    assert sweep["as-built"] - sweep["absorbed"] == decompressed_minus_absorbed(300)
