@@ -135,7 +135,12 @@ def apply_mode(graph: Any, args: argparse.Namespace,
             raise NarrowpipeError(f"--set {k}={dims[k]} disagrees with --mode {mode} --context {context}, "
                                   f"which binds {k}={v}")
         out[k] = v
-    return sg.graph, out, [f"--mode {mode}: {n}" for n in sg.notes]
+    notes = [f"--mode {mode}: {n}" for n in sg.notes]
+    spec = sg.spec
+    if mode == "decode" and spec is not None and spec.is_mla and not spec.mla_absorb:
+        notes.append("--mode decode: latent attention (MLA) timed decompressed, as built (kv_b_proj expands the "
+                     "whole cache every step); serving engines decode absorbed, which `narrowpipe serve` times")
+    return sg.graph, out, notes
 
 
 def _price(args: argparse.Namespace, target: str) -> float | None:

@@ -102,3 +102,11 @@ def test_cli_serve_and_sweep_time_decode_absorbed_and_say_so(tmp_path, capsys):
                      "--mla-decode", form, "--json", str(tmp_path / "sweep.json")]) == 0
         sweep[form] = json.loads((tmp_path / "sweep.json").read_text())["points"][0]["decode"]["flops"]
     assert sweep["as-built"] - sweep["absorbed"] == decompressed_minus_absorbed(300)
+
+
+def test_analyze_mode_decode_says_it_times_the_built_form_and_where_the_absorbed_one_is(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY_DEEPSEEK))
+    assert main(["analyze", str(path), "--target", "h100", "--mode", "decode", "--context", "300"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "latent attention (MLA) timed decompressed, as built" in text and "narrowpipe serve" in text
