@@ -243,7 +243,9 @@ class _Shard(WeightLayouts):
         shape = self.shape(v)
         if have.partial:
             pkey = (id(v), Spec(have.dims, "settled"), phase)
-            got = self.cache.get(pkey)
+            # A sum the forward settled is saved settled: the backward reads that, not a second
+            # reduce-scatter (a norm's input, the residual stream, was reduced again per layer).
+            got = self.cache.get(pkey) or self.cache.get((id(v), Spec(have.dims, "settled"), "forward"))
             goal = want if want.partial is None else self._settled(v, have)
             have, cur = got if got is not None else self._settle(v, cur, have, goal, phase, consumer)
             self.cache[pkey] = (have, cur)

@@ -164,3 +164,20 @@ def test_a_pipeline_stage_program_sends_and_receives_at_its_boundaries():
     assert parts == whole
     with pytest.raises(PlanError, match="do not split evenly"):
         pipeline_stage(train, Parallel(pp=3, global_batch=1), 0, dims={"batch": B, "seq": S})
+
+
+def test_the_backward_reads_sums_the_forward_settled_instead_of_reducing_them_again():
+    """A Llama layer under tp=2 with sequence parallelism: the vocab-parallel embedding's output and the
+    residual sums are reduce-scattered once in the forward and saved; the RMSNorm backward read them
+    through a second reduce-scatter each. Megatron's count per layer and microbatch: forward 2
+    all-gathers + 2 reduce-scatters, backward 4 all-gathers + 2 reduce-scatters."""
+    g = narrowpipe.transformer(1, 1024, 8, 1000, seq=S, ffn=4096, gated_mlp=True)
+    s = shard(build_training_graph(g, loss="cross_entropy", recompute="none"),
+              Parallel(tp=2, sequence_parallel=True), dims={"batch": 1, "seq": S})
+    def count(phase: str, op: str, where: str) -> int:
+        return sum(1 for n in s.nodes if n.group.value == "collective" and n.attrs["phase"] == phase
+                   and n.op.value == op and where in n.name)
+    layer = "model_layers_0_"
+    assert (count("forward", "all_gather", layer), count("forward", "reduce_scatter", layer)) == (2, 2)
+    assert (count("backward", "all_gather", layer), count("backward", "reduce_scatter", layer)) == (4, 2)
+    assert count("backward", "reduce_scatter", "model_norm") == 1     # the final norm's input gradient
