@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import platform
 import re
 import time
@@ -116,8 +117,11 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
     measurements CSV (:mod:`.kernel_measurements`: per-shape GEMM and convolution times from any
     benchmark), whose rows fit ``base``'s kernel terms (GPU: GEMM latency floor, wave fill,
     exposed epilogue, split-K limit and efficiencies; TPU: MXU fold overhead)."""
+    if from_measurements is None:
+        check_device(device)
+    out = _writable(Path(out))    # before minutes of measuring, not after
     if from_measurements is not None and Path(from_measurements).suffix.lower() == ".csv":
-        return _calibrate_kernels(Path(from_measurements), base, name, Path(out))
+        return _calibrate_kernels(Path(from_measurements), base, name, out)
     import torch
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
@@ -126,7 +130,6 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         # the rates are those of the threads the file was measured at, not of this process's
         threads = measured_threads(from_measurements) or threads
     else:
-        check_device(device)
         measurements = run_all(device, quick, progress)
     if base is None and device.startswith("cuda"):
         check_device(device)
@@ -156,14 +159,38 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         target = dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
         target = _with_evicted_calls(_with_cold_calls(target, measurements), measurements)
         target = with_bmm_item_time(target, measurements)
-    out = Path(out)
-    dump_target(target, out)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),
            "device": device_name, "torch": torch.__version__, "platform": platform.platform(),
            "threads": threads, "seconds": time.perf_counter() - t0,
            "measurements": [m.to_dict() for m in measurements]}
-    measurements_path(out).write_text(json.dumps(raw, indent=1))
+    _write(out, target, raw)
     return target
+
+
+def _writable(out: Path) -> Path:
+    """``out`` with its folder made and checked before anything is measured: minutes of sweeps lost
+    to a missing or read-only folder at the final write (a traceback then) help nobody."""
+    if out.is_dir():
+        raise NarrowpipeError(f"--out {out}: is a folder; name the target file in it (e.g. {out / 'host.toml'})")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = "a file stands in its path" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror
+        raise NarrowpipeError(f"--out {out}: cannot create the folder {out.parent}: {why or exc}") from None
+    if not os.access(out.parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise NarrowpipeError(f"--out {out}: cannot write there (permission denied)")
+    return out
+
+
+def _write(out: Path, target: Target, raw: dict[str, Any] | None) -> None:
+    """Write the target file and, if measured, the measurements beside it; an OS error (the disk
+    filled, the folder went away since :func:`_writable`) as an error naming the file."""
+    try:
+        dump_target(target, out)
+        if raw is not None:
+            measurements_path(out).write_text(json.dumps(raw, indent=1))
+    except OSError as exc:
+        raise NarrowpipeError(f"--out {out}: cannot write the target file: {exc.strerror or exc}") from None
 
 
 def _with_cold_calls(target: CpuTarget, measurements: list[Measurement]) -> CpuTarget:
@@ -273,5 +300,5 @@ def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path
     # its own display name too: compared beside its base, the two rows must not read alike
     fitted = dataclasses.replace(res.target, name=name or f"{target.name}-calibrated", aliases=(),
                                  display_name=f"{target.display_name} (fitted to {path.name})")
-    dump_target(fitted, out)
+    _write(out, fitted, None)
     return fitted

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["diagnosis_summary", "offenders_table", "print_diagnosis", "register_diagnose", "run_diagnose"]
 
-_STYLE = {"compute": "green", "memory": "yellow", "overhead": "magenta", "interconnect": "cyan",
+_STYLE = {"compute": "green", "memory": "yellow", "overhead": "magenta", "latency": "blue", "interconnect": "cyan",
           "host-copy": "magenta"}
 
 

@@ -6,6 +6,7 @@ from .run import (
                   DIAGNOSIS_FORMAT,
                   DIAGNOSIS_VERSION,
                   HOST_COPY,
+                  LATENCY,
                   LONG_CALL_LAUNCHES,
                   LOW_COMPUTE_UTILIZATION,
                   OVERHEAD_UTILIZATION,
@@ -19,4 +20,4 @@ from .run import (
 
 __all__ = ["diagnose", "Diagnosis", "OpStat", "UnmodeledStat", "OVERHEAD_UTILIZATION", "RUN_LABELS",
            "DIAGNOSIS_FORMAT", "DIAGNOSIS_VERSION", "LONG_CALL_LAUNCHES", "LOW_COMPUTE_UTILIZATION", "HOST_COPY",
-           "UNMODELED"]
+           "LATENCY", "UNMODELED"]

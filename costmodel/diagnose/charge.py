@@ -5,12 +5,15 @@ An op with no lowering that wraps costed ops is read through: a wrapper's own ti
 op such as ``reshape``, or a non-aten frame: autograd's engine, a ``record_function`` range) is
 dispatch, while an aten op's own time is work done outside its costed children, unmodeled
 (``aten::foo (own time)``; booking it as dispatch would call a step with unmapped heavy ops
-launch-bound). A kernel is charged to the nearest op above its launcher that owns time; what has no
-owner is unmodeled.
+launch-bound). An autograd frame with no work below it (``evaluate_function: ViewBackward0`` over
+``aten::reshape``, or ``AddBackward0`` over nothing) is dispatch too: the engine's bookkeeping for a
+view, not work of unknown size. A kernel is charged to the nearest op above its launcher that owns
+time; what has no owner is unmodeled.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +66,16 @@ def _does_work(c: Costed | None) -> bool:
     return c is not None and (c.flops > 0 or c.bytes > 0)
 
 
+#: Frames of the autograd engine, not ops: ``autograd::engine::evaluate_function: MmBackward0``, the
+#: node it runs (``MmBackward0``, ``torch::autograd::AccumulateGrad``).
+_AUTOGRAD_FRAME = re.compile(r"autograd::engine::.*|torch::autograd::.*|\w+Backward\d*")
+
+
+def is_autograd_frame(name: str) -> bool:
+    """Whether ``name`` is the autograd engine's frame rather than an op of any library."""
+    return _AUTOGRAD_FRAME.fullmatch(name) is not None
+
+
 def _comm_info(ev: Event | None) -> dict[str, Any]:
     """Collective sizes recorded by ``record_param_comms`` on the op, its ancestors or its descendants."""
     chain: list[Event] = []
@@ -99,6 +112,14 @@ class Charger:
                                           or self.has_model(c) for c in ev.children)
         return self._modelable[id(ev)]
 
+    def is_free(self, ev: Event) -> bool:
+        """Whether ``ev`` does no work as :meth:`walk` charges it: a view or allocation (whatever it
+        records below itself, as its time is its own), or an autograd frame or read-through wrapper
+        over such ops or over nothing. An op without a lowering is not free: its work is unknown."""
+        if is_autograd_frame(ev.name) or ev.name.split("::", 1)[-1] in PASS_THROUGH and ev.children:
+            return all(self.is_free(c) for c in ev.children)
+        return self.coster.op(ev) is not None and not _does_work(self.coster.op(ev))
+
     def walk(self, ev: Event) -> None:
         base = ev.name.split("::", 1)[-1]
         if collective_kind(ev.name)[0]:
@@ -106,7 +127,8 @@ class Charger:
             if not self.trace.gpu:
                 info = _comm_info(ev)
                 u.costed = u.costed or self.coster.comm(ev.name, info)
-        elif base in PASS_THROUGH and ev.children or (self.coster.op(ev) is None and self.has_model(ev)):
+        elif (base in PASS_THROUGH and ev.children or (self.coster.op(ev) is None and self.has_model(ev))
+              or (is_autograd_frame(ev.name) and self.is_free(ev))):
             u = self.unit("wrapper", ev.name, ev.name)
             self.owner[id(ev)] = u
             if not self.trace.gpu:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .report import OpStat
 
 __all__ = ["OVERHEAD_UTILIZATION", "LONG_CALL_LAUNCHES", "LOW_COMPUTE_UTILIZATION", "RUN_LABELS", "HOST_COPY",
-           "Timeline", "op_bound", "run_label", "op_advice", "run_advice", "pct"]
+           "LATENCY", "Timeline", "op_bound", "run_label", "op_advice", "run_advice", "pct"]
 
 #: Below this fraction of both peak FLOP/s and peak bandwidth, an op is bound by overhead.
 OVERHEAD_UTILIZATION = 0.05
@@ -24,10 +24,14 @@ OVERHEAD_UTILIZATION = 0.05
 LONG_CALL_LAUNCHES = 20
 #: A compute-bound matmul below this fraction of peak gets shape and precision advice.
 LOW_COMPUTE_UTILIZATION = 0.5
-RUN_LABELS = {"launch": "input/CPU-launch bound", "memory": "memory-bound", "compute": "compute-bound",
-              "interconnect": "interconnect-bound"}
+RUN_LABELS = {"launch": "input/CPU-launch bound", "latency": "latency-bound (long calls far below both peaks)",
+              "memory": "memory-bound", "compute": "compute-bound", "interconnect": "interconnect-bound"}
 #: The bound of host<->device copies (an input-pipeline cost, counted with launch time).
 HOST_COPY = "host-copy"
+#: The bound of an op doing work that stays below both thresholds in calls longer than
+#: :data:`LONG_CALL_LAUNCHES` launch overheads: its time is the kernel's own (serial loops, scattered
+#: access, too little parallel work), which no launch, dispatch or input-pipeline fix moves.
+LATENCY = "latency"
 
 
 @dataclass(frozen=True)
@@ -42,20 +46,21 @@ class Timeline:
     overlap_s: float
 
 
-def op_bound(compute_s: float, memory_s: float, time_s: float) -> tuple[str, float, float]:
-    """(bound, compute utilization, memory utilization): overhead below both thresholds, else the
-    roof the op would hit first at peak."""
+def op_bound(compute_s: float, memory_s: float, time_s: float, long_calls: bool = False,
+             free: bool = False) -> tuple[str, float, float]:
+    """(bound, compute utilization, memory utilization): below both thresholds, latency for an op
+    doing work in long calls and overhead otherwise; else the roof the op would hit first at peak."""
     uc = compute_s / time_s if time_s > 0 else 0.0
     um = memory_s / time_s if time_s > 0 else 0.0
     if max(uc, um) < OVERHEAD_UTILIZATION:
-        return OVERHEAD, uc, um
+        return (LATENCY if long_calls and not free else OVERHEAD), uc, um
     return bound_of(compute_s, memory_s, 0.0, 0.0), uc, um
 
 
 def run_label(tl: Timeline, by_bound: dict[str, float], gpu: bool) -> tuple[str, list[str]]:
     """The run's label by the rules in :mod:`.diagnose`'s docstring, with the numbers that decided it."""
     ms = lambda x: f"{x * 1e3:.3g} ms"  # noqa: E731
-    buckets = {"launch": tl.idle_s + by_bound[OVERHEAD] + by_bound[HOST_COPY] + by_bound["dispatch"],
+    buckets = {"launch": launch_parts(tl, by_bound)["total"], "latency": by_bound[LATENCY],
                "memory": by_bound[MEMORY], "compute": by_bound[COMPUTE]}
     where = "device" if gpu else "host (no op running)"
     reasons = [f"window {ms(tl.window_s)}; {where} idle {ms(tl.idle_s)} ({pct(tl.idle_s, tl.window_s)})",
@@ -71,12 +76,18 @@ def run_label(tl: Timeline, by_bound: dict[str, float], gpu: bool) -> tuple[str,
     return label, reasons
 
 
+def launch_parts(tl: Timeline, by_bound: dict[str, float]) -> dict[str, float]:
+    """What fills the launch bucket, part by part (and their ``total``): the advice names the largest."""
+    parts = {"idle": tl.idle_s, OVERHEAD: by_bound[OVERHEAD], HOST_COPY: by_bound[HOST_COPY],
+             "dispatch": by_bound["dispatch"]}
+    return {**parts, "total": sum(parts.values())}
+
+
 def pct(part: float, whole: float) -> str:
     return f"{part / whole:.0%}" if whole else "-"
 
 
-def op_advice(bound: str, group: str, dtype: str, uc: float, free: bool = False, gpu: bool = True,
-              long_calls: bool = False) -> tuple[str, ...]:
+def op_advice(bound: str, group: str, dtype: str, uc: float, free: bool = False, gpu: bool = True) -> tuple[str, ...]:
     """What would move an op, in the words engineers use."""
     heavy = group in ("contraction", "convolution", "attention")
     if bound == INTERCONNECT:
@@ -87,13 +98,13 @@ def op_advice(bound: str, group: str, dtype: str, uc: float, free: bool = False,
         return ("pin host memory and copy with non_blocking=True", "prefetch the next batch on a side stream "
                 "(DataLoader pin_memory, more workers)", "device-to-host copies are syncs: avoid .item()/.cpu() "
                 "in the loop")
+    if bound == LATENCY:
+        return ("long calls far below both peaks: latency-bound (too little parallel work, serial loops, "
+                "scattered access)", "give it more parallel work (bigger batch) or a better kernel or algorithm "
+                "(torch.compile)")
     if bound == OVERHEAD:
         if free:
             return ("views and allocations cost only dispatch: drop needless reshapes/copies",)
-        if long_calls:
-            return ("long calls far below both peaks: latency-bound (too little parallel work, serial loops, "
-                    "scattered access) or a trace from another machine than the target",
-                    "give it more parallel work (bigger batch) or a better kernel (torch.compile)")
         if not gpu:
             return ("per-op dispatch dominates: give each op more work (bigger batch/tensors)",
                     "fewer small ops: fuse them (torch.compile)")
@@ -120,19 +131,17 @@ def op_advice(bound: str, group: str, dtype: str, uc: float, free: bool = False,
             "cheaper approximation",)
 
 
-def run_advice(label: str, gpu: bool, idle: float, mfu: float, ops: list[OpStat]) -> list[str]:
+def run_advice(label: str, gpu: bool, tl: Timeline, by_bound: dict[str, float], mfu: float,
+               ops: list[OpStat]) -> list[str]:
+    """What would move the run, from what filled its bucket (then the top three ops' own advice)."""
     out: list[str] = []
     if label == "interconnect":
         out += ["overlap communication with compute (DDP bucket_cap_mb, FSDP prefetch, async tensor parallel)",
                 "fewer, larger collectives; bf16 gradients; keep tensor parallel inside the NVLink domain"]
     elif label == "launch":
-        if gpu:
-            out.append(f"the GPU is idle {idle:.0%} of the window: CUDA graphs / torch.compile(mode="
-                       "'reduce-overhead'), a bigger batch, DataLoader(num_workers>0, pin_memory=True), no host "
-                       "syncs (.item(), .cpu()) in the loop")
-        else:
-            out.append(f"no op runs {idle:.0%} of the window: the time is Python, dispatch or the input "
-                       "pipeline; batch more work per op, move loading to DataLoader workers, torch.compile")
+        out += _launch_advice(gpu, tl, by_bound)
+    elif label == "latency":
+        out += _latency_advice(ops)
     elif label == "memory":
         out.append("fuse elementwise chains (torch.compile), use bf16 activations and fp8/int8 weights, batch "
                    "weight-bound matmuls")
@@ -142,3 +151,46 @@ def run_advice(label: str, gpu: bool, idle: float, mfu: float, ops: list[OpStat]
     for o in ops[:3]:
         out.append(f"{o.name} ({o.bound}, {o.share:.0%} of op time): {o.advice[0]}")
     return out
+
+
+#: A part of the launch bucket at least this share of it gets its own advice (the largest always does).
+_PART_SHARE = 0.25
+
+
+def _launch_advice(gpu: bool, tl: Timeline, by_bound: dict[str, float]) -> list[str]:
+    """Advice for each part that filled the launch bucket, largest first: idle gaps, tiny ops, host
+    copies and dispatch are moved by different fixes (a run of one big host copy needs no CUDA graphs)."""
+    parts = launch_parts(tl, by_bound)
+    total = parts.pop("total")
+    of = lambda x: f"{pct(x, tl.window_s)} of the window"  # noqa: E731
+    words = {
+        "idle": (f"the GPU is idle {of(tl.idle_s)}: CUDA graphs / torch.compile(mode='reduce-overhead'), a bigger "
+                 "batch, DataLoader(num_workers>0, pin_memory=True), no host syncs (.item(), .cpu()) in the loop"
+                 if gpu else f"no op runs {of(tl.idle_s)}: the time is Python or the input pipeline; move loading "
+                 "to DataLoader workers, batch more work per op, torch.compile"),
+        OVERHEAD: (f"tiny kernels take {of(parts[OVERHEAD])}: CUDA graphs / torch.compile(mode='reduce-overhead'), "
+                   "fuse small ops, give each launch more work (bigger batch)" if gpu else
+                   f"ops too small for their dispatch take {of(parts[OVERHEAD])}: give each op more work (bigger "
+                   "batch/tensors), fewer ops (torch.compile)"),
+        HOST_COPY: (f"host<->device copies take {of(parts[HOST_COPY])}: pin host memory and copy with "
+                    "non_blocking=True, prefetch the next batch on a side stream, no .item()/.cpu() syncs"),
+        "dispatch": (f"framework dispatch (wrapper ops, the autograd engine) takes {of(parts['dispatch'])}: "
+                     "fewer, larger ops (torch.compile), no needless views and reshapes"),
+    }
+    ranked = sorted(parts, key=lambda k: -parts[k])
+    return [words[k] for i, k in enumerate(ranked) if parts[k] > 0 and (i == 0 or parts[k] >= _PART_SHARE * total)]
+
+
+def _latency_advice(ops: list[OpStat]) -> list[str]:
+    """Advice for long calls far below both peaks: their own kernels are slow, which nothing about
+    launches or the input pipeline moves; the model's prediction says whether it expected that."""
+    slow = [o for o in ops if o.bound == LATENCY]
+    t = sum(o.time_s for o in slow)
+    predicted = sum(o.predicted_s or 0.0 for o in slow)
+    names = ", ".join(dict.fromkeys(o.name for o in slow[:3]))
+    ms = lambda x: f"{x * 1e3:.3g} ms"  # noqa: E731
+    verdict = "it expects kernels this slow" if predicted >= t / 2 else "it does not explain their time"
+    return [f"long calls far below both peaks take {ms(t)} ({names}): the kernels' own time (serial loops, "
+            "scattered access, too little parallel work), not launches or input; give them more parallel work, a "
+            "better kernel or algorithm (torch.compile), or call them less",
+            f"the target's model predicts {ms(predicted)} for them against {ms(t)} measured: {verdict}"]

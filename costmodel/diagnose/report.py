@@ -15,7 +15,7 @@ from .labels import LONG_CALL_LAUNCHES, LOW_COMPUTE_UTILIZATION, OVERHEAD_UTILIZ
 
 __all__ = ["Diagnosis", "OpStat", "UnmodeledStat", "DIAGNOSIS_FORMAT", "DIAGNOSIS_VERSION"]
 
-DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION = "narrowpipe.diagnosis", 1
+DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION = "narrowpipe.diagnosis", 2
 
 
 @dataclass(frozen=True)

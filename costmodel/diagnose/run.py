@@ -13,17 +13,19 @@ achieved FLOP/s and bandwidth, compared with the target's datasheet peaks:
 Per op (rows are grouped by op name and recorded shapes), the bound is:
 
 * ``interconnect`` for communication (NCCL kernels, ``c10d::``, ``record_param_comms``);
-* ``overhead`` if both utilizations are below :data:`OVERHEAD_UTILIZATION` (5%): the time goes to
-  launch, dispatch or latency, not to moving or computing data;
+* if both utilizations are below :data:`OVERHEAD_UTILIZATION` (5%): ``latency`` for an op doing work
+  in calls longer than :data:`LONG_CALL_LAUNCHES` launch overheads (its own kernel is slow: serial
+  loops, scattered access), else ``overhead`` (the time goes to launch or dispatch);
 * else ``compute`` if the op needs more time at peak FLOP/s than at peak bandwidth, else ``memory``.
 
 The run gets one label, :data:`RUN_LABELS`:
 
 1. ``interconnect``: communication busy time >= compute busy time (time with at least one
    communication kernel running against time with at least one other kernel running);
-2. otherwise the largest of three buckets: *launch* = idle gaps (no kernel, or on a CPU trace no op,
-   running) + overhead-bound ops + host copies + wrapper ops' own time; *memory* = memory-bound ops;
-   *compute* = compute-bound ops. Unmodeled ops are listed with their time and count for no bucket.
+2. otherwise the largest of four buckets: *launch* = idle gaps (no kernel, or on a CPU trace no op,
+   running) + overhead-bound ops + host copies + wrapper ops' own time; *latency* = latency-bound
+   ops; *memory* = memory-bound ops; *compute* = compute-bound ops. Unmodeled ops are listed with
+   their time and count for no bucket.
 
 This module runs the steps and sums up; each step has its own module: reading the trace
 (:mod:`narrowpipe.frontends.trace.read`), costing one call (:mod:`.cost`), charging measured time to ops
@@ -43,6 +45,7 @@ from .charge import UNMODELED, Charger, Unit
 from .cost import Coster
 from .labels import (
     HOST_COPY,
+    LATENCY,
     LONG_CALL_LAUNCHES,
     LOW_COMPUTE_UTILIZATION,
     OVERHEAD_UTILIZATION,
@@ -58,7 +61,7 @@ from .report import DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION, Diagnosis, OpStat, Unmo
 
 __all__ = ["diagnose", "Diagnosis", "OpStat", "UnmodeledStat", "OVERHEAD_UTILIZATION", "RUN_LABELS",
            "DIAGNOSIS_FORMAT", "DIAGNOSIS_VERSION", "LONG_CALL_LAUNCHES", "LOW_COMPUTE_UTILIZATION", "HOST_COPY",
-           "UNMODELED"]
+           "LATENCY", "UNMODELED"]
 
 
 def diagnose(trace_path: str | os.PathLike[str], target: Target | str, *, allow_tf32: bool = False) -> Diagnosis:
@@ -100,16 +103,17 @@ def _stat(u: Unit, target: Target, op_time_s: float, gpu: bool) -> OpStat:
     if c is None:   # communication whose sizes the trace does not record
         return OpStat(u.name, "collective", "collective", "", n, t, t / op_time_s, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0,
                       None, None, INTERCONNECT, op_advice(INTERCONNECT, "collective", "", 0.0), kernel)
+    free = c.bytes == 0 and c.flops == 0
     if u.kind == "comm":
         bound, uc, um = INTERCONNECT, 0.0, 0.0
     else:
-        bound, uc, um = op_bound(c.compute_s * n, c.memory_s * n, t)
+        bound, uc, um = op_bound(c.compute_s * n, c.memory_s * n, t,
+                                 t / n > LONG_CALL_LAUNCHES * target.launch_overhead, free)
     link = c.link_s * n / t if c.link_s is not None and t else None
     return OpStat(u.name, c.op, c.group, u.shapes, n, t, t / op_time_s if op_time_s else 0.0, c.flops * n,
                   c.transcendentals * n, c.bytes * n, c.comm_bytes * n, c.flops * n / t if t else 0.0,
                   c.bytes * n / t if t else 0.0, uc, um, link, c.predicted_s * n, bound,
-                  op_advice(bound, c.group, c.dtype, uc, c.bytes == 0 and c.flops == 0, gpu,
-                            t / n > LONG_CALL_LAUNCHES * target.launch_overhead), kernel)
+                  op_advice(bound, c.group, c.dtype, uc, free, gpu), kernel)
 
 
 def _timeline(trace: Trace, units: list[Unit]) -> Timeline:
@@ -130,7 +134,7 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
                  key=lambda o: -o.time_s)
     unmodeled = sorted((UnmodeledStat(u.name, u.calls, u.time_us * 1e-6, u.time_us * 1e-6 / op_time_s)
                         for u in units if u.kind == UNMODELED), key=lambda s: -s.time_s)
-    by_bound = {b: 0.0 for b in (COMPUTE, MEMORY, OVERHEAD, INTERCONNECT, HOST_COPY)}
+    by_bound = {b: 0.0 for b in (COMPUTE, MEMORY, OVERHEAD, LATENCY, INTERCONNECT, HOST_COPY)}
     for o in ops:
         by_bound[o.bound] += o.time_s
     by_bound.update(idle=tl.idle_s, unmodeled=sum(s.time_s for s in unmodeled),
@@ -158,12 +162,7 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
                      "op time and count toward no bucket")
     if not trace.gpu:
         notes.append("CPU trace: op durations on the host are the measured times")
-    long_overhead = sum(o.time_s for o in ops if o.bound == OVERHEAD and o.calls and o.flops + o.bytes > 0
-                        and o.time_s / o.calls > LONG_CALL_LAUNCHES * target.launch_overhead)
-    if long_overhead > 0.5 * op_time_s:
-        notes.append(f"{pct(long_overhead, op_time_s)} of op time is in long calls reaching < "
-                     f"{OVERHEAD_UTILIZATION:.0%} of {target.name}'s peaks: was the trace recorded on {target.name}? "
-                     "(for a CPU host, describe the host as a target TOML)")
+    notes += _other_machine(ops, target)
     too_fast = [o for o in ops if max(o.compute_utilization or 0.0, o.memory_utilization or 0.0,
                                       o.link_utilization or 0.0) > TOO_FAST]
     if too_fast:
@@ -176,8 +175,30 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     return Diagnosis(trace.path, target.name, "gpu" if trace.gpu else "cpu", label, reasons, tl.window_s,
                      tl.busy_s, tl.idle_s, tl.compute_s, tl.comm_s, tl.overlap_s, op_time_s, by_bound,
                      sum(o.flops for o in ops), matmul_flops, nbytes, mfu, peak, dtype.value, bw_util, ops,
-                     unmodeled, run_advice(label, trace.gpu, tl.idle_s / tl.window_s if tl.window_s else 0.0,
-                                           mfu, ops), notes)
+                     unmodeled, run_advice(label, trace.gpu, tl, by_bound, mfu, ops), notes)
+
+
+#: Matmul-like ops this many times slower than the target's model predicts suggest the trace was
+#: recorded on another machine: on the machine a target describes they land within about 2x (0.97x
+#: to 2.3x over twenty CPU traces QA recorded on the host it calibrated, 1.06x for a synthetic H100
+#: trace), while the same CPU traces judged on a 128-core catalog EPYC read 28x to 198x.
+SLOWER_THAN_MODEL = 4.0
+
+
+def _other_machine(ops: list[OpStat], target: Target) -> list[str]:
+    """A note asking whether the trace was recorded on ``target``, only on evidence: the ops the model
+    times best (matmuls, convolutions, attention, in calls long enough that launch overhead is not
+    their time) ran far slower than it predicts. Slow calls alone are no evidence: a sort or a CPU
+    max-pool is far below the peaks on the very machine a target was calibrated on."""
+    floor = LONG_CALL_LAUNCHES * target.launch_overhead
+    heavy = [o for o in ops if o.group in ("contraction", "convolution", "attention") and o.flops > 0
+             and o.predicted_s and o.time_s / o.calls > floor]
+    measured, predicted = sum(o.time_s for o in heavy), sum(o.predicted_s or 0.0 for o in heavy)
+    if not predicted or measured < SLOWER_THAN_MODEL * predicted:
+        return []
+    return [f"matmul-like ops ran {measured / predicted:.3g}x slower than {target.name}'s model predicts "
+            f"({measured * 1e3:.3g} ms measured, {predicted * 1e3:.3g} ms predicted): was the trace recorded on "
+            f"{target.name}? (for a CPU host, calibrate it: narrowpipe calibrate --out host.toml)"]
 
 
 #: Utilization above which an op is called faster than the target allows. Above 1, not at it: a

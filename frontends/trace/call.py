@@ -69,6 +69,12 @@ class GraphBuilder:
              attrs: dict[str, Any] | None = None) -> Value:
         return self.g.add_node(op, ins, [TensorType(dtype, tuple(int(d) for d in shape))], attrs).outputs[0]
 
+    def outputs(self, op: Op, ins: Sequence[Value | None], types: Sequence[tuple[Sequence[int], DType]],
+                attrs: dict[str, Any] | None = None) -> list[Value]:
+        """A node with several outputs (sort's values and indices): each one's bytes are traffic."""
+        return self.g.add_node(op, ins, [TensorType(dt, tuple(int(d) for d in shape)) for shape, dt in types],
+                               attrs).outputs
+
     def done(self, *outs: Value) -> Graph:
         self.g.set_outputs(outs)
         return self.g

@@ -208,12 +208,15 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         name = str(e.get("name", ""))
         if not (math.isfinite(ts) and math.isfinite(dur)):
             raise TraceError(p, f"event {name!r} has a non-finite time (ts {ts}, dur {dur})")
+        if dur < 0:   # clamped, its children would come loose from it and be counted twice
+            raise TraceError(p, f"event {name!r} at ts {ts:.3f} us has a negative duration ({dur:g} us): the "
+                                "profiler never writes one, so the trace was edited or damaged")
         args = e.get("args")
         if not isinstance(args, dict):
             args = {}
         if cat == CPU_OP:
             _check_args(p, name, ts, args)
-        events.append(Event(name, cat, ts, max(dur, 0.0), e.get("pid"), e.get("tid"), args))
+        events.append(Event(name, cat, ts, dur, e.get("pid"), e.get("tid"), args))
     ops = [e for e in events if e.cat == CPU_OP]
     device = sorted((e for e in events if e.cat in _DEVICE), key=lambda e: e.ts)
     runtime = [e for e in events if e.cat == RUNTIME]

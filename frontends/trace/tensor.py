@@ -179,16 +179,21 @@ def _pool(c: Call) -> Graph | None:
 
 @_register("topk", "sort")
 def _select(c: Call) -> Graph | None:
+    """Values and their int64 indices, as the torch frontend emits them: both are written (an fp32
+    sort of n elements reads 4n bytes and writes 4n of values and 8n of indices)."""
     x = c.t(0)
     if x is None or not x.shape:
         return None
     b = GraphBuilder(c)
+    dtype = x.dtype or c.default_dtype
     if c.key == "topk":
         k, axis = int_arg(c.c(1), 1), int_arg(c.c(2), -1) % len(x.shape)
         out = tuple(k if i == axis else d for i, d in enumerate(x.shape))
-        return b.done(b.node(Op.TOPK, [b.input(x)], out, x.dtype or c.default_dtype, {"k": k, "axis": axis}))
-    axis = int_arg(c.c(1), -1) % len(x.shape)
-    return b.done(b.node(Op.SORT, [b.input(x)], x.shape, x.dtype or c.default_dtype, {"axis": axis}))
+        op, attrs = Op.TOPK, {"k": k, "axis": axis}
+    else:
+        stable = len(c.inputs) == 4 and c.t(3) is None      # sort.stable(self, *, stable, dim, descending)
+        out, op, attrs = x.shape, Op.SORT, {"axis": int_arg(c.c(2 if stable else 1), -1) % len(x.shape)}
+    return b.done(*b.outputs(op, [b.input(x)], [(out, dtype), (out, DType.INT64)], attrs))
 
 
 def view(c: Call) -> Graph:
