@@ -173,8 +173,10 @@ def _pool(c: Call) -> Graph | None:
         return None
     b = GraphBuilder(c)
     kind = "max" if "max" in c.key else "avg"
-    return b.done(b.node(Op.POOL, [b.input(x)], (*x.shape[:2], *out_sp), x.dtype or c.default_dtype,
-                         {"kind": kind, "kernel": tuple(kernel)}))
+    shape, dtype, attrs = (*x.shape[:2], *out_sp), x.dtype or c.default_dtype, {"kind": kind, "kernel": tuple(kernel)}
+    if c.key.endswith("_with_indices"):   # the int64 argmax positions are written too, as the torch frontend has them
+        return b.done(*b.outputs(Op.POOL, [b.input(x)], [(shape, dtype), (shape, DType.INT64)], attrs))
+    return b.done(b.node(Op.POOL, [b.input(x)], shape, dtype, attrs))
 
 
 @_register("topk", "sort")

@@ -74,6 +74,23 @@ def test_sort_and_topk_bytes_equal_the_torch_frontends():
         assert (traced.flops, traced.bytes) == (exported.flops, exported.bytes)
 
 
+def test_max_pool_with_indices_writes_its_int64_indices_as_the_torch_frontend_does():
+    torch = pytest.importorskip("torch")
+    from narrowpipe.frontends import from_torch
+
+    class Pool(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.max_pool2d(x, 2, 2, return_indices=True)
+
+    # [2, 8, 16, 16] -> [2, 8, 8, 8]: read 4 B x 4,096; write 1,024 values of 4 B and indices of 8 B
+    g, c = _lowered("aten::max_pool2d_with_indices", [TensorArg((2, 8, 16, 16), F32), None, None, None, None, None],
+                    ["", "[2, 2]", "[2, 2]", "[0, 0]", "[1, 1]", "False"])
+    assert [o.type.dtype for o in g.outputs] == [F32, DType.INT64]
+    assert c.bytes == 4096 * 4 + 1024 * (4 + 8)
+    exported = interpret(from_torch(Pool(), (torch.randn(2, 8, 16, 16),)), {}).total()
+    assert (c.flops, c.bytes) == (exported.flops, exported.bytes)
+
+
 def _linear_trace(path: Path, linear_dur: float) -> Path:
     """aten::linear (0..100 us) over aten::t and aten::mm on fp32 [64, 128] x [128, 256]."""
     def op(name: str, ts: float, dur: float, dims: list) -> dict:
