@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ..cli_args import count_arg
 from ..costmodel.planner.plan import Plan
+from ..costmodel.planner.strategy import parse_switch
 from ..errors import PlanError
 from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, write_launch
 from .output_file import write_output
@@ -75,7 +76,7 @@ def fixed_fields(args: argparse.Namespace) -> dict[str, Any]:
             raise PlanError(f"--fix: expected KEY=VALUE, got {item!r}")
         value = value.strip()
         if key == "sequence_parallel":
-            out[key] = value.lower() in ("1", "on", "true", "yes")
+            out[key] = parse_switch("--fix sequence_parallel", value)
         elif key == "recompute":
             out[key] = value
         else:

@@ -13,7 +13,7 @@ from .assemble import assemble
 from .plan import Plan
 from .planner import Planner
 from .search import search
-from .strategy import Parallel
+from .strategy import RECOMPUTE, Parallel, parse_switch
 
 __all__ = ["plan"]
 
@@ -72,7 +72,14 @@ def _fixed(parallel: Mapping[str, Any] | Parallel | None) -> dict[str, Any]:
     out = dict(parallel)
     for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "zero", "interleave"):
         if k in out:
-            out[k] = int(out[k])
+            try:
+                out[k] = int(out[k])
+            except (TypeError, ValueError):
+                raise PlanError(f"plan: {k} must be an integer, got {out[k]!r}") from None
     if "sequence_parallel" in out:
-        out["sequence_parallel"] = bool(out["sequence_parallel"])
+        out["sequence_parallel"] = parse_switch("plan: sequence_parallel", out["sequence_parallel"])
+    if "recompute" in out and out["recompute"] not in RECOMPUTE:
+        raise PlanError(f"plan: recompute must be one of {', '.join(RECOMPUTE)}, got {out['recompute']!r}")
+    if "zero" in out and out["zero"] not in (0, 1, 2, 3):
+        raise PlanError(f"plan: zero must be 0, 1, 2 or 3, got {out['zero']!r}")
     return out

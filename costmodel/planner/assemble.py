@@ -2,8 +2,10 @@
 
 Why apart from the evaluation: evaluating runs thousands of times in a search, assembling once for
 the winner (and briefly for each runner-up's reason). Rates follow the usual conventions: model
-FLOPs are the graph's forward and backward (recomputation excluded, PaLM's MFU), hardware FLOPs add
-the recomputed forward (the SC'21 paper's rate), both per device per second of predicted step.
+FLOPs are three times the graph's forward (PaLM's MFU: no recomputation, not even the scores' matmul
+fused attention's backward runs again; :meth:`.Planner.model_flops`), hardware FLOPs what runs: the
+forward and backward as executed plus the recomputed forward (the SC'21 paper's rate), both per
+device per second of predicted step.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from typing import Any
 
 from ...ir import DType, Graph
 from ..execution.common import matrix_rate
+from .dp_comm import grad_reduction_rows, zero3_rows
 from .plan import ARCH_FIELDS, Plan, RunnerUp
 from .planner import Evaluation, Planner
 from .simulated import chunk_rows, simulated
-from .step import grad_reduction_rows, zero3_rows
 from .strategy import Parallel
 
 __all__ = ["assemble", "loss_reason"]
@@ -37,13 +39,13 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     step = ev.step
     closed = step.closed_form_s if step.closed_form_s is not None else step.total_s
     layers, pro, epi = planner.costs(p)
-    model_flops_seq, recompute_seq = planner.model_flops()
+    model_flops_seq, executed_seq, recompute_seq = planner.model_flops()
     model_flops = model_flops_seq * p.global_batch
     if p.recompute == "full":
-        hw_flops = model_flops + recompute_seq * p.global_batch
+        hw_flops = (executed_seq + recompute_seq) * p.global_batch
     else:
         rec_local = sum(c.flops.get("recompute", 0) for c in layers)
-        hw_flops = model_flops + rec_local * p.tp * p.cp * p.microbatches * p.dp
+        hw_flops = executed_seq * p.global_batch + rec_local * p.tp * p.cp * p.microbatches * p.dp
     t = step.total_s
     # the rate the model's matmuls run at, as compare's MFU takes it: an fp32 model on a chip without
     # an fp32 matrix rate runs on the vector units or as bf16 passes, not at a rate of 0
@@ -150,7 +152,7 @@ def loss_reason(best: Evaluation, other: Evaluation) -> str:
 def _collectives(planner: Planner, ev: Evaluation, dp_rows: list[dict[str, Any]]) -> list[dict[str, object]]:
     """Every kind of collective in a step on the critical device: per-microbatch ones from the blocks
     (times the microbatches), and the once-per-step gradient reduction (``dp_rows``:
-    :func:`.step.grad_reduction_rows` of the step)."""
+    :func:`.dp_comm.grad_reduction_rows` of the step)."""
     p = ev.parallel
     layers, pro, epi = planner.costs(p)
     crit = max(ev.step.stages, key=lambda s: s.time_s)
@@ -180,7 +182,8 @@ def _collectives(planner: Planner, ev: Evaluation, dp_rows: list[dict[str, Any]]
         exposed = (0.0 if rt.overlap_param_gather else r["seconds"]) if gather else exposed_dp
         out.append({"purpose": "data-parallel parameter all-gather (ZeRO)" if gather else
                     "data-parallel gradient reduction", "op": r["op"], "axis": axis, "group_size": r["group_size"],
-                    "per_step": 1, "comm_bytes": r["comm_bytes"], "seconds": r["seconds"], "exposed_s": exposed})
+                    "per_step": r["per_step"], "comm_bytes": r["comm_bytes"], "seconds": r["seconds"],
+                    "exposed_s": exposed})
     load = max(ev.step.layout.devices, key=lambda d: ev.step.gather_s[d.index] if ev.step.gather_s else 0.0)
     for r in zero3_rows(load, p, planner.timer, rt):
         m = p.microbatches

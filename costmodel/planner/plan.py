@@ -86,7 +86,11 @@ class Plan:
     collectives: list[dict[str, Any]]
     runners_up: list[RunnerUp] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Three times the forward's FLOPs (PaLM's MFU definition, Chowdhery et al. 2022, Appendix B: no
+    #: recomputation of any kind, causal masking not discounted); ``tflops_per_device`` and ``mfu`` use it.
     model_flops_per_step: float = 0.0
+    #: The FLOPs the step executes: forward and backward as run (fused attention's backward recomputes
+    #: the scores) plus recomputed activations; ``hw_tflops_per_device`` uses it.
     hw_flops_per_step: float = 0.0
     dtype: str = ""
     architecture: dict[str, Any] = field(default_factory=dict)

@@ -123,7 +123,7 @@ class Planner:
         self.timer = CollectiveTimer(self.topology)
         self.blocks: Blocks = split_blocks(graph)
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
-        self._flops: tuple[float, float] | None = None
+        self._flops: tuple[float, float, float] | None = None
         self._by_strategy: dict[tuple[Any, ...], tuple[list[BlockCost], BlockCost | None, BlockCost | None]] = {}
         self._layouts: dict[tuple[Any, ...], Layout] = {}
         self._pbytes = _param_dtype_bytes(graph)
@@ -271,14 +271,18 @@ class Planner:
         return hit
 
     # -- model FLOPs -------------------------------------------------------------------------------------
-    def model_flops(self) -> tuple[float, float]:
-        """``(model FLOPs, recomputed-forward FLOPs of full recomputation)`` per sequence: the
-        unsharded training graph of each distinct block counted once (forward + backward), times
-        how often the block occurs."""
+    def model_flops(self) -> tuple[float, float, float]:
+        """``(model FLOPs, executed FLOPs, recomputed-forward FLOPs of full recomputation)`` per
+        sequence, from the unsharded training graph of each distinct block counted once, times how
+        often the block occurs. Model FLOPs are three times the forward's (PaLM's MFU, Chowdhery et
+        al. 2022, Appendix B: ``6N + 12 L H Q T`` per token, the backward taken as twice the forward
+        and nothing recomputed, causal masking not discounted), so that MFU does not rise when a kernel
+        recomputes: fused (flash) attention's backward runs the scores' matmul again, which the
+        executed FLOPs (forward + backward as the graph runs them; hardware FLOPs) keep."""
         if self._flops is None:
             from ..training import build_training_graph
-            counted: dict[int, tuple[float, float]] = {}
-            model = recompute = 0.0
+            counted: dict[int, tuple[float, float, float]] = {}
+            model = executed = recompute = 0.0
             for block in self.blocks.all:
                 if id(block) not in counted:
                     fwd = apply_runtime_form(block.graph, self.runtime)
@@ -289,10 +293,11 @@ class Planner:
                         phase = node.attrs.get("phase")
                         f += cost.flops if phase == "forward" else 0
                         b += cost.flops if phase == "backward" else 0
-                    counted[id(block)] = (f + b, f if block.kind == "layer" else 0.0)
+                    counted[id(block)] = (3 * f, f + b, f if block.kind == "layer" else 0.0)
                 model += counted[id(block)][0]
-                recompute += counted[id(block)][1]
-            self._flops = (model, recompute)
+                executed += counted[id(block)][1]
+                recompute += counted[id(block)][2]
+            self._flops = (model, executed, recompute)
         return self._flops
 
 

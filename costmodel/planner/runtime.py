@@ -12,6 +12,7 @@ Every field says where it comes from; the planner never fits them.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,10 @@ from ...errors import PlanError
 from ...ir import DType
 
 __all__ = ["Runtime", "RUNTIMES", "get_runtime"]
+
+#: Fields a plan does not record (see :meth:`Runtime.to_dict`).
+_NOT_RECORDED = ("sources", "sequence_parallel", "zero_stages", "recompute_modes", "context_parallel",
+                 "expert_parallel")
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,14 @@ class Runtime:
     #: Fusion mode of the execution model: ``full`` (compiler-style epilogues into GEMMs) or
     #: ``no-epilogue`` (library GEMMs; elementwise chains and norms fuse among themselves).
     fusion: str = "full"
+    #: What the framework offers beyond data, tensor and pipeline parallelism (a strategy using
+    #: anything else is one it cannot run, so the search never picks it): sequence parallelism,
+    #: the ZeRO stages, the recomputation modes, context and expert parallelism.
+    sequence_parallel: bool = True
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    context_parallel: bool = True
+    expert_parallel: bool = True
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -57,8 +70,26 @@ class Runtime:
         if not 0.0 <= self.dropout < 1.0:
             raise PlanError(f"runtime {self.name!r}: dropout must be in [0, 1), got {self.dropout!r}")
 
+    def unsupported(self, choices: Mapping[str, Any]) -> str | None:
+        """Why this runtime cannot run the strategy choices ``choices`` (any of ``sequence_parallel``,
+        ``zero``, ``recompute``, ``cp``, ``ep``, as a :class:`.Parallel` names them), or None."""
+        why = []
+        if choices.get("sequence_parallel") and not self.sequence_parallel:
+            why.append("sequence parallelism")
+        if "zero" in choices and int(choices["zero"]) not in self.zero_stages:
+            why.append(f"ZeRO-{int(choices['zero'])} (it offers ZeRO {', '.join(map(str, self.zero_stages))})")
+        if "recompute" in choices and choices["recompute"] not in self.recompute_modes:
+            why.append(f"recompute={choices['recompute']} (it offers {', '.join(self.recompute_modes)})")
+        if int(choices.get("cp", 1)) > 1 and not self.context_parallel:
+            why.append("context parallelism")
+        if int(choices.get("ep", 1)) > 1 and not self.expert_parallel:
+            why.append("expert parallelism")
+        return f"runtime {self.name!r} has no " + "; no ".join(why) if why else None
+
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"}
+        """The behaviour a plan assumed. What the runtime offers the search (``sequence_parallel``
+        ... ``expert_parallel``) is left out, like ``sources``: the plan's strategy says what it used."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_RECORDED}
         out["grad_reduce_dtype"] = self.grad_reduce_dtype.value
         return out
 
@@ -78,11 +109,18 @@ RUNTIMES: dict[str, Runtime] = {
                            "account_for_embedding/loss_in_pipeline_split); the planner balances by time",
             "grad_reduce_dtype": "Megatron-Core accumulates and reduces gradients in fp32 by default for bf16 "
                                  "(accumulate_allreduce_grads_in_fp32)",
+            "zero_stages": "Megatron-Core (core 0.20.0, megatron/training/arguments.py): ZeRO-1 is "
+                           "--use-distributed-optimizer, ZeRO-2/3 Megatron FSDP's --data-parallel-sharding-strategy "
+                           "optim_grads / optim_grads_params; neither refuses pipeline parallelism (only "
+                           "--use-torch-fsdp2 asserts pipeline_model_parallel_size == 1)",
+            "sequence_parallel": "Megatron-Core --sequence-parallel (Korthikanti et al. 2022)",
+            "recompute_modes": "Megatron-Core --recompute-granularity selective | full",
         }),
     "megatron-lm-2021": Runtime(
         "megatron-lm-2021", overlap_grad_reduce=False, overlap_param_gather=False, overlap_tp_comm=False,
         pipeline_scatter_gather=True, attention="unfused", dropout=0.1, grad_reduce_dtype=DType.FP16,
-        stage_split="uniform", fusion="no-epilogue", sources={
+        stage_split="uniform", fusion="no-epilogue", sequence_parallel=False, zero_stages=(0,),
+        recompute_modes=("none", "full"), context_parallel=False, expert_parallel=False, sources={
             "stage_split": "Megatron-LM v2 gives every pipeline chunk num_layers / (pp x v) layers (it asserts "
                            "divisibility); the embedding sits on the first stage, the head on the last",
             "fusion": "Megatron-LM v2 runs its GEMMs through cuBLAS via torch (no epilogue fusion); bias+GeLU "
@@ -98,6 +136,15 @@ RUNTIMES: dict[str, Runtime] = {
             "grad_reduce_dtype": "Megatron-LM v2 fp16 training all-reduces fp16 gradients (main_grad buffer in "
                                  "fp16 unless --accumulate-allreduce-grads-in-fp32)",
             "overlap_tp_comm": "Narayanan et al. SC'21: tensor-parallel all-reduces are on the critical path",
+            "sequence_parallel": "Megatron-LM v2.5 (tag v2.5, 2021-08-10, megatron/arguments.py) has no "
+                                 "--sequence-parallel: it came in 2022 with Korthikanti et al.",
+            "zero_stages": "Megatron-LM v2.5 has data parallelism through its local or torch DDP only; the "
+                           "distributed optimizer (ZeRO-1, --use-distributed-optimizer) came in 2022, sharded "
+                           "gradients and parameters later with Megatron FSDP",
+            "recompute_modes": "Megatron-LM v2.5: --checkpoint-activations recomputes whole layers (full); "
+                               "selective recomputation (--recompute-granularity) came in 2022",
+            "context_parallel": "Megatron-LM v2.5 has no context parallelism (Megatron-Core, 2023)",
+            "expert_parallel": "Megatron-LM v2.5 has no mixture-of-experts layers",
         }),
 }
 

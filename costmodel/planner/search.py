@@ -9,8 +9,11 @@ costing a block under a sharding, happens once per (tensor/context parallelism, 
 recomputation, microbatch), of which there are a few dozen. Pruning before any costing: a strategy
 whose parameters, gradients and optimizer states alone overflow a device is dropped.
 
-Choices the search does not explore, stated: sequence parallelism is always on with tensor
-parallelism (it halves activation memory at the same communication volume, Korthikanti et al. 2022);
+Choices the search does not explore, stated: what the runtime does not offer (sequence parallelism,
+ZeRO stages, recomputation modes, context or expert parallelism: :class:`.Runtime`, e.g. Megatron-LM
+of 2021 had none of the first, only full recomputation, and none of the last two); sequence
+parallelism is always on with tensor parallelism where offered (it halves activation memory at the
+same communication volume, Korthikanti et al. 2022);
 context parallelism is tried from 8k-token sequences up. Expert parallelism is tried on mixtures of
 experts only (never on a dense model): every ``ep`` that divides both the data-parallel degree and
 the expert count, without context parallelism (not modelled together).
@@ -68,13 +71,15 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
     """Every strategy for ``planner.devices`` that respects ``fixed`` (any ``Parallel`` field)."""
     n, batch, layers = planner.devices, planner.global_batch, len(planner.blocks.layers)
     domain = planner.topology.scale_up_domain
+    rt = planner.runtime
 
     def allowed(name: str, values: list[Any]) -> list[Any]:
         return [fixed[name]] if name in fixed else values
 
     # tensor parallelism splits whole heads and whole KV heads (query groups): Megatron asserts both
     for tp in allowed("tp", [d for d in _divisors(n) if d <= min(_TP_MAX, domain) and planner.heads_split(d) is None]):
-        cps = [1] + ([c for c in (2, 4, 8) if planner.seq >= 8192 * c // 2] if planner.seq >= 8192 else [])
+        cps = [1] + ([c for c in (2, 4, 8) if planner.seq >= 8192 * c // 2]
+                     if planner.seq >= 8192 and rt.context_parallel else [])
         for cp in allowed("cp", cps):
             if n % (tp * cp) or planner.seq % (2 * cp if cp > 1 else 1):
                 continue
@@ -85,7 +90,7 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
                 if "dp" in fixed and fixed["dp"] != dp or batch % dp:
                     continue
                 eps = [e for e in _divisors(dp) if planner.experts % e == 0 and (e == 1 or cp == 1)] \
-                    if planner.experts else [1]
+                    if planner.experts and rt.expert_parallel else [1]
                 for mb in allowed("microbatch", [m for m in _MICROBATCHES if (batch // dp) % m == 0]):
                     if (batch // dp) % mb:
                         continue
@@ -93,10 +98,11 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
                     vs = [1] + ([v for v in (2, 3, 4, 5, 6, 8) if layers % (pp * v) == 0 and m % pp == 0]
                                 if pp > 1 else [])
                     for v in allowed("interleave", vs):
-                        sps = [tp > 1]
+                        sps = [tp > 1 and rt.sequence_parallel]
                         for sp in allowed("sequence_parallel", sps):
-                            for rec in allowed("recompute", list(RECOMPUTE)):
-                                for zero in allowed("zero", [0, 1, 2, 3] if dp * cp > 1 else [0]):
+                            for rec in allowed("recompute", [r for r in RECOMPUTE if r in rt.recompute_modes]):
+                                zeros = [z for z in (0, 1, 2, 3) if z in rt.zero_stages] if dp * cp > 1 else [0]
+                                for zero in allowed("zero", zeros):
                                     for ep in allowed("ep", eps):
                                         try:
                                             yield Parallel(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, interleave=v,
@@ -149,6 +155,9 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
     """The fastest strategy that fits, and up to ``top`` runners-up (the best of each other mesh
     shape, plus the fastest that did not fit) with why each lost."""
     fixed = dict(fixed or {})
+    refused = planner.runtime.unsupported(fixed)
+    if refused:
+        raise PlanError(f"{refused}: fix another value, or plan with another runtime (--runtime)")
     if "ep" in fixed:
         planner.check_experts(int(fixed["ep"]), int(fixed.get("cp", 1)))
     capacity = float(planner.target.memory_capacity)

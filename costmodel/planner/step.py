@@ -3,11 +3,12 @@ between blocks (pipeline sends, data-parallel gradient reduction, ZeRO/FSDP para
 
 Why analytic: block costs are computed once per distinct block and sharding; a strategy only changes
 how they add up. The step is the pipeline's makespan (:func:`.pipeline.pipeline_time`) plus what
-cannot hide behind it: the gradient reduction after the last backward (all of it when the runtime
-reduces after the backward, only what outlasts the backward when it overlaps), the optimizer, and
-exposed parameter gathers. Tensor-parallel collectives are ops inside the block times, exposed unless
-the runtime overlaps them. The breakdown adds up to the total: the slowest stage's per-microbatch
-terms times the microbatch count, the bubble, then the once-per-step terms.
+cannot hide behind it: the data-parallel gradient reduction (:mod:`.dp_comm`: once after the last
+backward, or every microbatch under ZeRO-2; all of it when the runtime reduces after the backward,
+only what outlasts the compute when it overlaps), the optimizer, and exposed parameter gathers.
+Tensor-parallel collectives are ops inside the block times, exposed unless the runtime overlaps them.
+The breakdown adds up to the total: the slowest stage's per-microbatch terms times the microbatch
+count, the bubble, then the once-per-step terms.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 from ...ir import DType, Op
 from ..execution.collectives import Topology
 from .block_cost import BlockCost, unique_params
-from .pipeline import Stage, assign_stages
+from .dp_comm import grad_reduction, param_gathers
+from .pipeline import Stage, assign_stages, balance_devices
 from .runtime import Runtime
 from .strategy import Parallel
 
@@ -66,7 +68,8 @@ def device_chunks(layers: list[BlockCost], prologue: BlockCost | None, epilogue:
                   parallel: Parallel, runtime_split: str = "balanced") -> list[list[int]]:
     """Layer indices of each of the ``pp * interleave`` chunks (chunk ``c`` on device ``c % pp``):
     equal counts (``uniform``), or balanced by forward + backward time with the embedding on the
-    first chunk and the head on the last."""
+    first chunk and the head on the last: the largest chunk minimized without interleaving, the
+    simulated interleaved schedule otherwise (:func:`.pipeline.balance_devices`)."""
     chunks = parallel.pp * parallel.interleave
     if runtime_split == "uniform" and len(layers) % chunks == 0:
         per = len(layers) // chunks
@@ -76,7 +79,16 @@ def device_chunks(layers: list[BlockCost], prologue: BlockCost | None, epilogue:
         costs[0] += prologue.forward_s + prologue.backward_s
     if costs and epilogue is not None:
         costs[-1] += epilogue.forward_s + epilogue.backward_s
-    return assign_stages(costs, parallel.pp, parallel.interleave)
+    parts = assign_stages(costs, parallel.pp, parallel.interleave)
+    if parallel.interleave == 1:
+        return parts
+    forward = [c.forward_s for c in layers]
+    backward = [c.backward_s for c in layers]
+    for end, block in ((0, prologue), (-1, epilogue)):
+        if block is not None:
+            forward[end] += block.forward_s
+            backward[end] += block.backward_s
+    return balance_devices(forward, backward, parts, parallel.pp, parallel.microbatches)
 
 
 class CollectiveTimer:
@@ -175,7 +187,7 @@ def step_time(parallel: Parallel, lay: Layout, topology: CollectiveTimer, runtim
     m, v = p.microbatches, p.interleave
     p2p = _p2p_seconds(lay.boundary_bytes, p, topology, runtime)
     p2p_t = p2p * 2 * v if p.pp > 1 else 0.0
-    gathers = [_param_gathers(lay, d, p, topology, runtime) for d in lay.devices] if p.zero >= 3 else None
+    gathers = [param_gathers(lay, d, p, topology, runtime) for d in lay.devices] if p.zero >= 3 else None
     extra = [p2p_t + gathers[i][0] for i in range(len(lay.devices))] if gathers else [p2p_t] * len(lay.devices)
     times = [fb + x for fb, x in zip(lay.fb, extra)]
     slowest = max(times)
@@ -185,7 +197,7 @@ def step_time(parallel: Parallel, lay: Layout, topology: CollectiveTimer, runtim
     breakdown["p2p"] = m * p2p_t
     breakdown["param_gather"] = m * (gathers[crit][0] if gathers else 0.0)
     breakdown["bubble"] = total - m * slowest
-    dp_total, dp_exposed, reduce_name = _grad_reduction(lay, p, topology, runtime)
+    dp_total, dp_exposed, reduce_name = grad_reduction(lay, p, topology, runtime)
     breakdown["dp_comm"] = dp_exposed
     shard = p.dp * p.cp if p.zero >= 1 else 1
     breakdown["optimizer"] = lay.optimizer_s / shard
@@ -233,144 +245,6 @@ def _p2p_seconds(boundary_bytes: int, p: Parallel, topology: CollectiveTimer, ru
     if split:
         t += topology.seconds(Op.ALL_GATHER, nbytes, p.tp, 1)
     return t
-
-
-def _grad_reduction(lay: Layout, p: Parallel, topology: CollectiveTimer,
-                    runtime: Runtime) -> tuple[float, float, str]:
-    """The slowest stage's gradient reduction over its data- (and context-) parallel group, and the
-    part of it the step waits for. Stage ``s`` finishes its last backward earlier than stage 0 by
-    the drain through stages ``0..s-1``, which its reduction may use. Expert weights are reduced
-    over their own replicas (the ``edp`` group, ``dp x cp / ep``), the rest over ``dp x cp``."""
-    group, stride = p.axis("dp_cp")
-    egroup, estride = p.axis("edp")
-    if group == 1 or p.zero >= 3:
-        return 0.0, 0.0, "all-reduce"
-    name = "reduce-scatter + all-gather" if p.zero >= 1 else "all-reduce"
-    key = ("dp", group, stride, egroup, estride, p.zero >= 1)
-    hit = lay.cache.get(key)
-    if hit is not None:
-        return hit[0], hit[1], name
-    slowest, exposed = 0.0, 0.0
-    drain = 0.0
-    for d in lay.devices:
-        t = sum(topology.seconds(op, nbytes, members, apart)
-                for op, nbytes, members, apart in _dp_collectives(d, p, runtime)
-                if not (op is Op.ALL_GATHER and runtime.overlap_param_gather))
-        slowest = max(slowest, t)
-        if runtime.overlap_grad_reduce:
-            n = max(1, d.param_blocks)
-            window = d.backward_s * (n - 1) / n
-            e = max(t - window, t / n)
-        else:
-            e = t
-        exposed = max(exposed, e - drain)
-        drain += d.backward_s / p.interleave
-    lay.cache[key] = (slowest, max(0.0, exposed))
-    return slowest, max(0.0, exposed), name
-
-
-def grad_reduction_rows(lay: Layout, p: Parallel, topology: CollectiveTimer,
-                        runtime: Runtime) -> list[dict[str, Any]]:
-    """The once-per-step data-parallel collectives of the device whose reduction takes longest, one
-    row per kind: ``op``, ``purpose``, ``group_size``, ``comm_bytes`` (what one device sends, ring
-    algorithms: all-reduce 2(n-1)/n x size, reduce-scatter and all-gather (n-1)/n x size) and
-    ``seconds``. Under ZeRO 1-2 the gradients are reduce-scattered (in the runtime's reduction dtype)
-    and the updated parameters all-gathered (in their own dtype): two rows, so neither hides in the
-    other; with ``overlap_param_gather`` the gather runs under the next step's forward (hidden)."""
-    group, _ = p.axis("dp_cp")
-    if group == 1 or p.zero >= 3:
-        return []
-    best: list[dict[str, Any]] = []
-    for d in lay.devices:
-        rows: dict[str, dict[str, Any]] = {}
-        for op, n, members, apart in _dp_collectives(d, p, runtime):
-            share = (2 if op is Op.ALL_REDUCE else 1) * (members - 1) * n // members
-            row = rows.setdefault(op.value, {"op": op.value, "group_size": group, "comm_bytes": 0, "seconds": 0.0})
-            row["comm_bytes"] += int(share)
-            row["seconds"] += topology.seconds(op, float(n), members, apart)
-        if sum(r["seconds"] for r in rows.values()) > sum(r["seconds"] for r in best):
-            best = list(rows.values())
-    return best
-
-
-def _dp_collectives(d: DeviceLoad, p: Parallel, runtime: Runtime) -> list[tuple[Op, int, int, int]]:
-    """``(op, bytes, members, stride)`` of each once-per-step data-parallel collective of device
-    ``d``: its dense parameters over ``dp x cp``, its experts' over ``edp``; the gradients (in the
-    runtime's reduction dtype, plus partial sums deferred to this reduction) all-reduced, or under
-    ZeRO 1-2 reduce-scattered with the parameters (their own dtype) all-gathered back."""
-    group, stride = p.axis("dp_cp")
-    egroup, estride = p.axis("edp")
-    size = runtime.grad_reduce_dtype.nbytes(1)
-    out: list[tuple[Op, int, int, int]] = []
-    for params, pbytes, extra, members, apart in (
-            (d.params - d.expert_params, d.param_bytes - d.expert_param_bytes, d.deferred_bytes, group, stride),
-            (d.expert_params, d.expert_param_bytes, 0, egroup, estride)):
-        if members == 1 or not params:
-            continue
-        grads = params * size + extra
-        if p.zero >= 1:
-            out += [(Op.REDUCE_SCATTER, grads, members, apart), (Op.ALL_GATHER, pbytes, members, apart)]
-        else:
-            out.append((Op.ALL_REDUCE, grads, members, apart))
-    return out
-
-
-def zero3_rows(load: DeviceLoad, p: Parallel, topology: CollectiveTimer, runtime: Runtime) -> list[dict[str, Any]]:
-    """ZeRO-3/FSDP's per-microbatch collectives on ``load``'s device, one row per kind (as
-    :func:`grad_reduction_rows`): every block's parameters all-gathered before its forward and again
-    before its backward, its gradients reduce-scattered after (:func:`_param_gathers` times them)."""
-    if p.zero < 3:
-        return []
-    group, stride = p.axis("dp_cp")
-    egroup, estride = p.axis("edp")
-    grad = runtime.grad_reduce_dtype.nbytes(1)
-    rows = {op: {"op": op.value, "group_size": group, "per_microbatch": 0, "comm_bytes": 0, "seconds": 0.0}
-            for op in (Op.ALL_GATHER, Op.REDUCE_SCATTER)}
-    for b in load.blocks:
-        for pbytes, params, members, apart in (
-                (b.param_bytes - b.expert_param_bytes, b.params - b.expert_params, group, stride),
-                (b.expert_param_bytes, b.expert_params, egroup, estride)):
-            if not params or members == 1:
-                continue
-            for op, n, times in ((Op.ALL_GATHER, pbytes, 2), (Op.REDUCE_SCATTER, params * grad, 1)):
-                r = rows[op]
-                r["per_microbatch"] += times
-                r["comm_bytes"] += times * (members - 1) * int(n) // members
-                r["seconds"] += times * topology.seconds(op, float(n), members, apart)
-    return [r for r in rows.values() if r["per_microbatch"]]
-
-
-def _param_gathers(lay: Layout, load: DeviceLoad, p: Parallel, topology: CollectiveTimer,
-                   runtime: Runtime) -> tuple[float, float]:
-    """ZeRO-3/FSDP per microbatch: each block's parameters all-gathered before its forward and again
-    before its backward, its gradients reduce-scattered after; ``(exposed, hidden)`` seconds. With
-    prefetch a block's gather runs during the previous block's compute."""
-    if p.zero < 3:
-        return 0.0, 0.0
-    group, stride = p.axis("dp_cp")
-    egroup, estride = p.axis("edp")
-    key = ("zero3", load.index, group, stride, egroup, estride)
-    hit = lay.cache.get(key)
-    if hit is not None:
-        return hit
-    exposed = hidden = 0.0
-    prev_f = prev_b = 0.0
-    grad = runtime.grad_reduce_dtype.nbytes(1)
-    for i, b in enumerate(load.blocks):
-        ag = rs = 0.0
-        for pbytes, params, members, apart in (
-                (b.param_bytes - b.expert_param_bytes, b.params - b.expert_params, group, stride),
-                (b.expert_param_bytes, b.expert_params, egroup, estride)):
-            if params and members > 1:
-                ag += topology.seconds(Op.ALL_GATHER, float(pbytes), members, apart)
-                rs += topology.seconds(Op.REDUCE_SCATTER, float(params * grad), members, apart)
-        for t, window in ((ag, prev_f), (ag + rs, prev_b)):
-            e = t if i == 0 or not runtime.overlap_param_gather else max(0.0, t - window)
-            exposed += e
-            hidden += t - e
-        prev_f, prev_b = b.forward_s, b.backward_s
-    lay.cache[key] = (exposed, hidden)
-    return exposed, hidden
 
 
 def dtype_bytes(dtype: DType | str) -> int:

@@ -20,12 +20,24 @@ from typing import Any
 
 from ...errors import PlanError
 
-__all__ = ["Parallel", "RECOMPUTE", "AXES"]
+__all__ = ["Parallel", "RECOMPUTE", "AXES", "parse_switch"]
 
 RECOMPUTE = ("none", "selective", "full")
 #: Mesh axes from the innermost (adjacent ranks) to the outermost.
 AXES = ("tp", "cp", "dp", "pp")
 _SIZES = ("tp", "pp", "dp", "cp", "ep", "interleave", "microbatch", "global_batch")
+_SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
+
+
+def parse_switch(name: str, value: object) -> bool:
+    """``value`` of an on/off field as a bool: True/False, or on/off, true/false, yes/no, 1/0 in any
+    case. Why strict: ``bool("off")`` is True, and a misspelt switch silently read as off plans
+    something the user did not ask for; anything else raises :class:`~narrowpipe.PlanError`."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _SWITCH:
+        return _SWITCH[value.strip().lower()]
+    raise PlanError(f"{name} must be on or off (True/False, on/off, true/false, yes/no, 1/0), got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -122,9 +122,10 @@ def test_an_fp32_model_s_mfu_is_against_the_rate_its_matmuls_run_at():
 
 @pytest.mark.parametrize("zero", [2, 3])
 def test_data_parallel_and_zero3_collectives_carry_their_ring_bytes(model, zero):
-    """Every once-per-step and ZeRO-3 collective is listed with what one device sends under a ring:
-    ZeRO 1-2 reduce-scatter the gradients (fp32, Megatron-Core's default reduction) and all-gather the
-    bf16 parameters, (n-1)/n of each; ZeRO-3 gathers the parameters twice per microbatch (forward and
+    """Every data-parallel and ZeRO-3 collective is listed with what one device sends under a ring:
+    ZeRO-2 reduce-scatters the gradients (fp32, Megatron-Core's default reduction) once per
+    microbatch (here m = 32 / 16 = 2: it keeps only its shard between microbatches) and all-gathers
+    the bf16 parameters once per step, (n-1)/n of each; ZeRO-3 gathers the parameters twice per microbatch (forward and
     backward) and reduce-scatters the gradients once. (ZeRO-3 plans listed none; the ZeRO 1-2 row
     had 0 bytes and its gather's seconds were in neither exposed nor hidden communication.)"""
     p = narrowpipe.plan(model, "dgx-h100", 16, global_batch=32,
@@ -134,7 +135,9 @@ def test_data_parallel_and_zero3_collectives_carry_their_ring_bytes(model, zero)
     if zero == 2:
         rs, ag = rows["data-parallel gradient reduction"], rows["data-parallel parameter all-gather (ZeRO)"]
         assert rs["op"] == "reduce_scatter" and ag["op"] == "all_gather"
-        assert rs["comm_bytes"] == pytest.approx((n - 1) / n * 4 * params, rel=1e-6)
+        m = p.parallel.microbatches
+        assert m == 2 and rs["per_step"] == m and ag["per_step"] == 1
+        assert rs["comm_bytes"] == pytest.approx(m * (n - 1) / n * 4 * params, rel=1e-6)
         assert ag["comm_bytes"] == pytest.approx((n - 1) / n * 2 * params, rel=1e-6)
         assert p.hidden_comm["param_gather"] == pytest.approx(ag["seconds"])      # under the next forward
     else:
