@@ -254,9 +254,11 @@ class Planner:
                                             if self.experts % ep else
                                             "expert parallelism with context parallelism is not modelled"))
 
-    def evaluate(self, parallel: Parallel) -> Evaluation:
+    def evaluate(self, parallel: Parallel, chunks: list[list[int]] | None = None) -> Evaluation:
+        """``parallel`` evaluated with its blocks split as :func:`.step.device_chunks` does, or as
+        ``chunks`` say (a split the schedule refined; not cached)."""
         self.check(parallel)
-        lay = self.layout(parallel)
+        lay = self.layout(parallel) if chunks is None else layout(parallel, *self.costs(parallel), self.runtime, chunks)
         step = step_time(parallel, lay, self.timer, self.runtime)
         memory = [device_memory(parallel, d, self.runtime, self.optimizer, self._pbytes) for d in lay.devices]
         return Evaluation(parallel, step, memory, float(self.target.memory_capacity))

@@ -31,7 +31,7 @@ from .assemble import loss_reason, overflow_text
 from .memory import OPTIMIZER_STATES
 from .plan import RunnerUp
 from .planner import Evaluation, Planner
-from .simulated import best_by_schedule, simulated
+from .simulated import best_by_schedule, refined, simulated
 from .strategy import RECOMPUTE, Parallel
 
 __all__ = ["search", "SearchResult", "candidates"]
@@ -190,6 +190,7 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
     fitting.sort(key=lambda e: e.step.total_s)
     t0 = time.perf_counter()
     best, simulated_n, capped = best_by_schedule(planner, fitting)
+    best = refined(planner, best)                    # its interleaved split refined on the schedule
     runners: list[RunnerUp] = []
     seen = {_shape(best.parallel)}
     for e in fitting:                                # the best of each other mesh shape by the closed form

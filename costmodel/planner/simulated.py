@@ -23,10 +23,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .pipeline import refine_by_schedule
 from .planner import Evaluation, Planner
 from .schedule import ChunkTimes, makespan
+from .step import layer_times
 
-__all__ = ["chunk_rows", "chunk_times", "simulated", "best_by_schedule", "SEED", "LIMIT"]
+__all__ = ["chunk_rows", "chunk_times", "simulated", "refined", "best_by_schedule", "SEED", "LIMIT"]
 
 #: How many of the best by the closed form are simulated before bounding (assumption: enough to
 #: land near the simulated best, so the bound prunes most of the rest; exactness does not depend on it).
@@ -94,6 +96,26 @@ def lower_bound(planner: Planner, ev: Evaluation) -> float:
         c = rows[d]
         fill += c["forward_s"] + c["backward_s"] + 2 * send + gathers[d] / v
     return best + _once_per_step(ev)
+
+
+def refined(planner: Planner, ev: Evaluation) -> Evaluation:
+    """``ev`` simulated, and for an interleaved strategy its chunks refined on the schedule
+    (:func:`.pipeline.refine_by_schedule`): the refined layout is kept when it fits and simulates
+    faster. Only the search's pick is refined: the ranking compares every strategy on the split
+    its closed form chose, which keeps :func:`lower_bound` a bound of what it compares."""
+    best = simulated(planner, ev)
+    p = ev.parallel
+    if p.pp > 1 and p.interleave > 1 and planner.runtime.stage_split != "uniform":
+        layers, pro, epi = planner.costs(p)
+        chunks = [list(c) for c in ev.step.layout.chunks]
+        split = refine_by_schedule(*layer_times(layers, pro, epi), chunks, p.pp, p.microbatches)
+        if split != chunks:
+            other = planner.evaluate(p, chunks=split)
+            if other.fits or not ev.fits:
+                other = simulated(planner, other)
+                if other.step.total_s < best.step.total_s:
+                    best = other
+    return best
 
 
 def simulated(planner: Planner, ev: Evaluation) -> Evaluation:

@@ -24,7 +24,7 @@ from .pipeline import Stage, assign_stages, balance_devices
 from .runtime import Runtime
 from .strategy import Parallel
 
-__all__ = ["StepTime", "step_time", "device_chunks", "Layout", "DeviceLoad", "layout"]
+__all__ = ["StepTime", "step_time", "device_chunks", "layer_times", "Layout", "DeviceLoad", "layout"]
 
 #: Breakdown keys, in the order a report prints them.
 TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "p2p", "param_gather", "bubble", "dp_comm",
@@ -82,13 +82,19 @@ def device_chunks(layers: list[BlockCost], prologue: BlockCost | None, epilogue:
     parts = assign_stages(costs, parallel.pp, parallel.interleave)
     if parallel.interleave == 1:
         return parts
+    return balance_devices(*layer_times(layers, prologue, epilogue), parts, parallel.pp, parallel.microbatches)
+
+
+def layer_times(layers: list[BlockCost], prologue: BlockCost | None,
+                epilogue: BlockCost | None) -> tuple[list[float], list[float]]:
+    """Per-layer forward and backward seconds, the embedding's on the first layer, the head's on the last."""
     forward = [c.forward_s for c in layers]
     backward = [c.backward_s for c in layers]
     for end, block in ((0, prologue), (-1, epilogue)):
-        if block is not None:
+        if block is not None and forward:
             forward[end] += block.forward_s
             backward[end] += block.backward_s
-    return balance_devices(forward, backward, parts, parallel.pp, parallel.microbatches)
+    return forward, backward
 
 
 class CollectiveTimer:
@@ -155,9 +161,10 @@ class Layout:
 
 
 def layout(parallel: Parallel, layers: list[BlockCost], prologue: BlockCost | None, epilogue: BlockCost | None,
-           runtime: Runtime) -> Layout:
+           runtime: Runtime, chunks: list[list[int]] | None = None) -> Layout:
+    """The blocks on the pipeline devices: split by :func:`device_chunks`, or as ``chunks`` say."""
     p = parallel
-    chunks = device_chunks(layers, prologue, epilogue, p, runtime.stage_split)
+    chunks = chunks if chunks is not None else device_chunks(layers, prologue, epilogue, p, runtime.stage_split)
     per_device: list[list[BlockCost]] = [[] for _ in range(p.pp)]
     ids: list[list[int]] = [[] for _ in range(p.pp)]
     for c, idx in enumerate(chunks):

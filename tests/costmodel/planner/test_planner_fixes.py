@@ -12,7 +12,7 @@ import narrowpipe
 from narrowpipe import PlanError
 from narrowpipe.costmodel.execution.collectives import NetLevel, Topology
 from narrowpipe.costmodel.planner.block_cost import BlockCost
-from narrowpipe.costmodel.planner.pipeline import assign_stages, balance_devices
+from narrowpipe.costmodel.planner.pipeline import assign_stages, balance_devices, refine_by_schedule
 from narrowpipe.costmodel.planner.runtime import RUNTIMES
 from narrowpipe.costmodel.planner.schedule import ChunkTimes, makespan
 from narrowpipe.costmodel.planner.step import CollectiveTimer, layout, step_time
@@ -99,14 +99,16 @@ def test_interleaved_chunks_are_split_for_the_schedule_not_the_largest_chunk():
     v=2, 32 microbatches (Llama-3-8B's shape in QA). Minimizing the largest chunk gives chunks
     ``[5,5,5,5,5,5,1,1]``: devices hold 10, 10, 6 and 6 layers (+ head), so devices 0 and 1 (30 s
     a microbatch) pace the 32 microbatches: at least 960 s (the schedule: 975 s). ``[4,5,5,3,5,4,4,2]``
-    (9, 9, 9, 5 + head, 27 s a microbatch) runs in 895 s. The split chosen must be no slower."""
+    (9, 9, 9, 5 + head, 27 s a microbatch) runs in 895 s. The closed form's split, refined on the
+    schedule, must be no slower."""
     n, pp, v, m, head = 32, 4, 2, 32, 6.0
     fwd, bwd = [1.0] * n, [2.0] * n
     fwd[-1] += head / 3
     bwd[-1] += 2 * head / 3
     linear = assign_stages([f + b for f, b in zip(fwd, bwd)], pp, v)
     assert [len(c) for c in linear] == [5, 5, 5, 5, 5, 5, 1, 1]
-    chosen = [len(c) for c in balance_devices(fwd, bwd, linear, pp, m)]
+    closed = balance_devices(fwd, bwd, linear, pp, m)     # the search's split: the closed form's best
+    chosen = [len(c) for c in refine_by_schedule(fwd, bwd, closed, pp, m)]   # what a simulated strategy runs
     assert sum(chosen) == n and min(chosen) >= 1
     t = {k: makespan(pp, m, v, _chunk_times(s, head)) for k, s in
          (("linear", [5, 5, 5, 5, 5, 5, 1, 1]), ("qa", [4, 5, 5, 3, 5, 4, 4, 2]), ("chosen", chosen))}
