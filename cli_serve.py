@@ -144,10 +144,13 @@ def apply_mode(graph: Any, args: argparse.Namespace,
 
 
 def _price(args: argparse.Namespace, target: str) -> float | None:
-    from .backends import get_target
+    if not args.price:
+        return None
+    from .backends import get_system, get_target
+    from .backends.registry import is_system_file
     from .costmodel.compare import prices_by_target
-    chip = get_target(target)
-    return prices_by_target(parse_prices(args.price), [chip]).get(chip.name) if args.price else None
+    chip = get_system(target).target() if is_system_file(target) else get_target(target)
+    return prices_by_target(parse_prices(args.price), [chip]).get(chip.name)
 
 
 def run_serve(args: argparse.Namespace, console: Console) -> int:

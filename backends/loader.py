@@ -367,8 +367,16 @@ def system_to_dict(system: System) -> dict[str, Any]:
 
 
 def load_system_file(path: str | os.PathLike[str], *, require_sources: bool = False) -> System:
-    """Read and validate one system spec file (sources optional for a user's, as for targets)."""
-    return system_from_dict(read_toml(path), origin=str(path), require_sources=require_sources)
+    """Read and validate one system spec file (sources optional for a user's, as for targets). A
+    relative ``chip = "mychip.toml"`` names the file beside this one (it was read from the current
+    folder, so the same system worked from one folder and not from another)."""
+    data = read_toml(path)
+    chip = data.get("chip")
+    if isinstance(chip, str) and chip.lower().endswith(".toml") and not os.path.isabs(chip):
+        beside = Path(path).parent / chip
+        if beside.is_file():
+            data = {**data, "chip": str(beside)}
+    return system_from_dict(data, origin=str(path), require_sources=require_sources)
 
 
 def dump_system(system: System, path: str | os.PathLike[str]) -> Path:

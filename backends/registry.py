@@ -16,14 +16,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import TargetSpecError, UnknownTargetError
+from ..errors import NarrowpipeError, TargetSpecError, UnknownTargetError
 from .loader import load_system_file, load_target_file
 from .system import System
 from .target import Target
 from .tomlio import read_toml
 
 __all__ = ["CATALOG_DIR", "SYSTEMS_DIR", "targets", "get_target", "systems", "get_system",
-           "source_refs", "clear_cache", "name_index"]
+           "source_refs", "clear_cache", "name_index", "is_system_file"]
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 SYSTEMS_DIR = Path(__file__).parent / "systems"
@@ -99,6 +99,18 @@ def get_target(spec: str | os.PathLike[str] | Target) -> Target:
         return load_target_file(spec)
     target: Target = _targets().lookup(os.fspath(spec), "target")
     return target
+
+
+def is_system_file(spec: object) -> bool:
+    """A ``.toml`` path whose table names a ``chip`` and no ``family``: a system's file, given where a
+    chip or a system may be (read as a chip, its typos were reported as a missing ``family``)."""
+    if not isinstance(spec, (str, os.PathLike)) or not os.fspath(spec).lower().endswith(".toml"):
+        return False
+    try:
+        data = read_toml(spec)
+    except NarrowpipeError:
+        return False     # unreadable: the loader that reads it says why
+    return "chip" in data and "family" not in data
 
 
 def name_index(chips: Iterable[Target]) -> dict[str, Target]:

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from ...backends import System, Target, get_system, get_target
+from ...backends.registry import is_system_file
 from ...backends.registry import systems as _systems
 from ...errors import NarrowpipeError, PlanError
 from ...ir import DimRole, Graph, Op
@@ -63,6 +64,9 @@ def resolve_machine(target: Any, system: Any = None, devices: int | None = None)
         return sys_.target(), sys_
     if isinstance(target, Target):
         chip = target
+    elif is_system_file(target):        # its own errors, not "missing family" from reading it as a chip
+        sys_ = get_system(target)
+        return sys_.target(), sys_
     else:
         try:
             sys_ = get_system(target)

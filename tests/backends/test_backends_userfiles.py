@@ -7,6 +7,7 @@ from backends_testdata import MINIMAL_GPU_TOML
 
 from narrowpipe.backends import GpuTarget, dump_target, get_system, get_target, load_target_file
 from narrowpipe.backends.defaults import DEFAULTS
+from narrowpipe.backends.registry import CATALOG_DIR
 from narrowpipe.backends.sourcing import UNSOURCED, UnsourcedSpecWarning
 from narrowpipe.errors import NarrowpipeError, TargetSpecError
 
@@ -234,3 +235,47 @@ scale_up_domain = "x"
 ''')
     with pytest.raises(TargetSpecError, match=r"field 'scale_up.topology': unknown value"):
         get_system(path)
+
+
+def _user_system(folder, devices_key: str = "devices") -> str:
+    """An 8-chip system of a user's chip file beside it (the catalog H100 renamed), named relatively."""
+    import re
+    chip = (CATALOG_DIR / "h100-sxm.toml").read_text()
+    chip = re.sub(r'(?m)^name = .*$', 'name = "my-h100"', chip)
+    chip = re.sub(r'(?m)^aliases = .*$', 'aliases = []', chip)
+    (folder / "my-h100.toml").write_text(chip)
+    (folder / "my-8.toml").write_text(f'''name = "my-8"
+display_name = "8x my H100"
+chip = "my-h100.toml"
+{devices_key} = 8
+scale_up_domain = 8
+
+[scale_up]
+fabric = "NVLink"
+topology = "switch"
+bandwidth_gbps = 450
+latency_us = 3
+''')
+    return str(folder / "my-8.toml")
+
+
+def test_a_systems_relative_chip_is_the_file_beside_it_from_any_folder(tmp_path, monkeypatch):
+    path = _user_system(tmp_path)
+    monkeypatch.chdir("/")
+    assert get_system(path).target().name == "my-h100"
+
+
+def test_a_system_file_given_as_the_target_reports_its_own_mistakes(tmp_path):
+    from narrowpipe.costmodel.planner.planner import resolve_machine
+    from narrowpipe.costmodel.serving import serve
+    from narrowpipe.models import transformer
+    good = _user_system(tmp_path)
+    chip, system = resolve_machine(good)
+    assert (chip.name, system.devices) == ("my-h100", 8)
+    bad = tmp_path / "typo"
+    bad.mkdir()
+    path = _user_system(bad, devices_key="device")
+    for call in (lambda: resolve_machine(path),
+                 lambda: serve(transformer(1, 64, 2, 100, seq=1, past=8), path, mode="decode")):
+        with pytest.raises(NarrowpipeError, match="unknown key .*did you mean 'devices'"):
+            call()
