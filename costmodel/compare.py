@@ -158,6 +158,12 @@ def whatif(graph: Graph, target: str | Target, factors: Mapping[str, float], *,
     w = WhatIf(both.reports[0], both.reports[1], dict(factors))
     if w.scaled.timing is not None and w.base.time_s == w.scaled.time_s:
         w.scaled.timing.notes.append(_unmoved_note(w))
+    base_t, scaled_t = w.base.timing, w.scaled.timing
+    if base_t is not None and scaled_t is not None and base_t.devices != scaled_t.devices:
+        scaled_t.notes.append(
+            f"the scaled chip runs on {scaled_t.devices:,} chips, the base on {base_t.devices:,}: each what-if side "
+            "is laid out on the fewest chips that hold the model (a chip with more fast memory needs fewer, and "
+            "fewer chips compute less at once), so the speed-up compares two deployments, not one")
     return w
 
 

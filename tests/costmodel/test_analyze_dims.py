@@ -83,3 +83,14 @@ def test_a_sliding_window_cache_follows_past_and_never_holds_more():
     assert longer.flops_by_group["attention"] - short.flops_by_group["attention"] == 4 * 2 * 2 * 4 * 64 * 11
     with pytest.raises(NarrowpipeError, match="past_window=10 but a sliding-window cache holds at most"):
         narrowpipe.analyze(g, dims={"past": 4, "past_window": 10})
+
+
+def test_a_whatif_that_changes_a_dataflow_chip_count_says_so():
+    """Groq with twice the SRAM lays the model over half the chips (ceil(footprint / capacity)), so
+    the 'speed-up' is below 1: the what-if must say it compares two deployments."""
+    g = narrowpipe.transformer(4, 1024, 8, 32000, seq=128)
+    w = narrowpipe.whatif(g, "groq-lpu", {"memory_capacity": 2}, dims={"batch": 1})
+    assert w.scaled.timing.devices < w.base.timing.devices
+    assert any("compares two deployments" in n for n in w.scaled.timing.notes)
+    same = narrowpipe.whatif(g, "groq-lpu", {"compute": 2}, dims={"batch": 1})
+    assert not any("compares two deployments" in n for n in same.scaled.timing.notes)
