@@ -76,11 +76,12 @@ class KernelTime:
     utilization: float
     executed_flops: float = 0.0   # work the hardware does, padding included
     note: str = ""
+    traffic_bytes: float = 0.0    # memory traffic the memory term streams (a GEMM's L2 re-reads included)
 
     def scaled(self, k: float) -> KernelTime:
         return KernelTime(self.time_s * k, self.compute_s * k, self.memory_s * k, self.comm_s * k,
                           self.overhead_s * k, self.bound, self.unit, self.utilization,
-                          self.executed_flops * k, self.note)
+                          self.executed_flops * k, self.note, self.traffic_bytes * k)
 
 
 #: The time of a kernel that does no work (views, unmodeled nodes): every term zero.
@@ -226,7 +227,7 @@ def roofline(compute_s: float, memory_s: float, comm_s: float, overhead_s: float
     else:
         util = 0.0
     return KernelTime(time_s, compute_s, memory_s, comm_s, overhead_s, bound, unit, min(util, 1.0),
-                      executed_flops or flops, note)
+                      executed_flops or flops, note, nbytes)
 
 
 def dequant_time(target: Target, dtype: DType, weights: float, passes: int) -> float:

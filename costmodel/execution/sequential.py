@@ -11,7 +11,7 @@ from math import ceil
 from typing import Any
 
 from ..kernels import Kernel
-from .common import KernelTime
+from .common import MEMORY, KernelTime
 from .gemm import Gemm
 from .program import DeviceGroup, Program, Schedule
 from .routing import kernel_time
@@ -64,5 +64,23 @@ def one_device_schedule(program: Program, target: Any, times: list[KernelTime]) 
     if not fits:
         notes.append(f"does not fit: {required / 1e9:.3g} GB needed, {capacity / 1e9:.3g} GB per device; "
                      f"needs >= {needed} devices (time shown is for one device)")
+    notes.extend(reread_notes(program, times))
     return Schedule(times, sum(t.time_s for t in times), 1, {k.name: 0 for k in program.kernels},
                     float(required), float(capacity), fits, needed, notes)
+
+
+#: A memory-bound kernel streaming this many times the bytes its op counts gets a note (assumption:
+#: below it the difference is a partial sum or an epilogue, not re-reads worth explaining).
+REREAD_RATIO = 1.5
+
+
+def reread_notes(program: Program, times: list[KernelTime], top: int = 3) -> list[str]:
+    """The memory-bound kernels whose memory term streams far more than their op's bytes (operand
+    tiles re-read past the L2): the report's bytes and intensity count each operand once, so a
+    GEMM listed at 5,460 FLOP/B and memory-bound contradicted itself without the traffic it ran."""
+    rows = [(t.time_s, k.name, t.traffic_bytes, k.cost.bytes) for k, t in zip(program.kernels, times)
+            if t.bound == MEMORY and k.cost.bytes > 0 and t.traffic_bytes > REREAD_RATIO * k.cost.bytes]
+    rows.sort(reverse=True)
+    return [f"{name}: memory-bound on {traffic / 1e9:.3g} GB of memory traffic, {traffic / nbytes:.1f}x the "
+            f"{nbytes / 1e9:.3g} GB its operands and result take once (the bytes column): operand tiles re-read "
+            "past the L2" for _, name, traffic, nbytes in rows[:top]]
