@@ -130,18 +130,20 @@ def target_specs(targets: str, files: Sequence[str]) -> list[Any]:
         shadowed = _catalog_name(file_chip.name)
         if shadowed is not None:
             warnings.warn(f"{path}: its chip is named {file_chip.name!r}, which is the catalog's {shadowed}; "
-                          f"--targets {file_chip.name} means this file's chip here (rename it to compare the two)",
+                          f"--targets {file_chip.name} (or an alias it lists) means this file's chip here (rename it "
+                          "to compare the two)",
                           NarrowpipeWarning, stacklevel=2)
     used: set[int] = set()
     specs: list[Any] = []
-    for name in (t.strip() for t in targets.split(",")):
+    path_of = {id(chip): path for path, chip in zip(files, loaded)}   # a file's chip goes on as its path,
+    for name in (t.strip() for t in targets.split(",")):                # so errors can name the file
         if not name:
             continue
         chip = by_name.get(name.lower())
         if chip is not None:
             used.add(id(chip))
-        specs.append(chip if chip is not None else name)
-    return specs + [t for t in loaded if id(t) not in used]
+        specs.append(path_of[id(chip)] if chip is not None else name)
+    return specs + [path_of[id(t)] for t in loaded if id(t) not in used]
 
 
 def _catalog_name(name: str) -> str | None:

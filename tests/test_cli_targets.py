@@ -168,3 +168,14 @@ def test_two_targets_of_one_name_are_refused(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert "two targets are named 'host'" in err and "a.toml" in err and "b.toml" in err
     assert main(["compare", "gpt2", "--targets", "h100,h100-sxm", "--set", "seq=1"]) != 0
+
+
+def test_two_target_files_of_one_name_are_named_by_their_files(tmp_path, capsys):
+    """Given with --target-file they were 'a Target object and a Target object'."""
+    base = get_target("h100")
+    a = dump_target(dataclasses.replace(base, name="host", aliases=()), tmp_path / "a.toml")
+    b = dump_target(dataclasses.replace(base.scaled(memory_bandwidth=2), name="host", aliases=()), tmp_path / "b.toml")
+    assert main(["compare", "gpt2", "--targets", "h100", "--target-file", str(a), "--target-file", str(b),
+                 "--set", "seq=1"]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "two targets are named 'host'" in err and "a.toml" in err and "b.toml" in err
