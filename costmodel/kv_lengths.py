@@ -23,10 +23,11 @@ from ..errors import NarrowpipeError
 from ..ir import DimRole, DType, Graph, Value, ValueKind
 from ..ir.roles import plain_name
 
-__all__ = ["check_mask_length", "bind_windows"]
+__all__ = ["check_mask_length", "bind_windows", "INDEX_DTYPES"]
 
-#: Dtypes of attention masks and position ids (a cache is stored in a float or quantized format).
-_INDEX_DTYPES = frozenset({DType.INT64, DType.INT32, DType.BOOL})
+#: Dtypes of attention masks and position ids, never a KV cache (a cache is stored in a float or
+#: quantized format); :func:`.serving.kvcache.find_kv_cache` reads it too.
+INDEX_DTYPES = frozenset({DType.INT64, DType.INT32, DType.BOOL})
 
 
 def _dims_on(values: list[Value], role_dims: set[str]) -> set[str]:
@@ -48,7 +49,7 @@ def check_mask_length(graph: Graph, bindings: Mapping[str, int]) -> None:
         return
     inputs = [v for v in graph.inputs if v.kind is ValueKind.INPUT]
     cache = _dims_on(_cache_inputs(graph), kv)
-    masks = _dims_on([v for v in inputs if v.type.dtype in _INDEX_DTYPES], kv) - cache
+    masks = _dims_on([v for v in inputs if v.type.dtype in INDEX_DTYPES], kv) - cache
     if len(cache) != 1 or len(masks) != 1:
         return
     (past,), (total,), (new,) = cache, masks, seq
@@ -64,7 +65,7 @@ def check_mask_length(graph: Graph, bindings: Mapping[str, int]) -> None:
 
 def _cache_inputs(graph: Graph) -> list[Value]:
     return [v for v in graph.inputs
-            if v.kind is ValueKind.INPUT and v.type.dtype not in _INDEX_DTYPES and v.type.rank >= 3]
+            if v.kind is ValueKind.INPUT and v.type.dtype not in INDEX_DTYPES and v.type.rank >= 3]
 
 
 def bind_windows(graph: Graph, given: Mapping[str, object], bindings: MutableMapping[str, int]) -> None:

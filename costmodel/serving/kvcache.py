@@ -24,6 +24,7 @@ from math import prod
 from ...errors import NarrowpipeError
 from ...ir import DimRole, DType, Graph, Value, ValueKind
 from ...ir.roles import plain_name
+from ..kv_lengths import INDEX_DTYPES
 
 __all__ = ["KvTensor", "KvCache", "find_kv_cache", "STATIC_CACHE_META"]
 
@@ -104,10 +105,6 @@ def _static(v: Value, axis: int) -> int:
     return d
 
 
-#: Input dtypes no KV cache is stored in: an attention mask's or position ids' (a quantized cache is int8/fp8).
-_NOT_CACHE = frozenset({DType.INT64, DType.INT32, DType.BOOL})
-
-
 def _windows(graph: Graph) -> Mapping[str, int]:
     return dict(graph.meta.get("kv_windows", {}) or {})
 
@@ -127,7 +124,7 @@ def find_kv_cache(graph: Graph) -> KvCache | None:
         if length is None:
             continue
         batch_axis = next((i for i, name in axes if name in batch_dims), None)
-        if v.type.dtype in _NOT_CACHE or len(axes) - 1 - (batch_axis is not None) < 1:
+        if v.type.dtype in INDEX_DTYPES or len(axes) - 1 - (batch_axis is not None) < 1:
             continue   # an attention mask or positions ([batch, total_len] ints): no per-token features
         dim = axes[length][1]
         if v.name not in windows:
