@@ -86,9 +86,9 @@ def balance_devices(forward: list[float], backward: list[float], parts: list[lis
     """The contiguous split of the layers (per-layer ``forward`` and ``backward`` seconds) into
     ``len(parts)`` interleaved chunks, chunk ``c`` on device ``c % pp``, whose closed-form step
     (``m`` x the busiest device's total + the others' totals over ``v``, :func:`.step.step_time`) is
-    shortest that single-layer boundary moves reach from any of four starts: ``parts`` (the linear
-    partition), the split that evens the devices' totals, equal layer counts, and rounds of ``pp``
-    chunks balanced in turn. :func:`refine_by_schedule` then moves boundaries on the simulated schedule
+    shortest that single-layer boundary moves reach from any of three starts (:func:`_starts`: ``parts``,
+    the linear partition; equal layer counts; rounds of ``pp`` chunks balanced in turn).
+    :func:`refine_by_schedule` then moves boundaries on the simulated schedule
     for the strategies a search simulates.
 
     Why not the linear partition: interleaved 1F1B runs every chunk of a device once per microbatch,
@@ -96,7 +96,7 @@ def balance_devices(forward: list[float], backward: list[float], parts: list[lis
     v=2, 32 microbatches: the linear partition's chunks ``[4,5,5,5,5,5,2,1]`` put ``9, 10, 7, 6`` layers
     on the devices, about 8% slower than ``[4,5,5,3,5,4,4,2]`` (``9, 9, 9, 5``; the last device holds
     the head). Descents from several starts because single moves stop in local minima."""
-    chunks, n = len(parts), len(forward)
+    chunks = len(parts)
     pf, pb = _prefix(forward), _prefix(backward)
 
     def closed_form(cut: tuple[int, ...]) -> tuple[float, float]:
@@ -106,14 +106,9 @@ def balance_devices(forward: list[float], backward: list[float], parts: list[lis
         busiest = max(loads)
         return microbatches * busiest + (sum(loads) - busiest) / (chunks // pp), sum(x * x for x in loads)
 
-    linear = tuple(p[0] for p in parts) + (n,)
-    equal = tuple(round(c * n / chunks) for c in range(chunks)) + (n,)
-    scale = pf[-1] + pb[-1]
-    starts = {linear, equal}
-    rounds_cut = _by_rounds([f + b for f, b in zip(forward, backward)], pp, chunks // pp)
-    if rounds_cut is not None:
-        starts.add(rounds_cut)
-    best = min((_descend(cut, closed_form, scale) for cut in sorted(starts)), key=lambda cut: (closed_form(cut), cut))
+    starts = _starts([f + b for f, b in zip(forward, backward)], parts, pp)
+    best = min((_descend(cut, closed_form, pf[-1] + pb[-1]) for cut in starts),
+               key=lambda cut: (closed_form(cut), cut))
     return [list(range(best[c], best[c + 1])) for c in range(chunks)]
 
 
@@ -146,15 +141,22 @@ def refine_by_schedule(forward: list[float], backward: list[float], chunks: list
         return got
 
     costs = [f + b for f, b in zip(forward, backward)]
-    k = len(chunks)   # more starts than the given split: single moves stop in local minima
-    starts = {tuple(c[0] for c in chunks) + (n,), tuple(round(c * n / k) for c in range(k)) + (n,),
-              tuple(p[0] for p in assign_stages(costs, pp, v)) + (n,)}
-    rounds_cut = _by_rounds(costs, pp, v)
-    if rounds_cut is not None:
-        starts.add(rounds_cut)
-    best = min((_descend(cut, simulated, pf[-1] + pb[-1]) for cut in sorted(starts)),
-               key=lambda cut: (simulated(cut), cut))
+    # the given split and the closed form's starts: single moves stop in local minima
+    starts = sorted({tuple(c[0] for c in chunks) + (n,), *_starts(costs, assign_stages(costs, pp, v), pp)})
+    best = min((_descend(cut, simulated, pf[-1] + pb[-1]) for cut in starts), key=lambda cut: (simulated(cut), cut))
     return [list(range(best[c], best[c + 1])) for c in range(len(chunks))]
+
+
+def _starts(costs: list[float], linear: list[list[int]], pp: int) -> list[tuple[int, ...]]:
+    """Chunk starts (and the end) to descend from: the ``linear`` partition, equal layer counts,
+    and rounds of ``pp`` chunks balanced in turn (:func:`_by_rounds`, where every round has a layer
+    per chunk)."""
+    n, k = len(costs), len(linear)
+    out = {tuple(p[0] for p in linear) + (n,), tuple(round(c * n / k) for c in range(k)) + (n,)}
+    rounds_cut = _by_rounds(costs, pp, k // pp)
+    if rounds_cut is not None:
+        out.add(rounds_cut)
+    return sorted(out)
 
 
 def _prefix(xs: list[float]) -> list[float]:
