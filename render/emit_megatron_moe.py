@@ -24,6 +24,7 @@ must be named. Names, defaults and the behaviour cited are Megatron-LM's at ``co
 from __future__ import annotations
 
 import re
+from itertools import groupby
 from typing import Any
 
 __all__ = ["moe_flags", "mla_flags", "layer_freq"]
@@ -44,13 +45,7 @@ def layer_freq(layers: int, dense: tuple[int, ...]) -> str:
     """``--moe-layer-freq`` as Megatron's pattern string: 1 an expert layer, 0 a dense one, runs
     written ``[v]*n`` (DeepSeek-V3's first three dense of 61: ``([0]*3+[1]*58)``)."""
     flags = [0 if i in dense else 1 for i in range(layers)]
-    runs: list[tuple[int, int]] = []
-    for f in flags:
-        if runs and runs[-1][0] == f:
-            runs[-1] = (f, runs[-1][1] + 1)
-        else:
-            runs.append((f, 1))
-    return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
+    return "(" + "+".join(f"[{f}]*{len(list(run))}" for f, run in groupby(flags)) + ")"
 
 
 def moe_flags(arch: dict[str, Any], other: dict[str, Any], ep: int, dtype: str, notes: list[str]) -> dict[str, Any]:
