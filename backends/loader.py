@@ -22,6 +22,7 @@ from .defaults import LINK_LATENCY_DEFAULT, default_for
 from .families import TARGET_CLASSES
 from .fields import Spec, keymap, specs, stem
 from .frozen import FrozenMap
+from .plausibility import warn_implausible
 from .sourcing import UNSOURCED, UnsourcedSpecWarning, needed_keys, suggest
 from .system import System
 from .target import Target
@@ -315,6 +316,8 @@ def _target_from_dict(raw: Mapping[str, Any], require_sources: bool, origin: str
     for name, (value, source) in defaults.items():
         values[name], sources[name] = value, source
     target: Target = _construct(cls, values, sources)
+    if not require_sources:      # a user's numbers; the catalog's are the yardstick
+        warn_implausible(cls, family, raw, origin)
     return target
 
 
