@@ -72,11 +72,14 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
 
 def _least(graph: Graph, name: str, trip_names: frozenset[str] | set[str]) -> int:
     """The smallest size a dim may take: a loop may run 0 times, else what its role allows
-    (:func:`~narrowpipe.ir.roles.least_size`: 1, or 0 for a KV length)."""
+    (:func:`~narrowpipe.ir.roles.least_size`: 1, or 0 for a KV length), or less where the dim's own
+    range says so (a data-dependent size, as NonZero's count, may be 0)."""
     spec = graph.dims.get(name)
     if name in trip_names or name.endswith("_trips"):
         return 0
-    return least_size(spec.role) if spec is not None else 1
+    if spec is None:
+        return 1
+    return min(least_size(spec.role), spec.min) if spec.min is not None else least_size(spec.role)
 
 
 def build_report(table: CostTable) -> Report:

@@ -16,7 +16,7 @@ import onnx
 from onnx import AttributeProto
 
 from ...errors import ShapeError
-from ...ir import DType, TensorType
+from ...ir import DType, Sym, TensorType
 from .node import NodeCx
 from .node_infer import node_inference
 from .shapes import OutSpec, RawType
@@ -49,6 +49,8 @@ def resolve_types(cx: NodeCx, rules: Rules, own: list[OutSpec | None] | None = N
                 break
             fast.append(t)
         else:
+            if state.reads_unknown(cx.values):
+                _declared_sizes(cx, rules, fast)
             return fast
     raws: list[RawType | None] = [state.raw(cx.scope.type_of(o), o, cx.name) if o else None for o in outputs]
     if override and own is not None:
@@ -66,6 +68,22 @@ def resolve_types(cx: NodeCx, rules: Rules, own: list[OutSpec | None] | None = N
         out.append(state.settle(raw, spec, name=o, node=cx.name, op=cx.source.op, flagged=flagged,
                                 upper_bound=lambda: _upper_bound(cx)))
     return out
+
+
+def _declared_sizes(cx: NodeCx, rules: Rules, declared: list[TensorType]) -> None:
+    """Where the file declares a size for an output dim that the node's own rule gives as a
+    data-dependent dim it read (``Log`` of a ``ReduceSum`` over run-time axes, declared ``[3]``),
+    that size settles the dim (:meth:`ShapeState.declare_size`); the declared types stand."""
+    rule = rules.get(cx.key)
+    if rule is None:
+        return
+    present = [o for o in cx.outs if o]
+    for o, t, spec in zip(present, declared, [s for o, s in zip(cx.outs, rule(cx)) if o]):
+        if spec is None or spec[1] is None or len(spec[1]) != len(t.shape):
+            continue
+        for mine, size in zip(spec[1], t.shape):
+            if isinstance(mine, Sym) and isinstance(size, int):
+                cx.lw.state.declare_size(mine, size, o, cx.name, cx.source.op)
 
 
 def own_shapes(cx: NodeCx, rules: Rules, raws: list[RawType | None]) -> list[OutSpec | None]:

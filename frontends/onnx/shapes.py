@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import TYPE_CHECKING, Any, Union
 
@@ -20,7 +20,7 @@ import onnx
 from onnx import GraphProto, ModelProto, TensorProto, TypeProto
 
 from ...errors import ShapeError
-from ...ir import DimSpec, DType, Sym, TensorType
+from ...ir import DimSpec, DType, Sym, TensorType, Value
 from .symdims import Poly, parse_dim_param, sanitize_symbol, to_dim
 from .types import DTYPES, MAX_DIM, dtype_of
 
@@ -158,6 +158,7 @@ class ShapeState:
     trust_all: bool = False
     subst: dict[str, Any] = field(default_factory=dict)
     dims: dict[str, DimSpec] = field(default_factory=dict)
+    unknown: set[str] = field(default_factory=set)   # generate()'s data-dependent dims (not the file's names)
     _cache: dict[bytes, RawType] = field(default_factory=dict)
     _soft: dict[str, bool] = field(default_factory=dict)
     _ready: dict[bytes, TensorType] = field(default_factory=dict)
@@ -313,8 +314,22 @@ class ShapeState:
                 if flagged and isinstance(d, int) and mine_int and d != mine:
                     raise ShapeError(f"output {name!r}: declared shape {_fmt(dims)} disagrees with the op's "
                                      f"shape {_fmt(own_dims or ())}", file=self.file or None, node=node, op=op)
+                if isinstance(d, int) and not isinstance(d, bool) and isinstance(mine, Sym):
+                    self.declare_size(mine, d, name, node, op)
                 out.append(d)
         return TensorType(dtype, tuple(out))
+
+    def declare_size(self, dim: Sym, size: int, value: str, node: str, op: str) -> None:
+        """A data-dependent dim (:meth:`generate`'s symbol) that a later declaration states as
+        ``size`` (``ReduceSum`` over axes given at run time, its consumer's output declared ``[3]``):
+        the declaration is what the file says the run gives, so it becomes the dim's default, which
+        stays bindable (a bound the rule guessed, a Loop's one default trip, gives way to it)."""
+        names = dim.symbols
+        spec = self.dims.get(next(iter(names))) if len(names) == 1 else None
+        if spec is None or spec.name not in self.unknown or dim != Sym(spec.name) or spec.default == size:
+            return
+        self.dims[spec.name] = replace(spec, default=size, doc=f"{spec.doc}; {size} as output {value!r} of "
+                                                               f"{op} node {node!r} declares")
 
     def generate(self, value: str, axis: int, node: str, op: str, upper_bound: int | None,
                  label: str = "") -> Sym:
@@ -332,12 +347,19 @@ class ShapeState:
         while name in self.dims and not self.dims[name].doc.startswith(f"unknown dim {axis} of {value!r}"):
             name = f"{base}_{i}"
             i += 1
+        self.unknown.add(name)
         if name not in self.dims:
-            self.dims[name] = DimSpec(name, default=upper_bound,
+            self.dims[name] = DimSpec(name, default=upper_bound, min=0,    # data-dependent: may be empty
                                       doc=f"unknown dim {axis} of {value!r} (output of {op} node {node!r}); "
                                           f"data-dependent or beyond shape inference"
                                           + ("; default is an upper bound" if upper_bound is not None else ""))
         return Sym(name)
+
+    def reads_unknown(self, inputs: Iterable[Value | None]) -> bool:
+        """Whether a node reads a dim :meth:`generate` made: its declared output may state that dim's
+        size (:meth:`declare_size`), so its type is settled against its own rule, not taken as declared."""
+        return bool(self.unknown) and any(isinstance(d, Sym) and not d.symbols.isdisjoint(self.unknown)
+                                          for v in inputs if v is not None for d in v.type.shape)
 
     def needs_repair(self, raw: RawType | None) -> bool:
         if raw is None or raw[1] is None or not raw[0]:

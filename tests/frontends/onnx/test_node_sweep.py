@@ -33,7 +33,9 @@ def test_every_node_test_model_loads_or_fails_cleanly() -> None:
         if not r.ok:
             kind, _, reason = r.error.partition(": ")
             assert kind.endswith("Error") and len(reason) > 20, r.error
-    assert ok / len(results) >= 0.97, f"{ok}/{len(results)} loaded"
+    # 1,870 of 1,884 with onnx 1.23 (the rest in results/onnx_node_sweep.md); 0.97 let a 1.4-point
+    # regression (declared sizes after run-time axes read as edited files) pass unseen
+    assert ok / len(results) >= 0.99, f"{ok}/{len(results)} loaded"
     # op types with a cost rule: lowered to canonical ops that all have rules (not "unknown")
     op_types = {op for r in results for op in r.op_types}
     unmodeled = {op for r in results for op in r.unmodeled}

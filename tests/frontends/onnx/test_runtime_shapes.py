@@ -158,3 +158,33 @@ def test_a_range_past_the_position_table_is_refused_naming_the_gather() -> None:
     assert narrowpipe.analyze(g, dims={"sequence": 8}).bytes > 0
     with pytest.raises(ShapeError, match=r"wpe.*indices 0\.\.8 \(a range of 9\) fall outside the 8 rows"):
         narrowpipe.analyze(g, dims={"sequence": 9})
+
+
+def _reduce_over_runtime_axes() -> onnx.ModelProto:
+    """ReduceSum(data[3, 4, 5], axes: a graph input) with keepdims=0, then Log declared [3] and Exp
+    undeclared: the reduced length is data-dependent, and the file's declaration of Log says it is 3."""
+    return helper.make_model(helper.make_graph(
+        [helper.make_node("ReduceSum", ["data", "axes"], ["s"], keepdims=0, name="rs"),
+         helper.make_node("Log", ["s"], ["r"], name="lg"), helper.make_node("Exp", ["s"], ["e"], name="ex")],
+        "g", [_vi("data", [3, 4, 5]), _vi("axes", [2], I64)], [_vi("r", [3]), _vi("e", ["k"])]),
+        opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_a_declared_output_settles_a_size_that_runtime_axes_leave_open() -> None:
+    """It was refused as an edited graph file (output [3] is not the broadcast [5] of its operand: the
+    unknown length defaulted to its bound, 5). The reference evaluator gives (3,) for axes [1, 2]."""
+    from onnx.reference import ReferenceEvaluator
+
+    m = _reduce_over_runtime_axes()
+    onnx.checker.check_model(m, full_check=True)
+    data = np.ones((3, 4, 5), np.float32)
+    r, e = ReferenceEvaluator(m).run(None, {"data": data, "axes": np.array([1, 2], np.int64)})
+    assert r.shape == e.shape == (3,)
+    g = narrowpipe.load(m)
+    (dim,) = [d for d in g.dims if d.endswith("_d0")]
+    assert g.dims[dim].default == 3
+    report = narrowpipe.analyze(g)
+    ex = next(row for row in report.ops if row.name == "ex")
+    assert ex.bytes == 2 * 3 * 4          # 3 fp32 read, 3 written
+    with pytest.raises(ShapeError, match="lg"):       # bound against the declaration: refused
+        narrowpipe.analyze(g, dims={dim: 5})
