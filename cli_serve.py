@@ -146,10 +146,9 @@ def apply_mode(graph: Any, args: argparse.Namespace,
 def _price(args: argparse.Namespace, target: str) -> float | None:
     if not args.price:
         return None
-    from .backends import get_system, get_target
-    from .backends.registry import is_system_file
+    from .backends.registry import chip_and_system
     from .costmodel.compare import prices_by_target
-    chip = get_system(target).target() if is_system_file(target) else get_target(target)
+    chip, _system = chip_and_system(target)
     return prices_by_target(parse_prices(args.price), [chip]).get(chip.name)
 
 

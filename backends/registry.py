@@ -23,7 +23,7 @@ from .target import Target
 from .tomlio import read_toml
 
 __all__ = ["CATALOG_DIR", "SYSTEMS_DIR", "targets", "get_target", "systems", "get_system",
-           "source_refs", "clear_cache", "name_index", "is_system_file"]
+           "source_refs", "clear_cache", "name_index", "is_system_file", "chip_and_system"]
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 SYSTEMS_DIR = Path(__file__).parent / "systems"
@@ -111,6 +111,16 @@ def is_system_file(spec: object) -> bool:
     except NarrowpipeError:
         return False     # unreadable: the loader that reads it says why
     return "chip" in data and "family" not in data
+
+
+def chip_and_system(spec: str | os.PathLike[str] | Target) -> tuple[Target, System | None]:
+    """What a ``--target`` names where a chip or a system's file may stand: (its chip, the system)
+    for a system file (:func:`is_system_file`, whose mistakes are reported as its own), else (the
+    chip, None). One place, so every command reads a system file given as a target the same way."""
+    if not isinstance(spec, Target) and is_system_file(spec):
+        system = get_system(spec)
+        return system.target(), system
+    return get_target(spec), None
 
 
 def name_index(chips: Iterable[Target]) -> dict[str, Target]:

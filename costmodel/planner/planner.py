@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from ...backends import System, Target, get_system, get_target
-from ...backends.registry import is_system_file
+from ...backends.registry import chip_and_system, is_system_file
 from ...backends.registry import systems as _systems
 from ...errors import NarrowpipeError, PlanError
 from ...ir import DimRole, Graph, Op
@@ -62,11 +62,10 @@ def resolve_machine(target: Any, system: Any = None, devices: int | None = None)
     if system is not None:
         sys_ = get_system(system)
         return sys_.target(), sys_
-    if isinstance(target, Target):
-        chip = target
-    elif is_system_file(target):        # its own errors, not "missing family" from reading it as a chip
-        sys_ = get_system(target)
-        return sys_.target(), sys_
+    if isinstance(target, Target) or is_system_file(target):
+        chip, file_system = chip_and_system(target)
+        if file_system is not None:
+            return chip, file_system
     else:
         try:
             sys_ = get_system(target)

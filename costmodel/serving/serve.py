@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...backends import Target, get_system, get_target
-from ...backends.registry import is_system_file
+from ...backends.registry import chip_and_system
 from ...errors import NarrowpipeError, as_integer
 from ...ir import Graph
 from ..execution import TimingOptions
@@ -40,10 +40,10 @@ def replica_for(model: Graph | ServingGraph, target: Target | str, *, tp: int = 
     ``gemm_inputs``: the format GEMMs read their activations in (FP8 W8A8, :mod:`.formats`);
     ``mla_decode``: a latent-attention model's decode form (:data:`.replica.MLA_DECODE`; default the
     absorbed form serving engines run)."""
-    if system is None and is_system_file(target):     # a system's file as the target: its chip, on it
-        system = target
-        target = get_system(system).target()
-    t = get_target(target)
+    if system is None:       # a system's file as the target: its chip, on it
+        t, system = chip_and_system(target)
+    else:
+        t = get_target(target)
     formats = Formats.of(weights, activations, kv, gemm_inputs)
     if isinstance(model, ServingGraph):
         sg = model if formats == model.formats or formats == Formats() else serving_graph(model.graph, formats)
