@@ -40,7 +40,8 @@ _SCATTERS = (Op.SCATTER, Op.SCATTER_ELEMENTS, Op.SCATTER_ND, Op.INDEX_PUT)
 
 def mark_in_place(graph: Graph, cache: KvCache) -> int:
     """Tag every append to the cache's storage ``in_place``, in place on ``graph`` (a fresh clone);
-    returns how many nodes were tagged."""
+    returns how many appends were tagged (a one-input Concat of the cache, which an exporter may
+    emit, is a copy: tagged, it writes nothing, but it is no update of its own)."""
     names = {t.name for t in cache.tensors}
     storage: set[Value] = {v for v in graph.inputs if v.name in names}
     tagged = 0
@@ -55,7 +56,7 @@ def mark_in_place(graph: Graph, cache: KvCache) -> int:
             continue
         graph.set_attr(node, IN_PLACE, hit)
         storage.update(node.outputs)
-        tagged += 1
+        tagged += node.op is not Op.CONCAT or sum(v is not None for v in node.inputs) > 1
     return tagged
 
 

@@ -104,7 +104,7 @@ def serving_graph(graph: Graph, formats: Formats | None = None) -> ServingGraph:
     cache = find_kv_cache(graph)
     spec = spec_from_graph(graph)
     if cache is not None:
-        origin = "static KV cache (StaticCache export)" if cache.is_static else "the graph's KV cache inputs"
+        origin = "static (a StaticCache export)" if cache.is_static else "the graph's own cache inputs"
         source = graph
     else:
         if spec is None:
@@ -118,9 +118,9 @@ def serving_graph(graph: Graph, formats: Formats | None = None) -> ServingGraph:
             problem = check_twin(graph, source)
             if problem is not None:
                 raise NarrowpipeError(f"graph {graph.name!r} has no KV cache and rebuilding it failed: {problem}")
-            origin = "recognised (Llama/GPT-2 layout) and rebuilt with a KV cache by narrowpipe.transformer"
+            origin = "none in the graph; recognised (Llama/GPT-2 layout) and rebuilt with one by narrowpipe.transformer"
         else:
-            origin = "rebuilt from its narrowpipe.transformer spec with a KV cache"
+            origin = "rebuilt from the graph's narrowpipe.transformer spec"
         cache = find_kv_cache(source)
         assert cache is not None
     return _finish(formats.apply(source), cache, origin, spec, formats)

@@ -81,7 +81,7 @@ class Replica:
         self.dataflow = target.family == "dataflow"
         # a dataflow compiler places every tensor ahead of time: no allocator, so no runtime reserve
         self.reserve = 0.0 if self.dataflow else reserve
-        self.notes: list[str] = [sg.origin, *sg.notes, *_format_fallbacks(sg, target, options)]
+        self.notes: list[str] = [f"KV cache: {sg.origin}", *sg.notes, *_format_fallbacks(sg, target, options)]
         self.chips_given = chips if self.dataflow else None
         most = getattr(target, "max_chips", None)
         self.chip_limit: int | None = chips or most if self.dataflow else None

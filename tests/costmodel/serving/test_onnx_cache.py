@@ -28,7 +28,7 @@ def _decoder_with_past():
 def test_onnx_past_inputs_are_the_cache_and_appends_write_only_new_rows():
     g = narrowpipe.load(_decoder_with_past())
     sg = serving_graph(g)
-    assert sg.origin == "the graph's KV cache inputs"
+    assert sg.origin == "the graph's own cache inputs"
     assert sg.cache.bytes_per_token == 2 * 16 * 2
     dims = sg.bindings(batch=4, tokens=1, past=1000)
     table = interpret(sg.graph, dims)
