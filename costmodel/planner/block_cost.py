@@ -30,7 +30,7 @@ from .runtime import Runtime
 from .sharding import PHASE, shard
 from .strategy import Parallel
 
-__all__ = ["BlockCost", "CollectiveUse", "block_cost", "block_key", "unique_params"]
+__all__ = ["BlockCost", "CollectiveUse", "block_cost", "block_key", "loss_outputs", "unique_params"]
 
 #: Phases timed once per microbatch; the optimizer runs once per step.
 PER_MICROBATCH = ("forward", "recompute", "backward")
@@ -114,6 +114,7 @@ def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtim
     # transformer layers); the embedding and the head keep their activations
     recompute = parallel.recompute if block.kind == "layer" else "none"
     train = build_training_graph(forward, optimizer=optimizer, recompute=recompute, loss=loss,
+                                 outputs=loss_outputs(forward, loss),
                                  master="fp32" if runtime.master_weights else forward_dtype(forward))
     local = shard(train, parallel, dims=dims, expert_balance=expert_balance, arrive_split=arrive_split)
     table = interpret(local, {}, expert_balance=expert_balance)
@@ -189,6 +190,15 @@ def scaled(cost: BlockCost, k: float) -> BlockCost:
     """``cost`` with its times multiplied by ``k`` (what-if scaling in tests and sensitivities)."""
     return replace(cost, times={p: t * k for p, t in cost.times.items()}, comm_s=cost.comm_s * k,
                    hidden_s=cost.hidden_s * k)
+
+
+def loss_outputs(forward: Graph, loss: str) -> list[int] | None:
+    """The outputs a block's training step differentiates: the logits for the head's cross entropy
+    (its first output), else every output the next block returns a gradient for
+    (:func:`~narrowpipe.costmodel.training.differentiable_outputs`: the residual stream, never an
+    integer shape scalar or a parameter-free mask that the block hands on)."""
+    from ..training import differentiable_outputs
+    return None if loss == "cross_entropy" else differentiable_outputs(forward)
 
 
 def _ends_in_logits(graph: Graph) -> bool:

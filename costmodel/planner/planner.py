@@ -23,7 +23,7 @@ from ..execution.collectives import Topology
 from ..experts import ExpertBalance
 from ..interpreter import interpret
 from .attention_form import apply_runtime_form
-from .block_cost import BlockCost, block_cost, block_key
+from .block_cost import BlockCost, block_cost, block_key, loss_outputs
 from .blocks import Blocks, split_blocks
 from .expert_parallel import expert_param_numel
 from .memory import DeviceMemory, device_memory
@@ -213,6 +213,23 @@ class Planner:
     def cached_costs(self) -> int:
         return len(self._costs)
 
+    def require_layers(self) -> None:
+        """Refuse a model in which no repeated layer was found, saying so: every strategy places
+        layers on pipeline stages and costs each distinct layer once, so with none there is nothing
+        to plan, and blaming the constraints would send the user after the wrong thing."""
+        if self.blocks.layers:
+            return
+        file = self.graph.meta.get("file")
+        where = f"{self.graph.name!r}" + (f" (file {file!r})" if file else "")
+        scoped = sum(1 for n in self.graph.nodes if n.source.scope)
+        raise PlanError(
+            f"no layers found in {where}: the planner cuts a model at its repeated layers, read from module "
+            "scopes (model.layers.N, transformer.h.N, encoder.layer.N, blocks.N), to place them on pipeline "
+            f"stages and cost each distinct layer once; {scoped} of its {len(self.graph.nodes)} nodes carry a "
+            "scope and none names a numbered layer (an ONNX file keeps scopes in its node names, "
+            "/model/layers.0/..., or in metadata_props pkg.torch.onnx.name_scopes; a graph built by hand needs "
+            "Source.scope set)")
+
     # -- one strategy ----------------------------------------------------------------------------------
     def check(self, parallel: Parallel) -> None:
         if parallel.devices != self.devices:
@@ -221,6 +238,7 @@ class Planner:
         if parallel.global_batch != self.global_batch:
             raise PlanError(f"parallel.global_batch {parallel.global_batch} differs from the plan's "
                             f"{self.global_batch}")
+        self.require_layers()
         if len(self.blocks.layers) < parallel.pp * parallel.interleave:
             raise PlanError(f"{len(self.blocks.layers)} layers cannot fill pp={parallel.pp} x "
                             f"interleave={parallel.interleave} pipeline chunks")
@@ -291,7 +309,8 @@ class Planner:
             for block in self.blocks.all:
                 if id(block) not in counted:
                     fwd = apply_runtime_form(block.graph, self.runtime)
-                    train = build_training_graph(fwd, optimizer=self.optimizer, recompute="none")
+                    train = build_training_graph(fwd, optimizer=self.optimizer, recompute="none",
+                                                 outputs=loss_outputs(fwd, "sum"))
                     table = interpret(train, self.dims(1))
                     f = b = 0.0
                     for node, cost in table.costs.items():

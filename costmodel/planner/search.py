@@ -155,6 +155,7 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
     """The fastest strategy that fits, and up to ``top`` runners-up (the best of each other mesh
     shape, plus the fastest that did not fit) with why each lost."""
     fixed = dict(fixed or {})
+    planner.require_layers()
     refused = planner.runtime.unsupported(fixed)
     if refused:
         raise PlanError(f"{refused}: fix another value, or plan with another runtime (--runtime)")

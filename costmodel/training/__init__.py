@@ -8,7 +8,7 @@ phase); ``training_memory(graph, ...)`` says what a device holds and which term 
 
 from .memory import TERMS, TrainingMemory, training_memory
 from .phases import BACKWARD, FORWARD, OPTIMIZER, PHASE, PHASES, RECOMPUTE, phase_of
-from .step import build_training_graph, is_training_graph
+from .step import build_training_graph, differentiable_outputs, is_training_graph
 
-__all__ = ["build_training_graph", "is_training_graph", "training_memory", "TrainingMemory", "TERMS", "PHASE",
-           "PHASES", "FORWARD", "RECOMPUTE", "BACKWARD", "OPTIMIZER", "phase_of"]
+__all__ = ["build_training_graph", "differentiable_outputs", "is_training_graph", "training_memory",
+           "TrainingMemory", "TERMS", "PHASE", "PHASES", "FORWARD", "RECOMPUTE", "BACKWARD", "OPTIMIZER", "phase_of"]

@@ -22,10 +22,10 @@ from .optimizer import optimizer_step
 from .phases import FORWARD, PHASE
 from .recompute import Recompute
 
-__all__ = ["build_training_graph", "is_training_graph"]
+__all__ = ["build_training_graph", "differentiable_outputs", "is_training_graph"]
 
 
-def _selected(graph: Graph, outputs: Sequence[int | str] | None) -> list[Value]:
+def _selected(graph: Graph, outputs: Sequence[int | str] | None, name: str) -> list[Value]:
     if not graph.outputs:
         raise NarrowpipeError(f"graph {graph.name!r} has no outputs to take a loss of")
     picks = [0] if outputs is None else list(outputs)
@@ -41,10 +41,36 @@ def _selected(graph: Graph, outputs: Sequence[int | str] | None) -> list[Value]:
             names = ", ".join(v.name for v in graph.outputs)
             raise NarrowpipeError(f"no output named {p!r} in graph {graph.name!r} (outputs: {names})")
         out.append(found[0])
-    bad = [v.name for v in out if not v.dtype.is_float]
+    bad = [v for v in out if not v.dtype.is_float]
     if bad:
-        raise NarrowpipeError(f"cannot differentiate non-float output(s) {', '.join(bad)}")
+        raise NarrowpipeError(f"graph {name!r}: cannot take a loss of {'; '.join(map(_describe, bad))}: "
+                              "integer and bool tensors carry no gradient; pick a float output (outputs=)")
     return out
+
+
+def _describe(v: Value) -> str:
+    """An output as an error names it: its name and type, and the node (file, scope, op) that made it."""
+    made = v.producer
+    if made is None:
+        return f"output {v.name!r} ({v.type})"
+    src = made.source
+    origin = ", ".join(p for p in (src.op, f"file {src.file!r}" if src.file else "",
+                                   f"scope {src.scope!r}" if src.scope else "") if p)
+    return f"output {v.name!r} ({v.type}, made by node {made.name!r}{f': {origin}' if origin else ''})"
+
+
+def differentiable_outputs(graph: Graph, frozen: Iterable[str] = ()) -> list[int]:
+    """Indices of the outputs a gradient flows back into: float values that depend on a trainable
+    parameter through differentiable ops.
+
+    Why: a block of a model cut into pieces (the planner's embedding, layers and head) returns what
+    later blocks read, in no particular order: the residual stream, but also rotary tables, masks
+    and integer shape scalars. The next block sends a gradient back for each of its inputs that
+    requires one, as torch's autograd does, and for no integer, bool or parameter-free value; so
+    the block's backward starts from all of those outputs, not from whichever comes first."""
+    params = trainable(graph, frozen)
+    need = requires_grad(graph.nodes, params)
+    return [i for i, v in enumerate(graph.outputs) if v in need]
 
 
 def is_training_graph(graph: Graph) -> bool:
@@ -73,7 +99,7 @@ def build_training_graph(graph: Graph, *, optimizer: str = "adam", recompute: st
     train.version += 1
     cx = GradContext(train)
     forward = list(train.nodes)
-    picked = _selected(train, outputs)
+    picked = _selected(train, outputs, graph.name)
     params = trainable(train, frozen)
     plan, notes = Recompute.plan(cx, forward, recompute)
     loss_nodes, seeds = add_loss(cx, train, picked, loss)

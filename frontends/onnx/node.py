@@ -18,7 +18,7 @@ from onnx import AttributeProto, GraphProto, NodeProto, TensorProto
 from ...errors import FrontendError, ShapeError
 from ...ir import DType, Graph, Node, Op, Source, TensorType, Value, ValueKind
 from .fold_values import as_ints
-from .node_names import module_scope, source_op
+from .node_names import module_scope, node_scope, source_op
 from .read import NodeFields
 from .shapes import OutSpec
 from .stamp import Recorder, node_signature
@@ -133,7 +133,7 @@ class NodeCx:
         self.opset = opset
         self.scope = scope
         self.graph = graph
-        self.source = source or Source(source_op(domain, op_type), name, module_scope(given), lw.info.file)
+        self.source = source or Source(source_op(domain, op_type), name, node_scope(node, given), lw.info.file)
         self.folded: list[np.ndarray] | None = None
         self.ins = ins
         self.outs = outs

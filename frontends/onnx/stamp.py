@@ -24,7 +24,7 @@ from onnx import NodeProto
 
 from ...ir import Graph, Node, Op, Source, TensorType, Value
 from .fold import FOLDERS, FROM_TYPE
-from .node_names import module_scope, source_op
+from .node_names import module_scope, node_scope, source_op
 
 if TYPE_CHECKING:
     from .lowering import OnnxLowerer
@@ -177,10 +177,14 @@ def lower_stamped(lw: OnnxLowerer, nodes: Sequence[NodeProto], fields: list[Node
             lower_node(node, i, scope, graph, fields=row)
             continue
         name = given or f"{op_type}_{i}"
-        path = given.rpartition("/")[0]
-        module = scopes.get(path)
-        if module is None:
-            module = scopes[path] = module_scope(given)
+        if node.metadata_props:                      # a dynamo export: the module stack is there
+            module = node_scope(node, given)
+        else:
+            path = given.rpartition("/")[0]
+            cached = scopes.get(path)
+            if cached is None:
+                cached = scopes[path] = module_scope(given)
+            module = cached
         source = Source(op_name, name, module, file)
         present = [o for o in outs if o] if "" in outs else outs
         single = recipe.single

@@ -5,6 +5,7 @@ on/off and recompute values are checked, and model FLOPs count no recomputation.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import pytest
 
@@ -160,3 +161,18 @@ def test_model_flops_are_three_forwards_and_exclude_attention_recomputation(smal
     per_token = 6 * (4 * (4 * 1024**2 + 3 * 1024 * 4096) + 32000 * 1024) + 12 * 4 * 1024 * 2048
     assert p.model_flops_per_step == pytest.approx(per_token * 32 * 2048, rel=2e-3)
     assert p.hw_flops_per_step > p.model_flops_per_step * 1.01
+
+
+def test_a_model_without_layer_scopes_is_refused_as_such():
+    """QA: a graph whose nodes carry no module scopes (a dynamo ONNX export read without its
+    metadata) was refused as 'no strategy ... satisfies the constraints (..., 0 layers, ...)', which
+    sends the user after the batch and device count; the error says the layers were not found."""
+    scoped = narrowpipe.transformer(2, 64, 4, 100, seq=16, name="tiny-2l")
+    bare = scoped.clone()
+    for node in bare.nodes:
+        node.source = replace(node.source, scope="")
+    for fixed in (None, {"tp": 1, "pp": 1}):
+        with pytest.raises(PlanError, match=r"no layers found in 'tiny-2l'.*module scopes.*pipeline stages") as err:
+            narrowpipe.plan(bare, "h100", 8, global_batch=64, seq=16, parallel=fixed)
+        assert "satisfies" not in str(err.value)
+    assert narrowpipe.plan(scoped, "h100", 8, global_batch=64, seq=16).step_time_s > 0    # scoped: planned

@@ -14,7 +14,15 @@ from __future__ import annotations
 import pytest
 
 import narrowpipe
-from narrowpipe.costmodel.training import BACKWARD, FORWARD, OPTIMIZER, RECOMPUTE, build_training_graph
+from narrowpipe.costmodel.training import (
+    BACKWARD,
+    FORWARD,
+    OPTIMIZER,
+    RECOMPUTE,
+    build_training_graph,
+    differentiable_outputs,
+)
+from narrowpipe.ir import DType, Graph, Op, TensorType, ValueKind
 
 
 def _llama_like(**kw):
@@ -184,3 +192,35 @@ def test_an_op_whose_rule_leaves_a_gradient_unmodeled_is_listed():
     assert step.meta["training"]["no_backward_rule"] == ["where"]
     assert any("no backward rule for where" in n for n in step.meta["training"]["notes"])
     assert [(u.op, u.count) for u in narrowpipe.analyze(step).unmodeled] == [("where backward", 1)]
+
+
+def _mixed_outputs() -> Graph:
+    """A block as the planner cuts one: it hands on an int64 shape, a parameter-free float value
+    and, last, the parameter-fed activation."""
+    g = Graph("mixed")
+    x = g.add_input("x", TensorType(DType.FP32, (4, 8)))
+    w = g.add_input("w", TensorType(DType.FP32, (8, 16)), ValueKind.PARAM)
+    shape = g.add_node(Op.SHAPE_OF, [x], [TensorType(DType.INT64, (2,))], name="shape").outputs[0]
+    free = g.add_node(Op.TANH, [x], [TensorType(DType.FP32, (4, 8))], name="free").outputs[0]
+    y = g.add_node(Op.DOT, [x, w], [TensorType(DType.FP32, (4, 16))],
+                   {"lhs_contract": (1,), "rhs_contract": (0,)}, name="mm").outputs[0]
+    g.set_outputs([shape, free, y])
+    return g
+
+
+def test_only_parameter_fed_float_outputs_are_differentiated():
+    """Integer and parameter-free outputs get no gradient (as in torch's autograd), so a block's
+    step seeds only the activation: its backward is the matmul's weight gradient, 2 * 4 * 8 * 16
+    FLOPs by hand (x is an input, so no input gradient)."""
+    g = _mixed_outputs()
+    assert differentiable_outputs(g) == [2]
+    step = build_training_graph(g, outputs=differentiable_outputs(g))
+    backward = narrowpipe.analyze(step).flops_by_phase[BACKWARD]
+    assert backward == 2 * 4 * 8 * 16
+
+
+def test_an_integer_output_asked_for_is_refused_naming_node_and_reason():
+    g = _mixed_outputs()
+    named = r"graph 'mixed'.*'shape_1' \(int64\[2\], made by node 'shape'.*carry no gradient"
+    with pytest.raises(narrowpipe.NarrowpipeError, match=named):
+        build_training_graph(g)                 # the default output is the first: the int64 shape
