@@ -8,8 +8,10 @@ an all-reduce moves 2(n-1)/n of the buffer through every device, an all-gather o
 (n-1)/n, so a measured ``busbw`` plugs straight into ``bw``.
 
 * ring: 2(n-1) steps for an all-reduce, n-1 for the others; bandwidth-optimal.
-* tree (NCCL's double binary tree): 2 log2(n) steps, the whole buffer up and down each tree half:
-  latency-optimal, so it wins on small messages across many devices.
+* tree (NCCL's tree all-reduce): hierarchical. Inside each scale-up domain the ``local`` ranks form
+  a chain, across domains a double binary tree over the domains; a reduce up and a broadcast down,
+  so 2 ((local - 1) intra-domain steps + ceil(log2 nodes) network steps), the whole buffer up and
+  down each tree half: latency-optimal across many domains, never better than the ring inside one.
 * in-network reduction (NVLS, SHARP): the switch reduces, so each device sends its buffer once and
   receives the result once, concurrently: size / bw, two steps.
 * torus: a bidirectional ring per mesh axis the group spans, all spanned axes busy at once (the
@@ -83,14 +85,26 @@ def ring(op: Op, size: float, n: int, bw: float, alpha: float) -> AlgoTime:
     return _time("ring", _steps(op, n), alpha, bus_factor(op, n) * size, bw)
 
 
-def tree(op: Op, size: float, n: int, bw: float, alpha: float) -> AlgoTime | None:
-    """Double binary tree all-reduce (NCCL): a reduce up and a broadcast down, 2 ceil(log2 n)
-    steps; with the two complementary trees each device forwards the whole buffer once going up
-    and once coming down (2 x size, against the ring's 2(n-1)/n x size): worse on bandwidth,
-    better on latency. Only all-reduce has a tree algorithm."""
-    if op is not Op.ALL_REDUCE or n <= 2:
+def tree(op: Op, size: float, nodes: int, bw: float, alpha: float, local: int = 1,
+         local_alpha: float = 0.0) -> AlgoTime | None:
+    """NCCL's tree all-reduce over ``nodes`` domains of ``local`` ranks each: a reduce up and a
+    broadcast down. NCCL does not build one flat tree over every rank: inside a domain the ranks
+    form a chain (src/graph/connect.cc: tree.up/down are the previous/next rank of the intra-node
+    order) and only the domains' heads join the double binary tree (src/graph/trees.cc), so the
+    latency is ``2 ((local - 1) local_alpha + ceil(log2 nodes) alpha)``, NCCL's own tuning formula
+    (NCCL-TUNE: src/graph/tuning.cc, ncclTopoTuneModel: ``2 * ((nRanks/nNodes-1) * intraLat +
+    log2i(nNodes) * interLat)``; ceil, not its floor, being the depth its btree builds: 3 domains
+    need 2 levels). A flat tree over all 16 ranks of two nodes priced 2 x 4 steps, fewer than the
+    2 x 7 of the chain inside one node, so 16 GPUs came out faster than the 8-GPU ring. With the two
+    complementary trees each device forwards the whole buffer once going up and once coming down
+    (2 x size, against the ring's 2(n-1)/n x size): worse on bandwidth, better on latency across
+    many domains. Only all-reduce has a tree algorithm; ``local`` 1 is a tree over single devices
+    (one member per domain)."""
+    if op is not Op.ALL_REDUCE or local * nodes <= 2:
         return None
-    return _time("tree", 2 * ceil(log2(n)), alpha, 2 * size, bw)
+    lat = 2 * ((local - 1) * local_alpha + ceil(log2(nodes)) * alpha)
+    beta = 2 * size / bw if bw > 0 else float("inf")
+    return AlgoTime("tree", lat + beta, lat, beta)
 
 
 def in_network(op: Op, size: float, n: int, bw: float, alpha: float,
