@@ -127,7 +127,8 @@ def _roofline(r: Report) -> str:
     alt = f"roofline of {r.graph} on {r.target}"
     return (f'<figure data-target-view="{escape(r.target or "")}"><img alt="{escape(alt)}" '
             f'src="data:image/png;base64,{png}"><figcaption class="muted">{escape(alt)}: every kernel at its '
-            f"arithmetic intensity and achieved FLOP/s; area is time; top bottlenecks labelled</figcaption></figure>")
+            f"arithmetic intensity and FLOP/s, on the FLOPs it executes (a causal attention's skipped blocks "
+            f"out); area is time; top bottlenecks labelled</figcaption></figure>")
 
 
 def _notes(reports: list[Report]) -> str:
