@@ -23,7 +23,7 @@ def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Cal
                 continue
             if "=" not in part:
                 raise NarrowpipeError(f"{flag} expects {what}, got {part!r}")
-            k, v = part.split("=", 1)
+            k, v = part.rsplit("=", 1)   # the last '=': a scaled chip's name has its own (h100-sxm@compute=2)
             if k.strip() in out:       # which of the two did the user mean?
                 raise NarrowpipeError(f"{flag} {k.strip()} is given twice")
             try:

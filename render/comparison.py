@@ -277,9 +277,25 @@ def print_whatif(w: WhatIf, console: Console | None = None) -> None:
     tab.add_row("time", seconds(a.time_s), seconds(b.time_s))
     tab.add_row("throughput", f"{si(a.throughput)} {a.item_unit}/s", f"{si(b.throughput)} {b.item_unit}/s")
     tab.add_row("MFU", f"{a.mfu:.1%}", f"{b.mfu:.1%}")
+    tab.add_row("memory", _memory_fit(a), _memory_fit(b))
     tab.add_row("bound mix", bound_mix_text(a), bound_mix_text(b))
     tab.add_row("if doubled", speedups_text(a), speedups_text(b))
     console.print(tab)
     console.print(Text(f"speed-up: {w.speedup:.3f}x", style="bold"))
+    if a.fits != b.fits:
+        console.print(Text(f"the model {'fits' if b.fits else 'no longer fits'} the modified chip "
+                           f"({'it did not fit' if b.fits else 'it fit'} the base)", style="bold"))
+    # notes both sides share (the model does not fit either) are printed too: a what-if showed
+    # only the modified side's new notes, and a model too large for both read as a plain speed-up
+    for note in a.notes:
+        console.print(Text(note if note in b.notes else f"base: {note}", style="yellow"))
     for note in [n for n in b.notes if n not in a.notes]:
         console.print(Text(note, style="yellow"))
+
+
+def _memory_fit(t: Timing) -> Text:
+    """Memory needed against the capacity of the devices used, and whether it fits."""
+    where = f" on {t.devices}" if t.devices > 1 else ""
+    if t.fits:
+        return Text(f"fits{where}: {nbytes(t.memory_required)} of {nbytes(t.memory_capacity)}", style="green")
+    return Text(f"does not fit{where}: {nbytes(t.memory_required)} > {nbytes(t.memory_capacity)}", style="red")
