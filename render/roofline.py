@@ -249,8 +249,9 @@ def plot_roofline(report: Report, path: str | Path | None = None, *, top: int | 
         out = Path(path)
         if out.suffix.lower() not in FORMATS:
             raise NarrowpipeError(f"roofline {out}: write a .png or .svg file (got {out.suffix or 'no suffix'!r})")
+        from .output_file import make_parent
+        make_parent(out, "roofline")
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
             fig.savefig(out, dpi=150)
         except OSError as exc:
             raise NarrowpipeError(f"cannot write roofline {out}: {exc.strerror or exc}") from None

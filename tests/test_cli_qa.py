@@ -56,3 +56,81 @@ def test_whatif_shows_the_fit_of_both_sides_and_the_notes_they_share(monkeypatch
     assert "does not fit: 141 GB > 85.5 GB" in row and "fits: 141 GB of 171 GB" in row   # 2 x 85.5
     assert "the model fits the modified chip (it did not fit the base)" in text
     assert "base: does not fit" in text
+
+
+def test_a_target_file_alias_over_a_catalog_name_is_warned(tmp_path, capsys):
+    """QA: a copy of the H100 file named 'my-chip' with aliases ['h100'] took `--targets h100` over
+    silently (a file named 'h100-sxm' was warned about); the warning names file, alias and chip."""
+    from pathlib import Path
+
+    import narrowpipe.backends
+    text = (Path(narrowpipe.backends.__file__).parent / "catalog" / "h100-sxm.toml").read_text()
+    text = text.replace('name = "h100-sxm"', 'name = "my-chip"', 1)
+    text = text.replace('aliases = ["h100", "h100-sxm5", "h100-sxm-80gb"]', 'aliases = ["h100"]', 1)
+    chip = tmp_path / "alias.toml"
+    chip.write_text(text)
+    assert main(["compare", "gpt2", "--targets", "h100", "--target-file", str(chip), "--set", "seq=1"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"warning: {chip}: its chip 'my-chip' lists the alias 'h100', which names the catalog's h100-sxm; "
+            "--targets h100 means this file's chip here") in err
+
+
+def test_analyze_warns_of_a_price_that_prices_nothing(capsys):
+    """QA: analyze dropped --price silently for another chip and without a target (compare warns)."""
+    assert main(["analyze", "gpt2", "--target", "h100", "--price", "b200=2", "--set", "seq=8"]) == 0
+    assert "warning: --price for b200: not the analyzed target (h100-sxm), so it prices nothing" in \
+        " ".join(capsys.readouterr().err.split())
+    assert main(["analyze", "gpt2", "--price", "h100=2", "--set", "seq=8"]) == 0
+    assert "--price for h100: analyze without --target times nothing" in " ".join(capsys.readouterr().err.split())
+
+
+def test_an_output_under_a_file_says_not_a_directory(tmp_path, capsys):
+    """QA: --trace o.txt/x.json (o.txt a file) said 'File exists'."""
+    (tmp_path / "o.txt").write_text("x")
+    bad = tmp_path / "o.txt" / "x.json"
+    assert main(["analyze", "gpt2", "--target", "h100", "--set", "seq=8", "--trace", str(bad)]) == 2
+    assert f"{tmp_path / 'o.txt'} is a file, not a directory" in " ".join(capsys.readouterr().err.split())
+    # missing folders are created on purpose (README)
+    deep = tmp_path / "a" / "b" / "r.json"
+    assert main(["analyze", "gpt2", "--set", "seq=8", "--json", str(deep)]) == 0 and deep.exists()
+
+
+def test_expert_balance_on_a_dense_model_is_warned(capsys):
+    assert main(["analyze", "gpt2", "--set", "seq=8", "--expert-balance", "hot:0.5"]) == 0
+    assert "--expert-balance hot:0.5: the model has no experts" in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("argv", [["compare", "gpt2", "--targets", "h100,,b200"],
+                                  ["analyze", "gpt2", "--target", "h100", "--price", "h100=2,,b200=3"],
+                                  ["analyze", "gpt2", "--set", "seq=8,,16"]])
+def test_an_empty_item_between_commas_is_refused_by_every_list_flag(argv, capsys):
+    assert main(argv) == 2
+    assert "has an empty item between commas" in capsys.readouterr().err
+
+
+def test_a_trailing_comma_ends_every_list(capsys):
+    assert main(["compare", "gpt2", "--targets", "h100,", "--set", "seq=8,"]) == 0
+
+
+def test_errors_name_what_the_user_typed_not_internals(capsys):
+    assert main(["whatif", "gpt2", "--target", "h100", "--scale", "colour=2"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot scale 'colour': not a resource" in err and "scaled()" not in err
+    assert main(["analyze", "gpt2", "--target", "h100", "--weights", "fp7"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--weights 'fp7' is not a number format; choose from fp64, fp32, tf32, bf16, fp16, fp8_e4m3" in err
+    assert not any(w in err for w in ("bool", "string", "complex128", "int64"))
+
+
+def test_json_dash_is_stdout_and_the_tables_go_to_stderr(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", "gpt2", "--set", "seq=8", "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["format"] == "narrowpipe.report" and "by op type" in err
+    assert not (tmp_path / "-").exists()
+
+
+def test_bare_narrowpipe_prints_help_on_stderr_and_exits_2(capsys):
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "usage: narrowpipe" in err
