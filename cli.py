@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("analyze", help="count FLOPs, bytes and params of every op")
     _add_model_args(p)
-    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    p.add_argument("--json", metavar="FILE", help="write the full report as JSON (- for stdout)")
     p.add_argument("--top", type=count_arg, default=20, help="nodes to list (default 20)")
     p.add_argument("--all", action="store_true", help="list every node")
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated target names, aliases or .toml files (see `narrowpipe targets`)")
     p.add_argument("--target-file", action="append", default=[], metavar="FILE",
                    help="add a user target from a TOML file (repeatable); --targets may name it")
-    p.add_argument("--json", metavar="FILE", help="write every target's full report (every op's bound) as JSON")
+    p.add_argument("--json", metavar="FILE", help="write every target's full report as JSON (- for stdout)")
     p.add_argument("--strict", action="store_true", help="fail on any op without a cost rule")
     _add_timing_args(p)
     add_output_args(p)
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, help="the chip to modify")
     p.add_argument("--scale", required=True, metavar="RES=F,...",
                    help="resource factors, e.g. hbm_bandwidth=2,peak_bf16=1.5 (see `narrowpipe targets --resources`)")
-    p.add_argument("--json", metavar="FILE", help="write both reports as JSON")
+    p.add_argument("--json", metavar="FILE", help="write both reports as JSON (- for stdout)")
     _add_timing_args(p)
 
     p = sub.add_parser("targets", help="list the hardware catalog")
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "model has none)")
     p.add_argument("--threads", type=positive_arg, help="CPU threads (default: the calibrated target's)")
     p.add_argument("--tiny", action="store_true", help="a 2-layer version of the architecture (smoke tests)")
-    p.add_argument("--json", metavar="FILE", help="write the table as JSON")
+    p.add_argument("--json", metavar="FILE", help="write the table as JSON (- for stdout)")
 
     from .render.diagnosis import register_diagnose
     register_diagnose(sub)
@@ -149,7 +149,11 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
 def _with_precision(graph: Any, args: argparse.Namespace) -> Any:
     if not (getattr(args, "weights", None) or getattr(args, "activations", None)):
         return graph
-    from .costmodel.precision import with_precision
+    from .costmodel.precision import FORMATS, number_format, with_precision
+    for flag, value in (("--weights", args.weights), ("--activations", args.activations)):
+        if value and number_format(value) is None:   # the choices: formats, not every dtype (bool, string)
+            raise NarrowpipeError(f"{flag} {value!r} is not a number format; choose from "
+                                  + ", ".join(d.value for d in FORMATS))
     try:
         return with_precision(graph, weights=args.weights, activations=args.activations)
     except ValueError as exc:
@@ -163,6 +167,7 @@ def _timing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 @command("analyze")
 def _analyze(args: argparse.Namespace, console: Console) -> int:
+    from .cli_args import analyze_price
     from .costmodel.analyze import analyze
     from .render import print_report
     check_outputs(args, timed=bool(args.target))
@@ -170,12 +175,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     if args.target:
         graph = _with_precision(graph, args)
     forward, graph = graph, training_graph(graph, args)
-    price = None
-    if args.target and args.price:
-        from .backends import get_target
-        from .costmodel.compare import prices_by_target
-        chip = get_target(args.target)
-        price = prices_by_target(parse_prices(args.price), [chip]).get(chip.name)
+    price = analyze_price(args.target, args.price)
     graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set))
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
     report.notes.extend(mode_notes)
@@ -253,7 +253,7 @@ def _write_json(args: argparse.Namespace, console: Console, text: str) -> int:
     if getattr(args, "json", None):
         from .render.output_file import write_output
         write_output(args.json, text, "--json")
-        console.print(f"wrote {escape(args.json)}")
+        console.print(f"wrote {escape(args.json)}" if args.json != "-" else "wrote the JSON to stdout")
     return 0
 
 
@@ -276,6 +276,7 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     _need_torch("calibrate measures with torch")
     from .calibration import calibrate, check_measured_threads, measurements_path
     from .render.progress import progress
+    from .render.units import seconds, si
     if args.threads and args.from_measurements:
         check_measured_threads(args.from_measurements, args.threads)
     _set_threads(args.threads)
@@ -285,12 +286,11 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     raw = measurements_path(args.out)
     console.print(f"wrote {args.out} ({target.display_name})" + (f" and {raw}" if raw.exists() else ""))
     console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, "
-                  f"memory {target.memory_bandwidth / 1e9:.3g} GB/s best, "
-                  f"dispatch {target.launch_overhead * 1e6:.3g} us")
+                  f"memory {si(target.memory_bandwidth, 'B/s')} best, dispatch {seconds(target.launch_overhead)}")
     if target.vendor == "host":
         # what each dtype's GEMMs reach at the plateau: fp16 may be two orders below bf16
-        console.print("  GEMM plateau " + ", ".join(f"{dt} {rate * target.matmul_efficiency / 1e9:.3g}"
-                                                      for dt, rate in target.matrix_flops.items()) + " GFLOP/s")
+        console.print("  GEMM plateau " + ", ".join(f"{dt} {si(rate * target.matmul_efficiency, 'FLOP/s')}"
+                                                      for dt, rate in target.matrix_flops.items()))
     return 0
 
 
@@ -351,14 +351,16 @@ def _examples(args: argparse.Namespace, console: Console) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console(quiet=args.quiet)
+    # a document on stdout (--json -) keeps stdout for itself: what people read goes to stderr
+    to_stdout = "-" in (getattr(args, f, None) for f in ("json", "trace", "html"))
+    console = Console(quiet=args.quiet, stderr=to_stdout)
     if args.version:
         from . import __version__
         console.print(f"narrowpipe {__version__}")
         return 0
-    if not args.command:
-        parser.print_help()
-        return 1
+    if not args.command:     # a usage error, as argparse's own: help on stderr, exit 2
+        parser.print_help(sys.stderr)
+        return 2
     caught: list[warnings.WarningMessage] = []
     try:
         try:

@@ -10,7 +10,20 @@ from typing import Any
 
 from .errors import NarrowpipeError, NarrowpipeWarning, UnknownTargetError
 
-__all__ = ["parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs", "count_arg", "positive_arg"]
+__all__ = ["analyze_price", "parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs", "count_arg",
+           "positive_arg"]
+
+
+def _items(text: str, flag: str) -> list[str]:
+    """A comma list's items, one rule for every list flag: a trailing comma ends the list, an empty
+    item between commas is a typo and an error (--set refused 'batch=1,,8' while --targets and
+    --price dropped empty items silently)."""
+    parts = [p.strip() for p in text.split(",")]
+    while parts and not parts[-1]:
+        parts.pop()
+    if any(not p for p in parts):
+        raise NarrowpipeError(f"{flag} {text!r} has an empty item between commas")
+    return parts
 
 
 def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Callable[[str], Any],
@@ -18,12 +31,10 @@ def _parse_pairs(items: Sequence[str] | None, flag: str, what: str, convert: Cal
     """``["a=1", "b=2,c=3"]`` -> ``{"a": 1, "b": 2, "c": 3}``, with errors naming the flag."""
     out: dict[str, Any] = {}
     for item in items or ():
-        for part in item.split(","):
-            if not part.strip():
-                continue
+        for part in _items(item, flag):
             if "=" not in part:
                 raise NarrowpipeError(f"{flag} expects {what}, got {part!r}")
-            k, v = part.split("=", 1)
+            k, v = part.rsplit("=", 1)   # the last '=': a scaled chip's name has its own (h100-sxm@compute=2)
             if k.strip() in out:       # which of the two did the user mean?
                 raise NarrowpipeError(f"{flag} {k.strip()} is given twice")
             try:
@@ -51,12 +62,7 @@ def parse_grid(items: Sequence[str] | None) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for item in items or ():
         current: str | None = None
-        parts = [p.strip() for p in item.split(",")]
-        while parts and not parts[-1]:          # a trailing comma ends the list
-            parts.pop()
-        for part in parts:
-            if not part:
-                raise NarrowpipeError(f"--set {item!r} has an empty item between commas")
+        for part in _items(item, "--set"):
             if "=" in part:
                 current, value = (s.strip() for s in part.split("=", 1))
                 if current in out:
@@ -111,6 +117,27 @@ def parse_prices(items: Sequence[str] | None) -> dict[str, float]:
     return _parse_pairs(items, "--price", "TARGET=USD", _positive, "a positive number")
 
 
+def analyze_price(target: str | None, items: Sequence[str] | None) -> float | None:
+    """The ``--price`` of the analyzed chip; a price for another chip, or with no target, prices
+    nothing and is warned about, as compare does (analyze dropped it silently)."""
+    prices = parse_prices(items)
+    if not prices:
+        return None
+    if not target:
+        warnings.warn(f"--price for {', '.join(prices)}: analyze without --target times nothing, so it prices "
+                      "nothing", NarrowpipeWarning, stacklevel=2)
+        return None
+    from .backends import get_target
+    from .costmodel.compare import prices_by_target
+    chip = get_target(target)
+    priced = prices_by_target(prices, [chip])
+    unused = sorted(set(priced) - {chip.name})
+    if unused:
+        warnings.warn(f"--price for {', '.join(unused)}: not the analyzed target ({chip.name}), so it prices nothing",
+                      NarrowpipeWarning, stacklevel=2)
+    return priced.get(chip.name)
+
+
 def parse_factors(text: str) -> dict[str, float]:
     """``--scale`` pairs; at least one (an empty scaling would print a what-if of nothing)."""
     out = _parse_pairs([text], "--scale", "RESOURCE=FACTOR", float, "a number")
@@ -133,12 +160,16 @@ def target_specs(targets: str, files: Sequence[str]) -> list[Any]:
                           f"--targets {file_chip.name} (or an alias it lists) means this file's chip here (rename it "
                           "to compare the two)",
                           NarrowpipeWarning, stacklevel=2)
+        for alias in file_chip.aliases:   # an alias takes a catalog name over as surely as a name does
+            taken = _catalog_name(alias)
+            if taken is not None and taken != shadowed:
+                warnings.warn(f"{path}: its chip {file_chip.name!r} lists the alias {alias!r}, which names the "
+                              f"catalog's {taken}; --targets {alias} means this file's chip here (drop the alias "
+                              "to compare the two)", NarrowpipeWarning, stacklevel=2)
     used: set[int] = set()
     specs: list[Any] = []
     path_of = {id(chip): path for path, chip in zip(files, loaded)}   # a file's chip goes on as its path,
-    for name in (t.strip() for t in targets.split(",")):                # so errors can name the file
-        if not name:
-            continue
+    for name in _items(targets, "--targets"):                            # so errors can name the file
         chip = by_name.get(name.lower())
         if chip is not None:
             used.add(id(chip))

@@ -66,7 +66,8 @@ def _roofline(args: argparse.Namespace, console: Console) -> int:
     timing = report.timing
     assert timing is not None
     console.print(f"wrote {escape(args.out)}: {report.graph} on {timing.target}, {seconds(timing.time_s)}, "
-                  f"{len(shown)} kernels as points" + (f", {len(off)} without FLOPs or bytes" if off else ""))
+                  f"{len(shown)} kernels as points (executed FLOPs)"
+                  + (f", {len(off)} not drawn (no FLOPs or no bytes: see the footnote)" if off else ""))
     for rank, b in enumerate(timing.top[:args.top], start=1):
         console.print(f"  #{rank} {escape(b.label)} ({b.op}, {b.bound}-bound) {b.share:.0%}")
     if args.top > len(timing.top):

@@ -61,7 +61,7 @@ def _formats(p: argparse.ArgumentParser) -> None:
                    "in --activations (FP8 as TensorRT-LLM/vLLM run it: --weights fp8_e4m3 --gemm-inputs fp8_e4m3)")
     p.add_argument("--system", help="a system file whose links price the collectives (e.g. dgx-h100)")
     p.add_argument("--price", action="append", metavar="TARGET=USD", help="USD per device-hour")
-    p.add_argument("--json", metavar="FILE", help="write the result as JSON")
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON (- for stdout)")
     p.add_argument("--mla-decode", choices=("absorbed", "as-built"), default="absorbed",
                    help="latent attention (DeepSeek MLA): time decode absorbed, as vLLM/SGLang run it (default), "
                    "or as built (decompressed, transformers' form); prefill stays as built")

@@ -75,7 +75,7 @@ RESOURCES: tuple[str, ...] = tuple(RESOURCE_FIELDS)
 def _factor(resource: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value) or value <= 0:
-        raise TargetSpecError(f"scaled(): factor for {resource!r} must be a positive number, "
+        raise TargetSpecError(f"scaling {resource!r}: the factor must be a positive number, "
                               f"got {value!r}")
     return float(value)
 
@@ -91,8 +91,8 @@ def scale_target(target: Target, factors: Mapping[str, object]) -> Target:
         return target
     unknown = [r for r in factors if r not in RESOURCE_FIELDS]
     if unknown:
-        raise TargetSpecError(f"scaled(): unknown resource {', '.join(map(repr, unknown))}; "
-                              f"valid resources: {', '.join(RESOURCES)}")
+        raise TargetSpecError(f"cannot scale {', '.join(map(repr, unknown))}: not a resource "
+                              f"(--scale RESOURCE=FACTOR); valid resources: {', '.join(RESOURCES)}")
     changes: dict[str, Any] = {}
     sources = dict(target.sources)
     scaled_by: dict[str, str] = {}      # spec key -> the resource that scaled it
@@ -101,7 +101,7 @@ def scale_target(target: Target, factors: Mapping[str, object]) -> Target:
         dtype = resource[len("peak_"):] if resource.startswith("peak_") and \
             resource != "peak_flops" else None
         if dtype is not None and dtype not in target.matrix_flops:
-            raise TargetSpecError(f"scaled(): {target.name!r} has no {dtype} matrix rate "
+            raise TargetSpecError(f"cannot scale {resource!r}: {target.name!r} has no {dtype} matrix rate "
                                   f"to scale (it has {', '.join(target.matrix_flops)})")
         touched = False
         for field in _fields(target, resource):

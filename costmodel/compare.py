@@ -154,6 +154,7 @@ def whatif(graph: Graph, target: str | Target, factors: Mapping[str, float], *,
     """
     base_target = get_target(target)
     scaled_target = base_target.scaled(**dict(factors))
+    kwargs["prices"] = _scaled_price(kwargs.get("prices"), base_target, scaled_target)
     both = compare(graph, [base_target, scaled_target], dims=dims, **kwargs)
     w = WhatIf(both.reports[0], both.reports[1], dict(factors))
     if w.scaled.timing is not None and w.base.time_s == w.scaled.time_s:
@@ -165,6 +166,19 @@ def whatif(graph: Graph, target: str | Target, factors: Mapping[str, float], *,
             "is laid out on the fewest chips that hold the model (a chip with more fast memory needs fewer, and "
             "fewer chips compute less at once), so the speed-up compares two deployments, not one")
     return w
+
+
+def _scaled_price(prices: Mapping[str, float] | None, base: Target, scaled: Target) -> dict[str, float] | None:
+    """The scaled chip is the base chip modified: it takes the base's given price unless the user
+    priced the scaled name itself (it took the catalog's, $6.88/h against a given $2/h, so the
+    per-token cost compared two prices, not two chips)."""
+    if not prices:
+        return None
+    priced = prices_by_target(prices, [base, scaled])
+    out = dict(prices)
+    if base.name in priced and scaled.name not in priced:
+        out[scaled.name] = priced[base.name]
+    return out
 
 
 def _unmoved_note(w: WhatIf) -> str:

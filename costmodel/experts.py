@@ -25,11 +25,12 @@ routing of ``N`` rows therefore gives ``N mod E`` experts ``N // E + 1`` rows an
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from math import floor
 
-from ..errors import NarrowpipeError
+from ..errors import NarrowpipeError, NarrowpipeWarning
 from ..ir import Node, Op, Value
 
 __all__ = ["ExpertBalance", "BALANCED", "expert_rows", "active_experts", "routing_notes", "node_expert_rows",
@@ -169,6 +170,11 @@ def routing_notes(nodes: Iterable[Node], shapes: Mapping[Value, tuple[int, ...]]
                   balance: ExpertBalance) -> list[str]:
     """One line per distinct grouped GEMM shape saying how its rows were spread, so a report's bytes
     and times can be traced to the assumption (and the user knows it can be changed)."""
+    nodes = list(nodes)
+    if balance != BALANCED and not any(node.op is Op.GROUPED_DOT for node in nodes):
+        # a skew for a dense model changes nothing: say so (it was accepted silently)
+        warnings.warn(f"--expert-balance {balance}: the model has no experts (no grouped GEMM), so it changes "
+                      "nothing", NarrowpipeWarning, stacklevel=2)
     seen: dict[tuple[int, int, int | None], int] = {}
     for node in nodes:
         if node.op is not Op.GROUPED_DOT or "expert_rows" in node.attrs:

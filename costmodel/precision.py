@@ -15,7 +15,7 @@ from ..errors import PassError
 from ..ir import DType, Graph, TensorType, Value, node_subgraphs
 from ..ir.passes import AnalysisManager, PassResult, register_pass
 
-__all__ = ["with_precision", "Precision"]
+__all__ = ["with_precision", "Precision", "FORMATS", "number_format"]
 
 
 def _retype(value: Value, to: DType | None) -> None:
@@ -34,15 +34,33 @@ def with_precision(graph: Graph, *, weights: DType | str | None = None,
     return out
 
 
-def _option(key: str, value: DType | str | None) -> DType | None:
-    """A dtype option, or a :class:`PassError` naming the option and the dtypes there are."""
-    if value is None or isinstance(value, DType):
-        return value
+#: The number formats a weight or an activation can be retyped to: real floats and the small integers
+#: of quantized formats (bool, string, complex and wide integers are dtypes, not precisions: the error
+#: listed them as choices).
+FORMATS = tuple(d for d in DType if (d.is_float and not d.value.startswith("complex"))
+                or d.value in ("int8", "int4", "uint8", "uint4"))
+
+
+def number_format(value: DType | str) -> DType | None:
+    """``value`` as one of :data:`FORMATS` (any spelling :meth:`DType.parse` takes), or None."""
     try:
-        return DType.parse(value)
+        dtype = value if isinstance(value, DType) else DType.parse(value)
     except ValueError:
-        known = ", ".join(d.value for d in DType)
-        raise PassError(f"pass 'precision': option {key}={value!r} is not a dtype; choose from {known}") from None
+        return None
+    return dtype if dtype in FORMATS else None
+
+
+def _option(key: str, value: DType | str | None) -> DType | None:
+    """A precision option, or a :class:`PassError` naming the option and the formats it takes."""
+    if value is None:
+        return value
+    dtype = number_format(value)
+    if dtype is None:
+        known = ", ".join(d.value for d in FORMATS)
+        shown = value.value if isinstance(value, DType) else value
+        raise PassError(f"pass 'precision': option {key}={shown!r} is not a number format it can take; "
+                        f"choose from {known}")
+    return dtype
 
 
 def _apply(graph: Graph, w: DType | None, a: DType | None) -> None:

@@ -22,7 +22,7 @@ REPORT_FORMAT = "narrowpipe.report"
 #: its target's roofline ``ceilings``, so traces, plots and pages can be drawn from the JSON alone.
 #: 5: each timeline entry says how it repeats and splits (``passes``, ``every_s``, ``pass_s``,
 #: ``pass_transfer_s``, ``reread_s``: a pipelined layout's microbatches; ``shards``: tensor parallel).
-REPORT_VERSION = 5
+REPORT_VERSION = 6
 
 
 class Unmodeled(NamedTuple):

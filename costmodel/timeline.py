@@ -50,7 +50,10 @@ class ScheduledKernel(NamedTuple):
     the device of the next kernel (or between its shards), if any. The roofline terms
     (``compute_s``, ``memory_s``, ``comm_s``, ``overhead_s``) and ``bound`` are the execution
     model's for the whole batch in one pass; ``flops`` and ``bytes`` are the kernel's work and
-    external traffic (fused intermediates excluded), over all its shards. ``modeled`` is False for a
+    external traffic (fused intermediates excluded), over all its shards; ``executed_flops`` the
+    work the hardware does for it (a causal attention's skipped blocks out, tile padding in), which
+    its time and ``utilization`` are for, while ``flops`` keeps the model's count (FlopCounterMode's
+    convention, the count MFU divides). ``modeled`` is False for a
     kernel without a cost rule (0 s: not timed).
 
     A pipelined kernel runs ``passes`` times: pass ``i`` from ``start_s + i * every_s`` for
@@ -88,6 +91,7 @@ class ScheduledKernel(NamedTuple):
     pass_transfer_s: float = 0.0
     reread_s: float = 0.0
     shards: int = 1
+    executed_flops: int = 0
 
     @property
     def end_s(self) -> float:
@@ -114,14 +118,21 @@ class ScheduledKernel(NamedTuple):
         return self.bytes / self.shards
 
     @property
+    def device_executed_flops(self) -> float:
+        """One shard's executed FLOPs (a causal attention's skipped blocks out, tile padding in): the
+        work its time is for. Files written before report 6 have none: the model's count stands in."""
+        return (self.executed_flops or self.flops) / self.shards
+
+    @property
     def intensity(self) -> float | None:
         """FLOPs per byte of the kernel's external traffic (None when it moves no bytes)."""
         return self.flops / self.bytes if self.bytes else None
 
     @property
     def achieved_flops_per_s(self) -> float | None:
-        """One device's FLOPs over its own time: the height of its point on a per-device roofline."""
-        return self.device_flops / self.kernel_s if self.kernel_s > 0 else None
+        """One device's executed FLOPs over its own time: the height of its point on a per-device
+        roofline (the model's count over a causal attention's time read above the peak)."""
+        return self.device_executed_flops / self.kernel_s if self.kernel_s > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
@@ -170,7 +181,8 @@ def timeline(program: Program, schedule: Schedule) -> list[ScheduledKernel]:
         trailing = (nxt is not None and nxt != device) or (schedule.shards > 1 and t.comm_s > 0)
         transfer = min(t.comm_s, t.time_s) if trailing else 0.0
         out.append(_entry(k, t, device, clock[device], t.time_s, transfer, unmodeled, pass_s=t.time_s,
-                          pass_transfer_s=transfer, shards=schedule.shards))
+                          pass_transfer_s=transfer, shards=schedule.shards,
+                          executed_flops=round(t.executed_flops * schedule.shards)))
         clock[device] += t.time_s
     return out
 
@@ -228,7 +240,7 @@ def _pipelined(program: Program, schedule: Schedule,
         out.append(_entry(k, one, chip, clock[chip], busy, transfer, unmodeled, share=share, passes=m,
                           every_s=stages[chip].every_s if m > 1 else 0.0, pass_s=pass_s,
                           pass_transfer_s=min(max(transfer - hop_latency, 0.0) / m, pass_s),
-                          reread_s=(m - 1) * reads))
+                          reread_s=(m - 1) * reads, executed_flops=round(t.executed_flops * share)))
         clock[chip] += pass_s
     return out
 

@@ -10,7 +10,7 @@ from ..costmodel.compare import Comparison, WhatIf
 from ..costmodel.report import Bottleneck, Report, Timing
 from ..costmodel.verdict import fastest_target, verdict
 from .fit import fits as _fits
-from .units import nbytes, seconds, si
+from .units import dollars, nbytes, seconds, si
 
 __all__ = ["timing_summary", "comparison_table", "comparison_cards", "print_comparison", "print_whatif",
            "bound_mix_text", "speedups_text"]
@@ -46,14 +46,16 @@ def _money(t: Timing, sep: str = ", ") -> str:
     if t.cost_usd is None:
         return "-"
     per_m = t.cost_per_million_items
-    return f"${t.cost_usd:.3g}/run{sep}${per_m:.3g}/M {t.item_unit}" if per_m is not None else f"${t.cost_usd:.3g}"
+    if per_m is None:
+        return dollars(t.cost_usd)
+    return f"{dollars(t.cost_usd)}/run{sep}{dollars(per_m)}/M {t.item_unit}"
 
 
 def _energy(t: Timing, sep: str = ", ") -> str:
     if t.energy_j is None:
         return "-"
     per = t.items_per_joule
-    return f"{si(t.energy_j, 'J')}{sep}{per:.3g} {t.item_unit}/J" if per else si(t.energy_j, "J")
+    return f"{si(t.energy_j, 'J')}{sep}{si(per)} {t.item_unit}/J" if per else si(t.energy_j, "J")
 
 
 def _mfu_precision(t: Timing) -> str:
@@ -237,7 +239,7 @@ def verdict_text(c: Comparison) -> Text:
         how = f"{si(v.fastest.value)} {v.fastest.unit}" if v.per_chip else seconds(v.fastest.value)
         picks.append(("fastest", v.fastest, how))
     if v.cheapest is not None:
-        picks.append(("cheapest", v.cheapest, f"${v.cheapest.value:.3g} per M {v.cheapest.unit.split()[-1]}"))
+        picks.append(("cheapest", v.cheapest, f"{dollars(v.cheapest.value)} per M {v.cheapest.unit.split()[-1]}"))
     if v.most_per_joule is not None:
         picks.append(("most per joule", v.most_per_joule, f"{si(v.most_per_joule.value)} {v.most_per_joule.unit}"))
     if not picks:
@@ -277,9 +279,25 @@ def print_whatif(w: WhatIf, console: Console | None = None) -> None:
     tab.add_row("time", seconds(a.time_s), seconds(b.time_s))
     tab.add_row("throughput", f"{si(a.throughput)} {a.item_unit}/s", f"{si(b.throughput)} {b.item_unit}/s")
     tab.add_row("MFU", f"{a.mfu:.1%}", f"{b.mfu:.1%}")
+    tab.add_row("memory", _memory_fit(a), _memory_fit(b))
     tab.add_row("bound mix", bound_mix_text(a), bound_mix_text(b))
     tab.add_row("if doubled", speedups_text(a), speedups_text(b))
     console.print(tab)
     console.print(Text(f"speed-up: {w.speedup:.3f}x", style="bold"))
+    if a.fits != b.fits:
+        console.print(Text(f"the model {'fits' if b.fits else 'no longer fits'} the modified chip "
+                           f"({'it did not fit' if b.fits else 'it fit'} the base)", style="bold"))
+    # notes both sides share (the model does not fit either) are printed too: a what-if showed
+    # only the modified side's new notes, and a model too large for both read as a plain speed-up
+    for note in a.notes:
+        console.print(Text(note if note in b.notes else f"base: {note}", style="yellow"))
     for note in [n for n in b.notes if n not in a.notes]:
         console.print(Text(note, style="yellow"))
+
+
+def _memory_fit(t: Timing) -> Text:
+    """Memory needed against the capacity of the devices used, and whether it fits."""
+    where = f" on {t.devices}" if t.devices > 1 else ""
+    if t.fits:
+        return Text(f"fits{where}: {nbytes(t.memory_required)} of {nbytes(t.memory_capacity)}", style="green")
+    return Text(f"does not fit{where}: {nbytes(t.memory_required)} > {nbytes(t.memory_capacity)}", style="red")

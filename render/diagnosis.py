@@ -132,7 +132,7 @@ def register_diagnose(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
                                         "interconnect or launch bound, with the top offenders")
     p.add_argument("trace", help="Chrome trace JSON (.json or .json.gz) from torch.profiler with record_shapes=True")
     p.add_argument("--target", required=True, help="the chip the trace ran on (name, alias or .toml file)")
-    p.add_argument("--json", metavar="FILE", help="write the full diagnosis as JSON")
+    p.add_argument("--json", metavar="FILE", help="write the full diagnosis as JSON (- for stdout)")
     p.add_argument("--top", type=count_arg, default=10, help="offenders to list (default 10)")
     p.add_argument("--tf32", action="store_true", help="fp32 matmuls ran on TF32 tensor cores")
     return p

@@ -19,7 +19,7 @@ from ..costmodel.verdict import fastest_target
 from .comparison import bound_mix_text, verdict_text
 from .html_assets import SCRIPT, STYLE
 from .output_file import reports_of, write_output
-from .units import count, flops, nbytes, seconds, si
+from .units import count, dollars, flops, nbytes, seconds, si
 
 if TYPE_CHECKING:
     from ..costmodel.compare import Comparison
@@ -83,7 +83,7 @@ def _targets_table(reports: list[Report]) -> str:
                  _td(f"{top.label}: {top.bound}, {top.share:.0%}" if top else "-"),
                  _td(fit, cls=fit_cls), _td(str(t.devices), t.devices, True),
                  _td(si(t.energy_j, "J") if t.energy_j is not None else "-", t.energy_j, True),
-                 _td(f"${per_m:.3g}/M {t.item_unit}" if (per_m := t.cost_per_million_items) is not None else "-",
+                 _td(f"{dollars(per_m)}/M {t.item_unit}" if (per_m := t.cost_per_million_items) is not None else "-",
                      per_m, True),
                  _td(check_text(t.target))]
         cls = ' class="fastest"' if t.target == fastest else ""
@@ -127,7 +127,8 @@ def _roofline(r: Report) -> str:
     alt = f"roofline of {r.graph} on {r.target}"
     return (f'<figure data-target-view="{escape(r.target or "")}"><img alt="{escape(alt)}" '
             f'src="data:image/png;base64,{png}"><figcaption class="muted">{escape(alt)}: every kernel at its '
-            f"arithmetic intensity and achieved FLOP/s; area is time; top bottlenecks labelled</figcaption></figure>")
+            f"arithmetic intensity and FLOP/s, on the FLOPs it executes (a causal attention's skipped blocks "
+            f"out); area is time; top bottlenecks labelled</figcaption></figure>")
 
 
 def _notes(reports: list[Report]) -> str:

@@ -7,23 +7,41 @@ losing it to a traceback over ``out/`` not existing yet helps nobody) and turn a
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import NarrowpipeError
 
-__all__ = ["write_output", "reports_of"]
+__all__ = ["write_output", "make_parent", "reports_of"]
 
 
 def write_output(path: str | Path, text: str, flag: str) -> Path:
-    """Write ``text`` to ``path`` (UTF-8), creating its folder; ``flag`` names the option in errors."""
+    """Write ``text`` to ``path`` (UTF-8), creating its folder; ``flag`` names the option in errors.
+    ``-`` is standard output, as Unix tools take it (it wrote a file named ``-``)."""
+    if str(path) == "-":
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+        return Path("-")
     out = Path(path)
+    make_parent(out, flag)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise NarrowpipeError(f"cannot write {flag} {out}: {exc.strerror or exc}") from None
     return out
+
+
+def make_parent(out: Path, flag: str) -> None:
+    """Create ``out``'s missing folders, on purpose (README: output paths); where a part of the path
+    is a file, say so: mkdir's 'File exists' named neither the file nor the problem."""
+    for folder in reversed(out.parents):
+        if folder.exists() and not folder.is_dir():
+            raise NarrowpipeError(f"cannot write {flag} {out}: {folder} is a file, not a directory")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NarrowpipeError(f"cannot write {flag} {out}: {exc.strerror or exc}") from None
 
 
 def reports_of(result: Any, what: str) -> list[Any]:

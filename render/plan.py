@@ -56,7 +56,7 @@ def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: balanced (default), "
                    "zipf:S or hot:F; under expert parallelism the busiest device sets the step")
     p.add_argument("--top", type=count_arg, default=5, help="runners-up to list (default 5)")
-    p.add_argument("--json", metavar="FILE", help="write the plan as JSON")
+    p.add_argument("--json", metavar="FILE", help="write the plan as JSON (- for stdout)")
     p.add_argument("--trace", metavar="FILE.json", help="write the step as a Chrome trace (ui.perfetto.dev): a "
                    "process per pipeline stage, a slice per forward/backward pass, the bubble and exposed comm")
     p.add_argument("--emit", choices=(*TRAINING_TOOLS, *SERVING_TOOLS),

@@ -1,7 +1,10 @@
 """The roofline of a timed report: the chip's ceilings, and every kernel where the model puts it.
 
-x is a kernel's arithmetic intensity (its FLOPs over its external bytes, fused intermediates
-excluded), y the FLOP/s it achieves in its predicted time, both per device: a kernel split over
+x is a kernel's arithmetic intensity (the FLOPs it executes over its external bytes, fused
+intermediates excluded), y the FLOP/s it executes in its predicted time, both per device. Executed
+FLOPs leave out the blocks a causal attention skips and count tile padding: the model's count
+(FlopCounterMode's, which FLOP totals and MFU keep) over a causal attention's time put it above the
+roof (llama-3-8b at seq 8192 on an H100: 1.2 PFLOP/s against 989 TFLOP/s). Per device: a kernel split over
 ``shards`` devices (tensor parallel) is one shard's FLOPs and bytes over one device's time, against
 the one-device roofs; a pipelined kernel's time is every microbatch's pass, weight re-reads
 included. The roofs are the target's datasheet peaks, one per precision it lists (matrix units
@@ -11,9 +14,10 @@ where the chip emulates it (fp32 as six bf16 passes), and the dotted line is wha
 against (that peak at the matmul efficiency, main memory at the memory efficiency). A point's area
 is its kernel's time; its colour the kernel's op group; the report's top bottlenecks are labelled.
 
-A kernel without FLOPs (a copy, a gather) has no place on a FLOP/s axis and a kernel without
-bytes no intensity: they are counted in the footnote with their share of the time, never dropped
-silently. Drawn with matplotlib's object API on the Agg canvas: no display, no pyplot state.
+A kernel without FLOPs (a copy, a gather: it moves bytes) has no place on a FLOP/s axis and a
+kernel without bytes no intensity: they are counted in the footnote, each kind by name, with their
+share of the time, never dropped silently. Drawn with matplotlib's object API on the Agg canvas:
+no display, no pyplot state.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def plotted_kernels(report: Report) -> tuple[list[ScheduledKernel], list[Schedul
     for k in report.timeline:
         if k.kernel_s <= 0:
             continue
-        (shown if k.flops > 0 and k.bytes > 0 else off).append(k)
+        (shown if k.device_executed_flops > 0 and k.bytes > 0 else off).append(k)
     return shown, off
 
 
@@ -68,18 +72,28 @@ def _merged(ceilings: Sequence[Ceiling]) -> list[tuple[str, float, bool]]:
 
 
 def _footnote(shown: list[ScheduledKernel], off: list[ScheduledKernel], total: float) -> str:
-    """What the points are, and what is not drawn (by op, with its time): ``total`` is the busy time."""
-    text = f"{len(shown)} kernels as points (area: time)"
+    """What the points are, and what is not drawn, by kind (bytes but no FLOPs: copies, gathers;
+    FLOPs but no bytes), by op, with its time: ``total`` is the busy time. It said "without FLOPs or
+    bytes" of kernels that had bytes."""
+    text = f"{len(shown)} kernels as points (area: time; executed FLOPs: causal attention's skipped blocks out)"
     if not off:
         return text + "; every timed kernel drawn"
-    ops: dict[str, int] = {}
-    for k in off:
-        ops[k.op] = ops.get(k.op, 0) + 1
-    listed = ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1])[:4])
-    more = ", ..." if len(ops) > 4 else ""
+    kinds = (("moving bytes, no FLOPs", [k for k in off if k.device_executed_flops <= 0 and k.bytes > 0]),
+             ("FLOPs, no bytes", [k for k in off if k.device_executed_flops > 0 and k.bytes <= 0]),
+             ("no FLOPs, no bytes", [k for k in off if k.device_executed_flops <= 0 and k.bytes <= 0]))
+    parts = []
+    for what, ks in kinds:
+        if not ks:
+            continue
+        ops: dict[str, int] = {}
+        for k in ks:
+            ops[k.op] = ops.get(k.op, 0) + 1
+        listed = ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1])[:4])
+        more = ", ..." if len(ops) > 4 else ""
+        parts.append(f"{len(ks)} {what} ({listed}{more})")
     off_s = sum(k.time_s for k in off)
     share = f" = {off_s / total:.0%} of the busy time" if total else ""
-    return f"{text}; not drawn: {len(off)} kernels without FLOPs or bytes ({listed}{more}), {seconds(off_s)}{share}"
+    return f"{text}; not drawn: {'; '.join(parts)}: {seconds(off_s)}{share}"
 
 
 def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
@@ -102,8 +116,8 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     for c in ceil.memory:
         memory.setdefault(c.value, []).append(c.label)
     peak = max(v for _, v, _ in compute)
-    xs = [k.device_flops / k.device_bytes for k in shown]      # a sharded kernel: one device's shard
-    ys = [k.device_flops / k.kernel_s for k in shown]
+    xs = [k.device_executed_flops / k.device_bytes for k in shown]   # a sharded kernel: one device's shard
+    ys = [k.device_executed_flops / k.kernel_s for k in shown]
     ridges = [peak / bw for bw in memory]
     x_lo, x_hi = min(xs + ridges + [1.0]) / 4, max(xs + ridges + [1.0]) * 8
 
@@ -115,8 +129,8 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(min(ys + [peak * 1e-4]) / 4, peak * 3)
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of kernel traffic)")
-    ax.set_ylabel("achieved FLOP/s (per device)")
+    ax.set_xlabel("arithmetic intensity (executed FLOP per byte of kernel traffic)")
+    ax.set_ylabel("executed FLOP/s (per device)")
     top_bw = max(memory, default=0.0)
     for label, value, matrix in compute:
         ax.plot([value / top_bw if top_bw else x_lo, x_hi], [value, value], color="black",
@@ -235,8 +249,9 @@ def plot_roofline(report: Report, path: str | Path | None = None, *, top: int | 
         out = Path(path)
         if out.suffix.lower() not in FORMATS:
             raise NarrowpipeError(f"roofline {out}: write a .png or .svg file (got {out.suffix or 'no suffix'!r})")
+        from .output_file import make_parent
+        make_parent(out, "roofline")
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
             fig.savefig(out, dpi=150)
         except OSError as exc:
             raise NarrowpipeError(f"cannot write roofline {out}: {exc.strerror or exc}") from None

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .units import nbytes, seconds, si
+from .units import dollars, nbytes, seconds, si
 
 if TYPE_CHECKING:
     from ..costmodel.serving import ServingReport
@@ -34,7 +34,7 @@ def _rate(x: float | None, unit: str = "tok/s") -> str:
 
 
 def _money(x: float | None) -> str:
-    return "-" if x is None else f"${x:,.3g}"
+    return "-" if x is None else dollars(x)
 
 
 def print_serving(r: ServingReport, console: Console) -> None:

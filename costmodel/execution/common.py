@@ -212,22 +212,25 @@ def roofline(compute_s: float, memory_s: float, comm_s: float, overhead_s: float
     """Time = max(compute, memory, communication) + launch overhead; the largest term is the bound.
 
     ``utilization`` is the used fraction of the peak of the resource that binds (FLOP/s for compute,
-    bytes/s for memory and interconnect; 0 when overhead binds).
+    bytes/s for memory and interconnect; 0 when overhead binds). Compute counts the FLOPs the kernel
+    executes (``executed_flops``: a causal attention's skipped blocks out, tile padding in), not the
+    model's count: the time is the executed work's, and the model's full causal count over it read
+    121% of the peak (it was clamped to 100%). It is not clamped: above 1 is a model bug to see.
     """
     time_s = max(compute_s, memory_s, comm_s) + overhead_s
     bound = bound_of(compute_s, memory_s, comm_s, overhead_s)
     if time_s <= 0:
         return replace(ZERO_TIME, bound=OVERHEAD, unit=unit, executed_flops=executed_flops, note=note)
+    executed = executed_flops or flops
     if bound == COMPUTE:
-        util = flops / (time_s * peak_flops) if peak_flops else 0.0
+        util = executed / (time_s * peak_flops) if peak_flops else 0.0
     elif bound == MEMORY:
         util = nbytes / (time_s * bandwidth) if bandwidth else 0.0
     elif bound == INTERCONNECT:
         util = comm_bytes / (time_s * link_bandwidth) if link_bandwidth else 0.0
     else:
         util = 0.0
-    return KernelTime(time_s, compute_s, memory_s, comm_s, overhead_s, bound, unit, min(util, 1.0),
-                      executed_flops or flops, note, nbytes)
+    return KernelTime(time_s, compute_s, memory_s, comm_s, overhead_s, bound, unit, util, executed, note, nbytes)
 
 
 def dequant_time(target: Target, dtype: DType, weights: float, passes: int) -> float:

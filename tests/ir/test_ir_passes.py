@@ -117,8 +117,8 @@ def test_precision_with_an_unknown_dtype_is_a_pass_error_listing_the_dtypes():
     """precision{weights=int3} raised builtins.ValueError, while fuse{mode=banana} was a PassError."""
     from narrowpipe.costmodel.precision import with_precision
     from narrowpipe.ir import run_passes
-    with pytest.raises(PassError, match=r"pass 'precision': option weights='int3' is not a dtype; "
-                                        r"choose from fp64, fp32"):
+    with pytest.raises(PassError, match=r"pass 'precision': option weights='int3' is not a number format it "
+                                        r"can take; choose from fp64, fp32"):
         run_passes(_graph(), "precision{weights=int3}")
     with pytest.raises(PassError, match=r"option activations='fp7'"):
         parse_pipeline("precision{activations=fp7}")

@@ -45,10 +45,11 @@ def test_every_kernel_with_work_is_a_point_and_the_rest_are_counted(gpt2_h100, t
     timed = [k for k in r.timeline if k.time_s > 0]
     with_work = [k for k in timed if k.flops and k.bytes]
     assert len(points) == len(with_work) == 116 and len(timed) == r.timing.kernels == 140
-    expected = sorted((k.flops / k.bytes, k.flops / k.time_s) for k in with_work)
+    # points are on the executed FLOPs (a fused bias add is the model's, not the tensor cores')
+    expected = sorted((k.executed_flops / k.bytes, k.executed_flops / k.time_s) for k in with_work)
     assert np.allclose(sorted(points), expected, rtol=1e-12)
     texts = [t.get_text() for t in fig.axes[0].texts]
-    assert any("not drawn: 24 kernels without FLOPs or bytes" in t for t in texts)
+    assert any("not drawn: 24 moving bytes, no FLOPs (" in t for t in texts)
     shown, off = plotted_kernels(r)
     assert len(shown) + len(off) == len(timed)
     # the report's top bottlenecks are labelled, heaviest first
@@ -118,3 +119,30 @@ def test_bottleneck_labels_do_not_cover_each_other_or_the_roofs_labels():
     for label in labels:
         mine = Text.get_window_extent(label, renderer)
         assert sum(mine.overlaps(b) for b in boxes) == 1, label.get_text()   # itself only
+
+
+def test_a_causal_attention_is_plotted_and_utilized_on_the_flops_it_executes():
+    """QA: llama-3-8b's SDPA at seq 8192 on an H100 sat at 1.2 PFLOP/s, above the 989 TFLOP/s roof,
+    its utilization clamped to 100%: the model's full count over a time that skips the blocks above
+    the diagonal. By hand: 64 query blocks of 128 rows run (64 + 1) / (2 * 64) of the blocks; the
+    32 heads x 64 query blocks = 2048 work items fill ceil(2048 / 132) = 16 waves of the H100's 132
+    SMs, and the model counts the last wave's idle slots as executed (padding: 2112 / 2048)."""
+    b, h, s, d = 1, 32, 8192, 128
+    g = Graph("sdpa")
+    q, k, v = (g.add_input(n, TensorType(DType.BF16, (b, h, s, d))) for n in "qkv")
+    g.set_outputs(g.add_node(Op.ATTENTION, [q, k, v], [TensorType(DType.BF16, (b, h, s, d))],
+                             {"causal": True}).outputs)
+    r = narrowpipe.analyze(g, "h100")
+    (kern,) = [x for x in r.timeline if x.op == "attention"]
+    full = 4 * s * s * d * h                                  # FlopCounterMode's count: kept
+    executed = full * 65 / 128 * (16 * 132) / 2048
+    assert kern.flops == full and kern.executed_flops == pytest.approx(executed, rel=1e-12)
+    peak = r.timing.peak_flops
+    assert peak == pytest.approx(989e12, rel=1e-3)               # H100 SXM dense bf16
+    assert full / kern.kernel_s > peak                        # the old point: above the roof
+    (x, y), = _points(roofline_figure(r))
+    assert y == pytest.approx(executed / kern.kernel_s) and y < peak
+    assert x == pytest.approx(executed / kern.bytes)
+    assert kern.utilization == pytest.approx(executed / (kern.time_s * r.timing.peak_flops)) and kern.utilization < 1
+    op = next(o for o in r.ops if o.op == "attention")
+    assert op.utilization == pytest.approx(kern.utilization)
