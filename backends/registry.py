@@ -23,7 +23,7 @@ from .target import Target
 from .tomlio import read_toml
 
 __all__ = ["CATALOG_DIR", "SYSTEMS_DIR", "targets", "get_target", "systems", "get_system",
-           "source_refs", "clear_cache", "name_index", "is_system_file", "chip_and_system"]
+           "source_refs", "clear_cache", "name_index", "is_system_file", "chip_and_system", "chip_on_system"]
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 SYSTEMS_DIR = Path(__file__).parent / "systems"
@@ -121,6 +121,23 @@ def chip_and_system(spec: str | os.PathLike[str] | Target) -> tuple[Target, Syst
         system = get_system(spec)
         return system.target(), system
     return get_target(spec), None
+
+
+def chip_on_system(target: str | os.PathLike[str] | Target | None, system: str | os.PathLike[str] | System
+                   ) -> tuple[Target, System]:
+    """The chip a run on ``system`` uses when a ``target`` is named too: the same chip (by name or
+    alias), else a :class:`TargetSpecError` (``--target tpu-v5e --system dgx-h100`` planned on H100s
+    or priced a TPU's collectives on NVLink, saying nothing). ``target`` None: the system's chip."""
+    found = get_system(system)
+    chip = found.target()
+    if target is None:
+        return chip, found
+    named = get_target(target) if not (isinstance(target, (str, os.PathLike)) and is_system_file(target)) \
+        else get_system(target).target()
+    if named.name != chip.name:
+        raise TargetSpecError(f"--target {named.name} and --system {found.name}, a system of {chip.name}: name one "
+                              f"of them, a system of {named.name}, or a system file whose chip is your chip's file")
+    return named, found
 
 
 def name_index(chips: Iterable[Target]) -> dict[str, Target]:

@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from ...backends import System, Target, get_system, get_target
-from ...backends.registry import chip_and_system, is_system_file
+from ...backends.registry import chip_and_system, chip_on_system, is_system_file
 from ...backends.registry import systems as _systems
 from ...errors import NarrowpipeError, PlanError
 from ...ir import DimRole, Graph, Op
@@ -60,8 +60,7 @@ def resolve_machine(target: Any, system: Any = None, devices: int | None = None)
     smallest that holds them, else one with a scale-out level to replicate. Devices that no system
     of the chip holds or joins are refused: a slice's topology is not a larger machine's."""
     if system is not None:
-        sys_ = get_system(system)
-        return sys_.target(), sys_
+        return chip_on_system(target, system)
     if isinstance(target, Target) or is_system_file(target):
         chip, file_system = chip_and_system(target)
         if file_system is not None:

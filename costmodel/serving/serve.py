@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...backends import Target, get_system, get_target
-from ...backends.registry import chip_and_system
+from ...backends import Target, get_system
+from ...backends.registry import chip_and_system, chip_on_system
 from ...errors import NarrowpipeError, as_integer
 from ...ir import Graph
 from ..execution import TimingOptions
@@ -43,7 +43,7 @@ def replica_for(model: Graph | ServingGraph, target: Target | str, *, tp: int = 
     if system is None:       # a system's file as the target: its chip, on it
         t, system = chip_and_system(target)
     else:
-        t = get_target(target)
+        t, system = chip_on_system(target, system)
     formats = Formats.of(weights, activations, kv, gemm_inputs)
     if isinstance(model, ServingGraph):
         sg = model if formats == model.formats or formats == Formats() else serving_graph(model.graph, formats)

@@ -41,3 +41,17 @@ def test_a_system_with_a_network_still_replicates(model):
     assert p.system is not None and p.system.name == "dgx-h100"
     assert p.topology.scale_up_domain == 8 and p.topology.scale_out is not None
     assert resolve_machine("h100", devices=4)[1].name == "dgx-h100"
+
+
+def test_a_system_of_another_chip_than_the_target_is_refused(model):
+    """--target tpu-v5e --system dgx-h100 planned 16 x h100-sxm and served a TPU's collectives on
+    NVLink, saying nothing; the same chip by an alias is the system's chip."""
+    from narrowpipe.costmodel.serving import serve
+    from narrowpipe.errors import TargetSpecError
+
+    with pytest.raises(TargetSpecError, match="--target tpu-v5e and --system dgx-h100, a system of h100-sxm"):
+        Planner(model, "tpu-v5e", 16, global_batch=16, system="dgx-h100")
+    with pytest.raises(TargetSpecError, match="a system of h100-sxm"):
+        serve(model, "tpu-v5e", tp=8, system="dgx-h100")
+    chip, system = resolve_machine("h100", "dgx-h100")
+    assert (chip.name, system.name) == ("h100-sxm", "dgx-h100") and system.target().name == chip.name
