@@ -185,7 +185,8 @@ class Replica:
                        self.layout.devices)
         first, last = base.ends
         layers = base.time_s - first.time_s - last.time_s + comm
-        time = pipeline_s(pp, microbatches, layers, first.time_s, last.time_s + gather, hop)
+        time = pipeline_s(pp, microbatches, layers, first.time_s, last.time_s + gather, hop) if pp > 1 \
+            else base.time_s + (comm + gather)
         notes = [*base.notes, f"{count} tensor-parallel collectives per stage ({(comm + gather) * 1e6:.1f} us)"] \
             if tp > 1 else list(base.notes)
         if pp > 1:
@@ -199,12 +200,12 @@ class Replica:
         # the time terms are one microbatch's trip through the stages (pp x one stage's)
         return StepTime(
             time_s=time, compute_s=base.compute_s * pp, memory_s=base.memory_s * pp,
-            comm_s=comm * pp + gather + (pp - 1) * hop, overhead_s=base.overhead_s * pp,
+            comm_s=(comm + gather if pp == 1 else comm * pp + gather + (pp - 1) * hop), overhead_s=base.overhead_s * pp,
             attention_s=base.attention_s * pp, dense_s=time - base.attention_s * pp,
             flops=whole(base.flops, (first.flops, last.flops)), bytes=whole(base.bytes, (first.bytes, last.bytes)),
             traffic=whole(base.traffic, (first.traffic, last.traffic)),
             kernels=base.kernels * pp + count * pp, devices=self.layout.devices,
-            bound="interconnect" if comm + hop > max(base.memory_s, base.compute_s) else base.bound,
+            bound="interconnect" if comm + gather + hop > max(base.memory_s, base.compute_s) else base.bound,
             activation_bytes=base.activation_bytes, weight_bytes=base.weight_bytes, notes=tuple(notes),
             ends=base.ends)
 
