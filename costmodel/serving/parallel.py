@@ -36,7 +36,8 @@ from ...ir import Op
 from ...models.spec import TransformerSpec
 from ..execution.collectives import Topology
 
-__all__ = ["tp_spec", "pp_spec", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end", "pipeline_s"]
+__all__ = ["tp_spec", "pp_spec", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end", "pipeline_s",
+           "logits_gather_s"]
 
 
 def tp_spec(spec: TransformerSpec, tp: int) -> TransformerSpec:
@@ -95,11 +96,16 @@ def tp_collectives_s(spec: TransformerSpec, tp: int, tokens: int, act_bytes: flo
         return 0.0, 0
     per_layer = 1 if spec.parallel_block else 2
     hidden = tokens * spec.hidden * act_bytes
-    logits = (tokens if logit_rows is None else logit_rows) * ceil(spec.vocab / tp) * tp * act_bytes
     n = per_layer * spec.layers
     total = n * collective_s(topology, Op.ALL_REDUCE, hidden, tp, target)
-    total += collective_s(topology, Op.ALL_GATHER, logits, tp, target)
+    total += logits_gather_s(spec, tp, tokens if logit_rows is None else logit_rows, act_bytes, topology, target)
     return total, n + 1
+
+
+def logits_gather_s(spec: TransformerSpec, tp: int, rows: int, act_bytes: float, topology: Topology,
+                    target: Target) -> float:
+    """Seconds of the all-gather of ``rows`` rows of vocabulary-sharded logits (the last stage's)."""
+    return collective_s(topology, Op.ALL_GATHER, rows * ceil(spec.vocab / tp) * tp * act_bytes, tp, target)
 
 
 def pp_hop_s(spec: TransformerSpec, pp: int, tokens: int, act_bytes: float, topology: Topology,

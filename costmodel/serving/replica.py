@@ -20,7 +20,7 @@ from ...ir import DType
 from ..execution import TimingOptions
 from ..execution.collectives import Topology
 from .memory import Memory, memory_budget
-from .parallel import pipeline_s, pp_hop_s, pp_spec, stage_end, tp_collectives_s, tp_spec
+from .parallel import logits_gather_s, pipeline_s, pp_hop_s, pp_spec, stage_end, tp_collectives_s, tp_spec
 from .prepare import ServingGraph, spec_graph
 from .step import StepTime, activation_bytes, time_step
 
@@ -179,8 +179,7 @@ class Replica:
         stage_spec = replace(full, layers=spec.layers)
         comm, count = tp_collectives_s(stage_spec, tp, micro * micro_tokens, self.act_bytes, self.topology,
                                        self.target, logit_rows=0)
-        gather = tp_collectives_s(replace(stage_spec, layers=1), tp, 0, self.act_bytes, self.topology,
-                                  self.target, logit_rows=rows)[0]     # no tokens: the logits' gather alone
+        gather = logits_gather_s(stage_spec, tp, rows, self.act_bytes, self.topology, self.target) if tp > 1 else 0.0
         hop = pp_hop_s(full, pp, micro * micro_tokens, self.act_bytes, self.topology, self.target,
                        self.layout.devices)
         first, last = base.ends

@@ -149,3 +149,12 @@ def test_an_attention_declaring_a_v_wider_than_its_k_a_prefix_is_refused():
     g.set_outputs(n.outputs)
     with pytest.raises(ShapeError, match="cannot be a prefix of K"):
         interpret(g, {})
+
+
+def test_tensor_parallel_decode_of_a_model_with_several_leading_dense_layers():
+    """DeepSeek-V3's layout (dense layers first, then experts) at TP2: each device replicates the
+    latent cache, 3 x (R + DR) x 2 B per token (the stage split once rebuilt the spec with one layer,
+    which refused dense_layers (0, 1))."""
+    config = dict(TINY_DEEPSEEK, num_hidden_layers=3, first_k_dense_replace=2)
+    r = serve(narrowpipe.from_config(config), "h200", mode="decode", batch=8, context=256, tp=2, with_crossover=False)
+    assert r.kv_bytes_per_token == 3 * (R + DR) * 2 and r.tpot_s is not None and r.tpot_s > 0
