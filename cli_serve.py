@@ -14,6 +14,7 @@ per concern.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from typing import Any
 
@@ -22,9 +23,13 @@ from rich.console import Console
 from .cli_args import parse_prices
 from .errors import NarrowpipeError
 
-__all__ = ["register_serve", "run_serve", "run_serve_sweep", "add_mode_args", "apply_mode", "parse_duration"]
+__all__ = ["register_serve", "run_serve", "run_serve_sweep", "add_mode_args", "apply_mode", "parse_duration",
+           "NO_LAYOUT_EXIT"]
 
 _UNITS = {"": 1e-3, "ms": 1e-3, "s": 1.0, "us": 1e-6}
+#: ``serve --tpot``'s exit status when no layout meets the targets (the plan is still printed and
+#: written): a script can tell "no answer" from an answer (0) and from bad input (2).
+NO_LAYOUT_EXIT = 1
 
 
 def parse_duration(text: str | None, flag: str) -> float | None:
@@ -73,19 +78,19 @@ def register_serve(sub: Any) -> None:
                                      "latency target, or one deployment's TTFT/TPOT/throughput")
     p.add_argument("model", help="a causal LM: .onnx/.pt2/.json file, config.json or bundled example")
     p.add_argument("--target", required=True, help="target(s), comma-separated")
-    p.add_argument("--rate", type=float, default=1.0, help="requests per second to serve (default 1)")
+    p.add_argument("--rate", type=float, help="requests per second to serve, with --tpot (default 1)")
     p.add_argument("--input", "--input-len", dest="input", type=int, default=2048, help="prompt tokens (2048)")
     p.add_argument("--output", "--output-len", dest="output", type=int, default=256, help="output tokens (256)")
     p.add_argument("--tpot", help="time-per-output-token target, e.g. 30ms: plan the capacity")
     p.add_argument("--tpot-ms", type=float, help="the same target in milliseconds")
     p.add_argument("--ttft", help="time-to-first-token target, e.g. 500ms")
-    p.add_argument("--devices", type=int, help="largest tensor-parallel group to consider per replica")
+    p.add_argument("--devices", type=int, help="largest tensor-parallel group to consider per replica (with --tpot)")
     p.add_argument("--pp", default="1", help="pipeline depths to consider (plan) or use (point), e.g. 1,2")
     p.add_argument("--mode", choices=("prefill", "decode", "generate"),
                    help="without --tpot: one deployment in this mode (default generate)")
-    p.add_argument("--batch", type=int, default=1, help="sequences per step (without --tpot)")
+    p.add_argument("--batch", type=int, help="sequences per step (without --tpot; default 1)")
     p.add_argument("--context", type=int, help="KV cache length for --mode decode (default --input)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel devices (without --tpot)")
+    p.add_argument("--tp", type=int, help="tensor-parallel devices (without --tpot; default 1)")
     p.add_argument("--emit", choices=("vllm",), help="print the deployment as vLLM engine arguments (with --tpot: "
                    "the best-throughput layout at its batch)")
     p.add_argument("--emit-out", metavar="FILE", help="write --emit to FILE instead of stdout (.json: as JSON)")
@@ -161,25 +166,58 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
     targets = [t.strip() for t in args.target.split(",") if t.strip()]
     if not targets:
         raise NarrowpipeError("--target is empty")
-    tpot = parse_duration(args.tpot, "--tpot") if args.tpot else (args.tpot_ms / 1e3 if args.tpot_ms else None)
-    pps = _ints(args.pp, "--pp")
+    tpot = parse_duration(args.tpot, "--tpot") if args.tpot else \
+        (args.tpot_ms / 1e3 if args.tpot_ms is not None else None)
+    pps = _ints(args.pp, "--pp", least=1)
+    _check_flags(args, tpot is not None, pps)
     kw = dict(weights=args.weights, activations=args.activations, kv=args.kv, system=args.system,
               gemm_inputs=args.gemm_inputs, mla_decode=args.mla_decode)
     if tpot is not None:
-        plan = plan_capacity(graph, targets, rate=args.rate, input_len=args.input, output_len=args.output, tpot=tpot,
-                             ttft=parse_duration(args.ttft, "--ttft"), max_tp=args.devices, pps=pps,
+        plan = plan_capacity(graph, targets, rate=1.0 if args.rate is None else args.rate, input_len=args.input,
+                             output_len=args.output, tpot=tpot, ttft=parse_duration(args.ttft, "--ttft"),
+                             max_tp=args.devices, pps=pps,
                              price=_price(args, targets[0]) if len(targets) == 1 else None, **kw)
         print_capacity(plan, console)
         _emit(args, console, graph, plan)
-        return _write_json(args, console, plan.to_json())
+        written = _write_json(args, console, plan.to_json())
+        return written if plan.best_throughput is not None else NO_LAYOUT_EXIT
     if len(targets) > 1:
         raise NarrowpipeError("one --target without --tpot (a point question is about one deployment)")
     mode = args.mode or "generate"
-    r = serve(graph, targets[0], mode=mode, batch=args.batch, context=args.context, input_len=args.input,
-              output_len=args.output, tp=args.tp, pp=pps[0], price=_price(args, targets[0]), **kw)
+    r = serve(graph, targets[0], mode=mode, batch=args.batch or 1, context=args.context, input_len=args.input,
+              output_len=args.output, tp=args.tp or 1, pp=pps[0], price=_price(args, targets[0]), **kw)
     print_serving(r, console)
     _emit(args, console, graph, r)
     return _write_json(args, console, r.to_json())
+
+
+def _check_flags(args: argparse.Namespace, plan: bool, pps: list[int]) -> None:
+    """Refuse a flag the question asked would ignore: a capacity plan (``--tpot``) searches the layout
+    and the batch itself, a point question (no ``--tpot``) has no rate or latency target to meet, and
+    only a decode step reads ``--context``; silently dropping any of them answers another question."""
+    given = [flag for flag, value in (("--tp", args.tp), ("--batch", args.batch), ("--mode", args.mode),
+                                      ("--context", args.context)) if value is not None]
+    if plan and given:
+        raise NarrowpipeError(f"{', '.join(given)}: a capacity plan (--tpot) searches the layout and batch itself "
+                              "(cap tensor parallelism with --devices, pipelines with --pp); drop --tpot to ask "
+                              "about one deployment")
+    if not plan:
+        targets = [flag for flag, value in (("--ttft", args.ttft), ("--rate", args.rate),
+                                            ("--devices", args.devices)) if value is not None]
+        if targets:
+            verb = "belongs" if len(targets) == 1 else "belong"
+            raise NarrowpipeError(f"{', '.join(targets)} {verb} to a capacity plan: give --tpot as well (without it, "
+                                  "serve prints one deployment's TTFT and TPOT; --tp sets its devices)")
+        if len(pps) > 1:
+            raise NarrowpipeError(f"--pp {args.pp}: one pipeline depth for one deployment (a list is for --tpot)")
+        mode = args.mode or "generate"
+        if args.context is not None and mode != "decode":
+            raise NarrowpipeError(f"--context is the KV cache length of --mode decode; --mode {mode} takes its "
+                                  "lengths from --input and --output")
+    if args.rate is not None and not (args.rate > 0 and math.isfinite(args.rate)):
+        raise NarrowpipeError(f"--rate must be a positive finite number of requests per second, got {args.rate:g}")
+    if args.devices is not None and args.devices < 1:
+        raise NarrowpipeError(f"--devices must be at least 1, got {args.devices}")
 
 
 def _emit(args: argparse.Namespace, console: Console, graph: Any, result: Any) -> None:

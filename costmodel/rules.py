@@ -11,7 +11,7 @@ the rest), so every number a report prints can be re-derived by hand:
   :data:`NORM_FLOPS_PER_ELEMENT`, plus transcendentals per row;
 * bytes: compulsory traffic of the unfused op: each distinct input read once, outputs written
   once; views (reshape, expand, slice, identity) move nothing; a gather reads only the rows it
-  gathers.
+  gathers; an attention whose V is declared a prefix of its K (``V_IN_K``) reads that tensor once.
 
 An op without a rule here has no cost: the interpreter reports it as unmodeled, never as zero.
 """
@@ -19,14 +19,15 @@ An op without a rule here has no cost: the interpreter reports it as unmodeled, 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from math import ceil, log2, prod
 
-from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
+from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, V_IN_K, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
 from .cost import ZERO, Cost
 from .experts import active_experts, node_expert_rows
 from .opview import OpView
 from .rules_vision import VISION_RULES, _traffic
-from .shape_checks import check_broadcast, check_contraction, check_gather, check_view
+from .shape_checks import check_broadcast, check_contraction, check_gather, check_view, shape_error
 
 __all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "NORM_GRAD_FLOPS_PER_ELEMENT", "Rule"]
 
@@ -122,7 +123,15 @@ def attention(v: OpView) -> Cost:
     to the query heads (GQA), one exp per score; as torch's ``sdpa_flop_count``."""
     b, h, sq, sk, d, dv = _attention_dims(v)
     flops = 2 * b * h * sq * sk * d + 2 * b * h * sq * sk * dv
-    return _traffic(v, flops, b * h * sq * sk)
+    cost = _traffic(v, flops, b * h * sq * sk)
+    k, val = v.node.inputs[attention_operands(v.node) + 1:attention_operands(v.node) + 3]
+    if v.attrs.get(V_IN_K) and val is not None and val is not k:
+        # V is the first dv columns of K (absorbed MLA's [latent | rotary key] cache, FlashMLA's layout):
+        # one tensor, streamed once, so V's bytes are already in K's
+        if dv > d:
+            raise shape_error(v, f"{V_IN_K}: V ({dv} wide) cannot be a prefix of K ({d} wide)")
+        cost = replace(cost, bytes_read=cost.bytes_read - v.in_bytes(attention_operands(v.node) + 2))
+    return cost
 
 
 @_rule(Op.ATTENTION_BACKWARD)

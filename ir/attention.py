@@ -16,6 +16,12 @@ a query may attend to, itself included (transformers' and Mistral's ``sliding_wi
 sees keys ``i - window + 1 .. i``; FlashAttention's left window is ``window - 1``). The keys the node
 is handed are what it costs (as torch counts a masked attention); the window says how many of them
 a fused kernel that skips masked blocks would touch, and bounds what a decode cache must hold.
+
+A value operand that is a prefix of the key operand is one attribute too, :data:`V_IN_K`: the
+values are the first ``dv`` columns of each key row, one tensor in memory, as absorbed latent
+attention caches ``[latent | rotary key]`` and reads it once (FlashMLA's and vLLM's
+``kv_c_and_k_pe_cache``: V is K's first ``kv_lora_rank`` columns). The cost rule then reads V's
+bytes as part of K's, never twice.
 """
 
 from __future__ import annotations
@@ -27,13 +33,16 @@ from typing import Any
 from .graph import Node
 from .ops import Op
 
-__all__ = ["CAUSAL", "WINDOW", "AttentionDims", "attention_dims", "attention_operands", "attention_window",
+__all__ = ["CAUSAL", "WINDOW", "V_IN_K", "AttentionDims", "attention_dims", "attention_operands", "attention_window",
            "is_causal"]
 
 #: The attribute that marks attention (or eager attention's mask step) as causal.
 CAUSAL = "causal"
 #: The attribute holding a sliding-window attention's window (keys per query, the query's own included).
 WINDOW = "window"
+#: The attribute that declares an attention's V a view of the first ``dv`` columns of its K (one
+#: tensor read once; absorbed MLA's shared latent cache).
+V_IN_K = "v_in_k"
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,7 @@ def attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[Valu
             q = apply_rotary(b, q, *rope, "q")
             k = apply_rotary(b, k, *rope, "k")
         if cache is not None:
+            assert cache.value is not None
             k, v = append_cache(b, cache.key, k, "k"), append_cache(b, cache.value, v, "v")
             cache.present.extend([k, v])
         if spec.attention == "eager":
@@ -181,10 +182,11 @@ def attention_attrs(spec: TransformerSpec, qk_dim: int, grouped: bool, window: i
 
 @dataclass
 class Cache:
-    """One layer's KV cache: the past keys and values read, and the present ones the layer returns."""
+    """One layer's KV cache: the past keys and values read, and the present ones the layer returns
+    (``value`` None: one tensor holds both, absorbed latent attention's ``[latent | k_rot]`` rows)."""
 
     key: Value
-    value: Value
+    value: Value | None
     present: list[Value] = field(default_factory=list)
 
 

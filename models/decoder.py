@@ -206,9 +206,17 @@ def _positions(b: GraphBuilder, spec: TransformerSpec, h: Value) -> Value:
 
 def _cache_inputs(b: GraphBuilder, spec: TransformerSpec, layer: int) -> Cache:
     """Layer ``layer``'s past keys and values, named as Hugging Face's legacy cache tuples: per-head keys
-    and values, or MLA's latent and rotary key (one "head" each); a windowed layer's along ``past_window``."""
+    and values, or MLA's latent and rotary key (one "head" each; absorbed, both in one ``key`` tensor);
+    a windowed layer's along ``past_window``."""
     cap = spec.cached_window(layer)
     length = Sym(WINDOW_DIM if cap is not None else "past")
+    if spec.is_mla and spec.mla_absorb:      # serving engines' one [latent | k_rot] tensor (models.mla)
+        assert spec.kv_lora_rank is not None
+        key = b.input(f"past_key_values.{layer}.key", (Sym("batch"), 1, length,
+                                                        spec.kv_lora_rank + spec.qk_rope_head_dim), spec.dtype)
+        if cap is not None:
+            b.graph.meta.setdefault(KV_WINDOWS_META, {})[key.name] = cap
+        return Cache(key, None)
     if spec.is_mla:
         assert spec.kv_lora_rank is not None
         shapes = [(Sym("batch"), 1, length, spec.kv_lora_rank), (Sym("batch"), 1, length, spec.qk_rope_head_dim)]

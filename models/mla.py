@@ -22,12 +22,15 @@ Two formulations, one set of weights:
   outputs; FLOPs differ, so it is a separate, explicit choice and no torch export equals it.
 
 Both read the cache of ``kv_lora_rank + qk_rope_head_dim`` values per token per layer (576 for
-DeepSeek-V3, against ``2 * 128 * 128 = 32768`` for a plain multi-head cache of its size).
+DeepSeek-V3, against ``2 * 128 * 128 = 32768`` for a plain multi-head cache of its size): the
+decompressed form as transformers holds it (two tensors), the absorbed one as serving engines do, one
+tensor of ``[latent | k_rot]`` rows (``past_key_values.{i}.key``) that attention reads once, V being
+its first ``kv_lora_rank`` columns.
 """
 
 from __future__ import annotations
 
-from ..ir import Op, Value
+from ..ir import V_IN_K, Op, Value
 from .blocks import Cache, append_cache, apply_rotary, attention_attrs, dropout, heads_view, norm
 from .graph_builder import GraphBuilder
 from .spec import TransformerSpec
@@ -63,13 +66,14 @@ def mla_attention(b: GraphBuilder, spec: TransformerSpec, x: Value, rope: tuple[
         if rope is not None:
             q_rot = apply_rotary(b, q_rot, *rope, "q")
             k_rot = apply_rotary(b, k_rot, *rope, "k")
-        if cache is not None:
-            latent = append_cache(b, cache.key, latent, "latent")
-            k_rot = append_cache(b, cache.value, k_rot, "k_rot")
-            cache.present.extend([latent, k_rot])
         if spec.mla_absorb:
-            o = _absorbed(b, spec, q_pass, q_rot, latent, k_rot)
+            o = _absorbed(b, spec, q_pass, q_rot, latent, k_rot, cache)
         else:
+            if cache is not None:
+                assert cache.value is not None
+                latent = append_cache(b, cache.key, latent, "latent")
+                k_rot = append_cache(b, cache.value, k_rot, "k_rot")
+                cache.present.extend([latent, k_rot])
             o = _decompressed(b, spec, q_pass, q_rot, latent, k_rot)
         o = b.linear(b.reshape(o, (batch, seq, h * spec.value_dim), name="o_view"), spec.hidden, "o_proj",
                      bias=spec.attn_bias)
@@ -96,9 +100,14 @@ def _decompressed(b: GraphBuilder, spec: TransformerSpec, q_pass: Value, q_rot: 
 
 
 def _absorbed(b: GraphBuilder, spec: TransformerSpec, q_pass: Value, q_rot: Value, latent: Value,
-              k_rot: Value) -> Value:
+              k_rot: Value, cache: Cache | None) -> Value:
     """Attention in the latent space: ``W_UK`` folded into the query, ``W_UV`` applied to the output,
-    one shared KV head of the latent (plus rotary key). Returns ``[B, S, H, v]``."""
+    one shared KV head of the latent (plus rotary key). Returns ``[B, S, H, v]``.
+
+    The cache is one tensor of ``[latent | k_rot]`` rows (FlashMLA's and vLLM's ``kv_c_and_k_pe_cache``):
+    only the new tokens' rows are joined (what the cache write does), K is the whole cache and V its
+    first ``kv_lora_rank`` columns, a view the attention reads with K (:data:`~narrowpipe.ir.V_IN_K`),
+    so a decode step streams the cache once and copies none of it."""
     assert spec.kv_lora_rank is not None
     batch, h, seq = q_pass.shape[0], spec.heads, q_pass.shape[2]
     d, dr, dv, r = spec.head_dim, spec.qk_rope_head_dim, spec.value_dim, spec.kv_lora_rank
@@ -113,11 +122,15 @@ def _absorbed(b: GraphBuilder, spec: TransformerSpec, q_pass: Value, q_rot: Valu
                        name="absorb_k")
     q_lat = b.permute(q_lat, (1, 0, 2, 3), name="q_latent")
     q = b.emit(Op.CONCAT, [q_lat, q_rot], (batch, h, seq, r + dr), {"axis": 3}, name="q_cat")
-    length = latent.shape[2]
-    k = b.emit(Op.CONCAT, [latent, k_rot], (batch, 1, length, r + dr), {"axis": 3}, name="k_cat",
+    k = b.emit(Op.CONCAT, [latent, k_rot], (batch, 1, seq, r + dr), {"axis": 3}, name="kv_row",
                dtype=latent.dtype)
+    if cache is not None:
+        k = append_cache(b, cache.key, k, "kv")
+        cache.present.append(k)
+    v = _slice(b, k, 0, r, "latent")
     attrs = attention_attrs(spec, d, True, None)     # the scale of the qk head dim, as before absorbing
-    o = b.emit(Op.ATTENTION, [q, k, latent], (batch, h, seq, r), attrs, name="attention")
+    attrs[V_IN_K] = True
+    o = b.emit(Op.ATTENTION, [q, k, v], (batch, h, seq, r), attrs, name="attention")
     with b.scope("kv_b_proj"):
         # o [B,H,S,r] x W_UV^T [H,r,dv] over r, batched on heads -> [H,B,S,dv]
         o = b.emit(Op.DOT, [o, w_uv], (h, batch, seq, dv),

@@ -49,6 +49,8 @@ def print_serving(r: ServingReport, console: Console) -> None:
         t.add_row("time to first token", seconds(r.ttft_s))
     if r.tpot_s is not None:
         t.add_row("time per output token", seconds(r.tpot_s) + (f" ({r.bound}-bound)" if r.mode != "prefill" else ""))
+    elif r.mode == "generate":
+        t.add_row("time per output token", "n/a (no decode step: the prefill gives the one token)")
     if r.e2e_s is not None:
         t.add_row("end to end", seconds(r.e2e_s))
     if r.output_tokens_per_s:
@@ -93,11 +95,7 @@ def print_capacity(plan: CapacityPlan, console: Console) -> None:
         console.print(f"  [{i}] {escape(why)}", highlight=False)
     best, cheap, fast = plan.best_throughput, plan.cheapest, plan.best_latency
     if best is None:
-        if fast is None:
-            console.print("[bold red]no layout meets the targets[/]; none holds even one sequence in memory")
-        else:
-            console.print(f"[bold red]no layout meets the targets[/]; the lowest TPOT reachable is "
-                          f"{seconds(fast.min_tpot_s)} ({fast.target} {fast.layout})")
+        console.print(f"[bold red]no layout meets the targets[/]; {escape(plan.why_none())}")
     else:
         replicas = f"{best.replicas} replica{'s' if best.replicas > 1 else ''}"
         console.print(f"[bold]answer:[/] {best.total_devices} x {best.target} ({replicas} of {best.layout}, "

@@ -172,7 +172,7 @@ def test_the_latency_answer_is_a_layout_that_holds_one_sequence(capsys):
     plan = plan_capacity(load_example("llama-3-70b"), ["h100"], rate=10, tpot=0.1, max_tp=1, input_len=2048,
                          output_len=256)
     assert plan.best_latency is None and not any(c.fits_one for c in plan.candidates)
-    assert main(["serve", "llama-3-70b", "--target", "h100", "--rate", "10", "--tpot", "100ms", "--devices", "1"]) == 0
+    assert main(["serve", "llama-3-70b", "--target", "h100", "--rate", "10", "--tpot", "100ms", "--devices", "1"]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "none holds even one sequence in memory" in out and "lowest TPOT reachable" not in out
 

@@ -101,3 +101,63 @@ def test_a_bad_gemm_inputs_format_is_refused_naming_the_flag(model, capsys, valu
     captured = capsys.readouterr()
     err = " ".join((captured.out + captured.err).split())
     assert "--gemm-inputs" in err and re.search(reason, err)
+
+
+@pytest.mark.parametrize("rate", ["nan", "inf", "-inf", "0"])
+def test_a_rate_that_is_no_positive_finite_number_is_refused(model, capsys, rate):
+    assert main(["serve", model, "--target", "h100", f"--rate={rate}", "--tpot", "30ms"]) == 2
+    captured = capsys.readouterr()
+    assert "--rate must be a positive finite number" in " ".join((captured.out + captured.err).split())
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--ttft", "10ms"], "--ttft belongs to a capacity plan"),              # a target with nothing to meet
+    (["--rate", "5"], "--rate belongs to a capacity plan"),
+    (["--tpot", "30ms", "--tp", "2", "--batch", "4"], "--tp, --batch: a capacity plan"),
+    (["--tpot", "30ms", "--mode", "decode"], "--mode: a capacity plan"),
+    (["--mode", "generate", "--context", "100"], "--context is the KV cache length of --mode decode"),
+    (["--mode", "prefill", "--context", "100"], "--mode prefill takes its lengths from --input"),
+    (["--tpot", "30ms", "--devices", "0"], "--devices must be at least 1"),
+    (["--devices", "2"], "--devices belongs to a capacity plan"),
+    (["--pp", "1,2"], "one pipeline depth for one deployment"),
+])
+def test_a_flag_the_question_would_ignore_is_refused(model, capsys, argv, flag):
+    assert main(["serve", model, "--target", "h100", *argv]) == 2
+    captured = capsys.readouterr()
+    assert flag in " ".join((captured.out + captured.err).split())
+
+
+def _plan_cli(model, tmp_path, capsys, *targets):
+    out = tmp_path / "plan.json"
+    code = main(["serve", model, "--target", "h100", "--rate", "10", "--input", "128", "--output", "16",
+                 "--devices", "2", *targets, "--json", str(out)])
+    return code, " ".join(capsys.readouterr().out.split()), json.loads(out.read_text())
+
+
+def test_when_only_ttft_is_out_of_reach_the_plan_names_ttft_and_exits_1(model, tmp_path, capsys):
+    """TPOT 10 s is met by every layout; a 1 us first token by none: the message names TTFT and the
+    layout with the lowest batch-1 TTFT (it named the lowest TPOT, and the command exited 0)."""
+    code, text, plan = _plan_cli(model, tmp_path, capsys, "--tpot", "10s", "--ttft", "1us")
+    assert code == 1 and plan["best_throughput"] is None
+    best = min(plan["candidates"], key=lambda c: c["ttft_s"])
+    assert f"no layout meets the targets; the lowest TTFT reachable is {best['ttft_s'] * 1e3:.3g} ms " \
+           f"({best['target']} {best['layout']})" in text
+    assert "lowest TPOT reachable" not in text
+
+
+def test_when_only_tpot_is_out_of_reach_the_plan_names_tpot(model, tmp_path, capsys):
+    code, text, plan = _plan_cli(model, tmp_path, capsys, "--tpot", "1us", "--ttft", "10s")
+    assert code == 1
+    assert "the lowest TPOT reachable is" in text and "lowest TTFT" not in text
+    code, text, plan = _plan_cli(model, tmp_path, capsys, "--tpot", "1us", "--ttft", "1us")
+    assert code == 1 and "the lowest TPOT reachable is" in text and "the lowest TTFT reachable is" in text
+
+
+def test_a_generation_of_one_token_has_no_time_per_output_token(model, tmp_path, capsys):
+    out = tmp_path / "one.json"
+    assert main(["serve", model, "--target", "h100", "--mode", "generate", "--input", "16", "--output", "1",
+                 "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "time per output token n/a (no decode step" in text and "0 ns" not in text
+    report = json.loads(out.read_text())
+    assert report["tpot_s"] is None and report["e2e_s"] == pytest.approx(report["ttft_s"])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from math import ceil
+from math import ceil, inf
 from typing import Any
 
 from ...backends import Target, get_target
@@ -117,6 +117,25 @@ class CapacityPlan:
         reachable = [c for c in self.candidates if c.fits_one]
         return min(reachable, key=lambda c: c.min_tpot_s) if reachable else None
 
+    def why_none(self) -> str:
+        """Which target no layout meets ('' when one does), with the best each layout reaches at batch
+        1: the TPOT, the TTFT, or, where each is reachable alone but no layout reaches both, the two."""
+        reachable = [c for c in self.candidates if c.fits_one]
+        if self.feasible:
+            return ""
+        if not reachable:
+            return "none holds even one sequence in memory"
+        fast = min(reachable, key=lambda c: c.min_tpot_s)
+        tpot = f"the lowest TPOT reachable is {_ms(fast.min_tpot_s)} ({fast.target} {fast.layout})"
+        if self.ttft_target_s is None:
+            return tpot
+        first = min(reachable, key=lambda c: c.ttft_s)      # each layout's at batch 1, as none meets
+        ttft = f"the lowest TTFT reachable is {_ms(first.ttft_s)} ({first.target} {first.layout})"
+        tpot_ok, ttft_ok = fast.min_tpot_s <= self.tpot_target_s, first.ttft_s <= self.ttft_target_s
+        if tpot_ok and ttft_ok:
+            return f"no layout reaches both targets: {tpot}, {ttft}"
+        return tpot if ttft_ok else ttft if tpot_ok else f"{tpot}; {ttft}"
+
     def to_dict(self) -> dict[str, Any]:
         def name(c: Candidate | None) -> dict[str, Any] | None:
             return None if c is None else {"target": c.target, "layout": c.layout, "batch": c.batch,
@@ -129,6 +148,10 @@ class CapacityPlan:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
 
 
 def layouts_for(sg: ServingGraph, target: Target, *, max_tp: int | None = None,
@@ -191,8 +214,10 @@ def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[
                   system: Any = None, gemm_inputs: Any = None, mla_decode: str = "absorbed") -> CapacityPlan:
     """The plan for ``rate`` requests/s (see the module doc); ``tpot``/``ttft`` in seconds;
     ``mla_decode`` as :func:`.serve.replica_for`'s."""
-    if rate <= 0 or input_len < 1 or output_len < 1 or tpot <= 0:
-        raise NarrowpipeError("serve: rate, input and output lengths and the TPOT target must be positive")
+    if not (0 < rate < inf and 0 < tpot < inf) or input_len < 1 or output_len < 1 or \
+            (ttft is not None and not 0 < ttft < inf):
+        raise NarrowpipeError("serve: rate, input and output lengths and the TPOT target must be positive "
+                              "(and finite)")
     specs = [targets] if isinstance(targets, (str, Target)) else list(targets)
     candidates: list[Candidate] = []
     notes: list[str] = []

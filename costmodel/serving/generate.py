@@ -24,6 +24,7 @@ tokens, the decodes' attention and the prompt's own (queueing for a free slot is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import ceil
 from typing import Any
 
 from .replica import Replica
@@ -101,12 +102,21 @@ class SteadyState:
 
 
 def steady_state(replica: Replica, batch: int, input_len: int, output_len: int) -> SteadyState:
+    """The iteration at ``batch`` requests in flight (module doc). With ``pp`` pipeline stages the
+    iteration's work is cut into ``pp`` microbatches kept in flight together, as a decode step's
+    sequences are (vLLM's and TensorRT-LLM's pipeline-parallel scheduling): each carries ``1 / pp`` of
+    the dense tokens (:meth:`.Replica.mixed_step`), of the decodes (whose attention
+    :meth:`.Replica.step` already times per microbatch) and of the admitted prompts, and a token's
+    iteration is its microbatch's trip through every stage. A new prompt rides in one microbatch
+    beside its share of the decodes: TTFT is that microbatch's trip."""
+    pp = replica.layout.pp
     admitted = batch / output_len                      # requests per iteration
     prefill_tokens = admitted * input_len
     tokens = max(1, round(batch + prefill_tokens))
-    dense = replica.step(1, tokens, 0).dense_s
+    dense = replica.mixed_step(tokens).dense_s
     decode_attn = replica.step(batch, 1, input_len + output_len // 2).attention_s
-    prefill_attn = replica.step(1, input_len, 0).attention_s * admitted
+    prompt_attn = replica.step(1, input_len, 0).attention_s
+    prefill_attn = prompt_attn * admitted / pp
     iteration = dense + decode_attn + prefill_attn
-    ttft = replica.step(1, batch + input_len, 0).dense_s + decode_attn + replica.step(1, input_len, 0).attention_s
+    ttft = replica.step(1, ceil(batch / pp) + input_len, 0).dense_s + decode_attn + prompt_attn
     return SteadyState(batch, iteration, ttft, prefill_tokens, dense, decode_attn, prefill_attn)

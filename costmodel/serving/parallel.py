@@ -9,11 +9,15 @@ attention and its MLP with an all-reduce of ``batch x tokens x hidden`` activati
 parallel attention + MLP block), and the logits are all-gathered once. At small batch those
 all-reduces are latency, not bandwidth: 2 x layers collectives of a few KB each.
 
-Pipeline parallelism splits the layers into ``pp`` stages; a token passes every stage in turn, so
-a step takes ``pp`` stage times plus ``pp - 1`` hops of ``batch x tokens x hidden``, and with ``pp``
-microbatches in flight every stage stays busy. The slowest stage is taken to hold
-``ceil(layers / pp)`` layers plus the embedding and the head (a conservative split); in a model whose
-layers differ (sliding windows, dense layers among experts) it is the stage with the most full-attention
+Pipeline parallelism splits the layers into ``pp`` stages of ``ceil(layers / pp)`` layers; the first
+stage also holds the embedding, the last the final norm and the head (vLLM's and Megatron's split;
+:func:`stage_end` tells them apart by module). A step's rows (a decode's sequences, a
+continuous-batching iteration's tokens) are cut into up to ``pp`` microbatches kept in flight
+together (vLLM's and TensorRT-LLM's pipeline-parallel serving), so a step lasts the longer of one
+microbatch's trip through every stage (``pp`` stages of layers, the embedding, the head, ``pp - 1``
+hops of ``microbatch x hidden``) and the busiest stage's work on all microbatches (the last one's,
+which runs the head on each); with one microbatch (batch 1) that is the trip. In a model whose layers
+differ (sliding windows, dense layers among experts) a stage is the one with the most full-attention
 and expert layers.
 
 The collectives are priced by :class:`~narrowpipe.costmodel.execution.collectives.Topology` on the
@@ -32,7 +36,8 @@ from ...ir import Op
 from ...models.spec import TransformerSpec
 from ..execution.collectives import Topology
 
-__all__ = ["tp_spec", "pp_spec", "tp_collectives_s", "pp_hop_s", "collective_s"]
+__all__ = ["tp_spec", "pp_spec", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end", "pipeline_s",
+           "logits_gather_s"]
 
 
 def tp_spec(spec: TransformerSpec, tp: int) -> TransformerSpec:
@@ -57,8 +62,9 @@ def tp_spec(spec: TransformerSpec, tp: int) -> TransformerSpec:
 
 
 def pp_spec(spec: TransformerSpec, pp: int) -> TransformerSpec:
-    """The slowest of ``pp`` pipeline stages: ``ceil(layers / pp)`` consecutive layers, the embedding and
-    the head. Where layers differ (windowed or full attention, experts or a dense MLP), the stage taken
+    """The slowest of ``pp`` pipeline stages: ``ceil(layers / pp)`` consecutive layers, built with the
+    embedding and the head, which only the first and the last stage run (:func:`stage_end`). Where
+    layers differ (windowed or full attention, experts or a dense MLP), the stage taken
     is the real one of that length with the most full-attention layers, then the most expert layers,
     renumbered from 0."""
     if pp == 1:
@@ -90,11 +96,16 @@ def tp_collectives_s(spec: TransformerSpec, tp: int, tokens: int, act_bytes: flo
         return 0.0, 0
     per_layer = 1 if spec.parallel_block else 2
     hidden = tokens * spec.hidden * act_bytes
-    logits = (tokens if logit_rows is None else logit_rows) * ceil(spec.vocab / tp) * tp * act_bytes
     n = per_layer * spec.layers
     total = n * collective_s(topology, Op.ALL_REDUCE, hidden, tp, target)
-    total += collective_s(topology, Op.ALL_GATHER, logits, tp, target)
+    total += logits_gather_s(spec, tp, tokens if logit_rows is None else logit_rows, act_bytes, topology, target)
     return total, n + 1
+
+
+def logits_gather_s(spec: TransformerSpec, tp: int, rows: int, act_bytes: float, topology: Topology,
+                    target: Target) -> float:
+    """Seconds of the all-gather of ``rows`` rows of vocabulary-sharded logits (the last stage's)."""
+    return collective_s(topology, Op.ALL_GATHER, rows * ceil(spec.vocab / tp) * tp * act_bytes, tp, target)
 
 
 def pp_hop_s(spec: TransformerSpec, pp: int, tokens: int, act_bytes: float, topology: Topology,
@@ -104,3 +115,24 @@ def pp_hop_s(spec: TransformerSpec, pp: int, tokens: int, act_bytes: float, topo
     if pp == 1:
         return 0.0
     return collective_s(topology, Op.SEND, tokens * spec.hidden * act_bytes, max(devices, 2), target)
+
+
+def stage_end(scope: str) -> str:
+    """Which stage runs a node of the model builder's module ``scope``: ``first`` (the embeddings),
+    ``last`` (the final norm and the head, its soft-cap included) or ``every`` (the layers, and what
+    each stage builds for its own layers: rotary tables, masks)."""
+    if scope.startswith("model.embed"):
+        return "first"
+    return "last" if scope.startswith(("model.norm", "lm_head")) else "every"
+
+
+def pipeline_s(pp: int, microbatches: int, layers: float, first: float, last: float, hop: float) -> float:
+    """Seconds of a pipelined step: ``microbatches`` (at most ``pp``) in flight, each taking ``layers``
+    seconds on every stage, ``first`` more on the first (the embedding), ``last`` more on the last (the
+    head) and ``hop`` to pass its activations on. The step lasts the longer of one microbatch's trip
+    and the busiest stage's work on them all (the module doc)."""
+    if pp == 1:
+        return layers + first + last
+    trip = pp * layers + first + last + (pp - 1) * hop
+    busiest = max(first + hop, last, hop) + layers
+    return max(trip, microbatches * busiest)

@@ -20,7 +20,7 @@ from ...ir import DType
 from ..execution import TimingOptions
 from ..execution.collectives import Topology
 from .memory import Memory, memory_budget
-from .parallel import pp_hop_s, pp_spec, tp_collectives_s, tp_spec
+from .parallel import logits_gather_s, pipeline_s, pp_hop_s, pp_spec, stage_end, tp_collectives_s, tp_spec
 from .prepare import ServingGraph, spec_graph
 from .step import StepTime, activation_bytes, time_step
 
@@ -152,39 +152,61 @@ class Replica:
 
     # -- steps ------------------------------------------------------------------------------------
     def step(self, batch: int, tokens: int, past: int) -> StepTime:
-        """One step for ``batch`` sequences of ``tokens`` new tokens on a cache of ``past``."""
-        return self._step(batch, tokens, past)
+        """One step for ``batch`` sequences of ``tokens`` new tokens on a cache of ``past``; with
+        pipeline stages, its sequences are cut into microbatches (:mod:`.parallel`)."""
+        return self._step(batch, tokens, past, False)
 
-    def _compute_step(self, batch: int, tokens: int, past: int) -> StepTime:
+    def mixed_step(self, tokens: int) -> StepTime:
+        """One continuous-batching iteration's ``tokens`` tokens (decodes and prompt chunks from many
+        sequences) on an empty cache: its dense layers (``dense_s``; the caller adds each request's
+        attention). With pipeline stages its tokens, not its one sequence, are cut into microbatches,
+        as a decode step's sequences are: the engine keeps ``pp`` iterations' worth in flight."""
+        return self._step(1, tokens, 0, True)
+
+    def _compute_step(self, batch: int, tokens: int, past: int, split_tokens: bool) -> StepTime:
         tp, pp = self.layout.tp, self.layout.pp
-        micro = ceil(batch / pp)
+        micro, micro_tokens = (batch, ceil(tokens / pp)) if split_tokens else (ceil(batch / pp), tokens)
+        microbatches = ceil(tokens / micro_tokens) if split_tokens else ceil(batch / micro)
         graph = self.graph_for(tokens)
-        base = time_step(graph, self.target, batch=micro, tokens=tokens, past=past, options=self.options,
+        base = time_step(graph, self.target, batch=micro, tokens=micro_tokens, past=past, options=self.options,
                          devices=self.chips_given)
         if self.layout.devices == 1:
             return base
         spec = graph.spec
         full = self.source.spec
         assert spec is not None and full is not None
-        rows = micro if graph.head_on_last_token else micro * tokens   # the logits the head made
-        comm, count = tp_collectives_s(replace(full, layers=spec.layers), tp, micro * tokens, self.act_bytes,
-                                       self.topology, self.target, logit_rows=rows)
-        hop = pp_hop_s(full, pp, micro * tokens, self.act_bytes, self.topology, self.target, self.layout.devices)
-        stage = base.time_s + comm
-        time = pp * stage + (pp - 1) * hop
-        notes = [*base.notes, f"{count} tensor-parallel collectives per stage ({comm * 1e6:.1f} us)"] if tp > 1 \
-            else list(base.notes)
+        rows = micro if graph.head_on_last_token else micro * micro_tokens   # the logits the head made
+        stage_spec = replace(full, layers=spec.layers)
+        comm, count = tp_collectives_s(stage_spec, tp, micro * micro_tokens, self.act_bytes, self.topology,
+                                       self.target, logit_rows=0)
+        gather = logits_gather_s(stage_spec, tp, rows, self.act_bytes, self.topology, self.target) if tp > 1 else 0.0
+        hop = pp_hop_s(full, pp, micro * micro_tokens, self.act_bytes, self.topology, self.target,
+                       self.layout.devices)
+        first, last = base.ends
+        layers = base.time_s - first.time_s - last.time_s + comm
+        time = pipeline_s(pp, microbatches, layers, first.time_s, last.time_s + gather, hop) if pp > 1 \
+            else base.time_s + (comm + gather)
+        notes = [*base.notes, f"{count} tensor-parallel collectives per stage ({(comm + gather) * 1e6:.1f} us)"] \
+            if tp > 1 else list(base.notes)
         if pp > 1:
-            notes.append(f"{pp} stages of {micro} sequences each, {hop * 1e6:.1f} us per hop")
-        scale = pp * tp
+            what = f"{micro_tokens} tokens" if split_tokens else f"{micro} sequences"
+            notes.append(f"{pp} stages, {microbatches} microbatch(es) of {what} in flight, {hop * 1e6:.1f} us "
+                         "per hop; the embedding on the first stage, the head on the last")
+
+        def whole(total: int, ends: tuple[int, int]) -> int:
+            """Over the replica: every microbatch through every stage, each end run once per microbatch."""
+            return tp * microbatches * (pp * (total - sum(ends)) + sum(ends))
+        # the time terms are one microbatch's trip through the stages (pp x one stage's)
         return StepTime(
             time_s=time, compute_s=base.compute_s * pp, memory_s=base.memory_s * pp,
-            comm_s=(comm * pp + (pp - 1) * hop), overhead_s=base.overhead_s * pp, attention_s=base.attention_s * pp,
-            dense_s=time - base.attention_s * pp, flops=base.flops * scale, bytes=base.bytes * scale,
-            traffic=base.traffic * scale,
+            comm_s=(comm + gather if pp == 1 else comm * pp + gather + (pp - 1) * hop), overhead_s=base.overhead_s * pp,
+            attention_s=base.attention_s * pp, dense_s=time - base.attention_s * pp,
+            flops=whole(base.flops, (first.flops, last.flops)), bytes=whole(base.bytes, (first.bytes, last.bytes)),
+            traffic=whole(base.traffic, (first.traffic, last.traffic)),
             kernels=base.kernels * pp + count * pp, devices=self.layout.devices,
-            bound="interconnect" if comm + hop > max(base.memory_s, base.compute_s) else base.bound,
-            activation_bytes=base.activation_bytes, weight_bytes=base.weight_bytes, notes=tuple(notes))
+            bound="interconnect" if comm + gather + hop > max(base.memory_s, base.compute_s) else base.bound,
+            activation_bytes=base.activation_bytes, weight_bytes=base.weight_bytes, notes=tuple(notes),
+            ends=base.ends)
 
     def devices(self, batch: int = 1, context: int = 1) -> int:
         """Devices one replica uses. A dataflow layout decides its own chip count for the weights
@@ -263,7 +285,7 @@ class Replica:
 
     def _weights(self) -> int:
         if self._weight_bytes is None:
-            self._weight_bytes = graph_weight_bytes(self.device_graph)
+            self._weight_bytes = graph_weight_bytes(self.device_graph, self.layout.pp)
         return self._weight_bytes
 
     def max_batch(self, context: int, *, prefill_tokens: int | None = None, prefill_batch: int | None = None,
@@ -302,8 +324,20 @@ def _format_fallbacks(sg: ServingGraph, target: Target, options: TimingOptions) 
     return out
 
 
-def graph_weight_bytes(g: ServingGraph) -> int:
-    """Bytes of the per-device graph's weights (KV cache tensors are inputs, not weights)."""
+def graph_weight_bytes(g: ServingGraph, pp: int = 1) -> int:
+    """Bytes of the per-device graph's weights (KV cache tensors are inputs, not weights). A pipeline
+    stage's graph is built with the embedding and the head, but the first stage holds only the one and
+    the last only the other (a tied table: both, a copy each): the fullest stage holds its layers and
+    the larger of the two (:func:`.parallel.stage_end`)."""
     from ..interpreter import interpret
-    from ..sizes import weight_bytes
-    return weight_bytes(interpret(g.graph, g.bindings(1, 1, 0)))
+    from ..sizes import value_bytes, weight_bytes
+    table = interpret(g.graph, g.bindings(1, 1, 0))
+    if pp == 1:
+        return weight_bytes(table)
+    users = g.graph.users()
+    held = {"every": 0, "first": 0, "last": 0}
+    for w in g.graph.weights:
+        ends = {stage_end(n.source.scope) for n in users.get(w, [])} or {"every"}
+        for end in ({"every"} if "every" in ends else ends):
+            held[end] += value_bytes(table, w)
+    return held["every"] + max(held["first"], held["last"])

@@ -120,7 +120,7 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
         gen = generate(replica, batch, n_in, n_out)
         prefill_step, decode_step = gen.prefill, gen.decode_last
         ttft, e2e = gen.ttft_s, gen.e2e_s
-        tpot = gen.decode_s / max(n_out - 1, 1)
+        tpot = gen.decode_s / (n_out - 1) if n_out > 1 else None     # one token: the prefill's, no decode step
         out_rate = batch * n_out / e2e
         memory = replica.memory(batch, ctx, prefill_tokens=n_in)
         max_batch = replica.max_batch(ctx, prefill_tokens=n_in)

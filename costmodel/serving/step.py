@@ -19,10 +19,21 @@ from ..execution.common import BOUNDS
 from ..interpreter import interpret
 from ..sizes import weight_bytes
 from ..timing import fused_program, time_program
+from .parallel import stage_end
 from .prepare import ServingGraph
 
 _DEFAULT_OPTIONS = TimingOptions()
-__all__ = ["StepTime", "time_step", "activation_bytes"]
+__all__ = ["StepTime", "StagePart", "time_step", "activation_bytes"]
+
+
+@dataclass(frozen=True)
+class StagePart:
+    """Time and work of some of a step's kernels (a pipeline stage's own: the embedding or the head)."""
+
+    time_s: float = 0.0
+    flops: int = 0
+    bytes: int = 0
+    traffic: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,10 +69,13 @@ class StepTime:
     #: A dataflow layout's bytes in fast memory: (all its chips, their weights, the fullest chip, that
     #: chip's weights); for the memory budget, whose fit is per chip; not part of the step's JSON.
     chip_bytes: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    #: What only a pipeline's first stage (the embedding) and last stage (the final norm and the head)
+    #: run (:func:`.parallel.stage_end`); for the pipeline's schedule, not part of the step's JSON.
+    ends: tuple[StagePart, StagePart] = (StagePart(), StagePart())
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()
-                if k not in ("weight_streaming", "chip_bytes")}
+                if k not in ("weight_streaming", "chip_bytes", "ends")}
 
 
 def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past: int,
@@ -74,7 +88,11 @@ def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past
     terms = {"compute": 0.0, "memory": 0.0, "interconnect": 0.0, "overhead": 0.0}
     by_bound = {b: 0.0 for b in BOUNDS}
     attention = 0.0
+    ends: dict[str, list[float]] = {"first": [0.0] * 4, "last": [0.0] * 4, "every": [0.0] * 4}
     for kernel, t in zip(program.kernels, schedule.times):
+        part = ends[stage_end(kernel.anchor.source.scope)]
+        part[0] += t.time_s
+        part[3] += kernel.cost.bytes
         terms["compute"] += t.compute_s
         terms["memory"] += t.memory_s
         terms["interconnect"] += t.comm_s
@@ -82,6 +100,10 @@ def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past
         by_bound[t.bound] += t.time_s
         if kernel.kind == "attention":
             attention += t.time_s
+    for node, cost in table.costs.items():
+        part = ends[stage_end(node.source.scope)]
+        part[1] += cost.flops
+        part[2] += cost.bytes
     total = table.total()
     activations = activation_bytes(sg, batch, tokens, table if past == 0 or sg.cache.is_static else None)
     return StepTime(
@@ -93,7 +115,11 @@ def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past
         bound=max(by_bound, key=by_bound.get) if schedule.total_s > 0 else "overhead",  # type: ignore[arg-type]
         activation_bytes=activations // max(schedule.devices, 1), weight_bytes=weight_bytes(table),
         notes=tuple(schedule.notes), weight_streaming=bool(schedule.layout.get("weight_streaming", False)),
-        chip_bytes=_chip_bytes(schedule.layout))
+        chip_bytes=_chip_bytes(schedule.layout), ends=(_part(ends["first"]), _part(ends["last"])))
+
+
+def _part(sums: list[float]) -> StagePart:
+    return StagePart(sums[0], int(sums[1]), int(sums[2]), int(sums[3]))
 
 
 def _chip_bytes(plan: dict[str, Any]) -> tuple[float, float, float, float]:

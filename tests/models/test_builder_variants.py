@@ -52,10 +52,12 @@ def test_latent_attention_expands_every_cached_latent_as_transformers_does():
 
 def test_absorbed_latent_attention_attends_the_latent_with_one_kv_head():
     """Absorbed MLA: no per-token expansion; q_nope @ W_UK and o @ W_UV per head, then attention over
-    keys of R + DR and values of R dims; same parameters, same cache."""
+    keys of R + DR and values of R dims; same parameters, the same cache bytes held as serving engines hold
+    them: one tensor of [latent | k_rot] rows per layer, whose first R columns are V."""
     g, plain = _mla(past=4, mla_absorb=True), _mla(past=4)
     assert g.param_count() == plain.param_count()
-    assert [str(v.type) for v in g.inputs[1:3]] == [str(v.type) for v in plain.inputs[1:3]]
+    assert str(g.inputs[1].type) == f"bf16[batch, 1, past, {R + DR}]" and str(plain.inputs[1].type).endswith(f"{R}]")
+    assert str(plain.inputs[2].type).endswith(f"{DR}]") and g.inputs[2].name.endswith("1.key")
     mlp = 2 * 3 * HD * FF
     for b, s, p in ((1, 1, 100), (2, 5, 0)):
         t = b * s

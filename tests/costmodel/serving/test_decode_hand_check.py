@@ -89,3 +89,22 @@ def test_long_context_gqa_decode_never_turns_compute_bound(replica):
     c = crossover(replica, 2048, limit=64)
     assert c.analytic is None                # one sequence's attention is below the ridge point
     assert c.flops_per_sequence < c.ridge * c.bytes_per_sequence
+
+
+def test_the_fp8_crossover_takes_the_fp8_rate_that_carries_the_gemm_flops():
+    """W8A8 FP8 (ModelOpt/TensorRT-LLM): the 224 projections read FP8 at H100's FP8 rate, the head stays
+    bf16. The projections carry 93% of the GEMM FLOPs, so the ridge is FP8's (1979 over 989 TFLOP/s:
+    558 FLOP/B, twice bf16's 279) and B* = R W / (f - R b) with W the FP8 projections (1 B/param), the
+    bf16 head and norms and one embedding row: about 804 at 128 tokens (it took the head's bf16 rate: 217)."""
+    h100 = get_target("h100")
+    g = narrowpipe.transformer(layers=L, hidden=E, heads=H, vocab=V, ffn=F, kv_heads=HKV, gated_mlp=True, seq=2048)
+    c = crossover(replica_for(g, "h100", weights="fp8_e4m3", gemm_inputs="fp8_e4m3"), 128, limit=4)
+    ridge = h100.matrix_flops["fp8_e4m3"] * h100.matmul_efficiency / (h100.memory_bandwidth * h100.memory_efficiency)
+    assert c.ridge == pytest.approx(ridge, rel=1e-6) and 550 < c.ridge < 565
+    projections = L * (E * E + 2 * E * HKV * D + E * E + 3 * E * F)
+    w = projections + 2 * (L * 2 * E + E + V * E + E)
+    f = 2 * (projections + V * E) + L * 4 * H * (128 + 1) * D
+    b = _kv_per_token() * (128 + 2)
+    assert w == pytest.approx(8.03e9, rel=1e-3) and f == pytest.approx(1.508e10, rel=1e-3)
+    assert c.analytic == pytest.approx(ridge * w / (f - ridge * b), rel=0.01)
+    assert 790 < c.analytic < 820

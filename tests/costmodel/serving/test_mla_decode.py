@@ -110,3 +110,51 @@ def test_analyze_mode_decode_says_it_times_the_built_form_and_where_the_absorbed
     assert main(["analyze", str(path), "--target", "h100", "--mode", "decode", "--context", "300"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "latent attention (MLA) timed decompressed, as built" in text and "narrowpipe serve" in text
+
+
+def test_absorbed_decode_streams_the_shared_latent_cache_once_and_copies_none_of_it():
+    """FlashMLA's layout: one cache tensor of ``[latent | k_rot]`` rows, V its first ``R`` columns. By hand
+    (bf16, H heads): the attention kernel reads q ``B*H*(R+DR)*2``, the cache once ``B*(past+1)*(R+DR)*2``,
+    and writes ``B*H*R*2``; before the fix it also read V (``B*(past+1)*R*2``) and a ``k_cat`` copy moved
+    the whole cache twice more. Every other kernel's bytes are the same at any cache length."""
+    from narrowpipe.costmodel.serving import replica_for
+    from narrowpipe.costmodel.serving.step import fused_program, interpret
+    rep = replica_for(narrowpipe.from_config(TINY_DEEPSEEK), "h100")
+    sg = rep.decode_graph
+    batch, others = 3, set()
+    for past in (100, 2047):
+        prog = fused_program(interpret(sg.graph, sg.bindings(batch, 1, past)), rep.target, rep.options)
+        layer = [k for k in prog.kernels if k.name.startswith("model_layers_0_self_attn_")]
+        attention = [k for k in layer if k.kind == "attention"]
+        assert len(attention) == 1
+        cache_once = batch * (past + 1) * (R + DR) * 2
+        assert attention[0].cost.bytes == batch * H * (R + DR) * 2 + cache_once + batch * H * R * 2
+        others.add(sum(k.cost.bytes for k in layer if k.kind != "attention"))
+    assert len(others) == 1
+    # the cache holds R + DR values per token and layer, as before, in one tensor per layer
+    assert sg.cache.bytes_per_token == rep.source.cache.bytes_per_token == LAYERS * (R + DR) * 2
+    assert len(sg.cache.tensors) == LAYERS
+
+
+def test_an_attention_declaring_a_v_wider_than_its_k_a_prefix_is_refused():
+    from narrowpipe.costmodel.interpreter import interpret
+    from narrowpipe.errors import ShapeError
+    from narrowpipe.ir import V_IN_K, DType, Graph, Op, TensorType
+    g = Graph("bad")
+    q = g.add_input("q", TensorType(DType.BF16, (1, 2, 1, 8)))
+    k = g.add_input("k", TensorType(DType.BF16, (1, 1, 4, 8)))
+    v = g.add_input("v", TensorType(DType.BF16, (1, 1, 4, 16)))
+    n = g.add_node(Op.ATTENTION, [q, k, v], [TensorType(DType.BF16, (1, 2, 1, 16))],
+                   {"layout": "bhsd", V_IN_K: True})
+    g.set_outputs(n.outputs)
+    with pytest.raises(ShapeError, match="cannot be a prefix of K"):
+        interpret(g, {})
+
+
+def test_tensor_parallel_decode_of_a_model_with_several_leading_dense_layers():
+    """DeepSeek-V3's layout (dense layers first, then experts) at TP2: each device replicates the
+    latent cache, 3 x (R + DR) x 2 B per token (the stage split once rebuilt the spec with one layer,
+    which refused dense_layers (0, 1))."""
+    config = dict(TINY_DEEPSEEK, num_hidden_layers=3, first_k_dense_replace=2)
+    r = serve(narrowpipe.from_config(config), "h200", mode="decode", batch=8, context=256, tp=2, with_crossover=False)
+    assert r.kv_bytes_per_token == 3 * (R + DR) * 2 and r.tpot_s is not None and r.tpot_s > 0
