@@ -112,6 +112,25 @@ def _gather(scatter: Op) -> Callable[[GradContext, Node, list[Value | None], lis
     return rule
 
 
+def _scatter(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
+    """A slice/select scatter (``out[:, t] = y``, or torch's functional ``slice_scatter``): the base
+    gets the gradient with the written region zeroed, the update gets that region (torch's formulas:
+    ``grad.slice_scatter(zeros_like(src))`` and ``grad.slice(...)``). Index-driven forms (more
+    operands, or a gradient's ``into`` zeros) are left to the unmodeled path."""
+    dy = dys[0]
+    if dy is None or len(node.inputs) != 2 or "into" in node.attrs:
+        return [None] * len(node.inputs)
+    base, src = node.inputs
+    assert base is not None and src is not None
+    out: Grads = [None, None]
+    if wants[0]:
+        zeros = cx.emit(Op.FILL, [], src.shape, dy.dtype, {"value": 0}, name="grad_zero")
+        out[0] = cx.like(Op.SCATTER, [dy, zeros], dy, {"reduce": "none"}, name="grad")
+    if wants[1]:
+        out[1] = cx.emit(Op.SLICE, [dy], src.shape, dy.dtype, name="grad_update")
+    return out
+
+
 def _select(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
     """top-k and sort: the values' gradient scattered back to where the indices say (torch's
     ``value_selecting_reduction_backward``); the indices output carries none."""
@@ -145,7 +164,7 @@ DATA_GRADS: dict[Op, Rule] = {
     Op.FLIP: _same_op(), Op.ROLL: _same_op(), Op.TRIANGULAR: _same_op(),
     Op.DEPTH_TO_SPACE: _same_op(Op.SPACE_TO_DEPTH), Op.SPACE_TO_DEPTH: _same_op(Op.DEPTH_TO_SPACE),
     Op.GATHER: _gather(Op.SCATTER), Op.GATHER_ELEMENTS: _gather(Op.SCATTER_ELEMENTS),
-    Op.GATHER_ND: _gather(Op.SCATTER_ND), Op.TOPK: _select, Op.SORT: _select,
+    Op.GATHER_ND: _gather(Op.SCATTER_ND), Op.SCATTER: _scatter, Op.TOPK: _select, Op.SORT: _select,
     Op.POOL: _pool, Op.ALL_REDUCE: _passthrough,
     **{op: _same_op(t) for op, t in _TRANSPOSE_COLLECTIVE.items()},
 }

@@ -7,8 +7,9 @@ from typing import Any
 
 import torch.fx as fx
 
-from ...ir import IN_PLACE, Op
+from ...ir import IN_PLACE, Op, TensorType
 from .aten_args import arg, norm_axes, norm_axis, rank_of, scalar, tensor_meta
+from .inplace import writes_into_view
 from .lowering import AtenLowerer, op_key
 
 __all__ = ["TENSOR_LOWERINGS"]
@@ -43,6 +44,26 @@ def _to(cx: AtenLowerer, n: fx.Node) -> None:
         cx.emit(Op.COPY, [x], n)
         return
     cx.emit(Op.CAST, [x], n, {"to": out[0].dtype.value} if out else None)
+
+
+def _copy(cx: AtenLowerer, n: fx.Node) -> None:
+    """``copy_(dst, src)`` and its functional ``copy``: ``src``'s data in ``dst``'s shape and dtype
+    (``dst`` only gives the place). Written into a view (``x[:, t] = y``), the write-back's scatter
+    moves the data, so the value is ``src`` itself (cast, broadcast) and no copy is counted twice."""
+    x = cx.value(arg(n, 1, "src"))
+    out = cx.out_types(n)
+    if x is None or not out:
+        cx.emit(Op.COPY, [cx.value(n.args[0])], n)
+        return
+    if x.dtype is not out[0].dtype:
+        x = cx.emit(Op.CAST, [x], n, {"to": out[0].dtype.value}, types=[TensorType(out[0].dtype, x.shape)],
+                    bind=False, name=f"{n.name}_cast").outputs[0]
+    if tuple(x.shape) != tuple(out[0].shape):
+        x = cx.emit(Op.EXPAND, [x], n, types=[out[0]], bind=False, name=f"{n.name}_expand").outputs[0]
+    if writes_into_view(n):
+        cx.alias(n, x)
+        return
+    cx.emit(Op.COPY, [x], n)
 
 
 def _contiguous(cx: AtenLowerer, n: fx.Node) -> None:
@@ -206,7 +227,7 @@ TENSOR_LOWERINGS = {
                                    "resolve_conj", "resolve_neg", "alias_copy", "detach_copy",
                                    "_conj", "conj")},
     "to": _to, "_to_copy": _to, "type_as": _to, "_to_dtype": _to,
-    "contiguous": _contiguous, "clone": _first(Op.COPY), "copy": _first(Op.COPY),
+    "contiguous": _contiguous, "clone": _first(Op.COPY), "copy": _copy,
     "permute": _permute, "transpose": _permute, "t": _permute, "numpy_T": _permute, "swapaxes": _permute,
     "swapdims": _permute, "movedim": _permute, "permute_copy": _permute, "transpose_copy": _permute,
     "cat": _concat, "concat": _concat, "concatenate": _concat, "stack": _concat, "hstack": _concat,

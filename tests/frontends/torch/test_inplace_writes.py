@@ -1,0 +1,78 @@
+"""In-place writes in exported programs: what the written value becomes in the IR and what the write
+costs. ``torch.export`` keeps ``out[:, 1] = y`` as ``select`` + ``copy_`` with later readers naming
+``out``; the write must reach ``out`` (a scatter into it, updated where it lies) and ``copy``'s
+operand is its source, not its destination (it read the destination and dropped the source)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import narrowpipe  # noqa: E402
+from narrowpipe.costmodel.interpreter import interpret  # noqa: E402
+from narrowpipe.ir import IN_PLACE, Op  # noqa: E402
+
+
+class _SelectWrite(torch.nn.Module):
+    def forward(self, x):
+        out = torch.zeros_like(x)
+        out[:, 1] = x[:, 1] * 2
+        return out + 1
+
+
+class _CopyIntoBase(torch.nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        out.copy_(x * 2)
+        return out + 1
+
+
+def _graph(model, program=False):
+    x = torch.randn(2, 4, 16)
+    if program:
+        return narrowpipe.from_torch(torch.export.export(model, (x,)).run_decompositions({}))
+    return narrowpipe.from_torch(model, (x,))
+
+
+def _producer_chain(graph):
+    """The op of every node the output depends on."""
+    seen, todo = set(), list(graph.outputs)
+    while todo:
+        v = todo.pop()
+        node = v.producer
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        todo.extend(i for i in node.inputs if i is not None)
+    return seen
+
+
+def test_a_select_write_is_an_in_place_scatter_the_output_reads():
+    """Hand count: the written row is [2, 16] fp32 = 128 B, read once and written once."""
+    g = _graph(_SelectWrite())
+    scatters = [n for n in g.nodes if n.op is Op.SCATTER]
+    assert len(scatters) == 1 and scatters[0].attrs.get(IN_PLACE) == 0
+    live = _producer_chain(g)
+    assert scatters[0] in live and any(n.op is Op.MUL for n in live)
+    cost = interpret(g, {}).costs[scatters[0]]
+    assert (cost.flops, cost.bytes_read, cost.bytes_written) == (0, 128, 128)
+
+
+def test_the_functional_copy_of_a_decomposed_program_reads_its_source():
+    """After functionalization the write is ``copy(view, src)`` + ``select_scatter``: the scatter's
+    update must be the multiplied rows, not the zeros the view holds."""
+    g = _graph(_SelectWrite(), program=True)
+    (scatter,) = [n for n in g.nodes if n.op is Op.SCATTER]
+    update = scatter.inputs[1]
+    assert update is not None and update.producer is not None and update.producer.op is Op.MUL
+
+
+def test_copy_into_a_whole_tensor_copies_the_source():
+    """``out.copy_(x * 2)``: one copy of [2, 4, 16] fp32 (512 B each way) from the product."""
+    g = _graph(_CopyIntoBase())
+    (copy,) = [n for n in g.nodes if n.op is Op.COPY]
+    assert copy.inputs[0] is not None and copy.inputs[0].producer is not None
+    assert copy.inputs[0].producer.op is Op.MUL and copy in _producer_chain(g)
+    cost = interpret(g, {}).costs[copy]
+    assert (cost.bytes_read, cost.bytes_written) == (512, 512)
