@@ -259,6 +259,7 @@ TENSOR_LOWERINGS = {
     "frobenius_norm": _reduce(Op.REDUCE_NORM), "logsumexp": _reduce(Op.REDUCE_LOGSUMEXP),
     "argmax": _reduce(Op.ARGMAX), "argmin": _reduce(Op.ARGMIN), "any": _reduce(Op.REDUCE_MAX),
     "all": _reduce(Op.REDUCE_MIN), "count_nonzero": _reduce(Op.REDUCE_SUM),
+    "_is_all_true": _reduce(Op.REDUCE_MIN, None, None), "_is_any_true": _reduce(Op.REDUCE_MAX, None, None),
     "aminmax": _reduce(Op.REDUCE_MAX), "cumsum": _scan(Op.CUMSUM), "cumprod": _scan(Op.CUMPROD),
     "cummax": _scan(Op.CUMSUM), "cummin": _scan(Op.CUMSUM), "logcumsumexp": _scan(Op.CUMSUM),
     # creation

@@ -121,3 +121,77 @@ def test_recurrent_models_training_step_matches_torch(make):
     kwargs = {"input_ids": torch.randint(3, _V, (2, 10)), "use_cache": False}
     flops, _, _ = _narrowpipe_step(model, (), kwargs)
     assert flops == _torch_step(model, (), kwargs)
+
+
+class _Repeat(torch.nn.Module):
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(16, 16, bias=False)
+        self.kind = kind
+
+    def forward(self, x):
+        k = self.a(x)
+        if self.kind == "repeat":
+            return k.repeat(1, 2, 1)
+        if self.kind == "tile":
+            return torch.tile(k, (2, 1))
+        return k.repeat_interleave(2, dim=1)
+
+
+@pytest.mark.parametrize("kind", ["repeat", "tile", "repeat_interleave"])
+def test_a_repeat_backward_sums_the_copies_back_onto_the_input(kind):
+    """torch: forward 2*2*4*16*16 = 4096, dW 4096 (no dX: x needs none); the repeat's backward is a
+    sum, no matmul. Hand count of that sum, fp32: reads dy [2, 8, 16] (or [4, 4, 16]) 1024 B, writes
+    dx [2, 4, 16] 512 B, one add per dy element (256)."""
+    torch.manual_seed(0)
+    model, x = _Repeat(kind), torch.randn(2, 4, 16)
+    flops, report, step = _narrowpipe_step(model, (x,))
+    assert flops == _torch_step(model, (x,)) == 8192
+    assert report.unmodeled == [] and step.meta["training"]["no_backward_rule"] == []
+    sums = [r for r in report.ops if r.phase == "backward" and r.op == "reduce_sum"]
+    assert [(r.flops, r.bytes) for r in sums] == [(256, 1024 + 512)]
+
+
+class _Scatters(torch.nn.Module):
+    """A write of the first Linear's output by index or mask into a zeros buffer, read by the second."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(16, 16, bias=False)
+        self.b = torch.nn.Linear(16, 16, bias=False)
+        self.kind = kind
+
+    def forward(self, x):
+        k = self.a(x)
+        base = torch.zeros_like(k)
+        if self.kind == "scatter":
+            idx = torch.arange(4).flip(0).view(1, 4, 1).expand(2, 4, 16)
+            out = base.scatter(1, idx, k)
+        elif self.kind == "scatter_add":
+            idx = torch.arange(4).flip(0).view(1, 4, 1).expand(2, 4, 16)
+            out = base.scatter_add(1, idx, k)
+        elif self.kind == "index_put":
+            out = base.index_put((torch.tensor([0, 1]),), k[[1, 0]])
+        else:                                        # LLaVA's image features into the text embeddings
+            mask = (torch.arange(4) % 2 == 0).view(1, 4, 1).expand(2, 4, 16)
+            out = base.masked_scatter(mask, k)
+        return self.b(out)
+
+
+@pytest.mark.parametrize("kind", ["scatter", "scatter_add", "index_put", "masked_scatter"])
+def test_scatter_backwards_reach_data_and_updates(kind):
+    """torch: 2 forward mm + dW_b, dX_b, dW_a = 20480 (the written values carry the gradient to ``a``)."""
+    torch.manual_seed(0)
+    model, x = _Scatters(kind), torch.randn(2, 4, 16)
+    flops, report, step = _narrowpipe_step(model, (x,))
+    assert flops == _torch_step(model, (x,)) == 20480
+    assert report.unmodeled == [] and step.meta["training"]["no_backward_rule"] == []
+
+
+def test_a_scatter_gradient_gathers_the_updates_rows():
+    """Hand count, fp32 [2, 4, 16], int64 index [2, 4, 16]: the updates' gradient gathers 512 B of
+    the output gradient by 1024 B of indices and writes 512 B."""
+    torch.manual_seed(0)
+    _, report, _ = _narrowpipe_step(_Scatters("scatter"), (torch.randn(2, 4, 16),))
+    rows = [r for r in report.ops if r.phase == "backward" and r.op == "gather_elements"]
+    assert [(r.flops, r.bytes) for r in rows] == [(0, 1024 + 512 + 512)]

@@ -92,3 +92,17 @@ def test_an_in_place_op_updates_its_operand_without_a_buffer_of_its_own(inplace,
     (relu,) = [n for n in g.nodes if n.op is Op.RELU]
     assert (IN_PLACE in relu.attrs) is inplace
 
+
+def test_is_all_true_is_a_reduction_over_every_element():
+    """``torch._assert_async``-style checks (LLaVA's ``(mask == x).all()``) export ``aten._is_all_true``:
+    a min over the whole bool tensor, [2, 4, 16] = 128 B read, 1 B written, one compare per element;
+    it was listed unmodeled."""
+    class _AllTrue(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.aten._is_all_true(x > 0)
+
+    g = narrowpipe.from_torch(_AllTrue(), (torch.randn(2, 4, 16),))
+    (node,) = [n for n in g.nodes if n.source.op.startswith("aten._is_all_true")]
+    cost = interpret(g, {}).costs[node]
+    assert node.op is Op.REDUCE_MIN and (cost.flops, cost.bytes_read, cost.bytes_written) == (128, 128, 1)
+    assert narrowpipe.analyze(g).unmodeled == []
