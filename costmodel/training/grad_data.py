@@ -154,6 +154,15 @@ def _scatter_indexed(cx: GradContext, node: Node, dys: list[Value | None], wants
     return out
 
 
+def _resize(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
+    """``upsample_*_backward``: one kernel reading the output gradient, writing the input's (sizes
+    and scales operands get none)."""
+    x, dy = node.inputs[0], dys[0]
+    if x is None or dy is None or not wants[0]:
+        return [None] * len(node.inputs)
+    return [cx.like(Op.RESIZE, [dy], x, _attrs(node, role="grad"), name="grad"), *([None] * (len(node.inputs) - 1))]
+
+
 def _tile(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
     """``repeat_backward`` (repeat, tile, repeat_interleave): the gradient's copies summed back onto
     the input, one reduction reading the output gradient and writing the input's (torch reshapes
@@ -200,7 +209,7 @@ DATA_GRADS: dict[Op, Rule] = {
     Op.GATHER: _gather(Op.SCATTER), Op.GATHER_ELEMENTS: _gather(Op.SCATTER_ELEMENTS),
     Op.GATHER_ND: _gather(Op.SCATTER_ND), Op.SCATTER: _scatter, Op.TILE: _tile,
     Op.SCATTER_ELEMENTS: _scatter_indexed, Op.SCATTER_ND: _scatter_indexed, Op.INDEX_PUT: _scatter_indexed,
-    Op.TOPK: _select, Op.SORT: _select,
+    Op.RESIZE: _resize, Op.TOPK: _select, Op.SORT: _select,
     Op.POOL: _pool, Op.ALL_REDUCE: _passthrough,
     **{op: _same_op(t) for op, t in _TRANSPOSE_COLLECTIVE.items()},
 }

@@ -209,6 +209,20 @@ def _topk(cx: AtenLowerer, n: fx.Node) -> None:
             {"k": k if isinstance(k, int) else scalar(k), "axis": norm_axis(arg(n, 2, "dim", -1), r)})
 
 
+def _meshgrid(cx: AtenLowerer, n: fx.Node) -> None:
+    """torch's meshgrid returns views: input ``i`` reshaped to its own dim (``ij``; ``xy`` swaps the
+    first two) and expanded over the grid, one free reshape and expand per output."""
+    ins = [cx.value(t) for t in arg(n, 0, "tensors")]
+    xy = str(arg(n, 1, "indexing", "ij")) == "xy"
+    outs = []
+    for i, (x, t) in enumerate(zip(ins, cx.out_types(n))):
+        d = {0: 1, 1: 0}.get(i, i) if xy and t.rank >= 2 else i
+        line = TensorType(t.dtype, tuple(dim if k == d else 1 for k, dim in enumerate(t.shape)))
+        v = cx.emit(Op.RESHAPE, [x], n, types=[line], bind=False, name=f"{n.name}_{i}_line").outputs[0]
+        outs.append(cx.emit(Op.EXPAND, [v], n, types=[t], bind=False, name=f"{n.name}_{i}").outputs[0])
+    cx.bind(n, outs)
+
+
 def _diff(cx: AtenLowerer, n: fx.Node) -> None:
     cx.emit(Op.SUB, cx.values(n.args), n, {"role": "diff"})
 
@@ -276,7 +290,7 @@ TENSOR_LOWERINGS = {
     "nonzero_static": _first(Op.NONZERO), "sort": _sort, "argsort": _sort, "msort": _sort,
     "topk": _topk, "unique": _first(Op.UNIQUE), "_unique": _first(Op.UNIQUE),
     "_unique2": _first(Op.UNIQUE), "unique_consecutive": _first(Op.UNIQUE), "unique_dim": _first(Op.UNIQUE),
-    "diff": _diff,
+    "diff": _diff, "meshgrid": _meshgrid,
     "fft_fft": _first(Op.FFT), "fft_ifft": _first(Op.FFT), "fft_rfft": _first(Op.FFT),
     "fft_irfft": _first(Op.FFT), "_fft_r2c": _first(Op.FFT), "_fft_c2r": _first(Op.FFT), "_fft_c2c": _first(Op.FFT),
 }

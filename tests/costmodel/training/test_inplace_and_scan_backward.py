@@ -195,3 +195,28 @@ def test_a_scatter_gradient_gathers_the_updates_rows():
     _, report, _ = _narrowpipe_step(_Scatters("scatter"), (torch.randn(2, 4, 16),))
     rows = [r for r in report.ops if r.phase == "backward" and r.op == "gather_elements"]
     assert [(r.flops, r.bytes) for r in rows] == [(0, 1024 + 512 + 512)]
+
+
+class _Upsample(torch.nn.Module):
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(16, 16, bias=False)
+        self.mode = mode
+
+    def forward(self, x):
+        k = self.a(x).view(1, 2, 4, 4)
+        return torch.nn.functional.interpolate(k, scale_factor=2, mode=self.mode)
+
+
+@pytest.mark.parametrize("mode, flops", [("bilinear", 1024), ("nearest", 0)])
+def test_an_upsample_backward_reads_the_output_gradient_and_writes_the_input_gradient(mode, flops):
+    """torch: forward 2*2*16*16 = 1024, dW 1024. Hand count of the upsample's backward, fp32: dy
+    [1, 2, 8, 8] 512 B read, dx [1, 2, 4, 4] 128 B written; bilinear: each of dy's 128 elements
+    multiply-adds into 2 x 2 taps, 8 FLOPs each (nearest: a copy-add, counted as none like its forward)."""
+    torch.manual_seed(0)
+    model, x = _Upsample(mode), torch.randn(2, 16)
+    total, report, step = _narrowpipe_step(model, (x,))
+    assert total == _torch_step(model, (x,)) == 2048
+    assert report.unmodeled == [] and step.meta["training"]["no_backward_rule"] == []
+    grads = [r for r in report.ops if r.phase == "backward" and r.op == "resize"]
+    assert [(r.flops, r.bytes) for r in grads] == [(flops, 512 + 128)]

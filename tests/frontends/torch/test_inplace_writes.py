@@ -106,3 +106,23 @@ def test_is_all_true_is_a_reduction_over_every_element():
     cost = interpret(g, {}).costs[node]
     assert node.op is Op.REDUCE_MIN and (cost.flops, cost.bytes_read, cost.bytes_written) == (128, 128, 1)
     assert narrowpipe.analyze(g).unmodeled == []
+
+
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_meshgrid_is_views_of_its_inputs(indexing):
+    """BEiT's relative position index: ``torch.meshgrid`` returns expanded views (no FLOPs, no bytes),
+    shaped as torch shapes them; it was listed unmodeled."""
+    class _Grid(torch.nn.Module):
+        def forward(self, a, b):
+            gx, gy = torch.meshgrid(a, b, indexing=indexing)
+            return gx + gy
+
+    a, b = torch.randn(3), torch.randn(5)
+    g = narrowpipe.from_torch(_Grid(), (a, b))
+    report = narrowpipe.analyze(g)
+    assert report.unmodeled == []
+    grid = [n for n in g.nodes if n.source.op.startswith("aten.meshgrid")]
+    costs = interpret(g, {}).costs
+    assert {n.op for n in grid} == {Op.RESHAPE, Op.EXPAND} and sum(costs[n].bytes for n in grid) == 0
+    expected = tuple(torch.meshgrid(a, b, indexing=indexing)[0].shape)
+    assert tuple(g.outputs[0].shape) == expected
