@@ -126,3 +126,22 @@ def test_meshgrid_is_views_of_its_inputs(indexing):
     assert {n.op for n in grid} == {Op.RESHAPE, Op.EXPAND} and sum(costs[n].bytes for n in grid) == 0
     expected = tuple(torch.meshgrid(a, b, indexing=indexing)[0].shape)
     assert tuple(g.outputs[0].shape) == expected
+
+
+def test_weight_norm_is_norm_divide_multiply():
+    """``nn.utils.weight_norm`` (wav2vec2, HuBERT) exports ``aten._weight_norm``: v [8, 4, 3] fp32,
+    dim=2. Hand count: the 2-norm over dims 0 and 1 reads v (384 B), writes [1, 1, 3] (12 B), 2
+    FLOPs per element (192); g / norm reads 24 B, writes 12 B, 3 FLOPs; v * scale reads 384 + 12 B,
+    writes 384 B, 96 FLOPs. It was listed unmodeled."""
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 8, 3, bias=False), dim=2)
+
+    class _Norm(torch.nn.Module):
+        def forward(self, x):
+            return conv(x)
+
+    g = narrowpipe.from_torch(_Norm(), (torch.randn(2, 4, 10),))
+    assert narrowpipe.analyze(g).unmodeled == []
+    rows = [n for n in g.nodes if n.source.op.startswith("aten._weight_norm")]
+    costs = interpret(g, {}).costs
+    assert [(n.op, costs[n].flops, costs[n].bytes_read, costs[n].bytes_written) for n in rows] == [
+        (Op.REDUCE_NORM, 192, 384, 12), (Op.DIV, 3, 24, 12), (Op.MUL, 96, 396, 384)]
