@@ -25,6 +25,13 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute", choices=RECOMPUTE_POLICIES, default="none",
                    help="activation recomputation (default none)")
     g.add_argument("--loss", choices=LOSSES, default="sum", help="loss on the first output (default sum)")
+    g.add_argument("--frozen", type=_patterns, default=(), metavar="NAME[,NAME]",
+                   help="parameters without gradient: state-dict names or globs ('model.vision.*'), besides "
+                        "those the model itself froze (requires_grad=False)")
+
+
+def _patterns(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
 def training_graph(graph: Any, args: argparse.Namespace) -> Any:
@@ -32,7 +39,8 @@ def training_graph(graph: Any, args: argparse.Namespace) -> Any:
     if not getattr(args, "train", False):
         return graph
     from .costmodel.training import build_training_graph
-    return build_training_graph(graph, optimizer=args.optimizer, recompute=args.recompute, loss=args.loss)
+    return build_training_graph(graph, optimizer=args.optimizer, recompute=args.recompute, loss=args.loss,
+                                frozen=args.frozen)
 
 
 def print_training_memory(forward: Any, args: argparse.Namespace, dims: dict[str, Any], console: Console) -> None:
@@ -41,7 +49,8 @@ def print_training_memory(forward: Any, args: argparse.Namespace, dims: dict[str
         return
     from .costmodel.training import training_memory
     from .render.training import memory_table
-    mem = training_memory(forward, optimizer=args.optimizer, recompute=args.recompute, loss=args.loss, dims=dims)
+    mem = training_memory(forward, optimizer=args.optimizer, recompute=args.recompute, loss=args.loss, dims=dims,
+                          frozen=args.frozen)
     capacity = None
     if args.target:
         from .backends import get_target

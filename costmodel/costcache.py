@@ -23,7 +23,8 @@ from weakref import WeakKeyDictionary
 import numpy as np
 
 from ..gcpause import paused_gc
-from ..ir import VIEW_OPS, Graph, Node, Op, Shape, TensorType, Value, node_subgraphs
+from ..ir import IN_PLACE, VIEW_OPS, Graph, Node, Op, Shape, TensorType, Value, node_subgraphs
+from ..ir.ops import storage_operand
 from ..ir.shapes import shape_symbols
 from .rules import RULES
 
@@ -350,8 +351,10 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
             sid = storage_of(operand)   # None for weights and absent inputs
             if sid is not None:
                 end[sid] = i   # the walk is in order: a read here is the latest so far
-        if op in views and ins and ins[0] is not None and ins[0] in storage:
-            alias = storage[ins[0]]
+        shared = 0 if op in views else storage_operand(op, node.attrs) if IN_PLACE in node.attrs else None
+        base = ins[shared] if shared is not None and shared < len(ins) else None
+        if base is not None and base in storage:     # a view, or an in-place op's updated operand
+            alias = storage[base]
             for v in outs:
                 storage[v] = alias
             allocs.append(())

@@ -14,8 +14,9 @@ from typing import cast
 
 from ..errors import IRError, NarrowpipeError, ShapeError, UnsupportedOpError
 from ..gcpause import paused_gc
-from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Sym, TensorType, Value
+from ..ir import Graph, Node, Op, OpGroup, Sym, TensorType, Value
 from ..ir.dims import Dim
+from ..ir.ops import storage_operand
 from .cost import ZERO, Cost
 from .costcache import GraphIndex, graph_index
 from .experts import BALANCED, ExpertBalance
@@ -269,8 +270,9 @@ def _control_flow_cost(node: Node, binder: ShapeBinder, table: CostTable, strict
 def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]) -> int:
     """Peak bytes of live activations (inputs included, weights excluded) from last uses.
 
-    Views alias the storage of their first input; a storage is freed after the last node reading
-    any of its aliases, unless it backs a graph output.
+    Views alias the storage of their first input and ``in_place`` ops that of the operand they update
+    (``relu_`` gets no buffer of its own); a storage is freed after the last node reading any of its
+    aliases, unless it backs a graph output.
     """
     storage: dict[Value, Value] = {}  # value -> the value owning its storage
     size: dict[Value, int] = {}
@@ -289,9 +291,10 @@ def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]
             sid = storage.get(operand)
             if sid is not None and end.get(sid, -1) < i:
                 end[sid] = i
-        base = node.inputs[0] if node.inputs else None
+        shared = storage_operand(node.op, node.attrs)
+        base = node.inputs[shared] if shared is not None and shared < len(node.inputs) else None
         for v in node.outputs:
-            if node.op in VIEW_OPS and base is not None and base in storage:
+            if base is not None and base in storage:
                 storage[v] = storage[base]
             else:
                 storage[v] = v

@@ -31,10 +31,13 @@ _RESIZE_TAPS = {"nearest": 0, "linear": 2, "bilinear": 2, "cubic": 4, "bicubic":
 
 
 def resize(v: OpView) -> Cost:
-    """Interpolation: per output element, 2 FLOPs per tap in each resized dim (nearest: none)."""
+    """Interpolation: per output element, 2 FLOPs per tap in each resized dim (nearest: none). Its
+    gradient (``role="grad"``, torch's ``upsample_*_backward``) runs the same taps the other way: per
+    element of the output gradient it reads, a multiply-add into each tap of the input gradient."""
     taps = _RESIZE_TAPS.get(str(v.attrs.get("mode", "nearest")), 2)
     dims = int(v.attrs.get("spatial_dims", max(len(v.out_shapes[0]) - 2, 1)))
-    return _traffic(v, v.out_numel() * 2 * taps * dims if taps else 0)
+    points = v.numel(0) if v.attrs.get("role") == "grad" else v.out_numel()
+    return _traffic(v, points * 2 * taps * dims if taps else 0)
 
 
 def roi_align(v: OpView) -> Cost:

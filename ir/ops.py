@@ -40,7 +40,9 @@ Attribute conventions (the verifier checks the ones marked required):
 * Collectives: ``group_size`` (devices taking part), ``axis`` (mesh axis name), ``reduce``.
 * ``in_place`` (:data:`IN_PLACE`, on ``CONCAT`` and the scatter ops): the index of the operand the op
   updates where it lies (torch's ``index_copy_``, a KV cache append into preallocated storage);
-  the output aliases it, and only the other operands are read and written.
+  the output aliases it, and only the other operands are read and written. Other ops may carry it too
+  (torch's ``relu_``, ``mul_``): their cost is unchanged, their output shares the operand's storage
+  in liveness (:func:`storage_operand`).
 * ``UNKNOWN``: an op the frontend could not map; ``source_op`` names it. It is never costed as
   zero silently: reports list it as unmodeled.
 """
@@ -48,9 +50,11 @@ Attribute conventions (the verifier checks the ones marked required):
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["Op", "OpGroup", "GROUP", "VIEW_OPS", "TRANSCENDENTAL_OPS", "ops_in_group", "IN_PLACE", "OPERAND_MAJOR",
-           "MAJORS"]
+           "MAJORS", "storage_operand"]
 
 #: The attribute naming the operand a CONCAT or scatter updates in place (see the module doc).
 IN_PLACE = "in_place"
@@ -277,6 +281,15 @@ for _group, _ops in _GROUPS.items():
 VIEW_OPS: frozenset[Op] = frozenset({Op.RESHAPE, Op.EXPAND, Op.SLICE, Op.IDENTITY, Op.SHAPE_OF})
 #: Elementwise ops counted as transcendentals rather than FLOPs (XLA's convention).
 TRANSCENDENTAL_OPS: frozenset[Op] = frozenset(_TRANSCENDENTAL)
+
+
+def storage_operand(op: Op, attrs: Mapping[str, Any]) -> int | None:
+    """The operand whose storage an op's output shares, for liveness: a view's source, or the
+    operand an ``in_place`` op updates (``relu_``, an eager ``x[:, t] = y``). None: a fresh buffer."""
+    if op in VIEW_OPS:
+        return 0
+    where = attrs.get(IN_PLACE)
+    return int(where) if isinstance(where, int) else None
 
 
 def ops_in_group(group: OpGroup) -> frozenset[Op]:

@@ -121,6 +121,8 @@ def find_kv_cache(graph: Graph) -> KvCache | None:
             continue
         axes = [(i, plain_name(d)) for i, d in enumerate(v.shape)]
         length = next((i for i, name in axes if name in kv_dims), None)
+        if length is None and v.name in windows and v.type.rank >= 3:
+            length = v.type.rank - 2     # a windowed cache exported full: [..., W - 1, head_dim]
         if length is None:
             continue
         batch_axis = next((i for i, name in axes if name in batch_dims), None)

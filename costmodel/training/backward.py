@@ -24,7 +24,8 @@ from .grad_linear import attention_grad, conv_grad, dot_grad
 from .grad_norm import NORM_GRADS
 from .phases import FORWARD, PHASE
 
-__all__ = ["BACKWARD_RULES", "requires_grad", "backward", "has_backward_rule", "trainable", "param_scope"]
+__all__ = ["BACKWARD_RULES", "FROZEN_META", "requires_grad", "backward", "has_backward_rule", "trainable",
+           "param_scope"]
 
 _ELEMENTWISE = ops_in_group(OpGroup.ELEMENTWISE)
 
@@ -39,13 +40,21 @@ def has_backward_rule(op: Op) -> bool:
     return op in BACKWARD_RULES or op in NON_DIFFERENTIABLE
 
 
+#: ``graph.meta`` key: the state-dict names of the parameters the source model froze (torch's
+#: ``requires_grad=False``, kept by ``torch.export`` and ``.pt2`` files), which the frontend records
+#: so that a training step leaves them without gradient as torch does (a frozen DETR backbone).
+FROZEN_META = "frozen_params"
+
+
 def trainable(graph: Graph, frozen: Iterable[str] = ()) -> list[Value]:
-    """The float parameters that get gradients: ``ValueKind.PARAM`` weights not matched by any
-    ``frozen`` pattern (fnmatch on the state-dict name, e.g. ``"model.embed_tokens.*"``)."""
+    """The float parameters that get gradients: ``ValueKind.PARAM`` weights neither frozen in the
+    source model (``graph.meta["frozen_params"]``) nor matched by any ``frozen`` pattern (fnmatch on
+    the state-dict name, e.g. ``"model.embed_tokens.*"``)."""
     patterns = list(frozen)
+    frozen_in_model = set(graph.meta.get(FROZEN_META, ()))
     out = []
     for w in graph.weights:
-        if w.kind is not ValueKind.PARAM or not w.dtype.is_float:
+        if w.kind is not ValueKind.PARAM or not w.dtype.is_float or w.source_name in frozen_in_model:
             continue
         if any(fnmatch.fnmatchcase(name, p) for p in patterns for name in (w.source_name, w.name)):
             continue

@@ -112,6 +112,68 @@ def _gather(scatter: Op) -> Callable[[GradContext, Node, list[Value | None], lis
     return rule
 
 
+def _scatter(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
+    """A slice/select scatter (``out[:, t] = y``, or torch's functional ``slice_scatter``): the base
+    gets the gradient with the written region zeroed, the update gets that region (torch's formulas:
+    ``grad.slice_scatter(zeros_like(src))`` and ``grad.slice(...)``). Index-driven forms (more
+    operands, or a gradient's ``into`` zeros) are left to the unmodeled path."""
+    dy = dys[0]
+    if dy is None or len(node.inputs) != 2 or "into" in node.attrs:
+        return [None] * len(node.inputs)
+    base, src = node.inputs
+    assert base is not None and src is not None
+    out: Grads = [None, None]
+    if wants[0]:
+        zeros = cx.emit(Op.FILL, [], src.shape, dy.dtype, {"value": 0}, name="grad_zero")
+        out[0] = cx.like(Op.SCATTER, [dy, zeros], dy, {"reduce": "none"}, name="grad")
+    if wants[1]:
+        out[1] = cx.emit(Op.SLICE, [dy], src.shape, dy.dtype, name="grad_update")
+    return out
+
+
+def _scatter_indexed(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
+    """scatter / index_put / masked_scatter (inputs: data, the indices or mask, the updates last):
+    the data gets the gradient with the written places zeroed (torch's ``grad.scatter(index, 0)``,
+    ``index_put(..., 0)``, ``masked_fill(mask, 0)``), or the gradient itself for an accumulating
+    write; the updates get the gradient gathered at those places (``gather``, ``grad[indices]``,
+    ``masked_select``). Other reductions (multiply, max) are left to the unmodeled path."""
+    dy, data = dys[0], node.inputs[0]
+    reduce = node.attrs.get("reduce", "none")
+    if dy is None or data is None or "into" in node.attrs or reduce not in ("none", "add"):
+        return [None] * len(node.inputs)
+    idx = [cx.val(v) for v in node.inputs[1:-1] if v is not None]
+    updates = node.inputs[-1] if len(node.inputs) > 2 else None
+    out: Grads = [None] * len(node.inputs)
+    if wants[0]:
+        out[0] = dy if reduce == "add" else cx.like(node.op, [dy, *idx], dy, {"reduce": "none", "role": "grad"},
+                                                    name="grad")
+    if updates is not None and wants[-1]:
+        gather = Op.GATHER_ELEMENTS if node.op is Op.SCATTER_ELEMENTS else Op.GATHER_ND
+        attrs = {"axis": node.attrs["axis"]} if "axis" in node.attrs else {}
+        out[-1] = cx.emit(gather, [dy, *idx], updates.shape, dy.dtype, {**attrs, "role": "grad"}, name="grad_update")
+    return out
+
+
+def _resize(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
+    """``upsample_*_backward``: one kernel reading the output gradient, writing the input's (sizes
+    and scales operands get none)."""
+    x, dy = node.inputs[0], dys[0]
+    if x is None or dy is None or not wants[0]:
+        return [None] * len(node.inputs)
+    return [cx.like(Op.RESIZE, [dy], x, _attrs(node, role="grad"), name="grad"), *([None] * (len(node.inputs) - 1))]
+
+
+def _tile(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
+    """``repeat_backward`` (repeat, tile, repeat_interleave): the gradient's copies summed back onto
+    the input, one reduction reading the output gradient and writing the input's (torch reshapes
+    the gradient to split each repeated dim, a view, and sums the repeat dims)."""
+    x, dy = node.inputs[0], dys[0]
+    if x is None or dy is None or not wants[0] or x.type.rank > dy.type.rank:
+        return [None] * len(node.inputs)
+    g = cx.emit(Op.REDUCE_SUM, [dy], x.shape, dy.dtype, {"role": "tile_grad"}, name="grad")
+    return [g, *([None] * (len(node.inputs) - 1))]
+
+
 def _select(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
     """top-k and sort: the values' gradient scattered back to where the indices say (torch's
     ``value_selecting_reduction_backward``); the indices output carries none."""
@@ -145,7 +207,9 @@ DATA_GRADS: dict[Op, Rule] = {
     Op.FLIP: _same_op(), Op.ROLL: _same_op(), Op.TRIANGULAR: _same_op(),
     Op.DEPTH_TO_SPACE: _same_op(Op.SPACE_TO_DEPTH), Op.SPACE_TO_DEPTH: _same_op(Op.DEPTH_TO_SPACE),
     Op.GATHER: _gather(Op.SCATTER), Op.GATHER_ELEMENTS: _gather(Op.SCATTER_ELEMENTS),
-    Op.GATHER_ND: _gather(Op.SCATTER_ND), Op.TOPK: _select, Op.SORT: _select,
+    Op.GATHER_ND: _gather(Op.SCATTER_ND), Op.SCATTER: _scatter, Op.TILE: _tile,
+    Op.SCATTER_ELEMENTS: _scatter_indexed, Op.SCATTER_ND: _scatter_indexed, Op.INDEX_PUT: _scatter_indexed,
+    Op.RESIZE: _resize, Op.TOPK: _select, Op.SORT: _select,
     Op.POOL: _pool, Op.ALL_REDUCE: _passthrough,
     **{op: _same_op(t) for op, t in _TRANSPOSE_COLLECTIVE.items()},
 }

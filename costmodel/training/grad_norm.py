@@ -110,17 +110,28 @@ def _reduce(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bo
     elif op is Op.REDUCE_LOGSUMEXP:                 # grad * exp(x - result)
         t = cx.like(Op.SUB, [xv, _spread(cx, cx.val(y), x, axes, "grad_y")], x, name="grad_shift")
         dx = cx.like(Op.MUL, [g, cx.like(Op.EXP, [t], x, name="grad_exp")], x, name="grad")
-    else:                                           # CUMSUM: grad.flip(d).cumsum(d).flip(d)
-        attrs = {"axis": node.attrs.get("axis", 0)}
-        t = cx.like(Op.FLIP, [dy], x, attrs, name="grad_flip")
-        t = cx.like(Op.CUMSUM, [t], x, attrs, name="grad_cumsum")
-        dx = cx.like(Op.FLIP, [t], x, attrs, name="grad")
+    else:
+        return [None] * len(node.inputs)            # no formula: the walker's unmodeled path
     return [dx, *([None] * (len(node.inputs) - 1))]
+
+
+def _cumsum(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
+    """torch's ``cumsum_backward``: ``grad.flip(d).cumsum(d).flip(d)``, all in the input's shape. A scan
+    reduces nothing, so the reductions' spreading of the gradient over reduced dims does not apply
+    (it asked to reshape ``[2, 4, 16]`` to ``[2, 4, 1]`` and every cumsum training step failed)."""
+    x, dy = node.inputs[0], dys[0]
+    assert x is not None and dy is not None
+    if not wants[0]:
+        return [None] * len(node.inputs)
+    attrs = {"axis": node.attrs.get("axis", 0)}
+    t = cx.like(Op.FLIP, [dy], x, attrs, name="grad_flip")
+    t = cx.like(Op.CUMSUM, [t], x, attrs, name="grad_cumsum")
+    return [cx.like(Op.FLIP, [t], x, attrs, name="grad"), *([None] * (len(node.inputs) - 1))]
 
 
 Rule = Callable[[GradContext, Node, list[Value | None], list[bool]], Grads]
 NORM_GRADS: dict[Op, Rule] = {
     **dict.fromkeys(_NORMS, _norm), Op.SOFTMAX: _softmax, Op.LOG_SOFTMAX: _softmax,
     **dict.fromkeys((Op.REDUCE_SUM, Op.REDUCE_MEAN, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_VAR, Op.REDUCE_NORM,
-                     Op.REDUCE_LOGSUMEXP, Op.CUMSUM), _reduce),
+                     Op.REDUCE_LOGSUMEXP), _reduce), Op.CUMSUM: _cumsum,
 }

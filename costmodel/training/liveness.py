@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from math import prod
 from weakref import WeakKeyDictionary
 
-from ...ir import VIEW_OPS, Graph, TensorType, Value
+from ...ir import Graph, TensorType, Value
+from ...ir.ops import storage_operand
 from ..interpreter import ShapeBinder
 from .phases import BACKWARD, FORWARD, OPTIMIZER, PHASE, RECOMPUTE
 from .recompute import layer_of
@@ -104,11 +105,12 @@ def _walk(graph: Graph) -> StepLiveness:
             s = storage[v]
             last[s] = i
             read_by[s].add(str(phase))
-        base = node.inputs[0] if node.inputs else None
+        shared = storage_operand(node.op, node.attrs)
+        base = node.inputs[shared] if shared is not None and shared < len(node.inputs) else None
         if phase == OPTIMIZER:
             continue                        # states update in place; nothing new stays live
         for v in node.outputs:
-            if node.op in VIEW_OPS and base is not None and base in storage:
+            if base is not None and base in storage:
                 storage[v] = storage[base]
             else:
                 new(v, i, layer_of(node) or "", str(phase))

@@ -7,7 +7,32 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-__all__ = ["arg", "scalar", "ints", "tensor_meta", "rank_of", "norm_axis", "norm_axes"]
+__all__ = ["op_key", "arg", "scalar", "ints", "tensor_meta", "rank_of", "norm_axis", "norm_axes"]
+
+
+_KEY_CACHE: dict[Any, tuple[str, str]] = {}
+
+
+def op_key(target: Any) -> tuple[str, str]:
+    """``("add.Tensor", "add")`` for ``aten.add.Tensor``: overload-specific and packet keys."""
+    hit = _KEY_CACHE.get(target)
+    if hit is not None:
+        return hit
+    if isinstance(target, torch._ops.OpOverload):
+        ns, _, rest = target.name().partition("::")
+        packet = rest.split(".")[0]
+        overload = target._overloadname
+        prefix = "" if ns == "aten" else f"{ns}::"
+        key = (f"{prefix}{packet}.{overload}", f"{prefix}{packet}")
+    elif isinstance(target, torch._ops.HigherOrderOperator):
+        key = (f"higher_order::{target.name()}", f"higher_order::{target.name()}")
+    elif callable(target):
+        name = getattr(target, "__name__", str(target))
+        key = (f"python::{name}", f"python::{name}")
+    else:
+        key = (str(target), str(target))
+    _KEY_CACHE[target] = key
+    return key
 
 
 def arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:

@@ -160,7 +160,27 @@ def _addc(op: Op):
     return fn
 
 
+def _weight_norm(cx: AtenLowerer, n: fx.Node) -> None:
+    """``_weight_norm(v, g, dim)`` as torch's composite computes it, ``v * (g / norm_except_dim(v))``:
+    a 2-norm of ``v`` over every dim but ``dim`` (``g``'s shape), a division, a broadcast multiply.
+    Three canonical ops, each with a cost and a backward rule (wav2vec2's positional conv)."""
+    v, g = cx.value(n.args[0]), cx.value(n.args[1])
+    if v is None or g is None:
+        cx.emit(Op.UNKNOWN, cx.values(n.args), n, {"source_op": str(n.target)})
+        return
+    dim = arg(n, 2, "dim", 0)
+    keep = norm_axis(dim, v.type.rank) if isinstance(dim, int) and dim != -1 else None
+    axes = tuple(a for a in range(v.type.rank) if a != keep)
+    shape = tuple(d if a == keep else 1 for a, d in enumerate(v.shape))
+    norm = cx.emit(Op.REDUCE_NORM, [v], n, {"axes": axes, "keepdims": True}, types=[TensorType(v.dtype, shape)],
+                   bind=False, name=f"{n.name}_norm").outputs[0]
+    ratio = cx.emit(Op.DIV, [g, norm], n, types=[TensorType(v.dtype, shape)], bind=False,
+                    name=f"{n.name}_scale").outputs[0]
+    cx.emit(Op.MUL, [v, ratio], n)
+
+
 NN_LOWERINGS = {
+    "_weight_norm": _weight_norm,
     "scaled_dot_product_attention": _sdpa,
     "_scaled_dot_product_flash_attention_for_cpu": _sdpa_flash,
     "_scaled_dot_product_flash_attention": _sdpa_flash,

@@ -7,8 +7,9 @@ from typing import Any
 
 import torch.fx as fx
 
-from ...ir import IN_PLACE, Op
+from ...ir import IN_PLACE, Op, TensorType
 from .aten_args import arg, norm_axes, norm_axis, rank_of, scalar, tensor_meta
+from .inplace import writes_into_view
 from .lowering import AtenLowerer, op_key
 
 __all__ = ["TENSOR_LOWERINGS"]
@@ -43,6 +44,26 @@ def _to(cx: AtenLowerer, n: fx.Node) -> None:
         cx.emit(Op.COPY, [x], n)
         return
     cx.emit(Op.CAST, [x], n, {"to": out[0].dtype.value} if out else None)
+
+
+def _copy(cx: AtenLowerer, n: fx.Node) -> None:
+    """``copy_(dst, src)`` and its functional ``copy``: ``src``'s data in ``dst``'s shape and dtype
+    (``dst`` only gives the place). Written into a view (``x[:, t] = y``), the write-back's scatter
+    moves the data, so the value is ``src`` itself (cast, broadcast) and no copy is counted twice."""
+    x = cx.value(arg(n, 1, "src"))
+    out = cx.out_types(n)
+    if x is None or not out:
+        cx.emit(Op.COPY, [cx.value(n.args[0])], n)
+        return
+    if x.dtype is not out[0].dtype:
+        x = cx.emit(Op.CAST, [x], n, {"to": out[0].dtype.value}, types=[TensorType(out[0].dtype, x.shape)],
+                    bind=False, name=f"{n.name}_cast").outputs[0]
+    if tuple(x.shape) != tuple(out[0].shape):
+        x = cx.emit(Op.EXPAND, [x], n, types=[out[0]], bind=False, name=f"{n.name}_expand").outputs[0]
+    if writes_into_view(n):
+        cx.alias(n, x)
+        return
+    cx.emit(Op.COPY, [x], n)
 
 
 def _contiguous(cx: AtenLowerer, n: fx.Node) -> None:
@@ -188,6 +209,20 @@ def _topk(cx: AtenLowerer, n: fx.Node) -> None:
             {"k": k if isinstance(k, int) else scalar(k), "axis": norm_axis(arg(n, 2, "dim", -1), r)})
 
 
+def _meshgrid(cx: AtenLowerer, n: fx.Node) -> None:
+    """torch's meshgrid returns views: input ``i`` reshaped to its own dim (``ij``; ``xy`` swaps the
+    first two) and expanded over the grid, one free reshape and expand per output."""
+    ins = [cx.value(t) for t in arg(n, 0, "tensors")]
+    xy = str(arg(n, 1, "indexing", "ij")) == "xy"
+    outs = []
+    for i, (x, t) in enumerate(zip(ins, cx.out_types(n))):
+        d = {0: 1, 1: 0}.get(i, i) if xy and t.rank >= 2 else i
+        line = TensorType(t.dtype, tuple(dim if k == d else 1 for k, dim in enumerate(t.shape)))
+        v = cx.emit(Op.RESHAPE, [x], n, types=[line], bind=False, name=f"{n.name}_{i}_line").outputs[0]
+        outs.append(cx.emit(Op.EXPAND, [v], n, types=[t], bind=False, name=f"{n.name}_{i}").outputs[0])
+    cx.bind(n, outs)
+
+
 def _diff(cx: AtenLowerer, n: fx.Node) -> None:
     cx.emit(Op.SUB, cx.values(n.args), n, {"role": "diff"})
 
@@ -206,7 +241,7 @@ TENSOR_LOWERINGS = {
                                    "resolve_conj", "resolve_neg", "alias_copy", "detach_copy",
                                    "_conj", "conj")},
     "to": _to, "_to_copy": _to, "type_as": _to, "_to_dtype": _to,
-    "contiguous": _contiguous, "clone": _first(Op.COPY), "copy": _first(Op.COPY),
+    "contiguous": _contiguous, "clone": _first(Op.COPY), "copy": _copy,
     "permute": _permute, "transpose": _permute, "t": _permute, "numpy_T": _permute, "swapaxes": _permute,
     "swapdims": _permute, "movedim": _permute, "permute_copy": _permute, "transpose_copy": _permute,
     "cat": _concat, "concat": _concat, "concatenate": _concat, "stack": _concat, "hstack": _concat,
@@ -238,6 +273,7 @@ TENSOR_LOWERINGS = {
     "frobenius_norm": _reduce(Op.REDUCE_NORM), "logsumexp": _reduce(Op.REDUCE_LOGSUMEXP),
     "argmax": _reduce(Op.ARGMAX), "argmin": _reduce(Op.ARGMIN), "any": _reduce(Op.REDUCE_MAX),
     "all": _reduce(Op.REDUCE_MIN), "count_nonzero": _reduce(Op.REDUCE_SUM),
+    "_is_all_true": _reduce(Op.REDUCE_MIN, None, None), "_is_any_true": _reduce(Op.REDUCE_MAX, None, None),
     "aminmax": _reduce(Op.REDUCE_MAX), "cumsum": _scan(Op.CUMSUM), "cumprod": _scan(Op.CUMPROD),
     "cummax": _scan(Op.CUMSUM), "cummin": _scan(Op.CUMSUM), "logcumsumexp": _scan(Op.CUMSUM),
     # creation
@@ -254,7 +290,7 @@ TENSOR_LOWERINGS = {
     "nonzero_static": _first(Op.NONZERO), "sort": _sort, "argsort": _sort, "msort": _sort,
     "topk": _topk, "unique": _first(Op.UNIQUE), "_unique": _first(Op.UNIQUE),
     "_unique2": _first(Op.UNIQUE), "unique_consecutive": _first(Op.UNIQUE), "unique_dim": _first(Op.UNIQUE),
-    "diff": _diff,
+    "diff": _diff, "meshgrid": _meshgrid,
     "fft_fft": _first(Op.FFT), "fft_ifft": _first(Op.FFT), "fft_rfft": _first(Op.FFT),
     "fft_irfft": _first(Op.FFT), "_fft_r2c": _first(Op.FFT), "_fft_c2r": _first(Op.FFT), "_fft_c2c": _first(Op.FFT),
 }

@@ -105,6 +105,8 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
         value = graph.add_input(node.name, symbols.tensor_type(val), kind, source_name=spec.target or node.name)
         if key is not None:
             by_tensor[key] = value
+        if kind is ValueKind.PARAM and isinstance(tensor, torch.Tensor) and not tensor.requires_grad:
+            graph.meta.setdefault(FROZEN_PARAMS_META, []).append(value.source_name)
         mapping[node] = value
     if caches:
         graph.meta[KV_CACHE_META] = [{"name": mapping[n].name, "batch_axis": caches[n.name]["batch_axis"],
@@ -124,6 +126,10 @@ def from_exported_program(ep: ExportedProgram, *, strict: bool = False, name: st
     graph.meta[MODULE_CALLS_META] = module_calls(gm)
     return maybe_verify(graph, "the torch frontend")
 
+
+#: ``graph.meta`` key: the state-dict names of parameters with ``requires_grad=False`` (what the
+#: training builder's ``trainable`` reads as ``FROZEN_META``; the frontend must not import it).
+FROZEN_PARAMS_META = "frozen_params"
 
 #: ``graph.meta`` key: the rotary base read from a ``rotary_emb.inv_freq`` buffer's values (what the
 #: serving recogniser, ``costmodel/serving/recognise.py``, gives the model's spec as ``rope_theta``).
@@ -192,6 +198,8 @@ def from_graph_module(gm: fx.GraphModule, args: tuple[Any, ...] = (), *, strict:
                 return seen[id(obj)]
             kind = ValueKind.PARAM if id(obj) in params else ValueKind.BUFFER if id(obj) in buffers else ValueKind.CONST
             seen[id(obj)] = graph.add_input(node.name, symbols.tensor_type(obj), kind, source_name=str(node.target))
+            if kind is ValueKind.PARAM and not obj.requires_grad:
+                graph.meta.setdefault(FROZEN_PARAMS_META, []).append(str(node.target))
             return seen[id(obj)]
         return obj
 

@@ -16,35 +16,14 @@ import torch.fx as fx
 
 from ...errors import FrontendError, UnsupportedOpError
 from ...ir import CAUSAL, Graph, Node, Op, Source, TensorType, Value, ValueKind
+from .aten_args import op_key
+from .inplace import is_in_place, write_back
 from .masks import CausalMasks
 from .types import SymbolTable
 
-__all__ = ["AtenLowerer", "op_key"]
-
-_KEY_CACHE: dict[Any, tuple[str, str]] = {}
 _SOFTMAXES = frozenset({"softmax", "_softmax", "_safe_softmax"})
 
-
-def op_key(target: Any) -> tuple[str, str]:
-    """``("add.Tensor", "add")`` for ``aten.add.Tensor``: overload-specific and packet keys."""
-    hit = _KEY_CACHE.get(target)
-    if hit is not None:
-        return hit
-    if isinstance(target, torch._ops.OpOverload):
-        ns, _, rest = target.name().partition("::")
-        packet = rest.split(".")[0]
-        overload = target._overloadname
-        prefix = "" if ns == "aten" else f"{ns}::"
-        key = (f"{prefix}{packet}.{overload}", f"{prefix}{packet}")
-    elif isinstance(target, torch._ops.HigherOrderOperator):
-        key = (f"higher_order::{target.name()}", f"higher_order::{target.name()}")
-    elif callable(target):
-        name = getattr(target, "__name__", str(target))
-        key = (f"python::{name}", f"python::{name}")
-    else:
-        key = (str(target), str(target))
-    _KEY_CACHE[target] = key
-    return key
+__all__ = ["AtenLowerer", "op_key"]
 
 
 def _scope(node: fx.Node) -> str:
@@ -206,6 +185,8 @@ class AtenLowerer:
         if fn is not None:
             try:
                 fn(self, node)
+                if is_in_place(node):
+                    write_back(self, node)
             except FrontendError:
                 raise
             except Exception as exc:  # a lowering bug must still name the node

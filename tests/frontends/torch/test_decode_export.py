@@ -58,3 +58,26 @@ def test_cache_input_export_keeps_batch_and_context_symbolic(model):
     for batch, past in ((1, 100), (8, 4000)):
         dims = {"batch": batch, "past": past}
         assert _heavy(sg, dims) == _heavy(twin, {**dims, "seq": 1})
+
+
+def test_sliding_window_layers_decode_with_their_window_as_transformers_does():
+    """Gemma3's local layers keep ``W - 1`` = 7 tokens (``DynamicSlidingWindowLayer``): at past=30 the
+    step attends 8 keys there and 31 in the global layers. Before, every layer's cache was ``past``
+    long: 217600 FLOPs against transformers' 205824 (2 layers x 23 keys x 256), KV bytes 30720."""
+    from torch.utils.flop_counter import FlopCounterMode
+    cfg = transformers.Gemma3TextConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=8,
+                                        sliding_window_pattern=2)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    m = transformers.Gemma3ForCausalLM(cfg).eval()
+    g = export_decode_step(m, batch=2, past=16)
+    batch, past = 2, 30
+    with torch.no_grad():
+        cache = m(input_ids=torch.randint(3, 300, (batch, past)), use_cache=True).past_key_values
+        with FlopCounterMode(display=False) as counter:
+            m(input_ids=torch.randint(3, 300, (batch, 1)), past_key_values=cache, use_cache=True)
+    r = narrowpipe.analyze(g, dims={"batch": batch, "past": past})
+    assert r.flops_by_group["contraction"] + r.flops_by_group["attention"] == counter.get_total_flops() == 205824
+    held = sum(layer.keys.numel() + layer.values.numel() for layer in cache.layers) * 4   # [7, 31, 7, 31] tokens
+    assert serving_graph(g).cache.resident_bytes(batch, past + 1) == held == 19456
