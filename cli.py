@@ -18,7 +18,16 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from .cli_args import count_arg, parse_factors, parse_grid, parse_prices, parse_sets, positive_arg, target_specs
+from .cli_args import (
+    count_arg,
+    formats_arg,
+    parse_factors,
+    parse_grid,
+    parse_prices,
+    parse_sets,
+    positive_arg,
+    target_specs,
+)
 from .cli_feedback import add_feedback_flags, load_model, say
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
 from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
@@ -146,20 +155,6 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
                    "zipf:S (share of the i-th expert ~ 1/i^S) or hot:F (the hottest expert takes F of the rows)")
 
 
-def _with_precision(graph: Any, args: argparse.Namespace) -> Any:
-    if not (getattr(args, "weights", None) or getattr(args, "activations", None)):
-        return graph
-    from .costmodel.precision import FORMATS, number_format, with_precision
-    for flag, value in (("--weights", args.weights), ("--activations", args.activations)):
-        if value and number_format(value) is None:   # the choices: formats, not every dtype (bool, string)
-            raise NarrowpipeError(f"{flag} {value!r} is not a number format; choose from "
-                                  + ", ".join(d.value for d in FORMATS))
-    try:
-        return with_precision(graph, weights=args.weights, activations=args.activations)
-    except ValueError as exc:
-        raise NarrowpipeError(str(exc)) from None
-
-
 def _timing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {"fusion": args.fusion, "allow_tf32": args.tf32, "sparse": args.sparse,
             "expert_balance": args.expert_balance}
@@ -171,12 +166,13 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     from .costmodel.analyze import analyze
     from .render import print_report
     check_outputs(args, timed=bool(args.target))
+    formats = formats_arg(args) if args.target else None
     graph = load_model(args, console)
-    if args.target:
-        graph = _with_precision(graph, args)
+    if formats is not None and not args.mode:   # --mode: on the graph it serves (a rebuild would drop them)
+        graph = formats.apply(graph)
     forward, graph = graph, training_graph(graph, args)
     price = analyze_price(args.target, args.price)
-    graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set))
+    graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set), formats)
     report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
     report.notes.extend(mode_notes)
     print_report(report, console, top=None if args.all else args.top)
@@ -191,11 +187,13 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     from .render import print_comparison
     grid = parse_grid(args.set)
     check_outputs(args, timed=True, sweep=any(len(v) > 1 for v in grid.values()))
-    graph = _with_precision(load_model(args, console), args)
+    formats = formats_arg(args)
+    graph = load_model(args, console)
+    graph = graph if args.mode else formats.apply(graph)   # --mode: on the graph it serves
     specs = target_specs(args.targets, args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
-    graph, fixed, mode_notes = apply_mode(graph, args, {})
+    graph, fixed, mode_notes = apply_mode(graph, args, {}, formats)
     for note in mode_notes:
         console.print(note)
     grid = {**{k: [v] for k, v in fixed.items()}, **grid}
@@ -220,7 +218,7 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
 
     from .costmodel.compare import whatif
     from .render import print_whatif
-    graph = _with_precision(load_model(args, console), args)
+    graph = formats_arg(args).apply(load_model(args, console))
     result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
                     **_timing_kwargs(args), dims=parse_sets(args.set))
     print_whatif(result, console)
