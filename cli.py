@@ -27,6 +27,7 @@ from .cli_args import (
     parse_sets,
     positive_arg,
     target_specs,
+    timing_kwargs,
 )
 from .cli_feedback import add_feedback_flags, load_model, say
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
@@ -145,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_timing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fusion", choices=("full", "none"), help="kernel fusion (default: full; CPU: none)")
-    p.add_argument("--tf32", action="store_true", help="run fp32 matmuls on TF32 tensor cores")
+    p.add_argument("--tf32", action="store_true", help="fp32 matmuls on TF32 tensor cores (= --fp32-matmul high)")
+    p.add_argument("--fp32-matmul", choices=("default", "high", "highest"), default="default",
+                   help="fp32 matmul precision: the framework default (GPU fp32, TPU one bf16 pass), high (TF32, 3 "
+                   "bf16 passes), highest (full fp32: 6 bf16 passes on TPUs)")
     p.add_argument("--sparse", action="store_true", help="2:4 structured-sparse weights where supported")
     p.add_argument("--price", action="append", metavar="TARGET=USD",
                    help="USD per device-hour, e.g. --price h100=2.5 (repeatable)")
@@ -153,11 +157,6 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--activations", metavar="DTYPE", help="retype float activations, e.g. bf16, fp8_e4m3")
     p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: balanced (default), "
                    "zipf:S (share of the i-th expert ~ 1/i^S) or hot:F (the hottest expert takes F of the rows)")
-
-
-def _timing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return {"fusion": args.fusion, "allow_tf32": args.tf32, "sparse": args.sparse,
-            "expert_balance": args.expert_balance}
 
 
 @command("analyze")
@@ -173,7 +172,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     forward, graph = graph, training_graph(graph, args)
     price = analyze_price(args.target, args.price)
     graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set), formats)
-    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
+    report = analyze(graph, args.target, strict=args.strict, price=price, **timing_kwargs(args), dims=dims)
     report.notes.extend(mode_notes)
     print_report(report, console, top=None if args.all else args.top)
     write_outputs(args, console, report)
@@ -197,7 +196,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     for note in mode_notes:
         console.print(note)
     grid = {**{k: [v] for k, v in fixed.items()}, **grid}
-    options = {"strict": args.strict, "prices": parse_prices(args.price), **_timing_kwargs(args)}
+    options = {"strict": args.strict, "prices": parse_prices(args.price), **timing_kwargs(args)}
     if any(len(v) > 1 for v in grid.values()):
         from .costmodel.sweep import grid_points, sweep
         from .render.progress import progress
@@ -220,7 +219,7 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
     from .render import print_whatif
     graph = formats_arg(args).apply(load_model(args, console))
     result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
-                    **_timing_kwargs(args), dims=parse_sets(args.set))
+                    **timing_kwargs(args), dims=parse_sets(args.set))
     print_whatif(result, console)
     return _write_json(args, console, json.dumps(result.to_dict(), indent=2))
 

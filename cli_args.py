@@ -11,7 +11,7 @@ from typing import Any
 from .errors import NarrowpipeError, NarrowpipeWarning, UnknownTargetError
 
 __all__ = ["analyze_price", "parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs", "count_arg",
-           "positive_arg", "formats_arg"]
+           "positive_arg", "formats_arg", "timing_kwargs"]
 
 
 def _items(text: str, flag: str) -> list[str]:
@@ -123,6 +123,12 @@ def formats_arg(args: Any) -> Any:
             raise NarrowpipeError(f"{flag} {value!r} is not a number format; choose from "
                                   + ", ".join(d.value for d in FORMATS))
     return Formats.of(weights, activations)
+
+
+def timing_kwargs(args: Any) -> dict[str, Any]:
+    """The options that change predicted times, as analyze/compare/whatif take them."""
+    return {"fusion": args.fusion, "allow_tf32": args.tf32, "fp32_matmul": args.fp32_matmul, "sparse": args.sparse,
+            "expert_balance": args.expert_balance}
 
 
 def parse_prices(items: Sequence[str] | None) -> dict[str, float]:
