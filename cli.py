@@ -18,7 +18,17 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from .cli_args import count_arg, parse_factors, parse_grid, parse_prices, parse_sets, positive_arg, target_specs
+from .cli_args import (
+    count_arg,
+    formats_arg,
+    parse_factors,
+    parse_grid,
+    parse_prices,
+    parse_sets,
+    positive_arg,
+    target_specs,
+    timing_kwargs,
+)
 from .cli_feedback import add_feedback_flags, load_model, say
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
 from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
@@ -136,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_timing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fusion", choices=("full", "none"), help="kernel fusion (default: full; CPU: none)")
-    p.add_argument("--tf32", action="store_true", help="run fp32 matmuls on TF32 tensor cores")
+    p.add_argument("--tf32", action="store_true", help="fp32 matmuls on TF32 tensor cores (= --fp32-matmul high)")
+    p.add_argument("--fp32-matmul", choices=("default", "high", "highest"), default="default",
+                   help="fp32 matmul precision: the framework default (GPU fp32, TPU one bf16 pass), high (TF32, 3 "
+                   "bf16 passes), highest (full fp32: 6 bf16 passes on TPUs)")
     p.add_argument("--sparse", action="store_true", help="2:4 structured-sparse weights where supported")
     p.add_argument("--price", action="append", metavar="TARGET=USD",
                    help="USD per device-hour, e.g. --price h100=2.5 (repeatable)")
@@ -146,38 +159,20 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
                    "zipf:S (share of the i-th expert ~ 1/i^S) or hot:F (the hottest expert takes F of the rows)")
 
 
-def _with_precision(graph: Any, args: argparse.Namespace) -> Any:
-    if not (getattr(args, "weights", None) or getattr(args, "activations", None)):
-        return graph
-    from .costmodel.precision import FORMATS, number_format, with_precision
-    for flag, value in (("--weights", args.weights), ("--activations", args.activations)):
-        if value and number_format(value) is None:   # the choices: formats, not every dtype (bool, string)
-            raise NarrowpipeError(f"{flag} {value!r} is not a number format; choose from "
-                                  + ", ".join(d.value for d in FORMATS))
-    try:
-        return with_precision(graph, weights=args.weights, activations=args.activations)
-    except ValueError as exc:
-        raise NarrowpipeError(str(exc)) from None
-
-
-def _timing_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    return {"fusion": args.fusion, "allow_tf32": args.tf32, "sparse": args.sparse,
-            "expert_balance": args.expert_balance}
-
-
 @command("analyze")
 def _analyze(args: argparse.Namespace, console: Console) -> int:
     from .cli_args import analyze_price
     from .costmodel.analyze import analyze
     from .render import print_report
     check_outputs(args, timed=bool(args.target))
+    formats = formats_arg(args) if args.target else None
     graph = load_model(args, console)
-    if args.target:
-        graph = _with_precision(graph, args)
+    if formats is not None and not args.mode:   # --mode: on the graph it serves (a rebuild would drop them)
+        graph = formats.apply(graph)
     forward, graph = graph, training_graph(graph, args)
     price = analyze_price(args.target, args.price)
-    graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set))
-    report = analyze(graph, args.target, strict=args.strict, price=price, **_timing_kwargs(args), dims=dims)
+    graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set), formats)
+    report = analyze(graph, args.target, strict=args.strict, price=price, **timing_kwargs(args), dims=dims)
     report.notes.extend(mode_notes)
     print_report(report, console, top=None if args.all else args.top)
     write_outputs(args, console, report)
@@ -191,15 +186,17 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     from .render import print_comparison
     grid = parse_grid(args.set)
     check_outputs(args, timed=True, sweep=any(len(v) > 1 for v in grid.values()))
-    graph = _with_precision(load_model(args, console), args)
+    formats = formats_arg(args)
+    graph = load_model(args, console)
+    graph = graph if args.mode else formats.apply(graph)   # --mode: on the graph it serves
     specs = target_specs(args.targets, args.target_file)
     if not specs:
         raise NarrowpipeError("--targets is empty")
-    graph, fixed, mode_notes = apply_mode(graph, args, {})
+    graph, fixed, mode_notes = apply_mode(graph, args, {}, formats)
     for note in mode_notes:
         console.print(note)
     grid = {**{k: [v] for k, v in fixed.items()}, **grid}
-    options = {"strict": args.strict, "prices": parse_prices(args.price), **_timing_kwargs(args)}
+    options = {"strict": args.strict, "prices": parse_prices(args.price), **timing_kwargs(args)}
     if any(len(v) > 1 for v in grid.values()):
         from .costmodel.sweep import grid_points, sweep
         from .render.progress import progress
@@ -220,9 +217,9 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
 
     from .costmodel.compare import whatif
     from .render import print_whatif
-    graph = _with_precision(load_model(args, console), args)
+    graph = formats_arg(args).apply(load_model(args, console))
     result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
-                    **_timing_kwargs(args), dims=parse_sets(args.set))
+                    **timing_kwargs(args), dims=parse_sets(args.set))
     print_whatif(result, console)
     return _write_json(args, console, json.dumps(result.to_dict(), indent=2))
 

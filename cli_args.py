@@ -11,7 +11,7 @@ from typing import Any
 from .errors import NarrowpipeError, NarrowpipeWarning, UnknownTargetError
 
 __all__ = ["analyze_price", "parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs", "count_arg",
-           "positive_arg"]
+           "positive_arg", "formats_arg", "timing_kwargs"]
 
 
 def _items(text: str, flag: str) -> list[str]:
@@ -109,6 +109,26 @@ def _positive(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(text)
     return value
+
+
+def formats_arg(args: Any) -> Any:
+    """``--weights``/``--activations`` as serving's :class:`~.costmodel.serving.formats.Formats`: one
+    rule for every command (the linear layers' weights quantized, the embedding and ``lm_head`` kept),
+    so ``compare --weights int8`` and ``serve --weights int8`` mean the same deployment."""
+    from .costmodel.precision import FORMATS, number_format
+    from .costmodel.serving.formats import Formats
+    weights, activations = getattr(args, "weights", None), getattr(args, "activations", None)
+    for flag, value in (("--weights", weights), ("--activations", activations)):
+        if value and number_format(value) is None:   # the choices: formats, not every dtype (bool, string)
+            raise NarrowpipeError(f"{flag} {value!r} is not a number format; choose from "
+                                  + ", ".join(d.value for d in FORMATS))
+    return Formats.of(weights, activations)
+
+
+def timing_kwargs(args: Any) -> dict[str, Any]:
+    """The options that change predicted times, as analyze/compare/whatif take them."""
+    return {"fusion": args.fusion, "allow_tf32": args.tf32, "fp32_matmul": args.fp32_matmul, "sparse": args.sparse,
+            "expert_balance": args.expert_balance}
 
 
 def parse_prices(items: Sequence[str] | None) -> dict[str, float]:

@@ -54,13 +54,13 @@ def write_outputs(args: argparse.Namespace, console: Console, result: Any) -> No
 
 
 def _roofline(args: argparse.Namespace, console: Console) -> int:
-    from .cli import _timing_kwargs, _with_precision, parse_sets
+    from .cli_args import formats_arg, parse_sets, timing_kwargs
     from .cli_feedback import load_model
     from .costmodel.analyze import analyze
     from .render.roofline import plot_roofline, plotted_kernels
     from .render.units import seconds
-    graph = _with_precision(load_model(args, console), args)
-    report = analyze(graph, args.target, dims=parse_sets(args.set), **_timing_kwargs(args))
+    graph = formats_arg(args).apply(load_model(args, console))
+    report = analyze(graph, args.target, dims=parse_sets(args.set), **timing_kwargs(args))
     plot_roofline(report, args.out, top=args.top)
     shown, off = plotted_kernels(report)
     timing = report.timing

@@ -112,11 +112,14 @@ def add_mode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", type=int, help="prompt or KV cache length for --mode (2048)")
 
 
-def apply_mode(graph: Any, args: argparse.Namespace,
-               dims: dict[str, Any]) -> tuple[Any, dict[str, Any], list[str]]:
+def apply_mode(graph: Any, args: argparse.Namespace, dims: dict[str, Any],
+               formats: Any = None) -> tuple[Any, dict[str, Any], list[str]]:
     """The graph, dims and notes of the serving step ``--mode`` asks for (unchanged, no notes, without
     it). The notes say how the serving graph differs from the one given (a prefill's head on each
-    sequence's last token counts fewer FLOPs than the export's forward), so a report says why."""
+    sequence's last token counts fewer FLOPs than the export's forward), so a report says why.
+    ``formats`` (``--weights``/``--activations``) go to the graph serving builds: a cache-less graph
+    is rebuilt from its architecture, and formats applied before that rebuild were silently lost (without
+    ``--mode`` the caller applies them itself)."""
     mode = getattr(args, "mode", None)
     context = getattr(args, "context", None)
     if not mode:
@@ -130,7 +133,7 @@ def apply_mode(graph: Any, args: argparse.Namespace,
         raise NarrowpipeError(f"--context must be at least 1 token for --mode prefill, got {context}")
     if context < 0:
         raise NarrowpipeError(f"--context must not be negative, got {context}")
-    sg = serving_graph(graph)
+    sg = serving_graph(graph, formats)
     batch = next((dims[n] for n in sg.batch_dims if n in dims), None) or 1
     tokens, past = (1, context) if mode == "decode" else (context, 0)
     sg.check_context(tokens + past)       # what serve refuses, analyze and compare refuse too

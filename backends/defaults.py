@@ -18,7 +18,8 @@ __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "
            "ATTENTION_QBLOCK_PROLOGUE", "ATTENTION_MIN_BLOCK_ROWS", "TPU_SUBLANE_ROWS",
            "CACHE_RESIDENT_FRACTION", "MIN_MATMUL_EFFICIENCY",
            "MIN_MEMORY_EFFICIENCY", "SPLIT_K_PARTIAL_BYTES", "SKINNY_TILE_STEP", "FP32_EMULATION_PASSES",
-           "FP32_REDUCED_EMULATION_PASSES", "CPU_GEMM_ROW_ALIGN_BYTES", "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
+           "FP32_REDUCED_EMULATION_PASSES", "FP32_DEFAULT_PASSES", "FP32_MATMUL_PRECISIONS", "CPU_GEMM_ROW_ALIGN_BYTES",
+           "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
            "SERVING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT", "CPU_ATTENTION_KV_BLOCK"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
@@ -144,14 +145,23 @@ CACHE_RESIDENT_FRACTION: float = 0.5
 MIN_MATMUL_EFFICIENCY: float = 1e-4
 #: assumption: the same floor for an interpolated memory-bandwidth efficiency.
 MIN_MEMORY_EFFICIENCY: float = 1e-3
-#: fp32 matmuls on a chip with no fp32 matrix or vector rate (TPUs, dataflow chips) run as several
-#: 16-bit passes to keep fp32 accuracy: six bf16 passes for full float32 (XLA's float32 /
-#: BF16_BF16_F32_X6 algorithm; JAX "Matmul precision" docs, docs.jax.dev/en/latest/201/precision.html),
-#: three for the TF32-like level (BF16_BF16_F32_X3) when reduced precision is allowed (``--tf32``).
-#: A comparison then runs every target at the model's precision instead of mixing fp32 on one chip
-#: with bf16 on another.
+#: fp32 matmuls on a chip with no fp32 matrix or vector rate (TPUs, dataflow chips) run as 16-bit
+#: passes, as many as the precision asks (``--fp32-matmul``, :data:`FP32_MATMUL_PRECISIONS`): six bf16
+#: passes for full float32 ("highest": XLA's BF16_BF16_F32_X6), three for the TF32-like level ("high",
+#: or ``--tf32``: BF16_BF16_F32_X3) (JAX "Matmul precision", docs.jax.dev/en/latest/201/precision.html).
 FP32_EMULATION_PASSES: int = 6
 FP32_REDUCED_EMULATION_PASSES: int = 3
+#: The passes of the framework default ("default") per family, where it is not full float32. On TPU
+#: one bf16 pass: by JAX's default "float32 dot products may be computed with reduced-precision
+#: arithmetic internally (bfloat16 on TPU ...)" (the precision page above), and PyTorch/XLA's
+#: ``torch_xla.backends.set_mat_mul_precision`` defaults to "default", one bf16 pass ("high" 3,
+#: "highest" 6; docs.pytorch.org/xla/master/tutorials/precision_tutorial.html). Dataflow chips keep
+#: six (full float32): their compilers' fp32 matmul algorithms are not published, so the conservative
+#: count stands. A GPU's default is torch's: fp32 without TF32 (``torch.backends.cuda.matmul.allow_tf32``).
+FP32_DEFAULT_PASSES: Mapping[str, int] = MappingProxyType({"tpu": 1})
+#: ``--fp32-matmul`` levels, as torch.set_float32_matmul_precision and torch_xla name them: the
+#: framework default, "high" (TF32 on GPUs, 3 bf16 passes elsewhere) and "highest" (full float32).
+FP32_MATMUL_PRECISIONS: tuple[str, ...] = ("default", "high", "highest")
 #: Bytes per element of a split-K GEMM's partial sums: fp32 accumulators written by each split and
 #: read back by the reduction (cuBLAS and CUTLASS reduce split-K partials in fp32 workspace).
 SPLIT_K_PARTIAL_BYTES: int = 4

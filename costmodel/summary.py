@@ -78,7 +78,7 @@ def _faster_peaks_note(table: CostTable, target: Target, options: Any, peak: flo
 
     MFU keeps its standard definition, model FLOPs / (time x peak), with one peak: the dominant
     precision's. Where other contractions run at a faster rate (int4 activations put attention on
-    TPU v5e's int8 MXUs while the fp32 matmuls run as six bf16 passes), MFU passes what any one
+    TPU v5e's int8 MXUs while the fp32 matmuls run as bf16 passes), MFU passes what any one
     precision reaches (QA: 96.6% against a fold limit near 89%): the note says why."""
     faster: dict[str, float] = {}
     total = 0.0

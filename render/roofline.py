@@ -10,7 +10,8 @@ the one-device roofs; a pipelined kernel's time is every microbatch's pass, weig
 included. The roofs are the target's datasheet peaks, one per precision it lists (matrix units
 solid, vector units dashed), and one bandwidth slope per memory level (on-chip, main memory, a
 dataflow chip's external tier, the host link). The run's own precision gets a dash-dotted roof
-where the chip emulates it (fp32 as six bf16 passes), and the dotted line is what the model times
+where the chip emulates it (fp32 as bf16 passes: one, a TPU's framework default; six at
+``--fp32-matmul highest``), and the dotted line is what the model times
 against (that peak at the matmul efficiency, main memory at the memory efficiency). A point's area
 is its kernel's time; its colour the kernel's op group; the report's top bottlenecks are labelled.
 
@@ -164,7 +165,7 @@ def _slope_label(ax: Any, x: float, bw: float, text: str) -> None:
 
 def _run_ceilings(ax: Any, report: Report, roofs: set[float], x_lo: float, x_hi: float) -> None:
     """What the model times this run against: the matrix peak of its dominant precision (a roof of
-    its own where the chip emulates it, e.g. fp32 as six bf16 passes), and dotted, that peak at the
+    its own where the chip emulates it, e.g. fp32 as 6x bf16 at ``--fp32-matmul highest``), and dotted, that peak at the
     matmul efficiency with main memory at the memory efficiency (the fractions calibration measures)."""
     assert report.timing is not None and report.ceilings is not None
     t, ceil = report.timing, report.ceilings

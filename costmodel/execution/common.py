@@ -16,13 +16,16 @@ from typing import Any
 from ...backends import Target
 from ...backends.defaults import (
     DEQUANT_OPS_PER_WEIGHT,
+    FP32_DEFAULT_PASSES,
     FP32_EMULATION_PASSES,
+    FP32_MATMUL_PRECISIONS,
     FP32_REDUCED_EMULATION_PASSES,
     MIN_MATMUL_EFFICIENCY,
     MIN_MEMORY_EFFICIENCY,
     TRANSCENDENTAL_FRACTION,
     VECTOR_FRACTION,
 )
+from ...errors import NarrowpipeError
 from ...ir import DType
 
 __all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_rate", "memory_time",
@@ -52,6 +55,23 @@ class TimingOptions:
     #: The network collectives run on (an ``execution.collectives.Topology``, e.g. a system's with its
     #: measured bus bandwidths); None: the chip's own scale-up and scale-out fields.
     topology: Any = None
+    #: fp32 matmul precision (``--fp32-matmul``): "default" is the framework's (GPU: fp32 without
+    #: TF32, as torch; TPU: one bf16 pass, as JAX and PyTorch/XLA), "high" TF32 or 3 bf16 passes
+    #: (``allow_tf32`` asks for it too), "highest" full float32 (6 bf16 passes where no fp32 unit).
+    fp32_matmul: str = "default"
+
+    def __post_init__(self) -> None:
+        """Refuse an unknown level, and ``allow_tf32`` beside a level that is not TF32's, up front."""
+        if self.fp32_matmul not in FP32_MATMUL_PRECISIONS:
+            raise NarrowpipeError(f"fp32 matmul precision {self.fp32_matmul!r} is not one of "
+                                  + ", ".join(FP32_MATMUL_PRECISIONS))
+        if self.allow_tf32 and self.fp32_matmul not in ("default", "high"):
+            raise NarrowpipeError(f"--tf32 is fp32 matmul precision 'high'; it contradicts {self.fp32_matmul!r}")
+
+    @property
+    def fp32_level(self) -> str:
+        """The fp32 matmul precision asked for, ``allow_tf32`` read as "high"."""
+        return "high" if self.allow_tf32 else self.fp32_matmul
 
 
 @dataclass(frozen=True)
@@ -112,14 +132,17 @@ def causal_fraction(causal: bool, sq: int, sk: int, block: int) -> float:
 def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOptions()) -> Rate:
     """Dense (or 2:4 sparse) matrix-unit peak for ``dtype``, falling back to the nearest listed type.
 
-    fp32 matmuls run on the vector units where the chip lists an FP32 vector rate and no FP32
-    matrix rate (NVIDIA, torch's default without TF32); elsewhere (TPU, dataflow chips) they run as
-    several bf16 (or fp16) passes that keep fp32 accuracy (:data:`FP32_EMULATION_PASSES`), so every
-    target of a comparison runs the model's own precision. The fallback is named in the note.
+    fp32 matmuls follow ``options.fp32_level`` (see :class:`TimingOptions`): on TF32 tensor cores for
+    "high" where the chip has them; on the vector units where the chip lists an FP32 vector rate and no
+    FP32 matrix rate (NVIDIA, torch's default without TF32); elsewhere (TPU, dataflow chips) as bf16
+    (or fp16) passes, one on a TPU by its frameworks' default, three for "high", six for "highest" and
+    for the dataflow chips' default (:data:`~narrowpipe.backends.defaults.FP32_DEFAULT_PASSES`). The
+    fallback is named in the note, so a report says which ran.
     """
     name = dtype.value
     table = target.sparse_matrix_flops if options.sparse and target.sparse_matrix_flops else target.matrix_flops
-    if name == "fp32" and options.allow_tf32 and table.get("tf32", 0.0) > table.get("fp32", 0.0):
+    level = options.fp32_level
+    if name == "fp32" and level == "high" and table.get("tf32", 0.0) > table.get("fp32", 0.0):
         return Rate(table["tf32"], "tf32", "fp32 matmul on TF32 tensor cores", "fp32 as tf32")
     if name == "fp32" and "fp32" not in table:
         if "fp32" in target.vector_flops:
@@ -127,8 +150,13 @@ def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOpt
                         "fp32 on vector units")
         half = next((h for h in ("bf16", "fp16") if h in table), None)
         if half is not None:
-            passes = FP32_REDUCED_EMULATION_PASSES if options.allow_tf32 else FP32_EMULATION_PASSES
-            return Rate(table[half] / passes, "fp32", f"no fp32 matrix rate: fp32 as {passes} {half} passes",
+            passes = {"high": FP32_REDUCED_EMULATION_PASSES, "highest": FP32_EMULATION_PASSES}.get(level) \
+                or FP32_DEFAULT_PASSES.get(target.family, FP32_EMULATION_PASSES)
+            how = (f"1 {half} pass, the framework default on {target.family.upper()} (JAX, PyTorch/XLA; "
+                   "--fp32-matmul high runs 3, highest 6)" if passes == 1 else
+                   f"{passes} {half} passes (--fp32-matmul high)" if passes == FP32_REDUCED_EMULATION_PASSES else
+                   f"{passes} {half} passes, full float32 (--fp32-matmul highest)")
+            return Rate(table[half] / passes, "fp32", f"no fp32 matrix rate: fp32 as {how}",
                         f"fp32 as {passes}x {half}")
     if name in table:
         return Rate(table[name], name)

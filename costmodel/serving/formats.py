@@ -11,6 +11,11 @@ GPTQ checkpoints keep ``lm_head`` and ``embed_tokens`` in fp16 (vLLM builds ``Pa
 ``VocabParallelEmbedding`` without a quantization method unless a checkpoint opts in), and NVIDIA
 ModelOpt's FP8/INT4-AWQ configurations exclude ``*lm_head*``. Retyping them too made int4 decode of
 Llama-3-8B read its 1 GB head at a quarter of its bytes (about 10% optimistic against AWQ models).
+Convolutions' weights are quantized with the linear layers' (ModelOpt's ``QuantLinearConvBase`` is the
+one quantized base of ``Linear`` and ``Conv``), so a vision model's ``--weights int8`` is its convs'.
+This is the one rule for every command: ``serve``, and ``analyze``/``compare``/``whatif``'s
+``--weights`` (which retyped every float weight, the embedding and head too, while ``serve`` kept
+them: the same flag was two deployments, 8.03 against 9.08 GB for Llama-3.1-8B in int8).
 
 ``gemm_inputs`` is how the engines run FP8 "W8A8": TensorRT-LLM keeps the model in 16 bits and
 quantizes only the activation a GEMM reads (its FP8 checkpoints say ``"dtype": "float16"`` beside
@@ -100,6 +105,8 @@ class Formats:
 
 
 _GEMMS = (Op.DOT, Op.GROUPED_DOT)
+#: the layers whose weights a weight format quantizes (the module doc says why convolutions too)
+_QUANTIZED_LAYERS = (*_GEMMS, Op.CONV)
 #: ops a weight passes through on its way to a GEMM in an exported graph (``t``, views, casts)
 _WEIGHT_PATH = frozenset({*VIEW_OPS, Op.PERMUTE, Op.CAST, Op.COPY, Op.DEQUANTIZE})
 
@@ -141,8 +148,8 @@ def _vocab_rows(graph: Graph, users: dict[Value, list[Node]]) -> int | None:
 
 
 def quantize_linear_weights(graph: Graph, dtype: DType) -> int:
-    """Retype, in place, the float weights only linear layers read (GEMMs), the output head
-    excepted (the module doc says why); returns how many."""
+    """Retype, in place, the float weights only linear layers (GEMMs) and convolutions read, the
+    output head excepted (the module doc says why); returns how many."""
     users = graph.users()
     vocab = _vocab_rows(graph, users)
     n = 0
@@ -150,7 +157,7 @@ def quantize_linear_weights(graph: Graph, dtype: DType) -> int:
         if not v.type.dtype.is_float or len(v.type.shape) < 2:
             continue
         readers = _readers_through_weight_path(v, users)
-        if not readers or any(r.op not in _GEMMS for r in readers):
+        if not readers or any(r.op not in _QUANTIZED_LAYERS for r in readers):
             continue
         if vocab is not None and vocab in v.type.shape:
             continue

@@ -84,12 +84,18 @@ def test_svg_and_bad_inputs(gpt2_h100, tmp_path):
 
 
 def test_an_emulated_precision_gets_its_own_roof_and_the_achievable_line():
-    r = narrowpipe.analyze(load_example("gpt2"), "tpu-v5e", dims={"seq": 32})   # fp32 on bf16-only MXUs
+    r = narrowpipe.analyze(load_example("gpt2"), "tpu-v5e", dims={"seq": 32},   # fp32 on bf16-only MXUs
+                           fp32_matmul="highest")
     lines = {ln.get_gid(): ln for ln in roofline_figure(r).axes[0].lines if ln.get_gid() != "ceiling"}
     emulated = 197e12 / 6              # v5e: 197 TFLOP/s bf16 (Google Cloud docs), fp32 as six bf16 passes (XLA)
     assert lines["run-ceiling"].get_ydata()[0] == pytest.approx(emulated)
     assert lines["achievable"].get_ydata()[-1] == pytest.approx(emulated * r.ceilings.matmul_efficiency)
     assert "fp32 as 6x bf16" in lines["achievable"].get_label()
+    # by default (JAX's, PyTorch/XLA's) one bf16 pass: the bf16 roof itself, and the label says so
+    r = narrowpipe.analyze(load_example("gpt2"), "tpu-v5e", dims={"seq": 32})
+    lines = {ln.get_gid(): ln for ln in roofline_figure(r).axes[0].lines if ln.get_gid() != "ceiling"}
+    assert "run-ceiling" not in lines and "fp32 as 1x bf16" in lines["achievable"].get_label()
+    assert lines["achievable"].get_ydata()[-1] == pytest.approx(197e12 * r.ceilings.matmul_efficiency)
 
 
 def test_a_tensor_parallel_kernel_is_one_devices_shard_under_one_devices_roof():
