@@ -124,6 +124,13 @@ class ScheduledKernel(NamedTuple):
         return (self.executed_flops or self.flops) / self.shards
 
     @property
+    def device_useful_flops(self) -> float:
+        """One shard's useful FLOPs, what the roofline plots: the executed work where it is less than
+        the model's count (a causal attention's skipped blocks), the model's count where the kernel
+        executes more (tile padding is waste, and the point shows it below the roof)."""
+        return min(self.device_executed_flops, self.device_flops) if self.flops > 0 else self.device_executed_flops
+
+    @property
     def intensity(self) -> float | None:
         """FLOPs per byte of the kernel's external traffic (None when it moves no bytes)."""
         return self.flops / self.bytes if self.bytes else None

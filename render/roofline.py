@@ -76,7 +76,7 @@ def _footnote(shown: list[ScheduledKernel], off: list[ScheduledKernel], total: f
     """What the points are, and what is not drawn, by kind (bytes but no FLOPs: copies, gathers;
     FLOPs but no bytes), by op, with its time: ``total`` is the busy time. It said "without FLOPs or
     bytes" of kernels that had bytes."""
-    text = f"{len(shown)} kernels as points (area: time; executed FLOPs: causal attention's skipped blocks out)"
+    text = f"{len(shown)} kernels as points (area: time; useful FLOPs: causal attention's skipped blocks and tile padding out)"
     if not off:
         return text + "; every timed kernel drawn"
     kinds = (("moving bytes, no FLOPs", [k for k in off if k.device_executed_flops <= 0 and k.bytes > 0]),
@@ -117,8 +117,8 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     for c in ceil.memory:
         memory.setdefault(c.value, []).append(c.label)
     peak = max(v for _, v, _ in compute)
-    xs = [k.device_executed_flops / k.device_bytes for k in shown]   # a sharded kernel: one device's shard
-    ys = [k.device_executed_flops / k.kernel_s for k in shown]
+    xs = [k.device_useful_flops / k.device_bytes for k in shown]   # a sharded kernel: one device's shard
+    ys = [k.device_useful_flops / k.kernel_s for k in shown]
     ridges = [peak / bw for bw in memory]
     x_lo, x_hi = min(xs + ridges + [1.0]) / 4, max(xs + ridges + [1.0]) * 8
 
@@ -130,8 +130,8 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(min(ys + [peak * 1e-4]) / 4, peak * 3)
-    ax.set_xlabel("arithmetic intensity (executed FLOP per byte of kernel traffic)")
-    ax.set_ylabel("executed FLOP/s (per device)")
+    ax.set_xlabel("arithmetic intensity (useful FLOP per byte of kernel traffic)")
+    ax.set_ylabel("useful FLOP/s (per device)")
     top_bw = max(memory, default=0.0)
     for label, value, matrix in compute:
         ax.plot([value / top_bw if top_bw else x_lo, x_hi], [value, value], color="black",

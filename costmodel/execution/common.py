@@ -240,10 +240,12 @@ def roofline(compute_s: float, memory_s: float, comm_s: float, overhead_s: float
     """Time = max(compute, memory, communication) + launch overhead; the largest term is the bound.
 
     ``utilization`` is the used fraction of the peak of the resource that binds (FLOP/s for compute,
-    bytes/s for memory and interconnect; 0 when overhead binds). Compute counts the FLOPs the kernel
-    executes (``executed_flops``: a causal attention's skipped blocks out, tile padding in), not the
-    model's count: the time is the executed work's, and the model's full causal count over it read
-    121% of the peak (it was clamped to 100%). It is not clamped: above 1 is a model bug to see.
+    bytes/s for memory and interconnect; 0 when overhead binds). Compute counts the useful work: the
+    FLOPs the kernel executes where that is less than the model's count (``executed_flops``: a causal
+    attention's skipped blocks out; the model's full causal count over the executed time read 121%
+    of the peak, clamped to 100%), and the model's count where the kernel executes more (tile and
+    MXU padding is busy hardware doing no work the model needs: a 129-wide GEMM on 128-wide MXU
+    folds reads its waste). It is not clamped: above 1 is a model bug to see.
     """
     time_s = max(compute_s, memory_s, comm_s) + overhead_s
     bound = bound_of(compute_s, memory_s, comm_s, overhead_s)
@@ -251,7 +253,8 @@ def roofline(compute_s: float, memory_s: float, comm_s: float, overhead_s: float
         return replace(ZERO_TIME, bound=OVERHEAD, unit=unit, executed_flops=executed_flops, note=note)
     executed = executed_flops or flops
     if bound == COMPUTE:
-        util = executed / (time_s * peak_flops) if peak_flops else 0.0
+        useful = min(executed, flops) if flops > 0 else executed
+        util = useful / (time_s * peak_flops) if peak_flops else 0.0
     elif bound == MEMORY:
         util = nbytes / (time_s * bandwidth) if bandwidth else 0.0
     elif bound == INTERCONNECT:
