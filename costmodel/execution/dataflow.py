@@ -150,6 +150,11 @@ def _microbatch_counts(inputs: int) -> list[int]:
     return sorted(out)
 
 
+def where_limit(chips: int, limit: int | None) -> str:
+    """Why a layout over ``chips`` does not fit: more chips than the group's ``limit`` (or its memory)."""
+    return f"({chips:,} chips, {limit:,} available)" if limit and chips > limit else "(memory)"
+
+
 def hop_seconds(nbytes: float, target: DataflowTarget) -> float:
     """One chip-to-chip transfer of ``nbytes``: latency plus bytes over the link."""
     latency = target.chip_to_chip_latency if target.chip_to_chip_latency is not None else (target.link_latency or 0.0)
@@ -236,16 +241,21 @@ class DataflowModel:
         where = (f"the {devices.count:,} chip{'s' if devices.count > 1 else ''} given" if devices.count else
                  f"the largest {target.name} system ({target.max_chips:,} chips)" if target.max_chips else "")
         runs: list[tuple[str, Schedule]] = [
-            ("streaming weights into 1 chip" if layout.streaming else f"spreading over {layout.chips} chips",
+            ("streaming weights into 1 chip" if layout.streaming else
+             f"spreading over {layout.chips} chips" if layout.chips > 1 else "holding everything on 1 chip",
              self._run(layout, program, target)) for layout in self.layouts(program, target, limit, where)]
         if is_tiered(target) and limit and limit > 1 and residual_adds(program.table.graph):
             # only where the blocks (and so the all-reduces) are found: a convnet's split is not modelled
             runs.append((f"tensor parallel over {limit} chips",
                          tensor_parallel_schedule(program, target, limit, _Units(False), True, [])))
-        best = min((run for _, run in runs), key=lambda r: r.total_s)
+        # a layout that needs more chips than the group has is no alternative to one that fits (SambaNova
+        # offered 'spreading over 95 chips' beside a 16-socket rack's tensor-parallel layout)
+        best = min((run for _, run in runs if run.fits), default=None, key=lambda r: r.total_s) \
+            or min((run for _, run in runs), key=lambda r: r.total_s)
         for where, run in runs:
             if run is not best:
-                best.notes.append(f"{where} would take {run.total_s * 1e3:.4g} ms")
+                why = "" if run.fits else f", but does not fit {where_limit(run.devices, limit)}"
+                best.notes.append(f"{where} would take {run.total_s * 1e3:.4g} ms{why}")
         if program.unmodeled_nodes:
             best.notes.append(f"{program.unmodeled_nodes} unmodeled node(s) are not timed")
         return best
