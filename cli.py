@@ -176,7 +176,7 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     report.notes.extend(mode_notes)
     print_report(report, console, top=None if args.all else args.top)
     write_outputs(args, console, report)
-    print_training_memory(forward, args, parse_sets(args.set), console)
+    print_training_memory(forward, args, parse_sets(args.set), console, report.timing)
     return _write_json(args, console, report.to_json())
 
 

@@ -43,8 +43,10 @@ def training_graph(graph: Any, args: argparse.Namespace) -> Any:
                                 frozen=args.frozen)
 
 
-def print_training_memory(forward: Any, args: argparse.Namespace, dims: dict[str, Any], console: Console) -> None:
-    """Memory per device of one step on one device, against the target's capacity when there is one."""
+def print_training_memory(forward: Any, args: argparse.Namespace, dims: dict[str, Any], console: Console,
+                          timing: Any = None) -> None:
+    """Memory per device of one step on one device, against the target's capacity when there is one
+    (and how the timed run's chips hold it, where its layout spans several)."""
     if not getattr(args, "train", False):
         return
     from .costmodel.training import training_memory
@@ -55,4 +57,4 @@ def print_training_memory(forward: Any, args: argparse.Namespace, dims: dict[str
     if args.target:
         from .backends import get_target
         capacity = get_target(args.target).memory_capacity
-    console.print(memory_table(mem, capacity))
+    console.print(memory_table(mem, capacity, timing))

@@ -34,6 +34,9 @@ RESOURCE_FIELDS: Mapping[str, tuple[str, ...]] = {
     "memory_capacity": ("memory_capacity",),
     "onchip_capacity": ("onchip_capacity", "l2_bytes"),
     "onchip_bandwidth": ("onchip_bandwidth",),
+    # a dataflow chip's external tier (Cerebras MemoryX over the system I/O, SambaNova DDR): what a
+    # weight-streaming layout reads its weights from, a pipe of its own that no other name moves
+    "external_memory_bandwidth": ("external_memory_bandwidth",),
     "interconnect_bandwidth": ("scale_up_bandwidth", "scale_out_bandwidth",
                                "ici_link_bandwidth", "chip_to_chip_bandwidth"),
     "scale_up_bandwidth": ("scale_up_bandwidth", "ici_link_bandwidth", "chip_to_chip_bandwidth"),

@@ -18,6 +18,9 @@ __all__ = ["RESOURCE_DOUBLINGS", "speedups_if_doubled"]
 RESOURCE_DOUBLINGS: dict[str, dict[str, float]] = {
     "compute": {"compute": 2.0},
     "memory": {"memory_bandwidth": 2.0, "onchip_bandwidth": 2.0},
+    # a dataflow chip's external tier (MemoryX, DDR): a weight-streaming layout's kernels are
+    # memory-bound on it, and doubling the on-chip memory alone leaves them where they are
+    "external memory": {"external_memory_bandwidth": 2.0},
     "interconnect": {"interconnect_bandwidth": 2.0},
     "overhead": {"launch_overhead": 0.5},
 }
@@ -40,6 +43,8 @@ def _has_resource(target: Target, name: str) -> bool:
         return target.onchip_bandwidth is not None and not sram_is_main_memory(target)
     if name == "interconnect_bandwidth":
         return bool(target.scale_up_bandwidth or target.scale_out_bandwidth)
+    if name == "external_memory_bandwidth":
+        return bool(getattr(target, "external_memory_bandwidth", 0.0))
     if name == "vector_flops":
         return bool(target.vector_flops)
     return True

@@ -249,7 +249,7 @@ def verdict_text(c: Comparison) -> Text:
         return out.append(f"the program fits none of these targets as timed ({needs}); "
                           "compare a sharded plan or a larger system")
     for i, (label, p, how) in enumerate(picks):
-        out.append(("; " if i else "") + f"{label} {p.target} ({how}, {p.narrowest}-bound)")
+        out.append(("; " if i else "") + f"{label} {p.target} ({how}, {p.narrowest.replace(' ', '-')}-bound)")
     if v.cheapest is None:
         out.append("; no price for any target that fits (--price NAME=USD_PER_HOUR)", style="dim")
     elif len(v.price_bases) > 1:

@@ -58,7 +58,11 @@ def print_serving(r: ServingReport, console: Console) -> None:
                                      f"{r.devices} device{'s' if r.devices > 1 else ''})")
     if r.prompt_tokens_per_s:
         t.add_row("prompt tokens/s", f"{_rate(r.prompt_tokens_per_s)} ({r.bound}-bound)")
-    t.add_row("KV cache", f"{nbytes(r.kv_bytes_per_token)} per token per sequence (per device)")
+    # a dataflow layout holds the whole model's cache, each chip its layers' (616 Groq chips: 328 kB a
+    # token is Llama-3-70B's 80 layers, not one chip's)
+    spread = r.layout.startswith("dataflow") and r.devices > 1
+    t.add_row("KV cache", f"{nbytes(r.kv_bytes_per_token)} per token per sequence "
+                          + (f"(the model's, over its {r.devices:,} chips)" if spread else "(per device)"))
     t.add_row("memory", escape(r.memory.explain()), style=None if r.fits else "bold red")
     t.add_row("largest batch that fits", _max_batch_text(r.max_batch))
     if r.crossover is not None:

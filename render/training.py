@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from ..costmodel.report import Report
+from ..costmodel.report import Report, Timing
 from ..costmodel.training.memory import TrainingMemory
 from .units import flops, nbytes, percent, seconds
 
@@ -34,8 +34,19 @@ def phase_table(r: Report) -> Table:
     return t
 
 
-def memory_table(m: TrainingMemory, capacity: float | None = None) -> Table:
-    """Bytes per device by term, with the verdict against ``capacity`` as the caption."""
+def _spread(t: Timing, capacity: float) -> str:
+    """Where the timed run's layout spreads the step over several chips (a dataflow layout): what its
+    fullest chip holds, so the caption says what the run's "memory" line says, not only one device."""
+    held = t.plan.get("chip_bytes") or []
+    fullest = max(held, default=0.0)
+    verdict = "fits" if t.fits else "does not fit"
+    return (f"{verdict} on {t.devices} chips laid out by layer, each holding its layers' weights, gradients and "
+            f"optimizer states (the fullest {nbytes(fullest)} of {nbytes(capacity)}); on one device: ")
+
+
+def memory_table(m: TrainingMemory, capacity: float | None = None, timing: Timing | None = None) -> Table:
+    """Bytes per device by term, with the verdict against ``capacity`` as the caption; ``timing``,
+    where its layout spans several chips, says first how they hold it."""
     c = m.config
     title = (f"training memory per device ({c['optimizer']}, {c['param_dtype']} weights, "
              f"recompute={c['recompute']}, zero={c['zero']}, dp={c['dp']} tp={c['tp']} pp={c['pp']})")
@@ -49,6 +60,7 @@ def memory_table(m: TrainingMemory, capacity: float | None = None) -> Table:
         t.add_row(label, nbytes(size), percent(size, m.total))
     t.add_row(Text("total", style="bold"), nbytes(m.total), "")
     if capacity is not None:
-        t.caption = m.explain(capacity)
+        spread = timing is not None and timing.devices > 1 and bool(timing.plan.get("chip_bytes"))
+        t.caption = (_spread(timing, capacity) if spread and timing is not None else "") + m.explain(capacity)
         t.caption_justify = "left"
     return t

@@ -24,7 +24,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from math import ceil
 
 from ...backends import DataflowTarget
@@ -55,6 +56,7 @@ from .dataflow_layout import (
     produced_for_later,
 )
 from .dataflow_tp import is_tiered, tensor_parallel_schedule
+from .dataflow_train import is_training, streamed_gradients, training_footprint, training_layouts
 from .gemm import Gemm, attention_shape, grouped_gemm
 from .pipeline import Pipelining, StageParts, pipelined_seconds
 from .program import DeviceGroup, Program, Schedule
@@ -97,9 +99,11 @@ def _weight_bytes(kernel: Kernel, table: CostTable) -> int:
 class _Units:
     """A dataflow chip's units under one layout: a chip's compiler balances its kernels over all its
     processing elements, so a kernel costs its work at the chip's full rates; a streaming layout
-    also pays each kernel's weights at the external tier's bandwidth."""
+    also pays each kernel's weights at the external tier's bandwidth, and ``extra`` bytes by kernel
+    name besides (a streamed training step's gradients, sent to the tier that holds the optimizer)."""
 
     streaming: bool
+    extra: Mapping[str, float] = field(default_factory=dict)
 
     def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: DataflowTarget) -> KernelTime:
         return self._matrix(kernel, g.dtype, program, target)
@@ -129,7 +133,8 @@ class _Units:
         mem = memory_time(target, c.bytes)
         stream = 0.0
         if self.streaming and target.external_memory_bandwidth:
-            stream = _weight_bytes(kernel, program.table) / target.external_memory_bandwidth
+            stream = (_weight_bytes(kernel, program.table) + self.extra.get(kernel.name, 0.0)) \
+                / target.external_memory_bandwidth
         return roofline(compute, max(mem, stream), 0.0, target.launch_overhead, unit, peak_flops=peak,
                         flops=c.flops, nbytes=c.bytes, bandwidth=target.memory_bandwidth, note=note)
 
@@ -143,6 +148,11 @@ def _microbatch_counts(inputs: int) -> list[int]:
         out.add(m)
         m *= 2
     return sorted(out)
+
+
+def where_limit(chips: int, limit: int | None) -> str:
+    """Why a layout over ``chips`` does not fit: more chips than the group's ``limit`` (or its memory)."""
+    return f"({chips:,} chips, {limit:,} available)" if limit and chips > limit else "(memory)"
 
 
 def hop_seconds(nbytes: float, target: DataflowTarget) -> float:
@@ -166,6 +176,8 @@ class DataflowModel:
         weights stream: the activations and a KV cache stay in the chip's fast memory, so streaming
         is a layout only while they fit there (and the weights fit the external tier). ``where``
         names the chips ``limit`` counts (a system, or the largest one) for a layout that needs more."""
+        if is_training(program):
+            return training_layouts(program, target, limit, where or f"the {limit} chips available")
         table = program.table
         weights = weight_bytes(table)
         rest = max(program.memory_required - weights, 0)
@@ -229,16 +241,21 @@ class DataflowModel:
         where = (f"the {devices.count:,} chip{'s' if devices.count > 1 else ''} given" if devices.count else
                  f"the largest {target.name} system ({target.max_chips:,} chips)" if target.max_chips else "")
         runs: list[tuple[str, Schedule]] = [
-            ("streaming weights into 1 chip" if layout.streaming else f"spreading over {layout.chips} chips",
+            ("streaming weights into 1 chip" if layout.streaming else
+             f"spreading over {layout.chips} chips" if layout.chips > 1 else "holding everything on 1 chip",
              self._run(layout, program, target)) for layout in self.layouts(program, target, limit, where)]
         if is_tiered(target) and limit and limit > 1 and residual_adds(program.table.graph):
             # only where the blocks (and so the all-reduces) are found: a convnet's split is not modelled
             runs.append((f"tensor parallel over {limit} chips",
                          tensor_parallel_schedule(program, target, limit, _Units(False), True, [])))
-        best = min((run for _, run in runs), key=lambda r: r.total_s)
+        # a layout that needs more chips than the group has is no alternative to one that fits (SambaNova
+        # offered 'spreading over 95 chips' beside a 16-socket rack's tensor-parallel layout)
+        best = min((run for _, run in runs if run.fits), default=None, key=lambda r: r.total_s) \
+            or min((run for _, run in runs), key=lambda r: r.total_s)
         for where, run in runs:
             if run is not best:
-                best.notes.append(f"{where} would take {run.total_s * 1e3:.4g} ms")
+                why = "" if run.fits else f", but does not fit {where_limit(run.devices, limit)}"
+                best.notes.append(f"{where} would take {run.total_s * 1e3:.4g} ms{why}")
         if program.unmodeled_nodes:
             best.notes.append(f"{program.unmodeled_nodes} unmodeled node(s) are not timed")
         return best
@@ -250,7 +267,9 @@ class DataflowModel:
         weight reads; the kernel's fixed latency is paid once (:func:`_share`). The run streams its
         independent inputs through the stages in ``m`` microbatches (see :func:`pipelined_seconds`);
         the compiler picks the ``m`` that finishes first."""
-        kernels, units = program.kernels, _Units(layout.streaming)
+        training = is_training(program)
+        kernels = program.kernels
+        units = _Units(layout.streaming, streamed_gradients(program) if layout.streaming and training else {})
         times: list[KernelTime] = []
         stage = [0.0] * layout.chips
         parts = [StageParts() for _ in range(layout.chips)]
@@ -259,6 +278,8 @@ class DataflowModel:
         # later chip (the residual stream, a layer's outputs), not what stays (a KV cache in place)
         carried = boundary_bytes(kernels, layout.cuts, layout.chips, program.table)
         last_on_chip = {chip: i for i, k in enumerate(kernels) if not k.is_free for chip, _ in layout.parts(k.name)}
+        if layout.inbound is not None:      # a training step: hops where a kernel reads another chip's values
+            last_on_chip = {}
         for i, k in enumerate(kernels):
             kt = kernel_time(k, program, target, units)
             weight_bytes_k = 0 if layout.streaming else _weight_bytes(k, program.table)
@@ -267,6 +288,9 @@ class DataflowModel:
             for n, (chip, share) in enumerate(layout.parts(k.name)):
                 piece = _share(kt, share, n == 0)
                 hop_latency = 0.0
+                if n == 0 and layout.inbound and layout.inbound.get(k.name):
+                    piece = with_hop(piece, hop_seconds(layout.inbound[k.name], target))
+                    hop_latency = hop_seconds(0, target)
                 if chip < layout.chips - 1 and last_on_chip.get(chip) == i:
                     piece = with_hop(piece, hop_seconds(carried[chip], target))
                     hop_latency = hop_seconds(0, target)
@@ -288,7 +312,8 @@ class DataflowModel:
                        key=lambda x: (x[1], x[0]))
         if latency > 0 and total != latency:
             times = [t.scaled(total / latency) for t in times]
-        required = program.memory_required
+        # a training step holds gradients and optimizer states besides the weights and activations
+        required = training_footprint(program).total if training else program.memory_required
         capacity = target.memory_capacity + (target.external_memory_capacity if layout.streaming else 0.0)
         # the fit is per chip: the fullest chip against its fast memory (streamed weights sit outside it)
         held = (required <= capacity * layout.chips if layout.streaming else

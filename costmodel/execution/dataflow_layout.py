@@ -42,7 +42,8 @@ class Layout:
     or not. ``chip_of`` maps each kernel's name to its chip (a kernel split over several chips: the one
     holding most of it; ``shares`` lists its (chip, fraction) parts). ``cuts`` are where chips 1..
     begin; ``chip_bytes`` and ``chip_weights`` what each chip holds (all of it, and its weights).
-    ``fits`` is False when it needs more chips than the device group has."""
+    ``fits`` is False when it needs more chips than the device group has; ``inbound`` is set by a
+    training step's layout, whose backward runs back over the chips its forward ran on."""
 
     chips: int
     streaming: bool
@@ -54,6 +55,9 @@ class Layout:
     shares: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     chip_bytes: list[float] = field(default_factory=list)
     chip_weights: list[float] = field(default_factory=list)
+    #: A training step's layout (:mod:`.dataflow_train`): the bytes each kernel receives from other
+    #: chips, paid as a hop before it; None where one hop follows each chip's last kernel.
+    inbound: dict[str, float] | None = None
 
     def parts(self, name: str) -> list[tuple[int, float]]:
         """The (chip, fraction) parts of a kernel: one whole part unless it is split."""

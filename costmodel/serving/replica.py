@@ -296,6 +296,9 @@ class Replica:
             return self.memory(b, context, prefill_tokens=prefill_tokens, prefill_batch=prefill_batch).fits
         if not fits(1):
             return 0
+        if self.dataflow and self.chip_limit and not self.chips_given:
+            self.note_once(f"largest batch that fits: the dataflow layout adds chips for the KV cache as the batch "
+                           f"grows, up to {self.chip_where}, not on the chips of this batch's layout")
         lo, hi = 1, 2
         while hi <= limit and fits(hi):
             lo, hi = hi, hi * 2
