@@ -76,7 +76,8 @@ def _footnote(shown: list[ScheduledKernel], off: list[ScheduledKernel], total: f
     """What the points are, and what is not drawn, by kind (bytes but no FLOPs: copies, gathers;
     FLOPs but no bytes), by op, with its time: ``total`` is the busy time. It said "without FLOPs or
     bytes" of kernels that had bytes."""
-    text = f"{len(shown)} kernels as points (area: time; useful FLOPs: causal attention's skipped blocks and tile padding out)"
+    text = (f"{len(shown)} kernels as points (area: time; useful FLOPs: causal attention's skipped blocks "
+            "and tile padding out)")
     if not off:
         return text + "; every timed kernel drawn"
     kinds = (("moving bytes, no FLOPs", [k for k in off if k.device_executed_flops <= 0 and k.bytes > 0]),
