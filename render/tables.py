@@ -19,7 +19,9 @@ def report_summary(r: Report) -> Table:
     t.add_column()
     dims = ", ".join(f"{k}={v}" for k, v in r.dims.items()) or "(static)"
     t.add_row("dims", dims)
-    t.add_row("params", f"{count(r.params)} ({r.params / 1e9:.3g} B)" if r.params >= 1e9 else count(r.params))
+    # 405 B, 1.23 T: si() rounds before it picks the prefix; billions read "B" as model cards write them
+    t.add_row("params", f"{count(r.params)} ({si(r.params).replace(' G', ' B')})" if r.params >= 1e9
+              else count(r.params))
     t.add_row("weights", nbytes(r.weight_bytes))
     t.add_row("FLOPs", f"{flops(r.flops)}  ({count(r.flops)})")
     t.add_row("  matmul-like", f"{flops(r.modeled_flops)}  (contraction + convolution + attention)")

@@ -51,3 +51,21 @@ def test_the_other_formatters():
 ])
 def test_dollars_keep_three_digits_without_scientific_notation(x, text):
     assert dollars(x) == text
+
+
+def test_a_trillion_parameter_model_reads_in_t_not_scientific_notation():
+    """The params row printed "(1.23e+03 B)" above 999.5 billion parameters."""
+    from rich.console import Console
+
+    import narrowpipe
+    from narrowpipe.render.tables import report_summary
+
+    g = narrowpipe.transformer(layers=64, hidden=36864, heads=96, vocab=32000, ffn=147456, seq=8)
+    r = narrowpipe.analyze(g)
+    # by hand: 64 x (4 x 36864^2 + 2 x 36864 x 147456) + 32000 x 36864 x 2 (untied embedding and head)
+    # = 1.04606e12, plus biases and norms
+    assert 1.0460e12 < r.params < 1.0462e12
+    console = Console(width=200, record=True)
+    console.print(report_summary(r))
+    text = console.export_text()
+    assert f"({r.params / 1e12:.3g} T)" in text and "e+" not in text
