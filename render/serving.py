@@ -30,7 +30,11 @@ def _max_batch_text(batch: int) -> str:
     return f">= {batch:,} (search cap)" if batch >= BATCH_SEARCH_LIMIT else str(batch)
 
 def _rate(x: float | None, unit: str = "tok/s") -> str:
-    return "-" if not x else f"{x:,.0f} {unit}"
+    """Whole tokens per second, three significant digits below 100 (a 616-chip Groq deployment's
+    0.32 tok/s per device printed "0 tok/s")."""
+    if not x:
+        return "-"
+    return f"{x:,.0f} {unit}" if x >= 100 else f"{x:.3g} {unit}"
 
 
 def _money(x: float | None) -> str:
@@ -105,7 +109,7 @@ def print_capacity(plan: CapacityPlan, console: Console) -> None:
         console.print(f"[bold]answer:[/] {best.total_devices} x {best.target} ({replicas} of {best.layout}, "
                       f"batch {best.batch} each) for {plan.rate:,g} requests/s")
         console.print(f"  throughput: {best.target} {best.layout} "
-                      f"({best.tokens_per_s_per_device:,.0f} tok/s per device)")
+                      f"({_rate(best.tokens_per_s_per_device)} per device)")
         if cheap is not None and cheap is not best:
             console.print(f"  cheapest: {cheap.target} {cheap.layout} ({_money(cheap.cost_per_million_tokens)}/M tok)")
     if fast is not None:

@@ -69,3 +69,11 @@ def test_a_trillion_parameter_model_reads_in_t_not_scientific_notation():
     console.print(report_summary(r))
     text = console.export_text()
     assert f"({r.params / 1e12:.3g} T)" in text and "e+" not in text
+
+
+def test_a_serving_rate_below_one_token_per_second_per_device_is_not_zero():
+    """A 615-chip Groq deployment of Llama-3-70B decodes 199 tok/s: 0.324 per chip, printed "0 tok/s"."""
+    from narrowpipe.render.serving import _rate
+
+    assert _rate(199 / 615) == "0.324 tok/s"
+    assert _rate(12.345) == "12.3 tok/s" and _rate(4544.2) == "4,544 tok/s" and _rate(0) == "-"
