@@ -56,7 +56,7 @@ from .dataflow_layout import (
     produced_for_later,
 )
 from .dataflow_tp import is_tiered, tensor_parallel_schedule
-from .dataflow_train import is_training, streamed_gradients, training_footprint, training_layouts
+from .dataflow_train import is_training, training_layouts
 from .gemm import Gemm, attention_shape, grouped_gemm
 from .pipeline import Pipelining, StageParts, pipelined_seconds
 from .program import DeviceGroup, Program, Schedule
@@ -267,9 +267,10 @@ class DataflowModel:
         weight reads; the kernel's fixed latency is paid once (:func:`_share`). The run streams its
         independent inputs through the stages in ``m`` microbatches (see :func:`pipelined_seconds`);
         the compiler picks the ``m`` that finishes first."""
-        training = is_training(program)
+        training = layout.training       # a training step's footprint terms (None for inference)
         kernels = program.kernels
-        units = _Units(layout.streaming, streamed_gradients(program) if layout.streaming and training else {})
+        units = _Units(layout.streaming, training.streamed_gradients(kernels)
+                       if layout.streaming and training is not None else {})
         times: list[KernelTime] = []
         stage = [0.0] * layout.chips
         parts = [StageParts() for _ in range(layout.chips)]
@@ -313,7 +314,7 @@ class DataflowModel:
         if latency > 0 and total != latency:
             times = [t.scaled(total / latency) for t in times]
         # a training step holds gradients and optimizer states besides the weights and activations
-        required = training_footprint(program).total if training else program.memory_required
+        required = training.footprint.total if training is not None else program.memory_required
         capacity = target.memory_capacity + (target.external_memory_capacity if layout.streaming else 0.0)
         # the fit is per chip: the fullest chip against its fast memory (streamed weights sit outside it)
         held = (required <= capacity * layout.chips if layout.streaming else

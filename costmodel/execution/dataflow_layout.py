@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ...ir import IN_PLACE, Value
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import values_bytes
+
+if TYPE_CHECKING:
+    from .dataflow_train import TrainingTerms
 
 __all__ = ["Cut", "Layout", "boundary_bytes", "footprint_parts", "footprints", "place"]
 
@@ -58,6 +62,9 @@ class Layout:
     #: A training step's layout (:mod:`.dataflow_train`): the bytes each kernel receives from other
     #: chips, paid as a hop before it; None where one hop follows each chip's last kernel.
     inbound: dict[str, float] | None = None
+    #: A training step's footprint per kernel (:class:`.dataflow_train.TrainingTerms`), which its timing
+    #: and its fit read; None for inference.
+    training: TrainingTerms | None = None
 
     def parts(self, name: str) -> list[tuple[int, float]]:
         """The (chip, fraction) parts of a kernel: one whole part unless it is split."""

@@ -35,8 +35,8 @@ from .dataflow_layout import Layout, crossing_by_position, cuts, footprint_parts
 if TYPE_CHECKING:
     from .program import Program
 
-__all__ = ["TrainingFootprint", "is_training", "streamed_gradients", "training_footprint", "training_layout",
-           "training_layouts"]
+__all__ = ["TrainingFootprint", "TrainingTerms", "is_training", "training_footprint", "training_terms",
+           "training_layout", "training_layouts"]
 
 _PHASE = "phase"            # costmodel.training.phases.PHASE, by name as kernels.py reads it
 _OPTIMIZER = "optimizer"
@@ -78,6 +78,32 @@ class TrainingFootprint:
                 f"states ({self.optimizer_states / 1e9:.3g} GB) with activations ({self.activations / 1e9:.3g} GB)")
 
 
+@dataclass(frozen=True)
+class TrainingTerms:
+    """A step's footprint per kernel (:func:`training_terms`), worked out once per layout search: every
+    layout, its timing and its fit read the same terms (they were walked again for each, with the
+    step's liveness, five to six times per timing)."""
+
+    weights: list[float]
+    gradients: list[float]
+    optimizer_states: list[float]
+    peak_activations: float
+
+    @property
+    def footprint(self) -> TrainingFootprint:
+        return TrainingFootprint(sum(self.weights), sum(self.gradients), sum(self.optimizer_states),
+                                 self.peak_activations)
+
+    def streamed_gradients(self, kernels: list[Kernel]) -> dict[str, float]:
+        """Under weight streaming, the gradient bytes each update sends to the external tier, where the
+        optimizer states live and the update runs (Cerebras MemoryX)."""
+        return {k.name: g for k, g in zip(kernels, self.gradients) if g}
+
+
+def training_terms(program: Program) -> TrainingTerms:
+    return TrainingTerms(*_owned(program.kernels, program), _peak_activations(program))
+
+
 def _owned(kernels: list[Kernel], program: Program) -> tuple[list[float], list[float], list[float]]:
     """Per kernel: its parameters' bytes (first use), and the gradients and optimizer states it reads
     first (an update reads its parameter's gradient, made by the backward, and its states, inputs of
@@ -109,8 +135,7 @@ def _peak_activations(program: Program) -> float:
 
 
 def training_footprint(program: Program) -> TrainingFootprint:
-    weights, grads, states = _owned(program.kernels, program)
-    return TrainingFootprint(sum(weights), sum(grads), sum(states), _peak_activations(program))
+    return training_terms(program).footprint
 
 
 def _owners(kernels: list[Kernel]) -> list[int]:
@@ -158,16 +183,15 @@ def _inbound(kernels: list[Kernel], layout: Layout, program: Program) -> dict[st
     return out
 
 
-def training_layout(program: Program, chips: int, streaming: bool, capacity: float, microbatches: int,
-                    fits: bool, notes: list[str]) -> Layout:
+def training_layout(program: Program, terms: TrainingTerms, chips: int, streaming: bool, capacity: float,
+                    microbatches: int, fits: bool, notes: list[str]) -> Layout:
     """The forward cut over ``chips`` by what each forward kernel owns (its weights, their gradients
     and optimizer states, its activations at the step's peak; under weight streaming only the
     activations), the backward and optimizer kernels on their forward kernel's chips."""
     kernels = program.kernels
-    weights, grads, states = _owned(kernels, program)
+    weights, grads, states, peak = terms.weights, terms.gradients, terms.optimizer_states, terms.peak_activations
     owner = _owners(kernels)
     made = [0.0 if _phase(k) == _OPTIMIZER else float(values_bytes(program.table, k.outputs)) for k in kernels]
-    peak = _peak_activations(program)
     scale = peak / sum(made) if sum(made) > peak else 1.0
     forward = sorted(set(owner))
     index = {i: n for n, i in enumerate(forward)}
@@ -186,16 +210,9 @@ def training_layout(program: Program, chips: int, streaming: bool, capacity: flo
         if lead in shares and k.name != lead:
             shares[k.name] = shares[lead]
     layout = Layout(chips, streaming, chip_of, microbatches, fits, notes, cut_list, shares, chip_bytes,
-                    chip_weights)
+                    chip_weights, training=terms)
     layout.inbound = _inbound(kernels, layout, program)
     return layout
-
-
-def streamed_gradients(program: Program) -> dict[str, float]:
-    """Under weight streaming, the gradient bytes each update sends to the external tier, where the
-    optimizer states live and the update runs (Cerebras MemoryX)."""
-    _, grads, _ = _owned(program.kernels, program)
-    return {k.name: g for k, g in zip(program.kernels, grads) if g}
 
 
 def training_layouts(program: Program, target: DataflowTarget, limit: int | None, where: str) -> list[Layout]:
@@ -204,7 +221,8 @@ def training_layouts(program: Program, target: DataflowTarget, limit: int | None
     only the activations (weights, gradients and optimizer states in the external tier) while they fit
     it. The sequences of the batch stream through as microbatches; a sequence's tokens do not (the
     backward of a token needs the gradients of every later one)."""
-    fp = training_footprint(program)
+    terms = training_terms(program)
+    fp = terms.footprint
     table = program.table
     cap = target.memory_capacity
     need = max(1, ceil(fp.total / cap))
@@ -214,7 +232,7 @@ def training_layouts(program: Program, target: DataflowTarget, limit: int | None
         fits = not (limit and chips > limit)
         if not fits:
             notes.append(f"needs {chips:,} chips, more than {where}: it does not fit")
-        return training_layout(program, chips, streaming, cap, m, fits, notes)
+        return training_layout(program, terms, chips, streaming, cap, m, fits, notes)
 
     if not target.weight_streaming or need == 1:
         return [layout(need, False, [])]
