@@ -35,8 +35,10 @@ def _narrowpipe_step(model, args, kwargs=None):
     return sum(r.flops for r in report.ops if r.group in _MATMUL), report, step
 
 
-class _Writes(torch.nn.Module):
-    """Two Linears with a write of the first one's output into a zeros buffer between them."""
+class _WriteBetweenLinears(torch.nn.Module):
+    """Two Linears with a write (``kind``, the subclass's :meth:`write`) of the first one's output
+    into a zeros buffer between them: the second reads the buffer, so the first gets a gradient
+    only through the write."""
 
     def __init__(self, kind: str) -> None:
         super().__init__()
@@ -44,9 +46,18 @@ class _Writes(torch.nn.Module):
         self.b = torch.nn.Linear(16, 16, bias=False)
         self.kind = kind
 
+    def write(self, k: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     def forward(self, x):
         k = self.a(x)
-        out = torch.zeros_like(k)
+        return self.b(self.write(k, torch.zeros_like(k)))
+
+
+class _Writes(_WriteBetweenLinears):
+    """Writes through views (in place)."""
+
+    def write(self, k: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         if self.kind == "select_loop":             # RWKV's CPU WKV loop
             for t in range(k.shape[1]):
                 out[:, t] = k[:, t] * 2
@@ -62,7 +73,7 @@ class _Writes(torch.nn.Module):
             out.transpose(0, 1)[1] = k[:, 1]
         elif self.kind == "broadcast":             # copy_ broadcasts its source
             out[:, 1] = k[:, 1].sum(0, keepdim=True)
-        return self.b(out)
+        return out
 
 
 @pytest.mark.parametrize("kind", ["select_loop", "slice", "select_of_slice", "add_into_select", "narrow",
@@ -152,18 +163,10 @@ def test_a_repeat_backward_sums_the_copies_back_onto_the_input(kind):
     assert [(r.flops, r.bytes) for r in sums] == [(256, 1024 + 512)]
 
 
-class _Scatters(torch.nn.Module):
-    """A write of the first Linear's output by index or mask into a zeros buffer, read by the second."""
+class _Scatters(_WriteBetweenLinears):
+    """Writes by index or mask (out of place)."""
 
-    def __init__(self, kind: str) -> None:
-        super().__init__()
-        self.a = torch.nn.Linear(16, 16, bias=False)
-        self.b = torch.nn.Linear(16, 16, bias=False)
-        self.kind = kind
-
-    def forward(self, x):
-        k = self.a(x)
-        base = torch.zeros_like(k)
+    def write(self, k: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
         if self.kind == "scatter":
             idx = torch.arange(4).flip(0).view(1, 4, 1).expand(2, 4, 16)
             out = base.scatter(1, idx, k)
@@ -175,7 +178,7 @@ class _Scatters(torch.nn.Module):
         else:                                        # LLaVA's image features into the text embeddings
             mask = (torch.arange(4) % 2 == 0).view(1, 4, 1).expand(2, 4, 16)
             out = base.masked_scatter(mask, k)
-        return self.b(out)
+        return out
 
 
 @pytest.mark.parametrize("kind", ["scatter", "scatter_add", "index_put", "masked_scatter"])
