@@ -27,6 +27,7 @@ from ..ir import IN_PLACE, VIEW_OPS, Graph, Node, Op, Shape, TensorType, Value, 
 from ..ir.ops import storage_operand
 from ..ir.shapes import shape_symbols
 from .rules import RULES
+from .weight_values import weight_derived
 
 __all__ = ["GraphIndex", "graph_index", "forget", "node_signature", "freeze_attrs", "trip_count_names", "paused_gc"]
 
@@ -286,6 +287,7 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
         value_shape.append(type_shape[k])
     storage_of = storage.get
     allocs = index.allocs
+    no_storage = weight_derived(graph)   # dequantized weights: fused into their GEMMs, never stored
     node_class = index.node_class
     counts = index.counts
     classes: dict[tuple, int] = {}
@@ -351,6 +353,9 @@ def _classify(graph: Graph, index: GraphIndex) -> None:
             sid = storage_of(operand)   # None for weights and absent inputs
             if sid is not None:
                 end[sid] = i   # the walk is in order: a read here is the latest so far
+        if outs and outs[0] in no_storage:
+            allocs.append(())
+            continue
         shared = 0 if op in views else storage_operand(op, node.attrs) if IN_PLACE in node.attrs else None
         base = ins[shared] if shared is not None and shared < len(ins) else None
         if base is not None and base in storage:     # a view, or an in-place op's updated operand

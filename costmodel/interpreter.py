@@ -23,6 +23,7 @@ from .experts import BALANCED, ExpertBalance
 from .limits import check_size_limits
 from .opview import OpView
 from .rules import RULES
+from .weight_values import weight_derived
 
 __all__ = ["CostTable", "interpret", "ShapeBinder", "NegativeDimError", "op_cost"]
 
@@ -282,7 +283,7 @@ def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]
         storage[v] = v
         size[v] = v.type.dtype.nbytes(prod(shapes[v]))
         end[v] = -1
-    weights = set(graph.weights)
+    weights = set(graph.weights) | weight_derived(graph)   # a dequantized weight is fused, never stored
     starts: dict[Value, int] = {}
     for i, node in enumerate(graph.nodes):
         for operand in node.inputs:
@@ -291,6 +292,8 @@ def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]
             sid = storage.get(operand)
             if sid is not None and end.get(sid, -1) < i:
                 end[sid] = i
+        if node.outputs and node.outputs[0] in weights:
+            continue
         shared = storage_operand(node.op, node.attrs)
         base = node.inputs[shared] if shared is not None and shared < len(node.inputs) else None
         for v in node.outputs:

@@ -5,7 +5,11 @@ What fuses follows what production stacks do (torch.compile/Inductor, XLA, servi
 * views are free and launch nothing;
 * elementwise epilogues fuse into their producer (bias, activation, residual add after a matmul);
 * chains of elementwise ops fuse, and fuse into a following reduction or normalization;
-* layout changes (permute, copy, cast) feeding a matmul are absorbed by it;
+* layout changes (permute, copy, cast) feeding a matmul are absorbed by it, and so is the
+  dequantization of a stored weight (ONNX ``MatMulNBits``, a QDQ model's ``DequantizeLinear`` on an
+  initializer, an int4 checkpoint's group scales): weight-only kernels (Marlin, ORT's MatMulNBits,
+  TensorRT-LLM's weight-only GEMMs) dequantize tiles in registers as they load them, so the kernel
+  reads the narrow weight and its scales and the wide weight is never written;
 * eager attention (QK^T, scale/mask, softmax, PV) becomes one fused attention kernel;
 * at most one heavy op (matmul, conv, attention) per kernel; collectives never fuse;
 * in a training step, nodes of different phases never fuse (AOTAutograd compiles the forward and the
@@ -27,6 +31,7 @@ from math import prod
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Value
 from .cost import Cost
 from .interpreter import CostTable
+from .weight_values import is_weight_dequant
 
 __all__ = ["Kernel", "fuse", "FUSION_MODES", "OWN_KERNEL"]
 
@@ -154,7 +159,8 @@ def _fusable(producer: Node, consumer: Node) -> bool:
     if cg in (OpGroup.REDUCTION, OpGroup.NORMALIZATION):
         return pg is OpGroup.ELEMENTWISE or producer.op in _LAYOUT
     if consumer.op in _HEAVY:
-        return producer.op in _LAYOUT            # a layout change absorbed by the matmul's operand load
+        # a layout change or a stored weight's dequantization, absorbed by the matmul's operand load
+        return producer.op in _LAYOUT or is_weight_dequant(producer)
     if consumer.op in _LAYOUT:
         return pg is OpGroup.ELEMENTWISE or producer.op in _LAYOUT
     return False

@@ -10,14 +10,16 @@ expert's share as its grouped kernels do.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from math import prod
 
-from ...ir import OPERAND_MAJOR, DType, Node, Op, Value, attention_dims, attention_operands, is_causal
+from ...ir import OPERAND_MAJOR, VIEW_OPS, DType, Node, Op, Value, attention_dims, attention_operands, is_causal
 from ..experts import node_expert_rows
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import value_bytes
+from ..weight_values import is_weight_dequant
 
 __all__ = ["Gemm", "kernel_gemms", "grouped_gemm", "attention_shape", "AttentionShape", "is_depthwise"]
 
@@ -67,6 +69,13 @@ class AttentionShape:
         return 3 * self.d + 2 * self.dv if self.backward else self.d + self.dv
 
 
+def _view_base(v: Value) -> Value:
+    while v.producer is not None and v.producer.op in VIEW_OPS and v.producer.inputs and \
+            v.producer.inputs[0] is not None:
+        v = v.producer.inputs[0]
+    return v
+
+
 def _wider(a: DType, b: DType) -> DType:
     return a if a.bits >= b.bits else b
 
@@ -77,7 +86,17 @@ def _shape(table: CostTable, node: Node, i: int) -> tuple[int, ...]:
     return table.shapes[v]
 
 
-def dot_gemm(table: CostTable, node: Node) -> Gemm:
+def _fused_weight_dequant(v: Value, fused: Collection[Node]) -> Node | None:
+    """The weight dequantization in ``fused`` (the GEMM's kernel) that produces ``v``, through views."""
+    p = v.producer
+    while p is not None and p in fused and p.op in VIEW_OPS and p.inputs and p.inputs[0] is not None:
+        p = p.inputs[0].producer
+    return p if p is not None and p in fused and is_weight_dequant(p) else None
+
+
+def dot_gemm(table: CostTable, node: Node, fused: Collection[Node] = ()) -> Gemm:
+    """``node`` as a GEMM; ``fused``: the nodes of its kernel, where a stored weight's dequantization
+    fused into it makes B the narrow weight and its scales (a weight-only quantized GEMM)."""
     lhs, rhs = node.inputs[0], node.inputs[1]
     assert lhs is not None and rhs is not None
     ls, rs = table.shapes[lhs], table.shapes[rhs]
@@ -91,8 +110,16 @@ def dot_gemm(table: CostTable, node: Node) -> Gemm:
     out = node.outputs[0]
     wide = _wider(lhs.type.dtype, rhs.type.dtype)
     narrow = rhs.type.dtype if rhs.type.dtype.bits < wide.bits else None
+    a_bytes, b_bytes = value_bytes(table, lhs), value_bytes(table, rhs)
+    deq = _fused_weight_dequant(rhs, fused) or _fused_weight_dequant(lhs, fused)
+    if deq is not None:            # B is what the kernel loads: the stored weight, its scales and zero points
+        stored = sum(value_bytes(table, u) for u in deq.inputs if u is not None)
+        a_bytes, b_bytes = (a_bytes, stored) if deq.outputs[0] is _view_base(rhs) else (stored, b_bytes)
+        first = deq.inputs[0]
+        assert first is not None
+        narrow = first.type.dtype
     major = a.get(OPERAND_MAJOR)
-    return Gemm(batch, m, n, k, wide, value_bytes(table, lhs), value_bytes(table, rhs), value_bytes(table, out),
+    return Gemm(batch, m, n, k, wide, a_bytes, b_bytes, value_bytes(table, out),
                 table.costs[node].flops, narrow_rhs=narrow,
                 k_major=(major[0] == "k", major[1] == "k") if major is not None else None)
 
@@ -174,7 +201,7 @@ def kernel_gemms(table: CostTable, kernel: Kernel) -> list[Gemm]:
     """The GEMMs a matmul/conv kernel runs (empty for other kinds)."""
     node = kernel.anchor
     if node.op is Op.DOT and kernel.kind == "matmul":
-        return [dot_gemm(table, node)]
+        return [dot_gemm(table, node, kernel.nodes)]
     if node.op is Op.GROUPED_DOT:
         return [grouped_gemm(table, node)]
     if node.op is Op.CONV:

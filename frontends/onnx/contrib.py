@@ -203,13 +203,24 @@ def _fused_matmul(cx: NodeCx) -> None:
         cx.emit(Op.MUL, node.outputs, {"scalar": alpha, "role": "alpha"}, suffix="alpha")
 
 
+def _unpack_int4(w: Value | None, bits: int, block: int) -> None:
+    """A MatMulNBits weight stored as bytes ``uint8 [N, blocks, block / 2]`` holds two 4-bit weights
+    per byte: retyped (in place, same bytes) as the ``int4 [N, blocks, block]`` it packs, so the
+    parameter count is the model's weights, not half of them."""
+    if w is None or w.producer is not None or not w.kind.is_weight or bits != 4 or \
+            w.type.dtype is not DType.UINT8 or len(w.type.shape) != 3 or w.type.shape[2] != block // 2:
+        return
+    w.type = TensorType(DType.UINT4, (*w.type.shape[:2], block))
+
+
 def _matmul_nbits(cx: NodeCx) -> None:
     """MatMulNBits: dequantize the packed weight to [N, K], then A @ W^T."""
     a = cx.input(0)
     assert a is not None
     k, n = int(cx.attr("K")), int(cx.attr("N"))
-    w = cx.emit(Op.DEQUANTIZE, cx.inputs(1, 2, 3), {"bits": int(cx.attr("bits", 4)),
-                                                    "block_size": int(cx.attr("block_size", 32))},
+    bits, block = int(cx.attr("bits", 4)), int(cx.attr("block_size", 32))
+    _unpack_int4(cx.input(1), bits, block)
+    w = cx.emit(Op.DEQUANTIZE, cx.inputs(1, 2, 3), {"bits": bits, "block_size": block},
                 types=[TensorType(a.type.dtype, (n, k))], bind=False, suffix="dequant").outputs[0]
     bias = cx.input(5)
     y = dot(cx, a, w, (a.type.rank - 1,), (1,), bind=bias is None).outputs[0]
