@@ -26,8 +26,8 @@ from ..gcpause import paused_gc
 from ..ir import IN_PLACE, VIEW_OPS, Graph, Node, Op, Shape, TensorType, Value, node_subgraphs
 from ..ir.ops import storage_operand
 from ..ir.shapes import shape_symbols
+from .dequant_fusion import weight_derived
 from .rules import RULES
-from .weight_values import weight_derived
 
 __all__ = ["GraphIndex", "graph_index", "forget", "node_signature", "freeze_attrs", "trip_count_names", "paused_gc"]
 

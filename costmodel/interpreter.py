@@ -19,11 +19,11 @@ from ..ir.dims import Dim
 from ..ir.ops import storage_operand
 from .cost import ZERO, Cost
 from .costcache import GraphIndex, graph_index
+from .dequant_fusion import weight_derived
 from .experts import BALANCED, ExpertBalance
 from .limits import check_size_limits
 from .opview import OpView
 from .rules import RULES
-from .weight_values import weight_derived
 
 __all__ = ["CostTable", "interpret", "ShapeBinder", "NegativeDimError", "op_cost"]
 

@@ -5,11 +5,9 @@ What fuses follows what production stacks do (torch.compile/Inductor, XLA, servi
 * views are free and launch nothing;
 * elementwise epilogues fuse into their producer (bias, activation, residual add after a matmul);
 * chains of elementwise ops fuse, and fuse into a following reduction or normalization;
-* layout changes (permute, copy, cast) feeding a matmul are absorbed by it, and so is the
-  dequantization of a stored weight (ONNX ``MatMulNBits``, a QDQ model's ``DequantizeLinear`` on an
-  initializer, an int4 checkpoint's group scales): weight-only kernels (Marlin, ORT's MatMulNBits,
-  TensorRT-LLM's weight-only GEMMs) dequantize tiles in registers as they load them, so the kernel
-  reads the narrow weight and its scales and the wide weight is never written;
+* layout changes (permute, copy, cast) feeding a matmul are absorbed by it, and so are a stored
+  weight's dequantization (weight-only kernels) and both operands' of a QDQ integer GEMM
+  (:mod:`.dequant_fusion` says why);
 * eager attention (QK^T, scale/mask, softmax, PV) becomes one fused attention kernel;
 * at most one heavy op (matmul, conv, attention) per kernel; collectives never fuse;
 * in a training step, nodes of different phases never fuse (AOTAutograd compiles the forward and the
@@ -30,8 +28,8 @@ from math import prod
 
 from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Value
 from .cost import Cost
+from .dequant_fusion import runs_in_gemm
 from .interpreter import CostTable
-from .weight_values import is_weight_dequant
 
 __all__ = ["Kernel", "fuse", "FUSION_MODES", "OWN_KERNEL"]
 
@@ -115,13 +113,15 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
     for i, n in enumerate(nodes):
         groups.heavy[i] = 1 if n.op in _HEAVY else 0
     outputs = {base.get(v, v) for v in graph.outputs}
+    # in every mode: the runtime runs the quantized format that way (dequant_fusion.py), not a compiler
+    in_gemm = _fuse_gemm_dequants(nodes, index, base, consumers, groups, outputs)
     if mode in ("full", "no-epilogue"):
         if mode == "full":
             _fuse_attention(nodes, index, base, consumers, groups)
         _fuse_optimizer_updates(nodes, groups)
         for i, node in enumerate(nodes):
             if node.op in VIEW_OPS or node.group is OpGroup.COLLECTIVE or node.op is Op.UNKNOWN or \
-                    node.attrs.get(OWN_KERNEL):
+                    node.attrs.get(OWN_KERNEL) or node in in_gemm:
                 continue
             for v in node.inputs:
                 if v is None:
@@ -139,6 +139,29 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
                         groups.heavy[groups.find(j)] + groups.heavy[groups.find(i)] <= 1:
                     groups.union(j, i)
     return _kernels(table, nodes, groups, base, consumers, outputs)
+
+
+def _fuse_gemm_dequants(nodes: list[Node], index: dict[Node, int], base: dict[Value, Value],
+                        consumers: dict[Value, list[Node]], groups: _Groups, outputs: set[Value]) -> set[Node]:
+    """Each dequantization a GEMM runs in its operand load (:mod:`.dequant_fusion`) joins that GEMM,
+    first, so a QDQ GEMM takes both operands' (its activation's QUANTIZE then fuses into the op
+    before it, not into the GEMM); returns those dequantizations. Acyclic: each has the GEMM as its
+    only consumer, so no path leaves it but into the GEMM."""
+    joined: set[Node] = set()
+    for i, node in enumerate(nodes):
+        if node.op not in _HEAVY:
+            continue
+        for v in node.inputs[:2]:
+            if v is None:
+                continue
+            b = base.get(v, v)
+            p = b.producer
+            if p is None or p not in index or b in outputs or len(consumers.get(b, ())) != 1 or \
+                    p.attrs.get(_PHASE) != node.attrs.get(_PHASE) or not runs_in_gemm(p, node):
+                continue
+            groups.union(i, index[p])
+            joined.add(p)
+    return joined
 
 
 def _fuse_optimizer_updates(nodes: list[Node], groups: _Groups) -> None:
@@ -159,8 +182,7 @@ def _fusable(producer: Node, consumer: Node) -> bool:
     if cg in (OpGroup.REDUCTION, OpGroup.NORMALIZATION):
         return pg is OpGroup.ELEMENTWISE or producer.op in _LAYOUT
     if consumer.op in _HEAVY:
-        # a layout change or a stored weight's dequantization, absorbed by the matmul's operand load
-        return producer.op in _LAYOUT or is_weight_dequant(producer)
+        return producer.op in _LAYOUT            # a layout change absorbed by the matmul's operand load
     if consumer.op in _LAYOUT:
         return pg is OpGroup.ELEMENTWISE or producer.op in _LAYOUT
     return False

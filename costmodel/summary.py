@@ -12,7 +12,7 @@ from ..backends import Target
 from ..ir import DType, Graph, Op, node_subgraphs
 from .execution import BOUNDS, Program, Schedule
 from .execution.common import matrix_rate
-from .execution.gemm import dot_gemm, grouped_gemm
+from .execution.gemm import conv_gemm, dot_gemm, grouped_gemm
 from .hotspots import hotspots
 from .interpreter import CostTable
 from .power import schedule_energy
@@ -40,7 +40,9 @@ def _dominant_dtype(table: CostTable) -> Any:
             best, dtype = cost.flops, dot_gemm(table, node).dtype
         elif node.op is Op.GROUPED_DOT and cost.flops > best:
             best, dtype = cost.flops, grouped_gemm(table, node).dtype
-        elif node.op in (Op.CONV, Op.ATTENTION) and cost.flops > best and node.inputs[0] is not None:
+        elif node.op is Op.CONV and cost.flops > best:
+            best, dtype = cost.flops, conv_gemm(table, node).dtype
+        elif node.op is Op.ATTENTION and cost.flops > best and node.inputs[0] is not None:
             best, dtype = cost.flops, node.inputs[0].type.dtype
     return dtype if dtype is not None else _model_dtype(table.graph)
 
@@ -89,6 +91,8 @@ def _faster_peaks_note(table: CostTable, target: Target, options: Any, peak: flo
             dtype = dot_gemm(table, node).dtype
         elif node.op is Op.GROUPED_DOT:
             dtype = grouped_gemm(table, node).dtype
+        elif node.op is Op.CONV:
+            dtype = conv_gemm(table, node).dtype
         elif node.inputs and node.inputs[0] is not None:
             dtype = node.inputs[0].type.dtype
         else:

@@ -39,6 +39,10 @@ _WIDER = {"fp4": ("fp8_e4m3", "int8", "fp16", "bf16"), "int4": ("int8", "fp8_e4m
           "fp8_e4m3": ("fp8_e5m2", "fp16", "bf16"), "fp8_e5m2": ("fp8_e4m3", "fp16", "bf16"),
           "int8": ("fp8_e4m3", "fp16", "bf16"), "bf16": ("fp16",), "fp16": ("bf16",),
           "tf32": ("fp32", "bf16", "fp16"), "fp32": ("tf32", "bf16", "fp16"), "fp64": ("fp32", "tf32", "bf16")}
+#: Matrix units multiply 8- and 4-bit integers of either signedness at one rate (PTX ``mma`` takes
+#: ``.u8``/``.s8`` operands, AMX ``TDPBUSD``/``TDPBSSD``, AVX-512 VNNI ``VPDPBUSD`` is u8 x s8), so an
+#: unsigned operand (ONNX quantization's uint8 activations) runs at the signed type's listed rate.
+_SIGNED = {"uint8": "int8", "uint4": "int4"}
 _FLOAT_RATES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp4")
 
 
@@ -139,7 +143,7 @@ def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOpt
     for the dataflow chips' default (:data:`~narrowpipe.backends.defaults.FP32_DEFAULT_PASSES`). The
     fallback is named in the note, so a report says which ran.
     """
-    name = dtype.value
+    name = _SIGNED.get(dtype.value, dtype.value)
     table = target.sparse_matrix_flops if options.sparse and target.sparse_matrix_flops else target.matrix_flops
     level = options.fp32_level
     if name == "fp32" and level == "high" and table.get("tf32", 0.0) > table.get("fp32", 0.0):

@@ -14,12 +14,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from math import prod
 
-from ...ir import OPERAND_MAJOR, VIEW_OPS, DType, Node, Op, Value, attention_dims, attention_operands, is_causal
+from ...ir import OPERAND_MAJOR, DType, Node, Op, Value, attention_dims, attention_operands, is_causal
+from ..dequant_fusion import dequant_behind, fused_dequant, runs_in_gemm
 from ..experts import node_expert_rows
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import value_bytes
-from ..weight_values import is_weight_dequant
 
 __all__ = ["Gemm", "kernel_gemms", "grouped_gemm", "attention_shape", "AttentionShape", "is_depthwise"]
 
@@ -69,13 +69,6 @@ class AttentionShape:
         return 3 * self.d + 2 * self.dv if self.backward else self.d + self.dv
 
 
-def _view_base(v: Value) -> Value:
-    while v.producer is not None and v.producer.op in VIEW_OPS and v.producer.inputs and \
-            v.producer.inputs[0] is not None:
-        v = v.producer.inputs[0]
-    return v
-
-
 def _wider(a: DType, b: DType) -> DType:
     return a if a.bits >= b.bits else b
 
@@ -86,17 +79,41 @@ def _shape(table: CostTable, node: Node, i: int) -> tuple[int, ...]:
     return table.shapes[v]
 
 
-def _fused_weight_dequant(v: Value, fused: Collection[Node]) -> Node | None:
-    """The weight dequantization in ``fused`` (the GEMM's kernel) that produces ``v``, through views."""
-    p = v.producer
-    while p is not None and p in fused and p.op in VIEW_OPS and p.inputs and p.inputs[0] is not None:
-        p = p.inputs[0].producer
-    return p if p is not None and p in fused and is_weight_dequant(p) else None
+def _in_gemm(node: Node, fused: Collection[Node] | None) -> Collection[Node]:
+    """``fused`` (a kernel's nodes), or where no kernel is given the dequantizations ``node`` runs in
+    its operand load by :func:`~..dequant_fusion.runs_in_gemm` (a report's precision label)."""
+    if fused is not None:
+        return fused
+    deqs = (dequant_behind(v) for v in node.inputs[:2])
+    return {d for d in deqs if d is not None and runs_in_gemm(d, node)}
 
 
-def dot_gemm(table: CostTable, node: Node, fused: Collection[Node] = ()) -> Gemm:
-    """``node`` as a GEMM; ``fused``: the nodes of its kernel, where a stored weight's dequantization
-    fused into it makes B the narrow weight and its scales (a weight-only quantized GEMM)."""
+def _operand(table: CostTable, v: Value, fused: Collection[Node]) -> tuple[int, DType | None]:
+    """What the kernel loads for operand ``v``: its bytes, and the stored type where a dequantization
+    fused into the kernel produces it (the narrow weight with its scales and zero points)."""
+    deq = fused_dequant(v, fused)
+    if deq is None:
+        return value_bytes(table, v), None
+    first = deq.inputs[0]
+    assert first is not None
+    return sum(value_bytes(table, u) for u in deq.inputs if u is not None), first.type.dtype
+
+
+def _compute_types(a: Value, b: Value, stored_a: DType | None, stored_b: DType | None) -> tuple[DType, DType | None]:
+    """(the type the matrix units run, the narrow stored weight type of a weight-only GEMM): both operands
+    stored as integers is an integer GEMM (QDQ); one stored narrow is weight-only at the other's rate."""
+    if stored_a is not None and stored_b is not None:
+        return _wider(stored_a, stored_b), None
+    wide = _wider(a.type.dtype, b.type.dtype)
+    narrow = stored_b or stored_a
+    if narrow is None and b.type.dtype.bits < wide.bits:
+        narrow = b.type.dtype
+    return wide, narrow
+
+
+def dot_gemm(table: CostTable, node: Node, fused: Collection[Node] | None = None) -> Gemm:
+    """``node`` as a GEMM; ``fused``: the nodes of its kernel, whose fused dequantizations make an
+    operand what is stored (:mod:`..dequant_fusion`: weight-only and QDQ integer GEMMs)."""
     lhs, rhs = node.inputs[0], node.inputs[1]
     assert lhs is not None and rhs is not None
     ls, rs = table.shapes[lhs], table.shapes[rhs]
@@ -108,16 +125,9 @@ def dot_gemm(table: CostTable, node: Node, fused: Collection[Node] = ()) -> Gemm
     m = prod(d for i, d in enumerate(ls) if i not in lc and i not in lb)
     n = prod(d for i, d in enumerate(rs) if i not in rc and i not in rb)
     out = node.outputs[0]
-    wide = _wider(lhs.type.dtype, rhs.type.dtype)
-    narrow = rhs.type.dtype if rhs.type.dtype.bits < wide.bits else None
-    a_bytes, b_bytes = value_bytes(table, lhs), value_bytes(table, rhs)
-    deq = _fused_weight_dequant(rhs, fused) or _fused_weight_dequant(lhs, fused)
-    if deq is not None:            # B is what the kernel loads: the stored weight, its scales and zero points
-        stored = sum(value_bytes(table, u) for u in deq.inputs if u is not None)
-        a_bytes, b_bytes = (a_bytes, stored) if deq.outputs[0] is _view_base(rhs) else (stored, b_bytes)
-        first = deq.inputs[0]
-        assert first is not None
-        narrow = first.type.dtype
+    fused = _in_gemm(node, fused)
+    (a_bytes, stored_a), (b_bytes, stored_b) = _operand(table, lhs, fused), _operand(table, rhs, fused)
+    wide, narrow = _compute_types(lhs, rhs, stored_a, stored_b)
     major = a.get(OPERAND_MAJOR)
     return Gemm(batch, m, n, k, wide, a_bytes, b_bytes, value_bytes(table, out),
                 table.costs[node].flops, narrow_rhs=narrow,
@@ -151,12 +161,14 @@ def _grouped_grad_weight(table: CostTable, node: Node, x: Value, dy: Value) -> G
                 value_bytes(table, x), value_bytes(table, dy), value_bytes(table, out), table.costs[node].flops)
 
 
-def conv_gemm(table: CostTable, node: Node) -> Gemm:
+def conv_gemm(table: CostTable, node: Node, fused: Collection[Node] | None = None) -> Gemm:
     x, w = _shape(table, node, 0), _shape(table, node, 1)
     out = table.shapes[node.outputs[0]]
     xv, wv = node.inputs[0], node.inputs[1]
     assert xv is not None and wv is not None
-    dtype = _wider(xv.type.dtype, wv.type.dtype)
+    fused = _in_gemm(node, fused)
+    (x_bytes, stored_x), (w_bytes, stored_w) = _operand(table, xv, fused), _operand(table, wv, fused)
+    dtype, narrow = _compute_types(xv, wv, stored_x, stored_w)
     groups = int(node.attrs.get("groups", 1))
     flops = table.costs[node].flops
     if node.attrs.get("role") == "grad_weight":
@@ -167,8 +179,8 @@ def conv_gemm(table: CostTable, node: Node) -> Gemm:
         batch, m, n, k = groups, x[0] * prod(x[2:]), w[1], (w[0] // groups) * prod(w[2:])
     else:
         batch, m, n, k = groups, x[0] * prod(out[2:]), w[0] // groups, w[1] * prod(w[2:])
-    return Gemm(batch, m, n, k, dtype, value_bytes(table, xv), value_bytes(table, wv),
-                value_bytes(table, node.outputs[0]), flops)
+    return Gemm(batch, m, n, k, dtype, x_bytes, w_bytes, value_bytes(table, node.outputs[0]), flops,
+                narrow_rhs=narrow)
 
 
 def is_depthwise(table: CostTable, node: Node) -> bool:
@@ -205,5 +217,5 @@ def kernel_gemms(table: CostTable, kernel: Kernel) -> list[Gemm]:
     if node.op is Op.GROUPED_DOT:
         return [grouped_gemm(table, node)]
     if node.op is Op.CONV:
-        return [conv_gemm(table, node)]
+        return [conv_gemm(table, node, kernel.nodes)]
     return []
