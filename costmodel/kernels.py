@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from math import prod
 
-from ..ir import VIEW_OPS, Graph, Node, Op, OpGroup, Value
+from ..ir import STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value
 from .cost import Cost
 from .dequant_fusion import runs_in_gemm
 from .interpreter import CostTable
@@ -113,8 +113,10 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
     for i, n in enumerate(nodes):
         groups.heavy[i] = 1 if n.op in _HEAVY else 0
     outputs = {base.get(v, v) for v in graph.outputs}
-    # in every mode: the runtime runs the quantized format that way (dequant_fusion.py), not a compiler
+    # in every mode: the runtime runs the quantized format that way (dequant_fusion.py), not a compiler;
+    # and a framework's strided view is read by its consumer, eager or compiled
     in_gemm = _fuse_gemm_dequants(nodes, index, base, consumers, groups, outputs)
+    _join_strided_views(nodes, index, base, consumers, groups, outputs)
     if mode in ("full", "no-epilogue"):
         if mode == "full":
             _fuse_attention(nodes, index, base, consumers, groups)
@@ -162,6 +164,26 @@ def _fuse_gemm_dequants(nodes: list[Node], index: dict[Node, int], base: dict[Va
             groups.union(i, index[p])
             joined.add(p)
     return joined
+
+
+def _join_strided_views(nodes: list[Node], index: dict[Node, int], base: dict[Value, Value],
+                        consumers: dict[Value, list[Node]], groups: _Groups, outputs: set[Value]) -> None:
+    """A ``STRIDED_VIEW`` permute (torch's ``transpose``: a view) joins its one consumer's kernel, which
+    reads the input through the swapped strides: eager PyTorch launches no kernel for it (QA: a
+    transpose of [8, 1024, 1024] fp32 measured 1.5 us; it was timed as a 134 MB copy), and a
+    ``contiguous()`` after it is the one copy. Acyclic: the consumer is the view's only reader."""
+    for j, node in enumerate(nodes):
+        if node.op is not Op.PERMUTE or not node.attrs.get(STRIDED_VIEW) or not node.outputs:
+            continue
+        out = node.outputs[0]
+        readers = consumers.get(base.get(out, out), ())
+        if out in outputs or len(readers) != 1:
+            continue
+        reader = readers[0]
+        if reader.op in VIEW_OPS or reader.group is OpGroup.COLLECTIVE or reader.op is Op.UNKNOWN or \
+                reader not in index or reader.attrs.get(_PHASE) != node.attrs.get(_PHASE):
+            continue
+        groups.union(index[reader], j)
 
 
 def _fuse_optimizer_updates(nodes: list[Node], groups: _Groups) -> None:
@@ -318,7 +340,8 @@ def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[Va
             n = group_nodes[0]
             kernels.append(Kernel(n.name, "view", group_nodes, n, table.costs[n]))
             continue
-        anchor = next((n for n in group_nodes if n.op in _HEAVY), group_nodes[0])
+        anchor = next((n for n in group_nodes if n.op in _HEAVY), None) or \
+            next((n for n in group_nodes if not n.attrs.get(STRIDED_VIEW)), group_nodes[0])
         kind = "attention" if sum(n.op is Op.DOT for n in group_nodes) > 1 and \
             any(n.op is Op.SOFTMAX for n in group_nodes) else _kind(anchor)
         total = Cost()

@@ -14,7 +14,18 @@ from .dims import Dim, Shape, Sym
 from .dtypes import DType
 from .graph import DimSpec, Graph, Node, Placement, Source, Use, Value, ValueKind, node_subgraphs
 from .nx import to_networkx
-from .ops import GROUP, IN_PLACE, MAJORS, OPERAND_MAJOR, TRANSCENDENTAL_OPS, VIEW_OPS, Op, OpGroup, ops_in_group
+from .ops import (
+    GROUP,
+    IN_PLACE,
+    MAJORS,
+    OPERAND_MAJOR,
+    STRIDED_VIEW,
+    TRANSCENDENTAL_OPS,
+    VIEW_OPS,
+    Op,
+    OpGroup,
+    ops_in_group,
+)
 from .passes import (
                         ALL,
                         AnalysisManager,
@@ -42,6 +53,7 @@ __all__ = [
     "is_causal",
     "Dim", "Shape", "Sym", "DimRole", "format_shape", "DType", "DimSpec", "Graph", "Node", "Placement", "Source",
     "Use", "Value", "ValueKind", "node_subgraphs", "to_networkx", "GROUP", "IN_PLACE", "MAJORS", "OPERAND_MAJOR",
+    "STRIDED_VIEW",
     "TRANSCENDENTAL_OPS", "VIEW_OPS",
     "Op", "OpGroup", "ops_in_group", "ALL", "AnalysisManager", "Pass", "PassResult", "Pipeline",
     "get_pass", "parse_pipeline", "register_analysis", "register_pass", "registered_analyses",

@@ -54,12 +54,16 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["Op", "OpGroup", "GROUP", "VIEW_OPS", "TRANSCENDENTAL_OPS", "ops_in_group", "IN_PLACE", "OPERAND_MAJOR",
-           "MAJORS", "storage_operand"]
+           "MAJORS", "STRIDED_VIEW", "storage_operand"]
 
 #: The attribute naming the operand a CONCAT or scatter updates in place (see the module doc).
 IN_PLACE = "in_place"
 #: The attribute stating how a ``DOT``'s operands are stored (see the module doc), and its values.
 OPERAND_MAJOR = "operand_major"
+#: On a ``PERMUTE``: the source framework's transpose is a view of its input with swapped strides
+#: (torch's ``transpose``/``permute``), so no data moves until a consumer reads it strided or a
+#: ``contiguous()`` copies it; fusion joins it to its consumer in every mode (:mod:`costmodel.kernels`).
+STRIDED_VIEW = "strided_view"
 MAJORS = ("k", "mn")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch.fx as fx
 
-from ...ir import IN_PLACE, Op, TensorType
+from ...ir import IN_PLACE, STRIDED_VIEW, Op, TensorType
 from .aten_args import arg, norm_axes, norm_axis, rank_of, scalar, tensor_meta
 from .inplace import writes_into_view
 from .lowering import AtenLowerer, op_key
@@ -92,7 +92,9 @@ def _permute(cx: AtenLowerer, n: fx.Node) -> None:
         perm = tuple(perm_l)
     else:  # t / numpy_T
         perm = tuple(reversed(range(r)))
-    cx.emit(Op.PERMUTE, [cx.value(n.args[0])], n, {"perm": perm})
+    # torch's transpose and permute return views (strides swapped); the *_copy forms copy
+    view = {} if "_copy" in target else {STRIDED_VIEW: True}
+    cx.emit(Op.PERMUTE, [cx.value(n.args[0])], n, {"perm": perm, **view})
 
 
 def _concat(cx: AtenLowerer, n: fx.Node) -> None:
