@@ -1,7 +1,7 @@
 """Element types of tensors, with the bit widths the cost model needs for bytes.
 
 One enum covers what torch and ONNX can express, including the low-precision formats (fp8, fp4,
-int4) whose byte counts decide whether a model fits, so sub-byte types keep their exact bit width
+int4, int2) whose byte counts decide whether a model fits, so sub-byte types keep their exact bit width
 and byte counts round up only per tensor.
 """
 
@@ -30,11 +30,13 @@ class DType(enum.Enum):
     INT16 = "int16"
     INT8 = "int8"
     INT4 = "int4"
+    INT2 = "int2"
     UINT64 = "uint64"
     UINT32 = "uint32"
     UINT16 = "uint16"
     UINT8 = "uint8"
     UINT4 = "uint4"
+    UINT2 = "uint2"
     BOOL = "bool"
     COMPLEX64 = "complex64"
     COMPLEX128 = "complex128"
@@ -74,14 +76,14 @@ class DType(enum.Enum):
 _BITS: dict[DType, int] = {
     DType.FP64: 64, DType.FP32: 32, DType.TF32: 32, DType.BF16: 16, DType.FP16: 16,
     DType.FP8_E4M3: 8, DType.FP8_E5M2: 8, DType.FP4: 4,
-    DType.INT64: 64, DType.INT32: 32, DType.INT16: 16, DType.INT8: 8, DType.INT4: 4,
-    DType.UINT64: 64, DType.UINT32: 32, DType.UINT16: 16, DType.UINT8: 8, DType.UINT4: 4,
+    DType.INT64: 64, DType.INT32: 32, DType.INT16: 16, DType.INT8: 8, DType.INT4: 4, DType.INT2: 2,
+    DType.UINT64: 64, DType.UINT32: 32, DType.UINT16: 16, DType.UINT8: 8, DType.UINT4: 4, DType.UINT2: 2,
     DType.BOOL: 8, DType.COMPLEX64: 64, DType.COMPLEX128: 128, DType.STRING: 64,
 }
 _FLOATS = frozenset({DType.FP64, DType.FP32, DType.TF32, DType.BF16, DType.FP16, DType.FP8_E4M3,
                      DType.FP8_E5M2, DType.FP4, DType.COMPLEX64, DType.COMPLEX128})
-_INTS = frozenset({DType.INT64, DType.INT32, DType.INT16, DType.INT8, DType.INT4, DType.UINT64,
-                   DType.UINT32, DType.UINT16, DType.UINT8, DType.UINT4})
+_INTS = frozenset({DType.INT64, DType.INT32, DType.INT16, DType.INT8, DType.INT4, DType.INT2, DType.UINT64,
+                   DType.UINT32, DType.UINT16, DType.UINT8, DType.UINT4, DType.UINT2})
 _SPELLINGS = {
     "float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32",
     "bfloat16": "bf16", "float16": "fp16", "half": "fp16",

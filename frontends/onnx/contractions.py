@@ -1,10 +1,19 @@
 """Lowerings of ONNX contractions and convolutions: MatMul, Gemm, Einsum, Conv, ConvTranspose and
 their integer and quantized forms.
 
-Every one becomes :attr:`Op.DOT` (dot_general) or :attr:`Op.CONV`, with biases, scales and zero
-points as separate elementwise nodes, so contraction FLOPs match ``torch.utils.flop_counter``
-exactly whatever the exporter chose (``Gemm`` with ``transB`` or ``MatMul`` with a pre-transposed
-weight give the same count).
+Every one becomes :attr:`Op.DOT` (dot_general) or :attr:`Op.CONV`, with biases and scales as
+separate elementwise nodes, so contraction FLOPs match ``torch.utils.flop_counter`` exactly
+whatever the exporter chose (``Gemm`` with ``transB`` or ``MatMul`` with a pre-transposed weight
+give the same count).
+
+Zero points of integer contractions (``MatMulInteger``, ``ConvInteger``, ``QLinearMatMul``,
+``QLinearConv``, com.microsoft ``QGemm``) are extra operands of the DOT or CONV itself, after its two
+operands, named by its ``zero_points`` attr (``("lhs", "rhs")``, or the one given): their bytes are
+read, but no ``A - zp`` or ``W - zp`` tensor is formed. Integer GEMM libraries (MLAS, oneDNN,
+cuBLASLt) fold zero points into the int32 accumulator through the row sums of A and the column sums
+of W (``sum_k (a - za)(w - zw) = sum a w - zw sum a - za sum w + K za zw``), computed while the
+operands are packed; an elementwise pass over a 4096x4096 weight would cost a 16.8 MB round trip
+that no such kernel makes.
 """
 
 from __future__ import annotations
@@ -17,14 +26,23 @@ from .node import NodeCx
 from .stamp import pure
 from .symdims import dim_eq
 
-__all__ = ["CONTRACTION_LOWERINGS", "dot", "matmul", "conv_attrs"]
+__all__ = ["CONTRACTION_LOWERINGS", "dot", "matmul", "conv_attrs", "zero_points", "ZeroPoints"]
+
+
+#: Zero points a contraction reads: (the values, which operand each belongs to: "lhs" or "rhs").
+ZeroPoints = tuple[tuple[Value, ...], tuple[str, ...]]
 
 
 def dot(cx: NodeCx, lhs: Value, rhs: Value, lc: tuple[int, ...], rc: tuple[int, ...],
         lb: tuple[int, ...] = (), rb: tuple[int, ...] = (), *, types: list[TensorType] | None = None,
-        bind: bool = True, suffix: str = "", extra: dict[str, Any] | None = None) -> Node:
+        bind: bool = True, suffix: str = "", extra: dict[str, Any] | None = None,
+        zero_points: ZeroPoints = ((), ())) -> Node:
+    """One dot_general; ``zero_points``: (values, sides) read by the integer GEMM (module docstring)."""
     attrs = {"lhs_contract": lc, "rhs_contract": rc, "lhs_batch": lb, "rhs_batch": rb, **(extra or {})}
-    return cx.emit(Op.DOT, [lhs, rhs], attrs, types=types, bind=bind, suffix=suffix)
+    zps, sides = zero_points
+    if zps:
+        attrs["zero_points"] = sides
+    return cx.emit(Op.DOT, [lhs, rhs, *zps], attrs, types=types, bind=bind, suffix=suffix)
 
 
 def _unsqueeze_front(cx: NodeCx, v: Value, rank: int, suffix: str) -> Value:
@@ -35,24 +53,25 @@ def _unsqueeze_front(cx: NodeCx, v: Value, rank: int, suffix: str) -> Value:
 
 
 def matmul(cx: NodeCx, a: Value, b: Value, *, types: list[TensorType] | None = None, bind: bool = True,
-           suffix: str = "") -> Node:
+           suffix: str = "", zero_points: ZeroPoints = ((), ())) -> Node:
     """numpy/torch matmul semantics: 1-D operands, 2-D folding and broadcast batch dims."""
     ra, rb = a.type.rank, b.type.rank
     if ra == 0 or rb == 0:
         raise cx.error("MatMul operands must have rank >= 1")
+    kw: dict[str, Any] = {"types": types, "bind": bind, "suffix": suffix, "zero_points": zero_points}
     if ra == 1 and rb == 1:
-        return dot(cx, a, b, (0,), (0,), types=types, bind=bind, suffix=suffix)
+        return dot(cx, a, b, (0,), (0,), **kw)
     if rb == 1:
-        return dot(cx, a, b, (ra - 1,), (0,), types=types, bind=bind, suffix=suffix)
+        return dot(cx, a, b, (ra - 1,), (0,), **kw)
     if ra == 1:
-        return dot(cx, a, b, (0,), (rb - 2,), types=types, bind=bind, suffix=suffix)
+        return dot(cx, a, b, (0,), (rb - 2,), **kw)
     if rb == 2:
-        return dot(cx, a, b, (ra - 1,), (0,), types=types, bind=bind, suffix=suffix)
+        return dot(cx, a, b, (ra - 1,), (0,), **kw)
     r = max(ra, rb)
     a = _unsqueeze_front(cx, a, r, f"{suffix}lhs_unsqueeze")
     b = _unsqueeze_front(cx, b, r, f"{suffix}rhs_unsqueeze")
     batch = tuple(range(r - 2))
-    return dot(cx, a, b, (r - 1,), (r - 2,), batch, batch, types=types, bind=bind, suffix=suffix)
+    return dot(cx, a, b, (r - 1,), (r - 2,), batch, batch, **kw)
 
 
 @pure
@@ -63,20 +82,19 @@ def _matmul(cx: NodeCx) -> None:
     matmul(cx, a, b)
 
 
-def _zero_point(cx: NodeCx, x: Value, zp_index: int, what: str) -> Value:
-    """``x - zero_point`` as an elementwise node when a zero point is given (integer matmuls)."""
-    zp = cx.input(zp_index)
-    if zp is None:
-        return x
-    return cx.emit(Op.SUB, [x, zp], {"role": "zero_point"}, types=[x.type.with_shape(x.type.shape)], bind=False,
-                   suffix=f"{what}_zp").outputs[0]
+def zero_points(cx: NodeCx, lhs_index: int | None, rhs_index: int | None) -> ZeroPoints:
+    """The zero points at inputs ``lhs_index`` and ``rhs_index`` (those given), as operands of the
+    contraction itself: read, never subtracted from a whole operand (module docstring)."""
+    slots = ((lhs_index, "lhs"), (rhs_index, "rhs"))
+    found = [(v, side) for v, side in ((cx.input(i) if i is not None else None, s) for i, s in slots) if v is not None]
+    return tuple(v for v, _ in found), tuple(side for _, side in found)
 
 
 @pure
 def _matmul_integer(cx: NodeCx) -> None:
     a, b = cx.input(0), cx.input(1)
     assert a is not None and b is not None
-    matmul(cx, _zero_point(cx, a, 2, "a"), _zero_point(cx, b, 3, "b"))
+    matmul(cx, a, b, zero_points=zero_points(cx, 2, 3))
 
 
 @pure
@@ -85,7 +103,8 @@ def _qlinear_matmul(cx: NodeCx) -> None:
     a, b = cx.input(0), cx.input(3)
     assert a is not None and b is not None
     out = cx.out_types()[0]
-    acc = matmul(cx, a, b, types=[TensorType(DType.INT32, out.shape)], bind=False, suffix="int32").outputs[0]
+    acc = matmul(cx, a, b, types=[TensorType(DType.INT32, out.shape)], bind=False, suffix="int32",
+                 zero_points=zero_points(cx, 2, 5)).outputs[0]
     cx.emit(Op.QUANTIZE, [acc, *cx.inputs(1, 4, 6, 7)], {"role": "requantize"})
 
 
@@ -250,14 +269,14 @@ def _conv(transposed: bool = False, x_i: int = 0, w_i: int = 1, b_i: int | None 
             raise cx.error(f"convolution input rank {x.type.rank} and weight rank {w.type.rank} do not fit")
         attrs = conv_attrs(cx, x, w, transposed)
         _check_channels(cx, x.type.shape[1], w.type.shape, attrs["groups"], transposed)
-        if zp is not None:
-            x = _zero_point(cx, x, zp[0], "x")
-            w = _zero_point(cx, w, zp[1], "w")
+        zps, sides = zero_points(cx, *zp) if zp is not None else ((), ())
+        if zps:
+            attrs["zero_points"] = sides
         out = cx.out_types()
         bias = cx.input(b_i) if b_i is not None else None
         acc_types = [TensorType(DType.INT32, out[0].shape)] if requant is not None else out
         last = bias is None and requant is None
-        y = cx.emit(Op.CONV, [x, w], attrs, types=acc_types, bind=last).outputs[0]
+        y = cx.emit(Op.CONV, [x, w, *zps], attrs, types=acc_types, bind=last).outputs[0]
         if bias is not None:
             y = cx.emit(Op.ADD, [y, bias], {"role": "bias", "axis": 1}, types=acc_types, bind=requant is None,
                         suffix="bias").outputs[0]
@@ -285,5 +304,5 @@ CONTRACTION_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
     "MatMul": _matmul, "MatMulInteger": _matmul_integer, "QLinearMatMul": _qlinear_matmul, "Gemm": _gemm,
     "Einsum": _einsum, "Conv": _conv(), "ConvTranspose": _conv(True),
     "ConvInteger": _conv(zp=(2, 3), b_i=None),
-    "QLinearConv": _conv(x_i=0, w_i=3, b_i=8, requant=(6, 7)), "DeformConv": _deform_conv,
+    "QLinearConv": _conv(x_i=0, w_i=3, b_i=8, zp=(2, 5), requant=(6, 7)), "DeformConv": _deform_conv,
 }

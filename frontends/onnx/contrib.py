@@ -203,14 +203,20 @@ def _fused_matmul(cx: NodeCx) -> None:
         cx.emit(Op.MUL, node.outputs, {"scalar": alpha, "role": "alpha"}, suffix="alpha")
 
 
+#: MatMulNBits' bit widths whose packed bytes hold several weights each, as the IR's narrow dtypes.
+_PACKED = {4: DType.UINT4, 2: DType.UINT2}
+
+
 def _unpack_int4(w: Value | None, bits: int, block: int) -> None:
-    """A MatMulNBits weight stored as bytes ``uint8 [N, blocks, block / 2]`` holds two 4-bit weights
-    per byte: retyped (in place, same bytes) as the ``int4 [N, blocks, block]`` it packs, so the
-    parameter count is the model's weights, not half of them."""
-    if w is None or w.producer is not None or not w.kind.is_weight or bits != 4 or \
-            w.type.dtype is not DType.UINT8 or len(w.type.shape) != 3 or w.type.shape[2] != block // 2:
+    """A MatMulNBits weight stored as bytes ``uint8 [N, blocks, block * bits / 8]`` holds 8 / bits
+    weights per byte (two 4-bit, four 2-bit): retyped (in place, same bytes) as the ``uint4`` or
+    ``uint2 [N, blocks, block]`` it packs, so the parameter count is the model's weights, not a
+    half or a quarter of them."""
+    narrow = _PACKED.get(bits)
+    if w is None or narrow is None or w.producer is not None or not w.kind.is_weight or \
+            w.type.dtype is not DType.UINT8 or len(w.type.shape) != 3 or w.type.shape[2] != block * bits // 8:
         return
-    w.type = TensorType(DType.UINT4, (*w.type.shape[:2], block))
+    w.type = TensorType(narrow, (*w.type.shape[:2], block))
 
 
 def _matmul_nbits(cx: NodeCx) -> None:
@@ -226,15 +232,6 @@ def _matmul_nbits(cx: NodeCx) -> None:
     y = dot(cx, a, w, (a.type.rank - 1,), (1,), bind=bias is None).outputs[0]
     if bias is not None:
         cx.emit(Op.ADD, [y, bias], {"role": "bias"}, suffix="bias")
-
-
-def _dequant_matmul(cx: NodeCx) -> None:
-    """DynamicQuantizeMatMul / MatMulIntegerToFloat: an integer matmul scaled back to float."""
-    a, b = cx.input(0), cx.input(1)
-    assert a is not None and b is not None
-    out = cx.out_types()[0]
-    acc = matmul(cx, a, b, types=[TensorType(DType.INT32, out.shape)], bind=False, suffix="int").outputs[0]
-    cx.emit(Op.DEQUANTIZE, [acc, *cx.inputs(2, 3)], {"role": "rescale"})
 
 
 def _embed_ln(cx: NodeCx) -> None:
@@ -336,14 +333,6 @@ def _rotary(cx: NodeCx) -> None:
     NN_LOWERINGS["RotaryEmbedding"](cx)
 
 
-def _qlinear(op: Op) -> Callable[[NodeCx], None]:
-    """QLinearAdd/Mul(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp) and unary QLinear ops: the float op."""
-    def fn(cx: NodeCx) -> None:
-        data = cx.inputs(0, 3) if op in (Op.ADD, Op.MUL) else cx.inputs(0)
-        cx.emit(op, data, {"quantized": True})
-    return fn
-
-
 CONTRIB_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
     MS + "Attention": _ms_attention, MS + "MultiHeadAttention": _ms_mha,
     MS + "DecoderMaskedMultiHeadAttention": _ms_mha, MS + "GroupQueryAttention": _ms_gqa,
@@ -351,15 +340,12 @@ CONTRIB_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
     MS + "SkipSimplifiedLayerNormalization": _skip_norm(Op.RMS_NORM),
     MS + "SimplifiedLayerNormalization": _norm(Op.RMS_NORM), MS + "LayerNormalization": _norm(Op.LAYER_NORM),
     MS + "FusedMatMul": _fused_matmul, MS + "MatMulNBits": _matmul_nbits,
-    MS + "DynamicQuantizeMatMul": _dequant_matmul, MS + "MatMulIntegerToFloat": _dequant_matmul,
     MS + "EmbedLayerNormalization": _embed_ln, MS + "BiasGelu": _bias_then(Op.GELU),
     MS + "FastGelu": _bias_then(Op.GELU, approximate="tanh"), MS + "Gelu": _simple(Op.GELU),
     MS + "QuickGelu": _simple(Op.SILU, alpha=1.702), MS + "BiasAdd": _bias_add,
     MS + "BiasSoftmax": _bias_then(Op.SOFTMAX, axis=-1), MS + "BiasDropout": _bias_then(Op.IDENTITY),
     MS + "GemmFastGelu": _gemm_fast_gelu, MS + "FusedConv": _fused_conv,
     MS + "GatherBlockQuantized": _gather_block_quantized, MS + "RotaryEmbedding": _rotary,
-    MS + "QLinearAdd": _qlinear(Op.ADD), MS + "QLinearMul": _qlinear(Op.MUL),
-    MS + "QLinearSigmoid": _qlinear(Op.SIGMOID), MS + "QLinearLeakyRelu": _qlinear(Op.LEAKY_RELU),
     MS + "Trilu": _simple(Op.TRIANGULAR),
 }
 

@@ -171,6 +171,67 @@ def _gather_block_shapes(cx: NodeCx) -> list[OutSpec | None]:
     return [(dt, tuple(last[:axis]) + tuple(idx) + tuple(last[axis + 1:]))]
 
 
+def _qgemm_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    """QGemm: [M, N] (transA/transB), y_zero_point's type when requantized (y_scale given), else float."""
+    a, b = cx.shape(0), cx.shape(3)
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return [None]
+    m = a[1] if int(cx.attr("transA", 0)) else a[0]
+    n = b[0] if int(cx.attr("transB", 0)) else b[1]
+    quantized = cx.n_inputs() > 7 and cx.input(7) is not None
+    dt = (cx.dtype(8) or DType.UINT8) if quantized else DType.FP32
+    return [(dt, (m, n))]
+
+
+def _data_rule(rule: Callable[[NodeCx], list[OutSpec | None]]) -> Callable[[NodeCx], list[OutSpec | None]]:
+    """A QLinear op's output: its float op's shape rule over the data operand, in the data's type."""
+    def fn(cx: NodeCx) -> list[OutSpec | None]:
+        spec = rule(cx)[:1]
+        return [(cx.dtype(0), spec[0][1]) if spec and spec[0] else None]
+    return fn
+
+
+def _qlinear_global_pool_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    x = cx.shape(0)
+    if x is None:
+        return [None]
+    if cx.attr("channels_last", 0):   # [N, spatial..., C]
+        return [(cx.dtype(0), (x[0],) + (1,) * (len(x) - 2) + (x[-1],))]
+    return [(cx.dtype(0), tuple(x[:2]) + (1,) * (len(x) - 2))]
+
+
+def _qlinear_reduce_mean_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    x = cx.shape(0)
+    if x is None:
+        return [None]
+    axes = {a + len(x) if a < 0 else a for a in (cx.attr("axes") or range(len(x)))}
+    if cx.attr("keepdims", 1):
+        return [(cx.dtype(0), tuple(1 if i in axes else d for i, d in enumerate(x)))]
+    return [(cx.dtype(0), tuple(d for i, d in enumerate(x) if i not in axes))]
+
+
+def _qlinear_concat_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    shapes = [cx.shape(i) for i in range(2, cx.n_inputs(), 3)]
+    if not shapes or any(s is None for s in shapes):
+        return [None]
+    first = shapes[0]
+    assert first is not None
+    axis = int(cx.attr("axis", 0))
+    axis = axis + len(first) if axis < 0 else axis
+    if not 0 <= axis < len(first) or any(s is not None and len(s) != len(first) for s in shapes):
+        raise cx.error(f"QLinearConcat inputs of ranks {[len(s or ()) for s in shapes]} on axis {axis}")
+    total: Any = 0
+    for s in shapes:
+        assert s is not None
+        total = dim_add(total, s[axis])
+    return [(cx.dtype(2), tuple(first[:axis]) + (to_dim(total),) + tuple(first[axis + 1:]))]
+
+
+def _qlinear_where_shapes(cx: NodeCx) -> list[OutSpec | None]:
+    shapes = [s for s in (cx.shape(0), cx.shape(1), cx.shape(4)) if s is not None]
+    return [(cx.dtype(1), broadcast(cx, shapes))] if len(shapes) == 3 else [None]
+
+
 def _broadcast_shapes(cx: NodeCx) -> list[OutSpec | None]:
     shapes = [s for s in (cx.shape(0), cx.shape(3) if cx.n_inputs() > 3 else None) if s is not None]
     return [(cx.dtype(0), broadcast(cx, shapes))] if shapes else [None]
@@ -193,4 +254,8 @@ CONTRIB_SHAPE_RULES: dict[str, Callable[[NodeCx], list[OutSpec | None]]] = {
                                  "BiasSoftmax", "BiasDropout", "SimplifiedLayerNormalization",
                                  "LayerNormalization", "QLinearSigmoid", "QLinearLeakyRelu", "Trilu")},
     MS + "QLinearAdd": _broadcast_shapes, MS + "QLinearMul": _broadcast_shapes,
+    MS + "QGemm": _qgemm_shapes, MS + "QLinearSoftmax": _same, MS + "QLinearConcat": _qlinear_concat_shapes,
+    MS + "QLinearGlobalAveragePool": _qlinear_global_pool_shapes, MS + "QLinearWhere": _qlinear_where_shapes,
+    MS + "QLinearAveragePool": _data_rule(WINDOW_RULES["AveragePool"]),
+    MS + "QLinearReduceMean": _qlinear_reduce_mean_shapes,
 }

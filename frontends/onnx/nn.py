@@ -106,7 +106,7 @@ ELEMENTWISE_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
     "Not": _ew(Op.NOT), "BitShift": _ew(Op.BITWISE, "direction"), "BitwiseAnd": _ew(Op.BITWISE, kind="and"),
     "BitwiseOr": _ew(Op.BITWISE, kind="or"), "BitwiseXor": _ew(Op.BITWISE, kind="xor"),
     "BitwiseNot": _ew(Op.BITWISE, kind="not"), "IsNaN": _ew(Op.ISNAN), "IsInf": _ew(Op.ISINF),
-    "Where": _ew(Op.WHERE), "QuantizeLinear": _ew(Op.QUANTIZE), "DequantizeLinear": _ew(Op.DEQUANTIZE),
+    "Where": _ew(Op.WHERE),
 }
 
 
@@ -182,7 +182,7 @@ def _pool(kind: str) -> Callable[[NodeCx], None]:
                                  "ceil_mode": bool(cx.attr("ceil_mode", 0))}
         if kind == "lp":
             attrs["p"] = int(cx.attr("p", 2))
-        cx.emit(Op.POOL, cx.inputs(), attrs)
+        cx.emit(Op.POOL, cx.inputs(0), attrs)   # the data (QLinearAveragePool's scales follow it)
     return pure(fn)
 
 

@@ -80,15 +80,23 @@ def _pad(cx: NodeCx) -> None:
 
 def _identity(cx: NodeCx) -> None:
     """Identity of a top-level weight is another weight: exporters dedupe byte-identical parameters
-    (all-ones norm weights, zero biases) and re-expose each copy through an Identity."""
+    (all-ones norm weights, zero biases) and re-expose each copy through an Identity. In a QDQ
+    model the deduped weight is quantized, so the copy is an Identity of its DequantizeLinear: the
+    copy is then a quantized weight of its own, dequantized with the same scales."""
     x = cx.input(0)
     if x is not None and cx.is_sequence(0):
         cx.emit(Op.IDENTITY, [x], types=cx.settle([(x.type.dtype, x.type.shape)], override=True))
         return
+    out = cx.present_outputs()[0] if cx.present_outputs() else ""
     if x is not None and x.kind.is_weight:
-        v = cx.add_weight(cx.present_outputs()[0], x.type, x.kind, source_name=f"{cx.present_outputs()[0]} "
-                                                                            f"(identity of {x.source_name})")
-        cx.bind([v])
+        cx.bind([cx.add_weight(out, x.type, x.kind, source_name=f"{out} (identity of {x.source_name})")])
+        return
+    deq = x.producer if x is not None else None
+    stored = deq.inputs[0] if deq is not None and deq.op is Op.DEQUANTIZE and deq.inputs else None
+    if deq is not None and stored is not None and stored.producer is None and stored.kind is ValueKind.PARAM:
+        copy = cx.add_weight(f"{out}_quantized", stored.type, stored.kind,
+                             source_name=f"{out} (identity of {stored.source_name}, dequantized)")
+        cx.emit(Op.DEQUANTIZE, [copy, *deq.inputs[1:]], dict(deq.attrs) or None)
         return
     cx.emit(Op.IDENTITY, cx.inputs())
 

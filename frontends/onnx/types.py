@@ -18,8 +18,9 @@ from ...ir import DType, Sym, TensorType
 __all__ = ["DTYPES", "ONNX_OF", "dtype_of", "declared_dims", "checked_dims", "small_array", "type_proto",
            "MAX_DIM", "MAX_NUMEL", "FOLD_LIMIT", "is_external", "check_payload", "constant_type"]
 
-#: ONNX ``TensorProto.DataType`` -> IR dtype. 2- and 6-bit types are stored as the next wider IR
-#: type (the IR has no narrower one), so their byte counts are upper bounds.
+#: ONNX ``TensorProto.DataType`` -> IR dtype. INT2/UINT2 (opset 25) pack four values a byte, as the
+#: IR's 2-bit types do; the 6-bit floats are stored as the next wider IR type (the IR has no 6-bit
+#: one), so their byte counts are upper bounds.
 DTYPES: dict[int, DType] = {
     TensorProto.FLOAT: DType.FP32, TensorProto.UINT8: DType.UINT8, TensorProto.INT8: DType.INT8,
     TensorProto.UINT16: DType.UINT16, TensorProto.INT16: DType.INT16, TensorProto.INT32: DType.INT32,
@@ -31,7 +32,7 @@ DTYPES: dict[int, DType] = {
     TensorProto.FLOAT8E5M2: DType.FP8_E5M2, TensorProto.FLOAT8E5M2FNUZ: DType.FP8_E5M2,
     TensorProto.UINT4: DType.UINT4, TensorProto.INT4: DType.INT4, TensorProto.FLOAT4E2M1: DType.FP4,
 }
-for _name, _dt in (("FLOAT8E8M0", DType.FP8_E5M2), ("UINT2", DType.UINT4), ("INT2", DType.INT4),
+for _name, _dt in (("FLOAT8E8M0", DType.FP8_E5M2), ("UINT2", DType.UINT2), ("INT2", DType.INT2),
                    ("FLOAT6E2M3", DType.FP8_E4M3), ("FLOAT6E3M2", DType.FP8_E5M2)):
     if hasattr(TensorProto, _name):
         DTYPES[getattr(TensorProto, _name)] = _dt

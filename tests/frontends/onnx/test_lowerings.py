@@ -91,7 +91,9 @@ def test_matmul_integer_and_qlinear_matmul() -> None:
     U8 = TensorProto.UINT8
     graph, r = run([helper.make_node("MatMulInteger", ["a", "b", "az"], ["y"])],
                    [("a", U8, [3, 4]), ("b", U8, [4, 5]), ("az", U8, [])])
-    assert r.modeled_flops == 2 * 3 * 5 * 4 and ops(graph) == ["sub", "dot"]
+    # the zero point is read by the integer GEMM (a 1-byte operand), never subtracted from A:
+    # A 12 + B 20 + zp 1 bytes read, the int32 [3, 5] written
+    assert r.modeled_flops == 2 * 3 * 5 * 4 and ops(graph) == ["dot"] and r.bytes == 12 + 20 + 1 + 4 * 15
     scale = np.array(0.1, np.float32)
     zp = np.array(0, np.uint8)
     graph, r = run([helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])],
