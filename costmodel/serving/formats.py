@@ -38,6 +38,7 @@ from ...ir import VIEW_OPS, DType, Graph, Node, TensorType, Value, node_subgraph
 from ...ir.ops import Op
 from ..costcache import forget
 from ..precision import with_precision
+from .block_scales import add_block_scales
 
 __all__ = ["Formats"]
 
@@ -153,7 +154,7 @@ def quantize_linear_weights(graph: Graph, dtype: DType) -> int:
     users = graph.users()
     vocab = _vocab_rows(graph, users)
     n = 0
-    for v in graph.weights:
+    for v in list(graph.weights):      # block scales add weights as it goes
         if not v.type.dtype.is_float or len(v.type.shape) < 2:
             continue
         readers = _readers_through_weight_path(v, users)
@@ -161,7 +162,9 @@ def quantize_linear_weights(graph: Graph, dtype: DType) -> int:
             continue
         if vocab is not None and vocab in v.type.shape:
             continue
+        original = v.type.dtype
         v.type = TensorType(dtype, v.type.shape)
+        add_block_scales(graph, v, original)
         n += 1
     for node in graph.nodes:
         for body in node_subgraphs(node):

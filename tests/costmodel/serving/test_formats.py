@@ -10,6 +10,7 @@ from narrowpipe.backends import get_target
 from narrowpipe.costmodel.execution import DeviceGroup, TimingOptions
 from narrowpipe.costmodel.interpreter import interpret
 from narrowpipe.costmodel.serving import serve
+from narrowpipe.costmodel.serving.formats import Formats
 from narrowpipe.costmodel.timing import fused_program, time_program
 from narrowpipe.ir import DType, Graph, Op, TensorType
 
@@ -22,7 +23,8 @@ def llama8b():
 
 
 def test_int4_weight_only_decode_streams_a_quarter_of_the_linear_layers_bytes(llama8b):
-    """AWQ/GPTQ quantize the linear layers; the embedding, lm_head and norms stay in bf16."""
+    """AWQ/GPTQ quantize the linear layers (groups of 128 with a scale and a zero point each); the
+    embedding, lm_head and norms stay in bf16."""
     bf16 = serve(llama8b, "h100", batch=1, context=2048, with_crossover=False)
     int4 = serve(llama8b, "h100", batch=1, context=2048, weights="int4", with_crossover=False)
     assert int4.formats["weights"] == "int4"
@@ -31,10 +33,12 @@ def test_int4_weight_only_decode_streams_a_quarter_of_the_linear_layers_bytes(ll
     norms = L * 2 * E + E
     embed = head = V * E
     assert bf16.memory.weights == pytest.approx(2 * (linear + norms + embed + head), rel=1e-6)
-    assert int4.memory.weights == pytest.approx(linear / 2 + 2 * (norms + embed + head), rel=1e-6)
+    # AWQ's int4: half a byte per weight, and per group of 128 an fp16 scale and a 4-bit zero point
+    stored = linear / 2 + linear / 128 * (2 + 0.5)
+    assert int4.memory.weights == pytest.approx(stored + 2 * (norms + embed + head), rel=1e-6)
     h100 = get_target("h100")
     # the embedding is gathered a row at a time: not streamed per step
-    moved = linear / 2 + 2 * (norms + head) + bf16.kv_bytes_per_token * 2049
+    moved = stored + 2 * (norms + head) + bf16.kv_bytes_per_token * 2049
     # beyond its launch each GEMM kernel (q, k, v, o, gate, up, down per layer; the head) pays the
     # GEMM latency floor; the int4 dequantization hides under the weight reads
     gemms = 7 * 32 + 1
@@ -163,3 +167,15 @@ def test_fp8_gemms_on_a_chip_without_an_fp8_rate_say_they_run_at_bf16(llama8b):
     assert v5e.ttft_s == pytest.approx(bf16.ttft_s, rel=0.05)        # the bytes shrink; compute-bound prefill
     h100 = serve(llama8b, "h100", mode="prefill", batch=1, input_len=2048, weights="fp8_e4m3", gemm_inputs="fp8_e4m3")
     assert not any("matrix rate" in n for n in h100.notes)
+
+
+def test_nvfp4_weights_carry_an_fp8_scale_per_16_weights():
+    """NVFP4: 4-bit codes in blocks of 16 with one E4M3 scale, 4.5 bits per weight; the scales are
+    weights the GEMM reads (one kernel per linear layer, as without them), not parameters."""
+    g = narrowpipe.transformer(layers=2, hidden=256, heads=4, vocab=1000, ffn=512, seq=64)
+    fp4 = serve(g, "b200", batch=1, context=64, weights="fp4", with_crossover=False)
+    bf16 = serve(g, "b200", batch=1, context=64, with_crossover=False)
+    linear = 2 * (4 * 256 * 256 + 2 * 256 * 512)                  # q, k, v, o; up, down (a plain MLP)
+    assert bf16.memory.weights - fp4.memory.weights == pytest.approx(linear * (2 - 0.5 - 1 / 16), rel=1e-9)
+    assert fp4.decode.kernels == bf16.decode.kernels
+    assert Formats.of(weights="fp4").apply(g).param_count() == g.param_count()
