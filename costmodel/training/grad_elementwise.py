@@ -28,7 +28,11 @@ NON_DIFFERENTIABLE: frozenset[Op] = frozenset({
 _ONE_KERNEL_ON_INPUT: dict[Op, Op] = {
     Op.GELU: Op.GELU, Op.SILU: Op.SILU, Op.ELU: Op.ELU, Op.SELU: Op.ELU, Op.SOFTPLUS: Op.SOFTPLUS,
     Op.MISH: Op.MISH, Op.HARDSIGMOID: Op.HARDSIGMOID, Op.HARDSWISH: Op.HARDSWISH,
-    Op.LEAKY_RELU: Op.WHERE, Op.RELU: Op.WHERE, Op.CLAMP: Op.WHERE, Op.HARDTANH: Op.WHERE}
+    Op.LEAKY_RELU: Op.WHERE, Op.CLAMP: Op.WHERE, Op.HARDTANH: Op.WHERE}
+#: The same on the saved *output*: derivatives.yaml's ``relu: threshold_backward(grad, result, 0)``, so
+#: torch saves ReLU's result, not its input (an out-of-place ReLU between two Linears saves the
+#: input of the first and the ReLU's output, which the second saves anyway; the pre-ReLU tensor is freed).
+_ONE_KERNEL_ON_OUTPUT: dict[Op, Op] = {Op.RELU: Op.WHERE}
 
 #: Chains over dy, the input x, the output y and the previous step t: (op, operands, scalar).
 _Step = tuple[Op, tuple[str, ...], float | None]
@@ -80,10 +84,11 @@ def _unary(cx: GradContext, node: Node, dys: list[Value | None], wants: list[boo
     out: Grads = [None] * len(node.inputs)
     if not wants[0]:
         return out
-    kernel = _ONE_KERNEL_ON_INPUT.get(node.op)
+    kernel = _ONE_KERNEL_ON_INPUT.get(node.op) or _ONE_KERNEL_ON_OUTPUT.get(node.op)
     if kernel is not None:
         attrs = {k: v for k, v in node.attrs.items() if k not in ("phase", "role")}
-        out[0] = cx.like(kernel, [dy, cx.val(x)], dy, {**attrs, "role": "grad"}, name="grad")
+        saved = y if node.op in _ONE_KERNEL_ON_OUTPUT else x
+        out[0] = cx.like(kernel, [dy, cx.val(saved)], dy, {**attrs, "role": "grad"}, name="grad")
     else:
         out[0] = _chain(cx, _CHAINS[node.op], dy, cx.val(x), cx.val(y))
     return out
@@ -215,7 +220,7 @@ def _through(cx: GradContext, node: Node, dys: list[Value | None], wants: list[b
 
 Rule = Callable[[GradContext, Node, list[Value | None], list[bool]], Grads]
 ELEMENTWISE_GRADS: dict[Op, Rule] = {
-    **dict.fromkeys((*_ONE_KERNEL_ON_INPUT, *_CHAINS), _unary),
+    **dict.fromkeys((*_ONE_KERNEL_ON_INPUT, *_ONE_KERNEL_ON_OUTPUT, *_CHAINS), _unary),
     Op.ADD: _add, Op.SUB: _sub, Op.MUL: _mul, Op.DIV: _div, Op.POW: _pow, Op.MAXIMUM: _extreme,
     Op.MINIMUM: _extreme, Op.WHERE: _where, Op.CAST: _through, Op.COPY: _through, Op.IDENTITY: _through,
 }
