@@ -90,6 +90,14 @@ def zero_points(cx: NodeCx, lhs_index: int | None, rhs_index: int | None) -> Zer
     return tuple(v for v, _ in found), tuple(side for _, side in found)
 
 
+def int32_matmul(cx: NodeCx, a: Value, b: Value, zps: ZeroPoints, suffix: str = "int") -> Value:
+    """An integer matmul accumulating in int32 (the node's own output type), its zero points read
+    by the contraction: the first step of every ONNX quantized matmul."""
+    out = cx.out_types()[0]
+    return matmul(cx, a, b, types=[TensorType(DType.INT32, out.shape)], bind=False, suffix=suffix,
+                  zero_points=zps).outputs[0]
+
+
 @pure
 def _matmul_integer(cx: NodeCx) -> None:
     a, b = cx.input(0), cx.input(1)
@@ -102,9 +110,7 @@ def _qlinear_matmul(cx: NodeCx) -> None:
     """QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp): an int32 matmul, requantized."""
     a, b = cx.input(0), cx.input(3)
     assert a is not None and b is not None
-    out = cx.out_types()[0]
-    acc = matmul(cx, a, b, types=[TensorType(DType.INT32, out.shape)], bind=False, suffix="int32",
-                 zero_points=zero_points(cx, 2, 5)).outputs[0]
+    acc = int32_matmul(cx, a, b, zero_points(cx, 2, 5), "int32")
     cx.emit(Op.QUANTIZE, [acc, *cx.inputs(1, 4, 6, 7)], {"role": "requantize"})
 
 

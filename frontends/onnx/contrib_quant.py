@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import ShapeError
 from ...ir import OPERAND_MAJOR, DType, Op, TensorType, Value
-from .contractions import dot, matmul, zero_points
+from .contractions import dot, int32_matmul, zero_points
 from .contrib_shapes import MS
 from .nn import NN_LOWERINGS
 from .node import NodeCx
@@ -84,9 +84,7 @@ def _dynamic_quantize_matmul(cx: NodeCx) -> None:
                      types=[TensorType(a.type.dtype, ())], bind=False, suffix="minmax").outputs[0]
     aq = cx.emit(Op.QUANTIZE, [a, minmax], {"role": "dynamic"}, types=[TensorType(DType.UINT8, a.type.shape)],
                  bind=False, suffix="quant_a").outputs[0]
-    out = cx.out_types()[0]
-    acc = matmul(cx, aq, b, types=[TensorType(DType.INT32, out.shape)], bind=False, suffix="int",
-                 zero_points=zero_points(cx, None, 3)).outputs[0]
+    acc = int32_matmul(cx, aq, b, zero_points(cx, None, 3))
     _rescaled(cx, acc, [minmax, *cx.inputs(2)], cx.input(4))
 
 
@@ -94,9 +92,7 @@ def _matmul_integer_to_float(cx: NodeCx) -> None:
     """MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zp, b_zp, bias): an int32 matmul, rescaled."""
     a, b = cx.input(0), cx.input(1)
     assert a is not None and b is not None
-    out = cx.out_types()[0]
-    acc = matmul(cx, a, b, types=[TensorType(DType.INT32, out.shape)], bind=False, suffix="int",
-                 zero_points=zero_points(cx, 4, 5)).outputs[0]
+    acc = int32_matmul(cx, a, b, zero_points(cx, 4, 5))
     _rescaled(cx, acc, cx.inputs(2, 3), cx.input(6))
 
 
