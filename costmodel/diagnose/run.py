@@ -166,8 +166,8 @@ def _memory_note(c: Costed, reach: float, um: float, target: Target) -> str:
     """How the op's bandwidth compares with what the target reaches at its transfer size, where that
     is well below the peak (a DRAM stream on a host calibrated in cache): the words that explain a
     memory bound whose share of the peak is small."""
-    if not c.reach_memory_s or c.reach_memory_s <= c.memory_s * 1.25:
-        return ""
+    if not c.reach_memory_s or c.reach_memory_s <= c.memory_s * 1.25 or reach > TOO_FAST:
+        return ""   # near the peak anyway, or faster than the target allows (a note says so)
     reachable = c.bytes / c.reach_memory_s
     size = next(f"{c.bytes / k:.3g} {unit}" for k, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1, "B"))
                 if c.bytes >= k or k == 1)
