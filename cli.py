@@ -26,6 +26,7 @@ from .cli_args import (
     parse_prices,
     parse_sets,
     positive_arg,
+    positive_list_arg,
     target_specs,
     timing_kwargs,
 )
@@ -124,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="a validation architecture (gpt2, smollm2-135m, bert-base, t5-small, vit-base, "
                    "swin-tiny, resnet50, mobilenet-v2, convnext-tiny)")
     p.add_argument("--target", required=True, help="the calibrated target (e.g. host.toml)")
-    p.add_argument("--batch", type=positive_arg, action="append", help="batch size(s) (default 1 and 8)")
+    p.add_argument("--batch", type=positive_list_arg, action="extend", help="batch size(s): 1,8 or repeated "
+                   "(default 1 and 8)")
     p.add_argument("--seq", type=positive_arg, help="sequence length for text models (default 128; an image "
                    "model has none)")
     p.add_argument("--threads", type=positive_arg, help="CPU threads (default: the calibrated target's)")
@@ -309,7 +311,7 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
                               tiny=args.tiny)
     console.print(validation_table(results))
     cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
-    return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 4,
+    return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 5,
                                                   "target": target.name, "results": [r.to_dict() for r in results],
                                                   "summary": summarize(cases)}, indent=2))
 

@@ -18,10 +18,12 @@ achieved FLOP/s and bandwidth, compared with the target's datasheet peaks:
 Per op (rows are grouped by op name and recorded shapes), the bound is:
 
 * ``interconnect`` for communication (NCCL kernels, ``c10d::``, ``record_param_comms``);
-* if compute and memory reach utilization are both below :data:`OVERHEAD_UTILIZATION` (5%): ``latency`` for an op doing work
-  in calls longer than :data:`LONG_CALL_LAUNCHES` launch overheads (its own kernel is slow: serial
-  loops, scattered access), else ``overhead`` (the time goes to launch or dispatch);
-* else ``compute`` if the op needs more time at peak FLOP/s than at the bandwidth it can reach, else ``memory``.
+* if compute and memory reach utilization are both below :data:`OVERHEAD_UTILIZATION` (5%):
+  ``latency`` for an op doing work in calls longer than :data:`LONG_CALL_LAUNCHES` launch overheads
+  (its own kernel is slow: serial loops, scattered access), else ``overhead`` (the time goes to
+  launch or dispatch);
+* else ``compute`` if the op needs more time at peak FLOP/s than at the bandwidth it can reach,
+  else ``memory``.
 
 The run gets one label, :data:`RUN_LABELS`:
 
