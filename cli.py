@@ -30,7 +30,7 @@ from .cli_args import (
     target_specs,
     timing_kwargs,
 )
-from .cli_feedback import add_feedback_flags, load_model, say
+from .cli_feedback import add_feedback_flags, load_model, rewarned, say, unwarned_notes
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
 from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
 from .cli_train import add_train_args, print_training_memory, training_graph
@@ -174,9 +174,10 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     forward, graph = graph, training_graph(graph, args)
     price = analyze_price(args.target, args.price)
     graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set), formats)
-    report = analyze(graph, args.target, strict=args.strict, price=price, **timing_kwargs(args), dims=dims)
+    with rewarned() as warned:
+        report = analyze(graph, args.target, strict=args.strict, price=price, **timing_kwargs(args), dims=dims)
     report.notes.extend(mode_notes)
-    print_report(report, console, top=None if args.all else args.top)
+    print_report(unwarned_notes(report, warned), console, top=None if args.all else args.top)
     write_outputs(args, console, report)
     print_training_memory(forward, args, parse_sets(args.set), console, report.timing)
     return _write_json(args, console, report.to_json())
