@@ -26,10 +26,11 @@ from .cli_args import (
     parse_prices,
     parse_sets,
     positive_arg,
+    positive_list_arg,
     target_specs,
     timing_kwargs,
 )
-from .cli_feedback import add_feedback_flags, load_model, say
+from .cli_feedback import add_feedback_flags, load_model, rewarned, say, unwarned_notes
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
 from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
 from .cli_train import add_train_args, print_training_memory, training_graph
@@ -124,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="a validation architecture (gpt2, smollm2-135m, bert-base, t5-small, vit-base, "
                    "swin-tiny, resnet50, mobilenet-v2, convnext-tiny)")
     p.add_argument("--target", required=True, help="the calibrated target (e.g. host.toml)")
-    p.add_argument("--batch", type=positive_arg, action="append", help="batch size(s) (default 1 and 8)")
+    p.add_argument("--batch", type=positive_list_arg, action="extend", help="batch size(s): 1,8 or repeated "
+                   "(default 1 and 8)")
     p.add_argument("--seq", type=positive_arg, help="sequence length for text models (default 128; an image "
                    "model has none)")
     p.add_argument("--threads", type=positive_arg, help="CPU threads (default: the calibrated target's)")
@@ -172,9 +174,10 @@ def _analyze(args: argparse.Namespace, console: Console) -> int:
     forward, graph = graph, training_graph(graph, args)
     price = analyze_price(args.target, args.price)
     graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set), formats)
-    report = analyze(graph, args.target, strict=args.strict, price=price, **timing_kwargs(args), dims=dims)
+    with rewarned() as warned:
+        report = analyze(graph, args.target, strict=args.strict, price=price, **timing_kwargs(args), dims=dims)
     report.notes.extend(mode_notes)
-    print_report(report, console, top=None if args.all else args.top)
+    print_report(unwarned_notes(report, warned), console, top=None if args.all else args.top)
     write_outputs(args, console, report)
     print_training_memory(forward, args, parse_sets(args.set), console, report.timing)
     return _write_json(args, console, report.to_json())
@@ -309,7 +312,7 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
                               tiny=args.tiny)
     console.print(validation_table(results))
     cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
-    return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 4,
+    return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 5,
                                                   "target": target.name, "results": [r.to_dict() for r in results],
                                                   "summary": summarize(cases)}, indent=2))
 

@@ -11,7 +11,7 @@ from typing import Any
 from .errors import NarrowpipeError, NarrowpipeWarning, UnknownTargetError
 
 __all__ = ["analyze_price", "parse_sets", "parse_grid", "parse_prices", "parse_factors", "target_specs", "count_arg",
-           "positive_arg", "formats_arg", "timing_kwargs"]
+           "positive_arg", "positive_list_arg", "formats_arg", "timing_kwargs"]
 
 
 def _items(text: str, flag: str) -> list[str]:
@@ -91,6 +91,19 @@ def count_arg(text: str) -> int:
 def positive_arg(text: str) -> int:
     """An argparse type for a size or a thread count: a whole number, 1 or more."""
     return _whole_number(text, 1)
+
+
+def positive_list_arg(text: str) -> list[int]:
+    """An argparse type for sizes given as a comma list (``--batch 1,8``), each 1 or more: the list
+    rule of every flag (:func:`_items`); with ``action="extend"`` repeating the flag adds to it."""
+    import argparse
+    try:
+        items = _items(text, "list")
+    except NarrowpipeError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("list ")) from None
+    if not items:
+        raise argparse.ArgumentTypeError(f"{text!r} lists no size")
+    return [_whole_number(x, 1) for x in items]
 
 
 def _whole_number(text: str, least: int) -> int:

@@ -10,13 +10,17 @@ subcommand (``narrowpipe -q compare ...`` or ``narrowpipe compare ... -q``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
-__all__ = ["add_feedback_flags", "load_model", "say", "verbose"]
+__all__ = ["add_feedback_flags", "load_model", "say", "verbose", "rewarned", "unwarned_notes"]
 
 
 def add_feedback_flags(parser: argparse.ArgumentParser, *, subcommand: bool) -> None:
@@ -53,3 +57,22 @@ def load_model(args: argparse.Namespace, console: Console) -> Any:
     dims = ", ".join(graph.dims) or "none"
     say(args, f"{what}: {len(graph.nodes):,} nodes, dims {dims} ({time.perf_counter() - start:.2f} s)")
     return graph
+
+
+@contextmanager
+def rewarned() -> Iterator[list[str]]:
+    """The messages of the warnings its block raises (filled on leaving), raised again on leaving so
+    the command line still shows them last, where the eye lands."""
+    messages: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield messages
+    for w in caught:
+        messages.append(str(w.message))
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def unwarned_notes(report: Any, warned: list[str]) -> Any:
+    """``report`` as printed: without the notes a warning also gives (a dim above its exported range
+    was said twice, as 'note:' under the tables and as 'warning:' last); its JSON keeps them all."""
+    return dataclasses.replace(report, notes=[n for n in report.notes if n not in warned])

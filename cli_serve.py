@@ -257,10 +257,16 @@ def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
     graph = resolve_model(args.model)
     batches, contexts = _ints(args.batches, "--batches", least=1), _ints(args.context, "--context")
     out = []
-    for target in [t.strip() for t in args.target.split(",") if t.strip()]:
-        replica = replica_for(graph, target, tp=args.tp, pp=args.pp, weights=args.weights,
-                              activations=args.activations, kv=args.kv, system=args.system,
-                              gemm_inputs=args.gemm_inputs, mla_decode=args.mla_decode)
+    targets = [t.strip() for t in args.target.split(",") if t.strip()]
+    if not targets:
+        raise NarrowpipeError("--target is empty")
+    # every target's deployment first, as compare loads every chip first: an unknown name is an error
+    # before any table is printed or the --json file is skipped (h100,nope printed h100's table, then failed)
+    replicas = [(target, replica_for(graph, target, tp=args.tp, pp=args.pp, weights=args.weights,
+                                     activations=args.activations, kv=args.kv, system=args.system,
+                                     gemm_inputs=args.gemm_inputs, mla_decode=args.mla_decode))
+                for target in targets]
+    for target, replica in replicas:
         reports = []
         for ctx in contexts:
             cross = None if replica.dataflow else crossover(replica, ctx)

@@ -33,10 +33,16 @@ class Case:
         return {**asdict(self), "error": self.error, "cpu_error": self.cpu_error}
 
 
-def summarize(cases: list[Case]) -> dict[str, dict[str, float]]:
-    """Median and max absolute error per group."""
-    out: dict[str, dict[str, float]] = {}
+def summarize(cases: list[Case]) -> dict[str, dict[str, float | int | str]]:
+    """Median and max absolute error per group, on the clock validation is judged on: the thread's
+    CPU clock where every case of the group was measured on it (one torch thread), else the wall
+    clock; each group says which (``clock``). The wall clock alone let a loaded machine read a
+    model's median error 50% where its CPU-clock errors were -3.7% and -1.3%."""
+    out: dict[str, dict[str, float | int | str]] = {}
     for group in sorted({c.group for c in cases}):
-        errs = [abs(c.error) for c in cases if c.group == group]
-        out[group] = {"cases": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
+        members = [c for c in cases if c.group == group]
+        cpu = all(c.cpu_error is not None for c in members)
+        errs = [abs(c.cpu_error if cpu and c.cpu_error is not None else c.error) for c in members]
+        out[group] = {"cases": len(errs), "clock": "cpu" if cpu else "wall",
+                      "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
     return out

@@ -17,8 +17,10 @@ is its kernel's time; its colour the kernel's op group; the report's top bottlen
 
 A kernel without FLOPs (a copy, a gather: it moves bytes) has no place on a FLOP/s axis and a
 kernel without bytes no intensity: they are counted in the footnote, each kind by name, with their
-share of the time, never dropped silently. Drawn with matplotlib's object API on the Agg canvas:
-no display, no pyplot state.
+share of the time, never dropped silently; the footnote wraps under the x label. Text is placed
+clear of other text (roof labels of close roofs above, below or left of each other; bottleneck
+callouts clear of the roofs' labels; bandwidth labels along their slope clear of the callouts).
+Drawn with matplotlib's object API on the Agg canvas: no display, no pyplot state.
 """
 
 from __future__ import annotations
@@ -125,7 +127,12 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
 
     fig = Figure(figsize=(10, 6.5))
     FigureCanvasAgg(fig)   # a canvas that measures text: the labels are placed clear of each other
-    fig.subplots_adjust(left=0.08, right=0.985, bottom=0.085, top=0.94)   # fixed: slope labels need the angle
+    busy = sum(k.time_s for k in report.timeline)     # device busy time (a pipeline's chips overlap)
+    footnote = _wrapped(fig, _footnote(shown, off, busy), _FOOTNOTE_SIZE, 0.985 - 0.08)
+    lines = footnote.count("\n") + 1
+    # fixed before anything is placed (slope labels need the angle); the footnote's lines sit under
+    # the x label, as many as it wraps to (one long line ran off the right edge)
+    fig.subplots_adjust(left=0.08, right=0.985, bottom=0.085 + lines * _FOOTNOTE_LINE, top=0.94)
     ax = fig.add_subplot()
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -138,16 +145,18 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
         ax.plot([value / top_bw if top_bw else x_lo, x_hi], [value, value], color="black",
                 lw=1.2 if matrix else 0.9, ls="-" if matrix else "--", gid="ceiling")
         ax.annotate(f"{label} {si(value, 'FLOP/s')}", (x_hi, value), xytext=(-4, 2), textcoords="offset points",
-                    ha="right", va="bottom", fontsize=7)
-    for bw, labels in sorted(memory.items(), key=lambda kv: -kv[0]):
+                    ha="right", va="bottom", fontsize=7, gid="roof-label", zorder=4)
+    slopes = sorted(memory.items(), key=lambda kv: -kv[0])
+    for bw, _ in slopes:
         ax.plot([x_lo, peak / bw], [bw * x_lo, peak], color="dimgray", lw=1.0, gid="ceiling")
-        _slope_label(ax, max(x_lo * 1.5, peak / bw / 10), bw, f"{' = '.join(labels)} {si(bw, 'B/s')}")
     _run_ceilings(ax, report, {v for _, v, _ in compute}, x_lo, x_hi)
+    _unclutter_roof_labels(ax)
     _points(ax, shown, xs, ys)
     _labels(ax, report, shown, xs, ys, top)
-    busy = sum(k.time_s for k in report.timeline)     # device busy time (a pipeline's chips overlap)
-    ax.text(0.01, 0.01, _footnote(shown, off, busy), transform=ax.transAxes, fontsize=7,
-            color="dimgray", va="bottom")
+    for bw, labels in slopes:   # after the callouts: a slope's label moves along its line clear of them
+        _slope_label(ax, x_lo, peak / bw, bw, f"{' = '.join(labels)} {si(bw, 'B/s')}")
+    ax.text(0.08, 0.008, footnote, transform=fig.transFigure, fontsize=_FOOTNOTE_SIZE, color="dimgray",
+            va="bottom", gid="footnote")
     devices = f" x {t.devices} devices" if t.devices > 1 else ""
     ax.set_title(f"{report.graph} on {t.target}{devices}: {seconds(t.time_s)}, MFU {t.mfu:.1%}, "
                  f"{t.kernels} kernels", fontsize=10)
@@ -156,12 +165,80 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     return fig
 
 
-def _slope_label(ax: Any, x: float, bw: float, text: str) -> None:
-    """A bandwidth slope's label along its line: the angle is the slope's on screen (the axes'
-    position is fixed before this runs)."""
-    (x0, y0), (x1, y1) = ax.transData.transform([(x, bw * x), (x * 10, bw * x * 10)])
-    ax.annotate(text, (x, bw * x), xytext=(0, 3), textcoords="offset points", fontsize=7, color="dimgray",
-                rotation=math.degrees(math.atan2(y1 - y0, x1 - x0)), rotation_mode="anchor")
+def _box(text: Any, renderer: Any) -> Any:
+    """A text's own box where it is now: an annotation's position is only worked out when it is drawn
+    or asked for its whole extent (which takes in its arrow), so a box asked for right after a move
+    was where it used to be, and every move tried looked clear or blocked alike."""
+    from matplotlib.text import Annotation, Text
+    if isinstance(text, Annotation):
+        text.update_positions(renderer)
+    return Text.get_window_extent(text, renderer)
+
+
+#: The footnote's font size (points) and the height of one of its lines as a fraction of the figure's.
+_FOOTNOTE_SIZE = 7
+_FOOTNOTE_LINE = 0.021
+
+
+def _wrapped(fig: Any, text: str, size: float, width: float) -> str:
+    """``text`` wrapped to ``width`` of the figure's width at ``size`` points, measured on its canvas."""
+    import textwrap
+    renderer = fig.canvas.get_renderer()
+    room = width * fig.bbox.width * 0.92   # text at 7 pt widens a little more than the dpi a PNG is saved at
+    probe = fig.text(0, 0, text, fontsize=size)
+    try:
+        chars = len(text)
+        while chars > 20 and probe.get_window_extent(renderer).width > room:
+            chars = int(chars * min(room / probe.get_window_extent(renderer).width, 0.95))
+            probe.set_text(textwrap.fill(text, chars, break_on_hyphens=False))
+        return str(probe.get_text())
+    finally:
+        probe.remove()
+
+
+def _unclutter_roof_labels(ax: Any) -> None:
+    """Roof labels clear of each other, highest roof first: above its line at the right, else below
+    it, else left of the labels it would cover (an 8% gap between a CPU's fp32 matrix and vector
+    roofs printed their labels over each other)."""
+    renderer = ax.figure.canvas.get_renderer()
+    labels = sorted((t for t in ax.texts if t.get_gid() == "roof-label"), key=lambda t: -t.xy[1])
+    placed: list[Any] = []
+    for label in labels:
+        for dy, va in ((2, "bottom"), (-2, "top")):
+            label.xyann = (-4, dy)
+            label.set_va(va)
+            if not any(_box(label, renderer).padded(1).overlaps(b) for b in placed):
+                break
+        else:
+            label.xyann = (-4, 2)
+            label.set_va("bottom")
+            while hits := [b for b in placed if _box(label, renderer).padded(1).overlaps(b)]:
+                shift = _box(label, renderer).x1 - min(b.x0 for b in hits) + 6
+                label.xyann = (label.xyann[0] - shift * 72 / ax.figure.dpi, 2)
+        placed.append(_box(label, renderer).padded(1))
+
+
+def _slope_label(ax: Any, x_lo: float, ridge: float, bw: float, text: str) -> None:
+    """A bandwidth slope's label along its line, the angle the slope's on screen (the axes' position
+    is fixed before this runs): a decade left of the ridge, or the nearest place further down the
+    line where it covers no other label or callout arrow (H100's bottleneck callouts hid 'memory
+    3.35 TB/s'); where none is clear, the first place."""
+    renderer = ax.figure.canvas.get_renderer()
+    others = list(ax.texts)
+    callouts = [t.get_window_extent(renderer) for t in others if t.get_gid() == "bottleneck"]   # arrows too
+    boxes = [_box(t, renderer) for t in others] + callouts
+    start = max(x_lo * 1.5, ridge / 10)
+    (x0, y0), (x1, y1) = ax.transData.transform([(start, bw * start), (start * 10, bw * start * 10)])
+    label = ax.annotate(text, (start, bw * start), xytext=(0, 3), textcoords="offset points", fontsize=7,
+                        color="dimgray", rotation=math.degrees(math.atan2(y1 - y0, x1 - x0)),
+                        rotation_mode="anchor", gid="slope-label")
+    x = start
+    while x >= x_lo * 1.5:
+        label.xy = (x, bw * x)
+        if not any(_box(label, renderer).overlaps(b) for b in boxes):
+            return
+        x /= 1.5
+    label.xy = (start, bw * start)
 
 
 def _run_ceilings(ax: Any, report: Report, roofs: set[float], x_lo: float, x_hi: float) -> None:
@@ -178,7 +255,7 @@ def _run_ceilings(ax: Any, report: Report, roofs: set[float], x_lo: float, x_hi:
         ax.plot([t.peak_flops / bw, x_hi], [t.peak_flops, t.peak_flops], color="black", lw=0.9, ls="-.",
                 gid="run-ceiling")
         ax.annotate(f"{runs_as} {si(t.peak_flops, 'FLOP/s')}", (x_hi, t.peak_flops), xytext=(-4, 2),
-                    textcoords="offset points", ha="right", va="bottom", fontsize=7)
+                    textcoords="offset points", ha="right", va="bottom", fontsize=7, gid="roof-label", zorder=4)
     flops_s, bytes_s = t.peak_flops * ceil.matmul_efficiency, bw * ceil.memory_efficiency
     ax.plot([x_lo, flops_s / bytes_s, x_hi], [bytes_s * x_lo, flops_s, flops_s], color="gray", lw=0.9, ls=":",
             gid="achievable", label=f"achievable: {runs_as} x {ceil.matmul_efficiency:.2g}, "
@@ -204,7 +281,7 @@ def _labels(ax: Any, report: Report, shown: list[ScheduledKernel], xs: list[floa
     where = {k.name: i for i, k in enumerate(shown)}
     lo, hi = (math.log(v) for v in ax.get_xlim())
     renderer = ax.figure.canvas.get_renderer()
-    taken = [t.get_window_extent(renderer) for t in ax.texts]   # the roofs' and slopes' labels
+    taken = [_box(t, renderer) for t in ax.texts]   # the roofs' labels
     for rank, b in enumerate(report.timing.top[:top], start=1):
         i = where.get(b.kernel)
         if i is None:
@@ -222,10 +299,8 @@ def _clear_of(label: Any, taken: list[Any], renderer: Any, step_pt: float = 4.0,
     """Shift ``label`` up or down, nearest first, until its box overlaps none of ``taken`` (labels of
     kernels a few points apart in height were drawn over each other, or over a bandwidth's label);
     where no shift within ``tries`` steps clears it, it stays put. Returns its final box."""
-    from matplotlib.text import Text
-
     def box() -> Any:   # the text's own box: an annotation's extent takes in its arrow too
-        return Text.get_window_extent(label, renderer).padded(2)
+        return _box(label, renderer).padded(2)
 
     x, y = label.xyann
     for k in range(2 * tries + 1):

@@ -11,15 +11,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...backends import Target
+from ...errors import TraceError
 from ...frontends.trace.collectives import collective_graph, collective_kind
 from ...frontends.trace.lower import Call, lower_call
 from ...frontends.trace.read import Event, parse_dtype
 from ...ir import TRANSCENDENTAL_OPS, DType, Op, OpGroup
-from ..execution import DeviceGroup, Program
+from ..execution import DeviceGroup, Program, model_for
 from ..execution.collectives import Topology
-from ..execution.common import TimingOptions, matrix_rate, transcendental_rate, vector_rate
+from ..execution.common import TimingOptions, matrix_rate, memory_time, transcendental_rate, vector_rate
+from ..execution.gemm import kernel_gemms
 from ..interpreter import interpret
 from ..timing import time_program
+from .checks import contraction_mismatch
 
 __all__ = ["Costed", "Coster"]
 
@@ -42,19 +45,29 @@ class Costed:
     memory_s: float       # at the datasheet bandwidth
     link_s: float | None  # at the link bandwidth the execution models use (collectives)
     predicted_s: float
+    #: The same bytes at the bandwidth the target reaches for each kernel's transfer size, as the
+    #: execution model streams them (its bandwidth curve or efficiency, its cache-resident tier):
+    #: a calibrated host's best add bandwidth is cache-resident, and a DRAM-sized stream reaches a
+    #: twentieth of it, so judging it against the peak called a streaming add latency-bound.
+    reach_memory_s: float = 0.0
+    #: (M, N, K) of the call's largest GEMM (a matmul, or a convolution as an implicit GEMM), for
+    #: advice that names the dims; None for other ops.
+    gemm: tuple[int, int, int] | None = None
 
 
 class Coster:
     """Costs recorded calls through the IR and the rules, once per distinct signature."""
 
-    def __init__(self, target: Target, options: TimingOptions, default_dtype: DType) -> None:
-        self.target, self.options, self.default_dtype = target, options, default_dtype
+    def __init__(self, target: Target, options: TimingOptions, default_dtype: DType, path: str = "") -> None:
+        self.target, self.options, self.default_dtype, self.path = target, options, default_dtype, path
         self.cache: dict[str, Costed | None] = {}
 
     def op(self, ev: Event) -> Costed | None:
         key = ev.signature()
         if key not in self.cache:
             graph = lower_call(Call(ev.name, ev.inputs(), ev.concrete(), self.default_dtype))
+            if graph is None and (why := contraction_mismatch(ev.name, ev.inputs())):
+                raise TraceError(self.path, f"op {ev.name!r} at ts {ev.ts:g} us: {why}")
             self.cache[key] = self._cost(graph) if graph is not None else None
         return self.cache[key]
 
@@ -92,7 +105,12 @@ class Coster:
             if cost.transcendentals:     # at the function's own rate, as the execution model times it
                 fn = node.op.value if node.op in TRANSCENDENTAL_OPS else "exp"
                 compute_s += cost.transcendentals / transcendental_rate(t, fn)
-        nbytes = sum(k.cost.bytes for k in kernels if not k.is_free)
+        moving = [k.cost.bytes for k in kernels if not k.is_free]
+        nbytes = sum(moving)
+        family_bw = getattr(model_for(t), "bandwidth", None)
+        reach_s = sum(memory_time(t, b, family_bw(t, b) if family_bw is not None else None) for b in moving)
+        gemms = [g for k in kernels for g in kernel_gemms(table, k)]
+        big = max(gemms, key=lambda g: g.flops) if gemms else None
         link_s = None
         if comm:
             bw = Topology.of(t).link(group).bandwidth
@@ -101,4 +119,5 @@ class Coster:
         x = heavy.inputs[0] if heavy.inputs and heavy.inputs[0] is not None else heavy.outputs[0]
         return Costed("+".join(dict.fromkeys(n.op.value for n in table.costs)), heavy.group.value,
                       x.type.dtype.value, flops, mm, trans, nbytes, comm, compute_s,
-                      nbytes / t.memory_bandwidth, link_s, predicted)
+                      nbytes / t.memory_bandwidth, link_s, predicted, reach_s,
+                      (big.m, big.n, big.k) if big is not None else None)

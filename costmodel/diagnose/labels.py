@@ -10,13 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...errors import NarrowpipeError
+from ...ir import DType
 from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD, bound_of
 
 if TYPE_CHECKING:
-    from .report import OpStat
+    from .report import OpStat, UnmodeledStat
 
 __all__ = ["OVERHEAD_UTILIZATION", "LONG_CALL_LAUNCHES", "LOW_COMPUTE_UTILIZATION", "RUN_LABELS", "HOST_COPY",
-           "LATENCY", "Timeline", "op_bound", "run_label", "op_advice", "run_advice", "pct"]
+           "LATENCY", "UNMODELED_LABEL", "Timeline", "Machine", "op_bound", "run_label", "op_advice", "run_advice",
+           "unmodeled_names", "gemm_alignment", "pct"]
 
 #: Below this fraction of both peak FLOP/s and peak bandwidth, an op is bound by overhead.
 OVERHEAD_UTILIZATION = 0.05
@@ -24,8 +27,11 @@ OVERHEAD_UTILIZATION = 0.05
 LONG_CALL_LAUNCHES = 20
 #: A compute-bound matmul below this fraction of peak gets shape and precision advice.
 LOW_COMPUTE_UTILIZATION = 0.5
+#: The run label when ops without a cost rule take more time than any bucket: what bounds them is unknown.
+UNMODELED_LABEL = "unmodeled"
 RUN_LABELS = {"launch": "input/CPU-launch bound", "latency": "latency-bound (long calls far below both peaks)",
-              "memory": "memory-bound", "compute": "compute-bound", "interconnect": "interconnect-bound"}
+              "memory": "memory-bound", "compute": "compute-bound", "interconnect": "interconnect-bound",
+              UNMODELED_LABEL: "mostly unmodeled ops"}
 #: The bound of host<->device copies (an input-pipeline cost, counted with launch time).
 HOST_COPY = "host-copy"
 #: The bound of an op doing work that stays below both thresholds in calls longer than
@@ -46,10 +52,31 @@ class Timeline:
     overlap_s: float
 
 
+@dataclass(frozen=True)
+class Machine:
+    """What advice may assume about where the trace ran and the target it is judged on: CUDA and
+    TF32 words only for a GPU trace on a GPU target, bf16 only where the target runs it faster."""
+
+    gpu_trace: bool        # the trace recorded device kernels
+    family: str            # the target's family: gpu, tpu, cpu, dataflow
+    tf32: bool             # the target has a TF32 matrix rate
+    faster_bf16: bool      # the target's bf16 matrix rate beats its fp32 one
+    fp8: bool = False      # the target has an fp8 matrix rate
+
+    @property
+    def cuda(self) -> bool:
+        return self.gpu_trace and self.family == "gpu"
+
+
 def op_bound(compute_s: float, memory_s: float, time_s: float, long_calls: bool = False,
              free: bool = False) -> tuple[str, float, float]:
     """(bound, compute utilization, memory utilization): below both thresholds, latency for an op
-    doing work in long calls and overhead otherwise; else the roof the op would hit first at peak."""
+    doing work in long calls and overhead otherwise; else the roof the op would hit first.
+
+    ``memory_s`` is the op's bytes at the bandwidth the target reaches for its transfer sizes (the
+    execution model's, :attr:`.cost.Costed.reach_memory_s`), not at the raw peak: a CPU's DRAM
+    stream reaches a few percent of its cache-resident best, and against that best a streaming
+    add at full DRAM speed read as latency-bound."""
     uc = compute_s / time_s if time_s > 0 else 0.0
     um = memory_s / time_s if time_s > 0 else 0.0
     if max(uc, um) < OVERHEAD_UTILIZATION:
@@ -69,10 +96,17 @@ def run_label(tl: Timeline, by_bound: dict[str, float], gpu: bool) -> tuple[str,
         reasons.insert(0, f"communication busy {ms(tl.comm_s)} >= compute busy {ms(tl.compute_s)} "
                           f"({pct(tl.overlap_s, tl.comm_s)} of it overlapped)")
         return "interconnect", reasons
-    label = max(buckets, key=buckets.get)  # type: ignore[arg-type]
     comm = f"; communication {ms(tl.comm_s)} < compute {ms(tl.compute_s)}" if tl.comm_s else ""
-    reasons.insert(0, f"largest bucket: {label} {ms(buckets[label])} of "
-                      + ", ".join(f"{k} {ms(v)}" for k, v in buckets.items()) + comm)
+    listed = ", ".join(f"{k} {ms(v)}" for k, v in buckets.items())
+    unmodeled = by_bound.get("unmodeled", 0.0)
+    if unmodeled > max(buckets.values()):    # what bounds most of the time is unknown: say so
+        reasons.insert(0, f"largest part: unmodeled ops {ms(unmodeled)} (no cost rule: work unknown), more than "
+                          f"any bucket: {listed}{comm}")
+        return UNMODELED_LABEL, reasons
+    if max(buckets.values()) <= 0:
+        raise NarrowpipeError("the trace has no time to judge: every bucket and unmodeled op is 0 ms")
+    label = max(buckets, key=buckets.get)  # type: ignore[arg-type]
+    reasons.insert(0, f"largest bucket: {label} {ms(buckets[label])} of {listed}{comm}")
     return label, reasons
 
 
@@ -87,8 +121,14 @@ def pct(part: float, whole: float) -> str:
     return f"{part / whole:.0%}" if whole else "-"
 
 
-def op_advice(bound: str, group: str, dtype: str, uc: float, free: bool = False, gpu: bool = True) -> tuple[str, ...]:
-    """What would move an op, in the words engineers use."""
+def op_advice(bound: str, group: str, dtype: str, uc: float, free: bool = False,
+              machine: Machine | None = None, gemm: tuple[int, int, int] | None = None,
+              memory_note: str = "") -> tuple[str, ...]:
+    """What would move an op, in the words engineers use, for the shapes, dtype and machine the trace
+    records: padding advice only for dims that are not aligned, TF32 only for a CUDA trace on a GPU
+    target with a TF32 rate, bf16 only where the target runs it faster. ``memory_note`` says how
+    the op's bandwidth compares with what the target reaches (a memory bound's first words)."""
+    m = machine or Machine(True, "gpu", True, True)
     heavy = group in ("contraction", "convolution", "attention")
     if bound == INTERCONNECT:
         return ("overlap it with compute (DDP bucketing, FSDP prefetch)", "bucket small collectives into fewer, "
@@ -105,37 +145,98 @@ def op_advice(bound: str, group: str, dtype: str, uc: float, free: bool = False,
     if bound == OVERHEAD:
         if free:
             return ("views and allocations cost only dispatch: drop needless reshapes/copies",)
-        if not gpu:
+        if not m.gpu_trace:
             return ("per-op dispatch dominates: give each op more work (bigger batch/tensors)",
                     "fewer small ops: fuse them (torch.compile)")
         return ("tiny kernels: CUDA graphs or torch.compile(mode='reduce-overhead')", "fuse small ops "
                 "(torch.compile) and give each launch more work (bigger batch)")
+    lead = f"{memory_note}; " if memory_note else ""
     if bound == MEMORY:
         if group == "contraction":
-            return ("memory-bound matmul (few rows per weight read): batch more rows (larger batch, batched "
-                    "decode)", "quantize the weights (int8/fp8/int4) to cut bytes")
+            return (lead + "memory-bound matmul (few rows per weight read): batch more rows (larger batch, "
+                    "batched decode)", "quantize the weights (int8/fp8/int4) to cut bytes")
         if group == "attention":
-            return ("use a fused attention kernel (SDPA flash/efficient backends)", "keep the KV cache in bf16/fp8")
-        return (f"memory-bound {group}: fuse it with its neighbours (torch.compile)",
+            return (lead + "use a fused attention kernel (SDPA flash/efficient backends)",
+                    "keep the KV cache in bf16/fp8")
+        return (lead + f"memory-bound {group}: fuse it with its neighbours (torch.compile)",
                 "lower precision (bf16) halves its bytes" if dtype in ("fp32", "fp64") else
                 "avoid materializing intermediates (views instead of copies)")
     if heavy and uc < LOW_COMPUTE_UTILIZATION:
-        tips = [f"compute-bound at {uc:.0%} of peak: pad/align M, N, K to multiples of 8 (16-bit) or 16 (fp8), "
-                "ideally 64/128", "larger matmuls fill the chip better (batch more)"]
-        if dtype == "fp32":
-            tips.insert(1, "fp32 matmul: use bf16 autocast or TF32 (torch.backends.cuda.matmul.allow_tf32)")
-        return tuple(tips)
+        return _low_compute_advice(uc, dtype, m, gemm)
     if heavy:
-        return ("near the compute roof: fp8 or 2:4 sparsity, fewer FLOPs, or a faster chip",)
+        faster = "fp8 or 2:4 sparsity" if m.fp8 else "a narrower dtype"
+        return (f"near the compute roof: {faster}, fewer FLOPs, or a faster chip",)
     return (f"compute-bound {group} (vector/transcendental units): fuse it into the matmul epilogue or use a "
             "cheaper approximation",)
 
 
-def run_advice(label: str, gpu: bool, tl: Timeline, by_bound: dict[str, float], mfu: float,
-               ops: list[OpStat]) -> list[str]:
+def gemm_alignment(dtype: str, family: str) -> tuple[int, str]:
+    """(multiple, why) each GEMM dim should be for ``dtype``'s matrix units on ``family``: NVIDIA's
+    tensor cores want dims in multiples of 16 bytes (8 fp16/bf16, 16 int8/fp8, 4 TF32 values: NVIDIA
+    Matrix Multiplication Background User's Guide, "Tensor Core Requirements"); a TPU's MXU is 128
+    wide (design.md); a CPU's GEMM micro-kernels work in 512-bit vectors (64 bytes: AVX-512, an AMX
+    tile row) and mask a ragged tail."""
+    try:
+        size = max(DType.parse(dtype).bits // 8, 1)
+    except (ValueError, KeyError):
+        size = 4
+    if family == "gpu":
+        return 16 // size, "tensor-core tiles"
+    if family == "tpu":
+        return 128, "the MXU's width"
+    return 64 // size, "a 512-bit vector's lanes"
+
+
+def _low_compute_advice(uc: float, dtype: str, m: Machine, gemm: tuple[int, int, int] | None) -> tuple[str, ...]:
+    """A heavy op well below the compute roof: padding only where a recorded dim is misaligned, a small
+    problem only where one is small, precision only where the machine has a faster one."""
+    tips: list[str] = []
+    head = f"compute-bound at {uc:.0%} of peak"
+    if gemm is not None and m.family != "dataflow":
+        multiple, why = gemm_alignment(dtype, m.family)
+        ragged = [f"{n}={v}" for n, v in zip("MNK", gemm) if v % multiple]
+        if ragged:
+            tips.append(f"{head}: {', '.join(ragged)} not a multiple of {multiple} ({dtype}, {why}): pad/align it")
+        elif min(gemm) < _SMALL_GEMM_DIM:
+            tips.append(f"{head}: a small GEMM ({'x'.join(map(str, gemm))}, M x N x K): too little work to fill "
+                        "the chip: batch more rows or fuse it with its neighbours")
+    if not tips:
+        shape = f" ({'x'.join(map(str, gemm))}, dims aligned)" if gemm is not None else ""
+        where = ("check which kernel ran (cuBLAS/cuDNN heuristics, torch.backends.cudnn.benchmark)" if m.cuda else
+                 "check the BLAS and thread count in use (torch.get_num_threads()), or calibrate the target on "
+                 "this machine")
+        tips.append(f"{head}{shape}: the kernel falls short of the target's rate: {where}")
+    if dtype == "fp32":
+        if m.cuda and m.tf32:
+            tips.append("fp32 matmul: use bf16 autocast or TF32 (torch.backends.cuda.matmul.allow_tf32)")
+        elif m.faster_bf16:
+            device = "cuda" if m.cuda else "cpu"
+            tips.append(f"fp32 matmul: bf16 runs faster on this target (torch.autocast('{device}', "
+                        "dtype=torch.bfloat16))")
+    return tuple(tips)
+
+
+#: A GEMM dim below this leaves matrix units idle however it is aligned (one 128-wide tile or MXU pass).
+_SMALL_GEMM_DIM = 128
+
+
+def unmodeled_names(unmodeled: list[UnmodeledStat]) -> str:
+    """The unmodeled ops that matter, with their shares of op time: the top three of at least 1%
+    (the top one whatever its share)."""
+    named = [u for u in unmodeled[:3] if u.share >= 0.01] or unmodeled[:1]
+    return ", ".join(f"{u.name} {u.share:.0%}" for u in named)
+
+
+def run_advice(label: str, machine: Machine, tl: Timeline, by_bound: dict[str, float], mfu: float,
+               ops: list[OpStat], unmodeled: list[UnmodeledStat] | None = None) -> list[str]:
     """What would move the run, from what filled its bucket (then the top three ops' own advice)."""
     out: list[str] = []
-    if label == "interconnect":
+    gpu = machine.gpu_trace
+    if label == UNMODELED_LABEL:
+        names = unmodeled_names(unmodeled or [])
+        out.append(f"most of the time is in ops without a cost rule ({names}): the diagnosis cannot say what bounds "
+                   "them; time them on their own (torch.profiler, torch.utils.benchmark) or call them less")
+    elif label == "interconnect":
         out += ["overlap communication with compute (DDP bucket_cap_mb, FSDP prefetch, async tensor parallel)",
                 "fewer, larger collectives; bf16 gradients; keep tensor parallel inside the NVLink domain"]
     elif label == "launch":
@@ -146,8 +247,10 @@ def run_advice(label: str, gpu: bool, tl: Timeline, by_bound: dict[str, float], 
         out.append("fuse elementwise chains (torch.compile), use bf16 activations and fp8/int8 weights, batch "
                    "weight-bound matmuls")
     else:
-        out.append(f"MFU {mfu:.0%}: bf16/TF32/fp8 matmuls with dims aligned to 64/128; beyond the roof only fewer "
-                   "FLOPs or a faster chip help")
+        faster = [name for name, has in (("bf16", machine.faster_bf16), ("TF32", machine.cuda and machine.tf32),
+                                         ("fp8", machine.fp8)) if has]
+        out.append(f"MFU {mfu:.0%}: " + (f"{'/'.join(faster)} matmuls; " if faster else "")
+                   + "beyond the roof only fewer FLOPs or a faster chip help")
     for o in ops[:3]:
         out.append(f"{o.name} ({o.bound}, {o.share:.0%} of op time): {o.advice[0]}")
     return out

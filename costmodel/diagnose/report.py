@@ -11,11 +11,18 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .labels import LONG_CALL_LAUNCHES, LOW_COMPUTE_UTILIZATION, OVERHEAD_UTILIZATION, RUN_LABELS
+from .labels import (
+    LONG_CALL_LAUNCHES,
+    LOW_COMPUTE_UTILIZATION,
+    OVERHEAD_UTILIZATION,
+    RUN_LABELS,
+    UNMODELED_LABEL,
+    unmodeled_names,
+)
 
 __all__ = ["Diagnosis", "OpStat", "UnmodeledStat", "DIAGNOSIS_FORMAT", "DIAGNOSIS_VERSION"]
 
-DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION = "narrowpipe.diagnosis", 2
+DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION = "narrowpipe.diagnosis", 3
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,9 @@ class OpStat:
     bound: str
     advice: tuple[str, ...]
     kernel: str = ""            # the longest GPU kernel it launched
+    #: Its bytes at the bandwidth the target reaches for its transfer sizes, over its time: what
+    #: the memory bound is judged on (``memory_utilization`` is of the raw peak).
+    memory_reach_utilization: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -88,6 +98,9 @@ class Diagnosis:
 
     @property
     def label_text(self) -> str:
+        """The label in words; for unmodeled time, the ops that took it (what a reader acts on)."""
+        if self.label == UNMODELED_LABEL and self.unmodeled:
+            return f"{RUN_LABELS[self.label]}: {unmodeled_names(self.unmodeled)}"
         return RUN_LABELS[self.label]
 
     @property

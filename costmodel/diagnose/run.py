@@ -8,15 +8,22 @@ achieved FLOP/s and bandwidth, compared with the target's datasheet peaks:
 * ``compute utilization`` = (FLOPs at the peak rate for the dtype: matrix units for matmul, conv and
   attention, vector units otherwise, plus transcendentals) / measured time;
 * ``memory utilization`` = (compulsory bytes / peak memory bandwidth) / measured time; compulsory
-  bytes are a lower bound on real traffic, so this is too.
+  bytes are a lower bound on real traffic, so this is too;
+* ``memory reach utilization``: the same bytes at the bandwidth the target reaches for each kernel's
+  transfer size (the execution model's :func:`~..execution.common.memory_time` at its family's
+  bandwidth: the calibrated curve, the catalog efficiency, a CPU's cache-resident tier) over the
+  measured time. The bound is judged on it: a host calibrated in cache reaches a twentieth of its
+  best add bandwidth on a DRAM-sized stream.
 
 Per op (rows are grouped by op name and recorded shapes), the bound is:
 
 * ``interconnect`` for communication (NCCL kernels, ``c10d::``, ``record_param_comms``);
-* if both utilizations are below :data:`OVERHEAD_UTILIZATION` (5%): ``latency`` for an op doing work
-  in calls longer than :data:`LONG_CALL_LAUNCHES` launch overheads (its own kernel is slow: serial
-  loops, scattered access), else ``overhead`` (the time goes to launch or dispatch);
-* else ``compute`` if the op needs more time at peak FLOP/s than at peak bandwidth, else ``memory``.
+* if compute and memory reach utilization are both below :data:`OVERHEAD_UTILIZATION` (5%):
+  ``latency`` for an op doing work in calls longer than :data:`LONG_CALL_LAUNCHES` launch overheads
+  (its own kernel is slow: serial loops, scattered access), else ``overhead`` (the time goes to
+  launch or dispatch);
+* else ``compute`` if the op needs more time at peak FLOP/s than at the bandwidth it can reach,
+  else ``memory``.
 
 The run gets one label, :data:`RUN_LABELS`:
 
@@ -25,7 +32,10 @@ The run gets one label, :data:`RUN_LABELS`:
 2. otherwise the largest of four buckets: *launch* = idle gaps (no kernel, or on a CPU trace no op,
    running) + overhead-bound ops + host copies + wrapper ops' own time; *latency* = latency-bound
    ops; *memory* = memory-bound ops; *compute* = compute-bound ops. Unmodeled ops are listed with
-   their time and count for no bucket.
+   their time and count for no bucket;
+3. ``unmodeled`` where the unmodeled ops' time exceeds every bucket: what bounds most of the run is
+   unknown, which no bucket's label may hide (a trace that is 98% ``aten::_linalg_svd`` read as
+   latency-bound from its other 0.6 ms).
 
 This module runs the steps and sums up; each step has its own module: reading the trace
 (:mod:`narrowpipe.frontends.trace.read`), costing one call (:mod:`.cost`), charging measured time to ops
@@ -37,13 +47,15 @@ from __future__ import annotations
 
 import os
 import statistics
+import warnings
 
 from ...backends import Target, get_target
+from ...errors import NarrowpipeWarning
 from ...frontends.trace.read import Trace, intersection_length, load_trace, union_length
 from ...ir import DType
 from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD, TimingOptions, matrix_rate
 from .charge import UNMODELED, Charger, Unit
-from .cost import Coster
+from .cost import Costed, Coster
 from .labels import (
     HOST_COPY,
     LATENCY,
@@ -51,6 +63,7 @@ from .labels import (
     LOW_COMPUTE_UTILIZATION,
     OVERHEAD_UTILIZATION,
     RUN_LABELS,
+    Machine,
     Timeline,
     op_advice,
     op_bound,
@@ -71,14 +84,37 @@ def diagnose(trace_path: str | os.PathLike[str], target: Target | str, *, allow_
     the TF32 tensor-core peak (torch's default is off for matmuls)."""
     trace = load_trace(trace_path)
     tgt = get_target(target)
+    _warn_mismatch(trace, tgt, allow_tf32)
     options = TimingOptions(allow_tf32, False, "full")
-    coster = Coster(tgt, options, _dominant_float(trace))
+    coster = Coster(tgt, options, _dominant_float(trace), trace.path)
     charger = Charger(trace, coster)
     for root in trace.roots:
         charger.walk(root)
     if trace.gpu:
         charger.charge_device()
     return _summarize(trace, tgt, options, charger)
+
+
+def _warn_mismatch(trace: Trace, target: Target, allow_tf32: bool) -> None:
+    """Warn where the question asked cannot mean what it says: ``--tf32`` on a target with no TF32
+    rate (a CPU), or a GPU trace judged on a target of another family (its kernels' times against a
+    TPU's or CPU's peaks)."""
+    if allow_tf32 and "tf32" not in target.matrix_flops:
+        warnings.warn(f"--tf32 does nothing on {target.name} ({target.family}): it has no TF32 rate, so fp32 "
+                      "matmuls are rated at fp32", NarrowpipeWarning, stacklevel=3)
+    if trace.gpu and target.family != "gpu":
+        names = [str(d.get("name")) for d in trace.meta.get("device_properties", []) if isinstance(d, dict)
+                 and d.get("name")]
+        device = f"on {names[0]}" if names else "on a GPU (it records device kernels)"
+        warnings.warn(f"the trace was recorded {device} but is judged on {target.name}, a {target.family} target: "
+                      "its kernel times are held against another family's peaks; judge it on the GPU it ran on",
+                      NarrowpipeWarning, stacklevel=3)
+
+
+def _machine(trace: Trace, target: Target) -> Machine:
+    rates = target.matrix_flops
+    return Machine(trace.gpu, target.family, "tf32" in rates, rates.get("bf16", 0.0) > rates.get("fp32", 0.0),
+                   any(k.startswith("fp8") for k in rates))
 
 
 def _dominant_float(trace: Trace) -> DType:
@@ -101,7 +137,7 @@ def _typical_call_s(u: Unit) -> float:
     return statistics.median(end - start for start, end in u.intervals) * 1e-6 * len(u.intervals) / u.calls
 
 
-def _stat(u: Unit, target: Target, op_time_s: float, gpu: bool) -> OpStat:
+def _stat(u: Unit, target: Target, op_time_s: float, machine: Machine) -> OpStat:
     t = u.time_us * 1e-6
     c, n = u.costed, u.calls
     kernel = max(u.kernels, key=u.kernels.get) if u.kernels else ""  # type: ignore[arg-type]
@@ -115,15 +151,30 @@ def _stat(u: Unit, target: Target, op_time_s: float, gpu: bool) -> OpStat:
                       None, None, INTERCONNECT, op_advice(INTERCONNECT, "collective", "", 0.0), kernel)
     free = c.bytes == 0 and c.flops == 0
     if u.kind == "comm":
-        bound, uc, um = INTERCONNECT, 0.0, 0.0
+        bound, uc, reach = INTERCONNECT, 0.0, 0.0
     else:
-        bound, uc, um = op_bound(c.compute_s * n, c.memory_s * n, t,
-                                 _typical_call_s(u) > LONG_CALL_LAUNCHES * target.launch_overhead, free)
+        bound, uc, reach = op_bound(c.compute_s * n, c.reach_memory_s * n, t,
+                                    _typical_call_s(u) > LONG_CALL_LAUNCHES * target.launch_overhead, free)
+    um = c.memory_s * n / t if t and u.kind != "comm" else 0.0
     link = c.link_s * n / t if c.link_s is not None and t else None
     return OpStat(u.name, c.op, c.group, u.shapes, n, t, t / op_time_s if op_time_s else 0.0, c.flops * n,
                   c.transcendentals * n, c.bytes * n, c.comm_bytes * n, c.flops * n / t if t else 0.0,
                   c.bytes * n / t if t else 0.0, uc, um, link, c.predicted_s * n, bound,
-                  op_advice(bound, c.group, c.dtype, uc, free, gpu), kernel)
+                  op_advice(bound, c.group, c.dtype, uc, free, machine, c.gemm, _memory_note(c, reach, um, target)),
+                  kernel, reach)
+
+
+def _memory_note(c: Costed, reach: float, um: float, target: Target) -> str:
+    """How the op's bandwidth compares with what the target reaches at its transfer size, where that
+    is well below the peak (a DRAM stream on a host calibrated in cache): the words that explain a
+    memory bound whose share of the peak is small."""
+    if not c.reach_memory_s or c.reach_memory_s <= c.memory_s * 1.25 or reach > TOO_FAST:
+        return ""   # near the peak anyway, or faster than the target allows (a note says so)
+    reachable = c.bytes / c.reach_memory_s
+    size = next(f"{c.bytes / k:.3g} {unit}" for k, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1, "B"))
+                if c.bytes >= k or k == 1)
+    return (f"{reach:.0%} of the {reachable / 1e9:.3g} GB/s {target.name} reaches at {size} per call ({um:.1%} of "
+            f"its {target.memory_bandwidth / 1e9:.4g} GB/s peak)")
 
 
 def _timeline(trace: Trace, units: list[Unit]) -> Timeline:
@@ -140,7 +191,8 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     units = [u for u in ch.units.values() if u.kind != "wrapper" and u.time_us > 0]
     op_time_s = sum(u.time_us for u in units) * 1e-6 or 1e-12
     tl = _timeline(trace, units)
-    ops = sorted((_stat(u, target, op_time_s, trace.gpu) for u in units if u.kind != UNMODELED),
+    machine = _machine(trace, target)
+    ops = sorted((_stat(u, target, op_time_s, machine) for u in units if u.kind != UNMODELED),
                  key=lambda o: -o.time_s)
     unmodeled = sorted((UnmodeledStat(u.name, u.calls, u.time_us * 1e-6, u.time_us * 1e-6 / op_time_s)
                         for u in units if u.kind == UNMODELED), key=lambda s: -s.time_s)
@@ -163,8 +215,11 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     bw_util = nbytes / (tl.window_s * target.memory_bandwidth) if tl.window_s else 0.0
 
     label, reasons = run_label(tl, by_bound, trace.gpu)
+    reach_s = sum(o.memory_reach_utilization * o.time_s for o in ops if o.bound != HOST_COPY)
+    reach = f" ({_share(reach_s / tl.window_s)} of what it reaches at these ops' transfer sizes)" \
+        if tl.window_s and reach_s > max(1.25 * bw_util * tl.window_s, 1e-3 * tl.window_s) else ""
     reasons.append(f"MFU {_share(mfu)} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
-                   f"{_share(bw_util)} of {target.memory_bandwidth / 1e9:.4g} GB/s")
+                   f"{_share(bw_util)} of {target.memory_bandwidth / 1e9:.4g} GB/s{reach}")
     notes = ["bytes are compulsory traffic (inputs read once, outputs written once): memory utilization is a "
              "lower bound"]
     if by_bound["unmodeled"]:
@@ -185,7 +240,7 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     return Diagnosis(trace.path, target.name, "gpu" if trace.gpu else "cpu", label, reasons, tl.window_s,
                      tl.busy_s, tl.idle_s, tl.compute_s, tl.comm_s, tl.overlap_s, op_time_s, by_bound,
                      sum(o.flops for o in ops), matmul_flops, nbytes, mfu, peak, dtype.value, bw_util, ops,
-                     unmodeled, run_advice(label, trace.gpu, tl, by_bound, mfu, ops), notes)
+                     unmodeled, run_advice(label, machine, tl, by_bound, mfu, ops, unmodeled), notes)
 
 
 #: Matmul-like ops this many times slower than the target's model predicts suggest the trace was
