@@ -67,7 +67,9 @@ def diagnosis_summary(d: Diagnosis) -> Table:
 
 def offenders_table(d: Diagnosis, top: int = 10, drop: frozenset[str] = frozenset()) -> Table:
     rows = d.top(top)
-    t = Table(title=f"top {len(rows)} of {len(d.ops)} ops by time", title_justify="left")
+    t = Table(title=f"top {len(rows)} of {len(d.ops)} ops by time", title_justify="left",
+              caption="memory: share of the bandwidth the target reaches at the op's transfer size (what its bound "
+                      "is judged on)", caption_justify="left")
     columns = (("op", "left"), ("shapes", "left"), ("calls", "right"), ("time", "right"), ("share", "right"),
                ("FLOP/s", "right"), ("B/s", "right"), ("compute", "right"), ("memory/link", "right"),
                ("model", "right"), ("bound", "left"), ("what would move it", "left"))
@@ -77,7 +79,8 @@ def offenders_table(d: Diagnosis, top: int = 10, drop: frozenset[str] = frozense
         t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     for o in rows:
         model = f"{seconds(o.predicted_s)}" if o.predicted_s is not None else "-"
-        util = o.link_utilization if o.bound in ("interconnect", "host-copy") else o.memory_utilization
+        util = o.link_utilization if o.bound in ("interconnect", "host-copy") else \
+            (o.memory_reach_utilization or o.memory_utilization)
         cells = (o.name, o.shapes or o.kernel, str(o.calls), seconds(o.time_s), _pct(o.share),
                  si(o.achieved_flops_per_s), si(o.achieved_bytes_per_s), _util(o.compute_utilization), _util(util),
                  model, Text(o.bound, style=_STYLE.get(o.bound, "")), o.advice[0] if o.advice else "")
