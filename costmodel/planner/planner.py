@@ -140,6 +140,16 @@ class Planner:
         if limit and self.seq > limit:
             raise PlanError(f"{self.graph.name} handles at most {limit:,} positions; seq {self.seq:,} is past them")
 
+    @cached_property
+    def param_count(self) -> int:
+        """The model's parameters (asked once per candidate by the search's memory bound)."""
+        return self.graph.param_count()
+
+    @cached_property
+    def narrowest_param_bytes(self) -> int:
+        """2 when any weight is 16-bit, else 4: the bytes of a parameter in the search's memory bound."""
+        return 2 if any(w.dtype.nbytes(1) == 2 for w in self.graph.weights) else 4
+
     # -- machine -------------------------------------------------------------------------------------
     def _topology(self) -> Topology:
         if self.system is None:

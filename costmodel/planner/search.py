@@ -38,6 +38,10 @@ __all__ = ["search", "SearchResult", "candidates"]
 
 _TP_MAX = 8
 _MICROBATCHES = (1, 2, 4, 8, 16)
+#: Virtual pipeline stages tried per device. Chunks need not hold equal layer counts where the
+#: runtime balances them by time (Megatron-Core's ``--pipeline-model-parallel-layout``, as ``--fix
+#: interleave`` accepts); a uniform runtime (Megatron-LM v2) needs ``layers % (pp x v) == 0``.
+_INTERLEAVE = (2, 3, 4, 5, 6, 7, 8)
 
 
 @dataclass
@@ -72,6 +76,7 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
     n, batch, layers = planner.devices, planner.global_batch, len(planner.blocks.layers)
     domain = planner.topology.scale_up_domain
     rt = planner.runtime
+    uneven = rt.stage_split != "uniform"      # chunks of unequal layer counts, balanced by time
 
     def allowed(name: str, values: list[Any]) -> list[Any]:
         return [fixed[name]] if name in fixed else values
@@ -97,8 +102,8 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
                     if (batch // dp) % mb:
                         continue
                     m = batch // (dp * mb)
-                    vs = [1] + ([v for v in (2, 3, 4, 5, 6, 8) if layers % (pp * v) == 0 and m % pp == 0]
-                                if pp > 1 else [])
+                    vs = [1] + ([v for v in _INTERLEAVE if pp * v <= layers and (uneven or layers % (pp * v) == 0)]
+                                if pp > 1 and m % pp == 0 else [])
                     for v in allowed("interleave", vs):
                         sps = [tp > 1 and rt.sequence_parallel]
                         for sp in allowed("sequence_parallel", sps):
@@ -172,12 +177,12 @@ def static_memory(planner: Planner, p: Parallel) -> float:
     gradients and optimizer states under ``p.zero`` (activations only add). Experts split over
     ``ep`` as well, and shard their states over their ``dp x cp / ep`` replicas."""
     experts = planner.expert_params
-    pbytes = 2 if any(w.dtype.nbytes(1) == 2 for w in planner.graph.weights) else 4
+    pbytes = planner.narrowest_param_bytes
     grad = planner.runtime.grad_reduce_dtype.nbytes(1)
     master = 4 if planner.runtime.master_weights and pbytes < 4 else 0
     states = master + 4 * OPTIMIZER_STATES.get(planner.optimizer, 2)
     total = 0.0
-    for params, shard in (((planner.graph.param_count() - experts) / (p.tp * p.pp), p.dp * p.cp),
+    for params, shard in (((planner.param_count - experts) / (p.tp * p.pp), p.dp * p.cp),
                           (experts / (p.tp * p.pp * p.ep), p.dp * p.cp // p.ep)):
         w = pbytes / (shard if p.zero >= 3 else 1)
         g = grad / (shard if p.zero >= 2 else 1)

@@ -64,3 +64,29 @@ def test_a_single_strategy_is_not_said_to_be_ranked(small):
                       "interleave": 1, "sequence_parallel": "on"}, top=0)
     assert any("one strategy satisfies the constraints and fits: nothing to rank" in n for n in p.notes)
     assert not any("0 strategies simulated" in n for n in p.notes)
+
+
+def test_the_search_tries_the_uneven_interleaving_that_fix_accepts():
+    """QA: the search tried interleaving only when layers % (pp x v) == 0, though ``--fix interleave``
+    takes uneven chunks (balanced by time, Megatron-Core's --pipeline-model-parallel-layout) and they
+    were faster (405B, 126 layers on pp16: v1 11.4 s, v7 7.72 s). Here 10 layers on pp=4: v=2 makes
+    8 chunks of 1 or 2 layers; the search must find what fixing each interleave finds."""
+    g = narrowpipe.transformer(10, 4096, 32, 32000, ffn=14336, kv_heads=8, gated_mlp=True, seq=4096, name="mid-10l")
+    fix = {"tp": 1, "pp": 4, "microbatch": 1, "recompute": "none", "zero": 1}
+    found = narrowpipe.plan(g, "dgx-h100", 8, global_batch=8, top=0, parallel=fix)
+    each = {v: narrowpipe.plan(g, "dgx-h100", 8, global_batch=8, top=0, parallel={**fix, "interleave": v}).step_time_s
+            for v in (1, 2)}
+    assert each[2] < each[1]
+    assert found.parallel.interleave == 2 and found.step_time_s == pytest.approx(each[2], rel=1e-12)
+
+
+def test_a_uniform_runtime_interleaves_only_equal_chunks():
+    """Megatron-LM v2 asserts num_layers % (pp x v) == 0: its runtime is searched that way still."""
+    from narrowpipe.costmodel.planner.planner import Planner
+    from narrowpipe.costmodel.planner.search import candidates
+    g = narrowpipe.transformer(12, 256, 8, 512, seq=512, name="tiny-12l")
+    core = {(p.pp, p.interleave) for p in candidates(Planner(g, "dgx-h100", 8, global_batch=64), {"tp": 1})}
+    old = {(p.pp, p.interleave) for p in candidates(Planner(g, "dgx-h100", 8, global_batch=64,
+                                                           runtime="megatron-lm-2021"), {"tp": 1})}
+    assert (4, 2) in core and (2, 4) in core                  # 12 layers in 8 chunks: uneven
+    assert all(12 % (pp * v) == 0 for pp, v in old if v > 1) and (2, 3) in old and (4, 3) in old
