@@ -201,7 +201,7 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
         raise PlanError(f"{refused}: fix another value, or plan with another runtime (--runtime)")
     if "ep" in fixed:
         planner.check_experts(int(fixed["ep"]), int(fixed.get("cp", 1)))
-    capacity = float(planner.target.memory_capacity)
+    capacity = planner.capacity
     cands = list(candidates(planner, fixed))
     if not cands:
         raise PlanError(f"no strategy for {planner.devices} devices satisfies {fixed or 'the constraints'} "
