@@ -81,7 +81,7 @@ def _fixed(parallel: Mapping[str, Any] | Parallel | None) -> dict[str, Any]:
             except (TypeError, ValueError):
                 raise PlanError(f"plan: {k} must be an integer, got {out[k]!r}") from None
             if k != "zero" and out[k] < 1:
-                raise PlanError(f"plan: {k} must be >= 1, got {out[k]} ({_MEANING[k]})")
+                raise PlanError(f"plan: {k}={out[k]}: {k} must be >= 1 ({_MEANING[k]})")
     if "sequence_parallel" in out:
         out["sequence_parallel"] = parse_switch("plan: sequence_parallel", out["sequence_parallel"])
     if out.get("sequence_parallel") and out.get("tp") == 1:

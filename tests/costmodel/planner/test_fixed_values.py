@@ -22,7 +22,7 @@ def _plan(g: narrowpipe.Graph, fixed: dict, devices: int = 16, **kw: object) -> 
 
 @pytest.mark.parametrize("field", ["tp", "pp", "cp", "dp", "microbatch", "interleave", "ep"])
 def test_a_size_of_zero_is_refused_before_any_division(small, field):
-    with pytest.raises(PlanError, match=f"{field} must be >= 1, got 0"):
+    with pytest.raises(PlanError, match=f"{field}=0: {field} must be >= 1"):
         _plan(small, {field: 0})
 
 
