@@ -20,7 +20,7 @@ __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "
            "MIN_MEMORY_EFFICIENCY", "SPLIT_K_PARTIAL_BYTES", "SKINNY_TILE_STEP", "FP32_EMULATION_PASSES",
            "FP32_REDUCED_EMULATION_PASSES", "FP32_DEFAULT_PASSES", "FP32_MATMUL_PRECISIONS", "CPU_GEMM_ROW_ALIGN_BYTES",
            "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
-           "SERVING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT", "CPU_ATTENTION_KV_BLOCK"]
+           "SERVING_MEMORY_RESERVE", "TRAINING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT", "CPU_ATTENTION_KV_BLOCK"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
 #: Where PyTorch's CPU allocator (posix_memalign) gets large buffers from.
@@ -197,6 +197,21 @@ MEMORY_POWER_FRACTION: float = 0.31
 #: cache within ``gpu_memory_utilization`` of the GPU, 0.9 by default (vLLM engine arguments,
 #: docs.vllm.ai), so 10% stays free. An assumption for other runtimes and chips.
 SERVING_MEMORY_RESERVE: float = 0.10
+
+# -- training ------------------------------------------------------------------------------------
+
+#: Fraction of a device's memory a training plan leaves unplanned: what the planner's terms (weights,
+#: gradients, optimizer states, activations, working set) do not count and a run still holds: the
+#: CUDA context, NCCL and cuBLAS workspaces, the caching allocator's fragmentation. NVIDIA's Megatron
+#: Bridge memory-tuning guide: its theoretical estimator "does not include allocator fragmentation,
+#: CUDA/NCCL workspace, CUDA graph buffers", and fragmentation-induced OOMs near the limit are common
+#: (docs.nvidia.com/nemo/megatron-bridge, perf-techniques/memory-tuning); MindSpeed (Megatron on
+#: Ascend) caps PyTorch at 94% of device memory, set_per_process_memory_fraction(0.94), leaving the
+#: rest to the collective library (hiascend.com MindSpeed memory-fragmentation guide). 6% is 4.8 GB
+#: of an 80 GB H100, the top of the 2-5 GB Megatron runs commonly see beyond their tensors. Every
+#: published layout the repository validates fits under it (benchmarks/megatron_validate.py: at most
+#: 65% of an A100 80GB; moe_validate.py's Mixtral 8x7B: 78% of an H100). An assumption elsewhere.
+TRAINING_MEMORY_RESERVE: float = 0.06
 #: Vector operations per weight element to dequantize a weight-only quantized matmul's weights in
 #: its kernel (a scale multiply and a convert per element; int4/fp4 unpacking folded in): an
 #: assumption in the spirit of Marlin/AWQ kernels, which dequantize each weight tile in registers

@@ -18,6 +18,10 @@ from .strategy import RECOMPUTE, Parallel, parse_switch
 __all__ = ["plan"]
 
 _FIXABLE = ("tp", "pp", "dp", "cp", "ep", "microbatch", "recompute", "sequence_parallel", "zero", "interleave")
+#: What 1 means for each size a user may fix (a size of 0 splits nothing and divides nothing).
+_MEANING = {"tp": "1: no tensor parallelism", "pp": "1: no pipeline", "dp": "1: no data parallelism",
+            "cp": "1: no context parallelism", "ep": "1: no expert parallelism",
+            "microbatch": "sequences per microbatch", "interleave": "1: no interleaving"}
 
 
 def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_batch: int,
@@ -76,8 +80,13 @@ def _fixed(parallel: Mapping[str, Any] | Parallel | None) -> dict[str, Any]:
                 out[k] = int(out[k])
             except (TypeError, ValueError):
                 raise PlanError(f"plan: {k} must be an integer, got {out[k]!r}") from None
+            if k != "zero" and out[k] < 1:
+                raise PlanError(f"plan: {k}={out[k]}: {k} must be >= 1 ({_MEANING[k]})")
     if "sequence_parallel" in out:
         out["sequence_parallel"] = parse_switch("plan: sequence_parallel", out["sequence_parallel"])
+    if out.get("sequence_parallel") and out.get("tp") == 1:
+        raise PlanError("plan: sequence_parallel=on needs tensor parallelism (tp > 1): it splits the tokens of the "
+                        "tensor-parallel group's norms and dropouts, and tp=1 has no group to split over")
     if "recompute" in out and out["recompute"] not in RECOMPUTE:
         raise PlanError(f"plan: recompute must be one of {', '.join(RECOMPUTE)}, got {out['recompute']!r}")
     if "zero" in out and out["zero"] not in (0, 1, 2, 3):

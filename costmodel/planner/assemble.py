@@ -76,6 +76,10 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     if step.breakdown.get("ep_comm", 0.0) > 0:
         all_notes.append("expert-parallel all-to-alls are exposed: the all-to-all dispatcher waits for each exchange "
                          "before the experts' GEMMs (no batch-level overlap modelled)")
+    device = float(planner.target.memory_capacity)
+    all_notes.append(f"memory is checked against {ev.capacity / 1e9:.1f} GB per device: its {device / 1e9:.1f} GB "
+                     f"less {1 - ev.capacity / device:.0%} for what no planned term counts (CUDA context, NCCL "
+                     "and cuBLAS workspaces, allocator fragmentation)")
     if not ev.fits:
         all_notes.append(overflow_text(ev))
     return Plan(model=planner.graph.name, target=planner.target.name, system=planner.system_name,

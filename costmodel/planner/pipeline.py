@@ -67,9 +67,10 @@ def assign_stages(costs: list[float], pp: int, interleave: int = 1, capacity: li
     if n < chunks:
         raise PlanError(f"pipeline: {n} layers cannot fill {pp} stages x {interleave} chunks")
     lo, hi = max(costs), sum(costs)
+    plain = memory is None and capacity is None
     for _ in range(60):
         mid = (lo + hi) / 2
-        if _parts(costs, mid, memory, capacity, chunks) is not None:
+        if _feasible(costs, mid, chunks) if plain else _parts(costs, mid, memory, capacity, chunks) is not None:
             hi = mid
         else:
             lo = mid
@@ -97,18 +98,19 @@ def balance_devices(forward: list[float], backward: list[float], parts: list[lis
     on the devices, about 8% slower than ``[4,5,5,3,5,4,4,2]`` (``9, 9, 9, 5``; the last device holds
     the head). Descents from several starts because single moves stop in local minima."""
     chunks = len(parts)
-    pf, pb = _prefix(forward), _prefix(backward)
+    costs = [f + b for f, b in zip(forward, backward)]
+    pc = _prefix(costs)            # one prefix of forward + backward: the descent's hot loop reads it
+    total, v = pc[-1], chunks // pp
 
     def closed_form(cut: tuple[int, ...]) -> tuple[float, float]:
         loads = [0.0] * pp
         for c in range(chunks):
-            loads[c % pp] += pf[cut[c + 1]] - pf[cut[c]] + pb[cut[c + 1]] - pb[cut[c]]
+            loads[c % pp] += pc[cut[c + 1]] - pc[cut[c]]
         busiest = max(loads)
-        return microbatches * busiest + (sum(loads) - busiest) / (chunks // pp), sum(x * x for x in loads)
+        return microbatches * busiest + (total - busiest) / v, sum(x * x for x in loads)
 
-    starts = _starts([f + b for f, b in zip(forward, backward)], parts, pp)
-    best = min((_descend(cut, closed_form, pf[-1] + pb[-1]) for cut in starts),
-               key=lambda cut: (closed_form(cut), cut))
+    starts = _starts(costs, parts, pp)
+    best = min((_descend(cut, closed_form, total) for cut in starts), key=lambda cut: (closed_form(cut), cut))
     return [list(range(best[c], best[c + 1])) for c in range(chunks)]
 
 
@@ -202,6 +204,22 @@ def _less(a: Any, b: Any, tol: float) -> bool:
     if isinstance(a, tuple):
         return a[0] < b[0] - tol or (a[0] <= b[0] + tol and a[1] < b[1] - tol * max(abs(b[1]), 1.0))
     return bool(a < b - tol)
+
+
+def _feasible(costs: list[float], bound: float, chunks: int) -> bool:
+    """Whether :func:`_parts` finds a cut under ``bound`` with no memory limit, without building it
+    (the binary search asks this some forty times per split, and a search splits thousands of times)."""
+    n, i, lim = len(costs), 0, bound * (1 + 1e-12)
+    for c in range(chunks):
+        stop = n - (chunks - c - 1)
+        if i >= stop:
+            return False
+        t = costs[i]
+        i += 1
+        while i < stop and t + costs[i] <= lim:
+            t += costs[i]
+            i += 1
+    return i == n
 
 
 def _parts(costs: list[float], bound: float, memory: list[float] | None, capacity: list[float] | None,

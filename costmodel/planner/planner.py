@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from ...backends import System, Target, get_system, get_target
+from ...backends.defaults import TRAINING_MEMORY_RESERVE
 from ...backends.registry import chip_and_system, chip_on_system, is_system_file
 from ...backends.registry import systems as _systems
 from ...errors import NarrowpipeError, PlanError
@@ -139,6 +140,22 @@ class Planner:
         limit = spec.max_positions if spec is not None else None
         if limit and self.seq > limit:
             raise PlanError(f"{self.graph.name} handles at most {limit:,} positions; seq {self.seq:,} is past them")
+
+    @property
+    def capacity(self) -> float:
+        """Bytes a plan may fill on a device: its memory less the share that no planned term counts
+        (CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation: TRAINING_MEMORY_RESERVE)."""
+        return float(self.target.memory_capacity) * (1.0 - TRAINING_MEMORY_RESERVE)
+
+    @cached_property
+    def param_count(self) -> int:
+        """The model's parameters (asked once per candidate by the search's memory bound)."""
+        return self.graph.param_count()
+
+    @cached_property
+    def narrowest_param_bytes(self) -> int:
+        """2 when any weight is 16-bit, else 4: the bytes of a parameter in the search's memory bound."""
+        return 2 if any(w.dtype.nbytes(1) == 2 for w in self.graph.weights) else 4
 
     # -- machine -------------------------------------------------------------------------------------
     def _topology(self) -> Topology:
@@ -281,7 +298,7 @@ class Planner:
         lay = self.layout(parallel) if chunks is None else layout(parallel, *self.costs(parallel), self.runtime, chunks)
         step = step_time(parallel, lay, self.timer, self.runtime)
         memory = [device_memory(parallel, d, self.runtime, self.optimizer, self._pbytes) for d in lay.devices]
-        return Evaluation(parallel, step, memory, float(self.target.memory_capacity))
+        return Evaluation(parallel, step, memory, self.capacity)
 
     def layout(self, parallel: Parallel) -> Layout:
         """The blocks placed on pipeline devices (cached: shared by every strategy that differs only

@@ -38,6 +38,10 @@ __all__ = ["search", "SearchResult", "candidates"]
 
 _TP_MAX = 8
 _MICROBATCHES = (1, 2, 4, 8, 16)
+#: Virtual pipeline stages tried per device. Chunks need not hold equal layer counts where the
+#: runtime balances them by time (Megatron-Core's ``--pipeline-model-parallel-layout``, as ``--fix
+#: interleave`` accepts); a uniform runtime (Megatron-LM v2) needs ``layers % (pp x v) == 0``.
+_INTERLEAVE = (2, 3, 4, 5, 6, 7, 8)
 
 
 @dataclass
@@ -72,12 +76,15 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
     n, batch, layers = planner.devices, planner.global_batch, len(planner.blocks.layers)
     domain = planner.topology.scale_up_domain
     rt = planner.runtime
+    uneven = rt.stage_split != "uniform"      # chunks of unequal layer counts, balanced by time
 
     def allowed(name: str, values: list[Any]) -> list[Any]:
         return [fixed[name]] if name in fixed else values
 
     # tensor parallelism splits whole heads and whole KV heads (query groups): Megatron asserts both
     for tp in allowed("tp", [d for d in _divisors(n) if d <= min(_TP_MAX, domain) and planner.heads_split(d) is None]):
+        if tp == 1 and fixed.get("sequence_parallel"):
+            continue                                  # sequence parallelism asked for: tp=1 has none
         cps = [1] + ([c for c in (2, 4, 8) if planner.seq >= 8192 * c // 2]
                      if planner.seq >= 8192 and rt.context_parallel else [])
         for cp in allowed("cp", cps):
@@ -95,8 +102,8 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
                     if (batch // dp) % mb:
                         continue
                     m = batch // (dp * mb)
-                    vs = [1] + ([v for v in (2, 3, 4, 5, 6, 8) if layers % (pp * v) == 0 and m % pp == 0]
-                                if pp > 1 else [])
+                    vs = [1] + ([v for v in _INTERLEAVE if pp * v <= layers and (uneven or layers % (pp * v) == 0)]
+                                if pp > 1 and m % pp == 0 else [])
                     for v in allowed("interleave", vs):
                         sps = [tp > 1 and rt.sequence_parallel]
                         for sp in allowed("sequence_parallel", sps):
@@ -110,6 +117,39 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
                                                            sequence_parallel=sp, recompute=rec, zero=zero)
                                         except PlanError:
                                             continue
+
+
+def _fixed_reason(planner: Planner, fixed: dict[str, Any]) -> str:
+    """Why the fixed values leave no strategy, when one of them alone is the cause: a size that does
+    not divide the devices, more stages than layers, a microbatch no replica's batch divides."""
+    n, batch, layers = planner.devices, planner.global_batch, len(planner.blocks.layers)
+    size = {k: int(fixed[k]) for k in ("tp", "cp", "pp", "dp", "microbatch", "interleave") if k in fixed}
+    pp, v = size.get("pp", 1), size.get("interleave", 1)
+    if pp * v > layers:
+        what = f"pp={pp} x interleave={v} = {pp * v} pipeline chunks" if v > 1 else f"pp={pp} pipeline stages"
+        return f": {what} are more than the model's {layers} layers (each holds at least one)"
+    for k in ("tp", "cp", "pp", "dp"):
+        if k in size and n % size[k]:
+            return f": {k}={size[k]} does not divide the {n} devices (tp x pp x dp x cp = devices)"
+    mesh = [k for k in ("tp", "cp", "pp", "dp") if k in size]
+    total = 1
+    for k in mesh:
+        total *= size[k]
+    if len(mesh) > 1 and n % total:
+        return f": {' x '.join(f'{k}={size[k]}' for k in mesh)} = {total} does not divide the {n} devices"
+    if "dp" in size and batch % size["dp"]:
+        return f": dp={size['dp']} does not divide the global batch of {batch} sequences"
+    if "cp" in size and size["cp"] > 1 and planner.seq % (2 * size["cp"]):
+        return (f": seq {planner.seq} does not split into 2 x cp = {2 * size['cp']} chunks (load-balanced causal "
+                "context parallelism)")
+    if "microbatch" in size:
+        mb = size["microbatch"]
+        dps = sorted({p.dp for p in candidates(planner, {k: x for k, x in fixed.items() if k != "microbatch"})})
+        if dps and all((batch // dp) % mb for dp in dps):
+            shares = ", ".join(str(batch // dp) for dp in dps)
+            return (f": microbatch={mb} divides no data-parallel replica's batch (global batch {batch} / dp = "
+                    f"{shares} sequences for dp {', '.join(map(str, dps))})")
+    return _ep_reason(planner, fixed)
 
 
 def _ep_reason(planner: Planner, fixed: dict[str, Any]) -> str:
@@ -137,12 +177,12 @@ def static_memory(planner: Planner, p: Parallel) -> float:
     gradients and optimizer states under ``p.zero`` (activations only add). Experts split over
     ``ep`` as well, and shard their states over their ``dp x cp / ep`` replicas."""
     experts = planner.expert_params
-    pbytes = 2 if any(w.dtype.nbytes(1) == 2 for w in planner.graph.weights) else 4
+    pbytes = planner.narrowest_param_bytes
     grad = planner.runtime.grad_reduce_dtype.nbytes(1)
     master = 4 if planner.runtime.master_weights and pbytes < 4 else 0
     states = master + 4 * OPTIMIZER_STATES.get(planner.optimizer, 2)
     total = 0.0
-    for params, shard in (((planner.graph.param_count() - experts) / (p.tp * p.pp), p.dp * p.cp),
+    for params, shard in (((planner.param_count - experts) / (p.tp * p.pp), p.dp * p.cp),
                           (experts / (p.tp * p.pp * p.ep), p.dp * p.cp // p.ep)):
         w = pbytes / (shard if p.zero >= 3 else 1)
         g = grad / (shard if p.zero >= 2 else 1)
@@ -161,12 +201,12 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
         raise PlanError(f"{refused}: fix another value, or plan with another runtime (--runtime)")
     if "ep" in fixed:
         planner.check_experts(int(fixed["ep"]), int(fixed.get("cp", 1)))
-    capacity = float(planner.target.memory_capacity)
+    capacity = planner.capacity
     cands = list(candidates(planner, fixed))
     if not cands:
         raise PlanError(f"no strategy for {planner.devices} devices satisfies {fixed or 'the constraints'} "
                         f"(global batch {planner.global_batch}, {len(planner.blocks.layers)} layers, "
-                        f"seq {planner.seq}){_ep_reason(planner, fixed)}")
+                        f"seq {planner.seq}){_fixed_reason(planner, fixed)}")
     heads = planner.heads_split(int(fixed["tp"])) if "tp" in fixed else None
     if heads is not None:                            # a fixed tp skips the candidates' filter: say why not
         raise PlanError(f"tp={fixed['tp']}: {heads}")
@@ -202,17 +242,27 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
         seen.add(_shape(e.parallel))
         e = simulated(planner, e)
         runners.append(RunnerUp(e.parallel, e.step.total_s, loss_reason(best, e), e.fullest.total))
+    runners.sort(key=lambda r: r.step_time_s or 0.0)   # by the simulated step the table prints
     faster = [e for e in evals if not e.fits and e.step.total_s < best.step.total_s]
     if faster:
         e = simulated(planner, min(faster, key=lambda x: x.step.total_s))
         runners.append(RunnerUp(e.parallel, e.step.total_s, loss_reason(best, e), e.fullest.total))
     ranking = time.perf_counter() - t0
-    notes = [f"ranked by the simulated schedule: {simulated_n} strategies simulated, the rest bounded out"] \
-        if not capped else [
-        f"ranked by the simulated schedule: stopped after {simulated_n} strategies simulated (the cap); the "
-        "best may be up to the closed form's error from the true best"]
+    notes = [_ranking_note(len(fitting), simulated_n, capped)]
     return SearchResult(best, runners, len(cands), result_pruned, len(evals), costing, evaluating, notes, simulated_n,
                         ranking)
+
+
+def _ranking_note(fitting: int, simulated_n: int, capped: bool) -> str:
+    if fitting == 1:
+        return "one strategy satisfies the constraints and fits: nothing to rank"
+    if capped:
+        return (f"ranked by the simulated schedule: stopped after {simulated_n} strategies simulated (the cap); the "
+                "best may be up to the closed form's error from the true best")
+    if simulated_n == 0:
+        return (f"ranked by the simulated schedule: for the {fitting} strategies that fit the closed form is the "
+                "schedule's step (one stage, or 1F1B with the slowest stage last) or a bound that rules them out")
+    return f"ranked by the simulated schedule: {simulated_n} strategies simulated, the rest bounded out"
 
 
 def _shape(p: Parallel) -> tuple[int, ...]:

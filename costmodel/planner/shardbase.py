@@ -51,6 +51,10 @@ class RuleContext(Protocol):
         """Whether dim ``dim`` of ``v`` runs over batch or sequence positions (order matters there)."""
         ...
 
+    def made_layout(self, v: Value) -> Spec:
+        """The layout a token tensor takes when each device makes its own part of it (a broadcast)."""
+        ...
+
     def uneven_rows(self, v: Value) -> bool:
         """Whether ``v``'s rows may split unevenly: the experts' routed rows, as many as the router
         sent (each rank holds its share, the busiest the largest)."""

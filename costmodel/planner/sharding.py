@@ -42,7 +42,6 @@ __all__ = ["shard", "PHASE"]
 _GENERATORS = frozenset({Op.RANDOM, Op.FILL, Op.IOTA, Op.CONSTANT, Op.RECV})
 
 
-
 def shard(graph: Graph, parallel: Parallel, *, dims: Mapping[str, int] | None = None,
           grad_sync: bool = False, grad_dtype: DType | None = None,
           expert_balance: str | ExpertBalance | None = None, arrive_split: frozenset[str] = frozenset()) -> Graph:
@@ -73,6 +72,7 @@ class _Shard(WeightLayouts):
         self.src = graph
         self.routed = routed                      # expert-side values: their rows are routed tokens
         self.arrive_split = arrive_split if parallel.sequence_parallel and parallel.tp > 1 else frozenset()
+        self.stream_shapes = {tuple(v.shape) for v in graph.inputs if v.name in self.arrive_split}
         self.parallel = parallel
         self.binder = ShapeBinder(bindings)
         self.sizes: dict[str, int] = {"tp": parallel.tp, "cp": parallel.cp, "ep": parallel.ep, "dp": parallel.dp,
@@ -145,9 +145,12 @@ class _Shard(WeightLayouts):
         return maybe_verify(out, "narrowpipe.planner.shard")
 
     def _input_spec(self, v: Value) -> Spec:
+        return Spec.replicated(len(v.shape)) if v.kind.is_weight else self._token_layout(v, v.name in self.arrive_split)
+
+    def _token_layout(self, v: Value, stream: bool) -> Spec:
+        """A token tensor as it arrives or is made: its sequence over ``cp`` (each rank's own tokens),
+        and for the residual ``stream`` under sequence parallelism over ``tp`` too."""
         spec = Spec.replicated(len(v.shape))
-        if v.kind.is_weight:
-            return spec
         cp = self.sizes["cp"]
         shape = self.shape(v)
         if cp > 1:
@@ -155,11 +158,16 @@ class _Shard(WeightLayouts):
                 if _symbols(dim) & self.seq_names and shape[d] % cp == 0:
                     spec = spec.with_dim(d, ("cp",))
                     break
-        if v.name in self.arrive_split:
+        if stream and self.arrive_split:
             token = self._token_dim(v, spec, "tp")
             if token is not None:
                 spec = spec.add_axis(token, "tp")
         return spec
+
+    def made_layout(self, v: Value) -> Spec:
+        """A token tensor broadcast from fewer values (a block's seed gradient of ones) is made as the
+        block's activations arrive; one shaped like the residual stream as the stream arrives."""
+        return self._token_layout(v, tuple(v.shape) in self.stream_shapes)
 
     def _weight_value(self, w: Value) -> Value:
         """A weight's local value, created on first use in its decided layout."""

@@ -48,6 +48,13 @@ def _dot(ctx: RuleContext, node: Node) -> Decision:
     for _ in range(8):
         for dl, dr in zip(lc, rc):      # a contracted pair that disagrees: the activation follows the weight
             if side["l"][dl] and side["r"][dr] and side["l"][dl] != side["r"][dr]:
+                if not weight["l"] and not weight["r"]:
+                    # two activations keep the axes they share: a weight gradient under context and
+                    # sequence parallelism gathers the ``tp`` part of the tokens, never the ``cp`` part
+                    # (each context-parallel rank sums its own tokens, Megatron-LM)
+                    common = _common_prefix(side["l"][dl], side["r"][dr])
+                    side["l"][dl] = side["r"][dr] = common
+                    continue
                 for s_, d in (("l", dl), ("r", dr)):
                     if not weight[s_] or both:
                         side[s_][d] = ()
@@ -91,6 +98,16 @@ def _dot(ctx: RuleContext, node: Node) -> Decision:
         out.append(axes)
     out += [side["l"][d] for d in lf] + [side["r"][d] for d in rf]
     return Decision([Spec(tuple(side["l"])), Spec(tuple(side["r"])), *rest(ctx, node, 2)], [Spec(tuple(out), partial)])
+
+
+def _common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    """The outer axes two splits of one dim share (``(cp, tp)`` and ``(cp,)``: ``(cp,)``)."""
+    out: list[str] = []
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        out.append(x)
+    return tuple(out)
 
 
 def _attention(ctx: RuleContext, node: Node) -> Decision:
@@ -202,8 +219,11 @@ def _reduction(ctx: RuleContext, node: Node) -> Decision:
         return Decision([Spec(tuple(dims)), *rest(ctx, node, 1)],
                         [_result(ctx, o, dims, axes, len(shape), node) for o in node.outputs])
     split = [a for d in axes for a in spec.dims[d]]
-    partial = split[0] if len(split) == 1 else None
-    dims = [spec.dims[d] if d not in axes or partial else () for d in range(len(shape))]
+    partial = split[0] if split else None
+    # one pending sum at a time: the outermost axis stays partial, the others are gathered first (a
+    # loss averaged over tokens split over ``cp`` and, under sequence parallelism, ``tp``)
+    dims = [(spec.dims[d][:1] if spec.dims[d] and spec.dims[d][0] == partial else ()) if d in axes
+            else spec.dims[d] for d in range(len(shape))]
     out = _result(ctx, node.outputs[0], dims, axes, len(shape), node)
     return Decision([Spec(tuple(dims)), *rest(ctx, node, 1)], [Spec(out.dims, partial)])
 

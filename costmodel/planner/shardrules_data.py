@@ -131,6 +131,40 @@ def same_size_dims(ctx: RuleContext, node: Node) -> Decision:
 
 
 
+def _expand(ctx: RuleContext, node: Node) -> Decision:
+    """A broadcast (numpy rules: size-1 or new leading dims grow): the dims it keeps keep their split,
+    and the dims it grows cost nothing to split, so each device makes only its part, laid out as the
+    block's token tensors are (:meth:`.RuleContext.made_layout`): the gradient of ones that seeds a
+    block's backward, or the loss's gradient spread over the tokens, is its own tokens' on each
+    context-parallel rank, not a whole sequence that the next op gathers or slices. A dim repeated
+    from a larger size (grouped-query heads) is read whole."""
+    x, out = node.inputs[0], node.outputs[0]
+    if x is None:
+        return whole(ctx, node)
+    src, dst = ctx.shape(x), ctx.shape(out)
+    off = len(dst) - len(src)
+    if off < 0:
+        return same_size_dims(ctx, node)
+    spec = ctx.spec(x)
+    want: list[tuple[str, ...]] = [()] * len(src)
+    dims: list[tuple[str, ...]] = [()] * len(dst)
+    grown = []
+    for j in range(len(dst)):
+        i = j - off
+        if i >= 0 and src[i] == dst[j]:
+            want[i] = dims[j] = spec.dims[i]
+        elif i < 0 or src[i] == 1:
+            grown.append(j)
+    made = ctx.made_layout(out)
+    used = {a for d in dims for a in d}
+    for j in grown:
+        axes = tuple(a for a in made.dims[j] if a not in used)
+        if axes and dst[j] % axes_size(ctx, axes) == 0:
+            dims[j] = axes
+            used.update(axes)
+    return Decision([Spec(tuple(want)), *rest(ctx, node, 1)], [Spec(tuple(dims))])
+
+
 def _gather_rows(ctx: RuleContext, node: Node) -> Decision:
     """An embedding lookup: a table split over its rows gives a partial result (rows another
     device owns read as zero; Megatron's vocab-parallel embedding), split over its columns a result
@@ -226,6 +260,6 @@ def _along_axis(ctx: RuleContext, node: Node) -> Decision:
 
 
 
-DATA_RULES = {Op.RESHAPE: _reshape, Op.PERMUTE: _permute, Op.GATHER: _gather_rows, Op.SORT: _along_axis,
-              Op.TOPK: _along_axis, Op.SCATTER: _scatter_rows, Op.SLICE: _slice, Op.CONCAT: _concat,
-              Op.GATHER_ELEMENTS: _gather_elements, Op.SCATTER_ELEMENTS: _scatter_elements}
+DATA_RULES = {Op.RESHAPE: _reshape, Op.EXPAND: _expand, Op.PERMUTE: _permute, Op.GATHER: _gather_rows,
+              Op.SORT: _along_axis, Op.TOPK: _along_axis, Op.SCATTER: _scatter_rows, Op.SLICE: _slice,
+              Op.CONCAT: _concat, Op.GATHER_ELEMENTS: _gather_elements, Op.SCATTER_ELEMENTS: _scatter_elements}

@@ -180,7 +180,7 @@ def layout(parallel: Parallel, layers: list[BlockCost], prologue: BlockCost | No
         loads.append(DeviceLoad(
             s, tuple(blocks), tuple(ids[s]), sum(b.forward_s for b in blocks), sum(b.backward_s for b in blocks),
             _terms(blocks), sum(b.hidden_s for b in blocks), sum(b.optimizer_s for b in blocks), params, pbytes,
-            sum(sum(b.deferred.values()) for b in blocks), sum(b.saved_bytes for b in blocks),
+            sum(_extra_grad_bytes(b) for b in blocks), sum(b.saved_bytes for b in blocks),
             max((b.transient_bytes for b in blocks), default=0), sum(1 for b in blocks if b.params),
             max((b.param_bytes for b in blocks), default=0), sum(b.expert_params for b in blocks),
             sum(b.expert_param_bytes for b in blocks)))
@@ -220,6 +220,14 @@ def step_time(parallel: Parallel, lay: Layout, topology: CollectiveTimer, runtim
                      + ")")
     return StepTime(total, breakdown, lay, extra, hidden, {"dp_reduction": dp_total, "p2p_each": p2p}, notes,
                     [g[0] for g in gathers] if gathers else [0.0] * len(lay.devices))
+
+
+def _extra_grad_bytes(block: BlockCost) -> int:
+    """Partial weight-gradient bytes the data-parallel reduction carries besides the gradients: a sum
+    still owed over ``tp`` (a norm's weight under sequence parallelism). One owed over ``cp`` is the
+    gradient itself, which the ``dp x cp`` reduction sums anyway (Megatron-LM reduces gradients over
+    the data-and-context-parallel group): counting it again doubled the bytes."""
+    return sum(n for axis, n in block.deferred.items() if axis not in ("cp", "dp", "dp_cp"))
 
 
 def _terms(blocks: list[BlockCost]) -> dict[str, float]:

@@ -55,10 +55,12 @@ class WeightLayouts:
             if table is not None and idx is not None and table.kind.is_weight and table not in self.specs:
                 rows = self.shape(table)[0]
                 tp = self.sizes["tp"]
-                # split a table's rows when it is larger than what it gathers: the saving outweighs
-                # the all-reduce of the output (word embeddings yes, position tables no)
+                # split a table's rows when it is larger than what each device gathers (its own tokens
+                # under context parallelism): the saving outweighs the all-reduce of the output (word
+                # embeddings yes, position tables no)
                 spec = Spec.replicated(len(self.shape(table)))
-                if tp > 1 and rows % tp == 0 and rows > prod(self.shape(idx)):
+                gathered = prod(self.spec(idx).local_shape(self.shape(idx), self.sizes))
+                if tp > 1 and rows % tp == 0 and rows > gathered:
                     spec = spec.with_dim(0, ("tp",))
                 self._set_weight(table, spec)
 
