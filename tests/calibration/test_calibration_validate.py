@@ -31,5 +31,8 @@ def test_tiny_model_end_to_end_within_a_loose_bound(host, one_thread):
     result = validate_model("bert-base", host, batch=2, seq=128, tiny=True)
     e = result.end_to_end
     assert e.measured_s > 0 and e.predicted_s > 0
-    assert 0.3 < e.predicted_s / e.measured_s < 3.0
+    # judged on the thread's CPU clock, as validation is (README): the wall clock counts the time this
+    # thread waited for other processes on a shared machine (2.92 ms predicted vs 11.3 ms wall, 3.38 CPU)
+    measured = e.cpu_s if e.cpu_s else e.measured_s
+    assert 0.3 < e.predicted_s / measured < 3.0
     assert result.by_op and all(c.measured_s > 0 for c in result.by_op)
