@@ -38,7 +38,7 @@ BOUNDS = (COMPUTE, MEMORY, INTERCONNECT, OVERHEAD)
 _WIDER = {"fp4": ("fp8_e4m3", "int8", "fp16", "bf16"), "int4": ("int8", "fp8_e4m3", "fp16", "bf16"),
           "fp8_e4m3": ("fp8_e5m2", "fp16", "bf16"), "fp8_e5m2": ("fp8_e4m3", "fp16", "bf16"),
           "int8": ("fp8_e4m3", "fp16", "bf16"), "bf16": ("fp16",), "fp16": ("bf16",),
-          "tf32": ("fp32", "bf16", "fp16"), "fp32": ("tf32", "bf16", "fp16"), "fp64": ("fp32", "tf32", "bf16")}
+          "tf32": ("fp32", "bf16", "fp16"), "fp32": ("tf32", "bf16", "fp16")}
 #: Matrix units multiply 8- and 4-bit integers of either signedness at one rate (PTX ``mma`` takes
 #: ``.u8``/``.s8`` operands, AMX ``TDPBUSD``/``TDPBSSD``, AVX-512 VNNI ``VPDPBUSD`` is u8 x s8), so an
 #: unsigned operand (ONNX quantization's uint8 activations) runs at the signed type's listed rate.
@@ -164,6 +164,8 @@ def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOpt
                         f"fp32 as {passes}x {half}")
     if name in table:
         return Rate(table[name], name)
+    if name == "fp64":
+        return _fp64_rate(target, options)
     if not dtype.is_float and not dtype.is_int:
         name = "fp32"
     for wider in _WIDER.get(name, ("bf16", "fp16", "fp32")):
@@ -174,6 +176,18 @@ def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOpt
     floats = [k for k in _FLOAT_RATES if k in table]
     pick = floats[0] if floats else max(table, key=table.get)  # type: ignore[arg-type]
     return Rate(table[pick], pick, f"no {name} rate: runs as {pick}", f"{name} as {pick}")
+
+
+def _fp64_rate(target: Target, options: TimingOptions) -> Rate:
+    """fp64 on a chip without an fp64 matrix rate: its fp64 vector rate where listed; else, with no
+    fp64 unit in the catalog, full fp32's rate as a stated lower bound on the time (never a narrower
+    type's: MI355X's missing fp64 fell back to its 2,500 TFLOP/s bf16)."""
+    if "fp64" in target.vector_flops:
+        return Rate(target.vector_flops["fp64"], "fp64", "no fp64 matrix rate: fp64 matmul on the vector units",
+                    "fp64 on vector units")
+    r = matrix_rate(target, DType.FP32, replace(options, fp32_matmul="highest", allow_tf32=False))
+    return Rate(r.flops_per_s, r.dtype, f"no fp64 rate listed: timed at full fp32's rate ({r.note or r.dtype}), "
+                "a lower bound on the time", "fp64 as fp32")
 
 
 def vector_rate(target: Target, dtype: DType) -> Rate:

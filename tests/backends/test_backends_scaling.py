@@ -79,7 +79,7 @@ def test_onchip_capacity_scales_the_family_onchip_field_too():
 
 def test_capacity_latency_and_overhead_scale():
     mi = get_target("mi300x").scaled(memory_capacity=1.5, launch_overhead=0.5, link_latency=2)
-    assert mi.memory_capacity == 288e9
+    assert mi.memory_capacity == 1.5 * 192 * 2**30          # 192 GiB x 1.5
     assert mi.launch_overhead == 0.5e-6
     assert mi.link_latency == 6e-6
 
