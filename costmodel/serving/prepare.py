@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import NarrowpipeError
-from ...ir import IN_PLACE, DimRole, DType, Graph, TensorType, Value
+from ...ir import IN_PLACE, VIEW_OPS, DimRole, DType, Graph, Op, TensorType, Value
 from ...models.decoder import build
 from ...models.spec import TransformerSpec
 from ..costcache import forget
@@ -88,12 +88,20 @@ def _rebuild(graph: Graph, spec: TransformerSpec) -> Graph:
 
 
 def _retype_kv(graph: Graph, cache: KvCache, dtype: DType) -> None:
-    """The cache's storage in ``dtype``: its inputs and every value an in-place append returns."""
+    """The cache's storage in ``dtype``: its inputs, every value an in-place append returns, and the
+    views of them (an ONNX export's ``bnsh -> bsd`` layout adapters and window slices between the
+    present concat and the attention), so every reader of the cache, the attention above all, reads
+    the stored format's bytes."""
     names = {t.name for t in cache.tensors}
     storage: set[Value] = {v for v in graph.inputs if v.name in names}
+    stored = {v.type.dtype for v in storage}
     for node in graph.nodes:
-        if IN_PLACE in node.attrs and any(v in storage for v in node.inputs if v is not None):
+        if not any(v in storage for v in node.inputs if v is not None):
+            continue
+        if IN_PLACE in node.attrs:
             storage.update(node.outputs)
+        elif node.op in VIEW_OPS and node.op is not Op.SHAPE_OF and node.inputs[0] in storage:
+            storage.update(v for v in node.outputs if v.type.dtype in stored)
     for v in storage:
         v.type = TensorType(dtype, v.type.shape)
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...ir import CAUSAL, DType, Op, TensorType, Value
+from ...ir import CAUSAL, WINDOW, DType, Op, TensorType, Value
 from .contractions import conv_attrs, dot, matmul
 from .contrib_shapes import MS, gqa_geometry, heads
 from .mask_hooks import attention_mask_is_causal
 from .nn import NN_LOWERINGS, attention_core
 from .node import NodeCx
-from .symdims import dim_add, dim_floordiv, dim_mul, to_dim
+from .symdims import dim_add, dim_floordiv, dim_min, dim_mul, to_dim
 
 __all__ = ["CONTRIB_LOWERINGS"]
 
@@ -141,6 +141,28 @@ def _ms_mha(cx: NodeCx) -> None:
     attention_core(cx, q, k, v, mask, attrs, [cx.out_type(i) for i in idx], bind_index=idx)
 
 
+def _gqa_window(cx: NodeCx) -> int | None:
+    """The IR window (keys per query, its own included) of a GroupQueryAttention: onnxruntime's
+    ``local_window_size`` is the left window, so ``local_window_size + 1`` keys (0: the query's own
+    key only, as onnxruntime's CPU kernel masks it); a negative one (default -1) is no window."""
+    lws = cx.attr("local_window_size", -1)
+    if isinstance(lws, bool) or not isinstance(lws, int):
+        raise cx.error(f"GroupQueryAttention attribute local_window_size={lws!r} must be an INT")
+    return lws + 1 if lws >= 0 else None
+
+
+def _window_keys(cx: NodeCx, keys: Value, new: Any, window: int, what: str) -> Value:
+    """The last ``min(total, window - 1 + new)`` keys (a free view): all that ``new`` windowed queries
+    reach, what a sliding-window kernel reads (as the model builder's windowed layers are handed a
+    cache capped at ``window - 1`` plus the new tokens; the full buffer stays the present output)."""
+    b, total, hidden = keys.type.shape
+    keep = to_dim(dim_min(total, dim_add(window - 1, new)))
+    if keep == total:
+        return keys
+    return cx.emit(Op.SLICE, [keys], {"axis": 1, "part": "window"}, types=[cx.tensor(keys.type.dtype, (b, keep, hidden))],
+                   bind=False, suffix=f"{what}_window").outputs[0]
+
+
 def _ms_gqa(cx: NodeCx) -> None:
     q = cx.input(0)
     assert q is not None
@@ -157,8 +179,10 @@ def _ms_gqa(cx: NodeCx) -> None:
     attrs: dict[str, Any] = {"layout": "bsd", "num_heads": hq, "kv_num_heads": hk, CAUSAL: True}
     if cx.attr("scale"):
         attrs["scale"] = float(cx.attr("scale"))
-    if cx.attr("local_window_size", -1) not in (-1, None):
-        attrs["window"] = int(cx.attr("local_window_size"))
+    window = _gqa_window(cx)
+    if window is not None:
+        attrs[WINDOW] = window
+        k, v = _window_keys(cx, k, s, window, "key"), _window_keys(cx, v, s, window, "value")
     attention_core(cx, q, k, v, cx.input(10) if cx.n_inputs() > 10 else None, attrs, [cx.out_type(0)],
                    bind_index=[0])
 

@@ -1,0 +1,52 @@
+"""An ONNX GQA decoder's cache in another format: the attention reads the stored format's bytes.
+
+onnxruntime's GroupQueryAttention reads its [B, kv heads, L, head dim] cache through a ``bnsh -> bsd``
+layout adapter the frontend puts between the present concat and the attention; retyping only the
+cache inputs and the in-place append left that view (and so the attention's read) in fp16: ``--kv
+fp8_e4m3`` halved the reported cache but not decode time. Hand bytes below."""
+
+from __future__ import annotations
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper  # noqa: E402
+
+import narrowpipe  # noqa: E402
+from narrowpipe.costmodel.interpreter import interpret  # noqa: E402
+from narrowpipe.costmodel.serving import serving_graph  # noqa: E402
+from narrowpipe.costmodel.serving.formats import Formats  # noqa: E402
+from narrowpipe.ir import Op  # noqa: E402
+
+H = TensorProto.FLOAT16
+HQ, HK, D = 8, 2, 32
+
+
+def _decoder() -> onnx.ModelProto:
+    node = helper.make_node("GroupQueryAttention", ["qkv", "", "", "past_key_values.0.key",
+                                                    "past_key_values.0.value", "seqlens_k", "total"],
+                            ["out", "present.0.key", "present.0.value"], domain="com.microsoft",
+                            num_heads=HQ, kv_num_heads=HK)
+    cache = ["batch_size", HK, "past_sequence_length", D]
+    vi = [helper.make_tensor_value_info("qkv", H, ["batch_size", "sequence_length", (HQ + 2 * HK) * D]),
+          helper.make_tensor_value_info("past_key_values.0.key", H, cache),
+          helper.make_tensor_value_info("past_key_values.0.value", H, cache),
+          helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch_size"]),
+          helper.make_tensor_value_info("total", TensorProto.INT32, [])]
+    outs = [helper.make_tensor_value_info(o, H, None) for o in ("out", "present.0.key", "present.0.value")]
+    g = helper.make_graph([node], "gqa_decoder", vi, outs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("kv, nbytes", [(None, 2), ("fp8_e4m3", 1)])
+def test_attention_reads_the_cache_in_its_stored_format(kv, nbytes) -> None:
+    """Batch 8, 1,000 cached + 1 new token: K and V each 8 x 1,001 x 2 heads x 32 values; q and the
+    output 8 x 8 heads x 32 in fp16."""
+    sg = serving_graph(narrowpipe.load(_decoder()), Formats.of(kv=kv))
+    dims = sg.bindings(batch=8, tokens=1, past=1000)
+    att = next(n for n in sg.graph.nodes if n.op is Op.ATTENTION)
+    cost = interpret(sg.graph, dims).costs[att]
+    kv_bytes = 2 * 8 * 1001 * HK * D * nbytes
+    assert cost.bytes_read == 8 * HQ * D * 2 + kv_bytes
+    assert sg.cache.bytes_per_token == 2 * HK * D * nbytes
