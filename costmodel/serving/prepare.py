@@ -29,6 +29,10 @@ from .recognise import check_twin, spec_from_graph
 
 __all__ = ["ServingGraph", "serving_graph", "spec_graph"]
 
+#: ``graph.meta`` key where the ONNX frontend records the positions a model's rotary caches hold
+#: (``frontends/onnx/contrib.py`` spells it too).
+POSITIONS_META = "max_positions"
+
 
 @dataclass
 class ServingGraph:
@@ -58,8 +62,12 @@ class ServingGraph:
 
     def check_context(self, tokens: int) -> None:
         """Refuse a sequence longer than the model's positions (GPT-2's learned table, a config's
-        ``max_position_embeddings``): the model cannot run it, so no figure would be an answer."""
+        ``max_position_embeddings``, the rows of an ONNX export's rotary ``cos_cache``, which
+        onnxruntime refuses to run past): the model cannot run it, so no figure would be an answer."""
         limit = self.spec.max_positions if self.spec is not None else None
+        cached = self.graph.meta.get(POSITIONS_META)
+        if cached and (not limit or int(cached) < limit):
+            limit = int(cached)
         if limit and tokens > limit:
             raise NarrowpipeError(f"{self.graph.name} handles at most {limit:,} positions; this question needs "
                                   f"{tokens:,} (prompt + output, or the decode context + 1)")

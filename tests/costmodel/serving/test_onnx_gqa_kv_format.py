@@ -50,3 +50,25 @@ def test_attention_reads_the_cache_in_its_stored_format(kv, nbytes) -> None:
     kv_bytes = 2 * 8 * 1001 * HK * D * nbytes
     assert cost.bytes_read == 8 * HQ * D * 2 + kv_bytes
     assert sg.cache.bytes_per_token == 2 * HK * D * nbytes
+
+
+def _rotary_decoder(rows: int) -> onnx.ModelProto:
+    model = _decoder()
+    node = model.graph.node[0]
+    node.input.extend(["cos_cache", "sin_cache"])
+    node.attribute.append(helper.make_attribute("do_rotary", 1))
+    from onnx import numpy_helper
+    import numpy as np
+    model.graph.initializer.extend(numpy_helper.from_array(np.ones((rows, D // 2), np.float16), n)
+                                   for n in ("cos_cache", "sin_cache"))
+    return model
+
+
+def test_context_beyond_the_rotary_cache_is_refused() -> None:
+    """A 16-row ``cos_cache`` runs at most 16 positions (onnxruntime: 'cos_cache dimension 0 shall not be
+    less than total_sequence_length'): decode at context 15 (16 positions) runs, at 20 it is refused with
+    the message the model builder's position limit gives."""
+    sg = serving_graph(narrowpipe.load(_rotary_decoder(16)))
+    sg.check_context(16)
+    with pytest.raises(narrowpipe.NarrowpipeError, match="handles at most 16 positions; this question needs 21"):
+        sg.check_context(21)
