@@ -154,6 +154,7 @@ def spec_graph(spec: TransformerSpec, formats: Formats | None = None, *, origin:
 
 def _finish(source: Graph, cache: KvCache, origin: str, spec: TransformerSpec | None,
             formats: Formats) -> ServingGraph:
+    formats = formats.applied_to(source)
     out, notes = serving_rewrites(source, find_kv_cache(source) or cache)
     cache = find_kv_cache(out) or cache
     if formats.kv is not None:

@@ -72,3 +72,30 @@ def test_context_beyond_the_rotary_cache_is_refused() -> None:
     sg.check_context(16)
     with pytest.raises(narrowpipe.NarrowpipeError, match="handles at most 16 positions; this question needs 21"):
         sg.check_context(21)
+
+
+def _int4_decoder() -> onnx.ModelProto:
+    """The decoder with an int4 MatMulNBits output projection (256 x 256 in blocks of 32)."""
+    from onnx import numpy_helper
+    import numpy as np
+    model = _decoder()
+    model.graph.node.append(helper.make_node("MatMulNBits", ["out", "o_q4", "o_scales"], ["y"],
+                                             domain="com.microsoft", K=HQ * D, N=HQ * D, bits=4, block_size=32))
+    model.graph.initializer.extend([numpy_helper.from_array(np.zeros((HQ * D, HQ * D // 32, 16), np.uint8), "o_q4"),
+                                    numpy_helper.from_array(np.ones(HQ * D * HQ * D // 32, np.float16), "o_scales")])
+    model.graph.output.append(helper.make_tensor_value_info("y", H, None))
+    return model
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "int8"])
+def test_weight_format_on_an_int4_model_warns_and_is_not_reported_applied(fmt) -> None:
+    """Its weights are int4 already: a weight format retypes none of them, so it warns, the serving
+    formats (the report's formats line) say the model's own, and the weight bytes stay the stored
+    256 x 256 / 2 codes + 2,048 fp16 scales = 36,864."""
+    from narrowpipe.costmodel.serving.formats import WeightFormatWarning
+    graph = narrowpipe.load(_int4_decoder())
+    with pytest.warns(WeightFormatWarning, match=f"weights {fmt}: the model's weights are already quantized "
+                                                 r"\(uint4 dequantized into their GEMMs\)"):
+        sg = serving_graph(graph, Formats.of(weights=fmt))
+    assert sg.formats.weights is None and sg.formats.to_dict()["weights"] is None
+    assert sum(v.type.dtype.nbytes(v.type.numel({})) for v in sg.graph.weights) == 256 * 256 // 2 + 2048 * 2
