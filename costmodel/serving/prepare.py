@@ -85,8 +85,11 @@ class ServingGraph:
         out = {n: batch for n in self.batch_dims}
         out.update({n: tokens for n in self.sequence_dims})
         out.update(c.length_bindings(past))
-        for n in self.graph.dims_with_role(DimRole.KV_LENGTH):   # on no cache tensor: the span attended,
-            out.setdefault(n, past + tokens)                       # an ONNX export's total_sequence_length
+        total = self.graph.meta.get("kv_total_length")   # an ONNX export's total_sequence_length
+        if total:
+            out.setdefault(total["dim"], past + tokens)
+        for n in self.graph.dims_with_role(DimRole.KV_LENGTH):   # on no cache tensor: the span attended
+            out.setdefault(n, past + tokens)
         return out
 
 

@@ -85,3 +85,50 @@ def test_window_hands_prefill_queries_every_key_they_reach() -> None:
     graph = narrowpipe.load(gqa_model(local_window_size=256))
     r = narrowpipe.analyze(graph, dims={"batch": 1, "seq": 100, "past": 1000})
     assert r.flops_by_group["attention"] == 4 * 8 * 100 * 356 * 32
+
+
+def _masked_decoder() -> onnx.ModelProto:
+    """GenAI's layout: input_ids [batch_size, sequence_length], attention_mask [batch_size,
+    total_sequence_length] (seqlens_k = its row sums - 1), the cache [batch_size, 2, past_sequence_length, 32]."""
+    model = gqa_model()
+    g = model.graph
+    for v in g.input:
+        for d in v.type.tensor_type.shape.dim:
+            if not d.dim_param:
+                continue
+            d.dim_param = {"batch": "batch_size", "seq": "sequence_length", "past": "past_sequence_length"}.get(
+                d.dim_param, d.dim_param)
+    keep = [v for v in g.input if v.name != "seqlens_k"]
+    del g.input[:]
+    g.input.extend(keep + [helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                                         ["batch_size", "total_sequence_length"])])
+    one = helper.make_tensor("one", TensorProto.INT64, [], [1])
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    g.initializer.extend([one, axes])
+    g.node.insert(0, helper.make_node("Cast", ["lens"], ["seqlens_k"], to=TensorProto.INT32))
+    g.node.insert(0, helper.make_node("Sub", ["sums", "one"], ["lens"]))
+    g.node.insert(0, helper.make_node("ReduceSum", ["attention_mask", "axes"], ["sums"], keepdims=0))
+    return model
+
+
+def test_total_sequence_length_is_no_kv_length() -> None:
+    """past_sequence_length is the KV length (2047 cached tokens), total_sequence_length = past + new is
+    derived: role_size(KV_LENGTH) is 2047 (was 2047 x 2048); a total other than 2047 + 1 is refused."""
+    from narrowpipe.ir import DimRole
+    graph = narrowpipe.load(_masked_decoder())
+    dims = {"batch_size": 1, "sequence_length": 1, "past_sequence_length": 2047}
+    assert graph.dims_with_role(DimRole.KV_LENGTH) == ["past_sequence_length"]
+    assert graph.dims["total_sequence_length"].role is DimRole.OTHER
+    assert graph.role_size(DimRole.KV_LENGTH, {**dims, "total_sequence_length": 2048}) == 2047
+    assert narrowpipe.analyze(graph, dims={**dims, "total_sequence_length": 2048}).flops_by_group["attention"] == \
+        4 * 8 * 2048 * 32
+    for bad, word in ((2049, "longer"), (2047, "shorter")):
+        with pytest.raises(narrowpipe.NarrowpipeError, match=f"total_sequence_length={bad} is {word} than the cache"):
+            narrowpipe.analyze(graph, dims={**dims, "total_sequence_length": bad})
+
+
+def test_serving_binds_total_to_past_plus_tokens() -> None:
+    from narrowpipe.costmodel.serving import serving_graph
+    sg = serving_graph(narrowpipe.load(_masked_decoder()))
+    assert sg.bindings(batch=2, tokens=1, past=99) == {"batch_size": 2, "sequence_length": 1,
+                                                       "past_sequence_length": 99, "total_sequence_length": 100}
