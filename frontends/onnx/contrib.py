@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...ir import CAUSAL, WINDOW, DType, Op, TensorType, Value, ValueKind
+from ...ir import CAUSAL, WINDOW, Op, Value
 from .contractions import conv_attrs, dot, matmul
 from .contrib_shapes import MS, gqa_geometry, heads
 from .mask_hooks import attention_mask_is_causal
@@ -159,8 +159,9 @@ def _window_keys(cx: NodeCx, keys: Value, new: Any, window: int, what: str) -> V
     keep = to_dim(dim_min(total, dim_add(window - 1, new)))
     if keep == total:
         return keys
-    return cx.emit(Op.SLICE, [keys], {"axis": 1, "part": "window"}, types=[cx.tensor(keys.type.dtype, (b, keep, hidden))],
-                   bind=False, suffix=f"{what}_window").outputs[0]
+    return cx.emit(Op.SLICE, [keys], {"axis": 1, "part": "window"},
+                   types=[cx.tensor(keys.type.dtype, (b, keep, hidden))], bind=False,
+                   suffix=f"{what}_window").outputs[0]
 
 
 #: ``graph.meta`` key for the positions a model's rotary caches hold (``cos_cache`` rows), read by
@@ -244,58 +245,6 @@ def _fused_matmul(cx: NodeCx) -> None:
         cx.emit(Op.MUL, node.outputs, {"scalar": alpha, "role": "alpha"}, suffix="alpha")
 
 
-#: MatMulNBits' bit widths whose packed bytes hold several weights each, as the IR's narrow dtypes.
-_PACKED = {4: DType.UINT4, 2: DType.UINT2}
-
-
-def _unpack_int4(cx: NodeCx, w: Value | None, bits: int, block: int, k: int) -> Value | None:
-    """A MatMulNBits weight stored as bytes ``uint8 [N, blocks, block * bits / 8]`` holds 8 / bits
-    weights per byte (two 4-bit, four 2-bit): retyped (in place, same bytes) as the ``uint4`` or
-    ``uint2 [N, blocks, block]`` it packs, so the parameter count is the model's weights, not a
-    half or a quarter of them.
-
-    When ``K`` is not a multiple of ``block`` the last block is padded (``blocks x block > K``):
-    the weight becomes its logical ``[N, K]`` (the parameters) and the padding a constant of its own,
-    ``[N, blocks x block - K]`` in the same type, returned here for the dequantization to read (stored
-    bytes, counted in the weight bytes, not parameters: K=320 in blocks of 128 keeps 384 codes a row)."""
-    narrow = _PACKED.get(bits)
-    if w is None or narrow is None or w.producer is not None or not w.kind.is_weight or \
-            w.type.dtype is not DType.UINT8 or len(w.type.shape) != 3 or w.type.shape[2] != block * bits // 8:
-        return _padding_of(cx, w)
-    n, blocks = w.type.shape[:2]
-    stored = blocks * block if isinstance(blocks, int) else None
-    if stored is None or stored <= k:
-        w.type = TensorType(narrow, (n, blocks, block))
-        return None
-    w.type = TensorType(narrow, (n, k))
-    return cx.add_weight(f"{w.name}/k_padding", TensorType(narrow, (n, stored - k)), ValueKind.CONST,
-                         source_name=f"{w.source_name or w.name}/k_padding")
-
-
-def _padding_of(cx: NodeCx, w: Value | None) -> Value | None:
-    """The padding constant an earlier MatMulNBits reading the same weight split off, if any."""
-    if w is None:
-        return None
-    name = f"{w.source_name or w.name}/k_padding"
-    return next((v for v in cx.graph.weights if v.source_name == name), None)
-
-
-def _matmul_nbits(cx: NodeCx) -> None:
-    """MatMulNBits: dequantize the packed weight (and any K padding) to [N, K], then A @ W^T."""
-    a = cx.input(0)
-    assert a is not None
-    k, n = int(cx.attr("K")), int(cx.attr("N"))
-    bits, block = int(cx.attr("bits", 4)), int(cx.attr("block_size", 32))
-    pad = _unpack_int4(cx, cx.input(1), bits, block, k)
-    w = cx.emit(Op.DEQUANTIZE, cx.inputs(1, 2, 3) + ([pad] if pad is not None else []),
-                {"bits": bits, "block_size": block}, types=[TensorType(a.type.dtype, (n, k))], bind=False,
-                suffix="dequant").outputs[0]
-    bias = cx.input(5)
-    y = dot(cx, a, w, (a.type.rank - 1,), (1,), bind=bias is None).outputs[0]
-    if bias is not None:
-        cx.emit(Op.ADD, [y, bias], {"role": "bias"}, suffix="bias")
-
-
 def _embed_ln(cx: NodeCx) -> None:
     ids, seg, word, pos, segemb, gamma, beta = (cx.input(i) for i in range(7))
     assert ids is not None and word is not None
@@ -369,22 +318,6 @@ def _fused_conv(cx: NodeCx) -> None:
     cx.emit(op, [y], {"activation": act} if act else None, suffix="act")
 
 
-def _gather_block_quantized(cx: NodeCx) -> None:
-    """GatherBlockQuantized: gather rows of the quantized table, dequantize them. A 4-bit table stored
-    as ``uint8`` bytes (two codes a byte, ``bits=4``) is retyped as the ``uint4`` it packs (last dim
-    doubled, same bytes), as MatMulNBits' weight is, so its parameters are the table's entries."""
-    data = cx.input(0)
-    narrow = _PACKED.get(int(cx.attr("bits", 4)))
-    if data is not None and narrow is not None and data.producer is None and data.kind.is_weight and \
-            data.type.dtype is DType.UINT8 and data.type.rank >= 1:
-        *lead, last = data.type.shape
-        data.type = TensorType(narrow, (*lead, to_dim(dim_mul(last, 8 // narrow.bits))))
-    out = cx.out_types()
-    g = cx.emit(Op.GATHER, cx.inputs(0, 1), {"axis": int(cx.attr("gather_axis", 0))},
-                types=[TensorType(cx.dtype(0) or DType.UINT8, out[0].shape)], bind=False, suffix="gather").outputs[0]
-    cx.emit(Op.DEQUANTIZE, [g, *cx.inputs(2, 3)], {"block_size": int(cx.attr("block_size", 128))})
-
-
 def _simple(op: Op, **attrs: object) -> Callable[[NodeCx], None]:
     def fn(cx: NodeCx) -> None:
         cx.emit(op, cx.inputs(), dict(attrs) or None)
@@ -411,13 +344,13 @@ CONTRIB_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
     MS + "SkipLayerNormalization": _skip_norm(Op.LAYER_NORM),
     MS + "SkipSimplifiedLayerNormalization": _skip_norm(Op.RMS_NORM),
     MS + "SimplifiedLayerNormalization": _norm(Op.RMS_NORM), MS + "LayerNormalization": _norm(Op.LAYER_NORM),
-    MS + "FusedMatMul": _fused_matmul, MS + "MatMulNBits": _matmul_nbits,
+    MS + "FusedMatMul": _fused_matmul,
     MS + "EmbedLayerNormalization": _embed_ln, MS + "BiasGelu": _bias_then(Op.GELU),
     MS + "FastGelu": _bias_then(Op.GELU, approximate="tanh"), MS + "Gelu": _simple(Op.GELU),
     MS + "QuickGelu": _simple(Op.SILU, alpha=1.702), MS + "BiasAdd": _bias_add,
     MS + "BiasSoftmax": _bias_then(Op.SOFTMAX, axis=-1), MS + "BiasDropout": _bias_then(Op.IDENTITY),
     MS + "GemmFastGelu": _gemm_fast_gelu, MS + "FusedConv": _fused_conv,
-    MS + "GatherBlockQuantized": _gather_block_quantized, MS + "RotaryEmbedding": _rotary,
+    MS + "RotaryEmbedding": _rotary,
     MS + "Trilu": _simple(Op.TRIANGULAR),
 }
 

@@ -131,7 +131,8 @@ def gqa_geometry(cx: NodeCx) -> tuple[Any, Any, int, int, Any, Any]:
     if past is not None and len(past) == 4:
         for axis, want, what in ((1, hk, "heads (kv_num_heads)"), (3, head_dim, "head dim")):
             if _static(past[axis]) is not None and _static(want) is not None and past[axis] != want:
-                raise cx.error(f"GroupQueryAttention {said}: past_key [{', '.join(map(str, past))}] has {past[axis]} {what}, "
+                shown = ", ".join(map(str, past))
+                raise cx.error(f"GroupQueryAttention {said}: past_key [{shown}] has {past[axis]} {what}, "
                                f"the node {want}")
     if cx.attr("do_rotary", 0) and (cx.input(7) is None or cx.input(8) is None):
         raise cx.error("GroupQueryAttention do_rotary=1 needs cos_cache and sin_cache (inputs 7 and 8)")

@@ -11,7 +11,8 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper  # noqa: E402
+import numpy as np  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import narrowpipe  # noqa: E402
 from narrowpipe.costmodel.interpreter import interpret  # noqa: E402
@@ -57,8 +58,6 @@ def _rotary_decoder(rows: int) -> onnx.ModelProto:
     node = model.graph.node[0]
     node.input.extend(["cos_cache", "sin_cache"])
     node.attribute.append(helper.make_attribute("do_rotary", 1))
-    from onnx import numpy_helper
-    import numpy as np
     model.graph.initializer.extend(numpy_helper.from_array(np.ones((rows, D // 2), np.float16), n)
                                    for n in ("cos_cache", "sin_cache"))
     return model
@@ -76,8 +75,6 @@ def test_context_beyond_the_rotary_cache_is_refused() -> None:
 
 def _int4_decoder() -> onnx.ModelProto:
     """The decoder with an int4 MatMulNBits output projection (256 x 256 in blocks of 32)."""
-    from onnx import numpy_helper
-    import numpy as np
     model = _decoder()
     model.graph.node.append(helper.make_node("MatMulNBits", ["out", "o_q4", "o_scales"], ["y"],
                                              domain="com.microsoft", K=HQ * D, N=HQ * D, bits=4, block_size=32))
