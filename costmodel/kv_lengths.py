@@ -41,8 +41,15 @@ def check_mask_length(graph: Graph, bindings: Mapping[str, int]) -> None:
 
     Only the unambiguous layout is checked: one KV-length dim on the cache tensors (float inputs with
     per-token features), one on integer inputs only (the mask), one sequence dim. Sliding-window or
-    several-cache layouts are left alone.
+    several-cache layouts are left alone. The ONNX frontend records that layout's total dim
+    (``graph.meta["kv_total_length"]``, ``frontends/onnx/total_length.py``), no KV length itself; where
+    a GroupQueryAttention attends the total (``exact``), a longer one is refused too.
     """
+    recorded = graph.meta.get("kv_total_length")
+    if recorded:
+        _check_total(graph, bindings, recorded["past"], recorded["dim"], recorded["sequence"],
+                     bool(recorded.get("exact")))
+        return
     kv = set(graph.dims_with_role(DimRole.KV_LENGTH))
     seq = graph.dims_with_role(DimRole.SEQUENCE)
     if len(kv) < 2 or len(seq) != 1:
@@ -53,9 +60,18 @@ def check_mask_length(graph: Graph, bindings: Mapping[str, int]) -> None:
     if len(cache) != 1 or len(masks) != 1:
         return
     (past,), (total,), (new,) = cache, masks, seq
+    _check_total(graph, bindings, past, total, new, exact=False)
+
+
+def _check_total(graph: Graph, bindings: Mapping[str, int], past: str, total: str, new: str, exact: bool) -> None:
     if not all(n in bindings for n in (past, total, new)):
         return
     expected = bindings[past] + bindings[new]
+    if exact and bindings[total] > expected:
+        raise NarrowpipeError(
+            f"graph {graph.name!r}: {total}={bindings[total]} is longer than the cache and the new tokens, "
+            f"{past} + {new} = {bindings[past]} + {bindings[new]} = {expected}; its GroupQueryAttention attends "
+            f"{total} keys, so bind {total}={expected}")
     if bindings[total] < expected:
         raise NarrowpipeError(
             f"graph {graph.name!r}: {total}={bindings[total]} is shorter than the cache and the new tokens the "

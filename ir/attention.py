@@ -13,9 +13,12 @@ attention kernel is causal when one of its nodes says so.
 
 A sliding window is one attribute too, :data:`WINDOW`, on an ``ATTENTION`` node: the number of keys
 a query may attend to, itself included (transformers' and Mistral's ``sliding_window``: query ``i``
-sees keys ``i - window + 1 .. i``; FlashAttention's left window is ``window - 1``). The keys the node
-is handed are what it costs (as torch counts a masked attention); the window says how many of them
-a fused kernel that skips masked blocks would touch, and bounds what a decode cache must hold.
+sees keys ``i - window + 1 .. i``; FlashAttention's and onnxruntime's ``local_window_size`` left window
+is ``window - 1``). The keys the node is handed are what it costs (as torch counts a masked attention);
+the window says how many of them a fused kernel that skips masked blocks would touch, and bounds what
+a decode cache must hold. Frontends hand a windowed attention the keys its window reaches (the model
+builder a cache capped at ``window - 1``, the ONNX frontend a view of the last ``window - 1 + new``
+keys of a GroupQueryAttention's full buffer), so a decode step costs at most ``window`` keys.
 
 A value operand that is a prefix of the key operand is one attribute too, :data:`V_IN_K`: the
 values are the first ``dv`` columns of each key row, one tensor in memory, as absorbed latent

@@ -30,17 +30,18 @@ it, as the engines fuse it), the GEMM runs at the chip's rate for that format, a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ...errors import NarrowpipeError
+from ...errors import NarrowpipeError, NarrowpipeWarning
 from ...ir import VIEW_OPS, DType, Graph, Node, TensorType, Value, node_subgraphs
 from ...ir.ops import Op
 from ..costcache import forget
 from ..precision import with_precision
 from .block_scales import add_block_scales
 
-__all__ = ["Formats"]
+__all__ = ["Formats", "WeightFormatWarning"]
 
 
 def _parse(text: DType | str | None, what: str, option: str) -> DType | None:
@@ -85,12 +86,21 @@ class Formats:
             return graph
         out = with_precision(graph, activations=self.activations)
         if self.weights is not None:
-            quantize_linear_weights(out, self.weights)
-            out.meta["precision"] = {**out.meta.get("precision", {}), "weights": self.weights.value}
+            if quantize_linear_weights(out, self.weights):
+                out.meta["precision"] = {**out.meta.get("precision", {}), "weights": self.weights.value}
+            else:
+                warnings.warn(_weights_not_applied(out, self.weights), WeightFormatWarning, stacklevel=2)
         if self.gemm_inputs is not None:
             gemm_inputs_in(out, self.gemm_inputs)
         forget(out)
         return out
+
+    def applied_to(self, graph: Graph) -> Formats:
+        """These formats as :meth:`apply` applied them to ``graph`` (its result): a weight format that
+        retyped nothing (an already-quantized model) is dropped, so reports say what was costed."""
+        if self.weights is None or graph.meta.get("precision", {}).get("weights") == self.weights.value:
+            return self
+        return replace(self, weights=None)
 
     def label(self) -> str:
         parts = [f"{k} {v.value}" for k, v in (("weights", self.weights), ("activations", self.activations),
@@ -103,6 +113,23 @@ class Formats:
         return {k: (v.value if v is not None else None) for k, v in
                 (("weights", self.weights), ("activations", self.activations), ("kv", self.kv),
                  ("gemm_inputs", self.gemm_inputs))}
+
+
+class WeightFormatWarning(NarrowpipeWarning):
+    """A weight format that changed no weight (the model's are already quantized, or it has no linear
+    layers' float weights): the figures are the model's own weights'."""
+
+
+def _weights_not_applied(graph: Graph, dtype: DType) -> str:
+    """Why a weight format retyped nothing, naming the formats the model's weights are stored in."""
+    quantized = sorted({v.type.dtype.value for v in graph.weights if v.type.dtype.is_int and v.type.dtype.bits <= 8
+                        and any(u.node.op is Op.DEQUANTIZE for u in v.uses)})
+    if quantized:
+        return (f"weights {dtype.value}: the model's weights are already quantized ({'/'.join(quantized)} "
+                f"dequantized into their GEMMs), so the format was not applied; the figures are for the "
+                f"stored weights")
+    return (f"weights {dtype.value}: the model has no float weights that only linear layers read, so the "
+            f"format was not applied")
 
 
 _GEMMS = (Op.DOT, Op.GROUPED_DOT)

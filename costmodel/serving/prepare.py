@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import NarrowpipeError
-from ...ir import IN_PLACE, DimRole, DType, Graph, TensorType, Value
+from ...ir import IN_PLACE, VIEW_OPS, DimRole, DType, Graph, Op, TensorType, Value
 from ...models.decoder import build
 from ...models.spec import TransformerSpec
 from ..costcache import forget
@@ -28,6 +28,10 @@ from .kvcache import KvCache, find_kv_cache
 from .recognise import check_twin, spec_from_graph
 
 __all__ = ["ServingGraph", "serving_graph", "spec_graph"]
+
+#: ``graph.meta`` key where the ONNX frontend records the positions a model's rotary caches hold
+#: (``frontends/onnx/contrib.py`` spells it too).
+POSITIONS_META = "max_positions"
 
 
 @dataclass
@@ -58,8 +62,12 @@ class ServingGraph:
 
     def check_context(self, tokens: int) -> None:
         """Refuse a sequence longer than the model's positions (GPT-2's learned table, a config's
-        ``max_position_embeddings``): the model cannot run it, so no figure would be an answer."""
+        ``max_position_embeddings``, the rows of an ONNX export's rotary ``cos_cache``, which
+        onnxruntime refuses to run past): the model cannot run it, so no figure would be an answer."""
         limit = self.spec.max_positions if self.spec is not None else None
+        cached = self.graph.meta.get(POSITIONS_META)
+        if cached and (not limit or int(cached) < limit):
+            limit = int(cached)
         if limit and tokens > limit:
             raise NarrowpipeError(f"{self.graph.name} handles at most {limit:,} positions; this question needs "
                                   f"{tokens:,} (prompt + output, or the decode context + 1)")
@@ -77,8 +85,11 @@ class ServingGraph:
         out = {n: batch for n in self.batch_dims}
         out.update({n: tokens for n in self.sequence_dims})
         out.update(c.length_bindings(past))
-        for n in self.graph.dims_with_role(DimRole.KV_LENGTH):   # on no cache tensor: the span attended,
-            out.setdefault(n, past + tokens)                       # an ONNX export's total_sequence_length
+        total = self.graph.meta.get("kv_total_length")   # an ONNX export's total_sequence_length
+        if total:
+            out.setdefault(total["dim"], past + tokens)
+        for n in self.graph.dims_with_role(DimRole.KV_LENGTH):   # on no cache tensor: the span attended
+            out.setdefault(n, past + tokens)
         return out
 
 
@@ -88,12 +99,20 @@ def _rebuild(graph: Graph, spec: TransformerSpec) -> Graph:
 
 
 def _retype_kv(graph: Graph, cache: KvCache, dtype: DType) -> None:
-    """The cache's storage in ``dtype``: its inputs and every value an in-place append returns."""
+    """The cache's storage in ``dtype``: its inputs, every value an in-place append returns, and the
+    views of them (an ONNX export's ``bnsh -> bsd`` layout adapters and window slices between the
+    present concat and the attention), so every reader of the cache, the attention above all, reads
+    the stored format's bytes."""
     names = {t.name for t in cache.tensors}
     storage: set[Value] = {v for v in graph.inputs if v.name in names}
+    stored = {v.type.dtype for v in storage}
     for node in graph.nodes:
-        if IN_PLACE in node.attrs and any(v in storage for v in node.inputs if v is not None):
+        if not any(v in storage for v in node.inputs if v is not None):
+            continue
+        if IN_PLACE in node.attrs:
             storage.update(node.outputs)
+        elif node.op in VIEW_OPS and node.op is not Op.SHAPE_OF and node.inputs[0] in storage:
+            storage.update(v for v in node.outputs if v.type.dtype in stored)
     for v in storage:
         v.type = TensorType(dtype, v.type.shape)
 
@@ -138,6 +157,7 @@ def spec_graph(spec: TransformerSpec, formats: Formats | None = None, *, origin:
 
 def _finish(source: Graph, cache: KvCache, origin: str, spec: TransformerSpec | None,
             formats: Formats) -> ServingGraph:
+    formats = formats.applied_to(source)
     out, notes = serving_rewrites(source, find_kv_cache(source) or cache)
     cache = find_kv_cache(out) or cache
     if formats.kv is not None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...ir import CAUSAL, DType, Op, TensorType, Value
+from ...ir import CAUSAL, WINDOW, Op, Value
 from .contractions import conv_attrs, dot, matmul
 from .contrib_shapes import MS, gqa_geometry, heads
 from .mask_hooks import attention_mask_is_causal
 from .nn import NN_LOWERINGS, attention_core
 from .node import NodeCx
-from .symdims import dim_add, dim_floordiv, dim_mul, to_dim
+from .symdims import dim_add, dim_floordiv, dim_min, dim_mul, to_dim
 
 __all__ = ["CONTRIB_LOWERINGS"]
 
@@ -141,10 +141,50 @@ def _ms_mha(cx: NodeCx) -> None:
     attention_core(cx, q, k, v, mask, attrs, [cx.out_type(i) for i in idx], bind_index=idx)
 
 
+def _gqa_window(cx: NodeCx) -> int | None:
+    """The IR window (keys per query, its own included) of a GroupQueryAttention: onnxruntime's
+    ``local_window_size`` is the left window, so ``local_window_size + 1`` keys (0: the query's own
+    key only, as onnxruntime's CPU kernel masks it); a negative one (default -1) is no window."""
+    lws = cx.attr("local_window_size", -1)
+    if isinstance(lws, bool) or not isinstance(lws, int):
+        raise cx.error(f"GroupQueryAttention attribute local_window_size={lws!r} must be an INT")
+    return lws + 1 if lws >= 0 else None
+
+
+def _window_keys(cx: NodeCx, keys: Value, new: Any, window: int, what: str) -> Value:
+    """The last ``min(total, window - 1 + new)`` keys (a free view): all that ``new`` windowed queries
+    reach, what a sliding-window kernel reads (as the model builder's windowed layers are handed a
+    cache capped at ``window - 1`` plus the new tokens; the full buffer stays the present output)."""
+    b, total, hidden = keys.type.shape
+    keep = to_dim(dim_min(total, dim_add(window - 1, new)))
+    if keep == total:
+        return keys
+    return cx.emit(Op.SLICE, [keys], {"axis": 1, "part": "window"},
+                   types=[cx.tensor(keys.type.dtype, (b, keep, hidden))], bind=False,
+                   suffix=f"{what}_window").outputs[0]
+
+
+#: ``graph.meta`` key for the positions a model's rotary caches hold (``cos_cache`` rows), read by
+#: :meth:`narrowpipe.costmodel.serving.prepare.ServingGraph.check_context` (which spells it too).
+POSITIONS_META = "max_positions"
+
+
+def _record_positions(cx: NodeCx, cos_index: int) -> None:
+    """onnxruntime refuses a total length above ``cos_cache``'s rows ('cos_cache dimension 0 shall not be
+    less than total_sequence_length'): record that limit (the smallest over nodes) for serving to refuse."""
+    cos = cx.input(cos_index)
+    rows = cos.type.shape[0] if cos is not None and cos.type.rank >= 1 else None
+    if isinstance(rows, int) and rows > 0:
+        held = cx.graph.meta.get(POSITIONS_META)
+        cx.graph.meta[POSITIONS_META] = min(rows, int(held)) if held else rows
+
+
 def _ms_gqa(cx: NodeCx) -> None:
     q = cx.input(0)
     assert q is not None
     b, s, hq, hk, hd, _total = gqa_geometry(cx)
+    if cx.attr("do_rotary", 0):
+        _record_positions(cx, 7)
     k, v = cx.input(1), cx.input(2)
     if k is None or v is None:
         sizes = [to_dim(dim_mul(hq, hd)), to_dim(dim_mul(hk, hd)), to_dim(dim_mul(hk, hd))]
@@ -157,8 +197,10 @@ def _ms_gqa(cx: NodeCx) -> None:
     attrs: dict[str, Any] = {"layout": "bsd", "num_heads": hq, "kv_num_heads": hk, CAUSAL: True}
     if cx.attr("scale"):
         attrs["scale"] = float(cx.attr("scale"))
-    if cx.attr("local_window_size", -1) not in (-1, None):
-        attrs["window"] = int(cx.attr("local_window_size"))
+    window = _gqa_window(cx)
+    if window is not None:
+        attrs[WINDOW] = window
+        k, v = _window_keys(cx, k, s, window, "key"), _window_keys(cx, v, s, window, "value")
     attention_core(cx, q, k, v, cx.input(10) if cx.n_inputs() > 10 else None, attrs, [cx.out_type(0)],
                    bind_index=[0])
 
@@ -201,37 +243,6 @@ def _fused_matmul(cx: NodeCx) -> None:
                    bind=alpha == 1.0, types=cx.out_types(), extra={"transA": bool(ta), "transB": bool(tb)})
     if alpha != 1.0:
         cx.emit(Op.MUL, node.outputs, {"scalar": alpha, "role": "alpha"}, suffix="alpha")
-
-
-#: MatMulNBits' bit widths whose packed bytes hold several weights each, as the IR's narrow dtypes.
-_PACKED = {4: DType.UINT4, 2: DType.UINT2}
-
-
-def _unpack_int4(w: Value | None, bits: int, block: int) -> None:
-    """A MatMulNBits weight stored as bytes ``uint8 [N, blocks, block * bits / 8]`` holds 8 / bits
-    weights per byte (two 4-bit, four 2-bit): retyped (in place, same bytes) as the ``uint4`` or
-    ``uint2 [N, blocks, block]`` it packs, so the parameter count is the model's weights, not a
-    half or a quarter of them."""
-    narrow = _PACKED.get(bits)
-    if w is None or narrow is None or w.producer is not None or not w.kind.is_weight or \
-            w.type.dtype is not DType.UINT8 or len(w.type.shape) != 3 or w.type.shape[2] != block * bits // 8:
-        return
-    w.type = TensorType(narrow, (*w.type.shape[:2], block))
-
-
-def _matmul_nbits(cx: NodeCx) -> None:
-    """MatMulNBits: dequantize the packed weight to [N, K], then A @ W^T."""
-    a = cx.input(0)
-    assert a is not None
-    k, n = int(cx.attr("K")), int(cx.attr("N"))
-    bits, block = int(cx.attr("bits", 4)), int(cx.attr("block_size", 32))
-    _unpack_int4(cx.input(1), bits, block)
-    w = cx.emit(Op.DEQUANTIZE, cx.inputs(1, 2, 3), {"bits": bits, "block_size": block},
-                types=[TensorType(a.type.dtype, (n, k))], bind=False, suffix="dequant").outputs[0]
-    bias = cx.input(5)
-    y = dot(cx, a, w, (a.type.rank - 1,), (1,), bind=bias is None).outputs[0]
-    if bias is not None:
-        cx.emit(Op.ADD, [y, bias], {"role": "bias"}, suffix="bias")
 
 
 def _embed_ln(cx: NodeCx) -> None:
@@ -307,13 +318,6 @@ def _fused_conv(cx: NodeCx) -> None:
     cx.emit(op, [y], {"activation": act} if act else None, suffix="act")
 
 
-def _gather_block_quantized(cx: NodeCx) -> None:
-    out = cx.out_types()
-    g = cx.emit(Op.GATHER, cx.inputs(0, 1), {"axis": int(cx.attr("gather_axis", 0))},
-                types=[TensorType(cx.dtype(0) or DType.UINT8, out[0].shape)], bind=False, suffix="gather").outputs[0]
-    cx.emit(Op.DEQUANTIZE, [g, *cx.inputs(2, 3)], {"block_size": int(cx.attr("block_size", 128))})
-
-
 def _simple(op: Op, **attrs: object) -> Callable[[NodeCx], None]:
     def fn(cx: NodeCx) -> None:
         cx.emit(op, cx.inputs(), dict(attrs) or None)
@@ -330,6 +334,7 @@ def _norm(op: Op) -> Callable[[NodeCx], None]:
 
 
 def _rotary(cx: NodeCx) -> None:
+    _record_positions(cx, 2)      # com.microsoft RotaryEmbedding: input, position_ids, cos_cache, sin_cache
     NN_LOWERINGS["RotaryEmbedding"](cx)
 
 
@@ -339,13 +344,13 @@ CONTRIB_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
     MS + "SkipLayerNormalization": _skip_norm(Op.LAYER_NORM),
     MS + "SkipSimplifiedLayerNormalization": _skip_norm(Op.RMS_NORM),
     MS + "SimplifiedLayerNormalization": _norm(Op.RMS_NORM), MS + "LayerNormalization": _norm(Op.LAYER_NORM),
-    MS + "FusedMatMul": _fused_matmul, MS + "MatMulNBits": _matmul_nbits,
+    MS + "FusedMatMul": _fused_matmul,
     MS + "EmbedLayerNormalization": _embed_ln, MS + "BiasGelu": _bias_then(Op.GELU),
     MS + "FastGelu": _bias_then(Op.GELU, approximate="tanh"), MS + "Gelu": _simple(Op.GELU),
     MS + "QuickGelu": _simple(Op.SILU, alpha=1.702), MS + "BiasAdd": _bias_add,
     MS + "BiasSoftmax": _bias_then(Op.SOFTMAX, axis=-1), MS + "BiasDropout": _bias_then(Op.IDENTITY),
     MS + "GemmFastGelu": _gemm_fast_gelu, MS + "FusedConv": _fused_conv,
-    MS + "GatherBlockQuantized": _gather_block_quantized, MS + "RotaryEmbedding": _rotary,
+    MS + "RotaryEmbedding": _rotary,
     MS + "Trilu": _simple(Op.TRIANGULAR),
 }
 

@@ -88,16 +88,54 @@ def _mha_shapes(cx: NodeCx) -> list[OutSpec | None]:
     return [(cx.dtype(0), as_dims_tuple(b, s, out_hidden)), present, present, qk]
 
 
+def _int_attr(cx: NodeCx, name: str) -> int:
+    """A positive INT attribute: a FLOAT or STRING head count is a malformed node (ORT's checker refuses it)."""
+    v = cx.attr(name)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise cx.error(f"GroupQueryAttention attribute {name}={v!r} must be a positive INT")
+    return v
+
+
+def _static(d: Any) -> int | None:
+    return d if isinstance(d, int) else None
+
+
 def gqa_geometry(cx: NodeCx) -> tuple[Any, Any, int, int, Any, Any]:
-    """(batch, q len, q heads, kv heads, head dim, total kv len) of a GroupQueryAttention node."""
+    """(batch, q len, q heads, kv heads, head dim, total kv len) of a GroupQueryAttention node.
+
+    The head attributes are checked as onnxruntime checks them (``group_query_attention_helper.h``
+    and its shape inference), since a floor division would otherwise give a silently wrong head
+    dim: ``num_heads`` a multiple of ``kv_num_heads``; a packed query's width divisible by
+    ``num_heads + 2 * kv_num_heads``; the past cache's heads and head dim equal to the node's;
+    ``do_rotary=1`` needs ``cos_cache`` and ``sin_cache``.
+    """
     q = cx.shape(0)
     assert q is not None
-    hq, hk = heads(cx), int(cx.attr("kv_num_heads", 0) or 0)
-    if hk <= 0:
-        raise cx.error("kv_num_heads must be a positive integer")
+    hq, hk = _int_attr(cx, "num_heads"), _int_attr(cx, "kv_num_heads")
+    said = f"num_heads={hq}, kv_num_heads={hk}"
+    if hq % hk:
+        raise cx.error(f"GroupQueryAttention {said}: num_heads must be a multiple of kv_num_heads")
     packed = cx.input(1) is None
-    head_dim = dim_floordiv(q[2], hq + 2 * hk) if packed else dim_floordiv(q[2], hq)
+    groups = hq + 2 * hk if packed else hq
+    width = _static(q[2])
+    if width is not None and width % groups:
+        what = "packed query hidden size" if packed else "query hidden size"
+        raise cx.error(f"GroupQueryAttention {said}: {what} {width} is not divisible by "
+                       f"{'num_heads + 2 * kv_num_heads = ' if packed else 'num_heads = '}{groups}")
+    head_dim = dim_floordiv(q[2], groups)
+    key = None if packed else cx.shape(1)
+    if key is not None and width is not None and _static(key[-1]) is not None and key[-1] != hk * (width // groups):
+        raise cx.error(f"GroupQueryAttention {said}: key hidden size {key[-1]} is not kv_num_heads x head dim "
+                       f"{hk} x {width // groups}")
     past = cx.shape(3)
+    if past is not None and len(past) == 4:
+        for axis, want, what in ((1, hk, "heads (kv_num_heads)"), (3, head_dim, "head dim")):
+            if _static(past[axis]) is not None and _static(want) is not None and past[axis] != want:
+                shown = ", ".join(map(str, past))
+                raise cx.error(f"GroupQueryAttention {said}: past_key [{shown}] has {past[axis]} {what}, "
+                               f"the node {want}")
+    if cx.attr("do_rotary", 0) and (cx.input(7) is None or cx.input(8) is None):
+        raise cx.error("GroupQueryAttention do_rotary=1 needs cos_cache and sin_cache (inputs 7 and 8)")
     total_known = as_dims(cx.known(6)) if cx.n_inputs() > 6 else None
     if total_known:
         total = total_known[0]

@@ -46,6 +46,7 @@ from .read import (
 from .shapes import ShapeState, needs_stub, run_inference
 from .symdims import parse_dim_param
 from .table import ONNX_TABLE, SHAPE_RULES_EXTRA
+from .total_length import tag_total_length
 from .types import DTYPES, check_payload, is_external
 from .wire import initializer_payloads
 
@@ -198,6 +199,7 @@ def _build(m: _Model, typed: ModelProto, errors: dict[str, str], fields: list[No
         if spec.name not in folded:
             graph.declare_dim(spec)
     assign_roles(graph)  # batch / sequence / KV length, from dim_param names and input positions
+    tag_total_length(graph)   # the mask's past + new tokens is no KV length (.total_length)
     graph.meta.update({
         "source": "onnx", "file": file, "opsets": {k or "ai.onnx": v for k, v in opsets.items()},
         "ir_version": int(model.ir_version), "producer": f"{model.producer_name} {model.producer_version}".strip(),

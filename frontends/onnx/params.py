@@ -48,7 +48,8 @@ __all__ = ["classify_initializers", "BUFFER_NAMES", "QUANT_WEIGHT_SLOTS", "QUANT
 
 BUFFER_NAMES: tuple[str, ...] = (
     "running_mean", "running_var", "num_batches_tracked", "inv_freq", "original_inv_freq", "position_ids",
-    "token_type_ids", "freqs_cis", "cos_cached", "sin_cached", "_cos_cached", "_sin_cached", "masked_bias",
+    "token_type_ids", "freqs_cis", "cos_cached", "sin_cached", "_cos_cached", "_sin_cached", "cos_cache", "sin_cache",
+    "masked_bias",
     "relative_position_index", "causal_mask", "attn_mask_buffer",
 )
 
@@ -81,7 +82,12 @@ QUANT_SCALE_SLOTS: dict[tuple[str, str], frozenset[int]] = {
     **{(_MS, op): _QLINEAR_UNARY for op in ("QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
                                             "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearReduceMean")},
 }
-_BUFFER_SLOTS: dict[tuple[str, str], frozenset[int]] = {("", "BatchNormalization"): frozenset({3, 4})}
+#: (domain, op) -> input slots holding buffers: batch-norm statistics, rotary cos/sin caches (tables
+#: computed from the positions, as torch's ``inv_freq``/``cos_cached`` buffers are; GenAI's ``cos_cache``).
+_BUFFER_SLOTS: dict[tuple[str, str], frozenset[int]] = {
+    ("", "BatchNormalization"): frozenset({3, 4}), (_MS, "GroupQueryAttention"): frozenset({7, 8}),
+    (_MS, "RotaryEmbedding"): frozenset({2, 3}), ("", "RotaryEmbedding"): frozenset({1, 2}),
+}
 #: Where an embedding table is read (``Gather`` data) and where a tied copy can be read as a weight.
 _EMBEDDING_SLOTS = {("", "Gather"): 0, ("com.microsoft", "GatherBlockQuantized"): 0}
 _MATMUL_SLOTS = {("", "MatMul"): (0, 1), ("", "Gemm"): (0, 1), ("com.microsoft", "FusedMatMul"): (0, 1)}

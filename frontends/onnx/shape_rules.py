@@ -359,7 +359,8 @@ _SAME_OPS = ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf
              "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Clip", "LeakyRelu", "Elu",
              "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish", "Selu", "Celu", "Swish",
              "IsNaN", "IsInf", "MeanVarianceNormalization", "LpNormalization", "InstanceNormalization",
-             "BatchNormalization", "GroupNormalization", "RMSNormalization", "CumSum", "CumProd",
+             "BatchNormalization", "GroupNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
+             "CumSum", "CumProd",
              "Trilu", "Hardmax", "LRN", "Shrink", "ThresholdedRelu", "Tan", "Asin", "Acos", "Atan",
              "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "QuantizeLinear", "DequantizeLinear",
              "ScatterElements", "ScatterND", "Scatter", "BitwiseNot", "ReverseSequence")

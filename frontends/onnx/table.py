@@ -13,6 +13,7 @@ from collections.abc import Callable
 from .contractions import CONTRACTION_LOWERINGS
 from .contrib import CONTRIB_LOWERINGS
 from .contrib_moe import MOE_LOWERINGS, MOE_SHAPE_RULES
+from .contrib_nbits import NBITS_LOWERINGS
 from .contrib_quant import QUANT_LOWERINGS
 from .contrib_shapes import CONTRIB_SHAPE_RULES
 from .control import CONTROL_LOWERINGS
@@ -30,7 +31,7 @@ def _build() -> dict[str, Callable[[NodeCx], None]]:
     table: dict[str, Callable[[NodeCx], None]] = {}
     for part in (ELEMENTWISE_LOWERINGS, TENSOR_LOWERINGS, NN_LOWERINGS, CONTRACTION_LOWERINGS,
                  RECURRENT_LOWERINGS, CONTROL_LOWERINGS, MISC_LOWERINGS, CONTRIB_LOWERINGS, MOE_LOWERINGS,
-                 QUANT_LOWERINGS):
+                 QUANT_LOWERINGS, NBITS_LOWERINGS):
         overlap = table.keys() & part.keys()
         if overlap:
             raise RuntimeError(f"ONNX ops mapped twice: {sorted(overlap)}")
