@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("targets", help="list the hardware catalog")
     p.add_argument("--resources", action="store_true", help="list the resource names whatif --scale accepts")
-    p.add_argument("--show", metavar="TARGET", help="print one target's numbers with their sources")
+    p.add_argument("--show", metavar="TARGET", help="print one chip's or system's numbers with their sources")
     p.add_argument("--checks", action="store_true",
                    help="how far each chip's kernel model is checked: held-out error on public kernel timings")
 
@@ -235,8 +235,8 @@ def _targets(args: argparse.Namespace, console: Console) -> int:
         console.print("resources for whatif --scale: " + ", ".join(RESOURCES))
         return 0
     if args.show:
-        from .render.target_card import target_card
-        console.print(target_card(get_target(args.show)))
+        from .render.show_card import show_card
+        console.print(show_card(args.show))
         return 0
     if args.checks:
         from .render.checks_table import checks_table

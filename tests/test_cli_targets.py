@@ -179,3 +179,14 @@ def test_two_target_files_of_one_name_are_named_by_their_files(tmp_path, capsys)
                  "--set", "seq=1"]) != 0
     err = " ".join(capsys.readouterr().err.split())
     assert "two targets are named 'host'" in err and "a.toml" in err and "b.toml" in err
+
+
+def test_targets_show_prints_a_system_file_as_written(capsys):
+    """A system (or its alias) shows its file's fields in the file's units, each with its source
+    (a source key names the field without its unit suffix); it was 'unknown target'."""
+    assert main(["targets", "--show", "hgx-h100"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "450" in lines["scale_up.bandwidth_gbps"] and "derived:" in lines["scale_up.bandwidth_gbps"]
+    assert "h100-sxm" in lines["chip"] and "8" in lines["devices"]
+    assert "MLE-NET:" in out[out.index("sources:"):]

@@ -1,0 +1,55 @@
+"""``narrowpipe targets --show SYSTEM``: a system's file as written (devices, domains, links), each
+number beside its source, the source keys resolved as the chip card resolves them.
+
+Why the file rather than the loaded object: the loader converts to SI units (450 GB/s becomes
+4.5e11 B/s); the card shows what the reader would type in their own system file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..backends import source_refs
+from ..backends.registry import SYSTEMS_DIR, get_system
+from ..backends.tomlio import read_toml
+from .target_card import _rows, cited_keys
+
+__all__ = ["system_card"]
+
+
+def system_card(name: str) -> Group:
+    """The system's fields as its catalog file writes them, with sources and their legend."""
+    system = get_system(name)
+    doc: dict[str, Any] = dict(read_toml(SYSTEMS_DIR / f"{system.name}.toml"))
+    sources = doc.get("sources", {})
+    tab = Table(title=f"{system.display_name} ({system.name}, {system.devices} x {system.chip})",
+                title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("field", "value", "source"):
+        tab.add_column(col, overflow="fold", no_wrap=col == "field")
+    rows: list[tuple[str, str, str]] = []
+    for key, value in doc.items():
+        if isinstance(value, dict) and key != "sources":
+            rows += _rows(value, sources, prefix=f"{key}.")
+    rows = _rows({k: v for k, v in doc.items() if not isinstance(v, dict)}, sources) + rows
+    # a source names the field without its unit suffix ("scale_up.bandwidth" for "_gbps")
+    rows = [(label, value, source or sources.get(label.rsplit("_", 1)[0], "")) for label, value, source in rows]
+    for label, value, source in rows:
+        tab.add_row(label, escape(value), escape(source))
+    refs = source_refs()
+    legend = Text()
+    for key in cited_keys([s for _, _, s in rows], refs):
+        ref = refs[key]
+        legend.append(key, style="bold")
+        legend.append(f": {ref.get('source', '')}" + (f" ({ref['date']})" if ref.get("date") else "") + "\n")
+    parts: list[Any] = [tab]
+    if system.notes:
+        parts.append(Text(f"notes: {system.notes}\n"))
+    if legend:
+        parts += [Text("sources:", style="bold"), legend]
+    return Group(*parts)
