@@ -230,7 +230,7 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
 @command("targets")
 def _targets(args: argparse.Namespace, console: Console) -> int:
 
-    from .backends import RESOURCES, get_target
+    from .backends import RESOURCES
     if args.resources:
         console.print("resources for whatif --scale: " + ", ".join(RESOURCES))
         return 0
