@@ -139,9 +139,13 @@ def formats_arg(args: Any) -> Any:
 
 
 def timing_kwargs(args: Any) -> dict[str, Any]:
-    """The options that change predicted times, as analyze/compare/whatif take them."""
+    """The options that change predicted times, as analyze/compare/whatif take them; with ``--mode`` (a
+    serving step) the fit leaves ``serve``'s reserve to the runtime (vLLM's 10%,
+    ``SERVING_MEMORY_RESERVE``), so analyze, compare and serve give one deployment one answer."""
+    from .backends.defaults import SERVING_MEMORY_RESERVE
+    serving = {"memory_reserve": SERVING_MEMORY_RESERVE} if getattr(args, "mode", None) else {}
     return {"fusion": args.fusion, "allow_tf32": args.tf32, "fp32_matmul": args.fp32_matmul, "sparse": args.sparse,
-            "expert_balance": args.expert_balance}
+            "expert_balance": args.expert_balance, **serving}
 
 
 def parse_prices(items: Sequence[str] | None) -> dict[str, float]:

@@ -39,7 +39,7 @@ from .run import run_all
 from .vector_measurements import VECTOR_KINDS
 
 __all__ = ["calibrate", "measurements_path", "load_measurements", "measured_threads", "check_device", "CUDA_TARGETS",
-           "cuda_target_name"]
+           "cuda_target_name", "check_measured_device"]
 
 #: Substrings of torch.cuda.get_device_name() -> catalog target.
 CUDA_TARGETS = (("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"), ("A100", "a100-sxm-80gb"),
@@ -90,6 +90,32 @@ def check_measured_threads(path: str | Path, threads: int) -> None:
                               f"rates are those threads'; drop --threads (the file's {measured} is used)")
 
 
+#: Measurement kinds calibration takes on a CPU only (:func:`.run.calibration_cases`: the eager stack,
+#: the module-call chains, the host's evicted-input stalls): a file holding any was measured on a CPU.
+_CPU_ONLY_KINDS = frozenset({"eager_model", "eager_cold", "module_chain", "evicted_call", "evicted_read"})
+
+
+def check_measured_device(path: str | Path, measurements: list[Measurement], base: Target) -> None:
+    """Refuse a measurements file taken on another kind of device than ``base``: a CPU's GEMMs fitted to
+    a GPU's peak read as an efficiency of 0.0027 and the error blamed a busy machine. The file says
+    what it measured: the CPU-only kinds, and its ``device``."""
+    cpu = any(m.kind in _CPU_ONLY_KINDS for m in measurements)
+    try:
+        device = json.loads(Path(path).read_text()).get("device") or "an unnamed device"
+    except (OSError, ValueError, AttributeError):
+        device = "an unnamed device"
+    if cpu and base.family != "cpu":
+        raise NarrowpipeError(
+            f"{path} was measured on a CPU ({device!r}: it holds the CPU-only eager and host-call sweeps), and "
+            f"--base {base.name} is a {base.family} target: a CPU's timings are not that chip's ceilings. Calibrate "
+            "the chip itself (calibrate --device cuda on it), fit its kernel terms from a CSV of its timings "
+            "(--from-measurements FILE.csv), or apply this file without --base on the machine that measured it")
+    if not cpu and base.family == "cpu" and any(k.lower() in device.lower() for k, _ in CUDA_TARGETS):
+        raise NarrowpipeError(
+            f"{path} was measured on {device!r}, a GPU (it lacks the CPU-only eager and host-call sweeps), and "
+            f"--base {base.name} is a CPU target: give --base the chip it was measured on")
+
+
 def check_device(device: str) -> None:
     """Calibration measures a real device: the CPU, or a CUDA GPU torch sees. Anything else is
     refused here, not fitted: on ``meta`` every op returns at once and the fit wrote a target of a
@@ -135,6 +161,8 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         check_device(device)
         base = cuda_target_name(torch.cuda.get_device_name(device))
     if base is not None:
+        if from_measurements is not None:
+            check_measured_device(from_measurements, measurements, get_target(base))
         target = apply_measurements(get_target(base), measurements, name)
         device_name = get_target(base).display_name
     else:

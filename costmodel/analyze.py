@@ -113,7 +113,7 @@ def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
 def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Mapping[str, Any] | None = None,
             fusion: str | None = None, allow_tf32: bool = False, sparse: bool = False, price: float | None = None,
             expert_balance: str | ExpertBalance | None = None, eager_overhead: bool = True,
-            fp32_matmul: str = "default", **keyword_dims: Any) -> Report:
+            fp32_matmul: str = "default", memory_reserve: float = 0.0, **keyword_dims: Any) -> Report:
     """Count every op of ``graph`` under the bound dims and, given a target, time it there.
 
     ``dims`` binds symbolic dims by name (``dims={"batch": 8, "seq": 2048}``); unbound ones take the
@@ -128,6 +128,8 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
     ("balanced", "zipf:S", "hot:F"; see :mod:`narrowpipe.costmodel.experts`) is how a mixture
     of experts' routed rows spread over its experts. ``eager_overhead=False`` leaves out a CPU's per-op
     host glue of eager runs (``eager_op_overhead``): for a bare op timed alone rather than a whole model.
+    ``memory_reserve`` is the fraction of each device's memory the fit leaves to the runtime (a serving
+    step's, ``backends.defaults.SERVING_MEMORY_RESERVE``, as ``serve`` holds it; 0 by default).
     """
     balance = ExpertBalance.parse(expert_balance)
     with paused_gc():
@@ -138,6 +140,7 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
     if target is not None:
         from .targeted import apply_target  # the execution models, one per chip family
         report = apply_target(report, table, target, fusion=fusion, allow_tf32=allow_tf32, sparse=sparse,
-                              price=price, eager_overhead=eager_overhead, fp32_matmul=fp32_matmul)
+                              price=price, eager_overhead=eager_overhead, fp32_matmul=fp32_matmul,
+                              memory_reserve=memory_reserve)
     return report
 

@@ -99,12 +99,12 @@ def _target_list(targets: str | Target | Iterable[str | Target]) -> list[str | T
 def compare(graph: Graph, targets: str | Target | Iterable[str | Target], *, dims: Mapping[str, Any] | None = None,
             strict: bool = False, prices: Mapping[str, float] | None = None, fusion: str | None = None,
             allow_tf32: bool = False, sparse: bool = False, expert_balance: str | ExpertBalance | None = None,
-            fp32_matmul: str = "default", **keyword_dims: Any) -> Comparison:
+            fp32_matmul: str = "default", memory_reserve: float = 0.0, **keyword_dims: Any) -> Comparison:
     """Predict ``graph`` on each target (names, aliases, TOML paths or Target objects; a string of
     comma-separated names).
 
     ``dims={...}`` binds symbolic dims (keywords such as ``batch=8`` work where they name no option);
-    ``expert_balance`` and ``fp32_matmul`` as for :func:`~narrowpipe.analyze`.
+    ``expert_balance``, ``fp32_matmul`` and ``memory_reserve`` as for :func:`~narrowpipe.analyze`.
     """
     specs = _target_list(targets)
     bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
@@ -117,7 +117,8 @@ def compare(graph: Graph, targets: str | Target | Iterable[str | Target], *, dim
     reports = []
     for t in chips:
         reports.append(apply_target(counted, table, t, fusion=fusion, allow_tf32=allow_tf32, sparse=sparse,
-                                    price=price_of.get(t.name), fp32_matmul=fp32_matmul))
+                                    price=price_of.get(t.name), fp32_matmul=fp32_matmul,
+                                    memory_reserve=memory_reserve))
     unused = sorted(set(price_of) - {r.target for r in reports})
     if unused:     # a price for a chip not compared prices nothing: say so rather than drop it
         warnings.warn(f"--price for {', '.join(unused)}: not among the compared targets, so it prices nothing",

@@ -145,7 +145,7 @@ class GraphIndex:
 
     def peak_activation_bytes(self, bound: Mapping[Shape, tuple[int, ...]]) -> int:
         """Peak bytes of live activations under one binding (``bound``: each symbolic shape of
-        ``shapes`` to its value), as ``interpreter._peak_activation_bytes`` finds them.
+        ``shapes`` to its value), as ``interpreter.peak_activation_bytes`` finds them.
 
         Why arrays: a re-bind of a 100,000-node graph walked 100,000 storages in Python. Storages
         are numbered in allocation order, so the live bytes after node ``i`` allocates are a prefix

@@ -25,7 +25,7 @@ from .limits import check_size_limits
 from .opview import OpView
 from .rules import RULES
 
-__all__ = ["CostTable", "interpret", "ShapeBinder", "NegativeDimError", "op_cost"]
+__all__ = ["CostTable", "interpret", "ShapeBinder", "NegativeDimError", "op_cost", "peak_activation_bytes"]
 
 _CONTROL_FLOW = (Op.IF, Op.LOOP, Op.SCAN)
 
@@ -138,7 +138,7 @@ def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False
             _walk_classes(graph, index, binder, table, strict)
         else:
             _walk(graph, binder, table, strict, top=True)
-            table.peak_activation_bytes = _peak_activation_bytes(graph, table.shapes)
+            table.peak_activation_bytes = peak_activation_bytes(graph, table.shapes)
     check_size_limits(graph, table.shapes)
     return table
 
@@ -268,7 +268,7 @@ def _control_flow_cost(node: Node, binder: ShapeBinder, table: CostTable, strict
     return cost.scaled(int(trips))
 
 
-def _peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]) -> int:
+def peak_activation_bytes(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]) -> int:
     """Peak bytes of live activations (inputs included, weights excluded) from last uses.
 
     Views alias the storage of their first input and ``in_place`` ops that of the operand they update

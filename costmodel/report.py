@@ -22,7 +22,7 @@ REPORT_FORMAT = "narrowpipe.report"
 #: its target's roofline ``ceilings``, so traces, plots and pages can be drawn from the JSON alone.
 #: 5: each timeline entry says how it repeats and splits (``passes``, ``every_s``, ``pass_s``,
 #: ``pass_transfer_s``, ``reread_s``: a pipelined layout's microbatches; ``shards``: tensor parallel).
-REPORT_VERSION = 6
+REPORT_VERSION = 7
 
 
 class Unmodeled(NamedTuple):
@@ -119,8 +119,12 @@ class Timing:
 
     * ``time_s``: predicted wall time of one forward pass at the bound dims (kernels run in order;
       on dataflow chips, the pipelined run over ``devices`` chips).
-    * ``mfu``: model FLOPs (contraction + convolution + attention) / (time x peak matrix FLOP/s of
-      the model's dominant dtype x devices).
+    * ``mfu``: model FLOPs (contraction + convolution + attention; of a training step, all but its
+      recompute phase, as PaLM defines MFU) / (time x peak matrix FLOP/s of the model's dominant
+      dtype x devices).
+    * ``hfu``: the hardware-FLOPs utilization, the same with every matmul-like FLOP executed (a
+      recompute phase's included); equal to ``mfu`` without recomputation; None in a report read
+      from a version before 7.
     * ``bound_mix``: fraction of the time spent in kernels bound by each resource.
     * ``speedup_if_doubled``: how much faster the run gets if that resource alone doubles
       (compute: all FLOP/s; memory: bandwidth; interconnect: link bandwidth; overhead: launch
@@ -164,6 +168,7 @@ class Timing:
     #: rate, else the fallback ("fp32 as 6x bf16", "fp4 as fp8"), so a comparison shows who ran what.
     precision: str = ""
     price_basis: str = ""
+    hfu: float | None = None
 
     @property
     def items_per_joule(self) -> float | None:

@@ -6,6 +6,7 @@ kernel count); nothing here knows which family produced the schedule.
 
 from __future__ import annotations
 
+from math import ceil
 from typing import Any
 
 from ..backends import Target
@@ -111,31 +112,63 @@ def _faster_peaks_note(table: CostTable, target: Target, options: Any, peak: flo
             f"the matmul FLOPs ran at a faster peak ({which}), so MFU can pass what one precision reaches")
 
 
+def _reserved_fit(schedule: Schedule, target: Target, reserve: float, notes: list[str]) -> tuple[bool, int]:
+    """Whether the run fits, and on how many devices, with ``reserve`` of each device's memory left to
+    the runtime: a serving step (``--mode``) is held to what ``serve`` holds it to (vLLM leaves 10%
+    of a GPU unallocated, ``SERVING_MEMORY_RESERVE``), so the same deployment gets one answer (it
+    read 'fits: yes (84.8 GB)' against 85.5 GB where ``serve`` said the KV cache overflows by 7.82 GB).
+    A dataflow compiler places every tensor ahead of time, with no allocator to reserve for, as
+    ``serve`` takes it too; a note says what was held back either way."""
+    fits, needed = schedule.fits, schedule.devices_needed
+    if reserve <= 0 or target.family == "dataflow" or schedule.capacity_per_device <= 0:
+        return fits, needed
+    usable = schedule.capacity_per_device * (1 - reserve)
+    required, devices = schedule.memory_required, schedule.devices
+    needed = max(needed, ceil(required / usable))
+    gb = 1e9
+    if fits and required > usable * devices:
+        notes.append(f"does not fit with the serving reserve: {required / gb:.3g} GB needed, {usable / gb:.3g} of "
+                     f"{schedule.capacity_per_device / gb:.3g} GB usable per device ({reserve:.0%} left to the "
+                     f"runtime, as `serve` leaves it); needs >= {needed} devices")
+        return False, needed
+    if fits:
+        notes.append(f"fits with the serving reserve: {required / gb:.3g} GB needed, {usable / gb:.3g} of "
+                     f"{schedule.capacity_per_device / gb:.3g} GB usable per device ({reserve:.0%} left to the "
+                     "runtime, as `serve` leaves it)")
+    return fits, needed
+
+
 def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_flops: int, items: int,
-              item_unit: str, price: float | None, speedups: dict[str, float]) -> Timing:
-    """The :class:`Timing` of ``schedule``: MFU against the dominant dtype's matrix peak over the
-    devices used, energy from the power model by utilization (costmodel/power.py) and money at the
-    device-hour price for every device used."""
+              item_unit: str, price: float | None, speedups: dict[str, float],
+              executed_flops: int | None = None, memory_reserve: float = 0.0) -> Timing:
+    """The :class:`Timing` of ``schedule``: MFU (``modeled_flops``, the model's) and the hardware-FLOPs
+    utilization (``executed_flops``, a recompute phase's included; the model's when not given) against
+    the dominant dtype's matrix peak over the devices used, energy from the power model by utilization
+    (costmodel/power.py) and money at the device-hour price for every device used. ``memory_reserve``
+    is the fraction of each device's memory the fit leaves to the runtime (:func:`_reserved_fit`)."""
     total, devices = schedule.total_s, schedule.devices
     dtype = _dominant_dtype(program.table)
     rate = matrix_rate(target, dtype, program.options) if dtype is not None else None
     peak = rate.flops_per_s if rate is not None else max(target.matrix_flops.values())
     precision = (rate.runs_as or rate.dtype) if rate is not None else ""
     mfu = modeled_flops / (total * peak * devices) if total > 0 else 0.0
+    executed = modeled_flops if executed_flops is None else executed_flops
+    hfu = executed / (total * peak * devices) if total > 0 else 0.0
     notes = list(schedule.notes)
     if rate is not None:
         note = _faster_peaks_note(program.table, target, program.options, peak, precision)
         notes += [note] if note else []
+    fits, needed = _reserved_fit(schedule, target, memory_reserve, notes)
     energy = schedule_energy(program, schedule, target)
     price_h = price if price is not None else target.price_per_hour
     cost = total / 3600 * price_h * devices if price_h is not None else None
     basis = "given" if price is not None else (target.price_basis or "unstated") if price_h is not None else ""
-    return Timing(target=target.name, family=target.family, time_s=total, mfu=mfu, peak_flops=peak,
+    return Timing(target=target.name, family=target.family, time_s=total, mfu=mfu, hfu=hfu, peak_flops=peak,
                   dtype=dtype.value if dtype is not None else "", precision=precision, bound_mix=bound_mix(schedule),
                   speedup_if_doubled=speedups, top=hotspots(program.kernels, schedule.times, total),
                   devices=devices, memory_required=schedule.memory_required,
-                  memory_capacity=schedule.memory_capacity, fits=schedule.fits,
-                  devices_needed=schedule.devices_needed, items=items, item_unit=item_unit,
+                  memory_capacity=schedule.memory_capacity, fits=fits,
+                  devices_needed=needed, items=items, item_unit=item_unit,
                   throughput=items / total if total else 0.0, energy_j=energy, cost_usd=cost,
                   price_per_hour=price_h, price_basis=basis, fusion=program.options.fusion or "",
                   kernels=sum(1 for k in program.kernels if not k.is_free), notes=notes,

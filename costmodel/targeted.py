@@ -37,8 +37,10 @@ def _items(graph: Graph, dims: dict[str, int]) -> tuple[int, str]:
 
 def apply_target(report: Report, table: CostTable, target: Target | str, *, fusion: str | None = None,
                  allow_tf32: bool = False, sparse: bool = False, price: float | None = None,
-                 sensitivity: bool = True, eager_overhead: bool = True, fp32_matmul: str = "default") -> Report:
-    """``report`` with each node's time on ``target`` and the run's :class:`Timing`."""
+                 sensitivity: bool = True, eager_overhead: bool = True, fp32_matmul: str = "default",
+                 memory_reserve: float = 0.0) -> Report:
+    """``report`` with each node's time on ``target`` and the run's :class:`Timing` (its fit with
+    ``memory_reserve`` of each device's memory left to the runtime: a serving step's)."""
     target = get_target(target)
     program = fused_program(table, target, TimingOptions(allow_tf32, sparse, fusion, eager_overhead,
                                                                  fp32_matmul=fp32_matmul))
@@ -46,10 +48,32 @@ def apply_target(report: Report, table: CostTable, target: Target | str, *, fusi
     schedule = time_program(program, devices)
     speedups = speedups_if_doubled(program, devices, schedule.total_s) if sensitivity else {}
     items, unit = _items(table.graph, report.dims)
-    timing = summarize(program, schedule, target, modeled_flops=report.modeled_flops, items=items,
-                       item_unit=unit, price=price, speedups=speedups)
+    timing = summarize(program, schedule, target, modeled_flops=model_flops(report),
+                       executed_flops=report.modeled_flops, items=items, item_unit=unit, price=price,
+                       speedups=speedups, memory_reserve=memory_reserve)
     return dataclasses.replace(report, ops=_rows(report.ops, program, schedule), target=target.name, timing=timing,
                                timeline=timeline(program, schedule), ceilings=ceilings_of(target))
+
+
+def model_flops(report: Report) -> int:
+    """The model's matmul-like FLOPs (contraction, convolution, attention), what MFU counts. Of a
+    training step, three times the forward's: PaLM's MFU (Chowdhery et al. 2022, appendix B), as
+    ``plan`` counts it, leaving out what is recomputed, the recompute phase and the score matmuls a
+    fused attention's backward runs again, so a step that redoes work does not read as a better use of
+    the chip (that is the hardware-FLOPs utilization). A backward that does less than twice the forward
+    (frozen weights: no weight gradients) counts as it is."""
+    phases = report.flops_by_phase
+    if "backward" not in phases:
+        return report.modeled_flops
+    by_phase: dict[str, int] = {}
+    for row in report.ops:
+        if row.phase is not None and row.group in _MODEL_GROUPS:
+            by_phase[row.phase] = by_phase.get(row.phase, 0) + row.flops
+    forward = by_phase.get("forward", 0)
+    return forward + min(by_phase.get("backward", 0), 2 * forward)
+
+
+_MODEL_GROUPS = frozenset({"contraction", "convolution", "attention"})
 
 
 def _rows(rows: Sequence[OpRow], program: Program, schedule: Schedule) -> list[OpRow]:

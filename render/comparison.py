@@ -65,6 +65,14 @@ def _mfu_precision(t: Timing) -> str:
     return t.precision if " as " in t.precision else t.dtype
 
 
+def _hfu(t: Timing) -> str:
+    """The hardware-FLOPs utilization beside MFU where the two differ (a training step that
+    recomputes: MFU counts the model's FLOPs only, as ``plan`` prints them)."""
+    if t.hfu is None or abs(t.hfu - t.mfu) <= 1e-12:
+        return ""
+    return f"; {t.hfu:.1%} with recomputation (hardware FLOPs)"
+
+
 def timing_summary(r: Report) -> Table:
     t = r.timing
     assert t is not None
@@ -75,7 +83,7 @@ def timing_summary(r: Report) -> Table:
     tab.add_column()
     tab.add_row("time", f"{seconds(t.time_s)}  ({si(t.throughput)} {t.item_unit}/s)")
     tab.add_row("MFU", f"{t.mfu:.1%} of {si(t.peak_flops, 'FLOP/s')} {_mfu_precision(t)}"
-                + (f" x {t.devices}" if t.devices > 1 else ""))
+                + (f" x {t.devices}" if t.devices > 1 else "") + _hfu(t))
     tab.add_row("bound mix", bound_mix_text(t))
     tab.add_row("if doubled", speedups_text(t))
     tab.add_row("memory", _fit(t))

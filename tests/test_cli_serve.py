@@ -161,3 +161,22 @@ def test_a_generation_of_one_token_has_no_time_per_output_token(model, tmp_path,
     assert "time per output token n/a (no decode step" in text and "0 ns" not in text
     report = json.loads(out.read_text())
     assert report["tpot_s"] is None and report["e2e_s"] == pytest.approx(report["ttft_s"])
+
+
+def test_compare_and_serve_give_one_deployment_one_fit(tmp_path):
+    """Llama-3-8B decoding 64 sequences at 8,191 tokens on an H100: by hand, weights 8.03 B x 2 B =
+    16.06 GB and the KV cache 64 x 8,192 x (32 layers x 2 x 8 heads x 128 x 2 B) = 68.72 GB: 84.78 GB,
+    under the 85.52 GB of the card but over the 76.97 GB serving leaves after vLLM's 10%. ``serve``
+    said no and ``compare --mode decode`` said 'fits: yes (84.8 GB)'; both hold it to the reserve now."""
+    kv, weights, capacity = 64 * 8192 * 32 * 2 * 8 * 128 * 2, 8_030_261_248 * 2, 81559 * 2**20
+    assert 0.9 * capacity < kv + weights < capacity
+    serve_json, compare_json = tmp_path / "s.json", tmp_path / "c.json"
+    assert main(["-q", "serve", "llama-3-8b", "--target", "h100", "--mode", "decode", "--batch", "64",
+                 "--context", "8191", "--json", str(serve_json)]) == 0
+    assert main(["-q", "compare", "llama-3-8b", "--targets", "h100", "--mode", "decode", "--context", "8191",
+                 "--set", "batch=64", "--json", str(compare_json)]) == 0
+    served = json.loads(serve_json.read_text())
+    timing = json.loads(compare_json.read_text())["targets"][0]["timing"]
+    assert served["memory"]["fits"] is False and timing["fits"] is False
+    assert timing["memory_required"] == pytest.approx(kv + weights, rel=0.002)
+    assert any("serving reserve" in n for n in timing["notes"])

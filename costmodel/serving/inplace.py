@@ -30,21 +30,20 @@ All return a new graph; the input is never edited.
 
 from __future__ import annotations
 
-from ...ir import IN_PLACE, VIEW_OPS, Graph, Op, TensorType, Value
+from ...ir import IN_PLACE, VIEW_OPS, Graph, Node, Op, TensorType, Value
 from .kvcache import KvCache
 
-__all__ = ["mark_in_place", "fold_repeat_kv", "head_on_last_token", "serving_rewrites"]
+__all__ = ["mark_in_place", "cache_storage", "fold_repeat_kv", "head_on_last_token", "serving_rewrites"]
 
 _SCATTERS = (Op.SCATTER, Op.SCATTER_ELEMENTS, Op.SCATTER_ND, Op.INDEX_PUT)
 
 
-def mark_in_place(graph: Graph, cache: KvCache) -> int:
-    """Tag every append to the cache's storage ``in_place``, in place on ``graph`` (a fresh clone);
-    returns how many appends were tagged (a one-input Concat of the cache, which an exporter may
-    emit, is a copy: tagged, it writes nothing, but it is no update of its own)."""
+def _cache_appends(graph: Graph, cache: KvCache) -> tuple[list[tuple[Node, int]], set[Value]]:
+    """Every append to the cache's storage (the node and the operand it updates), and every value
+    that is that storage: the cache inputs and what each append returns."""
     names = {t.name for t in cache.tensors}
     storage: set[Value] = {v for v in graph.inputs if v.name in names}
-    tagged = 0
+    appends: list[tuple[Node, int]] = []
     for node in graph.nodes:
         if node.op is Op.CONCAT:
             hit = next((i for i, v in enumerate(node.inputs) if v is not None and v in storage), None)
@@ -54,8 +53,24 @@ def mark_in_place(graph: Graph, cache: KvCache) -> int:
             hit = None
         if hit is None:
             continue
-        graph.set_attr(node, IN_PLACE, hit)
+        appends.append((node, hit))
         storage.update(node.outputs)
+    return appends, storage
+
+
+def cache_storage(graph: Graph, cache: KvCache) -> set[Value]:
+    """The values that hold the KV cache (its inputs and every append's result, in place or a copy):
+    what a step's activation peak leaves out, the memory budget counting the cache on its own."""
+    return _cache_appends(graph, cache)[1]
+
+
+def mark_in_place(graph: Graph, cache: KvCache) -> int:
+    """Tag every append to the cache's storage ``in_place``, in place on ``graph`` (a fresh clone);
+    returns how many appends were tagged (a one-input Concat of the cache, which an exporter may
+    emit, is a copy: tagged, it writes nothing, but it is no update of its own)."""
+    tagged = 0
+    for node, hit in _cache_appends(graph, cache)[0]:
+        graph.set_attr(node, IN_PLACE, hit)
         tagged += node.op is not Op.CONCAT or sum(v is not None for v in node.inputs) > 1
     return tagged
 

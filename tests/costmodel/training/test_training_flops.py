@@ -224,3 +224,26 @@ def test_an_integer_output_asked_for_is_refused_naming_node_and_reason():
     named = r"graph 'mixed'.*'shape_1' \(int64\[2\], made by node 'shape'.*carry no gradient"
     with pytest.raises(narrowpipe.NarrowpipeError, match=named):
         build_training_graph(g)                 # the default output is the first: the int64 shape
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_mfu_counts_three_forwards_and_hardware_flops_count_what_runs(recompute):
+    """MFU is PaLM's (appendix B): 6N per token plus three times the forward's attention, however much
+    the step recomputes; the hardware-FLOPs utilization counts every matmul-like FLOP executed (the
+    recompute phase and FlashAttention's 2.5x backward). Before, ``analyze`` called the second MFU."""
+    n_layers, n_head, attention_fwd, tokens = _hand_counts()
+    report = narrowpipe.analyze(build_training_graph(_llama_like(), recompute=recompute), target="h100")
+    t = report.timing
+    model = 6 * (n_layers + n_head) * tokens + 3 * attention_fwd
+    executed = model + attention_fwd // 2 + (2 * n_layers * tokens + attention_fwd if recompute == "full" else 0)
+    capacity = t.time_s * t.peak_flops * t.devices
+    assert t.mfu == pytest.approx(model / capacity, rel=1e-12)
+    assert t.hfu == pytest.approx(executed / capacity, rel=1e-12)
+
+
+def test_mfu_of_a_forward_is_its_matmul_flops():
+    """Without a training step there is nothing recomputed: MFU and HFU are one figure."""
+    n_layers, n_head, attention_fwd, tokens = _hand_counts()
+    t = narrowpipe.analyze(_llama_like(), target="h100").timing
+    assert t.mfu == t.hfu == pytest.approx((2 * (n_layers + n_head) * tokens + attention_fwd)
+                                           / (t.time_s * t.peak_flops * t.devices), rel=1e-12)
