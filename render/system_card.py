@@ -15,10 +15,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..backends import source_refs
 from ..backends.registry import SYSTEMS_DIR, get_system
 from ..backends.tomlio import read_toml
-from .target_card import _rows, cited_keys
+from .target_card import _rows, source_legend
 
 __all__ = ["system_card"]
 
@@ -41,12 +40,7 @@ def system_card(name: str) -> Group:
     rows = [(label, value, source or sources.get(label.rsplit("_", 1)[0], "")) for label, value, source in rows]
     for label, value, source in rows:
         tab.add_row(label, escape(value), escape(source))
-    refs = source_refs()
-    legend = Text()
-    for key in cited_keys([s for _, _, s in rows], refs):
-        ref = refs[key]
-        legend.append(key, style="bold")
-        legend.append(f": {ref.get('source', '')}" + (f" ({ref['date']})" if ref.get("date") else "") + "\n")
+    legend = source_legend(rows)
     parts: list[Any] = [tab]
     if system.notes:
         parts.append(Text(f"notes: {system.notes}\n"))

@@ -22,7 +22,7 @@ from rich.text import Text
 from ..backends import Target, source_refs, target_to_dict
 from ..backends.kernel_checks import copied_from, kernel_check
 
-__all__ = ["target_card", "cited_keys", "check_lines"]
+__all__ = ["target_card", "cited_keys", "check_lines", "source_legend"]
 
 
 def _rows(table: Mapping[str, Any], sources: Mapping[str, str], prefix: str = "") -> list[tuple[str, str, str]]:
@@ -68,12 +68,7 @@ def target_card(target: Target) -> Group:
     rows = _rows(doc, sources)
     for label, value, source in rows:
         tab.add_row(label, escape(value), escape(source))
-    refs = source_refs()
-    legend = Text()
-    for key in cited_keys([s for _, _, s in rows], refs):
-        ref = refs[key]
-        legend.append(f"{key}", style="bold")
-        legend.append(f": {ref.get('source', '')}" + (f" ({ref['date']})" if ref.get("date") else "") + "\n")
+    legend = source_legend(rows)
     parts: list[Any] = [tab]
     if target.notes:
         parts.append(Text(f"notes: {target.notes}\n"))
@@ -81,6 +76,17 @@ def target_card(target: Target) -> Group:
     if legend:
         parts += [Text("sources:", style="bold"), legend]
     return Group(*parts)
+
+
+def source_legend(rows: list[tuple[str, str, str]]) -> Text:
+    """The source keys the rows' sources cite, each resolved to its document and date."""
+    refs = source_refs()
+    legend = Text()
+    for key in cited_keys([s for _, _, s in rows], refs):
+        ref = refs[key]
+        legend.append(key, style="bold")
+        legend.append(f": {ref.get('source', '')}" + (f" ({ref['date']})" if ref.get("date") else "") + "\n")
+    return legend
 
 
 def check_lines(target: Target) -> Text:
