@@ -73,6 +73,8 @@ def print_serving(r: ServingReport, console: Console) -> None:
         t.add_row("crossover", _crossing(r.crossover) + _label_beside_crossing(r))
     if r.cost_per_million_tokens is not None:
         t.add_row("cost", f"{_money(r.cost_per_million_tokens)} per million tokens")
+    elif r.price_per_hour is not None and not r.fits:
+        t.add_row("cost", "none: it does not fit (memory above), so it serves no tokens")
     console.print(t)
     for n in r.notes:
         console.print(f"  note: {escape(n)}", highlight=False)
@@ -146,15 +148,17 @@ def print_serving_sweep(reports: list[ServingReport], console: Console) -> None:
     where = r0.layout if same else "the layout of each row (devices)"
     tab = Table(title=f"{escape(r0.model)} decode on {r0.target}, {where}", box=box.SIMPLE_HEAD,
                 title_justify="left", pad_edge=False, collapse_padding=True)
-    heads = ("batch", "context", *(() if same else ("devices",)), "TPOT", "tok/s", "tok/s/dev", "bound",
-             "KV/dev", "fits")
+    priced = any(r.price_per_hour is not None for r in reports)
+    heads = ("batch", "context", *(() if same else ("devices",)), "TPOT", "tok/s", "tok/s/dev",
+             *(("$/M",) if priced else ()), "bound", "KV/dev", "fits")
     for col in heads:
         tab.add_column(col, justify="left" if col in ("bound", "fits") else "right", no_wrap=col != "fits")
     for r in reports:
         over = r.memory.overflow
         fits = "yes" if over is None else f"no: {_TERMS[over[0]]} +{nbytes(over[1])}"
         tab.add_row(str(r.batch), str(r.context), *(() if same else (str(r.devices),)), seconds(r.tpot_s),
-                    si(r.output_tokens_per_s or 0.0), si(r.tokens_per_s_per_device or 0.0), r.bound,
+                    si(r.output_tokens_per_s or 0.0), si(r.tokens_per_s_per_device or 0.0),
+                    *((_money(r.cost_per_million_tokens),) if priced else ()), r.bound,
                     nbytes(r.memory.kv_cache), fits, style=None if r.fits else "red")
     console.print(tab)
     seen: set[int | None] = set()
