@@ -151,13 +151,24 @@ def apply_mode(graph: Any, args: argparse.Namespace, dims: dict[str, Any],
     return sg.graph, out, notes
 
 
-def _price(args: argparse.Namespace, target: str) -> float | None:
+def _prices(args: argparse.Namespace, targets: list[str]) -> dict[str, float]:
+    """``--price`` by the canonical name of each served target's chip (a system file's chip too); a
+    price for a chip not served prices nothing and is warned about, as compare and analyze do (a
+    plan over several targets dropped every price, taking the catalog's)."""
     if not args.price:
-        return None
+        return {}
+    import warnings
+
     from .backends.registry import chip_and_system
     from .costmodel.compare import prices_by_target
-    chip, _system = chip_and_system(target)
-    return prices_by_target(parse_prices(args.price), [chip]).get(chip.name)
+    from .errors import NarrowpipeWarning
+    chips = [chip_and_system(t)[0] for t in targets]
+    priced = prices_by_target(parse_prices(args.price), chips)
+    unused = sorted(set(priced) - {c.name for c in chips})
+    if unused:
+        warnings.warn(f"--price for {', '.join(unused)}: not among the served targets, so it prices nothing",
+                      NarrowpipeWarning, stacklevel=2)
+    return priced
 
 
 def run_serve(args: argparse.Namespace, console: Console) -> int:
@@ -178,8 +189,7 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
     if tpot is not None:
         plan = plan_capacity(graph, targets, rate=1.0 if args.rate is None else args.rate, input_len=args.input,
                              output_len=args.output, tpot=tpot, ttft=parse_duration(args.ttft, "--ttft"),
-                             max_tp=args.devices, pps=pps,
-                             price=_price(args, targets[0]) if len(targets) == 1 else None, **kw)
+                             max_tp=args.devices, pps=pps, price=_prices(args, targets), **kw)
         print_capacity(plan, console)
         _emit(args, console, graph, plan)
         written = _write_json(args, console, plan.to_json())
@@ -187,8 +197,10 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
     if len(targets) > 1:
         raise NarrowpipeError("one --target without --tpot (a point question is about one deployment)")
     mode = args.mode or "generate"
+    from .backends.registry import chip_and_system
+    price = _prices(args, targets).get(chip_and_system(targets[0])[0].name)
     r = serve(graph, targets[0], mode=mode, batch=args.batch or 1, context=args.context, input_len=args.input,
-              output_len=args.output, tp=args.tp or 1, pp=pps[0], price=_price(args, targets[0]), **kw)
+              output_len=args.output, tp=args.tp or 1, pp=pps[0], price=price, **kw)
     print_serving(r, console)
     _emit(args, console, graph, r)
     return _write_json(args, console, r.to_json())
@@ -266,13 +278,14 @@ def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
                                      activations=args.activations, kv=args.kv, system=args.system,
                                      gemm_inputs=args.gemm_inputs, mla_decode=args.mla_decode))
                 for target in targets]
-    for target, replica in replicas:
+    prices = _prices(args, targets)
+    for _target, replica in replicas:
         reports = []
         for ctx in contexts:
             cross = None if replica.dataflow else crossover(replica, ctx)
             for i, b in enumerate(batches):
                 r = serve(replica, mode="decode", batch=b, context=ctx, with_crossover=False,
-                          price=_price(args, target))
+                          price=prices.get(replica.target.name))
                 r.crossover = cross if i == 0 else None
                 reports.append(r)
         print_serving_sweep(reports, console)

@@ -290,6 +290,8 @@ def print_whatif(w: WhatIf, console: Console | None = None) -> None:
     tab.add_row("memory", _memory_fit(a), _memory_fit(b))
     tab.add_row("bound mix", bound_mix_text(a), bound_mix_text(b))
     tab.add_row("if doubled", speedups_text(a), speedups_text(b))
+    if a.cost_usd is not None or b.cost_usd is not None:     # --price shows here, not only in the JSON
+        tab.add_row("cost", _money(a, "\n"), _money(b, "\n"))
     console.print(tab)
     console.print(Text(f"speed-up: {w.speedup:.3f}x", style="bold"))
     if a.fits != b.fits:

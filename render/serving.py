@@ -73,6 +73,8 @@ def print_serving(r: ServingReport, console: Console) -> None:
         t.add_row("crossover", _crossing(r.crossover) + _label_beside_crossing(r))
     if r.cost_per_million_tokens is not None:
         t.add_row("cost", f"{_money(r.cost_per_million_tokens)} per million tokens")
+    elif r.price_per_hour is not None and not r.fits:
+        t.add_row("cost", "none: it does not fit (memory above), so it serves no tokens")
     console.print(t)
     for n in r.notes:
         console.print(f"  note: {escape(n)}", highlight=False)
@@ -85,7 +87,9 @@ def print_capacity(plan: CapacityPlan, console: Console) -> None:
     tab = Table(title=f"{escape(plan.model)}{on}: {plan.rate:,g} req/s of {plan.input_len} in / {plan.output_len} "
                       f"out, TPOT <= {seconds(plan.tpot_target_s)}{ttft}", box=box.SIMPLE_HEAD,
                 title_justify="left", pad_edge=False, collapse_padding=True)
-    for col in ("layout", "batch", "TPOT", "TTFT", "tok/s/dev", "chips", "$/M tok", "limit"):
+    priced = any(c.fleet_price_per_hour is not None for c in plan.candidates)
+    money = ("$/h", "$/M") if priced else ("$/M tok",)
+    for col in ("layout", "batch", "TPOT", "TTFT", "tok/s/dev", "chips", *money, "limit"):
         tab.add_column(col, justify="left" if col in ("layout", "limit") else "right", no_wrap=True)
     missed: list[str] = []
     for c in plan.candidates:
@@ -93,12 +97,17 @@ def print_capacity(plan: CapacityPlan, console: Console) -> None:
         layout = f"{c.target} {layout}" if len(targets) > 1 else layout
         if not c.meets:
             missed.append(f"{c.target} {c.layout}: {c.why_not}")
-            tab.add_row(layout, "-", seconds(c.tpot_s), seconds(c.ttft_s), "-", "-", "-", f"[{len(missed)}]",
-                        style="dim")
+            tab.add_row(layout, "-", seconds(c.tpot_s), seconds(c.ttft_s), "-", "-", *("-" for _ in money),
+                        f"[{len(missed)}]", style="dim")
             continue
+        costs = (c.fleet_price_per_hour, c.cost_per_million_tokens_at_rate) if priced else (c.cost_per_million_tokens,)
         tab.add_row(layout, str(c.batch), seconds(c.tpot_s), seconds(c.ttft_s), f"{c.tokens_per_s_per_device:,.0f}",
-                    str(c.total_devices), _money(c.cost_per_million_tokens), c.limited_by.replace("memory", "mem"))
+                    str(c.total_devices), *(_money(x) for x in costs), c.limited_by.replace("memory", "mem"))
     console.print(tab)
+    if priced:
+        console.print("  $/h: the fleet the rate needs (chips x price); $/M: per million output tokens at the "
+                      "rate (at full batches: the answer's line, and the JSON's cost_per_million_tokens)",
+                      highlight=False)
     for i, why in enumerate(missed, 1):
         console.print(f"  [{i}] {escape(why)}", highlight=False)
     best, cheap, fast = plan.best_throughput, plan.cheapest, plan.best_latency
@@ -107,15 +116,27 @@ def print_capacity(plan: CapacityPlan, console: Console) -> None:
     else:
         replicas = f"{best.replicas} replica{'s' if best.replicas > 1 else ''}"
         console.print(f"[bold]answer:[/] {best.total_devices} x {best.target} ({replicas} of {best.layout}, "
-                      f"batch {best.batch} each) for {plan.rate:,g} requests/s")
+                      f"batch {best.batch} each) for {plan.rate:,g} requests/s{_fleet(best)}")
         console.print(f"  throughput: {best.target} {best.layout} "
-                      f"({_rate(best.tokens_per_s_per_device)} per device)")
+                      f"({_rate(best.tokens_per_s_per_device)} per device; fewest devices for the rate)")
         if cheap is not None and cheap is not best:
-            console.print(f"  cheapest: {cheap.target} {cheap.layout} ({_money(cheap.cost_per_million_tokens)}/M tok)")
+            console.print(f"  cheapest: {cheap.total_devices} x {cheap.target} ({cheap.layout}){_fleet(cheap)}")
+        if plan.unpriced and cheap is not None:
+            console.print(f"  left out of cheapest (no price; --price NAME=USD_PER_HOUR): {', '.join(plan.unpriced)}",
+                          highlight=False)
     if fast is not None:
         console.print(f"  latency: {fast.target} {fast.layout} (TPOT {seconds(fast.min_tpot_s)} at batch 1)")
     for n in plan.notes:
         console.print(f"  note: {escape(n)}", highlight=False)
+
+
+def _fleet(c: Any) -> str:
+    """The fleet's $/h and its $ per million output tokens at the requested rate (the full-batch
+    figure beside it: rounded-up replicas idle part of the time), or nothing unpriced."""
+    if c.fleet_price_per_hour is None:
+        return ""
+    return (f": {_money(c.fleet_price_per_hour)}/h, {_money(c.cost_per_million_tokens_at_rate)}/M tok at this rate "
+            f"({_money(c.cost_per_million_tokens)}/M at full batches)")
 
 
 def print_serving_sweep(reports: list[ServingReport], console: Console) -> None:
@@ -127,15 +148,17 @@ def print_serving_sweep(reports: list[ServingReport], console: Console) -> None:
     where = r0.layout if same else "the layout of each row (devices)"
     tab = Table(title=f"{escape(r0.model)} decode on {r0.target}, {where}", box=box.SIMPLE_HEAD,
                 title_justify="left", pad_edge=False, collapse_padding=True)
-    heads = ("batch", "context", *(() if same else ("devices",)), "TPOT", "tok/s", "tok/s/dev", "bound",
-             "KV/dev", "fits")
+    priced = any(r.price_per_hour is not None for r in reports)
+    heads = ("batch", "context", *(() if same else ("devices",)), "TPOT", "tok/s", "tok/s/dev",
+             *(("$/M",) if priced else ()), "bound", "KV/dev", "fits")
     for col in heads:
         tab.add_column(col, justify="left" if col in ("bound", "fits") else "right", no_wrap=col != "fits")
     for r in reports:
         over = r.memory.overflow
         fits = "yes" if over is None else f"no: {_TERMS[over[0]]} +{nbytes(over[1])}"
         tab.add_row(str(r.batch), str(r.context), *(() if same else (str(r.devices),)), seconds(r.tpot_s),
-                    si(r.output_tokens_per_s or 0.0), si(r.tokens_per_s_per_device or 0.0), r.bound,
+                    si(r.output_tokens_per_s or 0.0), si(r.tokens_per_s_per_device or 0.0),
+                    *((_money(r.cost_per_million_tokens),) if priced else ()), r.bound,
                     nbytes(r.memory.kv_cache), fits, style=None if r.fits else "red")
     console.print(tab)
     seen: set[int | None] = set()

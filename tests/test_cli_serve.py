@@ -180,3 +180,52 @@ def test_compare_and_serve_give_one_deployment_one_fit(tmp_path):
     assert served["memory"]["fits"] is False and timing["fits"] is False
     assert timing["memory_required"] == pytest.approx(kv + weights, rel=0.002)
     assert any("serving reserve" in n for n in timing["notes"])
+
+
+def test_a_plan_over_several_targets_prices_each_and_warns_of_an_unserved_price(model, tmp_path, capsys):
+    """--price h100=1 with --target h100,h200 priced nothing (the catalog's $6.88/h) before; now the
+    H100 rows take $1/h, the H200's its catalog price, and a price for a chip not served is warned."""
+    out = tmp_path / "p.json"
+    argv = ["serve", model, "--target", "h100,h200", "--rate", "10", "--input", "512", "--output", "64",
+            "--tpot", "4ms", "--devices", "1", "--price", "h100=1", "--json", str(out)]
+    assert main(argv) == 0
+    plan = json.loads(out.read_text())
+    prices = {c["target"]: c["price_per_hour"] for c in plan["candidates"]}
+    assert prices == {"h100-sxm": 1.0, "h200": narrowpipe.get_target("h200").price_per_hour}
+    assert plan["cheapest"]["target"] == "h100-sxm" and plan["version"] == 2
+    capsys.readouterr()
+    main(["serve", model, "--target", "h100", "--rate", "10", "--input", "512", "--output", "64",
+          "--tpot", "4ms", "--devices", "1", "--price", "h200=3"])
+    assert re.search(r"--price for h200: not among the served targets", capsys.readouterr().err)
+
+
+def test_a_plan_takes_a_system_file_as_its_target(model, tmp_path, capsys):
+    """serve --target my-system.toml said "missing required field 'family'" (read as a chip file)."""
+    from pathlib import Path
+    system = tmp_path / "my-dgx.toml"
+    text = (Path(narrowpipe.__file__).parent / "backends" / "systems" / "dgx-h100.toml").read_text()
+    system.write_text(re.sub(r'(?m)^name = .*$', 'name = "my-dgx"', text, count=1))
+    assert main(["serve", model, "--target", str(system), "--rate", "10", "--input", "512", "--output", "64",
+                 "--tpot", "4ms", "--devices", "1"]) == 0
+    assert "on h100-sxm" in capsys.readouterr().out
+
+
+def test_a_deployment_that_does_not_fit_has_no_cost(tmp_path, capsys):
+    """Llama-3-8B's 16 GB of bf16 weights alone overflow a 16 GB TPU v5e: serve printed '$1.06 per
+    million tokens' for it, and serve-sweep's JSON carried a cost for points whose fits was false."""
+    assert main(["serve", "llama-3-8b", "--target", "tpu-v5e", "--mode", "decode", "--batch", "8",
+                 "--context", "2048", "--price", "tpu-v5e=1"]) == 0
+    text = capsys.readouterr().out
+    assert "does not fit" in text and "per million tokens" not in text
+    out = tmp_path / "sw.json"
+    assert main(["serve-sweep", "llama-3-8b", "--target", "tpu-v5e,h100", "--batches", "1", "--context", "512",
+                 "--price", "tpu-v5e=1", "--json", str(out)]) == 0
+    assert "$/M" in capsys.readouterr().out          # the sweep's table shows the price it was given
+    points = {p["target"]: p for p in json.loads(out.read_text())["points"]}
+    assert not points["tpu-v5e"]["fits"] and points["tpu-v5e"]["cost_per_million_tokens"] is None
+    assert points["h100-sxm"]["fits"] and points["h100-sxm"]["cost_per_million_tokens"] > 0
+
+
+def test_whatif_prints_the_price_it_was_given(model, capsys):
+    assert main(["whatif", model, "--target", "h100", "--scale", "hbm_bandwidth=2", "--price", "h100=2"]) == 0
+    assert re.search(r"cost .*\$[0-9.]+/run", capsys.readouterr().out)

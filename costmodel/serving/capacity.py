@@ -5,24 +5,28 @@ layout (tensor-parallel degrees that divide the heads and fit a scale-up domain,
 pipeline stages; a dataflow chip's own layout), continuous batching is run at its steady state
 (:func:`.generate.steady_state`) and the largest batch is found whose iteration (TPOT) and first
 token (TTFT) meet the targets and whose KV cache, at ``input_len + output_len`` tokens per request,
-fits (:meth:`.replica.Replica.memory`). That batch maximises the layout's output tokens/s per
-device (an iteration grows slower than linearly in the batch while decode is memory-bound), and
-with one price per device-hour, also minimises the $ per million tokens. Replicas for the request
-rate follow: ``ceil(rate / (batch / (output_len x TPOT)))``.
+fits (:meth:`.replica.Replica.memory`). On a layout of fixed devices that batch needs the fewest
+replicas for the rate (a replica's tokens/s grow with its batch). A dataflow layout adds chips for
+its KV cache, so there the largest batch can cost 4x the chips a smaller one does (Llama-3-8B on
+Groq at 30 ms: batch 1,052 on 1,453 chips, batch 64 on 154 at 5x the tokens/s per chip): its batch
+is the one, among those meeting the targets, whose fleet for the rate has the fewest chips
+(:func:`_dataflow_batch`). Replicas for the rate follow: ``ceil(rate / (batch / (output_len x TPOT)))``.
 
-The plan says which layout wins for throughput (most tokens/s per device under the targets) and
-which for latency (the lowest TPOT any batch reaches: batch 1).
+The plan ranks candidates by the fleet the rate needs, not by one replica: the answer has the fewest
+devices in all (then the most tokens/s per device), the cheapest the lowest fleet $/h (a layout
+with more tokens/s per device can need more devices once replicas round up); and it says which
+layout wins for latency (the lowest TPOT any batch reaches: batch 1).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import ceil, inf
 from typing import Any
 
-from ...backends import Target, get_target
+from ...backends import Target
 from ...errors import NarrowpipeError
 from ...ir import Graph
 from ...models.spec import TransformerSpec
@@ -36,6 +40,9 @@ from .serve import replica_for
 __all__ = ["Candidate", "CapacityPlan", "plan_capacity", "layouts_for", "CAPACITY_FORMAT"]
 
 CAPACITY_FORMAT = "narrowpipe.capacity"
+#: 2: candidates add ``fleet_price_per_hour`` and ``cost_per_million_tokens_at_rate``; the answer and
+#: ``cheapest`` rank the rate's fleet, and ``cheapest`` is null when nothing is priced.
+CAPACITY_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,9 @@ class Candidate:
     memory: Memory
     why_not: str = ""
     state: SteadyState | None = None
-    limited_by: str = ""              # what stops a larger batch: "memory", "TPOT", "TTFT" or "batch cap"
+    limited_by: str = ""              # what stops a larger batch: "memory", "TPOT", "TTFT", "batch cap" or
+    #                                   "devices" (a dataflow layout's larger batch needs more chips for the rate)
+    demand_tokens_per_s: float = 0.0  # the rate's output tokens/s (rate x output_len)
 
     @property
     def meets(self) -> bool:
@@ -77,10 +86,27 @@ class Candidate:
             return None
         return self.price_per_hour * self.devices / 3600 / self.tokens_per_s * 1e6
 
+    @property
+    def fleet_price_per_hour(self) -> float | None:
+        """$/h of every device the rate needs (``total_devices``), or None unpriced or not meeting."""
+        if self.price_per_hour is None or not self.meets:
+            return None
+        return self.price_per_hour * self.total_devices
+
+    @property
+    def cost_per_million_tokens_at_rate(self) -> float | None:
+        """$ per million output tokens at the requested rate: the fleet's $/h over the tokens the rate
+        asks for, which the rounded-up replicas leave above the full-batch figure."""
+        fleet = self.fleet_price_per_hour
+        if fleet is None or not self.demand_tokens_per_s:
+            return None
+        return fleet / 3600 / self.demand_tokens_per_s * 1e6
+
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("memory", "state")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("memory", "state", "demand_tokens_per_s")}
         d.update(memory=self.memory.to_dict(), meets=self.meets, tokens_per_s_per_device=self.tokens_per_s_per_device,
-                 cost_per_million_tokens=self.cost_per_million_tokens,
+                 cost_per_million_tokens=self.cost_per_million_tokens, fleet_price_per_hour=self.fleet_price_per_hour,
+                 cost_per_million_tokens_at_rate=self.cost_per_million_tokens_at_rate,
                  state=self.state.to_dict() if self.state is not None else None)
         return d
 
@@ -102,14 +128,25 @@ class CapacityPlan:
 
     @property
     def best_throughput(self) -> Candidate | None:
-        """Most output tokens/s per device under the targets (fewest devices for the rate)."""
+        """Fewest devices for the rate under the targets (replicas rounded up), then the most output
+        tokens/s per device: Llama-3-70B at 5.3 req/s on H100s needs 2 replicas of TP4 (8 devices, the
+        most tokens/s per device) or 3 of TP2 (6)."""
         ok = self.feasible
-        return max(ok, key=lambda c: (c.tokens_per_s_per_device, -c.total_devices)) if ok else None
+        return min(ok, key=lambda c: (c.total_devices, -c.tokens_per_s_per_device)) if ok else None
 
     @property
     def cheapest(self) -> Candidate | None:
-        priced = [c for c in self.feasible if c.cost_per_million_tokens is not None]
-        return min(priced, key=lambda c: c.cost_per_million_tokens or 0.0) if priced else self.best_throughput
+        """The lowest $/h for the rate's fleet among priced candidates (then the lowest full-batch $/M
+        tokens); None when none is priced (unpriced ones: :attr:`unpriced`)."""
+        priced = [c for c in self.feasible if c.fleet_price_per_hour is not None]
+        if not priced:
+            return None
+        return min(priced, key=lambda c: (c.fleet_price_per_hour or 0.0, c.cost_per_million_tokens or 0.0))
+
+    @property
+    def unpriced(self) -> list[str]:
+        """Targets with a candidate meeting the targets but no price: left out of :attr:`cheapest`."""
+        return sorted({c.target for c in self.feasible if c.price_per_hour is None})
 
     @property
     def best_latency(self) -> Candidate | None:
@@ -140,7 +177,7 @@ class CapacityPlan:
         def name(c: Candidate | None) -> dict[str, Any] | None:
             return None if c is None else {"target": c.target, "layout": c.layout, "batch": c.batch,
                                            "total_devices": c.total_devices}
-        return {"format": CAPACITY_FORMAT, "version": 1, "model": self.model, "rate": self.rate,
+        return {"format": CAPACITY_FORMAT, "version": CAPACITY_VERSION, "model": self.model, "rate": self.rate,
                 "input_len": self.input_len, "output_len": self.output_len, "tpot_target_s": self.tpot_target_s,
                 "ttft_target_s": self.ttft_target_s, "candidates": [c.to_dict() for c in self.candidates],
                 "best_throughput": name(self.best_throughput), "cheapest": name(self.cheapest),
@@ -210,10 +247,12 @@ def _best_batch(replica: Replica, input_len: int, output_len: int, tpot: float, 
 def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[str | Target], *, rate: float,
                   input_len: int, output_len: int, tpot: float, ttft: float | None = None,
                   max_tp: int | None = None, pps: Sequence[int] = (1,), weights: Any = None,
-                  activations: Any = None, kv: Any = None, price: float | None = None,
+                  activations: Any = None, kv: Any = None, price: float | Mapping[str, float] | None = None,
                   system: Any = None, gemm_inputs: Any = None, mla_decode: str = "absorbed") -> CapacityPlan:
     """The plan for ``rate`` requests/s (see the module doc); ``tpot``/``ttft`` in seconds;
-    ``mla_decode`` as :func:`.serve.replica_for`'s."""
+    ``mla_decode`` as :func:`.serve.replica_for`'s. ``price``: USD per device-hour, one for every
+    target or a mapping by target name (:func:`..compare.prices_by_target`); a target without one
+    takes its catalog price. A target may be a system's file (its chip, on its links)."""
     if not (0 < rate < inf and 0 < tpot < inf) or input_len < 1 or output_len < 1 or \
             (ttft is not None and not 0 < ttft < inf):
         raise NarrowpipeError("serve: rate, input and output lengths and the TPOT target must be positive "
@@ -223,16 +262,17 @@ def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[
     notes: list[str] = []
     name = ""
     for spec in specs:
-        target = get_target(spec)
-        base = replica_for(model, target, weights=weights, activations=activations, kv=kv, system=system,
+        base = replica_for(model, spec, weights=weights, activations=activations, kv=kv, system=system,
                            gemm_inputs=gemm_inputs, mla_decode=mla_decode)
+        target = base.target
+        own = price.get(target.name) if isinstance(price, Mapping) else price
         base.source.check_context(input_len + output_len)
         name = base.source.graph.name
         notes = notes or list(base.notes)
         for layout in layouts_for(base.source, target, max_tp=max_tp, pps=pps):
             replica = base if layout == Layout() else Replica(base.source, target, layout, topology=base.topology,
                                                               mla_decode=base.mla_decode)
-            candidates.append(_candidate(replica, rate, input_len, output_len, tpot, ttft, price))
+            candidates.append(_candidate(replica, rate, input_len, output_len, tpot, ttft, own))
     return CapacityPlan(name, rate, input_len, output_len, tpot, ttft, candidates, notes)
 
 
@@ -253,14 +293,65 @@ def _candidate(replica: Replica, rate: float, input_len: int, output_len: int, t
     if batch == 0 or state is None:
         return Candidate(replica.target.name, label, devices, 0, floor.tpot_s, floor.ttft_s, floor.tpot_s, 0.0, 0, 0,
                          price_h, mem, why, floor)
-    tokens = batch / state.tpot_s
-    devices = replica.devices(batch, context)     # a dataflow layout grows with its KV cache
-    label = replica.layout.label if not replica.dataflow else f"dataflow layout ({devices} chips)"
-    replicas = ceil(rate / (tokens / output_len))
+    largest = batch
     if batch == fits:
         limit = "batch cap" if fits >= BATCH_SEARCH_LIMIT else "memory"
     else:
         nxt = steady_state(replica, batch + 1, input_len, output_len)
         limit = "TPOT" if nxt.tpot_s > tpot else "TTFT"
+    demand = rate * output_len
+    if replica.dataflow:              # a dataflow layout grows with its KV cache: the batch the fleet needs
+        batch, state = _dataflow_batch(replica, input_len, output_len, demand, largest, state)
+        if batch < largest:
+            limit = "devices"
+            mem = replica.memory(batch, context, prefill_tokens=input_len, prefill_batch=1)
+    tokens = batch / state.tpot_s
+    devices = replica.devices(batch, context)
+    label = replica.layout.label if not replica.dataflow else f"dataflow layout ({devices} chips)"
+    replicas = ceil(demand / tokens)
     return Candidate(replica.target.name, label, devices, batch, state.tpot_s, state.ttft_s, floor.tpot_s,
-                     tokens, replicas, replicas * devices, price_h, mem, "", state, limit)
+                     tokens, replicas, replicas * devices, price_h, mem, "", state, limit, demand)
+
+
+def _dataflow_batch(replica: Replica, input_len: int, output_len: int, demand: float, largest: int,
+                    at_largest: SteadyState) -> tuple[int, SteadyState]:
+    """The batch (at most ``largest``, the largest meeting the targets, so every one considered meets
+    them) whose fleet for ``demand`` output tokens/s has the fewest chips, then the most tokens/s per
+    chip. A replica's tokens/s and chips both grow with its batch, so for ``r`` replicas the best
+    batch is the smallest giving ``demand / r`` each; with the tokens/s per chip peaking at ``b*``
+    (a doubling grid, then quarter-octave steps around its best), the fleets of ``r*`` replicas
+    (``b*``'s count) and one fewer or more are compared. Steps cost a timing each: about 40."""
+    context = input_len + output_len
+    seen: dict[int, tuple[SteadyState, float, int]] = {largest: (at_largest, largest / at_largest.tpot_s,
+                                                                 replica.devices(largest, context))}
+
+    def at(b: int) -> tuple[SteadyState, float, int]:
+        if b not in seen:
+            s = steady_state(replica, b, input_len, output_len)
+            seen[b] = (s, b / s.tpot_s, replica.devices(b, context))
+        return seen[b]
+
+    def per_chip(b: int) -> float:
+        _s, tok, dev = at(b)
+        return tok / dev
+
+    grid = sorted({1 << i for i in range(largest.bit_length()) if 1 << i <= largest} | {largest})
+    peak = max(grid, key=per_chip)
+    fine = {min(largest, max(1, round(peak * 2 ** (k / 4)))) for k in range(-3, 4)}
+    peak = max(sorted(fine | {peak}), key=per_chip)
+    options = {peak}
+    base = ceil(demand / at(peak)[1])
+    for r in (base - 1, base, base + 1):
+        if r < 1 or at(largest)[1] * r < demand:
+            continue
+        lo, hi = 0, largest               # the smallest batch whose r replicas carry the demand
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if at(mid)[1] * r >= demand else (mid, hi)
+        options.add(hi)
+
+    def fleet(b: int) -> tuple[int, float]:
+        _s, tok, dev = at(b)
+        return ceil(demand / tok) * dev, -tok / dev
+    best = min(sorted(options), key=fleet)
+    return best, at(best)[0]

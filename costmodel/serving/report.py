@@ -8,7 +8,9 @@ Definitions (every figure is for one replica, the devices its layout uses):
 * ``output_tokens_per_s``: the replica's output tokens per second; ``tokens_per_s_per_device``
   the same per device; ``prompt_tokens_per_s`` for prefill.
 * ``max_batch``: the largest batch whose weights + KV cache + activations + reserve fit each device.
-* ``cost_per_million_tokens``: USD per million output tokens at the devices' hourly price.
+* ``cost_per_million_tokens``: USD per million output tokens at the devices' hourly price; None
+  for a deployment that does not fit (it runs no tokens to price: :mod:`..verdict` leaves a target
+  that does not fit out of every pick for the same reason).
 """
 
 from __future__ import annotations
@@ -60,9 +62,9 @@ class ServingReport:
 
     @property
     def cost_per_million_tokens(self) -> float | None:
-        """USD per million output (decode) or prompt (prefill) tokens."""
+        """USD per million output (decode) or prompt (prefill) tokens; None when it does not fit."""
         rate = self.output_tokens_per_s or self.prompt_tokens_per_s
-        if not rate or self.price_per_hour is None:
+        if not rate or self.price_per_hour is None or not self.fits:
             return None
         return self.price_per_hour * self.devices / 3600 / rate * 1e6
 

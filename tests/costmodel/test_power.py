@@ -49,3 +49,42 @@ def test_decode_draws_far_less_than_tdp_and_prefill_near_it():
 def test_no_tdp_means_no_energy():
     t = narrowpipe.analyze(transformer(layers=1, hidden=256, heads=4, vocab=1000), "tpu-v5e", seq=8).timing
     assert get_target("tpu-v5e").tdp is None and t.energy_j is None
+
+
+def _one_kernel_program() -> object:
+    from types import SimpleNamespace
+    return SimpleNamespace(kernels=[SimpleNamespace(cost=SimpleNamespace(flops=None))])
+
+
+def test_pipelined_schedule_charges_busy_time_not_shares():
+    """A pipelined layout's times are shares of the pipelined total; the chips are busy
+    ``fixed + m x reads + work`` per piece (Pipelining's own definition). By hand: one memory-bound
+    kernel (power idle + memory_w) on 2 chips, pieces (fixed 1 us, reads 10 us, work 40 us) each,
+    m = 8: busy 2 x (1 + 80 + 40) us = 242 us, where its scaled share in the times is 100 us."""
+    from narrowpipe.costmodel.execution.pipeline import Pipelining
+    from narrowpipe.costmodel.execution.program import Schedule
+    from narrowpipe.costmodel.power import schedule_energy
+    groq = get_target("groq-lpu")
+    pm = power_model(groq)
+    assert pm is not None
+    share = KernelTime(100e-6, 0.0, 100e-6, 0.0, 0.0, "memory", "sram", 0.9)
+    pipe = Pipelining(8, (((0, 0.5, 1e-6, 10e-6, 40e-6), (1, 0.5, 1e-6, 10e-6, 40e-6)),))
+    total = 150e-6
+    s = Schedule([share], total, 2, {"k": 0}, 0.0, 1.0, True, 2, pipelining=pipe)
+    busy = 2 * (1e-6 + 8 * 10e-6 + 40e-6)
+    assert schedule_energy(_one_kernel_program(), s, groq) == pytest.approx(  # type: ignore[arg-type]
+        2 * total * pm.idle_w + busy * pm.memory_w)
+
+
+def test_sharded_schedule_charges_every_shard():
+    """A tensor-parallel dataflow schedule's times are one chip's and ``shards`` chips run each
+    kernel at once: 4 chips x 100 us of a memory-bound kernel add 4 x 100 us x memory_w."""
+    from narrowpipe.costmodel.execution.program import Schedule
+    from narrowpipe.costmodel.power import schedule_energy
+    groq = get_target("groq-lpu")
+    pm = power_model(groq)
+    assert pm is not None
+    kt = KernelTime(100e-6, 0.0, 100e-6, 0.0, 0.0, "memory", "sram", 0.9)
+    s = Schedule([kt], 100e-6, 4, {"k": 0}, 0.0, 1.0, True, 4, shards=4)
+    assert schedule_energy(_one_kernel_program(), s, groq) == pytest.approx(  # type: ignore[arg-type]
+        4 * 100e-6 * pm.idle_w + 4 * 100e-6 * pm.memory_w)

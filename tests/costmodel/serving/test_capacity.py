@@ -39,3 +39,55 @@ def test_a_dataflow_layout_adds_chips_for_its_kv_cache(small):
     r = replica_for(small, "groq-lpu")
     assert r.devices(1, 128) <= r.devices(256, 4096)
     assert r.memory(256, 4096).fits
+
+
+def test_a_dataflow_batch_takes_the_fewest_chips_for_the_rate(small):
+    """On Groq the chips grow with the batch's KV cache, so the largest batch meeting TPOT is not the
+    cheapest fleet. Reference: an exhaustive search over every batch meeting the targets, each
+    fleet ceil(demand / (b / TPOT(b))) x chips(b) by hand from steady_state and the replica."""
+    from math import ceil
+    rate, inp, out, tpot = 200, 512, 64, 0.004
+    plan = plan_capacity(small, "groq-lpu", rate=rate, input_len=inp, output_len=out, tpot=tpot)
+    (c,) = plan.feasible
+    r = replica_for(small, "groq-lpu")
+    fleets = {}
+    for b in range(1, 4097):
+        s = steady_state(r, b, inp, out)
+        if s.tpot_s > tpot:
+            break
+        fleets[b] = ceil(rate * out / (b / s.tpot_s)) * r.devices(b, inp + out)
+    largest = max(fleets)
+    assert c.total_devices == min(fleets.values()) == fleets[c.batch]
+    assert c.total_devices < fleets[largest]          # the largest batch costs more chips
+    assert c.replicas * c.tokens_per_s >= rate * out
+
+
+def test_the_answer_and_cheapest_rank_the_rates_fleet():
+    """Llama-3-70B on H100s at 5.3 req/s of 2048/256, TPOT <= 50 ms: TP4 has the most tokens/s per
+    device but its replicas round up to 8 devices, TP2's to 6; the answer is the 6. By hand: each
+    candidate's fleet is ceil(5.3 x 256 / tokens/s) x devices, its $/h that x the given $1/h."""
+    from math import ceil
+
+    from narrowpipe.models.examples import load_example
+    plan = plan_capacity(load_example("llama-3-70b"), "h100", rate=5.3, input_len=2048, output_len=256,
+                         tpot=0.050, max_tp=8, price={"h100-sxm": 1.0})
+    for c in plan.feasible:
+        assert c.total_devices == ceil(5.3 * 256 / c.tokens_per_s) * c.devices
+        assert c.fleet_price_per_hour == pytest.approx(c.total_devices * 1.0)
+        assert c.cost_per_million_tokens_at_rate == pytest.approx(c.total_devices / 3600 / (5.3 * 256) * 1e6)
+    most_per_device = max(plan.feasible, key=lambda c: c.tokens_per_s_per_device)
+    assert most_per_device.layout == "TP4" and most_per_device.total_devices == 8
+    assert plan.best_throughput.layout == "TP2" and plan.best_throughput.total_devices == 6
+    assert plan.cheapest is plan.best_throughput
+
+
+def test_prices_are_per_target_and_nothing_priced_is_no_cheapest(small):
+    plan = plan_capacity(small, ["h100", "h200"], rate=10, input_len=512, output_len=64, tpot=0.004, max_tp=1,
+                         price={"h100-sxm": 1.0})
+    by = {c.target: c for c in plan.feasible}
+    assert by["h100-sxm"].price_per_hour == 1.0
+    assert by["h200"].price_per_hour == narrowpipe.get_target("h200").price_per_hour
+    assert plan.cheapest.target == "h100-sxm"
+    unpriced = plan_capacity(small, "groq-lpu", rate=10, input_len=512, output_len=64, tpot=0.004)
+    assert unpriced.feasible and unpriced.cheapest is None and unpriced.unpriced == ["groq-lpu"]
+    assert unpriced.to_dict()["cheapest"] is None
