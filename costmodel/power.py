@@ -52,8 +52,9 @@ def kernel_power(kt: KernelTime, pm: PowerModel, useful_flops: float | None = No
     if kt.time_s <= 0:
         return pm.idle_w
     compute_s = kt.compute_s
-    if useful_flops is not None and kt.executed_flops > useful_flops:
-        compute_s *= useful_flops / kt.executed_flops
+    executed = kt.executed_flops / kt.scale if kt.scale > 0 else kt.executed_flops   # the kernel's own work
+    if useful_flops is not None and executed > useful_flops:
+        compute_s *= useful_flops / executed
     u_compute = min(1.0, compute_s / kt.time_s)
     u_memory = min(1.0, (kt.memory_s + kt.comm_s) / kt.time_s)
     return min(pm.tdp_w, pm.idle_w + pm.compute_w * u_compute + pm.memory_w * u_memory)

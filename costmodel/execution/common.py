@@ -101,11 +101,15 @@ class KernelTime:
     executed_flops: float = 0.0   # work the hardware does, padding included
     note: str = ""
     traffic_bytes: float = 0.0    # memory traffic the memory term streams (a GEMM's L2 re-reads included)
+    #: The factor :meth:`scaled` applied to the time and the work (a pipelined layout's share of its
+    #: total): ``executed_flops / scale`` is the kernel's own work, what a count of the model's FLOPs
+    #: compares with.
+    scale: float = 1.0
 
     def scaled(self, k: float) -> KernelTime:
         return KernelTime(self.time_s * k, self.compute_s * k, self.memory_s * k, self.comm_s * k,
                           self.overhead_s * k, self.bound, self.unit, self.utilization,
-                          self.executed_flops * k, self.note, self.traffic_bytes * k)
+                          self.executed_flops * k, self.note, self.traffic_bytes * k, self.scale * k)
 
 
 #: The time of a kernel that does no work (views, unmodeled nodes): every term zero.

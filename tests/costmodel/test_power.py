@@ -88,3 +88,15 @@ def test_sharded_schedule_charges_every_shard():
     s = Schedule([kt], 100e-6, 4, {"k": 0}, 0.0, 1.0, True, 4, shards=4)
     assert schedule_energy(_one_kernel_program(), s, groq) == pytest.approx(  # type: ignore[arg-type]
         4 * 100e-6 * pm.idle_w + 4 * 100e-6 * pm.memory_w)
+
+
+def test_a_scaled_kernel_keeps_its_padding_discount():
+    """A pipelined layout scales each kernel's time (and, for its rate, its work) to its share of the
+    total; the padding discount compares the kernel's own work with the model's FLOPs, whatever the
+    share (scaled by 0.5, 128 executed FLOPs became 64 and the discount halved)."""
+    pm = power_model(H100)
+    assert pm is not None
+    padded = KernelTime(1e-3, 0.5e-3, 1e-3, 0.0, 0.0, "memory", "tc", 0.9, executed_flops=128.0)
+    for k in (0.5, 2.0, 1e-3):
+        assert kernel_power(padded.scaled(k), pm, useful_flops=1.0) == pytest.approx(
+            kernel_power(padded, pm, useful_flops=1.0))
