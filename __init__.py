@@ -73,7 +73,8 @@ def targets() -> list[tuple[str, str]]:
 
 
 __all__ = [
-    "from_torch", "export", "save_pt2", "load", "transformer", "from_config", "analyze", "compare", "whatif",
+    "from_torch", "export", "save_pt2", "load", "load_model", "transformer", "from_config", "analyze", "compare",
+    "whatif",
     "diagnose", "targets", "get_target", "Graph", "DimRole", "serve", "serving_graph", "plan_capacity",
     "export_decode_step", "ServingReport", "CapacityPlan",
     "training_step", "build_training_graph",

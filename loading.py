@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .errors import IRError, ModelLoadError
+from .errors import IRError, ModelLoadError, NarrowpipeError
 from .ir import Graph, graph_from_dict
 
 __all__ = ["load", "load_model", "SUFFIXES"]
@@ -41,6 +41,24 @@ def load(path: str | Path | Any, **options: Any) -> Graph:
         return _load_json(p)
     raise ModelLoadError(f"unknown model format {suffix or '(no suffix)'!r}; expected one of {', '.join(SUFFIXES)}",
                          file=str(p))
+
+
+def as_graph(model: Any, what: str) -> Graph:
+    """The IR graph an API function (``what``) was handed: a graph, or what :func:`load_model` loads
+    (a file, a bundled example's name), or an in-memory ONNX ``ModelProto``. A torch module or a raw
+    object is a :class:`NarrowpipeError` saying what to call first, not an AttributeError deep inside."""
+    if isinstance(model, Graph):
+        return model
+    if isinstance(model, (str, Path)):
+        return load_model(model)
+    kind = type(model).__module__.split(".")[0]
+    if type(model).__name__ == "ModelProto" and kind == "onnx":
+        return load(model)
+    if kind == "torch":
+        raise NarrowpipeError(f"{what} takes an IR graph, got a torch {type(model).__name__}: lower it first with "
+                              "narrowpipe.from_torch(module, args) (or narrowpipe.load('model.pt2'))")
+    raise NarrowpipeError(f"{what} takes an IR graph (narrowpipe.load, from_torch, transformer or from_config), a "
+                          f"model file or a bundled example's name; got {type(model).__name__}")
 
 
 def load_model(model: str | Path | Graph) -> Graph:

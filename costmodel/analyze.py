@@ -29,6 +29,9 @@ def merge_dims(dims: Mapping[str, Any] | None, keyword_dims: Mapping[str, Any]) 
     Options and dims used to share one keyword namespace, so a dim named ``fusion`` or ``strict``
     could not be bound; ``dims=`` takes any name. Giving one name both ways is an error.
     """
+    if dims is not None and not isinstance(dims, Mapping):
+        raise NarrowpipeError(f"dims= takes a mapping of dim names to sizes (dims={{'batch': 1, 'seq': 128}}), "
+                              f"got {type(dims).__name__}")
     out = dict(dims or {})
     both = sorted(k for k in keyword_dims if k in out and out[k] != keyword_dims[k])
     if both:
@@ -131,6 +134,8 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
     ``memory_reserve`` is the fraction of each device's memory the fit leaves to the runtime (a serving
     step's, ``backends.defaults.SERVING_MEMORY_RESERVE``, as ``serve`` holds it; 0 by default).
     """
+    from ..loading import as_graph  # the loaders import the frontends; lazily, as analyze is imported by them
+    graph = as_graph(graph, "analyze")
     balance = ExpertBalance.parse(expert_balance)
     with paused_gc():
         bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))

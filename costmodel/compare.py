@@ -107,6 +107,8 @@ def compare(graph: Graph, targets: str | Target | Iterable[str | Target], *, dim
     ``expert_balance``, ``fp32_matmul`` and ``memory_reserve`` as for :func:`~narrowpipe.analyze`.
     """
     specs = _target_list(targets)
+    from ..loading import as_graph
+    graph = as_graph(graph, "compare")
     bindings = resolve_bindings(graph, merge_dims(dims, keyword_dims))
     table = interpret(graph, bindings, strict=strict, expert_balance=ExpertBalance.parse(expert_balance))
     counted = build_report(table)

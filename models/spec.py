@@ -91,8 +91,11 @@ class TransformerSpec:
             if value is not None and not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(int(i) for i in value))
         for name in ("layers", "hidden", "heads", "vocab", "ffn", "kv_heads", "head_dim"):
-            if int(getattr(self, name)) <= 0:
-                raise NarrowpipeError(f"transformer: {name} must be positive, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):   # 256.0 built, then analyze crashed
+                raise NarrowpipeError(f"transformer: {name} must be a whole number, got {value!r}")
+            if value <= 0:
+                raise NarrowpipeError(f"transformer: {name} must be positive, got {value}")
         if self.heads % self.kv_heads:
             raise NarrowpipeError(f"transformer: heads ({self.heads}) must be a multiple of kv_heads "
                                   f"({self.kv_heads})")

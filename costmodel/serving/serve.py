@@ -80,6 +80,9 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
     if isinstance(model, Replica):
         replica = model
     else:
+        if not isinstance(model, ServingGraph):
+            from ...loading import as_graph
+            model = as_graph(model, "serve")
         if target is None:
             raise NarrowpipeError("serve: name a target")
         replica = replica_for(model, target, tp=tp, pp=pp, weights=weights, activations=activations, kv=kv,
