@@ -84,13 +84,6 @@ class OpRow:
         """FLOPs per byte of compulsory traffic."""
         return self.flops / self.bytes if self.bytes else (float("inf") if self.flops else 0.0)
 
-    def __repr__(self) -> str:
-        """The notebook line: the dataclass default lists every bottleneck and plan field."""
-        from ..render import units
-        return (f"Timing({self.target}: {units.seconds(self.time_s)}, MFU {self.mfu:.1%}, narrowest "
-                f"{self.narrowest or '-'}, {self.devices} device{'s' if self.devices != 1 else ''}, "
-                f"{'fits' if self.fits else 'does not fit'})")
-
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["intensity"] = None if self.bytes == 0 else self.flops / self.bytes
@@ -352,7 +345,7 @@ class Report:
                    ceilings=Ceilings.from_dict(data["ceilings"]) if data.get("ceilings") else None)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Report:
+    def from_json(cls, text: str) -> Report:
         """Read a report from the text :meth:`to_json` wrote."""
         try:
             data = json.loads(text)

@@ -268,7 +268,7 @@ class Planner:
                             "causal context parallelism)")
 
     def heads_split(self, tp: int) -> str | None:
-        """None when ``tp`` divides the model's attention and KV heads, else why not (:func:`.shard_api.heads_split`)."""
+        """None when ``tp`` divides the attention and KV heads, else why not (:func:`.shard_api.heads_split`)."""
         return heads_split(self.spec, tp)
 
     def check_experts(self, ep: int, cp: int = 1) -> None:

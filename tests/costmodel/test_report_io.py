@@ -70,3 +70,8 @@ def test_a_comparison_prints_one_line_per_target() -> None:
     lines = repr(c).splitlines()
     assert len(lines) == 4 and all(len(line) < 300 for line in lines)
     assert json.loads(c.to_json())["graph"] == "transformer"
+
+
+def test_an_op_row_keeps_its_field_by_field_repr(timed: Report) -> None:
+    row = timed.ops[0]
+    assert repr(row).startswith("OpRow(") and f"flops={row.flops}" in repr(row)
