@@ -46,6 +46,11 @@ class Comparison:
                 return r
         raise KeyError(target)
 
+    def __repr__(self) -> str:
+        """One line per target (each report's own compact repr), not every op row of every report."""
+        lines = "".join(f"\n  {r!r}," for r in self.reports)
+        return f"Comparison({self.graph!r}, {len(self.reports)} targets:{lines}\n)"
+
     def to_dict(self) -> dict[str, Any]:
         return {"format": COMPARISON_FORMAT, "version": 2, "graph": self.graph, "dims": self.dims,
                 "targets": [r.to_dict() for r in self.reports], "verdict": verdict(self.reports).to_dict()}

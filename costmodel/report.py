@@ -12,10 +12,12 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..errors import NarrowpipeError
 from .ceilings import Ceilings
 from .timeline import ScheduledKernel
 
-__all__ = ["OpRow", "Report", "Unmodeled", "Timing", "Bottleneck", "REPORT_FORMAT", "REPORT_VERSION"]
+__all__ = ["OpRow", "Report", "ReportError", "Unmodeled", "Timing", "Bottleneck", "REPORT_FORMAT",
+           "REPORT_VERSION"]
 
 REPORT_FORMAT = "narrowpipe.report"
 #: 2: a timed report carries its ``timeline`` (every launched kernel: device, stream, start, terms) and
@@ -23,6 +25,11 @@ REPORT_FORMAT = "narrowpipe.report"
 #: 5: each timeline entry says how it repeats and splits (``passes``, ``every_s``, ``pass_s``,
 #: ``pass_transfer_s``, ``reread_s``: a pipelined layout's microbatches; ``shards``: tensor parallel).
 REPORT_VERSION = 7
+
+
+class ReportError(NarrowpipeError, ValueError):
+    """A report's JSON that cannot be read back: not a report, a newer version, a field missing.
+    Also a ValueError, which ``Report.from_dict`` raised before, so callers catching that still do."""
 
 
 class Unmodeled(NamedTuple):
@@ -184,6 +191,13 @@ class Timing:
         speedups = self.speedup_if_doubled
         return max(speedups, key=lambda resource: speedups[resource]) if speedups else ""
 
+    def __repr__(self) -> str:
+        """The notebook line: the dataclass default lists every bottleneck and plan field."""
+        from ..render import units
+        return (f"Timing({self.target}: {units.seconds(self.time_s)}, MFU {self.mfu:.1%}, narrowest "
+                f"{self.narrowest or '-'}, {self.devices} device{'s' if self.devices != 1 else ''}, "
+                f"{'fits' if self.fits else 'does not fit'})")
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["items_per_joule"] = self.items_per_joule
@@ -216,6 +230,18 @@ class Report:
     #: Filled on a target: every launched kernel of the predicted schedule, and the chip's roofs.
     timeline: list[ScheduledKernel] = field(default_factory=list)
     ceilings: Ceilings | None = None
+
+    def __repr__(self) -> str:
+        """Name, target, time, FLOPs, params, the narrowest pipe and how many rows it holds: the
+        dataclass default prints every op row and timeline entry (1.2 MB for a timed llama-3-8b)."""
+        from ..render import units
+        ops = self.ops
+        rows = f"{len(ops):,} op rows" if getattr(ops, "built", True) else "op rows not built yet"
+        timed = (f", {units.seconds(self.timing.time_s)}, narrowest {self.timing.narrowest or '-'}"
+                 if self.timing else "")
+        return (f"Report({self.graph!r}" + (f" on {self.target}" if self.target else "") + f"{timed}, "
+                f"{units.flops(self.flops)}, {units.si(self.params)} params; {rows}, "
+                f"{len(self.timeline):,} timeline entries)")
 
     @property
     def time_s(self) -> float | None:
@@ -282,9 +308,28 @@ class Report:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Report:
-        """Read a report back from its JSON form (the per-op rows included)."""
+        """Read a report back from its JSON form (the per-op rows included); raises
+        :class:`ReportError` naming what is wrong (not a report, a newer version, a missing field)."""
+        if not isinstance(data, Mapping):
+            raise ReportError(f"Report.from_dict takes the parsed JSON object, got {type(data).__name__}"
+                              + (" (for JSON text use Report.from_json)" if isinstance(data, (str, bytes)) else ""))
         if data.get("format") != REPORT_FORMAT:
-            raise ValueError(f"not a narrowpipe report (format={data.get('format')!r})")
+            raise ReportError(f"not a narrowpipe report (its 'format' is {data.get('format')!r}, "
+                              f"not {REPORT_FORMAT!r})")
+        version = data.get("version")
+        if isinstance(version, bool) or not isinstance(version, int) or version > REPORT_VERSION:
+            raise ReportError(f"report version {version!r} is newer than this narrowpipe reads ({REPORT_VERSION})"
+                              if isinstance(version, int) and not isinstance(version, bool) else
+                              f"report version {version!r} is not a version number")
+        try:
+            return cls._read(data)
+        except KeyError as e:
+            raise ReportError(f"report JSON lacks the field {e.args[0]!r}") from None
+        except (TypeError, AttributeError, ValueError) as e:
+            raise ReportError(f"report JSON has a malformed field: {e}") from None
+
+    @classmethod
+    def _read(cls, data: Mapping[str, Any]) -> Report:
         names = {f.name for f in fields(OpRow)}
         rows = [OpRow(**{k: v for k, v in r.items() if k in names}) for r in data["ops"]]
         t = data["totals"]
@@ -298,6 +343,17 @@ class Report:
                    extra=dict(data.get("extra", {})), timing=_timing_from(data.get("timing")),
                    timeline=[ScheduledKernel.from_dict(k) for k in data.get("timeline", [])],
                    ceilings=Ceilings.from_dict(data["ceilings"]) if data.get("ceilings") else None)
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        """Read a report from the text :meth:`to_json` wrote."""
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ReportError(f"report JSON does not parse: {e}") from None
+        if not isinstance(data, dict):
+            raise ReportError(f"report JSON is not an object (it is a {type(data).__name__})")
+        return cls.from_dict(data)
 
     def plot_roofline(self, path: str | Path | None = None, *, top: int | None = None) -> Any:
         """The roofline of this timed report (every kernel a point on its target's ceilings), written

@@ -10,7 +10,7 @@ The pieces, in the order data flows: :mod:`.strategy` (the :class:`Parallel` val
 """
 
 from .plan import Plan, RunnerUp
-from .sharding import shard
+from .shard_api import shard
 from .stages import pipeline_stage
 from .strategy import Parallel
 

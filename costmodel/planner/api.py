@@ -3,6 +3,7 @@ will it fit, and how fast is one step?", as one call that returns a :class:`.Pla
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,7 +52,14 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
     planner = Planner(graph, target, devices, global_batch=global_batch, seq=seq, system=system, runtime=runtime,
                       optimizer=optimizer, expert_balance=expert_balance)
     fixed = _fixed(parallel)
-    result = search(planner, fixed, top=top)
+    if isinstance(parallel, Parallel):
+        _check_whole(parallel, devices)
+    try:
+        result = search(planner, fixed, top=top)
+    except PlanError as e:
+        if isinstance(parallel, Parallel) and str(e).startswith("no strategy"):
+            raise PlanError(f"{e}; {_WHOLE} {_dict_form(parallel)}") from None
+        raise
     stats = result.stats()
     notes = [f"search: {stats['considered']} strategies, {stats['pruned_memory']} pruned by parameter memory, "
              f"{stats['evaluated']} evaluated ({planner.cached_costs} block costs)", *result.notes]
@@ -65,6 +73,31 @@ def _graph(model: Any) -> Graph:
                     f"got {type(model).__name__}")
 
 
+_WHOLE = "a Parallel object fixes every field, its defaults included;"
+
+
+def _own(parallel: Parallel) -> dict[str, Any]:
+    """The fields ``parallel`` sets away from their defaults."""
+    base = Parallel()
+    return {k: getattr(parallel, k) for k in _FIXABLE if getattr(parallel, k) != getattr(base, k)}
+
+
+def _dict_form(parallel: Parallel) -> str:
+    own = _own(parallel)
+    return f"to fix only {', '.join(own) or 'some fields'} and search the rest, pass parallel={own!r}"
+
+
+def _check_whole(parallel: Parallel, devices: int) -> None:
+    """A Parallel object is a whole strategy: its mesh must use exactly ``devices`` devices. Said up
+    front, since ``Parallel(tp=2)`` means tp=2 and pp = dp = cp = 1, which users who meant "tp=2, search
+    the rest" read as a search failure."""
+    if parallel.devices != devices:
+        shown = ", ".join(f"{k}={v!r}" for k, v in _own(parallel).items())
+        raise PlanError(f"plan: parallel=Parallel({shown}) uses tp x pp x dp x cp = {parallel.tp} x "
+                        f"{parallel.pp} x {parallel.dp} x {parallel.cp} = {parallel.devices} devices, not the "
+                        f"{devices} planned for: {_WHOLE} {_dict_form(parallel)}")
+
+
 def _fixed(parallel: Mapping[str, Any] | Parallel | None) -> dict[str, Any]:
     if parallel is None:
         return {}
@@ -76,9 +109,11 @@ def _fixed(parallel: Mapping[str, Any] | Parallel | None) -> dict[str, Any]:
     out = dict(parallel)
     for k in ("tp", "pp", "dp", "cp", "ep", "microbatch", "zero", "interleave"):
         if k in out:
-            try:
-                out[k] = int(out[k])
-            except (TypeError, ValueError):
+            try:      # an integer, as Parallel takes: a string or a float is refused, not rounded
+                if isinstance(out[k], bool):
+                    raise TypeError
+                out[k] = operator.index(out[k])
+            except TypeError:
                 raise PlanError(f"plan: {k} must be an integer, got {out[k]!r}") from None
             if k != "zero" and out[k] < 1:
                 raise PlanError(f"plan: {k}={out[k]}: {k} must be >= 1 ({_MEANING[k]})")

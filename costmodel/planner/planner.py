@@ -29,6 +29,7 @@ from .blocks import Blocks, split_blocks
 from .expert_parallel import expert_param_numel
 from .memory import DeviceMemory, device_memory
 from .runtime import Runtime, get_runtime
+from .shard_api import heads_split
 from .step import CollectiveTimer, Layout, StepTime, layout, step_time
 from .strategy import Parallel
 from .weight_layout import _symbols
@@ -267,19 +268,8 @@ class Planner:
                             "causal context parallelism)")
 
     def heads_split(self, tp: int) -> str | None:
-        """None when ``tp`` divides the attention heads and the KV heads (query groups), else why not.
-        Megatron asserts both (num_attention_heads and num_query_groups divisible by the tensor-parallel
-        size), torch's tensor parallelism splits k/v projections by whole heads, and the cost model
-        shards a weight's columns without regard to heads (it would cost half a KV head per device)."""
-        spec = self.spec
-        if tp == 1 or spec is None:
-            return None
-        if spec.heads % tp:
-            return f"{spec.heads} attention heads do not split over tp={tp}"
-        if spec.kv_heads % tp:
-            return (f"{spec.kv_heads} KV heads (query groups) do not split over tp={tp} (Megatron needs "
-                    "num_query_groups divisible by the tensor-parallel size)")
-        return None
+        """None when ``tp`` divides the attention and KV heads, else why not (:func:`.shard_api.heads_split`)."""
+        return heads_split(self.spec, tp)
 
     def check_experts(self, ep: int, cp: int = 1) -> None:
         """Expert parallelism needs experts that ``ep`` divides, and no context parallelism."""

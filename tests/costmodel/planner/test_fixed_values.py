@@ -90,3 +90,24 @@ def test_a_uniform_runtime_interleaves_only_equal_chunks():
                                                            runtime="megatron-lm-2021"), {"tp": 1})}
     assert (4, 2) in core and (2, 4) in core                  # 12 layers in 8 chunks: uneven
     assert all(12 % (pp * v) == 0 for pp, v in old if v > 1) and (2, 3) in old and (4, 3) in old
+
+
+def test_a_parallel_object_is_a_whole_strategy_and_the_refusal_says_so(small):
+    """QA: ``Parallel(tp=2)`` on 16 devices was refused as 'no strategy ... satisfies {tp: 2, pp: 1,
+    dp: 1, ...}': its defaults (pp = dp = cp = 1) are fixed too, 2 x 1 x 1 x 1 = 2 devices, not 16."""
+    with pytest.raises(PlanError, match=r"parallel=Parallel\(tp=2\) uses tp x pp x dp x cp = 2 x 1 x 1 x 1 = 2 "
+                                        r"devices, not the 16 planned for: a Parallel object fixes every field.*"
+                                        r"pass parallel=\{'tp': 2\}"):
+        _plan(small, narrowpipe.Parallel(tp=2))   # type: ignore[arg-type]
+    # 16 devices but microbatch=5 divides no replica's 64 / 16 = 4 sequences: the hint comes with the reason
+    with pytest.raises(PlanError, match=r"microbatch=5.*a Parallel object fixes every field"):
+        _plan(small, narrowpipe.Parallel(dp=16, microbatch=5, global_batch=80))   # type: ignore[arg-type]
+    assert _plan(small, {"tp": 2}).parallel.tp == 2    # the dict form fixes tp alone
+
+
+@pytest.mark.parametrize("value", ["2", 2.0, True])
+def test_a_size_must_be_an_integer_in_the_dict_form_as_in_parallel(small, value):
+    with pytest.raises(PlanError, match=f"plan: tp must be an integer, got {value!r}"):
+        _plan(small, {"tp": value})
+    with pytest.raises(PlanError, match="parallel: tp must be a positive integer"):
+        narrowpipe.Parallel(tp=value)   # type: ignore[arg-type]

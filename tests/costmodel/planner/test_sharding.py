@@ -122,10 +122,10 @@ def test_a_torch_export_is_sharded_the_same_way_without_builder_names():
     assert local.flops_by_group["attention"] * 4 == full.flops_by_group["attention"]
 
 
-def test_heads_that_do_not_divide_fall_back_to_a_correct_program():
-    g = narrowpipe.transformer(1, 96, 6, 64, seq=16)          # 6 heads over tp=4
-    s = shard(g, Parallel(tp=4), dims={"batch": 1, "seq": 16})
-    assert narrowpipe.analyze(s).flops > 0                      # verified by NARROWPIPE_VERIFY
+def test_heads_that_do_not_divide_are_refused_as_the_planner_refuses_them():
+    g = narrowpipe.transformer(1, 96, 6, 64, seq=16)          # 6 heads over tp=4 (Megatron asserts heads % tp == 0)
+    with pytest.raises(PlanError, match="6 attention heads do not split over tp=4"):
+        shard(g, Parallel(tp=4), dims={"batch": 1, "seq": 16})
 
 
 def test_unbound_dims_are_a_plan_error():
