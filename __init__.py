@@ -33,7 +33,7 @@ from .costmodel.compare import Comparison, WhatIf, compare, whatif
 from .costmodel.diagnose import Diagnosis, diagnose
 from .costmodel.planner import Parallel, Plan, shard
 from .costmodel.planner.api import plan as _plan
-from .costmodel.report import Bottleneck, OpRow, Report, Timing, Unmodeled
+from .costmodel.report import Bottleneck, OpRow, Report, ReportError, Timing, Unmodeled
 from .costmodel.serving import ServingReport, serve, serving_graph
 from .costmodel.serving.capacity import CapacityPlan, plan_capacity
 from .costmodel.training import TrainingMemory, build_training_graph, training_memory
@@ -82,5 +82,5 @@ __all__ = [
     "Report", "OpRow", "Unmodeled", "Timing", "Bottleneck", "Comparison", "WhatIf", "Diagnosis", "NarrowpipeError",
     "FrontendError", "ModelLoadError", "UnsupportedOpError", "ShapeError", "IRError",
     "VerificationError", "UnboundDimError", "TargetSpecError", "UnknownTargetError", "__version__",
-    "plan", "Plan", "Parallel", "shard", "PlanError",
+    "plan", "Plan", "Parallel", "shard", "PlanError", "ReportError",
 ]
