@@ -105,9 +105,9 @@ def transformer(layers: int, hidden: int, heads: int, vocab: int, seq: int = 204
     unknown = sorted(set(variants) - fields)
     if unknown:
         raise NarrowpipeError(f"transformer: unknown argument(s) {', '.join(unknown)}")
-    for name, value in (("layers", layers), ("hidden", hidden), ("heads", heads), ("vocab", vocab)):
+    for arg, value in (("layers", layers), ("hidden", hidden), ("heads", heads), ("vocab", vocab)):
         if isinstance(value, bool) or not isinstance(value, int):     # "256" // 4 raised a TypeError
-            raise NarrowpipeError(f"transformer: {name} must be a whole number, got {value!r}")
+            raise NarrowpipeError(f"transformer: {arg} must be a whole number, got {value!r}")
     kv = kv_heads or heads
     spec = TransformerSpec(
         layers=layers, hidden=hidden, heads=heads, vocab=vocab, ffn=ffn or 4 * hidden, kv_heads=kv,

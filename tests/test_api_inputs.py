@@ -42,3 +42,8 @@ def test_one_example_tensor_is_the_positional_inputs() -> None:
 def test_the_torch_wrappers_show_their_signature_and_docstring_without_importing_torch_first() -> None:
     for fn in (narrowpipe.from_torch, narrowpipe.export, narrowpipe.save_pt2, narrowpipe.export_decode_step):
         assert "*args" not in str(inspect.signature(fn)) and len(inspect.getdoc(fn) or "") > 80
+
+
+def test_the_builder_keeps_the_name_it_is_given() -> None:
+    assert narrowpipe.transformer(2, 64, 4, 100, seq=8, name="tiny").name == "tiny"
+    assert narrowpipe.transformer(2, 64, 4, 100, seq=8).name == "transformer"
