@@ -25,23 +25,29 @@ from collections.abc import Collection
 
 from ..ir import VIEW_OPS, Graph, Node, Op, Value
 
-__all__ = ["is_weight_dequant", "weight_derived", "runs_in_gemm", "fused_dequant", "dequant_behind"]
+__all__ = ["WEIGHT_PATH", "is_stored_weight", "is_weight_dequant", "weight_derived", "runs_in_gemm", "fused_dequant",
+           "dequant_behind"]
 
-#: ops a weight passes through unchanged in value on its way to a dequantization
-_PASS = frozenset({*VIEW_OPS, Op.PERMUTE, Op.COPY, Op.CAST})
+#: ops a weight passes through on its way to a GEMM in an exported graph (``t``, views, casts, its
+#: dequantization): what it is, seen through them, is still the stored weight
+WEIGHT_PATH = frozenset({*VIEW_OPS, Op.PERMUTE, Op.CAST, Op.COPY, Op.DEQUANTIZE})
 _GEMMS = frozenset({Op.DOT, Op.GROUPED_DOT, Op.CONV})
 
 
-def is_weight_dequant(node: Node) -> bool:
-    """``node`` dequantizes a stored weight (its data operand is a parameter, buffer or constant,
-    seen through views and layout changes): no activation goes into it."""
-    if node.op is not Op.DEQUANTIZE or not node.inputs or node.inputs[0] is None:
-        return False
-    v = node.inputs[0]
-    while v.producer is not None and v.producer.op in _PASS and v.producer.inputs and \
-            v.producer.inputs[0] is not None:
-        v = v.producer.inputs[0]
+def is_stored_weight(v: Value) -> bool:
+    """``v`` is a parameter, buffer or constant, or one seen through :data:`WEIGHT_PATH`."""
+    while v.producer is not None and v.producer.op in WEIGHT_PATH and v.producer.inputs:
+        first = v.producer.inputs[0]
+        if first is None:
+            return False
+        v = first
     return v.producer is None and v.kind.is_weight
+
+
+def is_weight_dequant(node: Node) -> bool:
+    """``node`` dequantizes a stored weight: no activation goes into it."""
+    first = node.inputs[0] if node.op is Op.DEQUANTIZE and node.inputs else None
+    return first is not None and is_stored_weight(first)
 
 
 def weight_derived(graph: Graph) -> set[Value]:

@@ -35,9 +35,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NarrowpipeError, NarrowpipeWarning
-from ...ir import VIEW_OPS, DType, Graph, Node, TensorType, Value, node_subgraphs
+from ...ir import DType, Graph, Node, TensorType, Value, node_subgraphs
 from ...ir.ops import Op
 from ..costcache import forget
+from ..dequant_fusion import WEIGHT_PATH, is_stored_weight
 from ..precision import with_precision
 from .block_scales import add_block_scales
 
@@ -135,23 +136,9 @@ def _weights_not_applied(graph: Graph, dtype: DType) -> str:
 _GEMMS = (Op.DOT, Op.GROUPED_DOT)
 #: the layers whose weights a weight format quantizes (the module doc says why convolutions too)
 _QUANTIZED_LAYERS = (*_GEMMS, Op.CONV)
-#: ops a weight passes through on its way to a GEMM in an exported graph (``t``, views, casts)
-_WEIGHT_PATH = frozenset({*VIEW_OPS, Op.PERMUTE, Op.CAST, Op.COPY, Op.DEQUANTIZE})
-
-
-def _is_weight(v: Value) -> bool:
-    """``v`` is a weight, or a weight seen through transposes, views and casts."""
-    while v.producer is not None and v.producer.op in _WEIGHT_PATH and v.producer.inputs:
-        first = v.producer.inputs[0]
-        if first is None:
-            return False
-        v = first
-    return v.producer is None and v.kind.is_weight
-
-
 def _reads_against_weight(node: Node, v: Value) -> bool:
     """``node`` is a GEMM that multiplies ``v`` by a weight (a linear layer, not attention's Q K^T or P V)."""
-    return node.op in _GEMMS and any(u is not None and u is not v and _is_weight(u) for u in node.inputs)
+    return node.op in _GEMMS and any(u is not None and u is not v and is_stored_weight(u) for u in node.inputs)
 
 
 def _readers_through_weight_path(v: Value, users: dict[Value, list[Node]]) -> list[Node]:
@@ -160,7 +147,7 @@ def _readers_through_weight_path(v: Value, users: dict[Value, list[Node]]) -> li
     todo = [v]
     while todo:
         for node in users.get(todo.pop(), []):
-            if node.op in _WEIGHT_PATH and node.inputs and node.inputs[0] is not None and node.outputs:
+            if node.op in WEIGHT_PATH and node.inputs and node.inputs[0] is not None and node.outputs:
                 todo.extend(node.outputs)
             else:
                 out.append(node)
