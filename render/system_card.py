@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich import box
 from rich.console import Group
-from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from ..backends.registry import SYSTEMS_DIR, get_system
 from ..backends.tomlio import read_toml
-from .target_card import _rows, source_legend
+from .target_card import _rows, field_table, source_legend
 
 __all__ = ["system_card"]
 
@@ -27,10 +24,6 @@ def system_card(name: str) -> Group:
     system = get_system(name)
     doc: dict[str, Any] = dict(read_toml(SYSTEMS_DIR / f"{system.name}.toml"))
     sources = doc.get("sources", {})
-    tab = Table(title=f"{system.display_name} ({system.name}, {system.devices} x {system.chip})",
-                title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("field", "value", "source"):
-        tab.add_column(col, overflow="fold", no_wrap=col == "field")
     rows: list[tuple[str, str, str]] = []
     for key, value in doc.items():
         if isinstance(value, dict) and key != "sources":
@@ -38,8 +31,7 @@ def system_card(name: str) -> Group:
     rows = _rows({k: v for k, v in doc.items() if not isinstance(v, dict)}, sources) + rows
     # a source names the field without its unit suffix ("scale_up.bandwidth" for "_gbps")
     rows = [(label, value, source or sources.get(label.rsplit("_", 1)[0], "")) for label, value, source in rows]
-    for label, value, source in rows:
-        tab.add_row(label, escape(value), escape(source))
+    tab = field_table(f"{system.display_name} ({system.name}, {system.devices} x {system.chip})", rows)
     legend = source_legend(rows)
     parts: list[Any] = [tab]
     if system.notes:

@@ -22,7 +22,7 @@ from rich.text import Text
 from ..backends import Target, source_refs, target_to_dict
 from ..backends.kernel_checks import copied_from, kernel_check
 
-__all__ = ["target_card", "cited_keys", "check_lines", "source_legend"]
+__all__ = ["target_card", "cited_keys", "check_lines", "source_legend", "field_table"]
 
 
 def _rows(table: Mapping[str, Any], sources: Mapping[str, str], prefix: str = "") -> list[tuple[str, str, str]]:
@@ -60,14 +60,8 @@ def target_card(target: Target) -> Group:
     """The table of fields (as written in a spec file, human units) and the legend of sources."""
     doc = target_to_dict(target)
     sources = doc.get("sources", {})
-    tab = Table(title=f"{target.display_name} ({target.name}, {target.family})", title_justify="left",
-                box=box.SIMPLE_HEAD)
-    tab.add_column("field", no_wrap=True)
-    tab.add_column("value", overflow="fold")
-    tab.add_column("source", overflow="fold")
     rows = _rows(doc, sources)
-    for label, value, source in rows:
-        tab.add_row(label, escape(value), escape(source))
+    tab = field_table(f"{target.display_name} ({target.name}, {target.family})", rows)
     legend = source_legend(rows)
     parts: list[Any] = [tab]
     if target.notes:
@@ -76,6 +70,17 @@ def target_card(target: Target) -> Group:
     if legend:
         parts += [Text("sources:", style="bold"), legend]
     return Group(*parts)
+
+
+def field_table(title: str, rows: list[tuple[str, str, str]]) -> Table:
+    """The card's table: each field as the file spells it, its value and its source."""
+    tab = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    tab.add_column("field", no_wrap=True)
+    tab.add_column("value", overflow="fold")
+    tab.add_column("source", overflow="fold")
+    for label, value, source in rows:
+        tab.add_row(label, escape(value), escape(source))
+    return tab
 
 
 def source_legend(rows: list[tuple[str, str, str]]) -> Text:
