@@ -12,6 +12,7 @@ from typing import Any
 
 from ...backends import Target
 from ...errors import TraceError
+from ...frontends.trace.call import ImpossibleCall
 from ...frontends.trace.collectives import collective_graph, collective_kind
 from ...frontends.trace.lower import Call, lower_call
 from ...frontends.trace.read import Event, parse_dtype
@@ -22,7 +23,6 @@ from ..execution.common import TimingOptions, matrix_rate, memory_time, transcen
 from ..execution.gemm import kernel_gemms
 from ..interpreter import interpret
 from ..timing import time_program
-from .checks import contraction_mismatch
 
 __all__ = ["Costed", "Coster"]
 
@@ -65,9 +65,10 @@ class Coster:
     def op(self, ev: Event) -> Costed | None:
         key = ev.signature()
         if key not in self.cache:
-            graph = lower_call(Call(ev.name, ev.inputs(), ev.concrete(), self.default_dtype))
-            if graph is None and (why := contraction_mismatch(ev.name, ev.inputs())):
-                raise TraceError(self.path, f"op {ev.name!r} at ts {ev.ts:g} us: {why}")
+            try:
+                graph = lower_call(Call(ev.name, ev.inputs(), ev.concrete(), self.default_dtype), impossible=True)
+            except ImpossibleCall as why:
+                raise TraceError(self.path, f"op {ev.name!r} at ts {ev.ts:g} us: {why}") from None
             self.cache[key] = self._cost(graph) if graph is not None else None
         return self.cache[key]
 

@@ -16,13 +16,19 @@ from typing import Any
 from ...ir import DType, Graph, Op, TensorType, Value
 from .read import TensorArg
 
-__all__ = ["Call", "GraphBuilder", "Builder", "registrar", "ints", "int_arg", "bool_arg", "bool_mask", "per_dim",
-           "dtype_code", "broadcast"]
+__all__ = ["ImpossibleCall", "Call", "GraphBuilder", "Builder", "registrar", "ints", "int_arg", "bool_arg", "bool_mask",
+           "per_dim", "dtype_code", "broadcast"]
 
 _SCALAR_TYPES = {0: DType.UINT8, 1: DType.INT8, 2: DType.INT16, 3: DType.INT32, 4: DType.INT64,
                  5: DType.FP16, 6: DType.FP32, 7: DType.FP64, 9: DType.COMPLEX64, 10: DType.COMPLEX128,
                  11: DType.BOOL, 15: DType.BF16, 23: DType.FP8_E5M2, 24: DType.FP8_E4M3,
                  25: DType.FP8_E5M2, 26: DType.FP8_E4M3}
+
+
+class ImpossibleCall(Exception):
+    """Recorded arguments no real call could have (a contraction whose contracted dims differ: torch
+    raises before any kernel runs), so the trace is damaged. Not a ``ValueError``: :func:`.lower.lower_call`
+    turns those into "unmapped", and this must reach the reader as an error naming the op."""
 
 
 @dataclass(frozen=True)

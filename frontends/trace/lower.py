@@ -20,7 +20,7 @@ from ...ir import Graph
 from . import matmul as diagnose_aten_matmul
 from . import tensor as diagnose_aten_tensor
 from . import vector as diagnose_aten_vector
-from .call import Builder, Call
+from .call import Builder, Call, ImpossibleCall
 from .collectives import collective_graph, collective_kind
 from .out_args import drops_out_arg
 from .read import TensorArg
@@ -63,8 +63,10 @@ def _key(base: str) -> str | None:
     return None
 
 
-def lower_call(call: Call) -> Graph | None:
-    """The recorded call as a tiny IR graph (one canonical op, plus a bias add), or None if unmapped."""
+def lower_call(call: Call, impossible: bool = False) -> Graph | None:
+    """The recorded call as a tiny IR graph (one canonical op, plus a bias add), or None if unmapped.
+    ``impossible``: a call no real run could have made (:class:`.call.ImpossibleCall`) raises instead
+    of reading as unmapped (the diagnosis refuses a damaged trace)."""
     if not call.name.startswith("aten::"):
         return None
     key = _key(call.base)
@@ -74,6 +76,10 @@ def lower_call(call: Call) -> Graph | None:
         call = replace(call, inputs=call.inputs[:-1], concrete=call.concrete[:-1])   # the out= buffer
     try:
         return _BUILDERS[key](replace(call, key=key))
+    except ImpossibleCall:
+        if impossible:
+            raise
+        return None
     except (IndexError, ValueError, ZeroDivisionError, TypeError, AttributeError):
         return None   # recorded arguments that do not fit the op's schema: unmodeled, not a crash
 

@@ -11,7 +11,19 @@ from __future__ import annotations
 from math import ceil
 
 from ...ir import DType, Graph, Op, TensorType
-from .call import Builder, Call, GraphBuilder, bool_arg, bool_mask, broadcast, dtype_code, int_arg, per_dim, registrar
+from .call import (
+    Builder,
+    Call,
+    GraphBuilder,
+    ImpossibleCall,
+    bool_arg,
+    bool_mask,
+    broadcast,
+    dtype_code,
+    int_arg,
+    per_dim,
+    registrar,
+)
 from .read import TensorArg
 
 __all__ = ["BUILDERS"]
@@ -25,14 +37,18 @@ _register = registrar(BUILDERS)
 
 def _dot(c: Call, lhs: TensorArg | None, rhs: TensorArg | None, lc: tuple[int, ...], rc: tuple[int, ...],
          lb: tuple[int, ...] = (), rb: tuple[int, ...] = (), bias: TensorArg | None = None,
-         out_dtype: DType | None = None) -> Graph | None:
+         out_dtype: DType | None = None, at: tuple[int, int] = (0, 1)) -> Graph | None:
+    """``at``: the call's input positions of ``lhs`` and ``rhs``, for the error that names them."""
     if lhs is None or rhs is None:
         return None
     ls, rs = lhs.shape, rhs.shape
     if any(d >= len(ls) for d in lc + lb) or any(d >= len(rs) for d in rc + rb):
         return None
-    if [ls[d] for d in lc] != [rs[d] for d in rc]:
-        return None
+    left, right = [ls[d] for d in lc], [rs[d] for d in rc]
+    if left != right:
+        raise ImpossibleCall(f"inputs {at[0]} {list(ls)} and {at[1]} {list(rs)} disagree on the contracted dim "
+                             f"({', '.join(map(str, left))} vs {', '.join(map(str, right))}): no such call runs "
+                             "(torch raises before any kernel)")
     batch = broadcast([tuple(ls[d] for d in lb), tuple(rs[d] for d in rb)])
     if batch is None:
         return None
@@ -56,7 +72,7 @@ def _mm(c: Call) -> Graph | None:
 @_register("addmm", "addmv")
 def _addmm(c: Call) -> Graph | None:
     a = c.t(1)
-    return _dot(c, a, c.t(2), (len(a.shape) - 1,), (0,), bias=c.t(0)) if a and a.shape else None
+    return _dot(c, a, c.t(2), (len(a.shape) - 1,), (0,), bias=c.t(0), at=(1, 2)) if a and a.shape else None
 
 
 @_register("bmm")
@@ -66,7 +82,7 @@ def _bmm(c: Call) -> Graph | None:
 
 @_register("baddbmm")
 def _baddbmm(c: Call) -> Graph | None:
-    return _dot(c, c.t(1), c.t(2), (2,), (1,), (0,), (0,), bias=c.t(0))
+    return _dot(c, c.t(1), c.t(2), (2,), (1,), (0,), (0,), bias=c.t(0), at=(1, 2))
 
 
 @_register("linear")
