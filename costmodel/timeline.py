@@ -247,7 +247,7 @@ def _pipelined(program: Program, schedule: Schedule,
         out.append(_entry(k, one, chip, clock[chip], busy, transfer, unmodeled, share=share, passes=m,
                           every_s=stages[chip].every_s if m > 1 else 0.0, pass_s=pass_s,
                           pass_transfer_s=min(max(transfer - hop_latency, 0.0) / m, pass_s),
-                          reread_s=(m - 1) * reads, executed_flops=round(t.executed_flops * share)))
+                          reread_s=(m - 1) * reads, executed_flops=round(one.executed_flops)))
         clock[chip] += pass_s
     return out
 
