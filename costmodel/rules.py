@@ -97,13 +97,15 @@ def conv(v: OpView) -> Cost:
     x, w = v.shape(0), v.shape(1)
     transposed = bool(v.attrs.get("transposed", False))
     if v.attrs.get("role") == "grad_weight":
-        # Inputs (x, grad_out), output the weight gradient; torch counts it as a conv over the
-        # transposed tensors: kernel positions x grad (or input, if transposed) positions x channels.
+        # Inputs (x, grad_out), output the weight gradient: each weight element sums its group's
+        # products over the batch and the grad (or input, if transposed) positions, the forward's
+        # work: kernel x positions x Cin x Cout / groups. torch.utils.flop_counter (2.13) leaves out
+        # the / groups (a depthwise Conv1d's weight gradient read 128x its forward; pytorch/pytorch
+        # PR 183405 divides it): narrowpipe counts the work done, equal to torch's where groups = 1.
         grad, kernel = w, v.out_shapes[0][2:]
-        if transposed:
-            flops = 2 * prod(kernel) * prod(x[2:]) * grad[1] * x[1] * x[0]
-        else:
-            flops = 2 * prod(kernel) * prod(grad[2:]) * x[1] * grad[1] * grad[0]
+        groups = int(v.attrs.get("groups", 1))
+        positions = prod(x[2:]) if transposed else prod(grad[2:])
+        flops = 2 * prod(kernel) * positions * x[1] * grad[1] * grad[0] // groups
         return _traffic(v, flops)
     spatial = (x if transposed else v.out_shapes[0])[2:]
     flops = 2 * x[0] * w[0] * w[1] * prod(w[2:]) * prod(spatial)

@@ -148,7 +148,8 @@ def test_sdpa_export_trains_with_the_eager_matmul_count_plus_fused_attention():
 def test_convolutional_net_matches_flop_counter_over_backward():
     """Strided, grouped and transposed convolutions, batch norm in training mode, pooling, a linear
     head: FlopCounterMode's ``convolution_backward`` and ``mm`` counts, exactly (the first conv's
-    input is data, so it gets no input gradient)."""
+    input is data, so it gets no input gradient), but for the grouped conv's weight gradient, which
+    torch 2.13's counter takes as ungrouped (groups x the work: pytorch/pytorch PR 183405)."""
     torch.manual_seed(0)
     nn = torch.nn
     model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
@@ -159,7 +160,20 @@ def test_convolutional_net_matches_flop_counter_over_backward():
     with FlopCounterMode(display=False) as counter:
         model(x).sum().backward()
     report = narrowpipe.analyze(build_training_graph(graph), strict=True)
-    assert report.modeled_flops == counter.get_total_flops()
+    # the groups=2 conv at 8x8: its weight gradient is its forward's 2 N Cout (Cin/g) k^2 HW
+    grouped_wgrad = 2 * 2 * 16 * (8 // 2) * 3 * 3 * 8 * 8
+    assert report.modeled_flops == counter.get_total_flops() - (2 - 1) * grouped_wgrad
+
+
+def test_a_depthwise_weight_gradient_is_the_forward_work_not_channels_squared():
+    """A depthwise Conv1d (Mamba's): dW[c, 0, j] = sum over b, l of dY[b, c, l] x[b, c, l + j], the
+    forward's N C L_out k multiply-adds; torch 2.13's counter reads C^2 (128x here)."""
+    conv = torch.nn.Conv1d(128, 128, 4, groups=128, padding=3)
+    graph = narrowpipe.from_torch(conv, (torch.randn(2, 128, 16),))
+    rows = narrowpipe.analyze(build_training_graph(graph), strict=True).ops
+    forward = 2 * 2 * 128 * 19 * 4                             # output length 16 + 2 x 3 - 4 + 1 = 19
+    (wgrad,) = [r for r in rows if r.name.endswith("grad_weight")]
+    assert wgrad.flops == forward == 38_912
 
 
 def test_a_channel_bias_gradient_sums_over_batch_and_space():
