@@ -43,11 +43,25 @@ from .step import build_training_graph, is_training_graph
 __all__ = ["TrainingMemory", "training_memory", "TERMS"]
 
 TERMS = ("weights", "gradients", "optimizer_states", "activations", "temporary")
-_LEVERS = {"weights": "shard the weights: zero=3 (FSDP) over dp, or more tp/pp",
-           "gradients": "shard the gradients: zero>=2 over dp, or more tp/pp",
-           "optimizer_states": "shard the optimizer states: zero>=1 over dp, or more tp/pp",
-           "activations": "recompute (selective, then full), a smaller microbatch, or more tp",
-           "temporary": "a smaller microbatch, or more tp"}
+#: term -> (the ZeRO stage that shards it, what else shrinks it)
+_ZERO_STAGE = {"weights": 3, "gradients": 2, "optimizer_states": 1}
+
+
+def _lever(term: str, config: dict[str, Any]) -> str:
+    """What would shrink ``term``, leaving out what the configuration already does (ZeRO-3 over dp=8
+    was told to 'shard the optimizer states: zero>=1')."""
+    if term in _ZERO_STAGE:
+        stage, zero, dp = _ZERO_STAGE[term], int(config.get("zero") or 0), int(config.get("dp") or 1)
+        what = term.replace("_", " ")
+        if zero >= stage:
+            return f"more devices for the {what} (a larger dp than {dp}, already sharded by zero={zero}), or more tp/pp"
+        return f"shard the {what}: zero{'=' if stage == 3 else '>='}{stage} over dp, or more tp/pp"
+    recompute = config.get("recompute")
+    if term == "activations":
+        steps = {"none": "recompute (selective, then full), ", "selective": "full recompute, "}.get(
+            str(recompute), "" if recompute == "full" else "recompute (selective, then full), ")
+        return f"{steps}a smaller microbatch, or more tp"
+    return "a smaller microbatch, or more tp"
 
 
 def _gb(n: float) -> str:
@@ -102,7 +116,7 @@ class TrainingMemory:
         lead = "alone exceed" if first == "weights" else "cross"
         parts.append(f"{first.replace('_', ' ')} {lead} the capacity by {_gb(amount)}")
         parts += [f"{t.replace('_', ' ')} add {_gb(b)}" for t, b in over[1:]]
-        return "; ".join(parts) + f". Try: {_LEVERS[first]}."
+        return "; ".join(parts) + f". Try: {_lever(first, self.config)}."
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "total": self.total}

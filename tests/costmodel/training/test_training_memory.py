@@ -116,6 +116,16 @@ def test_overflow_names_the_term_and_the_bytes_over():
     assert set(sharded.terms()) == set(TERMS)
 
 
+def test_the_advice_leaves_out_what_the_configuration_already_does():
+    """Optimizer states over the capacity under ZeRO-3 over dp=8: more devices, not 'zero>=1'."""
+    g = narrowpipe.transformer(layers=32, hidden=4096, heads=32, vocab=32000, ffn=14336, kv_heads=8,
+                               gated_mlp=True, experts=8, top_k=2, seq=4096)     # Mixtral-8x7B sizes
+    m = training_memory(g, microbatch=1, zero=3, dp=8, recompute="full")
+    assert m.overflow("h100")[0][0] == "optimizer_states"
+    text = m.explain("h100")
+    assert "zero>=1" not in text and "a larger dp than 8, already sharded by zero=3" in text
+
+
 def test_weights_alone_overflowing_say_so():
     g = narrowpipe.transformer(layers=80, hidden=8192, heads=64, vocab=128256, ffn=28672, kv_heads=8,
                                gated_mlp=True, seq=2048)   # Llama-3-70B sizes: 141 GB of bf16 weights
