@@ -96,9 +96,32 @@ def get_target(spec: str | os.PathLike[str] | Target) -> Target:
     if not isinstance(spec, (str, os.PathLike)):
         raise UnknownTargetError(f"expected a target name or path, got {spec!r}")
     if _is_path(spec):
+        if is_system_file(spec):
+            raise TargetSpecError(_system_as_chip(get_system(spec), os.fspath(spec)))
         return load_target_file(spec)
-    target: Target = _targets().lookup(os.fspath(spec), "target")
+    try:
+        target: Target = _targets().lookup(os.fspath(spec), "target")
+    except UnknownTargetError:
+        system = _system_named(os.fspath(spec))
+        if system is None:
+            raise
+        raise UnknownTargetError(_system_as_chip(system, os.fspath(spec))) from None
     return target
+
+
+def _system_named(spec: str) -> System | None:
+    """The catalog system ``spec`` names, or None."""
+    try:
+        found: System = _systems().lookup(spec, "system")
+    except UnknownTargetError:
+        return None
+    return found
+
+
+def _system_as_chip(system: System, spec: str) -> str:
+    """Why a system given where one chip is timed is refused, and what to give instead."""
+    return (f"{spec} is a system ({system.devices} x {system.chip}), not a chip: this command times one "
+            f"chip (give {system.chip!r}); plan and serve take the system (--target or --system)")
 
 
 def is_system_file(spec: object) -> bool:
@@ -120,6 +143,14 @@ def chip_and_system(spec: str | os.PathLike[str] | Target) -> tuple[Target, Syst
     if not isinstance(spec, Target) and is_system_file(spec):
         system = get_system(spec)
         return system.target(), system
+    if isinstance(spec, str) and not _is_path(spec):
+        try:
+            return get_target(spec), None
+        except UnknownTargetError:
+            named = _system_named(spec)      # a catalog system's name (dgx-h100) where a chip may stand
+            if named is None:
+                raise
+            return named.target(), named
     return get_target(spec), None
 
 

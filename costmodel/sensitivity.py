@@ -8,7 +8,7 @@ and layout changes, not just the share of time a resource is bound.
 from __future__ import annotations
 
 from ..backends import Target
-from ..backends.scaling import sram_is_main_memory
+from ..backends.scaling import RESOURCE_FIELDS, sram_is_main_memory
 from .execution import DeviceGroup, Program
 from .timing import time_program
 
@@ -21,7 +21,9 @@ RESOURCE_DOUBLINGS: dict[str, dict[str, float]] = {
     # a dataflow chip's external tier (MemoryX, DDR): a weight-streaming layout's kernels are
     # memory-bound on it, and doubling the on-chip memory alone leaves them where they are
     "external memory": {"external_memory_bandwidth": 2.0},
-    "interconnect": {"interconnect_bandwidth": 2.0},
+    # the pipe's time is its links' latency plus bytes over their bandwidth: doubling the pipe halves
+    # both (a chip whose catalog gives its links a latency but no bandwidth is still interconnect-bound)
+    "interconnect": {"interconnect_bandwidth": 2.0, "link_latency": 0.5},
     "overhead": {"launch_overhead": 0.5},
 }
 
@@ -41,8 +43,8 @@ def speedups_if_doubled(program: Program, devices: DeviceGroup, base_s: float) -
 def _has_resource(target: Target, name: str) -> bool:
     if name == "onchip_bandwidth":       # where the SRAM is the main memory, memory_bandwidth is it
         return target.onchip_bandwidth is not None and not sram_is_main_memory(target)
-    if name == "interconnect_bandwidth":
-        return bool(target.scale_up_bandwidth or target.scale_out_bandwidth)
+    if name in ("interconnect_bandwidth", "link_latency"):   # any of the links' fields the target sets
+        return any(getattr(target, f, None) for f in RESOURCE_FIELDS[name])
     if name == "external_memory_bandwidth":
         return bool(getattr(target, "external_memory_bandwidth", 0.0))
     if name == "vector_flops":

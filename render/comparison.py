@@ -297,6 +297,9 @@ def print_whatif(w: WhatIf, console: Console | None = None) -> None:
     if a.fits != b.fits:
         console.print(Text(f"the model {'fits' if b.fits else 'no longer fits'} the modified chip "
                            f"({'it did not fit' if b.fits else 'it fit'} the base)", style="bold"))
+    # the model's counting notes (a dim outside the exported range, unmodeled ops), as analyze prints
+    for note in w.base.notes:
+        console.print(Text(f"note: {note}", style="yellow"))
     # notes both sides share (the model does not fit either) are printed too: a what-if showed
     # only the modified side's new notes, and a model too large for both read as a plain speed-up
     for note in a.notes:

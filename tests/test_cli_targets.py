@@ -121,6 +121,41 @@ def test_every_report_carries_resource_speedups():
     assert abs(sum(row.time_s or 0 for row in r.ops) - r.time_s) < 1e-9 * r.time_s
 
 
+def test_interconnect_doubling_covers_links_given_only_as_a_latency():
+    """SambaNova's catalog gives its chip-to-chip links a latency and no bandwidth, so its BERT run
+    is interconnect-bound on latency: "if doubled" left interconnect out and named memory the
+    narrowest pipe (1.07x) while halving the link latency runs 1.5x faster."""
+    r = narrowpipe.analyze(load_example("bert-base"), "sambanova-sn40l", seq=128)
+    halved = narrowpipe.whatif(load_example("bert-base"), "sambanova-sn40l", {"link_latency": 0.5}, seq=128)
+    assert r.timing.bound_mix.get("interconnect", 0) > 0.5
+    assert r.timing.speedup_if_doubled["interconnect"] == pytest.approx(halved.speedup, rel=1e-9)
+    assert r.timing.narrowest == "interconnect"
+
+
+def test_whatif_prints_the_models_notes(capsys, monkeypatch):
+    """The dim-range note analyze prints (seq=1 below the exported range) was missing from whatif."""
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["whatif", "llama-3-8b", "--target", "h100", "--set", "seq=1", "--scale", "memory_bandwidth=2"]) == 0
+    assert "seq=1 is outside the range the graph was exported for" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_system_where_one_chip_is_timed_is_refused_with_its_chip(capsys, tmp_path):
+    """A system (by name or file) given to analyze said "missing required field 'family'"; serve and
+    plan take it (by name too)."""
+    import shutil
+
+    from narrowpipe.backends.registry import SYSTEMS_DIR
+    path = tmp_path / "dgx-h100.toml"
+    shutil.copy(SYSTEMS_DIR / "dgx-h100.toml", path)
+    for spec in ("dgx-h100", str(path)):
+        assert main(["analyze", "gpt2", "--target", spec]) == 2
+        err = capsys.readouterr().err
+        assert "is a system (8 x h100-sxm), not a chip" in err and "'h100-sxm'" in err
+    assert main(["serve", "llama-3-8b", "--target", "dgx-h100", "--mode", "decode", "--batch", "8",
+                 "--context", "1024"]) == 0
+    assert "on h100-sxm" in capsys.readouterr().out
+
+
 def test_targets_listing_and_show(capsys):
     assert main(["targets"]) == 0
     assert "groq-lpu" in capsys.readouterr().out
