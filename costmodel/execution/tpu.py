@@ -13,7 +13,9 @@ TensorCores (rows are split over arrays left idle); time = rounds x cycles per f
 the achievable efficiency. The cycle rate follows from the dtype's peak
 (peak = MXUs x dim^2 x 2 x clock), so int8's doubled rate and what-if changes of the peak carry
 through. Attention runs as its two contractions plus exp on the VPU; causal query blocks of one MXU
-tile above the diagonal are skipped (:func:`.common.causal_fraction`).
+tile above the diagonal are skipped (:func:`.common.causal_fraction`). With few query rows per K/V
+head (decode), the arrays pass one key per cycle per contraction; on a chip that lists its vector
+cores' rate (Gaudi 3's TPCs) the dot products run there where that is faster.
 Vector work runs on the VPU; XLA-style fusion keeps elementwise chains in one kernel.
 """
 
@@ -25,6 +27,7 @@ from typing import NamedTuple
 
 from ...backends import TpuTarget
 from ...backends.defaults import MXUS_PER_TENSORCORE, TPU_SUBLANE_ROWS, default_value
+from ...ir import DType
 from ..kernels import Kernel
 from .common import (
     KernelTime,
@@ -35,6 +38,7 @@ from .common import (
     memory_time,
     roofline,
     transcendental_rate,
+    vector_rate,
 )
 from .gemm import Gemm, attention_shape
 from .program import Program
@@ -103,6 +107,15 @@ def systolic_time(batch: int, m: int, n: int, k: int, peak: float, eff: float,
     return cycles / f.clock / eff, executed
 
 
+def _vector_attention(kernel: Kernel, dtype: DType, exp_s: float, target: TpuTarget) -> float | None:
+    """Seconds of an attention's dot products on the vector cores (its FLOPs at the listed vector
+    rate, then its exps on the same units), or None where the target lists no vector rate: an
+    assumed fraction of the matrix rate must not decide which unit runs it."""
+    if not target.vector_flops:
+        return None
+    return kernel.cost.flops / vector_rate(target, dtype).flops_per_s + exp_s
+
+
 class TpuModel(SequentialModel):
     family = "tpu"
     default_fusion = "full"
@@ -143,6 +156,14 @@ class TpuModel(SequentialModel):
             qk, pv, e1, e2 = 3 * qk, 2 * pv, 3 * e1, 2 * e2
         compute = max((qk + pv) * frac, exp)
         mem = memory_time(target, kernel.cost.bytes)
+        vector = _vector_attention(kernel, s.dtype, exp, target)
+        if vector is not None and vector < compute:
+            # few query rows per K/V head (decode): the arrays pass one key per cycle per contraction,
+            # slower than the vector cores' dot products (Gaudi's TPCs); the compiler picks the faster
+            vrate = vector_rate(target, s.dtype)
+            return roofline(vector, mem, 0.0, target.launch_overhead, "VPU", peak_flops=vrate.flops_per_s,
+                            flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=target.memory_bandwidth,
+                            executed_flops=kernel.cost.flops * frac, note=vrate.note)
         return roofline(compute, mem, 0.0, target.launch_overhead, "MXU + VPU", peak_flops=rate.flops_per_s,
                         flops=kernel.cost.flops, nbytes=kernel.cost.bytes, bandwidth=target.memory_bandwidth,
                         executed_flops=(e1 + e2) * frac, note=rate.note)
