@@ -27,7 +27,7 @@ from .cost import ZERO, Cost
 from .experts import active_experts, node_expert_rows
 from .opview import OpView
 from .rules_vision import VISION_RULES, _traffic
-from .shape_checks import check_broadcast, check_contraction, check_gather, check_view, shape_error
+from .shape_checks import check_broadcast, check_contraction, check_gather, check_view, check_window, shape_error
 
 __all__ = ["RULES", "rule_for", "has_rule", "NORM_FLOPS_PER_ELEMENT", "NORM_GRAD_FLOPS_PER_ELEMENT", "Rule"]
 
@@ -94,6 +94,7 @@ def conv(v: OpView) -> Cost:
     The spatial positions are the output's for a forward conv and the input's for a transposed one,
     exactly as ``torch.utils.flop_counter`` counts them.
     """
+    check_window(v)
     x, w = v.shape(0), v.shape(1)
     transposed = bool(v.attrs.get("transposed", False))
     if v.attrs.get("role") == "grad_weight":

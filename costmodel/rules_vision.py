@@ -8,6 +8,7 @@ from math import log2, prod
 from ..ir import Op
 from .cost import Cost
 from .opview import OpView
+from .shape_checks import check_window
 
 __all__ = ["VISION_RULES"]
 
@@ -19,6 +20,7 @@ def _traffic(v: OpView, flops: int = 0, transcendentals: int = 0) -> Cost:
 
 def pool(v: OpView) -> Cost:
     """Max/average pooling: one FLOP per window element per output element."""
+    check_window(v)
     window = prod(v.attrs.get("kernel", ()) or (1,))
     if v.attrs.get("role") == "grad":   # inputs (dy, x): each output gradient spread over its window
         return _traffic(v, v.out_numel() if v.attrs.get("global_pool") else v.numel(0) * window)

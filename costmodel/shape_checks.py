@@ -11,9 +11,10 @@ from __future__ import annotations
 from ..errors import ShapeError
 from ..ir import Op
 from ..ir.typecheck import elementwise_shape_problem
+from ..ir.window_checks import window_problems
 from .opview import OpView
 
-__all__ = ["check_view", "check_contraction", "check_gather", "check_broadcast", "shape_error"]
+__all__ = ["check_view", "check_contraction", "check_gather", "check_broadcast", "check_window", "shape_error"]
 
 
 def shape_error(v: OpView, reason: str) -> ShapeError:
@@ -97,3 +98,13 @@ def check_broadcast(v: OpView) -> None:
                 "against past + new tokens?" if problem.startswith("operands") else
                 "the graph states a result its operands do not give: an edited graph file?")
         raise shape_error(v, f"{problem} under these bindings ({hint})")
+
+
+def check_window(v: OpView) -> None:
+    """A conv's or pool's output is what its window gives once bound (the verifier's rule,
+    :func:`~narrowpipe.ir.window_checks.window_problems`, decided on integers): a kernel-5 Conv1d over
+    ``seq`` states an output of ``seq - 4``, which ``seq=4`` makes empty, an error torch raises too,
+    not a conv of no FLOPs."""
+    problems = window_problems(v.node.op, v.attrs, v.in_shapes, v.out_shapes)
+    if problems:
+        raise shape_error(v, f"{problems[0]} under these bindings")

@@ -27,7 +27,18 @@ Attribute conventions (the verifier checks the ones marked required):
   offsets), output the weights' ``[G, N, K]`` (``rhs_contract=2``) or ``[G, K, N]``, each group's
   ``dy^T x`` over its rows.
 * ``CONV``: input ``[N, C, *spatial]``, weight ``[Cout, Cin/groups, *k]`` (transposed:
-  ``[Cin, Cout/groups, *k]``); ``stride``, ``padding``, ``dilation``, ``groups``, ``transposed``.
+  ``[Cin, Cout/groups, *k]``); ``stride``, ``padding``, ``dilation``, ``groups``, ``transposed``
+  (required but the last); ``output_padding``, ``auto_pad`` and ``output_shape`` (ONNX's
+  ConvTranspose) optional. ``padding`` is one value per spatial dim (both sides), two per dim (all
+  begins, then all ends) or torch's ``"same"``/``"valid"``. Output sizes follow
+  :mod:`narrowpipe.ir.windows`; gradients are ``role="grad_input"`` (``dy, w -> dx``) and
+  ``"grad_weight"`` (``x, dy -> dw``), checked as the forward conv they differentiate.
+* ``POOL``: ``kind``; a windowed pool has ``kernel`` (its dims are the input's last ones), ``stride``,
+  ``padding``, ``dilation``, ``ceil_mode`` (and ``auto_pad``); an adaptive one (torch) only
+  ``kernel``; a global one ``global_pool`` (``channels_last``: the channels are the last dim).
+* ``BATCH_NORM``, ``GROUP_NORM`` (``num_groups``), ``INSTANCE_NORM``: input ``[N, C, ...]``, then the
+  present parameters (scale, bias, running statistics), one value per channel (per group for
+  ONNX's opset-18 GroupNormalization); output the input's shape.
 * ``ATTENTION``: inputs q, k, v (and an optional additive/boolean mask) in ``[B, H, S, D]``
   layout (``layout="bhsd"``) or ``[B, S, H*D]`` with ``num_heads``/``kv_num_heads``
   (``layout="bsd"``); ``causal``, ``scale``. Read both layouts through

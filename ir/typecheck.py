@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .dims import Dim, Shape
+from .dims import Dim, Shape, dim_eq
 from .dtypes import DType
 from .graph import Node, Value
 from .ops import MAJORS, OPERAND_MAJOR, Op, OpGroup
 from .shapes import format_shape
+from .window_checks import check_window
 
 __all__ = ["type_problems", "may_equal", "elementwise_shape_problem", "REQUIRED_ATTRS"]
 
@@ -265,10 +266,36 @@ def _check_same_shape(node: Node) -> list[str]:
     return []
 
 
+def _check_channel_norm(node: Node) -> list[str]:
+    """Batch, group and instance norm keep their input ``[N, C, ...]``; their parameters (scale, bias,
+    running mean and variance, in any order a frontend passes the present ones) hold one value per
+    channel, or per group for ONNX's opset-18 ``GroupNormalization``; the groups divide the channels.
+    A gradient (``role="grad"``: ``dy, x, w``) is held to its shape only."""
+    out = _check_same_shape(node)
+    x = node.inputs[0] if node.inputs else None
+    if x is None or x.type.rank < 2 or node.attrs.get("role") == "grad":
+        return out
+    c = x.shape[1]
+    per: tuple[Dim, ...] = (c,)
+    if node.op is Op.GROUP_NORM:
+        groups = node.attrs.get("num_groups", 1)
+        if not isinstance(groups, int) or groups < 1:
+            return out + [f"num_groups {groups!r} is not a positive integer"]
+        if isinstance(c, int) and c % groups:
+            out.append(f"{c} channels do not split into num_groups={groups}")
+        per = (c, groups)
+    for i, p in enumerate(node.inputs[1:], 1):
+        if p is not None and (p.type.rank != 1 or all(dim_eq(p.shape[0], d) is False for d in per)):
+            out.append(f"parameter {i} ({p.name!r}) is {format_shape(p.shape)}, not one value per channel "
+                       f"[{c}] of input {format_shape(x.shape)}")
+    return out
+
+
 _CHECKS: dict[Op, Callable[[Node], list[str]]] = {
     Op.DOT: _check_dot, Op.GROUPED_DOT: _check_grouped_dot, Op.ATTENTION: _check_attention,
-    **{op: _check_same_shape for op in (Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM, Op.RMS_NORM,
-                                        Op.GROUP_NORM, Op.INSTANCE_NORM)},
+    Op.CONV: check_window, Op.POOL: check_window,
+    **{op: _check_same_shape for op in (Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM, Op.RMS_NORM)},
+    **{op: _check_channel_norm for op in (Op.BATCH_NORM, Op.GROUP_NORM, Op.INSTANCE_NORM)},
 }
 
 

@@ -25,6 +25,7 @@ from ...ir import OPERAND_MAJOR, DType, Node, Op, TensorType, Value
 from .node import NodeCx
 from .stamp import pure
 from .symdims import dim_eq
+from .windows import check_window_attrs, window_attrs
 
 __all__ = ["CONTRACTION_LOWERINGS", "dot", "matmul", "conv_attrs", "zero_points", "ZeroPoints"]
 
@@ -237,22 +238,21 @@ def _sum_out(cx: NodeCx, v: Value, spec: str, keep: set[str], dims: dict[str, An
 # -- convolution ------------------------------------------------------------------------------
 
 def conv_attrs(cx: NodeCx, x: Value, w: Value, transposed: bool) -> dict[str, Any]:
-    n_sp = max(x.type.rank - 2, 1)
-    pads = [int(p) for p in cx.attr("pads", [0] * (2 * n_sp))]
-    symmetric = pads[:n_sp] == pads[n_sp:]
-    attrs: dict[str, Any] = {
-        "stride": tuple(int(s) for s in cx.attr("strides", [1] * n_sp)),
-        "padding": tuple(pads[:n_sp]) if symmetric else tuple(pads),
-        "dilation": tuple(int(d) for d in cx.attr("dilations", [1] * n_sp)),
-        "groups": int(cx.attr("group", 1)),
-        "transposed": transposed,
-    }
-    auto = str(cx.attr("auto_pad", "NOTSET"))
-    if auto != "NOTSET":
-        attrs["auto_pad"] = auto
+    """The IR's conv attributes (symmetric pads as one value per dim, as torch states them), checked
+    before the shape rules read them. A ConvTranspose's ``output_shape`` is kept: its pads are derived
+    from it, so it is the output's size."""
+    n_sp = max(w.type.rank - 2, 1)
+    window = window_attrs(cx, n_sp, w.type.shape[2:])
+    pads = window.pop("padding")
+    attrs: dict[str, Any] = {"stride": window.pop("stride"),
+                             "padding": pads[:n_sp] if pads[:n_sp] == pads[n_sp:] else pads,
+                             "dilation": window.pop("dilation"), "groups": int(cx.attr("group", 1)),
+                             "transposed": transposed, **window}
     if transposed:
         attrs["output_padding"] = tuple(int(p) for p in cx.attr("output_padding", [0] * n_sp))
-    return attrs
+        if cx.attr("output_shape") is not None:
+            attrs["output_shape"] = tuple(int(d) for d in cx.attr("output_shape"))
+    return check_window_attrs(cx, attrs, n_sp, conv=True)
 
 
 def _check_channels(cx: NodeCx, channels: object, w_shape: tuple[object, ...], groups: int, transposed: bool) -> None:

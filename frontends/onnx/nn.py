@@ -13,6 +13,7 @@ from .shape_rules import broadcast
 from .stamp import pure
 from .symdims import dim_add, dim_floordiv, dim_mul
 from .tensor import norm_axis
+from .windows import check_window_attrs, window_attrs
 
 __all__ = ["NN_LOWERINGS", "ELEMENTWISE_LOWERINGS", "chain", "attention_core"]
 
@@ -174,14 +175,14 @@ def _lrn(cx: NodeCx) -> None:
 def _pool(kind: str) -> Callable[[NodeCx], None]:
     def fn(cx: NodeCx) -> None:
         n_sp = max(cx.rank(0) - 2, 1)
+        window = window_attrs(cx, n_sp)
         kernel = tuple(int(k) for k in cx.attr("kernel_shape", [1] * n_sp))
-        attrs: dict[str, Any] = {"kind": kind, "kernel": kernel,
-                                 "stride": tuple(int(s) for s in cx.attr("strides", [1] * len(kernel))),
-                                 "dilation": tuple(int(d) for d in cx.attr("dilations", [1] * len(kernel))),
-                                 "padding": tuple(int(p) for p in cx.attr("pads", [0] * (2 * len(kernel)))),
-                                 "ceil_mode": bool(cx.attr("ceil_mode", 0))}
+        attrs: dict[str, Any] = {"kind": kind, "kernel": kernel, "stride": window.pop("stride"),
+                                 "dilation": window.pop("dilation"), "padding": window.pop("padding"),
+                                 "ceil_mode": bool(cx.attr("ceil_mode", 0)), **window}
         if kind == "lp":
             attrs["p"] = int(cx.attr("p", 2))
+        check_window_attrs(cx, attrs, n_sp, conv=False)
         cx.emit(Op.POOL, cx.inputs(0), attrs)   # the data (QLinearAveragePool's scales follow it)
     return pure(fn)
 

@@ -17,6 +17,7 @@ from onnx import AttributeProto, GraphProto, NodeProto, TensorProto
 
 from ...errors import FrontendError, ShapeError
 from ...ir import DType, Graph, Node, Op, Source, TensorType, Value, ValueKind
+from ...ir.window_checks import check_window
 from .fold_values import as_ints
 from .node_names import module_scope, node_scope, source_op
 from .read import NodeFields
@@ -256,6 +257,10 @@ class NodeCx:
             _check_operands(self, op, inputs, attrs or {})
         ir = self.graph.add_node(op, inputs, out_types, attrs, name=f"{self.name}_{suffix}" if suffix else self.name,
                                  source=self.source, out_names=self.present if bind else out_names)
+        if op in (Op.CONV, Op.POOL):   # the types came from ONNX or the file: hold them to the window rule
+            problems = check_window(ir)
+            if problems:
+                raise self.error("; ".join(problems), ShapeError)
         if bind:
             self._bind(ir.outputs)
         if self.recorder is not None:

@@ -20,7 +20,7 @@ import onnx
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto
 
 from ...errors import FrontendError, ModelLoadError, ShapeError
-from .types import MAX_DIM
+from .types import MAX_DIM, absurd_size
 
 __all__ = ["read_bytes", "parse_model", "check_model", "node_fields", "NodeFields", "initializer_fields",
            "InitFields", "opset_versions",
@@ -215,6 +215,12 @@ def _check_declared_dims(graph: GraphProto, file: str) -> None:
                 raise ShapeError(f"value {vi.name!r} is declared with dim {d.dim_value} "
                                  f"({'negative' if d.dim_value < 0 else 'absurd'})", file=file or None,
                                  node=vi.name or None)
+        dims = [d.dim_value for d in t.shape.dim if d.HasField("dim_value")]
+        absurd = absurd_size(dims)
+        if absurd is not None:
+            raise ShapeError(f"value {vi.name!r} is declared with {absurd} (dims "
+                             f"{[d.dim_value if d.HasField('dim_value') else d.dim_param for d in t.shape.dim]})",
+                             file=file or None, node=vi.name or None)
 
 
 def iter_subgraphs(graph: GraphProto, where: str,

@@ -9,19 +9,19 @@ from typing import Any
 import numpy as np
 
 from ...ir import DType
+from ...ir.windows import conv_spatial, pool_spatial, window_out
 from .fold import as_dims, as_ints
 from .shape_base import Dim, RuleContext, length_of, max_dim, unknown_dims
 from .shapes import Bounded, OutSpec
-from .symdims import dim_add, dim_ceildiv, dim_floordiv, dim_mul, dim_sub
+from .symdims import dim_floordiv, dim_mul
 
 __all__ = ["WINDOW_RULES", "conv_out_dim"]
 
 
 def conv_out_dim(x: Dim, k: int, stride: int, dilation: int, pad_total: int, ceil_mode: bool = False) -> Dim:
-    """floor((x + pads - dilation*(k-1) - 1) / stride) + 1 (ceil with ``ceil_mode``)."""
-    span = dim_sub(dim_add(x, pad_total), dilation * (k - 1) + 1)
-    q = dim_ceildiv(span, stride) if ceil_mode else dim_floordiv(span, stride)
-    return dim_add(q, 1)
+    """floor((x + pads - dilation*(k-1) - 1) / stride) + 1 (ceil with ``ceil_mode``): the IR's one
+    formula (:func:`narrowpipe.ir.windows.window_out`), which the verifier holds the node to."""
+    return window_out(x, k, stride, dilation, pad_total, ceil_mode)
 
 
 def _window(cx: RuleContext) -> list[OutSpec | None]:
@@ -41,23 +41,29 @@ def _window(cx: RuleContext) -> list[OutSpec | None]:
     strides = cx.attr("strides") or [1] * n_sp
     dil = cx.attr("dilations") or [1] * n_sp
     pads = cx.attr("pads") or [0] * (2 * n_sp)
-    auto = (cx.attr("auto_pad") or "NOTSET")
-    ceil_mode = bool(cx.attr("ceil_mode", 0))
-    spatial: list[Dim] = []
-    for i in range(n_sp):
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            spatial.append(dim_ceildiv(x[2 + i], strides[i]))
-        elif auto == "VALID":
-            spatial.append(conv_out_dim(x[2 + i], kernel[i], strides[i], dil[i], 0, ceil_mode))
-        else:
-            spatial.append(conv_out_dim(x[2 + i], kernel[i], strides[i], dil[i], pads[i] + pads[i + n_sp], ceil_mode))
-    if cx.op_type in ("Conv", "ConvInteger", "QLinearConv", "DeformConv"):
+    if not _well_formed(kernel, strides, dil, pads, n_sp):   # the lowering names what is wrong
+        return [None] * cx.n_outputs()
+    attrs = {"kernel": kernel, "stride": strides, "dilation": dil, "padding": pads,
+             "auto_pad": str(cx.attr("auto_pad") or "NOTSET"), "ceil_mode": bool(cx.attr("ceil_mode", 0))}
+    conv = cx.op_type in ("Conv", "ConvInteger", "QLinearConv", "DeformConv")
+    spatial = conv_spatial(attrs, x[2:], kernel) if conv else [s[0] for s in pool_spatial(attrs, x[2:])]
+    if conv:
         w = cx.shape(3 if cx.op_type == "QLinearConv" else 1)
         if w is None:
             return [None]
         return [(None, (x[0], w[0], *spatial))]
     out = (None, (x[0], x[1], *spatial))
     return [out] * cx.n_outputs()
+
+
+def _well_formed(kernel: list[Any], strides: list[Any], dil: list[Any], pads: list[Any], n_sp: int) -> bool:
+    """Whether the window attributes can be computed with (positive strides and dilations, one per
+    spatial dim, begin and end pads): else the rule gives no answer rather than dividing by zero."""
+    lists = (kernel, strides, dil, pads)
+    if not all(isinstance(v, list) and all(isinstance(d, int) for d in v) for v in lists):
+        return False
+    return (len(kernel), len(strides), len(dil), len(pads)) == (n_sp, n_sp, n_sp, 2 * n_sp) and \
+        min(strides + dil) >= 1
 
 
 def _global_pool(cx: RuleContext) -> list[OutSpec | None]:

@@ -22,7 +22,7 @@ from onnx import GraphProto, ModelProto, TensorProto, TypeProto
 from ...errors import ShapeError
 from ...ir import DimSpec, DType, Sym, TensorType, Value
 from .symdims import Poly, parse_dim_param, sanitize_symbol, to_dim
-from .types import DTYPES, MAX_DIM, dtype_of
+from .types import DTYPES, MAX_DIM, absurd_size, dtype_of
 
 if TYPE_CHECKING:
     from .lazy_types import LazyTypes
@@ -243,6 +243,9 @@ class ShapeState:
                 else:
                     dims.append("")
             out = (tt.elem_type, tuple(dims))
+            absurd = None if lenient else absurd_size(dims)
+            if absurd is not None:
+                raise ShapeError(f"value {name!r} has {absurd}", file=self.file or None, node=node or name)
         if not lenient and len(self._cache) < 100_000:
             self._cache[key] = out
         return out
@@ -317,6 +320,10 @@ class ShapeState:
                 if isinstance(d, int) and not isinstance(d, bool) and isinstance(mine, Sym):
                     self.declare_size(mine, d, name, node, op)
                 out.append(d)
+        absurd = absurd_size(out)
+        if absurd is not None:
+            raise ShapeError(f"output {name!r} would have {absurd}: {_fmt(out)}", file=self.file or None,
+                             node=node, op=op)
         return TensorType(dtype, tuple(out))
 
     def declare_size(self, dim: Sym, size: int, value: str, node: str, op: str) -> None:

@@ -6,6 +6,7 @@ type, and only small integer tensors (shapes, axes, sizes) are ever turned into 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from math import prod
 
 import numpy as np
@@ -16,7 +17,7 @@ from ...errors import ShapeError
 from ...ir import DType, Sym, TensorType
 
 __all__ = ["DTYPES", "ONNX_OF", "dtype_of", "declared_dims", "checked_dims", "small_array", "type_proto",
-           "MAX_DIM", "MAX_NUMEL", "FOLD_LIMIT", "is_external", "check_payload", "constant_type"]
+           "MAX_DIM", "MAX_NUMEL", "FOLD_LIMIT", "is_external", "check_payload", "constant_type", "absurd_size"]
 
 #: ONNX ``TensorProto.DataType`` -> IR dtype. INT2/UINT2 (opset 25) pack four values a byte, as the
 #: IR's 2-bit types do; the 6-bit floats are stored as the next wider IR type (the IR has no 6-bit
@@ -49,6 +50,20 @@ MAX_DIM = 1 << 40
 MAX_NUMEL = 1 << 50
 #: Integer tensors up to this many elements are folded (shape arithmetic); larger ones never are.
 FOLD_LIMIT = 4096
+
+
+def absurd_size(dims: Iterable[object]) -> str | None:
+    """Why a shape is absurd (a known dim above :data:`MAX_DIM`, or its known dims' product above
+    :data:`MAX_NUMEL`), else None. Declared and derived shapes are held to it as initializers are:
+    an input declared ``[2**40, 2**40, 1024]`` or a Conv padded by 10**12 is a broken file, not a
+    number of FLOPs; a symbolic dim is judged when bound."""
+    known = [d for d in dims if isinstance(d, int) and not isinstance(d, bool)]
+    big = next((d for d in known if d > MAX_DIM), None)
+    if big is not None:
+        return f"dim {big} (above {MAX_DIM})"
+    if prod(known) > MAX_NUMEL:
+        return f"{prod(known)} elements, more than any real model holds"
+    return None
 
 
 def dtype_of(code: int, *, what: str = "", file: str | None = None, node: str | None = None) -> DType:

@@ -229,7 +229,7 @@ def _conv(cx: AtenLowerer, n: fx.Node, x: Any, w: Any, b: Any, stride: Any, padd
           dilation: Any, transposed: bool, output_padding: Any, groups: Any) -> None:
     xv, wv, bv = cx.value(x), cx.value(w), cx.value(b)
     assert xv is not None and wv is not None
-    spatial = max(rank_of(x) - 2, 1)
+    spatial = max(rank_of(w) - 2, 1)   # the weight's kernel dims (an unbatched input has rank spatial + 1)
     attrs = {"stride": ints(stride, spatial) or (1,) * spatial,
              "padding": padding if isinstance(padding, str) else (ints(padding, spatial) or (0,) * spatial),
              "dilation": ints(dilation, spatial) or (1,) * spatial, "groups": int(groups or 1),

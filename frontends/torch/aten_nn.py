@@ -112,8 +112,13 @@ def _pool(kind: str, adaptive: bool = False):
         else:
             k = arg(n, 1, "kernel_size", 1)
             spatial = max(rank_of(n.args[0]) - 2, 1)
-            attrs["kernel"] = ints(k, spatial)
+            kernel = ints(k, spatial)
+            attrs["kernel"], spatial = kernel, len(kernel)   # an unbatched input has one leading dim, not two
             attrs["stride"] = ints(arg(n, 2, "stride", None) or k, spatial)
+            attrs["padding"] = ints(arg(n, 3, "padding", 0), spatial)
+            if kind == "max":   # max_pool(x, kernel, stride, padding, dilation, ceil_mode)
+                attrs["dilation"] = ints(arg(n, 4, "dilation", 1), spatial)
+            attrs["ceil_mode"] = bool(arg(n, 5 if kind == "max" else 4, "ceil_mode", False))
         cx.emit(Op.POOL, [cx.value(n.args[0])], n, attrs)
     return fn
 

@@ -8,9 +8,8 @@ arithmetic, never cost formulas) and emits the canonical op the torch frontend w
 
 from __future__ import annotations
 
-from math import ceil
-
 from ...ir import DType, Graph, Op, TensorType
+from ...ir.windows import conv_spatial
 from .call import (
     Builder,
     Call,
@@ -143,28 +142,24 @@ def _conv(c: Call, stride: str, padding: str, dilation: str, transposed: bool, o
     s, dl, op_ = per_dim(stride, n, 1), per_dim(dilation, n, 1), per_dim(out_pad, n, 0)
     g = int_arg(groups, 1)
     k = w.shape[2:]
-    if padding.strip().strip("'\"") in ("same", "valid"):
-        same = padding.strip().strip("'\"") == "same"
-        spatial = tuple(ceil(i / st) if same else (i - dd * (kk - 1) - 1) // st + 1
-                        for i, st, dd, kk in zip(x.shape[2:], s, dl, k))
-        p = (0,) * n
+    mode = padding.strip().strip("'\"")
+    if mode in ("same", "valid"):   # as pads: "same" pads d*(k-1) in all, the odd one at the end (as torch)
+        total = [dd * (kk - 1) if mode == "same" else 0 for dd, kk in zip(dl, k)]
+        begins, ends = tuple(t // 2 for t in total), tuple(t - t // 2 for t in total)
+        p = begins if begins == ends else (*begins, *ends)
     else:
         p = per_dim(padding, n, 0)
-        if transposed:
-            spatial = tuple((i - 1) * st - 2 * pp + dd * (kk - 1) + o + 1
-                            for i, st, pp, dd, kk, o in zip(x.shape[2:], s, p, dl, k, op_))
-        else:
-            spatial = tuple((i + 2 * pp - dd * (kk - 1) - 1) // st + 1
-                            for i, st, pp, dd, kk in zip(x.shape[2:], s, p, dl, k))
-    if len(s) != n or any(d <= 0 for d in spatial):
+    attrs = {"stride": s, "padding": p, "dilation": dl, "groups": g, "transposed": transposed, "output_padding": op_}
+    if len(s) != n or len(dl) != n or len(op_) != n or len(p) not in (n, 2 * n):
+        return None
+    spatial = [d for d in conv_spatial(attrs, x.shape[2:], k) if isinstance(d, int) and d > 0]
+    if len(spatial) != n:
         return None
     cout = w.shape[1] * g if transposed else w.shape[0]
     out = (x.shape[0], cout, *spatial)
     b = GraphBuilder(c)
     dtype = x.dtype or c.default_dtype
-    y = b.node(Op.CONV, [b.input(x), b.input(w)], out, dtype,
-               {"stride": s, "padding": p, "dilation": dl, "groups": g, "transposed": transposed,
-                "output_padding": op_})
+    y = b.node(Op.CONV, [b.input(x), b.input(w)], out, dtype, attrs)
     bias = c.t(2)
     if bias is not None:
         y = b.node(Op.ADD, [y, b.input(bias)], out, dtype, {"role": "bias", "axis": 1})

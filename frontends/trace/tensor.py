@@ -8,8 +8,10 @@ measured time reads as dispatch overhead instead of disappearing.
 from __future__ import annotations
 
 from math import ceil
+from typing import Any
 
 from ...ir import DType, Graph, Op
+from ...ir.windows import pool_spatial
 from .call import Builder, Call, GraphBuilder, bool_arg, dtype_code, int_arg, ints, per_dim, registrar
 
 __all__ = ["BUILDERS", "view"]
@@ -157,23 +159,28 @@ def _pool(c: Call) -> Graph | None:
         return None
     n = len(x.shape) - 2
     spatial_in = x.shape[2:]
+    window: dict[str, Any] = {}
     if "adaptive" in c.key:
         out_sp = per_dim(c.c(1), n, 1)
         kernel = tuple(ceil(i / max(o, 1)) for i, o in zip(spatial_in, out_sp))
     else:
         kernel = per_dim(c.c(1), n, 1)
         stride = tuple(s or k for s, k in zip(per_dim(c.c(2), n, 0), kernel))   # [] means the kernel size
-        pad = per_dim(c.c(3), n, 0)
-        dil = per_dim(c.c(4), n, 1) if c.key.startswith("max") else (1,) * n
-        ceil_mode = bool_arg(c.c(5) if c.key.startswith("max") else c.c(4))
-        rnd = ceil if ceil_mode else (lambda v: int(v // 1))
-        out_sp = tuple(int(rnd((i + 2 * p - d * (k - 1) - 1) / s)) + 1
-                       for i, p, d, k, s in zip(spatial_in, pad, dil, kernel, stride))
+        window = {"stride": stride, "padding": per_dim(c.c(3), n, 0),
+                  "dilation": per_dim(c.c(4), n, 1) if c.key.startswith("max") else (1,) * n,
+                  "ceil_mode": bool_arg(c.c(5) if c.key.startswith("max") else c.c(4))}
+        if any(len(v) != n or min(v) < 1 for v in (kernel, stride, window["dilation"])) or \
+                len(window["padding"]) != n:
+            return None
+        # torch's size: with ceil_mode, a last window that would start in the end padding is dropped
+        out_sp = tuple(s for sizes in pool_spatial({"kernel": kernel, **window}, spatial_in)
+                       for s in sizes[-1:] if isinstance(s, int))
     if len(out_sp) != n or any(o <= 0 for o in out_sp):
         return None
     b = GraphBuilder(c)
     kind = "max" if "max" in c.key else "avg"
-    shape, dtype, attrs = (*x.shape[:2], *out_sp), x.dtype or c.default_dtype, {"kind": kind, "kernel": tuple(kernel)}
+    shape, dtype = (*x.shape[:2], *out_sp), x.dtype or c.default_dtype
+    attrs = {"kind": kind, "kernel": tuple(kernel), **window}
     if c.key.endswith("_with_indices"):   # the int64 argmax positions are written too, as the torch frontend has them
         return b.done(*b.outputs(Op.POOL, [b.input(x)], [(shape, dtype), (shape, DType.INT64)], attrs))
     return b.done(b.node(Op.POOL, [b.input(x)], shape, dtype, attrs))
