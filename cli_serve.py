@@ -22,6 +22,7 @@ from rich.console import Console
 
 from .cli_args import parse_prices
 from .errors import NarrowpipeError
+from .ir.dim_spec import by_ir_name
 
 __all__ = ["register_serve", "run_serve", "run_serve_sweep", "add_mode_args", "apply_mode", "parse_duration",
            "NO_LAYOUT_EXIT"]
@@ -134,6 +135,7 @@ def apply_mode(graph: Any, args: argparse.Namespace, dims: dict[str, Any],
     if context < 0:
         raise NarrowpipeError(f"--context must not be negative, got {context}")
     sg = serving_graph(graph, formats)
+    dims = by_ir_name(graph.dims, dims)   # --set batch-size=4 names the ONNX file's dim batch_size
     batch = next((dims[n] for n in sg.batch_dims if n in dims), None) or 1
     tokens, past = (1, context) if mode == "decode" else (context, 0)
     sg.check_context(tokens + past)       # what serve refuses, analyze and compare refuse too

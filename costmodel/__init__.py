@@ -1,4 +1,4 @@
 """How a program runs on a machine. Importing the package registers its passes and analyses
-(``precision``, ``fuse``, ``kernels``, ``cost-table``) with the IR's pass manager."""
+(``bind-dims``, ``precision``, ``fuse``, ``kernels``, ``cost-table``) with the IR's pass manager."""
 
-from . import fusion, precision  # noqa: F401  (registration)
+from . import bind_dims, fusion, precision  # noqa: F401  (registration)

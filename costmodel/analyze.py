@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import NarrowpipeError, UnboundDimError, as_integer
 from ..ir import Graph, OpGroup, ValueKind
-from ..ir.roles import least_size
+from ..ir.dim_spec import by_ir_name, describe_dims
 from .costcache import graph_index, paused_gc
 from .experts import ExpertBalance, routing_notes
 from .interpreter import CostTable, interpret
@@ -20,7 +20,7 @@ from .report import OpRow, Report, Unmodeled
 from .report_rows import class_rows, class_totals, node_rows
 from .sizes import weight_bytes
 
-__all__ = ["analyze", "resolve_bindings", "build_report", "merge_dims"]
+__all__ = ["analyze", "resolve_bindings", "checked_sizes", "build_report", "merge_dims"]
 
 
 def merge_dims(dims: Mapping[str, Any] | None, keyword_dims: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,21 +40,32 @@ def merge_dims(dims: Mapping[str, Any] | None, keyword_dims: Mapping[str, Any]) 
     return out
 
 
-def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
-    """The graph's default dims overridden by ``dims``; every symbol used must end up bound."""
+def checked_sizes(graph: Graph, dims: Mapping[str, Any]) -> dict[str, int]:
+    """``dims`` keyed by the graph's dim names, each a dim of the graph (or a loop's trip count) bound
+    to an integer it may take; a dim may be named as its source spelled it (ONNX's ``batch size``)."""
     index = graph_index(graph)   # symbols and trip-count names, walked once per graph
-    symbols = index.symbols
-    known = set(symbols) | set(graph.dims) | index.trip_names
+    dims = by_ir_name(graph.dims, dims)
+    known = set(index.symbols) | set(graph.dims) | index.trip_names
     unknown = [k for k in dims if k not in known and not k.endswith("_trips")]
     if unknown:
-        listed = ", ".join(sorted(known)) or "none (the graph is fully static)"
+        listed = describe_dims(graph.dims, sorted(known)) or "none (the graph is fully static)"
         raise NarrowpipeError(f"unknown dim(s) {', '.join(sorted(unknown))}; this graph's dims: {listed}")
-    bindings = graph.default_bindings()
+    out: dict[str, int] = {}
     for k, v in dims.items():
         n = as_integer(f"dim {k}", v)
         if n < _least(graph, k, index.trip_names):
             raise NarrowpipeError(f"dim {k} must be >= {_least(graph, k, index.trip_names)}, got {n}")
-        bindings[k] = n
+        out[k] = n
+    return out
+
+
+def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
+    """The graph's default dims overridden by ``dims``; every symbol used must end up bound."""
+    index = graph_index(graph)
+    symbols = index.symbols
+    dims = checked_sizes(graph, dims)
+    bindings = graph.default_bindings()
+    bindings.update(dims)
     for k, spec in graph.dims.items():   # a default nobody overrode must be a size too (a file may say -3)
         if k not in dims and spec.default is not None and k in symbols:
             least = _least(graph, k, index.trip_names)
@@ -74,15 +85,12 @@ def resolve_bindings(graph: Graph, dims: dict[str, Any]) -> dict[str, int]:
 
 
 def _least(graph: Graph, name: str, trip_names: frozenset[str] | set[str]) -> int:
-    """The smallest size a dim may take: a loop may run 0 times, else what its role allows
-    (:func:`~narrowpipe.ir.roles.least_size`: 1, or 0 for a KV length), or less where the dim's own
-    range says so (a data-dependent size, as NonZero's count, may be 0)."""
+    """The smallest size a dim may take: a loop may run 0 times, else the dim's own rule
+    (:attr:`~narrowpipe.ir.DimSpec.least`, which the graph-file loader applies too), 1 undeclared."""
     spec = graph.dims.get(name)
     if name in trip_names or name.endswith("_trips"):
         return 0
-    if spec is None:
-        return 1
-    return min(least_size(spec.role), spec.min) if spec.min is not None else least_size(spec.role)
+    return 1 if spec is None else spec.least
 
 
 def build_report(table: CostTable) -> Report:

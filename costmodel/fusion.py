@@ -4,15 +4,16 @@ Why: fusion annotates a program (which nodes launch together) without changing i
 analysis of the graph, cached by the :class:`~narrowpipe.ir.AnalysisManager` and dropped by the
 first mutation like any other. The ``fuse`` pass picks the mode (``fuse{mode=none}`` for eager
 PyTorch) and hands its kernel list on as the ``kernels`` analysis; without it, ``kernels`` fuses
-fully. Both count the graph under its dims' default values (the export's example sizes);
-callers with their own bindings keep calling :func:`~.kernels.fuse` on their cost table.
+fully. Both count the graph under its dims' default values (the export's example sizes, or those
+a ``bind-dims`` pass earlier in the pipeline set); callers with their own bindings keep calling
+:func:`~.kernels.fuse` on their cost table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import PassError
+from ..errors import PassError, UnboundDimError
 from ..ir import ALL, AnalysisManager, Graph, PassResult, register_analysis, register_pass
 from .interpreter import CostTable, interpret
 from .kernels import FUSION_MODES, Kernel, fuse
@@ -22,8 +23,13 @@ __all__ = ["Fuse", "cost_table", "kernels"]
 
 @register_analysis("cost-table")
 def cost_table(graph: Graph, am: AnalysisManager) -> CostTable:
-    """Per-node costs under the graph's default dim values."""
-    return interpret(graph, graph.default_bindings())
+    """Per-node costs under the graph's default dim values (a ``bind-dims`` pass sets them)."""
+    bindings = graph.default_bindings()
+    missing = sorted(graph.symbols() - set(bindings))
+    if missing:
+        raise UnboundDimError(f"graph {graph.name!r} has dims without a default: {', '.join(missing)}; "
+                              f"bind them first in the pipeline: 'bind-dims{{{missing[0]}=N}},...'")
+    return interpret(graph, bindings)
 
 
 @register_analysis("kernels")

@@ -261,9 +261,11 @@ def _control_flow_cost(node: Node, binder: ShapeBinder, table: CostTable, strict
         axis_len = attrs.get("scan_length")
         trips = axis_len if isinstance(axis_len, int) else None
     if not isinstance(trips, int) or trips < 0:
-        table.notes.append(f"{node.op.value} {node.name!r}: trip count unknown, body counted once "
-                           f"(bind it with --set {node.name}_trips=N)")
-        trips = binder.bindings.get(f"{node.name}_trips", 1)
+        trips = binder.bindings.get(f"{node.name}_trips")   # the user's count, read before any note
+        if trips is None:
+            table.notes.append(f"{node.op.value} {node.name!r}: trip count unknown, body counted once "
+                               f"(bind it with --set {node.name}_trips=N)")
+            trips = 1
     groups.update({g: c.scaled(int(trips)) for g, c in split.items()})
     return cost.scaled(int(trips))
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..errors import IRError
+from .dim_spec import DimSpec
 from .dims import Shape
 from .dtypes import DType
 from .ops import Op, OpGroup
@@ -62,18 +63,6 @@ class Placement:
     mesh_axes: tuple[str, ...] = ()
     sharding: tuple[tuple[int, str], ...] = ()
     stage: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DimSpec:
-    """A symbolic dim of the graph: its default value (e.g. the export's example size), range and role."""
-
-    name: str
-    default: int | None = None
-    min: int | None = None
-    max: int | None = None
-    doc: str = ""
-    role: DimRole = DimRole.OTHER
 
 
 class Use(NamedTuple):

@@ -1,10 +1,12 @@
 """The pass manager: named passes, pipelines written as text, cached analyses with invalidation.
 
 A pass is a function ``(graph, am) -> Graph | PassResult`` or a frozen dataclass whose fields are its
-options and whose ``run`` method has that signature (xDSL style). Passes are registered by name so a
-pipeline can be written as ``"canonicalize,bind-dims{batch=8,seq=2048}"``. Analyses are functions
-``(graph, am) -> result`` cached per graph version; a pass declares which analyses it keeps valid
-(LLVM style) and the manager drops the rest.
+options and whose ``run`` method has that signature (xDSL style); one whose options are not fields
+(``bind-dims`` takes dim names) builds itself with a ``from_options(options)`` classmethod. Passes are
+registered by name so a pipeline can be written as ``"bind-dims{batch=8,seq=2048},fuse{mode=none}"``
+(both registered by ``narrowpipe.costmodel``). Analyses are functions ``(graph, am) -> result`` cached
+per graph version; a pass declares which analyses it keeps valid (LLVM style) and the manager drops
+the rest.
 """
 
 from __future__ import annotations
@@ -161,6 +163,12 @@ def get_pass(name: str, **options: Any) -> PassLike:
         obj = _PASSES[name]
     except KeyError:
         raise PassError(f"unknown pass {name!r}; known: {', '.join(sorted(_PASSES)) or 'none'}") from None
+    build = getattr(obj, "from_options", None)
+    if build is not None:   # options it cannot list as fields (``bind-dims{batch=8}`` takes dim names)
+        made = build(options)
+        if not isinstance(made, Pass):
+            raise PassError(f"pass {name!r}: {obj.__name__}.from_options gave no pass")
+        return made
     if dataclasses.is_dataclass(obj) and isinstance(obj, type):
         try:
             made = obj(**_coerce_options(obj, options))

@@ -16,7 +16,7 @@ from ..errors import IRError
 from .dtypes import DType
 from .graph import DimSpec, Graph, Node, Placement, Source, Value, ValueKind
 from .ops import Op
-from .roles import DimRole, least_size
+from .roles import DimRole
 from .shapes import dim_from_json, dim_to_json
 from .types import TensorType
 from .verifier import verify
@@ -68,6 +68,8 @@ def _dim_to(d: DimSpec) -> dict[str, Any]:
     out: dict[str, Any] = {"name": d.name, "default": d.default, "min": d.min, "max": d.max, "doc": d.doc}
     if d.role is not DimRole.OTHER:
         out["role"] = d.role.value  # absent means "other": files from before roles load unchanged
+    if d.source_name:
+        out["source_name"] = d.source_name
     return out
 
 
@@ -156,16 +158,19 @@ def _dim_spec(d: dict[str, Any]) -> DimSpec:
         role = DimRole.parse(d.get("role"))
     except IRError as exc:
         raise IRError(f"dim {name!r}: {exc}") from None
-    least = least_size(role)
-    if sizes["default"] is not None and sizes["default"] < least:
-        raise IRError(f"dim {name!r}: default {sizes['default']} is below {least}, the least size of a "
-                      f"{role.value} dim")
     if sizes["min"] is not None and sizes["min"] < 0:
         raise IRError(f"dim {name!r}: min {sizes['min']} is negative")
     lo, hi = sizes["min"], sizes["max"]
     if lo is not None and hi is not None and lo > hi:
         raise IRError(f"dim {name!r}: min {lo} is above max {hi}")
-    return DimSpec(name, sizes["default"], lo, hi, d.get("doc", ""), role)
+    source = d.get("source_name", "")
+    if not isinstance(source, str):
+        raise IRError(f"dim {name!r}: source_name must be a string, got {source!r}")
+    spec = DimSpec(name, sizes["default"], lo, hi, d.get("doc", ""), role, source)
+    if spec.default is not None and spec.default < spec.least:   # the rule binding applies (DimSpec.least)
+        raise IRError(f"dim {name!r}: default {spec.default} is below {spec.least}, the least size of a "
+                      f"{role.value} dim" + (f" with min {lo}" if lo is not None else ""))
+    return spec
 
 
 class _Names:
@@ -197,8 +202,9 @@ class _Names:
 
 
 def _keep_name(obj: Value | Node, name: str, graph: Graph) -> None:
-    """Give ``obj`` the name the file wrote: nodes and values share the graph's fresh-name space,
-    so a node ``relu`` whose output is ``relu`` would otherwise see the output silently renamed."""
+    """Give ``obj`` the name the file wrote: nodes and values share the graph's fresh-name space, so
+    a later name the graph has already handed out would otherwise be silently renamed (a node named
+    like a value is refused in :func:`_build`)."""
     if obj.name != name:
         obj.name = name
         graph._names.add(name)
@@ -229,6 +235,9 @@ def _build(data: dict[str, Any], outer: dict[str, Value] | None = None) -> Graph
         nname = n["name"]
         if nname in node_names:
             raise IRError(f"node name {nname!r} is used twice")
+        if isinstance(nname, str) and (nname in names.mine or nname in later):
+            raise IRError(f"node name {nname!r} is also the name of a value; nodes and values share one "
+                          f"name space (the networkx view keys both by name)")
         node_names.add(nname)
         where = f"node {nname!r}"
         inputs = [None if x is None else names.read(x, where) for x in n["inputs"]]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import PlanError, UnboundDimError
 from ...ir import Graph
+from ...ir.dim_spec import by_ir_name
 from . import sharding
 from .strategy import Parallel
 
@@ -48,7 +49,8 @@ def shard(graph: Graph, parallel: Parallel, *, dims: Mapping[str, Any] | None = 
     try:
         bindings = resolve_bindings(graph, dict(dims or {}))
     except UnboundDimError:
-        missing = sorted(s for s in graph.symbols() if s not in graph.default_bindings() and s not in (dims or {}))
+        given = by_ir_name(graph.dims, dims or {})
+        missing = sorted(s for s in graph.symbols() if s not in graph.default_bindings() and s not in given)
         raise PlanError(f"shard: bind the dims {', '.join(missing)} (dims={{...}}) before sharding "
                         f"{graph.name!r}") from None
     why = heads_split(spec_from_graph(graph), parallel.tp)

@@ -33,6 +33,7 @@ from weakref import WeakKeyDictionary
 
 from ...errors import NarrowpipeError
 from ...ir import DimRole, DType, Graph, ValueKind
+from ...ir.dim_spec import by_ir_name
 from ..analyze import resolve_bindings
 from .backward import param_scope, trainable
 from .liveness import step_liveness
@@ -172,7 +173,7 @@ def training_memory(graph: Graph, *, param_dtype: DType | str | None = None, gra
         if int(n) < 1:
             raise NarrowpipeError(f"{name} must be >= 1, got {n!r}")
     frozen = tuple(frozen)
-    bindings = dict(dims or {})
+    bindings = by_ir_name(graph.dims, dict(dims or {}))   # before the microbatch overrides the batch
     if microbatch is not None:
         bindings.update({d: int(microbatch) for d in graph.dims_with_role(DimRole.BATCH)})
     step = _step(graph, recompute, loss, frozen)

@@ -24,6 +24,7 @@ from ...gcpause import paused_gc
 from ...ir import Graph, ValueKind
 from ...ir.verifier import maybe_verify
 from ..dim_roles import assign_roles
+from .dim_params import DimParams
 from .functions import expand_function
 from .grouped_mm import fold_unrolled_grouped_mm
 from .lazy_types import LazyTypes, check_declared_outputs, lazy_eligible
@@ -44,7 +45,6 @@ from .read import (
     sort_model,
 )
 from .shapes import ShapeState, needs_stub, run_inference
-from .symdims import parse_dim_param
 from .table import ONNX_TABLE, SHAPE_RULES_EXTRA
 from .total_length import tag_total_length
 from .types import DTYPES, check_payload, is_external
@@ -88,17 +88,11 @@ def _convert(model: Any, file: str, strict: bool, name: str | None, payloads: Pa
         raise FrontendError(f"unexpected {type(exc).__name__} while lowering: {exc}", file=file or None) from exc
 
 
-def _input_symbols(graphs: list[GraphProto]) -> set[str]:
-    """Dim names used by graph inputs (of the model and of its bodies): the trusted ones."""
-    out: set[str] = set()
-    for g in graphs:
-        for vi in g.input:
-            t = vi.type.tensor_type
-            for d in t.shape.dim if t.HasField("shape") else ():
-                dim = parse_dim_param(d.dim_param)[0] if d.dim_param else 0
-                if not isinstance(dim, int):
-                    out |= dim.symbols
-    return out
+def _input_dim_params(graphs: list[GraphProto]) -> DimParams:
+    """The ``dim_param`` texts of graph inputs (of the model and of its bodies): the dims the model is
+    built on, whose names are trusted and kept (:mod:`.dim_params`)."""
+    return DimParams(d.dim_param for g in graphs for vi in g.input
+                     if vi.type.tensor_type.HasField("shape") for d in vi.type.tensor_type.shape.dim if d.dim_param)
 
 
 #: Inline payloads are checked against their dims exactly up to this size; larger ones only against
@@ -144,7 +138,7 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
     stubs = [not external and needs_stub(data_type, dims, external) for _t, _name, data_type, dims, external in inits]
     params = classify_initializers(model.graph, graphs, payloads, top=fields, inits=inits)
     _check_large_payloads(inits, file)
-    m = _Model(model, graphs, _input_symbols(graphs), params, file, strict, name, presorted)
+    m = _Model(model, graphs, _input_dim_params(graphs), params, file, strict, name, presorted)
     if TYPING == "lazy" or (TYPING == "auto" and lazy_eligible(model, graphs, fields, ONNX_TABLE)):
         try:
             # large weights as dims only, as whole-model inference sees them (the same known values)
@@ -168,7 +162,7 @@ class _Model(NamedTuple):
 
     model: ModelProto
     graphs: list[GraphProto]
-    symbols: set[str]
+    names: DimParams   # each reading (lazy, then whole-model) works on its own copy
     params: dict[str, tuple[ValueKind, str]]
     file: str
     strict: bool
@@ -179,8 +173,8 @@ class _Model(NamedTuple):
 def _build(m: _Model, typed: ModelProto, errors: dict[str, str], fields: list[NodeFields] | None,
            inits: list[tuple[InitFields, bool]] | None, *, lazy: bool) -> Graph:
     """Lower ``typed`` (the model after whole-model inference, or the model itself when ``lazy``)."""
-    model, file, symbols = m.model, m.file, m.symbols
-    state = ShapeState(file, symbols, errors)
+    model, file = m.model, m.file
+    state = ShapeState(file, errors, names=m.names.copy())
     if lazy:
         state.lazy = LazyTypes()
     opsets = opset_versions(typed)
@@ -193,7 +187,7 @@ def _build(m: _Model, typed: ModelProto, errors: dict[str, str], fields: list[No
         lowerer.stamps = {}   # node signatures key both the types and the recipes of pure lowerings
     lowerer.lower_graph(typed.graph, graph, None, top=True, fields=fields, inits=inits)
     if lazy:
-        check_declared_outputs(typed.graph, graph, symbols)
+        check_declared_outputs(typed.graph, graph, state.names)
     folded = fold_unrolled_grouped_mm(graph)   # per-expert MatMuls back into grouped GEMMs
     for spec in state.dims.values():
         if spec.name not in folded:

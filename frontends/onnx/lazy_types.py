@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from onnx import GraphProto, ModelProto, ValueInfoProto
 
 from ...ir import Graph, TensorType
+from .dim_params import DimParams
 from .shapes import OutSpec, RawType
-from .symdims import parse_dim_param
 from .types import DTYPES, ONNX_OF
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class LazyTypes:
 _ONNX_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.preview")
 
 
-def check_declared_outputs(gproto: GraphProto, graph: Graph, trusted: set[str]) -> None:
+def check_declared_outputs(gproto: GraphProto, graph: Graph, names: DimParams) -> None:
     """Graph outputs declared with a type must come out as the whole-model path makes them, which
     merges ONNX's inferred type into the declared one and repairs what stays open: a declared size
     or an input dim name must equal the computed dim; a name of the output's own (the legacy
@@ -145,8 +145,8 @@ def check_declared_outputs(gproto: GraphProto, graph: Graph, trusted: set[str]) 
                 if d.dim_value != got:
                     raise NeedsInference(f"output {vi.name!r} is declared with another size")
             elif which == "dim_param" and d.dim_param:
-                dim = parse_dim_param(d.dim_param)[0]
-                if isinstance(dim, int) or dim.symbols <= trusted:
+                dim = names.read(d.dim_param)
+                if isinstance(dim, int) or dim.symbols <= names.trusted:
                     if dim != got:   # whole-model inference may not know ``got``: it would keep ``dim``
                         raise NeedsInference(f"output {vi.name!r} is declared with another dim")
                 elif own_names.setdefault(d.dim_param, got) != got:

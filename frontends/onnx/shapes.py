@@ -21,7 +21,8 @@ from onnx import GraphProto, ModelProto, TensorProto, TypeProto
 
 from ...errors import ShapeError
 from ...ir import DimSpec, DType, Sym, TensorType, Value
-from .symdims import Poly, parse_dim_param, sanitize_symbol, to_dim
+from .dim_params import DimParams
+from .symdims import Poly, sanitize_symbol, to_dim
 from .types import DTYPES, MAX_DIM, absurd_size, dtype_of
 
 if TYPE_CHECKING:
@@ -153,8 +154,10 @@ class ShapeState:
     """What the whole model's walk shares: generated ``unk`` names, their resolutions, new dims."""
 
     file: str
-    input_symbols: set[str]          # dim names the graph inputs use: the only ones trusted as given
     errors: dict[str, str]
+    #: What each ``dim_param`` text denotes (its own copy: reading a new text may name a new dim); its
+    #: ``trusted`` names, the graph inputs' dims, are the only ones taken as given.
+    names: DimParams = field(default_factory=DimParams)
     trust_all: bool = False
     subst: dict[str, Any] = field(default_factory=dict)
     dims: dict[str, DimSpec] = field(default_factory=dict)
@@ -256,13 +259,18 @@ class ShapeState:
         the graph inputs' dims."""
         if self.trust_all:
             return False
-        dim = parse_dim_param(text)[0]
-        return not isinstance(dim, int) and not dim.symbols <= self.input_symbols
+        dim = self.names.read(text)
+        return not isinstance(dim, int) and not dim.symbols <= self.names.trusted
 
     def declared(self, text: str, doc: str = "") -> int | Sym:
-        dim, name = parse_dim_param(text)
-        if name and name not in self.dims:
-            self.dims[name] = DimSpec(name, doc=doc or f"ONNX dim_param {text!r}")
+        """The dim ``text`` denotes, declaring the dims it names (each with its ONNX spelling)."""
+        dim = self.names.read(text)
+        for name in () if isinstance(dim, int) else dim.symbols:
+            if name not in self.dims:
+                source = self.names.source(name)
+                self.dims[name] = DimSpec(name, doc=doc or f"ONNX dim_param {source!r}"
+                                          + (f" (in {text!r})" if source != text else ""),
+                                          source_name=source if source != name else "")
         return dim
 
     # -- merging ONNX's answer with ours ------------------------------------------------------
@@ -343,17 +351,20 @@ class ShapeState:
         """A stable symbol for a dim nothing can determine (a data-dependent size): the name the
         file gave it if any, else one derived from the value and axis."""
         if label and not label.startswith("unk__"):
-            name = sanitize_symbol(label)
+            name = self.names.name(label)
             if name not in self.dims:
                 self.dims[name] = DimSpec(name, default=upper_bound, doc=f"ONNX dim_param {label!r} of {value!r}, "
-                                                                      f"which shape inference cannot derive")
+                                                                      f"which shape inference cannot derive",
+                                          source_name=label if label != name else "")
             return Sym(name)
         base = sanitize_symbol(f"{value}_d{axis}")
         name = base
         i = 1
-        while name in self.dims and not self.dims[name].doc.startswith(f"unknown dim {axis} of {value!r}"):
+        while (name in self.dims and not self.dims[name].doc.startswith(f"unknown dim {axis} of {value!r}")) \
+                or not (name in self.dims or self.names.free(name)):
             name = f"{base}_{i}"
             i += 1
+        self.names.reserve(name)
         self.unknown.add(name)
         if name not in self.dims:
             self.dims[name] = DimSpec(name, default=upper_bound, min=0,    # data-dependent: may be empty

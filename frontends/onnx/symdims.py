@@ -5,14 +5,12 @@ shape inference gives up on most of these chains and leaves unknown dims. To kee
 ``sequence`` symbolic through them, the ONNX frontend folds those small integer tensors itself,
 with elements that are ints or :class:`~narrowpipe.ir.Sym` polynomials (``Poly`` is the same class:
 the algebra lives in :mod:`narrowpipe.ir.dims`, shared with the torch frontend). What is left here
-is ONNX's own business: turning any ``dim_param`` string into a valid dim name.
+is spelling any string as a valid dim name (:mod:`.dim_params` decides what a ``dim_param`` names).
 """
 
 from __future__ import annotations
 
-import ast
-import re
-from functools import lru_cache
+import keyword
 from typing import Union
 
 from ...ir import Sym
@@ -27,16 +25,15 @@ from ...ir.dims import (
     dim_mod,
     dim_mul,
     dim_sub,
-    parse_dim,
     to_dim,
 )
 
 __all__ = ["Poly", "DimLike", "to_poly", "to_dim", "dim_add", "dim_sub", "dim_mul", "dim_floordiv",
            "dim_ceildiv", "dim_mod", "dim_max", "dim_min", "dim_eq", "dim_lt", "sanitize_symbol",
-           "parse_dim_param"]
+           "RESERVED"]
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_RESERVED = frozenset({"max", "min", "floordiv", "ceildiv", "Mod", "Max", "Min", "FloorDiv", "CeilDiv",
+#: Function names of dim text: never a dim's name (``max`` is spelled ``max_``).
+RESERVED = frozenset({"max", "min", "floordiv", "ceildiv", "Mod", "Max", "Min", "FloorDiv", "CeilDiv",
                        "abs", "Abs", "sqrt", "floor", "ceil", "ceiling", "trunc", "PythonMod", "pow",
                        "ModularIndexing", "CeilToInt", "FloorToInt", "TruncToInt", "IntTrueDiv",
                        "FloatTrueDiv", "ToFloat", "OpaqueUnaryFn_sqrt"})
@@ -52,37 +49,11 @@ def to_poly(d: DimLike) -> Sym:
 
 
 def sanitize_symbol(name: str) -> str:
-    """An identifier usable in dim expressions (``batch size`` -> ``batch_size``)."""
-    text = re.sub(r"\W", "_", name.strip()) or "dim"
+    """An identifier usable in dim expressions (``batch size`` -> ``batch_size``); not unique: two
+    names may spell alike (:class:`.dim_params.DimParams` makes the model's names unique)."""
+    text = "".join(c if ("_" + c).isidentifier() else "_" for c in name.strip()) or "dim"
     if text[0].isdigit():
         text = "d_" + text
-    if text in _RESERVED:
+    if text in RESERVED or keyword.iskeyword(text):
         text += "_"
     return text
-
-
-_POLY_NODES = (ast.BinOp, ast.UnaryOp, ast.Name, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.USub, ast.UAdd,
-               ast.Load)
-
-
-@lru_cache(maxsize=16384)
-def parse_dim_param(text: str) -> tuple[int | Sym, str]:
-    """An ONNX ``dim_param`` as an IR dim, and the name to declare when it is a plain symbol.
-
-    Expressions the exporters write (``batch*sequence``, ``s0 + 1``) stay expressions; any other
-    string becomes one identifier.
-    """
-    text = text.strip()
-    if _IDENT.match(text):
-        name = sanitize_symbol(text)
-        return Sym.atom(name), name
-    try:
-        tree = ast.parse(text, mode="eval").body
-        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        if names and not (names & _RESERVED) and all(_IDENT.match(n) for n in names) and \
-                all(isinstance(n, _POLY_NODES) for n in ast.walk(tree)):
-            return parse_dim(text), ""
-    except (SyntaxError, ValueError, RecursionError):
-        pass
-    name = sanitize_symbol(text)
-    return Sym.atom(name), name

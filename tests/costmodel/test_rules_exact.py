@@ -167,3 +167,20 @@ def test_if_costs_its_costlier_branch_and_loop_its_body_times_trips():
     g.add_node(Op.LOOP, [], [t(10)], {"body": dear, "trip_count": "steps"})
     r = narrowpipe.analyze(g, steps=5)
     assert r.flops == 20 + 5 * 20
+
+
+def test_a_loop_of_unknown_trips_is_noted_only_until_its_count_is_bound():
+    """A body of 10 negations runs once (10 FLOPs, with a note saying how to bind the count); bound
+    to 7 trips it is 70 FLOPs and the note asking for the binding is gone."""
+    g = Graph()
+    x = g.add_input("x", t(10))
+    body = Graph("body")
+    body.set_outputs(body.add_node(Op.NEG, [x], [t(10)]).outputs)
+    g.add_node(Op.LOOP, [], [t(10)], {"body": body, "trip_count": None}, name="loop0")
+    once = narrowpipe.analyze(g)
+    assert once.flops == 10
+    assert [n for n in once.notes if "trip count" in n] == [
+        "loop 'loop0': trip count unknown, body counted once (bind it with --set loop0_trips=N)"]
+    bound = narrowpipe.analyze(g, dims={"loop0_trips": 7})
+    assert bound.flops == 7 * 10
+    assert not [n for n in bound.notes if "trip count" in n]

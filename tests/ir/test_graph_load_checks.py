@@ -17,7 +17,7 @@ import pytest
 
 import narrowpipe
 from narrowpipe.errors import IRError, ModelLoadError
-from narrowpipe.ir import DType, Graph, Op, TensorType, ValueKind, graph_from_dict, graph_to_dict
+from narrowpipe.ir import DType, Graph, Op, TensorType, ValueKind, graph_from_dict, graph_to_dict, to_networkx
 
 
 def _good() -> dict[str, Any]:
@@ -92,6 +92,15 @@ CASES: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {
         r"dim 'seq': unknown dim role 'banana'; roles: batch, sequence, kv_length, other"),
     "dim min above max": (
         lambda d: d.update(dims=[{"name": "seq", "min": 8, "max": 4}]), r"dim 'seq': min 8 is above max 4"),
+    "a node named like an input": (   # to_networkx merged node 'x' with input 'x': mm read its own output
+        lambda d: d["nodes"][1].update(name="x"), r"node name 'x' is also the name of a value"),
+    "a node named like a later output": (
+        lambda d: d["nodes"][0].update(name="act_1"), r"node name 'act_1' is also the name of a value"),
+    "a node named like its own output": (
+        lambda d: (d["nodes"][0]["outputs"][0].update(name="mm"), d["nodes"][1].update(inputs=["mm"])),
+        r"node name 'mm' is also the name of a value"),
+    "a dim spelt in its source as a number": (
+        lambda d: d.update(dims=[{"name": "seq", "source_name": 7}]), r"dim 'seq': source_name must be a string"),
 }
 
 
@@ -104,15 +113,63 @@ def test_a_bad_graph_file_is_a_load_error_naming_file_and_reason(tmp_path, case)
 
 
 def test_names_from_the_file_are_kept_not_renamed(tmp_path):
-    """A node and its output may share a name in a hand-written file (the API never writes that,
-    since both draw on one fresh-name space): the reference must still mean the output, by its name."""
+    """Names the API would not have chosen (an output named ``mm`` by a node ``matmul``) are kept as
+    written, and a reference means the value of that name."""
     def edit(d: dict[str, Any]) -> None:
+        d["nodes"][0]["name"] = "matmul"
         d["nodes"][0]["outputs"][0]["name"] = "mm"
         d["nodes"][1]["inputs"] = ["mm"]
     g = _load(tmp_path, edit)
     mm, act = g.nodes
-    assert (mm.name, mm.outputs[0].name) == ("mm", "mm") and act.inputs[0] is mm.outputs[0]
+    assert (mm.name, mm.outputs[0].name) == ("matmul", "mm") and act.inputs[0] is mm.outputs[0]
     assert narrowpipe.analyze(g).flops == 1024 + 64
+
+
+def test_the_networkx_view_refuses_a_node_and_a_value_of_one_name():
+    """Keyed by name, node 'x' and input 'x' would be one networkx node, and the acyclic program a
+    cycle (x -> mm -> act=x -> mm); a graph whose names were edited into that clash is refused."""
+    nx = pytest.importorskip("networkx")
+    g = graph_from_dict(_good())
+    assert nx.is_directed_acyclic_graph(to_networkx(g))
+    g.nodes[1].name = "x"
+    with pytest.raises(IRError, match=r"a relu node and a value of kind input are both named 'x'|"
+                                      r"a value of kind input and a relu node are both named 'x'"):
+        to_networkx(g)
+
+
+def test_a_zero_default_loads_where_the_dims_own_range_allows_it(tmp_path):
+    """The binding rule (DimSpec.least: the role's 1, or the dim's min where lower) is the loader's:
+    a data-dependent count declared min 0 may default to 0, as the ONNX frontend writes it for
+    ``StringSplit`` of an empty tensor; without the min, 0 is still refused."""
+    def edit(d: dict[str, Any]) -> None:
+        d["dims"] = [{"name": "n", "default": 0, "min": 0}]
+        d["inputs"][0]["shape"] = ["n", 8]
+        for n in d["nodes"]:
+            n["outputs"][0]["shape"] = ["n", 16]
+    g = _load(tmp_path, edit)
+    assert (g.dims["n"].default, narrowpipe.analyze(g).flops) == (0, 0)
+    assert narrowpipe.analyze(g, n=3).flops == 3 * (2 * 8 * 16 + 16)
+    with pytest.raises(ModelLoadError, match=r"dim 'n': default 0 is below 1, the least size of a other dim"):
+        _load(tmp_path, lambda d: (edit(d), d["dims"][0].pop("min")))
+
+
+def test_an_onnx_empty_split_saves_to_a_file_that_loads(tmp_path):
+    """ONNX's node test ``test_string_split_empty_tensor``: StringSplit of a [0] tensor has a
+    data-dependent second dim bounded by 0 substrings; graph.save wrote it and load refused it."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    node = helper.make_node("StringSplit", ["x"], ["substrings", "length"], maxsplit=0)
+    m = helper.make_model(helper.make_graph(
+        [node], "split", [helper.make_tensor_value_info("x", TensorProto.STRING, [0])],
+        [helper.make_tensor_value_info("substrings", TensorProto.STRING, None),
+         helper.make_tensor_value_info("length", TensorProto.INT64, None)]),
+        opset_imports=[helper.make_opsetid("", 20)])
+    g = narrowpipe.load(m)
+    (spec,) = g.dims.values()
+    assert (spec.default, spec.min) == (0, 0)
+    again = narrowpipe.load(g.save(tmp_path / "split.json"))
+    assert again.dims == g.dims
+    assert narrowpipe.analyze(again).bytes == narrowpipe.analyze(g).bytes
 
 
 def test_a_kv_length_default_may_be_zero_and_a_zero_dim_is_legal(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from narrowpipe.frontends.onnx.dim_params import DimParams
 from narrowpipe.frontends.onnx.symdims import (
     dim_add,
     dim_ceildiv,
@@ -16,7 +17,6 @@ from narrowpipe.frontends.onnx.symdims import (
     dim_mod,
     dim_mul,
     dim_sub,
-    parse_dim_param,
     to_dim,
     to_poly,
 )
@@ -43,9 +43,10 @@ def test_dims_are_never_negative() -> None:
 
 
 def test_dim_params_from_exporters() -> None:
-    assert parse_dim_param("batch*sequence")[0] == parse_dim_param("sequence * batch")[0]
-    assert parse_dim_param("N/A") == (Sym("N_A"), "N_A")
-    assert parse_dim_param("max")[1] == "max_"
+    names = DimParams(["batch", "sequence", "N/A", "max"])
+    assert names.read("batch*sequence") == names.read("sequence * batch") == B * S
+    assert names.read("N/A") == Sym("N_A") and names.source("N_A") == "N/A"
+    assert names.read("max") == Sym("max_")
 
 
 ints = st.integers(min_value=1, max_value=50)
