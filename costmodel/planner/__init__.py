@@ -2,7 +2,8 @@
 training step takes and where the time goes (issue 9).
 
 The pieces, in the order data flows: :mod:`.strategy` (the :class:`Parallel` value), :mod:`.blocks`
-(the model cut into repeated layers), :mod:`.sharding` (the sharding pass that inserts collectives),
+(the model cut into repeated layers), :mod:`.runtime_form` (a block as the training runtime runs it:
+fused kernels, attention form, padded vocabulary), :mod:`.sharding` (the sharding pass that inserts collectives),
 :mod:`.block_cost` (one block's training step on one device), :mod:`.step` and :mod:`.pipeline`
 (combining block costs into a step), :mod:`.memory`, :mod:`.search`, :mod:`.plan` (the result), and
 :mod:`.schedule` (a plan's step as timed forward/backward slots in the pipeline's order) and :mod:`.simulated`

@@ -20,6 +20,7 @@ from .plan import ARCH_FIELDS, Plan, RunnerUp
 from .planner import Evaluation, Planner
 from .simulated import chunk_rows, simulated
 from .strategy import Parallel
+from .vocab_pad import padded_vocab
 
 __all__ = ["assemble", "loss_reason"]
 
@@ -39,7 +40,7 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     step = ev.step
     closed = step.closed_form_s if step.closed_form_s is not None else step.total_s
     layers, pro, epi = planner.costs(p)
-    model_flops_seq, executed_seq, recompute_seq = planner.model_flops()
+    model_flops_seq, executed_seq, recompute_seq = planner.model_flops(p.tp)
     model_flops = model_flops_seq * p.global_batch
     if p.recompute == "full":
         hw_flops = (executed_seq + recompute_seq) * p.global_batch
@@ -52,7 +53,7 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     peak = matrix_rate(planner.target, DType(_dtype(planner))).flops_per_s
     tflops = model_flops / t / p.devices / 1e12 if t > 0 else 0.0
     fullest = ev.fullest
-    memory = {**fullest.terms(), "total": fullest.total, "capacity": ev.capacity, "device": float(fullest.device)}
+    memory = {**fullest.terms(), "total": fullest.total, "capacity": ev.capacity, "device": int(fullest.device)}
     stages = stage_rows(planner, ev)
     exposed = {k: step.breakdown.get(k, 0.0) for k in _COMM if step.breakdown.get(k, 0.0) > 0}
     hidden = {k: v for k, v in step.hidden.items() if v > 0}
@@ -62,6 +63,11 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
         if gather > 0:
             hidden["param_gather"] = hidden.get("param_gather", 0.0) + gather
     all_notes = list(step.notes) + list(notes or [])
+    vocab = planner.vocab
+    if vocab is not None and (padded := padded_vocab(vocab, planner.runtime.vocab_multiple, p.tp)) != vocab:
+        all_notes.append(f"vocabulary {vocab:,} padded to {padded:,} (a multiple of {planner.runtime.vocab_multiple} x "
+                         f"tp={p.tp}, Megatron's --make-vocab-size-divisible-by) and split over tp: the embedding, "
+                         "the head and its logits are costed at the padded size")
     if p.pp > 1:
         all_notes.append(f"pipeline bubble {step.breakdown['bubble'] * 1e3:.0f} ms in the simulated {p.schedule} "
                          f"schedule; with equal stages (p-1)/(v*m) = {p.pp - 1}/({p.interleave}*{p.microbatches}) "

@@ -1,4 +1,5 @@
-"""The forward graph as a given training runtime runs it: attention fused or unfused, dropout or not.
+"""The attention of the forward graph as a given training runtime runs it: fused or unfused, the layout
+it writes, dropout or not.
 
 Why a rewrite rather than a timing switch: an unfused attention stores the ``heads x seq x seq``
 scores, reads them in the softmax, writes probabilities, reads them again in the dropout and the
@@ -10,6 +11,10 @@ difference between a 2021 Megatron-LM step and a flash-attention step is explain
   that applies the scale and the causal mask in its own kernel (Megatron's fused scale-mask-softmax)
   and a batched ``DOT`` with V; the softmax is marked as its own kernel (``kernels.OWN_KERNEL``) so
   fusion does not fold the three back into one flash kernel.
+* ``attention_layout="sbhd"`` (fused attention): the kernel writes ``[s, b, heads, head_dim]``, the
+  layout the output projection reads, so the transpose from the graph's ``[b, heads, s, head_dim]``
+  to it is a view of the attention's output (``STRIDED_VIEW``) and a ``contiguous()`` copy after it
+  is dropped: the projection saves the attention's own output, not a second copy of it.
 * ``dropout > 0``: a ``RANDOM`` mask and a ``MUL`` after the attention probabilities (unfused only;
   flash attention draws its mask inside the kernel) and on the projection side of every residual
   ``ADD`` (a contraction's output, possibly through a bias add): Megatron's bias-dropout-add.
@@ -19,30 +24,60 @@ from __future__ import annotations
 
 import math
 
-from ...ir import DType, Graph, Node, Op, TensorType, Value, is_causal
-from ...ir.verifier import maybe_verify
+from ...ir import STRIDED_VIEW, VIEW_OPS, DType, Graph, Node, Op, Source, TensorType, Value, is_causal
 from ..kernels import OWN_KERNEL
 from .runtime import Runtime
 
-__all__ = ["apply_runtime_form"]
+__all__ = ["attention_form", "add_node"]
 
 
-def apply_runtime_form(graph: Graph, runtime: Runtime) -> Graph:
-    """``graph`` rewritten to ``runtime``'s attention form and dropout (unchanged when neither applies)."""
-    unfuse = runtime.attention == "unfused" and any(n.op is Op.ATTENTION for n in graph.nodes)
-    if not unfuse and runtime.dropout <= 0:
-        return graph
-    out = graph.clone()
-    for node in list(out.nodes):
-        if node.op is Op.ATTENTION and unfuse and node.attrs.get("layout", "bhsd") == "bhsd":
-            _unfuse(out, node, runtime.dropout)
+def attention_form(g: Graph, runtime: Runtime) -> bool:
+    """Rewrite ``g`` in place to ``runtime``'s attention form and dropout; whether anything changed
+    (new nodes are appended: the caller restores topological order)."""
+    changed = False
+    for node in list(g.nodes):
+        if node.op is not Op.ATTENTION or node.attrs.get("layout", "bhsd") != "bhsd":
+            continue
+        if runtime.attention == "unfused":
+            _unfuse(g, node, runtime.dropout)
+            changed = True
+        elif runtime.attention_layout == "sbhd":
+            changed = _output_in_projection_layout(g, node) or changed
     if runtime.dropout > 0:
-        for node in list(out.nodes):
+        for node in list(g.nodes):
             if node.op is Op.ADD and len(node.inputs) == 2:
-                _residual_dropout(out, node)
-    out.nodes = _topological(out)
-    out.version += 1
-    return maybe_verify(out, "narrowpipe.planner.attention_form")
+                changed = _residual_dropout(g, node) or changed
+    return changed
+
+
+def _output_in_projection_layout(g: Graph, node: Node) -> bool:
+    """The transposes of ``node``'s ``[b, h, s, d]`` output that bring heads next to the head dim
+    (``[b, s, h, d]``, ``[s, b, h, d]``) become views, and a copy right after one is dropped."""
+    changed = False
+    for t in _readers_through_views(node.outputs[0]):
+        perm = tuple(t.attrs.get("perm", ()))
+        if t.op is not Op.PERMUTE or len(perm) != 4 or perm[2:] != (1, 3):
+            continue
+        if not t.attrs.get(STRIDED_VIEW):
+            g.set_attr(t, STRIDED_VIEW, True)
+            changed = True
+        for c in _readers_through_views(t.outputs[0]):
+            if c.op is Op.COPY and c.inputs[0] is not None:
+                g.replace_all_uses(c.outputs[0], c.inputs[0])
+                g.remove(c)
+                changed = True
+    return changed
+
+
+def _readers_through_views(v: Value) -> list[Node]:
+    """The nodes reading ``v``, looking through reshapes and other views of it."""
+    out: list[Node] = []
+    for u in list(v.uses):
+        if u.node.op in VIEW_OPS:
+            out.extend(r for o in u.node.outputs for r in _readers_through_views(o))
+        else:
+            out.append(u.node)
+    return out
 
 
 def _unfuse(g: Graph, node: Node, dropout: float) -> None:
@@ -51,32 +86,33 @@ def _unfuse(g: Graph, node: Node, dropout: float) -> None:
     b, h, sq, d = q.shape
     sk = k.shape[2]
     if k.shape[1] != h:                      # grouped-query: each kv head serves h / kv query heads
-        k = _add(g, Op.EXPAND, [k], TensorType(k.dtype, (b, h, sk, d)), {}, node, "k_expand")
-        v = _add(g, Op.EXPAND, [v], TensorType(v.dtype, (b, h, sk, v.shape[3])), {}, node, "v_expand")
+        k = add_node(g, Op.EXPAND, [k], TensorType(k.dtype, (b, h, sk, d)), {}, node, "k_expand")
+        v = add_node(g, Op.EXPAND, [v], TensorType(v.dtype, (b, h, sk, v.shape[3])), {}, node, "v_expand")
     dims = {"lhs_batch": (0, 1), "rhs_batch": (0, 1)}
-    scores = _add(g, Op.DOT, [q, k], TensorType(q.dtype, (b, h, sq, sk)),
+    scores = add_node(g, Op.DOT, [q, k], TensorType(q.dtype, (b, h, sq, sk)),
                   {**dims, "lhs_contract": (3,), "rhs_contract": (3,)}, node, "scores")
-    probs = _add(g, Op.SOFTMAX, [scores], TensorType(q.dtype, (b, h, sq, sk)),
+    probs = add_node(g, Op.SOFTMAX, [scores], TensorType(q.dtype, (b, h, sq, sk)),
                  {"axis": 3, "scale": node.attrs.get("scale", 1 / math.sqrt(d) if isinstance(d, int) else 1.0),
                   "causal": is_causal(node), OWN_KERNEL: True}, node, "softmax")
     if dropout > 0:
         probs = _dropout(g, probs, node, "attention_dropout")
-    out = _add(g, Op.DOT, [probs, v], node.outputs[0].type,
+    out = add_node(g, Op.DOT, [probs, v], node.outputs[0].type,
                {**dims, "lhs_contract": (3,), "rhs_contract": (2,)}, node, "context")
     g.replace_all_uses(node.outputs[0], out)
     g.remove(node)
 
 
-def _residual_dropout(g: Graph, add: Node) -> None:
+def _residual_dropout(g: Graph, add: Node) -> bool:
     """Dropout on the branch of a residual add that comes out of a projection (optionally + bias)."""
     a, b = add.inputs
     if a is None or b is None or a.type != b.type or not a.dtype.is_float:
-        return
+        return False
     for i, x in enumerate((a, b)):
         if _projection(x) and not _projection((b, a)[i]):
             y = _dropout(g, x, add, "dropout")
             g.set_input(add, i, y)
-            return
+            return True
+    return False
 
 
 def _projection(v: Value) -> bool:
@@ -87,38 +123,15 @@ def _projection(v: Value) -> bool:
 
 
 def _dropout(g: Graph, x: Value, at: Node, name: str) -> Value:
-    mask = _add(g, Op.RANDOM, [], TensorType(DType.BOOL, tuple(x.shape)), {"role": "dropout_mask"}, at,
-                f"{name}_mask")
-    return _add(g, Op.MUL, [x, mask], x.type, {"role": "dropout"}, at, name)
+    mask = add_node(g, Op.RANDOM, [], TensorType(DType.BOOL, tuple(x.shape)), {"role": "dropout_mask"}, at,
+                    f"{name}_mask")
+    return add_node(g, Op.MUL, [x, mask], x.type, {"role": "dropout"}, at, name)
 
 
-def _add(g: Graph, op: Op, inputs: list[Value], t: TensorType, attrs: dict[str, object], at: Node,
-         name: str) -> Value:
-    from ...ir import Source
+def add_node(g: Graph, op: Op, inputs: list[Value], t: TensorType, attrs: dict[str, object], at: Node,
+             name: str) -> Value:
+    """A node standing in for part of ``at``: named after it, in its scope and training phase."""
     src = Source(op=f"{at.source.op or at.op.value}.{name}", name=name, scope=at.source.scope, file=at.source.file)
     phase = at.attrs.get("phase")
     extra = {"phase": phase} if phase is not None else {}
     return g.add_node(op, inputs, [t], {**attrs, **extra}, name=f"{at.name}_{name}", source=src).outputs[0]
-
-
-def _topological(g: Graph) -> list[Node]:
-    """The nodes in an order where every operand is produced first (the rewrite appended new nodes
-    after their readers): a depth-first walk over producers, original order kept otherwise."""
-    placed: set[int] = set()
-    order: list[Node] = []
-    for root in g.nodes:
-        stack: list[tuple[Node, bool]] = [(root, False)]
-        while stack:
-            n, expanded = stack.pop()
-            if expanded:
-                order.append(n)
-                continue
-            if id(n) in placed:
-                continue
-            placed.add(id(n))
-            stack.append((n, True))
-            for v in reversed(n.inputs):
-                p = v.producer if v is not None else None
-                if p is not None and p.owner is g and id(p) not in placed:
-                    stack.append((p, False))
-    return order

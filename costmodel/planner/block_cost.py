@@ -1,7 +1,8 @@
 """One block (embedding, a layer, the head) under one sharding: its training step on one device, timed.
 
 The chain is the one every other prediction uses, so a plan's numbers are explainable op by op:
-the block's forward graph -> the runtime's attention form (:mod:`.attention_form`) -> one training
+the block's forward graph -> the runtime's form of it (:mod:`.runtime_form`: fused norms and gated
+activations, the attention form, the padded vocabulary) -> one training
 step (:func:`narrowpipe.costmodel.training.build_training_graph`: forward, loss seed, recomputation,
 backward, optimizer) -> sharded with collectives (:func:`.sharding.shard`) -> counted, fused and
 timed by the target's execution model on the system's topology. Kernel times are then summed by the
@@ -18,15 +19,15 @@ from math import prod
 from typing import Any
 
 from ...backends import Target
-from ...ir import VIEW_OPS, Graph, Op, OpGroup, Value, ValueKind
+from ...ir import STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value, ValueKind
 from ..execution import DeviceGroup, TimingOptions
 from ..experts import BALANCED, ExpertBalance
 from ..interpreter import interpret
 from ..sizes import value_bytes
 from ..timing import fused_program, time_program
-from .attention_form import apply_runtime_form
 from .blocks import Block
 from .runtime import Runtime
+from .runtime_form import apply_runtime_form
 from .sharding import PHASE, shard
 from .strategy import Parallel
 
@@ -101,14 +102,15 @@ def block_key(block: Block, parallel: Parallel, microbatch: int) -> tuple[Any, .
 
 def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtime, *, dims: dict[str, int],
                topology: Any = None, optimizer: str = "adam", expert_balance: ExpertBalance = BALANCED,
-               arrive_split: frozenset[str] = frozenset()) -> BlockCost:
+               arrive_split: frozenset[str] = frozenset(), vocab: int | None = None) -> BlockCost:
     """Cost of one training step of ``block`` on one device of ``parallel`` (``dims`` binds batch =
     the microbatch and the sequence length; ``expert_balance`` spreads a mixture of experts' rows,
     and under expert parallelism the busiest device's program is the one costed; ``arrive_split``:
-    the inputs that arrive sequence-split under sequence parallelism, see :func:`.sharding.shard`)."""
+    the inputs that arrive sequence-split under sequence parallelism, see :func:`.sharding.shard`;
+    ``vocab``: the model's vocabulary, padded as the runtime pads it, see :mod:`.vocab_pad`)."""
     from ..training import build_training_graph  # the training step (costmodel/training)
 
-    forward = apply_runtime_form(block.graph, runtime)
+    forward = apply_runtime_form(block.graph, runtime, tp=parallel.tp, vocab=vocab)
     loss = "cross_entropy" if block.kind == "epilogue" and _ends_in_logits(forward) else "sum"
     # recomputation covers the repeated layers (Megatron-LM's --recompute-granularity applies to
     # transformer layers); the embedding and the head keep their activations
@@ -214,7 +216,8 @@ def forward_dtype(graph: Graph) -> str:
 
 def _saved_bytes(graph: Graph, table: Any) -> int:
     """Bytes of forward values a later phase reads (what stays alive from forward to backward):
-    with full recomputation only each block's input survives; views add nothing. A dropout mask
+    with full recomputation only each block's input survives; views add nothing (a strided
+    transpose included: its storage is its input's, :func:`_is_view`). A dropout mask
     that recomputation reads is regenerated from the saved random state (Megatron-LM's
     ``CheckpointFunction`` replays the RNG), so it is not kept."""
     seen: set[int] = set()
@@ -250,7 +253,7 @@ def _working_peak(graph: Graph, table: Any) -> int:
                             and any(u.node.attrs.get(PHASE, "forward") in PER_MICROBATCH for u in v.uses)}
     cur = peak = sum(live.values())
     for i, n in enumerate(nodes):
-        if n.op not in VIEW_OPS:
+        if not _is_view(n):
             for o in n.outputs:
                 if id(o) not in live and last.get(id(o), -1) > i:
                     live[id(o)] = value_bytes(table, o)
@@ -268,7 +271,7 @@ def _readers(v: Value) -> list[Any]:
     """The uses of ``v`` and of the views of it."""
     out: list[Any] = []
     for u in v.uses:
-        if u.node.op in VIEW_OPS:
+        if _is_view(u.node):
             out.extend(r for o in u.node.outputs for r in _readers(o))
         else:
             out.append(u)
@@ -283,9 +286,16 @@ def _boundary_bytes(graph: Graph, table: Any, name: str | None) -> int:
     return value_bytes(table, v) if v is not None else 0
 
 
+def _is_view(node: Node) -> bool:
+    """A node whose output shares its input's storage: a view op, or a transpose the framework makes
+    as a view of its input (``STRIDED_VIEW``: torch's ``transpose``; the runtime form marks the one
+    after an attention that writes the projection's layout, :mod:`.attention_form`)."""
+    return node.op in VIEW_OPS or (node.op is Op.PERMUTE and bool(node.attrs.get(STRIDED_VIEW)))
+
+
 def _base(v: Value) -> Value:
     """The value whose storage a chain of views reads."""
-    while v.producer is not None and v.producer.op in VIEW_OPS and v.producer.inputs:
+    while v.producer is not None and _is_view(v.producer) and v.producer.inputs:
         src = v.producer.inputs[0]
         if src is None:
             break

@@ -20,8 +20,9 @@ __all__ = ["Plan", "RunnerUp", "PLAN_VERSION", "PLAN_FORMAT", "ARCH_FIELDS"]
 #: 2: ``format`` (was ``kind``) like every other ``--json`` document, ``closed_form_step_s``, and
 #: ``step_time_s`` from the simulated schedule. Version 1 files still load. 3: ``item_unit``. 4: the
 #: architecture's ``rope_theta`` and ``rope_scaling`` (launch tools need the rotary base); older files
-#: load without them.
-PLAN_VERSION = 4
+#: load without them. 5: the runtime's ``attention_layout``, ``fused_glu``, ``fused_norm`` and
+#: ``vocab_multiple``, and ``memory_per_device.device`` an integer (it was written as a float).
+PLAN_VERSION = 5
 PLAN_FORMAT = "narrowpipe.plan"
 #: The model's sizes a plan keeps for launch tools (``Plan.architecture``), from the builder's spec.
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_mlp", "activation",
@@ -80,7 +81,7 @@ class Plan:
     tflops_per_device: float
     hw_tflops_per_device: float
     mfu: float
-    memory_per_device: dict[str, float]
+    memory_per_device: dict[str, float]           # bytes by term; ``device`` the pipeline index (int)
     fits: bool
     stages: list[dict[str, Any]]
     collectives: list[dict[str, Any]]

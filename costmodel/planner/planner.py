@@ -23,15 +23,16 @@ from ...ir import DimRole, Graph, Op
 from ..execution.collectives import Topology
 from ..experts import ExpertBalance
 from ..interpreter import interpret
-from .attention_form import apply_runtime_form
 from .block_cost import BlockCost, block_cost, block_key, loss_outputs
 from .blocks import Blocks, split_blocks
 from .expert_parallel import expert_param_numel
 from .memory import DeviceMemory, device_memory
 from .runtime import Runtime, get_runtime
+from .runtime_form import apply_runtime_form
 from .shard_api import heads_split
 from .step import CollectiveTimer, Layout, StepTime, layout, step_time
 from .strategy import Parallel
+from .vocab_pad import padded_vocab, vocab_rows
 from .weight_layout import _symbols
 
 __all__ = ["Planner", "Evaluation", "resolve_machine"]
@@ -127,10 +128,12 @@ class Planner:
         self.timer = CollectiveTimer(self.topology)
         self.blocks: Blocks = split_blocks(graph)
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
-        self._flops: tuple[float, float, float] | None = None
+        self._flops: dict[int, tuple[float, float, float]] = {}
         self._by_strategy: dict[tuple[Any, ...], tuple[list[BlockCost], BlockCost | None, BlockCost | None]] = {}
         self._layouts: dict[tuple[Any, ...], Layout] = {}
         self._pbytes = _param_dtype_bytes(graph)
+        #: the token embedding's rows (None: no token lookup), padded per ``tp`` as the runtime pads them
+        self.vocab = vocab_rows(graph)
 
     def _check_positions(self) -> None:
         """Refuse a sequence longer than the model's positions (GPT-2's 1,024 learned rows): the model
@@ -191,7 +194,7 @@ class Planner:
             hit = self._costs[key] = block_cost(block, parallel, self.target, self.runtime,
                                                 dims=self.dims(parallel.microbatch), topology=self.topology,
                                                 optimizer=self.optimizer, expert_balance=self.expert_balance,
-                                                arrive_split=self._stream_inputs(block))
+                                                arrive_split=self._stream_inputs(block), vocab=self.vocab)
         return hit
 
     def _stream_inputs(self, block: Any) -> frozenset[str]:
@@ -300,35 +303,52 @@ class Planner:
         return hit
 
     # -- model FLOPs -------------------------------------------------------------------------------------
-    def model_flops(self) -> tuple[float, float, float]:
+    def model_flops(self, tp: int = 1) -> tuple[float, float, float]:
         """``(model FLOPs, executed FLOPs, recomputed-forward FLOPs of full recomputation)`` per
         sequence, from the unsharded training graph of each distinct block counted once, times how
         often the block occurs. Model FLOPs are three times the forward's (PaLM's MFU, Chowdhery et
         al. 2022, Appendix B: ``6N + 12 L H Q T`` per token, the backward taken as twice the forward
         and nothing recomputed, causal masking not discounted), so that MFU does not rise when a kernel
         recomputes: fused (flash) attention's backward runs the scores' matmul again, which the
-        executed FLOPs (forward + backward as the graph runs them; hardware FLOPs) keep."""
-        if self._flops is None:
-            from ..training import build_training_graph
-            counted: dict[int, tuple[float, float, float]] = {}
+        executed FLOPs (forward + backward as the graph runs them; hardware FLOPs) keep. Model FLOPs
+        count the model's vocabulary; executed FLOPs the vocabulary the runtime pads at ``tp``
+        (:mod:`.vocab_pad`: the head computes the padding rows' logits too)."""
+        hit = self._flops.get(tp)
+        if hit is None:
             model = executed = recompute = 0.0
+            counted: dict[int, tuple[float, float, float]] = {}
             for block in self.blocks.all:
                 if id(block) not in counted:
-                    fwd = apply_runtime_form(block.graph, self.runtime)
-                    train = build_training_graph(fwd, optimizer=self.optimizer, recompute="none",
-                                                 outputs=loss_outputs(fwd, "sum"))
-                    table = interpret(train, self.dims(1))
-                    f = b = 0.0
-                    for node, cost in table.costs.items():
-                        phase = node.attrs.get("phase")
-                        f += cost.flops if phase == "forward" else 0
-                        b += cost.flops if phase == "backward" else 0
-                    counted[id(block)] = (3 * f, f + b, f if block.kind == "layer" else 0.0)
+                    f, b = self._block_flops(block, None)
+                    padded = self._block_flops(block, tp) if self._padded(block, tp) else (f, b)
+                    counted[id(block)] = (3 * f, padded[0] + padded[1],
+                                          padded[0] if block.kind == "layer" else 0.0)
                 model += counted[id(block)][0]
                 executed += counted[id(block)][1]
                 recompute += counted[id(block)][2]
-            self._flops = (model, executed, recompute)
-        return self._flops
+            hit = self._flops[tp] = (model, executed, recompute)
+        return hit
+
+    def _padded(self, block: Any, tp: int) -> bool:
+        """Whether the runtime pads a vocabulary dim of ``block`` at ``tp``."""
+        v = self.vocab
+        return v is not None and padded_vocab(v, self.runtime.vocab_multiple, tp) != v and \
+            any(isinstance(d, int) and d == v for w in block.graph.weights for d in w.shape)
+
+    def _block_flops(self, block: Any, tp: int | None) -> tuple[float, float]:
+        """Forward and backward FLOPs of one sequence through ``block``'s training graph, unsharded,
+        with the vocabulary padded as at ``tp`` (None: the model's own)."""
+        from ..training import build_training_graph
+        fwd = apply_runtime_form(block.graph, self.runtime, tp=tp or 1, vocab=self.vocab if tp else None)
+        train = build_training_graph(fwd, optimizer=self.optimizer, recompute="none",
+                                     outputs=loss_outputs(fwd, "sum"))
+        table = interpret(train, self.dims(1))
+        f = b = 0.0
+        for node, cost in table.costs.items():
+            phase = node.attrs.get("phase")
+            f += cost.flops if phase == "forward" else 0
+            b += cost.flops if phase == "backward" else 0
+        return f, b
 
 
 def _role_dim(graph: Graph, role: DimRole) -> str | None:

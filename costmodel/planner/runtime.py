@@ -40,6 +40,23 @@ class Runtime:
     #: ``fused`` (flash attention: one kernel, scores never stored) or ``unfused`` (QK^T, softmax,
     #: dropout and PV as separate kernels with the scores in memory).
     attention: str = "fused"
+    #: The layout a fused attention reads and writes: ``sbhd`` (Megatron-Core: its output is already
+    #: the output projection's ``[s, b, h*d]``, so the transpose to it is a view and nothing is copied)
+    #: or ``bhsd`` (torch's SDPA: the transpose after it is a copy, ``.contiguous()``, that the
+    #: projection saves beside the attention's own output).
+    attention_layout: str = "sbhd"
+    #: A gated MLP's activation and gate product run as one kernel that saves only its input (the gate
+    #: and up projections) and computes the activation again in its backward (else: as eager torch,
+    #: which saves the activation's output for the product's backward too).
+    fused_glu: bool = True
+    #: An RMS norm spelled as elementwise steps (an exported Hugging Face ``RMSNorm``: cast, square,
+    #: mean, rsqrt, scale, cast back, weight) runs as one fused norm kernel that saves its input and
+    #: the per-row scale (else: each step saves what its own backward reads, as eager torch does).
+    fused_norm: bool = True
+    #: The vocabulary is padded to a multiple of this times ``tp`` (Megatron's
+    #: ``--make-vocab-size-divisible-by``), so every tensor-parallel rank holds an equal slice of the
+    #: embedding and the head, and computes logits for the padding rows too. 1: no padding.
+    vocab_multiple: int = 128
     #: Dropout after attention probabilities and on the residual branches (0: none).
     dropout: float = 0.0
     #: Precision the data-parallel gradient reduction runs in.
@@ -65,6 +82,11 @@ class Runtime:
     def __post_init__(self) -> None:
         if self.attention not in ("fused", "unfused"):
             raise PlanError(f"runtime {self.name!r}: attention must be 'fused' or 'unfused', got {self.attention!r}")
+        if self.attention_layout not in ("sbhd", "bhsd"):
+            raise PlanError(f"runtime {self.name!r}: attention_layout must be 'sbhd' or 'bhsd', "
+                            f"got {self.attention_layout!r}")
+        if self.vocab_multiple < 1:
+            raise PlanError(f"runtime {self.name!r}: vocab_multiple must be at least 1, got {self.vocab_multiple!r}")
         if self.stage_split not in ("uniform", "balanced"):
             raise PlanError(f"runtime {self.name!r}: stage_split must be 'uniform' or 'balanced'")
         if not 0.0 <= self.dropout < 1.0:
@@ -105,6 +127,16 @@ RUNTIMES: dict[str, Runtime] = {
             "overlap_tp_comm": "Megatron-Core: TP comm overlap (tp_comm_overlap, Transformer Engine userbuffers) "
                                "is opt-in, off by default",
             "attention": "Megatron-Core uses Transformer Engine fused (flash) attention by default",
+            "attention_layout": "Megatron-Core keeps activations [s, b, h] and hands attention q, k, v as "
+                                "[s, b, heads, head_dim] (TEDotProductAttention qkv_format 'sbhd'); its output "
+                                "is viewed as [s, b, h] for linear_proj, no transpose or copy",
+            "fused_glu": "Megatron-Core megatron/core/fusions/fused_bias_swiglu.py: SwiGLUFunction.forward saves "
+                         "only its input and swiglu_back recomputes SiLU (bias_swiglu_fusion, on by default with "
+                         "--swiglu; fused_bias_geglu.py likewise for GeGLU)",
+            "fused_norm": "Megatron-Core normalizes with Transformer Engine's fused LayerNorm/RMSNorm (TENorm), "
+                          "one kernel saving its input and the per-row statistics",
+            "vocab_multiple": "Megatron --make-vocab-size-divisible-by (default 128): _vocab_size_with_padding "
+                              "pads the vocabulary to a multiple of it x tensor-parallel size",
             "stage_split": "Megatron-Core can split pipeline layers unevenly (decoder_first/last_pipeline_num_layers, "
                            "account_for_embedding/loss_in_pipeline_split); the planner balances by time",
             "grad_reduce_dtype": "Megatron-Core accumulates and reduces gradients in fp32 by default for bf16 "
@@ -118,7 +150,8 @@ RUNTIMES: dict[str, Runtime] = {
         }),
     "megatron-lm-2021": Runtime(
         "megatron-lm-2021", overlap_grad_reduce=False, overlap_param_gather=False, overlap_tp_comm=False,
-        pipeline_scatter_gather=True, attention="unfused", dropout=0.1, grad_reduce_dtype=DType.FP16,
+        pipeline_scatter_gather=True, attention="unfused", attention_layout="bhsd", fused_glu=False,
+        fused_norm=False, dropout=0.1, grad_reduce_dtype=DType.FP16,
         stage_split="uniform", fusion="no-epilogue", sequence_parallel=False, zero_stages=(0,),
         recompute_modes=("none", "full"), context_parallel=False, expert_parallel=False, sources={
             "stage_split": "Megatron-LM v2 gives every pipeline chunk num_layers / (pp x v) layers (it asserts "
@@ -133,6 +166,14 @@ RUNTIMES: dict[str, Runtime] = {
             "attention": "Megatron-LM v2 (2021) attention: batched matmul for QK^T, fused scale-mask-softmax "
                          "kernel, dropout, batched matmul with V (no flash attention until 2022)",
             "dropout": "Megatron-LM GPT defaults: attention and hidden dropout 0.1",
+            "attention_layout": "Megatron-LM v2.5 megatron/model/transformer.py: the context [b, np, sq, hn] is "
+                                "permuted to [sq, b, np, hn] and made contiguous (a copy) before the dense "
+                                "projection",
+            "fused_glu": "Megatron-LM v2.5 has no gated MLP (GeLU only): a gated model runs as eager torch",
+            "fused_norm": "Megatron-LM v2.5 has LayerNorm only (Apex FusedLayerNorm, one LAYER_NORM op here); an "
+                          "RMS norm spelled as steps runs as eager torch",
+            "vocab_multiple": "Megatron-LM v2.5 --make-vocab-size-divisible-by (default 128), padded to a "
+                              "multiple of it x tensor-parallel size",
             "grad_reduce_dtype": "Megatron-LM v2 fp16 training all-reduces fp16 gradients (main_grad buffer in "
                                  "fp16 unless --accumulate-allreduce-grads-in-fp32)",
             "overlap_tp_comm": "Narayanan et al. SC'21: tensor-parallel all-reduces are on the critical path",

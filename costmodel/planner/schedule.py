@@ -132,48 +132,76 @@ def schedule_order(p: int, m: int, v: int, rank: int) -> tuple[tuple[str, int, i
     return tuple(order)
 
 
+#: One pass of a rank's order, compiled: its index, the index of the pass it waits for (-1: none),
+#: its global chunk, whether it is a forward, and ``(phase, local chunk, microbatch)`` as ordered.
+_Pass = tuple[int, int, int, bool, tuple[str, int, int]]
+
+
+@cache
+def _compiled(p: int, m: int, v: int) -> tuple[tuple[_Pass, ...], ...]:
+    """Each rank's order with its dependencies as indices (pass ``(phase, g, j)`` is index
+    ``(phase * p v + g) m + j``): the structure depends on the shape only, so a search that times
+    thousands of layouts of one shape resolves it once and :func:`_run` indexes lists."""
+    last = p * v - 1
+
+    def index(forward: bool, g: int, j: int) -> int:
+        return ((0 if forward else p * v) + g) * m + j
+
+    out = []
+    for r in range(p):
+        passes = []
+        for step in schedule_order(p, m, v, r):
+            phase, local, j = step
+            g = local * p + r
+            forward = phase == FORWARD
+            if forward:
+                dep = index(True, g - 1, j) if g > 0 else -1
+            else:
+                dep = index(False, g + 1, j) if g < last else index(True, g, j)
+            passes.append((index(forward, g, j), dep, g, forward, step))
+        out.append(tuple(passes))
+    return tuple(out)
+
+
 def _run(p: int, m: int, v: int, forward_s: Sequence[float], backward_s: Sequence[float],
          record: list[tuple[int, str, int, int, float]] | None = None) -> float:
     """The makespan of Megatron's order with pass ``(phase, g)`` taking ``forward_s[g]`` /
     ``backward_s[g]`` seconds; each pass ``(rank, phase, g, microbatch, start)`` appended to
     ``record`` when given. Event-driven: a rank runs its passes in order until one waits for an
     input, and resumes when that input's pass ends, so every pass is placed once."""
-    last = p * v - 1
-    orders = [schedule_order(p, m, v, r) for r in range(p)]
+    orders = _compiled(p, m, v)
+    n = 2 * p * v * m
     nxt = [0] * p
     free = [0.0] * p
-    done: dict[tuple[str, int, int], float] = {}
-    waiting: dict[tuple[str, int, int], int] = {}
+    done = [-1.0] * n                       # end of each pass (-1: not run yet)
+    waiting = [-1] * n                      # the rank waiting for each pass (-1: none)
     ready = list(range(p - 1, -1, -1))
     makespan = 0.0
     while ready:
         r = ready.pop()
         order = orders[r]
-        while nxt[r] < len(order):
-            phase, local, j = order[nxt[r]]
-            g = local * p + r
-            if phase == FORWARD:
-                dep = (FORWARD, g - 1, j) if g > 0 else None
-            else:
-                dep = (BACKWARD, g + 1, j) if g < last else (FORWARD, g, j)
-            if dep is None:
-                start = free[r]
-            else:
-                arrived = done.get(dep)
-                if arrived is None:
+        i, t = nxt[r], free[r]
+        while i < len(order):
+            key, dep, g, forward, step = order[i]
+            if dep >= 0:
+                arrived = done[dep]
+                if arrived < 0.0:
                     waiting[dep] = r
                     break
-                start = max(free[r], arrived)
-            end = start + (forward_s[g] if phase == FORWARD else backward_s[g])
-            key = (phase, g, j)
-            done[key] = free[r] = end
-            makespan = max(makespan, end)
+                if arrived > t:
+                    t = arrived
             if record is not None:
-                record.append((r, phase, g, j, start))
-            nxt[r] += 1
-            woken = waiting.pop(key, None)
-            if woken is not None:
+                record.append((r, step[0], g, step[2], t))
+            t += forward_s[g] if forward else backward_s[g]
+            done[key] = t
+            if t > makespan:
+                makespan = t
+            i += 1
+            woken = waiting[key]
+            if woken >= 0:
+                waiting[key] = -1
                 ready.append(woken)
+        nxt[r], free[r] = i, t
     if any(nxt[r] < len(orders[r]) for r in range(p)):   # cannot happen with Megatron's order
         raise PlanError(f"schedule: pp={p}, m={m}, v={v} deadlocks")
     return makespan

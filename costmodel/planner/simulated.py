@@ -101,8 +101,9 @@ def lower_bound(planner: Planner, ev: Evaluation) -> float:
 def refined(planner: Planner, ev: Evaluation) -> Evaluation:
     """``ev`` simulated, and for an interleaved strategy its chunks refined on the schedule
     (:func:`.pipeline.refine_by_schedule`): the refined layout is kept when it fits and simulates
-    faster. Only the search's pick is refined: the ranking compares every strategy on the split
-    its closed form chose, which keeps :func:`lower_bound` a bound of what it compares."""
+    faster. Only the search's pick and the runners-up it shows are refined: the ranking compares
+    every strategy on the split its closed form chose, which keeps :func:`lower_bound` a bound of
+    what it compares."""
     best = simulated(planner, ev)
     p = ev.parallel
     if p.pp > 1 and p.interleave > 1 and planner.runtime.stage_split != "uniform":

@@ -13,6 +13,11 @@ Policies (Korthikanti et al., "Reducing Activation Recomputation in Large Transf
 
 The recomputed copies are ordinary nodes with ``phase="recompute"``; the backward of the segment reads
 them instead of the forward's values, so liveness frees the forward's and counts only the checkpoints.
+
+Apart from the policy, a forward node marked :data:`IN_BACKWARD_KERNEL` runs inside a fused kernel
+that saves only the node's inputs and computes the node again in its own backward (Megatron-Core's
+SwiGLU: SiLU's output is not kept). Its copy is emitted in the backward phase (it is that kernel's
+work, not activation recomputation) just before the backward of the first node that reads it.
 """
 
 from __future__ import annotations
@@ -24,9 +29,13 @@ from ...ir import Node, Op, Value
 from .context import GradContext
 from .phases import BACKWARD, PHASE, RECOMPUTE
 
-__all__ = ["RECOMPUTE_POLICIES", "Recompute", "layer_of", "layer_of_scope", "attention_cores"]
+__all__ = ["RECOMPUTE_POLICIES", "IN_BACKWARD_KERNEL", "Recompute", "layer_of", "layer_of_scope",
+           "attention_cores"]
 
 RECOMPUTE_POLICIES = ("none", "selective", "full")
+#: On a forward node: the runtime's fused kernel saves the node's inputs, not its output, and its
+#: backward computes the output again (see the module doc).
+IN_BACKWARD_KERNEL = "recomputed_in_backward"
 #: Ops between QK^T and softmax, or softmax and PV, in an eager attention (scale, mask, dropout, casts).
 _CHAIN = frozenset({Op.MUL, Op.DIV, Op.ADD, Op.SUB, Op.CAST, Op.WHERE, Op.COPY, Op.RESHAPE, Op.EXPAND})
 
@@ -105,10 +114,20 @@ def attention_cores(nodes: Sequence[Node]) -> list[list[Node]]:
 class Recompute:
     """Emits each segment's recomputation once, before the backward of its first node to need it."""
 
-    def __init__(self, cx: GradContext, segments: list[list[Node]]) -> None:
+    def __init__(self, cx: GradContext, segments: list[list[Node]], in_kernel: Sequence[Node] = ()) -> None:
         self.cx = cx
-        self.segments = segments
-        self.segment_of = {n: i for i, seg in enumerate(segments) for n in seg}
+        self.segments = segments + [[n] for n in in_kernel]
+        #: the phase each segment's copies run in: recomputation, or a fused kernel's backward
+        self.phases = [RECOMPUTE] * len(segments) + [BACKWARD] * len(in_kernel)
+        #: node -> the segments to emit before its backward: a policy's segment before the backward of
+        #: any of its nodes; a fused kernel's node also before the backward of its readers
+        self.triggers: dict[Node, list[int]] = {}
+        for i, seg in enumerate(self.segments):
+            for n in seg:
+                self.triggers.setdefault(n, []).append(i)
+        for i, n in enumerate(in_kernel, start=len(segments)):
+            for reader in {u.node for o in n.outputs for u in o.uses}:
+                self.triggers.setdefault(reader, []).append(i)
         self.done: set[int] = set()
 
     @classmethod
@@ -133,20 +152,22 @@ class Recompute:
                 segments = [list(nodes)]
                 notes.append("recompute=full: no layers found (no module scope with an index), so the whole "
                              "forward is one checkpointed segment")
-        return cls(cx, segments), notes
+        covered = {n for seg in segments for n in seg}
+        in_kernel = [n for n in nodes if n.attrs.get(IN_BACKWARD_KERNEL) and n not in covered]
+        return cls(cx, segments, in_kernel), notes
 
     def before(self, node: Node) -> None:
-        s = self.segment_of.get(node)
-        if s is None or s in self.done:
-            return
-        self.done.add(s)
         cx = self.cx
-        cx.phase = RECOMPUTE
-        for n in self.segments[s]:
-            cx.serve(n, n.source)
-            attrs = {k: v for k, v in n.attrs.items() if k != PHASE}
-            outs = cx.emit_types(n.op, [None if v is None else cx.val(v) for v in n.inputs],
-                                 [o.type for o in n.outputs], attrs, name=f"{n.name}_recompute")
-            for o, new in zip(n.outputs, outs):
-                cx.remap[o] = new
+        for s in self.triggers.get(node, ()):
+            if s in self.done:
+                continue
+            self.done.add(s)
+            cx.phase = self.phases[s]
+            for n in self.segments[s]:
+                cx.serve(n, n.source)
+                attrs = {k: v for k, v in n.attrs.items() if k not in (PHASE, IN_BACKWARD_KERNEL)}
+                outs = cx.emit_types(n.op, [None if v is None else cx.val(v) for v in n.inputs],
+                                     [o.type for o in n.outputs], attrs, name=f"{n.name}_recompute")
+                for o, new in zip(n.outputs, outs):
+                    cx.remap[o] = new
         cx.phase = BACKWARD

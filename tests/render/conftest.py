@@ -16,8 +16,10 @@ LLAMA_8B = {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim"
             "tie_embeddings": False, "experts": None, "top_k": None, "attn_bias": False, "out_bias": False,
             "mlp_bias": False, "encoder": False, "rope_theta": 500000.0, "rope_scaling": None}
 MEGATRON_CORE = {"name": "megatron-core", "overlap_grad_reduce": True, "overlap_param_gather": True,
-                 "overlap_tp_comm": False, "pipeline_scatter_gather": True, "attention": "fused", "dropout": 0.0,
-                 "grad_reduce_dtype": "fp32", "master_weights": True, "stage_split": "balanced", "fusion": "full"}
+                 "overlap_tp_comm": False, "pipeline_scatter_gather": True, "attention": "fused",
+                 "attention_layout": "sbhd", "fused_glu": True, "fused_norm": True, "vocab_multiple": 128,
+                 "dropout": 0.0, "grad_reduce_dtype": "fp32", "master_weights": True, "stage_split": "balanced",
+                 "fusion": "full"}
 
 
 def make_plan(pp: int, interleave: int, m: int, *, f: float = 1e-3, b: float = 2e-3, comm: float = 1e-4,
@@ -48,7 +50,7 @@ def make_plan(pp: int, interleave: int, m: int, *, f: float = 1e-3, b: float = 2
                      "per_step": 1, "comm_bytes": 0, "seconds": dp_total, "exposed_s": dp_exposed}]
                    if dp_total else [])
     return Plan("hand", target, system, par.devices, "train", seq, par, dict(runtime or MEGATRON_CORE), step,
-                breakdown, {}, {}, 1.0, 1.0, 1.0, 0.5, {"total": 1.0, "capacity": 2.0, "device": 0.0}, True, stages,
+                breakdown, {}, {}, 1.0, 1.0, 1.0, 0.5, {"total": 1.0, "capacity": 2.0, "device": 0}, True, stages,
                 collectives, dtype=dtype, architecture=dict(architecture or {}))
 
 

@@ -24,6 +24,9 @@ from narrowpipe.ir import Op
 
 L, H, F, E, K, V, SEQ = 2, 256, 512, 8, 2, 1000, 128
 EXPERT_PARAMS = L * E * (2 * F * H + H * F)          # gate_up [E, 2F, H] and down [E, H, F] per layer
+#: Megatron pads the vocabulary to a multiple of 128 x tp (1,000 -> 1,024 rows at tp=1): the embedding and
+#: the untied head each hold 24 more rows
+PADDING = 2 * (1024 - V) * H
 BATCH = 32
 
 
@@ -44,9 +47,10 @@ def _par(**kw) -> Parallel:
 
 def test_each_device_holds_its_experts_share_and_the_dense_layers_whole(moe):
     """ep=8 over dp=16: the 8 experts split 1 per device, attention, router, norms and embeddings
-    whole; with tp=2 too every expert is cut in half by columns (gate-up) and rows (down)."""
+    whole; with tp=2 too every expert is cut in half by columns (gate-up) and rows (down). The
+    embedding and the untied head hold Megatron's padded vocabulary (``PADDING``)."""
     planner = _planner(moe)
-    dense = moe.param_count() - EXPERT_PARAMS
+    dense = moe.param_count() - EXPERT_PARAMS + PADDING
     load = planner.layout(_par(ep=8)).devices[0]
     assert load.expert_params == EXPERT_PARAMS // 8
     assert load.params == dense + EXPERT_PARAMS // 8
@@ -61,7 +65,7 @@ def test_zero_shards_expert_states_over_the_experts_replicas_not_over_dp(moe):
     planner = _planner(moe)
     ev = planner.evaluate(_par(ep=8, zero=1))
     m = ev.memory[0]
-    dense = moe.param_count() - EXPERT_PARAMS
+    dense = moe.param_count() - EXPERT_PARAMS + PADDING
     local_experts = EXPERT_PARAMS // 8
     assert m.weights == 2 * (dense + local_experts)
     assert m.gradients == 4 * (dense + local_experts)
@@ -75,7 +79,7 @@ def test_expert_gradients_reduce_over_dp_over_ep_replicas(moe):
     p = _par(ep=8)
     lay = planner.layout(p)
     d = lay.devices[0]
-    dense = moe.param_count() - EXPERT_PARAMS
+    dense = moe.param_count() - EXPERT_PARAMS + PADDING
     timer = planner.timer
     want = timer.seconds(Op.ALL_REDUCE, dense * 4, 16, 1) + timer.seconds(Op.ALL_REDUCE, EXPERT_PARAMS // 8 * 4, 2, 8)
     assert d.params * 4 == (dense + EXPERT_PARAMS // 8) * 4

@@ -42,14 +42,28 @@ def test_the_search_returns_the_fastest_plan_that_fits_with_reasons_for_the_othe
 def test_the_plan_round_trips_through_versioned_json(plan):
     text = plan.to_json()
     data = json.loads(text)
-    assert data["format"] == "narrowpipe.plan" and data["version"] == 4 and data["item_unit"] == "tokens"
+    assert data["format"] == "narrowpipe.plan" and data["version"] == 5 and data["item_unit"] == "tokens"
     assert "rope_theta" in data["architecture"]          # v4: the rotary base (None: the builder was not told)
+    # v5: the runtime's fused kernels, attention layout and vocabulary padding; the fullest device's
+    # pipeline index an integer, as every stage's is
+    assert {"attention_layout", "fused_glu", "fused_norm", "vocab_multiple"} <= set(data["runtime"])
+    assert type(data["memory_per_device"]["device"]) is int
+    assert data["memory_per_device"]["device"] in [s["device"] for s in data["stages"]]
     assert data["placement"]["axes"]["tp"]["size"] == plan.parallel.tp
     assert Plan.from_json(text) == plan
     with pytest.raises(PlanError, match="newer"):
         Plan.from_json(json.dumps({**data, "version": 99}))
     with pytest.raises(PlanError, match="lacks the field 'step_time_s'"):
         Plan.from_json(json.dumps({k: v for k, v in data.items() if k != "step_time_s"}))
+
+
+def test_a_version_4_plan_file_loads_without_the_runtime_fields_it_did_not_record(plan):
+    data = json.loads(plan.to_json())
+    runtime = {k: v for k, v in data["runtime"].items()
+               if k not in ("attention_layout", "fused_glu", "fused_norm", "vocab_multiple")}
+    memory = {**data["memory_per_device"], "device": float(data["memory_per_device"]["device"])}
+    old = Plan.from_json(json.dumps({**data, "version": 4, "runtime": runtime, "memory_per_device": memory}))
+    assert old.runtime == runtime and old.parallel == plan.parallel
 
 
 def test_a_version_3_plan_file_loads_without_the_rotary_base(plan):
