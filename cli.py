@@ -21,7 +21,6 @@ from rich.markup import escape
 from .cli_args import (
     count_arg,
     formats_arg,
-    parse_factors,
     parse_grid,
     parse_prices,
     parse_sets,
@@ -34,6 +33,7 @@ from .cli_feedback import add_feedback_flags, load_model, rewarned, say, unwarne
 from .cli_outputs import add_output_args, check_outputs, register_output_commands, write_outputs
 from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run_serve_sweep
 from .cli_train import add_train_args, print_training_memory, training_graph
+from .cli_whatif import register_whatif
 from .errors import NarrowpipeError, NarrowpipeWarning
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
@@ -97,13 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_output_args(p)
     add_mode_args(p)
 
-    p = sub.add_parser("whatif", help="re-run a model on a modified chip: which pipe is narrowest?")
-    _add_model_args(p)
-    p.add_argument("--target", required=True, help="the chip to modify")
-    p.add_argument("--scale", required=True, metavar="RES=F,...",
-                   help="resource factors, e.g. hbm_bandwidth=2,peak_bf16=1.5 (see `narrowpipe targets --resources`)")
-    p.add_argument("--json", metavar="FILE", help="write both reports as JSON (- for stdout)")
-    _add_timing_args(p)
+    _COMMANDS.update(register_whatif(sub))
 
     p = sub.add_parser("targets", help="list the hardware catalog")
     p.add_argument("--resources", action="store_true", help="list the resource names whatif --scale accepts")
@@ -214,19 +208,6 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     return _write_json(args, console, result.to_json())
 
 
-@command("whatif")
-def _whatif(args: argparse.Namespace, console: Console) -> int:
-    import json
-
-    from .costmodel.compare import whatif
-    from .render import print_whatif
-    graph = formats_arg(args).apply(load_model(args, console))
-    result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
-                    **timing_kwargs(args), dims=parse_sets(args.set))
-    print_whatif(result, console)
-    return _write_json(args, console, json.dumps(result.to_dict(), indent=2))
-
-
 @command("targets")
 def _targets(args: argparse.Namespace, console: Console) -> int:
 
@@ -251,9 +232,9 @@ def _write_json(args: argparse.Namespace, console: Console, text: str) -> int:
     """Write ``--json``, creating missing folders: the analysis already ran, and losing it to a
     traceback over ``out/`` not existing yet helps nobody."""
     if getattr(args, "json", None):
-        from .render.output_file import write_output
+        from .render.output_file import say_wrote, write_output
         write_output(args.json, text, "--json")
-        console.print(f"wrote {escape(args.json)}" if args.json != "-" else "wrote the JSON to stdout")
+        say_wrote(console, args.json) if args.json != "-" else console.print("wrote the JSON to stdout")
     return 0
 
 
@@ -275,6 +256,7 @@ def _need_torch(why: str) -> None:
 def _calibrate(args: argparse.Namespace, console: Console) -> int:
     _need_torch("calibrate measures with torch")
     from .calibration import calibrate, check_measured_threads, measurements_path
+    from .render.output_file import say_wrote
     from .render.progress import progress
     from .render.units import seconds, si
     if args.threads and args.from_measurements:
@@ -284,13 +266,13 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
         target = calibrate(args.out, device=args.device, quick=args.quick, base=args.base,
                            from_measurements=args.from_measurements, name=args.name, progress=step)
     raw = measurements_path(args.out)
-    console.print(f"wrote {args.out} ({target.display_name})" + (f" and {raw}" if raw.exists() else ""))
+    say_wrote(console, args.out, f" ({target.display_name})" + (f" and {raw}" if raw.exists() else ""))
     console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, "
                   f"memory {si(target.memory_bandwidth, 'B/s')} best, dispatch {seconds(target.launch_overhead)}")
     if target.vendor == "host":
         # what each dtype's GEMMs reach at the plateau: fp16 may be two orders below bf16
-        console.print("  GEMM plateau " + ", ".join(f"{dt} {si(rate * target.matmul_efficiency, 'FLOP/s')}"
-                                                      for dt, rate in target.matrix_flops.items()))
+        plateau = (f"{dt} {si(rate * target.matmul_efficiency, 'FLOP/s')}" for dt, rate in target.matrix_flops.items())
+        console.print("  GEMM plateau " + ", ".join(plateau))
     return 0
 
 

@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from .cli_args import count_arg
 from .errors import NarrowpipeError
+from .render.output_file import say_wrote
 
 __all__ = ["add_output_args", "write_outputs", "check_outputs", "register_output_commands", "SHELLS"]
 
@@ -46,28 +47,34 @@ def write_outputs(args: argparse.Namespace, console: Console, result: Any) -> No
     if getattr(args, "trace", None):
         from .render.trace import write_trace
         write_trace(args.trace, result)
-        console.print(f"wrote {escape(args.trace)} (open it in ui.perfetto.dev)")
+        say_wrote(console, args.trace, " (open it in ui.perfetto.dev)")
     if getattr(args, "html", None):
         from .render.html import write_html
         write_html(args.html, result)
-        console.print(f"wrote {escape(args.html)}")
+        say_wrote(console, args.html)
 
 
 def _roofline(args: argparse.Namespace, console: Console) -> int:
     from .cli_args import formats_arg, parse_sets, timing_kwargs
     from .cli_feedback import load_model
+    from .cli_serve import apply_mode
     from .costmodel.analyze import analyze
     from .render.roofline import plot_roofline, plotted_kernels
     from .render.units import seconds
-    graph = formats_arg(args).apply(load_model(args, console))
-    report = analyze(graph, args.target, dims=parse_sets(args.set), **timing_kwargs(args))
+    formats = formats_arg(args)
+    graph = load_model(args, console)
+    graph = graph if args.mode else formats.apply(graph)   # --mode: on the graph it serves
+    graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set), formats)
+    report = analyze(graph, args.target, dims=dims, **timing_kwargs(args))
     plot_roofline(report, args.out, top=args.top)
     shown, off = plotted_kernels(report)
     timing = report.timing
     assert timing is not None
-    console.print(f"wrote {escape(args.out)}: {report.graph} on {timing.target}, {seconds(timing.time_s)}, "
-                  f"{len(shown)} kernels as points (executed FLOPs)"
-                  + (f", {len(off)} not drawn (no FLOPs or no bytes: see the footnote)" if off else ""))
+    say_wrote(console, args.out, f": {report.graph} on {timing.target}, {seconds(timing.time_s)}, "
+              f"{len(shown)} kernels as points (executed FLOPs)"
+              + (f", {len(off)} not drawn (no FLOPs or no bytes: see the footnote)" if off else ""))
+    for note in mode_notes:
+        console.print(note, markup=False)
     for rank, b in enumerate(timing.top[:args.top], start=1):
         console.print(f"  #{rank} {escape(b.label)} ({b.op}, {b.bound}-bound) {b.share:.0%}")
     if args.top > len(timing.top):
@@ -101,6 +108,7 @@ def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 def register_output_commands(sub: argparse._SubParsersAction) -> dict[str, Handler]:
     """Add ``roofline`` and ``completion`` to the subcommands; returns their handlers by name."""
     from .cli import _add_model_args, _add_timing_args
+    from .cli_serve import add_mode_args
     p = sub.add_parser("roofline", help="plot every kernel on a chip's roofline (PNG or SVG)")
     _add_model_args(p)
     p.add_argument("--target", required=True, help="the chip (name, alias or .toml file)")
@@ -108,6 +116,7 @@ def register_output_commands(sub: argparse._SubParsersAction) -> dict[str, Handl
     p.add_argument("--top", type=count_arg, default=3,
                    help="bottlenecks to label (default 3, the most a report ranks)")
     _add_timing_args(p)
+    add_mode_args(p)
     p = sub.add_parser("completion", help="print a shell completion script",
                        description='Print a completion script: eval "$(narrowpipe completion bash)" in ~/.bashrc, '
                                    "or save it as a file in your shell's completion folder.")

@@ -23,6 +23,7 @@ from rich.console import Console
 from .cli_args import parse_prices
 from .errors import NarrowpipeError
 from .ir.dim_spec import by_ir_name
+from .render.output_file import say_wrote
 
 __all__ = ["register_serve", "run_serve", "run_serve_sweep", "add_mode_args", "apply_mode", "parse_duration",
            "NO_LAYOUT_EXIT"]
@@ -257,7 +258,7 @@ def _emit(args: argparse.Namespace, console: Console, graph: Any, result: Any) -
         launch = vllm_from_capacity(result, args.model, own, formats)
     written = write_launch(launch, args.emit_out)
     if written:
-        console.print(f"wrote {written} (vllm settings)", markup=False)
+        say_wrote(console, written, " (vllm settings)")
     else:
         sys.stdout.write(launch.text())
 

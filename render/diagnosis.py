@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ..cli_args import count_arg
 from .fit import fits
-from .output_file import write_output
+from .output_file import say_wrote, write_output
 from .units import flops, nbytes, seconds, si
 
 if TYPE_CHECKING:
@@ -147,5 +147,5 @@ def run_diagnose(args: argparse.Namespace, console: Console) -> int:
     print_diagnosis(d, console, top=args.top)
     if args.json:
         write_output(args.json, d.to_json(), "--json")
-        console.print(f"wrote {args.json}", markup=False)
+        say_wrote(console, args.json)
     return 0

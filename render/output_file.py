@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NarrowpipeError
 
-__all__ = ["write_output", "make_parent", "reports_of"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["write_output", "make_parent", "reports_of", "say_wrote"]
 
 
 def write_output(path: str | Path, text: str, flag: str) -> Path:
@@ -58,3 +61,10 @@ def reports_of(result: Any, what: str) -> list[Any]:
         return list(result.reports)
     raise NarrowpipeError(f"{what} takes a Report (narrowpipe.analyze) or a Comparison (narrowpipe.compare), "
                           f"got a {type(result).__name__}")
+
+
+def say_wrote(console: Console, path: str | Path, detail: str = "") -> None:
+    """``wrote PATH<detail>`` on one unwrapped line, the path taken literally: rich wrapped a long path
+    at the console's width (80 columns off a terminal), so the name a script or a reader copies
+    from the line had a newline in it, and a path with ``[...]`` in it read as markup."""
+    console.print(f"wrote {path}{detail}", markup=False, highlight=False, soft_wrap=True)

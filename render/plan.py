@@ -17,7 +17,7 @@ from ..costmodel.planner.plan import Plan
 from ..costmodel.planner.strategy import parse_switch
 from ..errors import PlanError
 from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, write_launch
-from .output_file import write_output
+from .output_file import say_wrote, write_output
 from .units import nbytes, seconds
 
 __all__ = ["register_plan", "run_plan", "print_plan", "launch_for"]
@@ -109,19 +109,19 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
     print_plan(result, console)
     if args.json:
         write_output(args.json, result.to_json(), "--json")
-        console.print(f"wrote {args.json}", markup=False)
+        say_wrote(console, args.json)
     if args.trace:
         from .plan_trace import write_plan_trace
         _, tl = write_plan_trace(args.trace, result)
         how = "" if abs(tl.difference_s) <= 1e-9 * result.step_time_s else (
             f"; the step is the simulated schedule's {seconds(tl.total_s)}, the closed form's "
             f"{seconds(tl.closed_form_step_s)} ({-tl.difference_s / tl.total_s:+.2%})")
-        console.print(f"wrote {escape(args.trace)} (open it in ui.perfetto.dev){how}")
+        say_wrote(console, args.trace, f" (open it in ui.perfetto.dev){how}")
     if args.emit:
         launch = launch_for(result, args.emit)
         written = write_launch(launch, args.emit_out)
         if written:
-            console.print(f"wrote {escape(written)} ({args.emit} settings)")
+            say_wrote(console, written, f" ({args.emit} settings)")
         else:
             sys.stdout.write(launch.text())   # raw: no wrapping or markup in a command people paste
     return 0
