@@ -17,6 +17,8 @@ from narrowpipe.cli import main  # noqa: E402
 from narrowpipe.errors import NarrowpipeError  # noqa: E402
 from narrowpipe.models.examples import load_example  # noqa: E402
 
+pytestmark = pytest.mark.timing   # it measures this host: the other test workers wait (tests/host_lock.py)
+
 
 def test_target_file_round_trips_and_has_measured_curves(host, tmp_path):
     t = load_target_file(host)

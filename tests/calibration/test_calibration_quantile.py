@@ -9,6 +9,8 @@ from narrowpipe.calibration import timer
 from narrowpipe.calibration.measurement import Case
 from narrowpipe.calibration.rounds import Clocks, measure_in_rounds
 
+pytestmark = pytest.mark.timing   # it measures this host: the other test workers wait (tests/host_lock.py)
+
 
 def _five_turns(thread_clock: bool) -> float:
     """One case whose five turns take 5, 1, 4, 2 and 3 s (on both clocks)."""

@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch")
 
 from narrowpipe.calibration.validate import op_sweep, validate_model  # noqa: E402
 
+pytestmark = pytest.mark.timing   # it measures this host: the other test workers wait (tests/host_lock.py)
+
 
 def test_held_out_op_predictions_within_a_loose_bound(host, one_thread):
     cases = op_sweep(host, limit=4)

@@ -14,6 +14,9 @@ MIB = 2**20
 _, HIDDEN, HEADS, SEQ = EAGER_MODEL
 
 
+pytestmark = pytest.mark.timing   # it measures this host: the other test workers wait (tests/host_lock.py)
+
+
 def _m(layers: int, seconds: float) -> Measurement:
     return Measurement("eager_cold", "fp32", (layers, HIDDEN, HEADS, SEQ), 0, 0, seconds)
 

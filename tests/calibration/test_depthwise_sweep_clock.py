@@ -10,6 +10,8 @@ import pytest
 from narrowpipe.calibration import depthwise_sweep as dw
 from narrowpipe.calibration.rounds import Clocks, measure_in_rounds
 
+pytestmark = pytest.mark.timing   # it measures this host: the other test workers wait (tests/host_lock.py)
+
 
 def test_depthwise_cases_take_the_median_of_thread_clock_turns(one_thread):
     torch = pytest.importorskip("torch")

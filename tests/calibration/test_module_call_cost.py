@@ -6,6 +6,8 @@ import pytest
 
 from narrowpipe.calibration.module_calls import module_chain
 
+pytestmark = pytest.mark.timing   # it measures this host: the other test workers wait (tests/host_lock.py)
+
 
 def test_both_chains_compute_the_same_adds():
     torch = pytest.importorskip("torch")

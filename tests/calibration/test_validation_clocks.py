@@ -14,6 +14,8 @@ import pytest
 from narrowpipe.calibration.cases import Case, summarize
 from narrowpipe.calibration.model_validation import on_cpu_clock
 
+pytestmark = pytest.mark.timing   # it measures this host: the other test workers wait (tests/host_lock.py)
+
 
 def test_summary_uses_the_cpu_clock_where_every_case_has_it() -> None:
     # QA's smollm2-135m rows: predicted / wall / CPU clock giving -54.8% / -3.7% and -44.4% / -1.3%

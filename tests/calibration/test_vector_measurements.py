@@ -17,6 +17,9 @@ from narrowpipe.ir import Op
 HEADER = "source,chip,kind,dtype,shape,measured_us,timing,algo,ref\n"
 
 
+pytestmark = pytest.mark.timing   # it measures this host: the other test workers wait (tests/host_lock.py)
+
+
 def _rows(tmp_path, body: str):
     p = tmp_path / "v.csv"
     p.write_text(HEADER + body)

@@ -26,6 +26,8 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from narrowpipe.backends import dump_target, get_target  # noqa: E402
 from narrowpipe.costmodel.diagnose import OVERHEAD_UTILIZATION, diagnose  # noqa: E402
 
+pytestmark = pytest.mark.timing   # it measures this host: the other test workers wait (tests/host_lock.py)
+
 
 def _record(path: Path, fn) -> Path:
     fn()  # warm up (allocator, kernel selection) as _best does, so the trace and the target agree
