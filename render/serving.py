@@ -154,8 +154,7 @@ def print_serving_sweep(reports: list[ServingReport], console: Console) -> None:
     for col in heads:
         tab.add_column(col, justify="left" if col in ("bound", "fits") else "right", no_wrap=col != "fits")
     for r in reports:
-        over = r.memory.overflow
-        fits = "yes" if over is None else f"no: {_TERMS[over[0]]} +{nbytes(over[1])}"
+        fits = "yes" if r.memory.fits else f"no: {r.memory.short(_TERMS)}"
         tab.add_row(str(r.batch), str(r.context), *(() if same else (str(r.devices),)), seconds(r.tpot_s),
                     si(r.output_tokens_per_s or 0.0), si(r.tokens_per_s_per_device or 0.0),
                     *((_money(r.cost_per_million_tokens),) if priced else ()), r.bound,

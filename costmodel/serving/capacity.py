@@ -161,7 +161,8 @@ class CapacityPlan:
         if self.feasible:
             return ""
         if not reachable:
-            return "none holds even one sequence in memory"
+            return "none holds even one sequence in memory" + \
+                (" on one device (the only layout tried: see the note)" if ONE_DEVICE_NOTE in self.notes else "")
         fast = min(reachable, key=lambda c: c.min_tpot_s)
         tpot = f"the lowest TPOT reachable is {_ms(fast.min_tpot_s)} ({fast.target} {fast.layout})"
         if self.ttft_target_s is None:
@@ -189,6 +190,13 @@ class CapacityPlan:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
+
+
+#: Said when a graph's architecture is not recognised: a capacity plan that tried TP1 alone and
+#: said "none holds even one sequence" read as if no layout could serve the model.
+ONE_DEVICE_NOTE = ("only one device per replica was tried: tensor and pipeline parallel layouts need the model's "
+                   "architecture, which this graph does not show (a Llama/GPT-2 layout or narrowpipe.transformer: "
+                   "give its config.json)")
 
 
 def layouts_for(sg: ServingGraph, target: Target, *, max_tp: int | None = None,
@@ -269,6 +277,8 @@ def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[
         base.source.check_context(input_len + output_len)
         name = base.source.graph.name
         notes = notes or list(base.notes)
+        if base.source.spec is None and target.family != "dataflow" and ONE_DEVICE_NOTE not in notes:
+            notes.append(ONE_DEVICE_NOTE)
         for layout in layouts_for(base.source, target, max_tp=max_tp, pps=pps):
             replica = base if layout == Layout() else Replica(base.source, target, layout, topology=base.topology,
                                                               mla_decode=base.mla_decode)

@@ -55,10 +55,21 @@ class Memory:
             used += need
         return _ORDER[-1], self.required - self.capacity, 0.0   # unreachable: not fits means a term crosses
 
-    def short(self) -> str:
-        """A few words for a table cell: ``fits`` or ``KV cache +12.3 GB``."""
+    def short(self, labels: dict[str, str] | None = None) -> str:
+        """A few words for a table cell: ``fits``, ``KV cache +12.3 GB`` where the crossing term is
+        the last (its own excess is the whole excess), else both: ``weights +0.6 GB, all +0.9 GB``
+        (the weights alone are 0.6 GB over the room the terms before leave them; the KV cache and
+        activations after them add 0.3 GB: a cell that said "weights +0.9 GB" overstated the
+        weights' share). ``labels``: shorter term names for a narrow table."""
         over = self.overflow
-        return "fits" if over is None else f"{_LABELS[over[0]]} +{over[1] / 1e9:.3g} GB"
+        if over is None:
+            return "fits"
+        name, by, left = over
+        label = (labels or _LABELS)[name]
+        own = getattr(self, name) - left
+        if own >= by * (1 - 1e-9):
+            return f"{label} +{by / 1e9:.3g} GB"
+        return f"{label} +{own / 1e9:.3g} GB, all +{by / 1e9:.3g} GB"
 
     def explain(self) -> str:
         """One sentence: fits with what to spare, or which term overflows and by how much."""
@@ -70,9 +81,14 @@ class Memory:
             return f"fits: {terms} = {self.required / gb:.3g} of {self.capacity / gb:.3g} GB per device"
         name, by, left = over
         label = _LABELS[name]
-        return (f"does not fit: the {label} overflows by {by / gb:.3g} GB ({terms} = {self.required / gb:.3g} GB "
-                f"against {self.capacity / gb:.3g} GB per device; the terms before it leave {left / gb:.3g} GB "
-                f"for the {label}, which needs {getattr(self, name) / gb:.3g} GB)")
+        need = getattr(self, name)
+        room = (f"the terms before it leave {left / gb:.3g} GB for the {label}, which needs {need / gb:.3g} GB")
+        if need - left >= by * (1 - 1e-9):     # the last term crosses: its excess is the whole excess
+            return (f"does not fit: the {label} overflows by {by / gb:.3g} GB ({terms} = {self.required / gb:.3g} "
+                    f"GB against {self.capacity / gb:.3g} GB per device; {room})")
+        return (f"does not fit by {by / gb:.3g} GB: the {label} alone overflows by {(need - left) / gb:.3g} GB "
+                f"({room}) and the terms after it add {(by - need + left) / gb:.3g} GB ({terms} = "
+                f"{self.required / gb:.3g} GB against {self.capacity / gb:.3g} GB per device)")
 
     def to_dict(self) -> dict[str, Any]:
         over = self.overflow

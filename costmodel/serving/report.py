@@ -7,7 +7,9 @@ Definitions (every figure is for one replica, the devices its layout uses):
   (or iteration) with the cache at the context; ``e2e_s``: prefill plus every decode step.
 * ``output_tokens_per_s``: the replica's output tokens per second; ``tokens_per_s_per_device``
   the same per device; ``prompt_tokens_per_s`` for prefill.
-* ``max_batch``: the largest batch whose weights + KV cache + activations + reserve fit each device.
+* ``max_batch``: the largest batch whose weights + KV cache + activations + reserve fit each device;
+  ``max_batch_is_lower_bound`` (JSON) when the search stopped at its cap
+  (:data:`.replica.BATCH_SEARCH_LIMIT`) with room left: a small model's cap read as its limit.
 * ``cost_per_million_tokens``: USD per million output tokens at the devices' hourly price; None
   for a deployment that does not fit (it runs no tokens to price: :mod:`..verdict` leaves a target
   that does not fit out of every pick for the same reason).
@@ -21,11 +23,14 @@ from typing import Any
 
 from .crossover import Crossover
 from .memory import Memory
+from .replica import BATCH_SEARCH_LIMIT
 from .step import StepTime
 
 __all__ = ["ServingReport", "SERVING_FORMAT"]
 
 SERVING_FORMAT = "narrowpipe.serving"
+#: 3: ``max_batch_is_lower_bound``.
+SERVING_VERSION = 3
 
 
 @dataclass
@@ -69,7 +74,7 @@ class ServingReport:
         return self.price_per_hour * self.devices / 3600 / rate * 1e6
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"format": SERVING_FORMAT, "version": 2}
+        out: dict[str, Any] = {"format": SERVING_FORMAT, "version": SERVING_VERSION}
         for k, v in self.__dict__.items():
             if isinstance(v, (Memory, Crossover, StepTime)):
                 out[k] = v.to_dict()
@@ -79,6 +84,7 @@ class ServingReport:
                 out[k] = asdict(v)
         out["fits"] = self.fits
         out["cost_per_million_tokens"] = self.cost_per_million_tokens
+        out["max_batch_is_lower_bound"] = self.max_batch >= BATCH_SEARCH_LIMIT
         return out
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -91,3 +91,25 @@ def test_prices_are_per_target_and_nothing_priced_is_no_cheapest(small):
     unpriced = plan_capacity(small, "groq-lpu", rate=10, input_len=512, output_len=64, tpot=0.004)
     assert unpriced.feasible and unpriced.cheapest is None and unpriced.unpriced == ["groq-lpu"]
     assert unpriced.to_dict()["cheapest"] is None
+
+
+def test_a_graph_without_a_recognised_architecture_says_only_one_device_was_tried():
+    """An ONNX decoder whose layout serving cannot read (onnxruntime-GenAI's GroupQueryAttention at
+    Llama-3-70B sizes: 141 GB of fp16 weights) was planned on TP1 alone, then "none holds even one
+    sequence in memory", --devices 8 silently unused: the plan now says why no wider layout was tried."""
+    import dataclasses
+
+    from narrowpipe.costmodel.serving.capacity import ONE_DEVICE_NOTE
+    from narrowpipe.costmodel.serving.prepare import serving_graph
+
+    g = narrowpipe.transformer(layers=2, hidden=256, heads=4, vocab=1000, ffn=512, kv_heads=2, gated_mlp=True, past=16)
+    unknown = dataclasses.replace(serving_graph(g), spec=None)
+    plan = plan_capacity(unknown, "h100", rate=1, input_len=8, output_len=8, tpot=0.05, max_tp=8)
+    assert [c.layout for c in plan.candidates] == ["TP1"] and ONE_DEVICE_NOTE in plan.notes
+    known = plan_capacity(g, "h100", rate=1, input_len=8, output_len=8, tpot=0.05, max_tp=8)
+    assert len(known.candidates) > 1 and ONE_DEVICE_NOTE not in known.notes
+    huge = dataclasses.replace(serving_graph(g), spec=None)
+    small_h100 = narrowpipe.get_target("h100").scaled(memory_capacity=1e-6)
+    none = plan_capacity(huge, small_h100, rate=1, input_len=8, output_len=8, tpot=0.05)
+    assert none.why_none() == ("none holds even one sequence in memory on one device (the only layout tried: "
+                               "see the note)")
