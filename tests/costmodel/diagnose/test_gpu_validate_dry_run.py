@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.timing   # a wall-time budget on this host: the other test workers wait (tests/host_lock.py)
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_validate.py"
 SECTIONS = {"matmul", "copy", "attention", "models"}

@@ -10,6 +10,7 @@ from graph_builders import gemm_graph  # tests/graph_builders.py
 
 import narrowpipe
 from narrowpipe.backends import get_target
+from narrowpipe.costmodel.execution.common import memory_time
 from narrowpipe.ir import DType, Graph, Op, TensorType, ValueKind
 
 
@@ -189,3 +190,17 @@ def test_a_weight_only_quantized_gemm_reads_its_narrow_weights_beside_the_new_te
     r = narrowpipe.analyze(g, t)
     assert r.ops[0].bound == "memory"
     assert r.time_s == pytest.approx(hand, rel=1e-9)
+
+
+def test_a_tpu_runs_a_depthwise_convolution_on_its_vector_units_memory_bound():
+    """ConvNeXt's 7x7 depthwise layer (96 channels, 56x56, batch 256, bf16) on a TPU v6e: a
+    per-channel window on the VPU, bound by its compulsory bytes (input and output once, 308 MB:
+    0.22 ms at the catalog's bandwidth), as on GPUs and CPUs. As a grouped GEMM each channel's N = 1
+    and K = 49 padded to the 256-wide arrays executed 10.1 TFLOP for 7.55 GFLOP of work: 13.8 ms."""
+    v6e = get_target("tpu-v6e")
+    r = narrowpipe.analyze(conv_graph(256, 96, 56, 96, 7, groups=96, dtype=DType.BF16), v6e)
+    (k,) = [t for t in r.timeline if t.flops]
+    assert k.flops == 2 * 256 * 96 * 56 * 56 * 49 and k.executed_flops == k.flops    # no array padding
+    nbytes = 2 * (2 * 256 * 96 * 56 * 56) + 2 * 96 * 49
+    assert k.bound == "memory" and k.unit == "VPU"
+    assert r.time_s == pytest.approx(memory_time(v6e, nbytes) + v6e.launch_overhead, rel=1e-6)
