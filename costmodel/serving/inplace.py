@@ -31,6 +31,7 @@ All return a new graph; the input is never edited.
 from __future__ import annotations
 
 from ...ir import IN_PLACE, VIEW_OPS, Graph, Node, Op, TensorType, Value
+from ..eager_attention import attention_from_eager
 from .kvcache import KvCache
 
 __all__ = ["mark_in_place", "cache_storage", "fold_repeat_kv", "head_on_last_token", "serving_rewrites"]
@@ -142,12 +143,16 @@ def head_on_last_token(graph: Graph) -> bool:
 
 
 def serving_rewrites(graph: Graph, cache: KvCache) -> tuple[Graph, list[str]]:
-    """A copy of ``graph`` with the three rewrites applied, and notes saying what changed."""
+    """A copy of ``graph`` with the three rewrites applied (after eager attention is made one
+    ``ATTENTION`` node, :mod:`..eager_attention`: what a serving runtime runs), and notes saying what changed."""
     out = graph.clone()
+    fused = attention_from_eager(out)
     folded = fold_repeat_kv(out)
     tagged = mark_in_place(out, cache)
     last = head_on_last_token(out)
     notes = []
+    if fused:
+        notes.append(f"{fused} eager attention(s) (QK^T, scale, mask, softmax, PV) run as one fused attention")
     if folded:
         notes.append(f"{folded} attention(s) read K/V once per KV head (repeat_kv folded into GQA)")
     if tagged:
