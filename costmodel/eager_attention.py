@@ -53,7 +53,8 @@ class _Match:
     mask: Value | None
     causal: bool
     pv: Node
-    nodes: list[Node] = field(default_factory=list)
+    inner: list[Node] = field(default_factory=list)   # QK^T to the guard: nothing else may read them
+    nodes: list[Node] = field(default_factory=list)   # all it replaces, the operands' steps included
 
 
 def _is_scalar(v: Value) -> bool:
@@ -208,7 +209,7 @@ def _match(softmax: Node) -> _Match | None:
     if k.type.rank != 4 or (k is k_in and tuple(qk.attrs["rhs_contract"]) == (2,)):
         return None             # K^T with no K behind it: no [B, H, Sk, D] operand to hand the kernel
     causal = any(n.attrs.get(CAUSAL) for n in nodes)
-    return _Match(q, k, v, masks[0] if masks else None, causal, pv, nodes + [pv] + path)
+    return _Match(q, k, v, masks[0] if masks else None, causal, pv, nodes, nodes + [pv] + path)
 
 
 def _remove_dead(graph: Graph, nodes: list[Node]) -> None:
@@ -229,11 +230,12 @@ def attention_from_eager(graph: Graph) -> int:
     """Rewrite each recognised eager attention of ``graph`` (in place: pass a clone) into one
     ``ATTENTION`` node in the ``bhsd`` layout; returns how many were rewritten."""
     count = 0
+    outputs = set(graph.outputs)
     for softmax in [n for n in graph.nodes if n.op is Op.SOFTMAX]:
         if softmax.owner is not graph:
             continue
         m = _match(softmax)
-        if m is None:
+        if m is None or any(v in outputs for n in m.inner for v in n.outputs):
             continue
         out = m.pv.outputs[0]
         attrs: dict[str, object] = {"layout": "bhsd", CAUSAL: m.causal, "dropout": 0.0, "from_eager": True}
