@@ -143,7 +143,8 @@ def _scores_chain(v: Value, nodes: list[Node], masks: list[Value]) -> Node | Non
                 if dot is None:
                     continue
                 other = ins[0] if p.op is Op.WHERE else ins[1 - i]
-                if p.op is Op.WHERE and not _is_scalar(ins[3 - i]):     # type: ignore[arg-type]
+                fill = ins[3 - i] if p.op is Op.WHERE else None
+                if fill is not None and not _is_scalar(fill):
                     return None
                 assert other is not None
                 nodes.extend([p, *sub_nodes])
@@ -238,7 +239,7 @@ def attention_from_eager(graph: Graph) -> int:
         if m is None or any(v in outputs for n in m.inner for v in n.outputs):
             continue
         out = m.pv.outputs[0]
-        attrs: dict[str, object] = {"layout": "bhsd", CAUSAL: m.causal, "dropout": 0.0, "from_eager": True}
+        attrs: dict[str, object] = {"layout": "bhsd", CAUSAL: m.causal, "dropout": 0.0}
         if m.causal and m.mask is not None:
             attrs["causal_from"] = "mask"
         node = graph.add_node(Op.ATTENTION, [m.q, m.k, m.v] + ([m.mask] if m.mask is not None else []),

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from math import prod
 
 from ..ir import STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value
-from .cost import Cost
 from .attention_fusion import ATTN_CHAIN, nan_guard, operand_steps, scores_input
+from .cost import Cost
 from .dequant_fusion import runs_in_gemm
 from .interpreter import CostTable
 

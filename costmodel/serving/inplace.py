@@ -1,7 +1,8 @@
 """Rewrites that make a decode graph move the bytes a serving runtime moves.
 
 A graph as exported or built describes the model's math, and three of its habits cost bytes no
-serving engine spends:
+serving engine spends (a fourth, eager attention written out as matmuls and a softmax, is made one
+``ATTENTION`` node first by :mod:`..eager_attention`, so the fold below sees it):
 
 * **Cache appends copy the cache.** Hugging Face's dynamic cache returns ``cat([past, new])`` and
   the static cache ``index_copy`` s into its buffer; costed as written, either reads and writes the

@@ -8,7 +8,7 @@ from narrowpipe.costmodel.eager_attention import attention_from_eager
 from narrowpipe.costmodel.interpreter import interpret
 from narrowpipe.costmodel.kernels import fuse
 from narrowpipe.costmodel.serving.inplace import fold_repeat_kv
-from narrowpipe.ir import DType, Graph, Op, TensorType, verify
+from narrowpipe.ir import CAUSAL, DType, Graph, Op, TensorType, verify
 
 B, H, HK, S, SK, D = 2, 4, 2, 3, 10, 8
 F32 = DType.FP32
@@ -81,3 +81,15 @@ def test_a_softmax_read_elsewhere_is_left_as_written() -> None:
     p = next(n for n in g.nodes if n.op is Op.SOFTMAX).outputs[0]
     g.set_outputs([*g.outputs, p])
     assert attention_from_eager(g) == 0
+
+
+def test_a_mask_step_proven_causal_makes_the_attention_causal() -> None:
+    """The ONNX frontend tags the add of a mask it proved causal; the fused node keeps that (so the
+    kernel skips the blocks above the diagonal) and the mask, as the torch frontend does for SDPA."""
+    g = exported_attention()
+    add = next(n for n in g.nodes if n.op is Op.ADD)
+    g.set_attr(add, CAUSAL, True)
+    assert attention_from_eager(g) == 1
+    node = next(n for n in g.nodes if n.op is Op.ATTENTION)
+    assert node.attrs[CAUSAL] and node.attrs["causal_from"] == "mask"
+    assert node.inputs[3] is not None and node.inputs[3].name == "mask"

@@ -64,8 +64,9 @@ def _export(path: Path, exporter: str, attn: str) -> Path:
     b, s, p = 2, 3, 5
     args = (torch.zeros(b, s, dtype=torch.long), torch.ones(b, p + s, dtype=torch.long),
             *[torch.randn(b, KV, p, HD) for _ in range(2 * L)])
-    names_in = ["input_ids", "attention_mask"] + [f"past_key_values.{i}.{k}" for i in range(L) for k in ("key", "value")]
-    names_out = ["logits"] + [f"present.{i}.{k}" for i in range(L) for k in ("key", "value")]
+    kv_names = [f"{i}.{k}" for i in range(L) for k in ("key", "value")]
+    names_in = ["input_ids", "attention_mask"] + [f"past_key_values.{n}" for n in kv_names]
+    names_out = ["logits"] + [f"present.{n}" for n in kv_names]
     with torch.no_grad():
         if exporter == "legacy":
             dyn = {"input_ids": {0: "batch_size", 1: "sequence_length"},
