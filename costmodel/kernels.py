@@ -8,7 +8,8 @@ What fuses follows what production stacks do (torch.compile/Inductor, XLA, servi
 * layout changes (permute, copy, cast) feeding a matmul are absorbed by it, and so are a stored
   weight's dequantization (weight-only kernels) and both operands' of a QDQ integer GEMM
   (:mod:`.dequant_fusion` says why);
-* eager attention (QK^T, scale/mask, softmax, PV) becomes one fused attention kernel;
+* eager attention (QK^T, scale/mask, softmax, an exporter's NaN guard, PV) becomes one fused
+  attention kernel, with the scalar scales and transposes feeding QK^T (:mod:`.attention_fusion`);
 * at most one heavy op (matmul, conv, attention) per kernel; collectives never fuse;
 * in a training step, nodes of different phases never fuse (AOTAutograd compiles the forward and the
   backward as separate graphs), and each parameter's optimizer update is one kernel (torch's fused
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from ..ir import STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value
+from .attention_fusion import ATTN_CHAIN, nan_guard, operand_steps, scores_input
 from .cost import Cost
 from .dequant_fusion import runs_in_gemm
 from .interpreter import CostTable
@@ -40,7 +42,6 @@ OWN_KERNEL = "own_kernel"
 
 _HEAVY = frozenset({Op.DOT, Op.GROUPED_DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
 _LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
-_ATTN_CHAIN = frozenset({Op.MUL, Op.DIV, Op.ADD, Op.SUB, Op.CAST, Op.WHERE, Op.COPY})
 _PHASE = "phase"   # a training step's phase attr (costmodel.training.phases.PHASE)
 
 
@@ -232,7 +233,8 @@ def _acyclic(consumer: Node, j: int, i: int, groups: _Groups, index: dict[Node, 
 
 def _fuse_attention(nodes: list[Node], index: dict[Node, int], base: dict[Value, Value],
                     consumers: dict[Value, list[Node]], groups: _Groups) -> None:
-    """Find DOT -> [scale/mask/cast]* -> SOFTMAX -> [cast]* -> DOT and make it one kernel."""
+    """Find DOT -> [scale/mask/cast]* -> SOFTMAX -> [cast, NaN guard]* -> DOT and make it one kernel
+    (with the scales and transposes that only feed the first DOT)."""
     for i, node in enumerate(nodes):
         if node.op is not Op.SOFTMAX or node.attrs.get(OWN_KERNEL):
             continue
@@ -246,50 +248,37 @@ def _fuse_attention(nodes: list[Node], index: dict[Node, int], base: dict[Value,
             if p.op is Op.DOT and p.attrs.get("lhs_batch"):
                 first_dot = index[p]
                 break
-            if p.op not in _ATTN_CHAIN or len(consumers.get(base.get(v, v), ())) != 1:
+            if p.op not in ATTN_CHAIN or len(consumers.get(base.get(v, v), ())) != 1:
                 break
             chain.append(index[p])
-            v = _scores_input(p, base, index, consumers)
+            v = scores_input(p, base, index, consumers)
         if first_dot is None:
             continue
         out = node.outputs[0]
         second_dot = None
         for _ in range(4):
             users = consumers.get(out, [])
+            guard = nan_guard(out, users, consumers)
+            if guard is not None:
+                chain.extend(index[u] for u in users)
+                out = guard.outputs[0]
+                continue
             if len(users) != 1:
                 break
             u = users[0]
             if u.op is Op.DOT and u.attrs.get("lhs_batch"):
                 second_dot = index[u]
                 break
-            if u.op not in _ATTN_CHAIN:
+            if u.op not in ATTN_CHAIN:
                 break
             chain.append(index[u])
             out = u.outputs[0]
         if second_dot is None:
             continue
         root = groups.union(first_dot, second_dot)
-        for k in chain:
+        for k in chain + operand_steps(nodes[first_dot], index, base, consumers):
             root = groups.union(root, k)
         groups.heavy[groups.find(root)] = 1
-
-
-def _scores_input(node: Node, base: dict[Value, Value], index: dict[Node, int],
-                  consumers: dict[Value, list[Node]]) -> Value | None:
-    """The operand of a scale/mask step that carries the attention scores back toward QK^T: the
-    one a batched DOT produced, else one from another single-use chain step. The mask operand is
-    neither (shared by every layer, or built from positions); ``where(mask, scores, fill)`` puts the
-    scores second, ``scores + mask`` and ``mask + scores`` either side."""
-    ins = [v for v in (node.inputs[1:] if node.op is Op.WHERE else node.inputs) if v is not None]
-    producers = [(v, base.get(v, v).producer) for v in ins]
-    for v, p in producers:
-        if p is not None and p.op is Op.DOT and p.attrs.get("lhs_batch") and p in index:
-            return v
-    for v, p in producers:
-        if p is not None and p in index and p.op in _ATTN_CHAIN and \
-                len(consumers.get(base.get(v, v), ())) == 1:
-            return v
-    return ins[0] if ins else None
 
 
 def _view_bases(graph: Graph) -> dict[Value, Value]:

@@ -1,7 +1,8 @@
 """Rewrites that make a decode graph move the bytes a serving runtime moves.
 
 A graph as exported or built describes the model's math, and three of its habits cost bytes no
-serving engine spends:
+serving engine spends (a fourth, eager attention written out as matmuls and a softmax, is made one
+``ATTENTION`` node first by :mod:`..eager_attention`, so the fold below sees it):
 
 * **Cache appends copy the cache.** Hugging Face's dynamic cache returns ``cat([past, new])`` and
   the static cache ``index_copy`` s into its buffer; costed as written, either reads and writes the
@@ -31,6 +32,7 @@ All return a new graph; the input is never edited.
 from __future__ import annotations
 
 from ...ir import IN_PLACE, VIEW_OPS, Graph, Node, Op, TensorType, Value
+from ..eager_attention import attention_from_eager
 from .kvcache import KvCache
 
 __all__ = ["mark_in_place", "cache_storage", "fold_repeat_kv", "head_on_last_token", "serving_rewrites"]
@@ -142,12 +144,16 @@ def head_on_last_token(graph: Graph) -> bool:
 
 
 def serving_rewrites(graph: Graph, cache: KvCache) -> tuple[Graph, list[str]]:
-    """A copy of ``graph`` with the three rewrites applied, and notes saying what changed."""
+    """A copy of ``graph`` with the three rewrites applied (after eager attention is made one
+    ``ATTENTION`` node, :mod:`..eager_attention`: what a serving runtime runs), and notes saying what changed."""
     out = graph.clone()
+    fused = attention_from_eager(out)
     folded = fold_repeat_kv(out)
     tagged = mark_in_place(out, cache)
     last = head_on_last_token(out)
     notes = []
+    if fused:
+        notes.append(f"{fused} eager attention(s) (QK^T, scale, mask, softmax, PV) run as one fused attention")
     if folded:
         notes.append(f"{folded} attention(s) read K/V once per KV head (repeat_kv folded into GQA)")
     if tagged:
