@@ -5,6 +5,9 @@ What fuses follows what production stacks do (torch.compile/Inductor, XLA, servi
 * views are free and launch nothing;
 * elementwise epilogues fuse into their producer (bias, activation, residual add after a matmul);
 * chains of elementwise ops fuse, and fuse into a following reduction or normalization;
+* an inference batch norm (running statistics) is a per-channel affine and fuses as an elementwise
+  op: into the convolution or matmul before it and on into the activation and residual add after
+  (:func:`is_affine_norm`); a training-mode batch norm reduces and stays a normalization;
 * layout changes (permute, copy, cast) feeding a matmul are absorbed by it, and so are a stored
   weight's dequantization (weight-only kernels) and both operands' of a QDQ integer GEMM
   (:mod:`.dequant_fusion` says why);
@@ -33,7 +36,7 @@ from .cost import Cost
 from .dequant_fusion import runs_in_gemm
 from .interpreter import CostTable
 
-__all__ = ["Kernel", "fuse", "FUSION_MODES", "OWN_KERNEL"]
+__all__ = ["Kernel", "fuse", "FUSION_MODES", "OWN_KERNEL", "is_affine_norm"]
 
 FUSION_MODES = ("full", "no-epilogue", "none")
 #: Node attribute: the runtime launches this op as a kernel of its own (Megatron's fused softmax in
@@ -197,8 +200,22 @@ def _fuse_optimizer_updates(nodes: list[Node], groups: _Groups) -> None:
                 groups.union(j, i)
 
 
+def is_affine_norm(node: Node) -> bool:
+    """An inference batch norm (running statistics: ``training`` false, as the frontends set it from
+    ONNX ``training_mode``/its output count and torch's ``training`` argument) is a per-channel
+    ``x * a + b``: no reduction over its input, so compilers fuse it like any elementwise epilogue
+    (XLA into the convolution's output fusion; onnxruntime and TensorRT fold it into the weights).
+    Training-mode batch norm reduces over N and spatial dims, and its backward is a reduction too."""
+    return node.op is Op.BATCH_NORM and not node.attrs.get("training", False) and node.attrs.get("role") != "grad"
+
+
+def _group(node: Node) -> OpGroup:
+    """The group a node fuses as: an inference batch norm as the elementwise affine it is."""
+    return OpGroup.ELEMENTWISE if is_affine_norm(node) else node.group
+
+
 def _fusable(producer: Node, consumer: Node) -> bool:
-    pg, cg = producer.group, consumer.group
+    pg, cg = _group(producer), _group(consumer)
     if cg is OpGroup.ELEMENTWISE:
         return pg in (OpGroup.ELEMENTWISE, OpGroup.CONTRACTION, OpGroup.CONVOLUTION, OpGroup.ATTENTION,
                       OpGroup.NORMALIZATION, OpGroup.REDUCTION) or producer.op in _LAYOUT

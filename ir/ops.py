@@ -38,7 +38,9 @@ Attribute conventions (the verifier checks the ones marked required):
   ``kernel``; a global one ``global_pool`` (``channels_last``: the channels are the last dim).
 * ``BATCH_NORM``, ``GROUP_NORM`` (``num_groups``), ``INSTANCE_NORM``: input ``[N, C, ...]``, then the
   present parameters (scale, bias, running statistics), one value per channel (per group for
-  ONNX's opset-18 GroupNormalization); output the input's shape.
+  ONNX's opset-18 GroupNormalization); output the input's shape. ``BATCH_NORM``'s ``training``:
+  batch statistics (a reduction over N and the spatial dims); false, it uses the running
+  statistics and is a per-channel affine that fuses as an elementwise epilogue.
 * ``ATTENTION``: inputs q, k, v (and an optional additive/boolean mask) in ``[B, H, S, D]``
   layout (``layout="bhsd"``) or ``[B, S, H*D]`` with ``num_heads``/``kv_num_heads``
   (``layout="bsd"``); ``causal``, ``scale``. Read both layouts through
