@@ -25,6 +25,7 @@ from ...ir import Graph, ValueKind
 from ...ir.verifier import maybe_verify
 from ..dim_roles import assign_roles
 from .dim_params import DimParams
+from .filled import filled_initializers
 from .functions import expand_function
 from .grouped_mm import fold_unrolled_grouped_mm
 from .lazy_types import LazyTypes, check_declared_outputs, lazy_eligible
@@ -136,7 +137,9 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
         graphs = all_graphs(model.graph, fields)
     inits = initializer_fields(model.graph)  # read once too, for the same readers and the skeleton
     stubs = [not external and needs_stub(data_type, dims, external) for _t, _name, data_type, dims, external in inits]
-    params = classify_initializers(model.graph, graphs, payloads, top=fields, inits=inits)
+    # a ConstantOfShape over a stored shape is a stored tensor, classified as initializers are (.filled)
+    params = classify_initializers(model.graph, graphs, payloads, top=fields,
+                                   inits=inits + filled_initializers(fields, inits))
     _check_large_payloads(inits, file)
     m = _Model(model, graphs, _input_dim_params(graphs), params, file, strict, name, presorted)
     if TYPING == "lazy" or (TYPING == "auto" and lazy_eligible(model, graphs, fields, ONNX_TABLE)):

@@ -238,6 +238,21 @@ def _fill(cx: NodeCx) -> None:
     cx.emit(Op.FILL, cx.inputs(), None)
 
 
+def _constant_of_shape(cx: NodeCx) -> None:
+    """ConstantOfShape over a shape stored in the file is a stored tensor (a weight, classified
+    with the initializers: :mod:`.filled` says why); over a shape computed at run time, a fill.
+    Not :func:`pure`: which it is depends on where the shape comes from, not on the signature."""
+    present = cx.present_outputs()
+    out = present[0] if present else ""
+    stored = cx.lw.info.params.get(out) if out and cx.scope.parent is None else None
+    out_type = cx.out_types()[0] if stored is not None else None
+    if stored is not None and out_type is not None and out_type.is_static:
+        kind, note = stored
+        cx.bind([cx.add_weight(out, out_type, kind, source_name=note or f"{out} (ConstantOfShape)")])
+        return
+    cx.emit(Op.FILL, cx.inputs(), None)
+
+
 @pure
 def _random(cx: NodeCx) -> None:
     cx.emit(Op.RANDOM, cx.inputs(), {"distribution": cx.op_type})
@@ -263,7 +278,7 @@ TENSOR_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {
     "ReverseSequence": one(Op.FLIP, partial=True), "CenterCropPad": one(Op.PAD, mode="center_crop_pad"),
     "Identity": _identity, "Shape": one(Op.SHAPE_OF), "Size": one(Op.SHAPE_OF, what="size"),
     "Constant": _constant, "Cast": _cast, "CastLike": _cast, "BitCast": _bitcast,
-    "ConstantOfShape": _fill, "EyeLike": _fill, "OneHot": _fill, "MelWeightMatrix": _fill,
+    "ConstantOfShape": _constant_of_shape, "EyeLike": _fill, "OneHot": _fill, "MelWeightMatrix": _fill,
     "Range": _range, "RandomNormal": _random, "RandomUniform": _random, "RandomNormalLike": _random,
     "RandomUniformLike": _random, "Bernoulli": _random, "Multinomial": _random,
     "Gather": _axis_attr(Op.GATHER), "GatherElements": _axis_attr(Op.GATHER_ELEMENTS),
