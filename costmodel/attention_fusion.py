@@ -12,24 +12,45 @@ from __future__ import annotations
 
 from ..ir import Node, Op, Value
 
-__all__ = ["ATTN_CHAIN", "nan_guard", "operand_steps", "scores_input"]
+__all__ = ["ATTN_CHAIN", "LAYOUT", "nan_guard", "operand_steps", "scale_operand", "scores_input"]
 
 #: the ops that may sit between ``Q K^T`` and the softmax, and between the softmax and ``P V``
 ATTN_CHAIN = frozenset({Op.MUL, Op.DIV, Op.ADD, Op.SUB, Op.CAST, Op.WHERE, Op.COPY})
-_LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
+#: layout changes a matmul (or attention) kernel absorbs as it loads an operand
+LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
 
 
-def nan_guard(p: Value, users: list[Node], consumers: dict[Value, list[Node]]) -> Node | None:
-    """The ``Where`` of ``Where(IsNaN(p), 0, p)`` when ``p``'s readers are exactly that guard: what
-    both torch ONNX exporters write after attention's softmax (a fused kernel has no NaN rows)."""
-    if len(users) != 2:
+def _readers(v: Value) -> set[Node]:
+    return {u.node for u in v.uses}
+
+
+def nan_guard(p: Value) -> Node | None:
+    """The ``Where`` of ``Where(IsNaN(p), 0, p)`` when ``p``'s readers are exactly that guard (the
+    fill a one-element constant): what both torch ONNX exporters write after attention's softmax (a
+    fused kernel has no NaN rows). Kernel fusion and :mod:`.eager_attention` both ask this."""
+    readers = _readers(p)
+    if len(readers) != 2:
         return None
-    isnan = next((u for u in users if u.op is Op.ISNAN), None)
-    where = next((u for u in users if u.op is Op.WHERE), None)
-    if isnan is None or where is None or consumers.get(isnan.outputs[0], []) != [where] or \
-            len(where.inputs) != 3 or where.inputs[0] is not isnan.outputs[0] or p not in where.inputs[1:]:
+    isnan = next((n for n in readers if n.op is Op.ISNAN), None)
+    where = next((n for n in readers if n.op is Op.WHERE), None)
+    if isnan is None or where is None or len(where.inputs) != 3 or _readers(isnan.outputs[0]) != {where}:
+        return None
+    cond, a, b = where.inputs
+    if cond is not isnan.outputs[0] or not ((a is p and b is not None and b.type.is_one_element) or
+                                            (b is p and a is not None and a.type.is_one_element)):
         return None
     return where
+
+
+def scale_operand(node: Node) -> Value | None:
+    """The tensor a scalar scale step scales: ``x * c``, ``c * x`` or ``x / c`` with ``c`` of one
+    element (a softmax scale, whole or split over Q and K); None for any other node."""
+    ins = node.inputs
+    if node.op not in (Op.MUL, Op.DIV) or len(ins) != 2 or ins[0] is None or ins[1] is None:
+        return None
+    if ins[1].type.is_one_element:
+        return ins[0]
+    return ins[1] if node.op is Op.MUL and ins[0].type.is_one_element else None
 
 
 def operand_steps(qk: Node, index: dict[Node, int], base: dict[Value, Value],
@@ -45,12 +66,10 @@ def operand_steps(qk: Node, index: dict[Node, int], base: dict[Value, Value],
             p = b.producer
             if p is None or p not in index or len(consumers.get(b, ())) != 1:
                 break
-            if p.op in (Op.MUL, Op.DIV) and len(p.inputs) == 2 and all(x is not None for x in p.inputs):
-                scalar = [i for i, x in enumerate(p.inputs) if x is not None and all(d == 1 for d in x.type.shape)]
-                if not scalar or (p.op is Op.DIV and scalar != [1]):
-                    break
-                v = p.inputs[1 - scalar[-1]]
-            elif p.op in _LAYOUT:
+            scaled = scale_operand(p)
+            if scaled is not None:
+                v = scaled
+            elif p.op in LAYOUT:
                 v = p.inputs[0]
             else:
                 break

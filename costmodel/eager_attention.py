@@ -37,11 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir import CAUSAL, Graph, Node, Op, TensorType, Value
+from .attention_fusion import nan_guard, scale_operand
 
 __all__ = ["attention_from_eager"]
-
-_SCALES = frozenset({Op.MUL, Op.DIV})
-
 
 @dataclass
 class _Match:
@@ -55,10 +53,6 @@ class _Match:
     pv: Node
     inner: list[Node] = field(default_factory=list)   # QK^T to the guard: nothing else may read them
     nodes: list[Node] = field(default_factory=list)   # all it replaces, the operands' steps included
-
-
-def _is_scalar(v: Value) -> bool:
-    return all(d == 1 for d in v.type.shape)
 
 
 def _only_reader(v: Value) -> Node | None:
@@ -91,17 +85,12 @@ def _operand(v: Value, swapped: bool, path: list[Node]) -> Value:
     best, cur, flips, walked = (v if not swapped else None), v, 0, []
     while cur.producer is not None:
         p = cur.producer
-        if p.op in _SCALES and len(p.inputs) == 2 and p.inputs[1] is not None and _is_scalar(p.inputs[1]):
-            nxt = p.inputs[0]
-        elif p.op is Op.MUL and len(p.inputs) == 2 and p.inputs[0] is not None and _is_scalar(p.inputs[0]):
-            nxt = p.inputs[1]
-        elif p.op is Op.PERMUTE and _swaps_last_two(p):
+        nxt = scale_operand(p)
+        if nxt is None and p.op is Op.PERMUTE and _swaps_last_two(p):
             nxt, flips = p.inputs[0], flips + 1
-        elif p.op is Op.RESHAPE and p.inputs and p.inputs[0] is not None and \
+        elif nxt is None and p.op is Op.RESHAPE and p.inputs and p.inputs[0] is not None and \
                 p.inputs[0].type.rank >= 2 and tuple(p.inputs[0].type.shape[-2:]) == tuple(cur.type.shape[-2:]):
             nxt = p.inputs[0]
-        else:
-            break
         if nxt is None:
             break
         walked.append(p)
@@ -124,12 +113,11 @@ def _scores_chain(v: Value, nodes: list[Node], masks: list[Value]) -> Node | Non
             nodes.append(p)
             return p
         ins = list(p.inputs)
+        scaled = scale_operand(p)
         if p.op is Op.CAST and ins and ins[0] is not None:
             nxt = ins[0]
-        elif p.op in _SCALES and len(ins) == 2 and ins[1] is not None and _is_scalar(ins[1]) and ins[0] is not None:
-            nxt = ins[0]
-        elif p.op is Op.MUL and len(ins) == 2 and ins[0] is not None and _is_scalar(ins[0]) and ins[1] is not None:
-            nxt = ins[1]
+        elif scaled is not None:
+            nxt = scaled
         elif p.op in (Op.ADD, Op.WHERE) and len(ins) in (2, 3) and all(x is not None for x in ins):
             # the scores are the operand whose walk reaches Q K^T; the other is the mask (Where's
             # fill, a scalar, is neither)
@@ -144,7 +132,7 @@ def _scores_chain(v: Value, nodes: list[Node], masks: list[Value]) -> Node | Non
                     continue
                 other = ins[0] if p.op is Op.WHERE else ins[1 - i]
                 fill = ins[3 - i] if p.op is Op.WHERE else None
-                if fill is not None and not _is_scalar(fill):
+                if fill is not None and not fill.type.is_one_element:
                     return None
                 assert other is not None
                 nodes.extend([p, *sub_nodes])
@@ -156,22 +144,6 @@ def _scores_chain(v: Value, nodes: list[Node], masks: list[Value]) -> Node | Non
         nodes.append(p)
         v = nxt
     return None
-
-
-def _nan_guard(p: Value) -> Node | None:
-    """``Where(IsNaN(p), 0, p)`` reading ``p`` (its IsNaN the only other reader): the guard's Where."""
-    readers = {u.node for u in p.uses}
-    if len(readers) != 2:
-        return None
-    isnan = next((n for n in readers if n.op is Op.ISNAN), None)
-    where = next((n for n in readers if n.op is Op.WHERE), None)
-    if isnan is None or where is None or len(where.inputs) != 3 or _only_reader(isnan.outputs[0]) is not where:
-        return None
-    cond, a, b = where.inputs
-    if cond is not isnan.outputs[0] or not ((a is p and b is not None and _is_scalar(b)) or
-                                            (b is p and a is not None and _is_scalar(a))):
-        return None
-    return where
 
 
 def _match(softmax: Node) -> _Match | None:
@@ -186,7 +158,7 @@ def _match(softmax: Node) -> _Match | None:
     out = softmax.outputs[0]
     pv = None
     for _ in range(4):
-        guard = _nan_guard(out)
+        guard = nan_guard(out)
         if guard is not None:
             nodes.extend([guard, *(u.node for u in out.uses if u.node is not guard)])
             out = guard.outputs[0]
@@ -213,20 +185,6 @@ def _match(softmax: Node) -> _Match | None:
     return _Match(q, k, v, masks[0] if masks else None, causal, pv, nodes, nodes + [pv] + path)
 
 
-def _remove_dead(graph: Graph, nodes: list[Node]) -> None:
-    """Drop the replaced nodes nothing reads any more (a step another node still reads stays)."""
-    pending = [n for n in dict.fromkeys(nodes) if n.owner is graph]
-    outputs = set(graph.outputs)
-    changed = True
-    while changed:
-        changed = False
-        for n in list(pending):
-            if all(not v.uses and v not in outputs for v in n.outputs):
-                graph.remove(n)
-                pending.remove(n)
-                changed = True
-
-
 def attention_from_eager(graph: Graph) -> int:
     """Rewrite each recognised eager attention of ``graph`` (in place: pass a clone) into one
     ``ATTENTION`` node in the ``bhsd`` layout; returns how many were rewritten."""
@@ -248,6 +206,6 @@ def attention_from_eager(graph: Graph) -> int:
         graph.nodes.remove(node)                # added last: it belongs where P V was
         graph.nodes.insert(graph.nodes.index(m.pv), node)
         graph.replace_all_uses(out, node.outputs[0])
-        _remove_dead(graph, m.nodes)
+        graph.remove_unread(m.nodes)
         count += 1
     return count

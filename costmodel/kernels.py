@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 from ..ir import STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value
-from .attention_fusion import ATTN_CHAIN, nan_guard, operand_steps, scores_input
+from .attention_fusion import ATTN_CHAIN, LAYOUT, nan_guard, operand_steps, scores_input
 from .cost import Cost
 from .dequant_fusion import runs_in_gemm
 from .interpreter import CostTable
@@ -44,7 +44,6 @@ FUSION_MODES = ("full", "no-epilogue", "none")
 OWN_KERNEL = "own_kernel"
 
 _HEAVY = frozenset({Op.DOT, Op.GROUPED_DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
-_LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
 _PHASE = "phase"   # a training step's phase attr (costmodel.training.phases.PHASE)
 
 
@@ -218,13 +217,13 @@ def _fusable(producer: Node, consumer: Node) -> bool:
     pg, cg = _group(producer), _group(consumer)
     if cg is OpGroup.ELEMENTWISE:
         return pg in (OpGroup.ELEMENTWISE, OpGroup.CONTRACTION, OpGroup.CONVOLUTION, OpGroup.ATTENTION,
-                      OpGroup.NORMALIZATION, OpGroup.REDUCTION) or producer.op in _LAYOUT
+                      OpGroup.NORMALIZATION, OpGroup.REDUCTION) or producer.op in LAYOUT
     if cg in (OpGroup.REDUCTION, OpGroup.NORMALIZATION):
-        return pg is OpGroup.ELEMENTWISE or producer.op in _LAYOUT
+        return pg is OpGroup.ELEMENTWISE or producer.op in LAYOUT
     if consumer.op in _HEAVY:
-        return producer.op in _LAYOUT            # a layout change absorbed by the matmul's operand load
-    if consumer.op in _LAYOUT:
-        return pg is OpGroup.ELEMENTWISE or producer.op in _LAYOUT
+        return producer.op in LAYOUT            # a layout change absorbed by the matmul's operand load
+    if consumer.op in LAYOUT:
+        return pg is OpGroup.ELEMENTWISE or producer.op in LAYOUT
     return False
 
 
@@ -275,7 +274,7 @@ def _fuse_attention(nodes: list[Node], index: dict[Node, int], base: dict[Value,
         second_dot = None
         for _ in range(4):
             users = consumers.get(out, [])
-            guard = nan_guard(out, users, consumers)
+            guard = nan_guard(out)
             if guard is not None:
                 chain.extend(index[u] for u in users)
                 out = guard.outputs[0]

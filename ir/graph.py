@@ -243,6 +243,17 @@ class Graph:
         self._touch()
         return replaced
 
+    def remove_unread(self, candidates: list[Node]) -> None:
+        """Remove each of ``candidates`` once nothing reads it (a rewrite's replaced nodes; one
+        still read elsewhere, or producing a graph output, stays)."""
+        pending, changed = [n for n in dict.fromkeys(candidates) if n.owner is self], True
+        while changed:
+            done = [n for n in pending if all(not v.uses and v not in self.outputs for v in n.outputs)]
+            for n in done:
+                self.remove(n)
+                pending.remove(n)
+            changed = bool(done)
+
     def remove(self, node: Node) -> None:
         """Delete ``node``; refused while any of its outputs is still read or is a graph output."""
         if node.owner is not self or node not in self.nodes:

@@ -29,6 +29,11 @@ class TensorType:
         return is_static(self.shape)
 
     @property
+    def is_one_element(self) -> bool:
+        """Every dim 1 (a scalar, or ``[1, 1]``): a broadcast constant such as a scale or a fill."""
+        return all(d == 1 for d in self.shape)
+
+    @property
     def symbols(self) -> frozenset[str]:
         return shape_symbols(self.shape)
 

@@ -43,7 +43,7 @@ def fold_unrolled_grouped_mm(graph: Graph) -> set[str]:
         graph.nodes.remove(node)   # added last; it belongs where the concat was (topological order)
         graph.nodes.insert(graph.nodes.index(concat), node)
         graph.replace_all_uses(out, node.outputs[0])
-        _remove_dead(graph, dead)
+        graph.remove_unread(dead)
     return before - graph.symbols() if before else set()
 
 
@@ -111,16 +111,3 @@ def _retype_rows(graph: Graph, old: Dim, rows: Dim) -> None:
     for v in graph.values():
         if any(d == old for d in v.shape):
             v.type = v.type.with_shape(tuple(rows if d == old else d for d in v.shape))
-
-
-def _remove_dead(graph: Graph, candidates: list[Node]) -> None:
-    """Remove the pattern's nodes once nothing reads them (a candidate still read elsewhere stays)."""
-    pending = list(dict.fromkeys(candidates))
-    changed = True
-    while changed:
-        changed = False
-        for node in list(pending):
-            if node.owner is graph and all(not v.uses and v not in graph.outputs for v in node.outputs):
-                graph.remove(node)
-                pending.remove(node)
-                changed = True

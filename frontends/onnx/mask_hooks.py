@@ -83,13 +83,9 @@ def _any_causal(masks: CausalMasks, node: NodeProto, operands: Iterable[Value | 
         if name and _may_mask(v) and masks.is_causal(name, v):
             return True
     if node.op_type == "Where" and len(ops) == 3 and _may_mask(ops[0]) and ops[0] is not None \
-            and ops[0].type.dtype is DType.BOOL and ops[1] is not None and _is_scalar(ops[1]):
+            and ops[0].type.dtype is DType.BOOL and ops[1] is not None and ops[1].type.is_one_element:
         return masks.is_causal(node.input[0], ops[0], inverted=True)   # masked_fill(mask, fill): True blocks
     return False
-
-
-def _is_scalar(v: Value) -> bool:
-    return all(d == 1 for d in v.type.shape)
 
 
 def attention_mask_is_causal(cx: NodeCx, *indices: int, nonzero: bool = False) -> bool:
