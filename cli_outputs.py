@@ -55,16 +55,12 @@ def write_outputs(args: argparse.Namespace, console: Console, result: Any) -> No
 
 
 def _roofline(args: argparse.Namespace, console: Console) -> int:
-    from .cli_args import formats_arg, parse_sets, timing_kwargs
-    from .cli_feedback import load_model
-    from .cli_serve import apply_mode
+    from .cli_args import timing_kwargs
+    from .cli_serve import load_step
     from .costmodel.analyze import analyze
     from .render.roofline import plot_roofline, plotted_kernels
     from .render.units import seconds
-    formats = formats_arg(args)
-    graph = load_model(args, console)
-    graph = graph if args.mode else formats.apply(graph)   # --mode: on the graph it serves
-    graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set), formats)
+    graph, dims, mode_notes = load_step(args, console)
     report = analyze(graph, args.target, dims=dims, **timing_kwargs(args))
     plot_roofline(report, args.out, top=args.top)
     shown, off = plotted_kernels(report)

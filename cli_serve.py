@@ -20,13 +20,14 @@ from typing import Any
 
 from rich.console import Console
 
-from .cli_args import parse_prices
+from .cli_args import formats_arg, parse_prices, parse_sets
+from .cli_feedback import load_model
 from .errors import NarrowpipeError
 from .ir.dim_spec import by_ir_name
 from .render.output_file import say_wrote
 
-__all__ = ["register_serve", "run_serve", "run_serve_sweep", "add_mode_args", "apply_mode", "parse_duration",
-           "NO_LAYOUT_EXIT"]
+__all__ = ["register_serve", "run_serve", "run_serve_sweep", "add_mode_args", "apply_mode", "load_step",
+           "parse_duration", "NO_LAYOUT_EXIT"]
 
 _UNITS = {"": 1e-3, "ms": 1e-3, "s": 1.0, "us": 1e-6}
 #: ``serve --tpot``'s exit status when no layout meets the targets (the plan is still printed and
@@ -112,6 +113,15 @@ def add_mode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=("prefill", "decode"), help="time a serving step: prefill of --context "
                    "tokens, or one decode step with a KV cache of --context tokens")
     p.add_argument("--context", type=int, help="prompt or KV cache length for --mode (2048)")
+
+
+def load_step(args: argparse.Namespace, console: Console) -> tuple[Any, dict[str, Any], list[str]]:
+    """The model argument loaded as the step ``--mode`` asks for, with ``--set``'s dims and the
+    formats applied where they belong (:func:`apply_mode`): what whatif and roofline time."""
+    formats = formats_arg(args)
+    graph = load_model(args, console)
+    graph = graph if args.mode else formats.apply(graph)   # --mode: on the graph it serves
+    return apply_mode(graph, args, parse_sets(args.set), formats)
 
 
 def apply_mode(graph: Any, args: argparse.Namespace, dims: dict[str, Any],

@@ -14,8 +14,7 @@ from collections.abc import Callable
 from rich.console import Console
 
 from .cli_args import parse_factors, parse_prices
-from .cli_feedback import load_model
-from .cli_serve import add_mode_args, apply_mode
+from .cli_serve import add_mode_args, load_step
 
 __all__ = ["register_whatif"]
 
@@ -37,13 +36,10 @@ def register_whatif(sub: argparse._SubParsersAction) -> dict[str, Handler]:
 
 
 def _whatif(args: argparse.Namespace, console: Console) -> int:
-    from .cli import _write_json, formats_arg, parse_sets, timing_kwargs
+    from .cli import _write_json, timing_kwargs
     from .costmodel.compare import whatif
     from .render import print_whatif
-    formats = formats_arg(args)
-    graph = load_model(args, console)
-    graph = graph if args.mode else formats.apply(graph)   # --mode: on the graph it serves
-    graph, dims, mode_notes = apply_mode(graph, args, parse_sets(args.set), formats)
+    graph, dims, mode_notes = load_step(args, console)
     result = whatif(graph, args.target, parse_factors(args.scale), prices=parse_prices(args.price),
                     **timing_kwargs(args), dims=dims)
     for report in (result.base, result.scaled):     # the two reports may share one notes list

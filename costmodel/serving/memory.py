@@ -64,12 +64,17 @@ class Memory:
         over = self.overflow
         if over is None:
             return "fits"
-        name, by, left = over
+        name, by, _ = over
         label = (labels or _LABELS)[name]
+        own = self._own_excess(over)
+        return f"{label} +{by / 1e9:.3g} GB" if own is None else f"{label} +{own / 1e9:.3g} GB, all +{by / 1e9:.3g} GB"
+
+    def _own_excess(self, over: tuple[str, float, float]) -> float | None:
+        """The crossing term's own excess over the room left for it, or None where that is the whole
+        excess (the last term crosses)."""
+        name, by, left = over
         own = getattr(self, name) - left
-        if own >= by * (1 - 1e-9):
-            return f"{label} +{by / 1e9:.3g} GB"
-        return f"{label} +{own / 1e9:.3g} GB, all +{by / 1e9:.3g} GB"
+        return None if own >= by * (1 - 1e-9) else own
 
     def explain(self) -> str:
         """One sentence: fits with what to spare, or which term overflows and by how much."""
@@ -81,13 +86,14 @@ class Memory:
             return f"fits: {terms} = {self.required / gb:.3g} of {self.capacity / gb:.3g} GB per device"
         name, by, left = over
         label = _LABELS[name]
-        need = getattr(self, name)
-        room = (f"the terms before it leave {left / gb:.3g} GB for the {label}, which needs {need / gb:.3g} GB")
-        if need - left >= by * (1 - 1e-9):     # the last term crosses: its excess is the whole excess
+        room = (f"the terms before it leave {left / gb:.3g} GB for the {label}, which needs "
+                f"{getattr(self, name) / gb:.3g} GB")
+        own = self._own_excess(over)
+        if own is None:
             return (f"does not fit: the {label} overflows by {by / gb:.3g} GB ({terms} = {self.required / gb:.3g} "
                     f"GB against {self.capacity / gb:.3g} GB per device; {room})")
-        return (f"does not fit by {by / gb:.3g} GB: the {label} alone overflows by {(need - left) / gb:.3g} GB "
-                f"({room}) and the terms after it add {(by - need + left) / gb:.3g} GB ({terms} = "
+        return (f"does not fit by {by / gb:.3g} GB: the {label} alone overflows by {own / gb:.3g} GB "
+                f"({room}) and the terms after it add {(by - own) / gb:.3g} GB ({terms} = "
                 f"{self.required / gb:.3g} GB against {self.capacity / gb:.3g} GB per device)")
 
     def to_dict(self) -> dict[str, Any]:
