@@ -146,6 +146,9 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fp32-matmul", choices=("default", "high", "highest"), default="default",
                    help="fp32 matmul precision: the framework default (GPU fp32, TPU one bf16 pass), high (TF32, 3 "
                    "bf16 passes), highest (full fp32: 6 bf16 passes on TPUs)")
+    p.add_argument("--fp32-conv", choices=("default", "high", "highest"), default="default",
+                   help="fp32 convolution precision: default the library's (cuDNN on Ampere+: TF32, as PyTorch "
+                   "leaves it; elsewhere the matmul level), high (TF32), highest (full fp32)")
     p.add_argument("--sparse", action="store_true", help="2:4 structured-sparse weights where supported")
     p.add_argument("--price", action="append", metavar="TARGET=USD",
                    help="USD per device-hour, e.g. --price h100=2.5 (repeatable)")

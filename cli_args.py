@@ -144,7 +144,8 @@ def timing_kwargs(args: Any) -> dict[str, Any]:
     ``SERVING_MEMORY_RESERVE``), so analyze, compare and serve give one deployment one answer."""
     from .backends.defaults import SERVING_MEMORY_RESERVE
     serving = {"memory_reserve": SERVING_MEMORY_RESERVE} if getattr(args, "mode", None) else {}
-    return {"fusion": args.fusion, "allow_tf32": args.tf32, "fp32_matmul": args.fp32_matmul, "sparse": args.sparse,
+    return {"fusion": args.fusion, "allow_tf32": args.tf32, "fp32_matmul": args.fp32_matmul,
+            "fp32_conv": args.fp32_conv, "sparse": args.sparse,
             "expert_balance": args.expert_balance, **serving}
 
 

@@ -122,6 +122,11 @@ class GpuTarget(Target):
     #: between two layout transposes, not as an implicit GEMM (MIOpen 1.x's GEMM algorithm,
     #: :mod:`~narrowpipe.costmodel.execution.conv_miopen_gemm`); absent: it does not.
     conv_gemm_1x1_stride2: bool | None = spec_field("flag")
+    #: The convolution library runs fp32 convolutions on the TF32 tensor cores unless told not to
+    #: (cuDNN on Ampere and later under PyTorch's ``torch.backends.cudnn.allow_tf32`` default and
+    #: TensorFlow's TF32 default), while fp32 matmuls follow ``--fp32-matmul``; absent: convolutions
+    #: take the matmul precision (``--fp32-conv`` overrides either way).
+    conv_fp32_as_tf32: bool | None = spec_field("flag")
     #: Best fraction of the matrix peak a fused (FlashAttention-style) attention kernel reaches, for
     #: long sequences; it is below the GEMM plateau (softmax, masking and the online rescale share the
     #: SM with the MMAs). Absent: the GEMM efficiency curve.

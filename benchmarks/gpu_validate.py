@@ -152,8 +152,10 @@ class Runner:
         return statistics.median(times)
 
     # -- prediction --------------------------------------------------------------------------
-    def predict(self, graph: Graph, allow_tf32: bool = False, **dims: int) -> tuple[float, str]:
-        r = narrowpipe.analyze(graph, self.target, fusion="none", allow_tf32=allow_tf32, dims=dims)
+    def predict(self, graph: Graph, allow_tf32: bool = False, fp32_conv: str = "default",
+                **dims: int) -> tuple[float, str]:
+        r = narrowpipe.analyze(graph, self.target, fusion="none", allow_tf32=allow_tf32, fp32_conv=fp32_conv,
+                               dims=dims)
         assert r.timing is not None
         mix = r.timing.bound_mix
         bound = max(mix, key=mix.get) if mix else ""  # type: ignore[arg-type]
@@ -390,13 +392,17 @@ def _model_cases(r: Runner, name: str, cls_name: str, make: Callable[[], Any], d
                 dims = {"batch": b, "seq": r.plan.seq}
             with torch.inference_mode():
                 measured = r.measure(lambda inputs=inputs, model=model: model(**inputs))
-            # what eager PyTorch does by default: TF32 off for matmuls, on for cuDNN convolutions
-            tf32 = r.device.type == "cuda" and bool(torch.backends.cudnn.allow_tf32 if vision
-                                                    else torch.backends.cuda.matmul.allow_tf32)
-            predicted, bound = r.predict(graph, allow_tf32=tf32, **dims)
+            # what eager PyTorch does by default: TF32 off for matmuls, on for cuDNN convolutions; the
+            # prediction is told both settings this run had
+            cuda = r.device.type == "cuda"
+            tf32 = cuda and bool(torch.backends.cuda.matmul.allow_tf32)
+            conv_tf32 = cuda and bool(torch.backends.cudnn.allow_tf32)
+            predicted, bound = r.predict(graph, allow_tf32=tf32, fp32_conv="high" if conv_tf32 else "highest",
+                                         **dims)
             report = narrowpipe.analyze(graph, dims=dims)
             r.add("models", case, measured, predicted, bound, work=float(report.flops), unit="FLOP/s",
-                  dtype=dname, batch=b, params=report.params, allow_tf32=tf32, export_s=round(export_s, 2))
+                  dtype=dname, batch=b, params=report.params, allow_tf32=tf32, conv_tf32=conv_tf32,
+                  export_s=round(export_s, 2))
     finally:
         del model
         if r.device.type == "cuda":

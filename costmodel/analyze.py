@@ -124,7 +124,8 @@ def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
 def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Mapping[str, Any] | None = None,
             fusion: str | None = None, allow_tf32: bool = False, sparse: bool = False, price: float | None = None,
             expert_balance: str | ExpertBalance | None = None, eager_overhead: bool = True,
-            fp32_matmul: str = "default", memory_reserve: float = 0.0, **keyword_dims: Any) -> Report:
+            fp32_matmul: str = "default", fp32_conv: str = "default", memory_reserve: float = 0.0,
+            **keyword_dims: Any) -> Report:
     """Count every op of ``graph`` under the bound dims and, given a target, time it there.
 
     ``dims`` binds symbolic dims by name (``dims={"batch": 8, "seq": 2048}``); unbound ones take the
@@ -134,7 +135,9 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
     ``target`` is a catalog name or alias, a path to a target TOML file, or a ``Target``.
     ``fusion`` ("full" or "none") overrides the family default; ``allow_tf32`` runs fp32 matmuls
     on TF32 tensor cores (``fp32_matmul``: "default", the framework's: one bf16 pass on a TPU;
-    "high": TF32 or 3 bf16 passes; "highest": full float32); ``sparse`` uses 2:4 sparse rates where
+    "high": TF32 or 3 bf16 passes; "highest": full float32); ``fp32_conv`` is the same for fp32
+    convolutions ("default": the target's library default, TF32 under cuDNN on Ampere and later as
+    PyTorch leaves it, else the matmul level); ``sparse`` uses 2:4 sparse rates where
     the chip has them; ``price`` overrides the target's USD per device-hour. ``expert_balance``
     ("balanced", "zipf:S", "hot:F"; see :mod:`narrowpipe.costmodel.experts`) is how a mixture
     of experts' routed rows spread over its experts. ``eager_overhead=False`` leaves out a CPU's per-op
@@ -154,6 +157,6 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
         from .targeted import apply_target  # the execution models, one per chip family
         report = apply_target(report, table, target, fusion=fusion, allow_tf32=allow_tf32, sparse=sparse,
                               price=price, eager_overhead=eager_overhead, fp32_matmul=fp32_matmul,
-                              memory_reserve=memory_reserve)
+                              fp32_conv=fp32_conv, memory_reserve=memory_reserve)
     return report
 

@@ -104,12 +104,13 @@ def _target_list(targets: str | Target | Iterable[str | Target]) -> list[str | T
 def compare(graph: Graph, targets: str | Target | Iterable[str | Target], *, dims: Mapping[str, Any] | None = None,
             strict: bool = False, prices: Mapping[str, float] | None = None, fusion: str | None = None,
             allow_tf32: bool = False, sparse: bool = False, expert_balance: str | ExpertBalance | None = None,
-            fp32_matmul: str = "default", memory_reserve: float = 0.0, **keyword_dims: Any) -> Comparison:
+            fp32_matmul: str = "default", fp32_conv: str = "default", memory_reserve: float = 0.0,
+            **keyword_dims: Any) -> Comparison:
     """Predict ``graph`` on each target (names, aliases, TOML paths or Target objects; a string of
     comma-separated names).
 
     ``dims={...}`` binds symbolic dims (keywords such as ``batch=8`` work where they name no option);
-    ``expert_balance``, ``fp32_matmul`` and ``memory_reserve`` as for :func:`~narrowpipe.analyze`.
+    ``expert_balance``, ``fp32_matmul``, ``fp32_conv`` and ``memory_reserve`` as for :func:`~narrowpipe.analyze`.
     """
     specs = _target_list(targets)
     from ..loading import as_graph
@@ -125,7 +126,7 @@ def compare(graph: Graph, targets: str | Target | Iterable[str | Target], *, dim
     for t in chips:
         reports.append(apply_target(counted, table, t, fusion=fusion, allow_tf32=allow_tf32, sparse=sparse,
                                     price=price_of.get(t.name), fp32_matmul=fp32_matmul,
-                                    memory_reserve=memory_reserve))
+                                    fp32_conv=fp32_conv, memory_reserve=memory_reserve))
     unused = sorted(set(price_of) - {r.target for r in reports})
     if unused:     # a price for a chip not compared prices nothing: say so rather than drop it
         warnings.warn(f"--price for {', '.join(unused)}: not among the compared targets, so it prices nothing",

@@ -12,7 +12,7 @@ from typing import Any
 from ..backends import Target
 from ..ir import DType, Graph, Op, node_subgraphs
 from .execution import BOUNDS, Program, Schedule
-from .execution.common import matrix_rate
+from .execution.common import conv_options, matrix_rate
 from .execution.gemm import conv_gemm, dot_gemm, grouped_gemm
 from .hotspots import hotspots
 from .interpreter import CostTable
@@ -32,20 +32,22 @@ def bound_mix(schedule: Schedule) -> dict[str, float]:
     return {b: (v / total if total else 0.0) for b, v in mix.items()}
 
 
-def _dominant_dtype(table: CostTable) -> Any:
-    """The dtype of the contraction with the most FLOPs; where no top-level node is one (the model's
-    matmuls sit in a Loop body, or it has none), the model's own dtype (:func:`_model_dtype`)."""
-    best, dtype = -1, None
+def dominant_contraction(table: CostTable) -> tuple[Any, bool]:
+    """The dtype of the contraction with the most FLOPs, and whether it is a convolution (whose fp32
+    precision can differ from the matmuls', :func:`~.execution.common.conv_options`); where no
+    top-level node is one (the model's matmuls sit in a Loop body, or it has none), the model's own
+    dtype (:func:`_model_dtype`)."""
+    best, dtype, conv = -1, None, False
     for node, cost in table.costs.items():
         if node.op is Op.DOT and cost.flops > best:
-            best, dtype = cost.flops, dot_gemm(table, node).dtype
+            best, dtype, conv = cost.flops, dot_gemm(table, node).dtype, False
         elif node.op is Op.GROUPED_DOT and cost.flops > best:
-            best, dtype = cost.flops, grouped_gemm(table, node).dtype
+            best, dtype, conv = cost.flops, grouped_gemm(table, node).dtype, False
         elif node.op is Op.CONV and cost.flops > best:
-            best, dtype = cost.flops, conv_gemm(table, node).dtype
+            best, dtype, conv = cost.flops, conv_gemm(table, node).dtype, True
         elif node.op is Op.ATTENTION and cost.flops > best and node.inputs[0] is not None:
-            best, dtype = cost.flops, node.inputs[0].type.dtype
-    return dtype if dtype is not None else _model_dtype(table.graph)
+            best, dtype, conv = cost.flops, node.inputs[0].type.dtype, False
+    return (dtype, conv) if dtype is not None else (_model_dtype(table.graph), False)
 
 
 _CONTRACTIONS = (Op.DOT, Op.GROUPED_DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD)
@@ -99,7 +101,7 @@ def _faster_peaks_note(table: CostTable, target: Target, options: Any, peak: flo
         else:
             continue
         total += cost.flops
-        rate = matrix_rate(target, dtype, options)
+        rate = matrix_rate(target, dtype, conv_options(options, target) if node.op is Op.CONV else options)
         if rate.flops_per_s > peak * (1 + 1e-9):
             runs = dtype.value if rate.dtype == dtype.value else f"{dtype.value} as {rate.dtype}"
             key = f"{runs} at {rate.flops_per_s / 1e12:.4g} TFLOP/s"
@@ -166,8 +168,9 @@ def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_f
     (costmodel/power.py) and money at the device-hour price for every device used. ``memory_reserve``
     is the fraction of each device's memory the fit leaves to the runtime (:func:`_reserved_fit`)."""
     total, devices = schedule.total_s, schedule.devices
-    dtype = _dominant_dtype(program.table)
-    rate = matrix_rate(target, dtype, program.options) if dtype is not None else None
+    dtype, conv = dominant_contraction(program.table)
+    options = conv_options(program.options, target) if conv else program.options
+    rate = matrix_rate(target, dtype, options) if dtype is not None else None
     peak = rate.flops_per_s if rate is not None else max(target.matrix_flops.values())
     precision = (rate.runs_as or rate.dtype) if rate is not None else ""
     mfu = modeled_flops / (total * peak * devices) if total > 0 else 0.0

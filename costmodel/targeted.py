@@ -38,12 +38,12 @@ def _items(graph: Graph, dims: dict[str, int]) -> tuple[int, str]:
 def apply_target(report: Report, table: CostTable, target: Target | str, *, fusion: str | None = None,
                  allow_tf32: bool = False, sparse: bool = False, price: float | None = None,
                  sensitivity: bool = True, eager_overhead: bool = True, fp32_matmul: str = "default",
-                 memory_reserve: float = 0.0) -> Report:
+                 memory_reserve: float = 0.0, fp32_conv: str = "default") -> Report:
     """``report`` with each node's time on ``target`` and the run's :class:`Timing` (its fit with
     ``memory_reserve`` of each device's memory left to the runtime: a serving step's)."""
     target = get_target(target)
     program = fused_program(table, target, TimingOptions(allow_tf32, sparse, fusion, eager_overhead,
-                                                                 fp32_matmul=fp32_matmul))
+                                                                 fp32_matmul=fp32_matmul, fp32_conv=fp32_conv))
     devices = DeviceGroup(target)
     schedule = time_program(program, devices)
     speedups = speedups_if_doubled(program, devices, schedule.total_s) if sensitivity else {}

@@ -19,7 +19,7 @@ from ...frontends.trace.read import Event, parse_dtype
 from ...ir import TRANSCENDENTAL_OPS, DType, Op, OpGroup
 from ..execution import DeviceGroup, Program, model_for
 from ..execution.collectives import Topology
-from ..execution.common import TimingOptions, matrix_rate, memory_time, transcendental_rate, vector_rate
+from ..execution.common import TimingOptions, conv_options, matrix_rate, memory_time, transcendental_rate, vector_rate
 from ..execution.gemm import kernel_gemms
 from ..interpreter import interpret
 from ..timing import time_program
@@ -100,7 +100,8 @@ class Coster:
             dtype = x.type.dtype if x is not None else node.outputs[0].type.dtype
             if node.op in _HEAVY:
                 mm += cost.flops
-                compute_s += cost.flops / matrix_rate(t, dtype, opts).flops_per_s
+                compute_s += cost.flops / matrix_rate(t, dtype, conv_options(opts, t) if node.op is Op.CONV
+                                                      else opts).flops_per_s
             elif cost.flops:
                 compute_s += cost.flops / vector_rate(t, dtype if dtype.is_float else DType.FP32).flops_per_s
             if cost.transcendentals:     # at the function's own rate, as the execution model times it

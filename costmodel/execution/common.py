@@ -30,7 +30,8 @@ from ...ir import DType
 
 __all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_rate", "memory_time",
            "matmul_efficiency", "roofline", "interpolate", "COMPUTE", "MEMORY", "INTERCONNECT", "OVERHEAD",
-           "BOUNDS", "TimingOptions", "ZERO_TIME", "bound_of", "with_hop", "causal_fraction", "dequant_time"]
+           "BOUNDS", "TimingOptions", "ZERO_TIME", "bound_of", "with_hop", "causal_fraction", "dequant_time",
+           "conv_options"]
 
 COMPUTE, MEMORY, INTERCONNECT, OVERHEAD = "compute", "memory", "interconnect", "overhead"
 BOUNDS = (COMPUTE, MEMORY, INTERCONNECT, OVERHEAD)
@@ -63,12 +64,17 @@ class TimingOptions:
     #: TF32, as torch; TPU: one bf16 pass, as JAX and PyTorch/XLA), "high" TF32 or 3 bf16 passes
     #: (``allow_tf32`` asks for it too), "highest" full float32 (6 bf16 passes where no fp32 unit).
     fp32_matmul: str = "default"
+    #: fp32 convolution precision (``--fp32-conv``), the same levels: "default" is the target's
+    #: convolution library's own (``conv_fp32_as_tf32``: cuDNN on TF32 tensor cores, as PyTorch and
+    #: TensorFlow leave it), else the matmul level, as JAX's one precision setting covers both.
+    fp32_conv: str = "default"
 
     def __post_init__(self) -> None:
         """Refuse an unknown level, and ``allow_tf32`` beside a level that is not TF32's, up front."""
-        if self.fp32_matmul not in FP32_MATMUL_PRECISIONS:
-            raise NarrowpipeError(f"fp32 matmul precision {self.fp32_matmul!r} is not one of "
-                                  + ", ".join(FP32_MATMUL_PRECISIONS))
+        for what, level in (("matmul", self.fp32_matmul), ("convolution", self.fp32_conv)):
+            if level not in FP32_MATMUL_PRECISIONS:
+                raise NarrowpipeError(f"fp32 {what} precision {level!r} is not one of "
+                                      + ", ".join(FP32_MATMUL_PRECISIONS))
         if self.allow_tf32 and self.fp32_matmul not in ("default", "high"):
             raise NarrowpipeError(f"--tf32 is fp32 matmul precision 'high'; it contradicts {self.fp32_matmul!r}")
 
@@ -76,6 +82,21 @@ class TimingOptions:
     def fp32_level(self) -> str:
         """The fp32 matmul precision asked for, ``allow_tf32`` read as "high"."""
         return "high" if self.allow_tf32 else self.fp32_matmul
+
+
+def conv_options(options: TimingOptions, target: Target) -> TimingOptions:
+    """The options a convolution's rate is looked up under: its fp32 level as the matmul level.
+
+    Frameworks set the two apart. PyTorch runs fp32 cuDNN convolutions on TF32 tensor cores by
+    default (``torch.backends.cudnn.allow_tf32`` is True, ``torch.backends.cudnn.conv.fp32_precision``
+    "tf32" in torch 2.13) while its fp32 matmuls stay full precision; timing an fp32 ResNet-50's
+    convolutions on an A100's CUDA cores made it 3x slower than it runs. A target whose library does
+    that says so (``conv_fp32_as_tf32``); ``--fp32-conv`` overrides it ("highest": cuDNN without TF32).
+    """
+    level = options.fp32_conv
+    if level == "default":
+        level = "high" if getattr(target, "conv_fp32_as_tf32", None) else options.fp32_level
+    return replace(options, fp32_matmul=level, allow_tf32=False)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from ..sizes import values_bytes, weight_bytes
 from .common import (
     KernelTime,
     bound_of,
+    conv_options,
     matmul_efficiency,
     matrix_rate,
     memory_time,
@@ -113,7 +114,8 @@ class _Units:
 
     def _matrix(self, kernel: Kernel, dtype: DType, program: Program, target: DataflowTarget) -> KernelTime:
         c = kernel.cost
-        rate = matrix_rate(target, dtype, program.options)
+        rate = matrix_rate(target, dtype, conv_options(program.options, target) if kernel.kind == "conv"
+                           else program.options)
         compute = c.flops / (rate.flops_per_s * matmul_efficiency(target, c.flops))
         return self._finish(kernel, program, target, compute, rate.flops_per_s, "matrix units", rate.note)
 

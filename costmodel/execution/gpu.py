@@ -62,6 +62,7 @@ from .common import (
     KernelTime,
     Rate,
     causal_fraction,
+    conv_options,
     dequant_time,
     matmul_efficiency,
     matrix_rate,
@@ -85,7 +86,20 @@ class GpuModel(SequentialModel):
     def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: GpuTarget) -> KernelTime:
         if kernel.kind == "conv" and is_depthwise(program.table, kernel.anchor):
             return self.vector(kernel, program, target)     # a per-channel window: memory-bound
-        rate = matrix_rate(target, g.dtype, program.options)
+        if kernel.kind != "conv":
+            return self._gemm_at(kernel, g, program, target, matrix_rate(target, g.dtype, program.options))
+        rate = matrix_rate(target, g.dtype, conv_options(program.options, target))
+        kt = self._gemm_at(kernel, g, program, target, rate)
+        if rate.dtype != "tf32":
+            return kt
+        # TF32 is allowed, not forced: cuDNN's heuristics rank its fp32 CUDA-core kernels beside the
+        # TF32 ones, and a small layer whose TF32 tiles cannot be fed runs the fp32 kernel
+        full = matrix_rate(target, g.dtype, replace(program.options, fp32_matmul="highest", allow_tf32=False))
+        alt = self._gemm_at(kernel, g, program, target, full)
+        return alt if alt.time_s < kt.time_s * (1 - 1e-9) else kt
+
+    def _gemm_at(self, kernel: Kernel, g: Gemm, program: Program, target: GpuTarget, rate: Rate) -> KernelTime:
+        """One GEMM-class kernel at ``rate``: the best of its plans (a convolution's algorithms)."""
         on_vector_units = "vector" in rate.note
         p = gemm_terms(target, on_vector_units, conv=kernel.kind == "conv", tf32=rate.dtype == "tf32")
         plans = [ConvPlan("", g)]

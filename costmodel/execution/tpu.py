@@ -33,6 +33,7 @@ from ..kernels import Kernel
 from .common import (
     KernelTime,
     causal_fraction,
+    conv_options,
     dequant_time,
     matmul_efficiency,
     matrix_rate,
@@ -128,7 +129,8 @@ class TpuModel(SequentialModel):
             # as a grouped GEMM each channel's N = 1 and K = kh x kw padded to the array's width
             # executed ~1,340x its work (ConvNeXt's 7x7 depthwise layers on v6e: 98 of 117 ms)
             return self.vector(kernel, program, target)
-        rate = matrix_rate(target, g.dtype, program.options)
+        options = conv_options(program.options, target) if kernel.kind == "conv" else program.options
+        rate = matrix_rate(target, g.dtype, options)
         eff = matmul_efficiency(target, g.flops)
         if g.group_rows:
             # a grouped GEMM (XLA's ragged dot, Megablox) walks the experts in turn, each its own folds
