@@ -138,12 +138,16 @@ def register_diagnose(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--json", metavar="FILE", help="write the full diagnosis as JSON (- for stdout)")
     p.add_argument("--top", type=count_arg, default=10, help="offenders to list (default 10)")
     p.add_argument("--tf32", action="store_true", help="fp32 matmuls ran on TF32 tensor cores")
+    p.add_argument("--fp32-conv", choices=("default", "high", "highest"), default="default",
+                   help="fp32 convolutions' precision: default the library's (cuDNN on Ampere+: TF32, torch's "
+                   "default), highest if torch.backends.cudnn.allow_tf32 was False")
     return p
 
 
 def run_diagnose(args: argparse.Namespace, console: Console) -> int:
     from ..costmodel.diagnose import diagnose
-    d = diagnose(args.trace, args.target, allow_tf32=getattr(args, "tf32", False))
+    d = diagnose(args.trace, args.target, allow_tf32=getattr(args, "tf32", False),
+                 fp32_conv=getattr(args, "fp32_conv", "default"))
     print_diagnosis(d, console, top=args.top)
     if args.json:
         write_output(args.json, d.to_json(), "--json")

@@ -53,7 +53,7 @@ from ...backends import Target, get_target
 from ...errors import NarrowpipeWarning
 from ...frontends.trace.read import Trace, intersection_length, load_trace, union_length
 from ...ir import DType
-from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD, TimingOptions, matrix_rate
+from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD, TimingOptions, conv_options, matrix_rate
 from .charge import UNMODELED, Charger, Unit
 from .cost import Costed, Coster
 from .labels import (
@@ -78,14 +78,17 @@ __all__ = ["diagnose", "Diagnosis", "OpStat", "UnmodeledStat", "OVERHEAD_UTILIZA
            "LATENCY", "UNMODELED"]
 
 
-def diagnose(trace_path: str | os.PathLike[str], target: Target | str, *, allow_tf32: bool = False) -> Diagnosis:
+def diagnose(trace_path: str | os.PathLike[str], target: Target | str, *, allow_tf32: bool = False,
+             fp32_conv: str = "default") -> Diagnosis:
     """Read a ``torch.profiler`` Chrome trace recorded with ``record_shapes=True`` and judge it on
     ``target`` (a catalog name, alias, TOML path or Target). ``allow_tf32`` rates fp32 matmuls at
-    the TF32 tensor-core peak (torch's default is off for matmuls)."""
+    the TF32 tensor-core peak (torch's default is off for matmuls); ``fp32_conv`` is the fp32
+    convolutions' precision ("default": the library's, TF32 under cuDNN on Ampere and later as torch
+    leaves ``torch.backends.cudnn.allow_tf32``; "highest" if the run turned it off)."""
     trace = load_trace(trace_path)
     tgt = get_target(target)
     _warn_mismatch(trace, tgt, allow_tf32)
-    options = TimingOptions(allow_tf32, False, "full")
+    options = TimingOptions(allow_tf32, False, "full", fp32_conv=fp32_conv)
     coster = Coster(tgt, options, _dominant_float(trace), trace.path)
     charger = Charger(trace, coster)
     for root in trace.roots:
@@ -202,14 +205,17 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     by_bound.update(idle=tl.idle_s, unmodeled=sum(s.time_s for s in unmodeled),
                     dispatch=sum(u.time_us for u in ch.units.values() if u.kind == "wrapper") * 1e-6)
 
-    mm_by_dtype: dict[str, int] = {}
+    # MFU's peak: the rate of the dtype, and the kind (a convolution's fp32 precision can differ from
+    # a matmul's), of the contractions with the most FLOPs
+    mm_by_dtype: dict[tuple[str, bool], int] = {}
     for u in units:
         if u.costed is not None and u.costed.matmul_flops:
-            mm_by_dtype[u.costed.dtype] = mm_by_dtype.get(u.costed.dtype, 0) + u.costed.matmul_flops * u.calls
+            key = (u.costed.dtype, "conv" in u.costed.op.split("+"))
+            mm_by_dtype[key] = mm_by_dtype.get(key, 0) + u.costed.matmul_flops * u.calls
     matmul_flops = sum(mm_by_dtype.values())
-    top_dtype = max(mm_by_dtype, key=mm_by_dtype.get) if mm_by_dtype else None  # type: ignore[arg-type]
-    dtype = DType.parse(top_dtype) if top_dtype else ch.coster.default_dtype
-    peak = matrix_rate(target, dtype, options).flops_per_s
+    top = max(mm_by_dtype, key=mm_by_dtype.get) if mm_by_dtype else None  # type: ignore[arg-type]
+    dtype = DType.parse(top[0]) if top else ch.coster.default_dtype
+    peak = matrix_rate(target, dtype, conv_options(options, target) if top and top[1] else options).flops_per_s
     nbytes = sum(o.bytes for o in ops if o.bound != HOST_COPY)
     mfu = matmul_flops / (tl.window_s * peak) if tl.window_s else 0.0
     bw_util = nbytes / (tl.window_s * target.memory_bandwidth) if tl.window_s else 0.0
