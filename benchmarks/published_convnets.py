@@ -34,7 +34,7 @@ from narrowpipe.costmodel.serving.formats import Formats  # noqa: E402
 from narrowpipe.costmodel.training import build_training_graph  # noqa: E402
 from narrowpipe.models.examples import load_example  # noqa: E402
 
-from _common import RESULTS, env_header, environment, md_table, no_options, write_results  # noqa: E402
+from _common import RESULTS, env_header, environment, md_table, no_options, publish  # noqa: E402
 
 BATCH = 256
 #: (target, dtype, phase, published images/s, source)
@@ -60,7 +60,7 @@ def predict(target: str, dtype: str, phase: str, fp32_conv: str) -> narrowpipe.R
     return narrowpipe.analyze(graph, target, fusion="none", fp32_conv=fp32_conv, dims={"batch": BATCH})
 
 
-def main() -> None:
+def main() -> int:
     rows, data = [], []
     for target, dtype, phase, published, source in PUBLISHED:
         report = predict(target, dtype, phase, "default")
@@ -82,11 +82,9 @@ def main() -> None:
           + "\nError = predicted / published throughput - 1. The last column times fp32 convolutions at full "
           "precision, what narrowpipe did before `conv_fp32_as_tf32`; on V100 and T4 (no TF32) it equals the "
           "default. Sources: see the script's docstring.\n")
-    md_path, _ = write_results(RESULTS, "published_convnets", md, {"env": env, "rows": data})
-    print(md)
-    print(f"[published_convnets] wrote {md_path}")
+    return publish(RESULTS / "published_convnets", md, {"env": env, "rows": data})
 
 
 if __name__ == "__main__":
     no_options(__doc__)
-    main()
+    sys.exit(main())
