@@ -26,7 +26,8 @@ _FIX_FIELDS = ("tp", "pp", "dp", "cp", "ep", "microbatch", "interleave", "zero")
 _LABELS = {"compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel comm (exposed)",
            "cp_comm": "context-parallel comm (exposed)", "ep_comm": "expert all-to-all (exposed)",
            "p2p": "pipeline sends", "param_gather": "ZeRO-3 parameter gathers (exposed)",
-           "bubble": "pipeline bubble", "dp_comm": "data-parallel reduction (exposed)", "optimizer": "optimizer step"}
+           "bubble": "pipeline bubble", "dp_comm": "data-parallel reduction (exposed)",
+           "tied_grad": "tied-embedding gradient all-reduce (exposed)", "optimizer": "optimizer step"}
 
 
 def _labels(zero: int) -> dict[str, str]:

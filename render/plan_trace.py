@@ -84,7 +84,8 @@ def _idle(b: TraceBuilder, tl: StepTimeline, tracks: dict) -> None:
 
 
 def _once_per_step(b: TraceBuilder, tl: StepTimeline, tracks: dict) -> None:
-    """The gradient reduction (hidden beside the backward, exposed after the drain) and the optimizer."""
+    """The gradient reduction (hidden beside the backward, exposed after the drain), the tied
+    embedding's all-reduce and the optimizer."""
     end = tl.pipeline_s + tl.dp_exposed_s
     for d in range(tl.pp):
         if tl.dp_reduction_s > _EPS:
@@ -96,8 +97,11 @@ def _once_per_step(b: TraceBuilder, tl: StepTimeline, tracks: dict) -> None:
             if tl.dp_exposed_s > _EPS:
                 b.span(tracks[(d, "data-parallel")], "gradient reduction (exposed)", tl.pipeline_s, tl.dp_exposed_s,
                        cat="comm,exposed")
+        if tl.tied_grad_s > _EPS and d in (0, tl.pp - 1):
+            b.span(tracks[(d, "data-parallel")], "tied-embedding gradient all-reduce (exposed)", end, tl.tied_grad_s,
+                   cat="comm,exposed", args={"note": "first and last pipeline stage, before the optimizer"})
         if tl.optimizer_s > _EPS:
-            b.span(tracks[(d, "compute")], "optimizer step", end, tl.optimizer_s, cat="optimizer")
+            b.span(tracks[(d, "compute")], "optimizer step", end + tl.tied_grad_s, tl.optimizer_s, cat="optimizer")
 
 
 def write_plan_trace(path: str | Path, plan: Plan) -> tuple[Path, StepTimeline]:

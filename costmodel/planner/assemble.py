@@ -20,6 +20,7 @@ from .plan import ARCH_FIELDS, Plan, RunnerUp
 from .planner import Evaluation, Planner
 from .simulated import chunk_rows, simulated
 from .strategy import Parallel
+from .tied_grads import tied_grad_collectives
 from .vocab_pad import padded_vocab
 
 __all__ = ["assemble", "loss_reason"]
@@ -27,10 +28,11 @@ __all__ = ["assemble", "loss_reason"]
 _LABELS = {"compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel communication",
            "cp_comm": "context-parallel communication", "ep_comm": "expert-parallel all-to-all",
            "p2p": "pipeline sends", "param_gather": "parameter gathers (ZeRO)", "bubble": "pipeline bubble",
-           "dp_comm": "data-parallel gradient reduction", "optimizer": "optimizer step"}
+           "dp_comm": "data-parallel gradient reduction",
+           "tied_grad": "tied-embedding gradient all-reduce (first and last stage)", "optimizer": "optimizer step"}
 #: Spec fields that are the plan's to say (dtype) or the runtime's (dropout, attention form), or implied.
 _RUNTIME_SPEC = ("dtype", "dropout", "attention", "norm_bias", "causal")
-_COMM = ("tp_comm", "cp_comm", "ep_comm", "p2p", "param_gather", "dp_comm")
+_COMM = ("tp_comm", "cp_comm", "ep_comm", "p2p", "param_gather", "dp_comm", "tied_grad")
 
 
 def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None = None,
@@ -200,6 +202,10 @@ def _collectives(planner: Planner, ev: Evaluation, dp_rows: list[dict[str, Any]]
                     "per_step": r["per_microbatch"] * m, "comm_bytes": r["comm_bytes"] * m,
                     "seconds": r["seconds"] * m,
                     "exposed_s": ev.step.breakdown.get("param_gather", 0.0) if r["op"] == "all_gather" else 0.0})
+    for nbytes, members, _, seconds in tied_grad_collectives(ev.step.layout.tied, p, planner.timer, rt):
+        out.append({"purpose": "tied-embedding gradient all-reduce (first and last stage)", "op": "all_reduce",
+                    "axis": "pp", "group_size": members, "per_step": 1,
+                    "comm_bytes": 2 * (members - 1) * nbytes // members, "seconds": seconds, "exposed_s": seconds})
     if p.pp > 1:
         each = ev.step.collectives.get("p2p_each", 0.0)
         n = 2 * p.interleave * p.microbatches

@@ -116,8 +116,9 @@ def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtim
     # transformer layers); the embedding and the head keep their activations
     recompute = parallel.recompute if block.kind == "layer" else "none"
     train = build_training_graph(forward, optimizer=optimizer, recompute=recompute, loss=loss,
-                                 outputs=loss_outputs(forward, loss),
-                                 master="fp32" if runtime.master_weights else forward_dtype(forward))
+                                 outputs=loss_outputs(forward, loss, block.grad_inputs),
+                                 master="fp32" if runtime.master_weights else forward_dtype(forward),
+                                 inputs=block.grad_inputs)
     local = shard(train, parallel, dims=dims, expert_balance=expert_balance, arrive_split=arrive_split)
     table = interpret(local, {}, expert_balance=expert_balance)
     program = fused_program(table, target, TimingOptions(fusion=runtime.fusion, topology=topology))
@@ -194,13 +195,14 @@ def scaled(cost: BlockCost, k: float) -> BlockCost:
                    hidden_s=cost.hidden_s * k)
 
 
-def loss_outputs(forward: Graph, loss: str) -> list[int] | None:
+def loss_outputs(forward: Graph, loss: str, grad_inputs: frozenset[str] = frozenset()) -> list[int] | None:
     """The outputs a block's training step differentiates: the logits for the head's cross entropy
     (its first output), else every output the next block returns a gradient for
     (:func:`~narrowpipe.costmodel.training.differentiable_outputs`: the residual stream, never an
-    integer shape scalar or a parameter-free mask that the block hands on)."""
+    integer shape scalar or a parameter-free mask that the block hands on; ``grad_inputs``: the
+    block's inputs that carry a gradient, :attr:`.blocks.Block.grad_inputs`)."""
     from ..training import differentiable_outputs
-    return None if loss == "cross_entropy" else differentiable_outputs(forward)
+    return None if loss == "cross_entropy" else differentiable_outputs(forward, inputs=grad_inputs)
 
 
 def _ends_in_logits(graph: Graph) -> bool:

@@ -7,7 +7,11 @@ whole graph for every candidate. Layers are found from module scopes (``model.la
 segment), and two layers are the same when their nodes compute the same thing on the same shapes
 (names and indices aside). Each block becomes a standalone graph whose inputs are the values it
 reads from outside (the residual stream, rotary tables) and whose outputs are the values read after
-it, so it can be sharded, differentiated and timed on its own.
+it, so it can be sharded, differentiated and timed on its own. An input that needs a gradient in the
+whole model (the residual stream an earlier block computed from its parameters; never the model's
+own inputs, pixels or token ids, nor a parameter-free rotary table or mask) is listed in
+``Block.grad_inputs``, so that the block's backward computes its readers' data gradients as the
+whole model's backward does (BERT's q/k/v input gradients, a bottleneck's first convolutions').
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field
 
 from ...ir import Graph, Node, Value, ValueKind
 from ...ir.verifier import maybe_verify
+from ..training.backward import requires_grad, trainable
 
 __all__ = ["Block", "Blocks", "split_blocks"]
 
@@ -32,6 +37,8 @@ class Block:
     signature: str
     graph: Graph
     params: int
+    #: names of ``graph``'s activation inputs that get a gradient (see the module docstring)
+    grad_inputs: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -71,15 +78,16 @@ def split_blocks(graph: Graph) -> Blocks:
             groups[-1][2].append(node)
         else:
             groups.append((key, kind, [node]))
+    need = requires_grad(graph.nodes, trainable(graph))
     blocks: list[Block] = []
     cache: dict[str, Block] = {}
     for key, kind, nodes in groups:
-        signature = _signature(nodes)
+        signature = _signature(nodes, need)
         if kind == "layer" and signature in cache:
             blocks.append(cache[signature])
             continue
-        sub = _extract(graph, nodes, f"{graph.name}.{key}")
-        block = Block(key, kind, signature, sub, sub.param_count())
+        sub, with_grad = _extract(graph, nodes, f"{graph.name}.{key}", need)
+        block = Block(key, kind, signature, sub, sub.param_count(), with_grad)
         if kind == "layer":
             cache[signature] = block
         blocks.append(block)
@@ -96,9 +104,11 @@ def _feeds_only_layers(node: Node, graph: Graph) -> bool:
         o is v for o in node.outputs for v in graph.outputs)
 
 
-def _signature(nodes: list[Node]) -> str:
+def _signature(nodes: list[Node], need: set[Value]) -> str:
     """What the nodes compute, names and indices aside: ops, attributes, operand and result types,
-    and which operand each node reads (by position in the block, or as an outside value)."""
+    and which operand each node reads (by position in the block, or as an outside value, marked
+    when the whole model gives it a gradient: a first layer after a parameter-free prologue differs
+    from the next one)."""
     pos: dict[int, int] = {}
     parts: list[str] = []
     for i, node in enumerate(nodes):
@@ -111,27 +121,31 @@ def _signature(nodes: list[Node]) -> str:
             elif id(v) in pos:
                 reads.append(f"n{pos[id(v)]}.{v.index}")
             else:
-                reads.append(f"{v.kind.value}:{v.type}")
+                reads.append(f"{v.kind.value}:{v.type}{'+grad' if v in need and not v.kind.is_weight else ''}")
         attrs = sorted((k, repr(a)) for k, a in node.attrs.items() if isinstance(a, (int, float, str, bool, tuple)))
         parts.append(f"{node.op.value}({','.join(reads)}){attrs}->{[str(o.type) for o in node.outputs]}")
     return "|".join(parts)
 
 
-def _extract(graph: Graph, nodes: list[Node], name: str) -> Graph:
+def _extract(graph: Graph, nodes: list[Node], name: str, need: set[Value]) -> tuple[Graph, frozenset[str]]:
     """A standalone graph of ``nodes``: outside activations become inputs, weights stay weights,
-    values read after the block (or returned by the model) become outputs."""
+    values read after the block (or returned by the model) become outputs; with the names of the
+    inputs whose outside value is in ``need`` (needs a gradient in the whole model)."""
     inside = {id(n) for n in nodes}
     sub = Graph(name)
     for spec in graph.dims.values():
         sub.declare_dim(spec)
     sub.meta.update(graph.meta)
     env: dict[int, Value] = {}
+    with_grad: set[str] = set()
 
     def get(v: Value) -> Value:
         got = env.get(id(v))
         if got is None:
             kind = v.kind if v.kind.is_weight else ValueKind.INPUT
             got = env[id(v)] = sub.add_input(v.name, v.type, kind, v.source_name)
+            if v in need and not v.kind.is_weight:
+                with_grad.add(got.name)
         return got
 
     returned = {id(v) for v in graph.outputs}
@@ -145,4 +159,4 @@ def _extract(graph: Graph, nodes: list[Node], name: str) -> Graph:
             if id(o) in returned or any(id(u.node) not in inside for u in o.uses):
                 outputs.append(n)
     sub.set_outputs(outputs)
-    return maybe_verify(sub, "narrowpipe.planner.split_blocks")
+    return maybe_verify(sub, "narrowpipe.planner.split_blocks"), frozenset(with_grad)

@@ -22,7 +22,9 @@ __all__ = ["Plan", "RunnerUp", "PLAN_VERSION", "PLAN_FORMAT", "ARCH_FIELDS"]
 #: architecture's ``rope_theta`` and ``rope_scaling`` (launch tools need the rotary base); older files
 #: load without them. 5: the runtime's ``attention_layout``, ``fused_glu``, ``fused_norm`` and
 #: ``vocab_multiple``, and ``memory_per_device.device`` an integer (it was written as a float).
-PLAN_VERSION = 5
+#: 6: ``breakdown.tied_grad``, the tied embedding's gradient all-reduce between the first and last
+#: pipeline stage (:mod:`.tied_grads`); older files load without it.
+PLAN_VERSION = 6
 PLAN_FORMAT = "narrowpipe.plan"
 #: The model's sizes a plan keeps for launch tools (``Plan.architecture``), from the builder's spec.
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_mlp", "activation",

@@ -341,7 +341,7 @@ class Planner:
         from ..training import build_training_graph
         fwd = apply_runtime_form(block.graph, self.runtime, tp=tp or 1, vocab=self.vocab if tp else None)
         train = build_training_graph(fwd, optimizer=self.optimizer, recompute="none",
-                                     outputs=loss_outputs(fwd, "sum"))
+                                     outputs=loss_outputs(fwd, "sum", block.grad_inputs), inputs=block.grad_inputs)
         table = interpret(train, self.dims(1))
         f = b = 0.0
         for node, cost in table.costs.items():

@@ -97,10 +97,13 @@ class StepTimeline:
     optimizer_s: float
     plan_step_s: float
     closed_form_step_s: float
+    #: The tied-embedding gradient all-reduce between the first and last stage (:mod:`.tied_grads`),
+    #: after the data-parallel reduction and before the optimizer.
+    tied_grad_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.pipeline_s + self.dp_exposed_s + self.optimizer_s
+        return self.pipeline_s + self.dp_exposed_s + self.tied_grad_s + self.optimizer_s
 
     @property
     def difference_s(self) -> float:
@@ -278,8 +281,9 @@ def step_timeline(plan: Plan) -> StepTimeline:
     pipeline = max((s.end_s for s in slots), default=0.0)
     dp_exposed = plan.breakdown.get("dp_comm", 0.0)
     optimizer = plan.breakdown.get("optimizer", 0.0)
+    tied = plan.breakdown.get("tied_grad", 0.0)
     dp_total = sum(float(c["seconds"]) for c in plan.collectives
                    if c.get("purpose") == "data-parallel gradient reduction")
     closed = plan.closed_form_step_s or plan.step_time_s
-    return StepTimeline(par.schedule, p, m, v, slots, pipeline, closed - dp_exposed - optimizer,
-                        dp_total, dp_exposed, optimizer, plan.step_time_s, closed)
+    return StepTimeline(par.schedule, p, m, v, slots, pipeline, closed - dp_exposed - tied - optimizer,
+                        dp_total, dp_exposed, optimizer, plan.step_time_s, closed, tied)

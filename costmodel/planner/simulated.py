@@ -26,7 +26,7 @@ from typing import Any
 from .pipeline import refine_by_schedule
 from .planner import Evaluation, Planner
 from .schedule import ChunkTimes, makespan
-from .step import layer_times
+from .step import ONCE_PER_STEP, layer_times
 
 __all__ = ["chunk_rows", "chunk_times", "simulated", "refined", "best_by_schedule", "SEED", "LIMIT"]
 
@@ -81,7 +81,7 @@ def _exact_closed_form(ev: Evaluation) -> bool:
 
 
 def _once_per_step(ev: Evaluation) -> float:
-    return ev.step.breakdown.get("dp_comm", 0.0) + ev.step.breakdown.get("optimizer", 0.0)
+    return sum(ev.step.breakdown.get(k, 0.0) for k in ONCE_PER_STEP)
 
 
 def lower_bound(planner: Planner, ev: Evaluation) -> float:

@@ -5,7 +5,9 @@ Why analytic: block costs are computed once per distinct block and sharding; a s
 how they add up. The step is the pipeline's makespan (:func:`.pipeline.pipeline_time`) plus what
 cannot hide behind it: the data-parallel gradient reduction (:mod:`.dp_comm`: once after the last
 backward, or every microbatch under ZeRO-2; all of it when the runtime reduces after the backward,
-only what outlasts the compute when it overlaps), the optimizer, and exposed parameter gathers.
+only what outlasts the compute when it overlaps), the all-reduce of a weight two stages share
+(:mod:`.tied_grads`: tied embeddings under pipeline parallelism), the optimizer, and exposed
+parameter gathers.
 Tensor-parallel collectives are ops inside the block times, exposed unless the runtime overlaps them.
 The breakdown adds up to the total: the slowest stage's per-microbatch terms times the microbatch
 count, the bubble, then the once-per-step terms.
@@ -23,12 +25,15 @@ from .dp_comm import grad_reduction, param_gathers
 from .pipeline import Stage, assign_stages, balance_devices
 from .runtime import Runtime
 from .strategy import Parallel
+from .tied_grads import TiedWeight, tied_grad_collectives, tied_weights
 
-__all__ = ["StepTime", "step_time", "device_chunks", "layer_times", "Layout", "DeviceLoad", "layout"]
+__all__ = ["ONCE_PER_STEP", "StepTime", "step_time", "device_chunks", "layer_times", "Layout", "DeviceLoad", "layout"]
 
 #: Breakdown keys, in the order a report prints them.
 TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "p2p", "param_gather", "bubble", "dp_comm",
-         "optimizer")
+         "tied_grad", "optimizer")
+#: The terms added once per step after the pipeline drains (the rest of the breakdown is the pipeline's).
+ONCE_PER_STEP = ("dp_comm", "tied_grad", "optimizer")
 
 
 @dataclass
@@ -61,7 +66,7 @@ class StepTime:
     @property
     def exposed_comm_s(self) -> float:
         return sum(self.breakdown.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "p2p", "param_gather",
-                                                        "dp_comm"))
+                                                        "dp_comm", "tied_grad"))
 
 
 def device_chunks(layers: list[BlockCost], prologue: BlockCost | None, epilogue: BlockCost | None,
@@ -145,6 +150,8 @@ class Layout:
     chunks: list[list[int]]
     devices: tuple[DeviceLoad, ...]
     boundary_bytes: int
+    #: Weights held by more than one pipeline device (tied embeddings), whose gradients are all-reduced.
+    tied: tuple[TiedWeight, ...] = ()
     cache: dict[Any, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -185,7 +192,7 @@ def layout(parallel: Parallel, layers: list[BlockCost], prologue: BlockCost | No
             max((b.param_bytes for b in blocks), default=0), sum(b.expert_params for b in blocks),
             sum(b.expert_param_bytes for b in blocks)))
     first = layers[0] if layers else prologue
-    return Layout(chunks, tuple(loads), first.boundary_bytes if first is not None else 0)
+    return Layout(chunks, tuple(loads), first.boundary_bytes if first is not None else 0, tied_weights(per_device))
 
 
 def step_time(parallel: Parallel, lay: Layout, topology: CollectiveTimer, runtime: Runtime) -> StepTime:
@@ -206,9 +213,10 @@ def step_time(parallel: Parallel, lay: Layout, topology: CollectiveTimer, runtim
     breakdown["bubble"] = total - m * slowest
     dp_total, dp_exposed, reduce_name = grad_reduction(lay, p, topology, runtime)
     breakdown["dp_comm"] = dp_exposed
+    breakdown["tied_grad"] = sum(t for *_, t in tied_grad_collectives(lay.tied, p, topology, runtime))
     shard = p.dp * p.cp if p.zero >= 1 else 1
     breakdown["optimizer"] = lay.optimizer_s / shard
-    total += dp_exposed + breakdown["optimizer"]
+    total += dp_exposed + breakdown["tied_grad"] + breakdown["optimizer"]
     hidden = {"dp_comm": max(0.0, dp_total - dp_exposed),
               "cp_comm": m * lay.devices[crit].hidden_s,
               "param_gather": m * (gathers[crit][1] if gathers else 0.0)}

@@ -81,7 +81,13 @@ def requires_grad(nodes: Sequence[Node], params: Iterable[Value]) -> set[Value]:
 
 class _Accumulator:
     """Gradient contributions per value, summed (and fitted to the value's shape and dtype) once
-    every reader has contributed: when the walk reaches the value's producer, or at the end."""
+    every reader has contributed: when the walk reaches the value's producer, or at the end.
+
+    The sum runs in the readers' forward order (the walk delivers them in reverse), so that
+    contributions of sibling readers made before a later one are added first: a post-norm layer's
+    input feeds the q, k and v projections and then the residual add, and under tensor parallelism
+    the three projections' partial input gradients are added (still partial) and settled by one
+    all-reduce before the residual's gradient joins, as a fused QKV projection's backward does."""
 
     def __init__(self, cx: GradContext) -> None:
         self.cx = cx
@@ -97,7 +103,7 @@ class _Accumulator:
         parts = self.parts.pop(v, None)
         if not parts:
             return None
-        parts = join_pieces(self.cx, v, parts)
+        parts = join_pieces(self.cx, v, parts[::-1])
         fitted = [self.cx.fit(g, v) for g in parts]
         total = fitted[0]
         for g in fitted[1:]:
@@ -152,9 +158,12 @@ def _unmodeled(cx: GradContext, node: Node, dys: list[Value | None], wants: list
 
 
 def backward(cx: GradContext, nodes: Sequence[Node], seeds: dict[Value, Value], need: set[Value],
-             params: Sequence[Value], before: Callable[[Node], None] | None = None) -> dict[Value, Value]:
+             params: Sequence[Value], before: Callable[[Node], None] | None = None,
+             inputs: Sequence[Value] = ()) -> dict[Value, Value]:
     """Emit the backward of ``nodes`` (forward order) given the ``seeds`` (value -> its gradient);
-    return each parameter's gradient. ``before(node)`` runs just before a node's backward (where
+    return each parameter's gradient, and each of ``inputs``' (activation inputs handed in by an
+    earlier piece of the model: their readers' gradients are summed here, where the whole model
+    sums them at their producer). ``before(node)`` runs just before a node's backward (where
     recomputation puts the forward it needs)."""
     acc = _Accumulator(cx)
     for v, g in seeds.items():
@@ -188,4 +197,9 @@ def backward(cx: GradContext, nodes: Sequence[Node], seeds: dict[Value, Value], 
         total = acc.total(p)
         if total is not None:
             out[p] = total
+    for v in inputs:
+        cx.serve(None, Source(op="input_grad", name=v.name))
+        total = acc.total(v)
+        if total is not None:
+            out[v] = total
     return out

@@ -22,7 +22,7 @@ from .optimizer import optimizer_step
 from .phases import FORWARD, PHASE
 from .recompute import Recompute
 
-__all__ = ["build_training_graph", "differentiable_outputs", "is_training_graph"]
+__all__ = ["build_training_graph", "differentiable_outputs", "grad_inputs", "is_training_graph"]
 
 
 def _selected(graph: Graph, outputs: Sequence[int | str] | None, name: str) -> list[Value]:
@@ -59,9 +59,10 @@ def _describe(v: Value) -> str:
     return f"output {v.name!r} ({v.type}, made by node {made.name!r}{f': {origin}' if origin else ''})"
 
 
-def differentiable_outputs(graph: Graph, frozen: Iterable[str] = ()) -> list[int]:
+def differentiable_outputs(graph: Graph, frozen: Iterable[str] = (), inputs: Iterable[str] = ()) -> list[int]:
     """Indices of the outputs a gradient flows back into: float values that depend on a trainable
-    parameter through differentiable ops.
+    parameter, or on one of the activation ``inputs`` that carry a gradient (:func:`grad_inputs`),
+    through differentiable ops.
 
     Why: a block of a model cut into pieces (the planner's embedding, layers and head) returns what
     later blocks read, in no particular order: the residual stream, but also rotary tables, masks
@@ -69,8 +70,29 @@ def differentiable_outputs(graph: Graph, frozen: Iterable[str] = ()) -> list[int
     requires one, as torch's autograd does, and for no integer, bool or parameter-free value; so
     the block's backward starts from all of those outputs, not from whichever comes first."""
     params = trainable(graph, frozen)
-    need = requires_grad(graph.nodes, params)
+    need = requires_grad(graph.nodes, [*params, *grad_inputs(graph, inputs)])
     return [i for i, v in enumerate(graph.outputs) if v in need]
+
+
+def grad_inputs(graph: Graph, names: Iterable[str]) -> list[Value]:
+    """The graph inputs named in ``names``: activations an earlier piece of the model computed from
+    its parameters (a pipeline stage's or a planner block's input), so that the model's backward
+    gives them a gradient, as torch's autograd does for a tensor that requires one. A graph with no
+    such inputs (a whole model: its inputs are pixels, token ids) differentiates its parameters only."""
+    wanted = list(names)
+    if not wanted:
+        return []
+    by_name = {v.name: v for v in graph.inputs if not v.kind.is_weight}
+    missing = [n for n in wanted if n not in by_name]
+    if missing:
+        have = ", ".join(by_name) or "none"
+        raise NarrowpipeError(f"graph {graph.name!r}: no activation input named {', '.join(map(repr, missing))} "
+                              f"to give a gradient (activation inputs: {have})")
+    bad = [by_name[n] for n in wanted if not by_name[n].dtype.is_float]
+    if bad:
+        raise NarrowpipeError(f"graph {graph.name!r}: input {bad[0].name!r} ({bad[0].type}) holds no floats, so it "
+                              "carries no gradient")
+    return [by_name[n] for n in wanted]
 
 
 def is_training_graph(graph: Graph) -> bool:
@@ -79,7 +101,7 @@ def is_training_graph(graph: Graph) -> bool:
 
 def build_training_graph(graph: Graph, *, optimizer: str = "adam", recompute: str = "none", loss: str = "sum",
                          outputs: Sequence[int | str] | None = None, master: DType | str = DType.FP32,
-                         frozen: Iterable[str] = ()) -> Graph:
+                         frozen: Iterable[str] = (), inputs: Iterable[str] = ()) -> Graph:
     """One training step of ``graph`` (a forward pass) as a new graph.
 
     ``optimizer``: ``adam`` (default), ``adamw``, ``momentum`` (SGD with momentum) or ``sgd``; states
@@ -88,7 +110,10 @@ def build_training_graph(graph: Graph, *, optimizer: str = "adam", recompute: st
     gradient of ones that ``out.sum().backward()`` gives) or ``cross_entropy`` (over the last dim of
     the first output, with a ``labels`` input). ``outputs`` picks the outputs the loss reads (indices
     or names; default the first, e.g. a causal LM's logits). ``frozen`` lists fnmatch patterns of
-    parameter names that get no gradient (and no optimizer states).
+    parameter names that get no gradient (and no optimizer states). ``inputs`` names activation
+    inputs that get a gradient too (:func:`grad_inputs`: a piece of a model whose input an earlier
+    piece computed); each one's gradient is summed over its readers and becomes an output after the
+    updated weights (what a pipeline stage sends back).
     """
     if is_training_graph(graph):
         raise NarrowpipeError(f"graph {graph.name!r} is already a training step")
@@ -101,12 +126,14 @@ def build_training_graph(graph: Graph, *, optimizer: str = "adam", recompute: st
     forward = list(train.nodes)
     picked = _selected(train, outputs, graph.name)
     params = trainable(train, frozen)
+    handed_in = grad_inputs(train, inputs)
     plan, notes = Recompute.plan(cx, forward, recompute)
     loss_nodes, seeds = add_loss(cx, train, picked, loss)
     nodes = forward + loss_nodes
-    need = requires_grad(nodes, params)
-    grads = backward(cx, nodes, seeds, need, params, before=plan.before)
-    train.set_outputs(optimizer_step(cx, train, grads, optimizer, master))
+    need = requires_grad(nodes, [*params, *handed_in])
+    grads = backward(cx, nodes, seeds, need, params, before=plan.before, inputs=handed_in)
+    sent_back = [grads.pop(v) for v in handed_in if v in grads]
+    train.set_outputs(optimizer_step(cx, train, grads, optimizer, master) + sent_back)
     no_rule = sorted({n.label for n in nodes if n.op not in BACKWARD_RULES and n.op not in NON_DIFFERENTIABLE
                       and any(o in need for o in n.outputs)} | cx.unmodeled)
     if no_rule:

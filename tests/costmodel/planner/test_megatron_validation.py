@@ -45,8 +45,10 @@ def test_acceptance_bars_mean_ten_percent_each_fifteen(errors):
     -14.4%, mean 8.5% (before them -13.9% / -5.3% / -16.6%, mean 11.9%; the 1.7B row moved from -10.3%
     when rings across nodes stopped being capped at one NIC: its data-parallel all-reduce over 32
     GPUs went from 50 to 30 ms). Nothing is fitted to these rows; the worst row sits 0.6 points inside
-    its bar."""
-    assert errors == pytest.approx({"1.7B": -0.108, "18.4B": -0.004, "145.6B": -0.144}, abs=0.005)
+    its bar. Since a layer's backward computes its input's gradient (QA plan item 1: the first
+    norm's input gradient and the sum with the residual's, ~0.1-0.6% more backward time per layer)
+    they read -10.6% / +0.2% / -14.0%, mean 8.3%."""
+    assert errors == pytest.approx({"1.7B": -0.106, "18.4B": 0.002, "145.6B": -0.140}, abs=0.005)
     assert sum(abs(e) for e in errors.values()) / len(errors) <= 0.10
     assert all(abs(e) <= 0.15 for e in errors.values())
 
