@@ -39,6 +39,7 @@ from ...ir import Node, Op
 from ..cost import Cost
 from .algorithms import AlgoTime, bus_factor, hierarchical, in_network, ring, torus, torus_bandwidth, tree
 from .common import KernelTime, roofline
+from .placement import Spread, aligned_spread, group_spreads, pair_spreads
 
 if TYPE_CHECKING:
     from ...backends import System
@@ -104,6 +105,10 @@ class Topology:
     #: a system with no scale-out level: no device beyond the scale-up domain, so a larger group is
     #: refused (chip fields without a scale-out figure keep timing it on the scale-up level)
     closed: str = ""
+    #: the ranks in use (a plan's devices), which fill domains in order: each axis's groups are then
+    #: timed where they fall (:mod:`.placement`; the slowest group's time); None: every group taken
+    #: to start on a domain boundary (a lone collective, serving's replicas)
+    world: int | None = None
 
     @classmethod
     def of(cls, target: Target) -> Topology:
@@ -130,13 +135,23 @@ class Topology:
     def torus(self) -> bool:
         return bool(self.scale_up.torus_dims)
 
+    def spreads(self, group: int, stride: int = 1, op: Op | None = None) -> tuple[Spread, ...]:
+        """The distinct footprints on scale-up domains of the groups of ``group`` members ``stride``
+        ranks apart (:mod:`.placement`): every group of the axis in :attr:`world` ranks, or pipeline
+        sends' pairs ``stride`` apart for a point-to-point ``op``; one group aligned on a domain
+        boundary when the world is not known."""
+        if self.world is None:
+            return (aligned_spread(self.scale_up_domain, group, stride),)
+        if op in (Op.SEND, Op.RECV) and group == 2:
+            return pair_spreads(self.scale_up_domain, stride, self.world)
+        return group_spreads(self.scale_up_domain, group, stride, self.world)
+
     def members_per_domain(self, group: int, stride: int = 1) -> int:
-        """How many members of a group whose members are ``stride`` ranks apart share one scale-up
-        domain (ranks fill domains in order): a tensor-parallel group of 8 at stride 1 on 8-GPU
-        nodes is one node; a data-parallel group at stride 8 has one member per node."""
-        if stride >= self.scale_up_domain:
-            return 1
-        return max(1, min(group, self.scale_up_domain // stride))
+        """The fewest members any group of ``group`` devices ``stride`` ranks apart has in one
+        scale-up domain (ranks fill domains in order): a tensor-parallel group of 8 at stride 1 on
+        8-GPU nodes is one node (8); a data-parallel group at stride 8 has one member per node (1);
+        ep=64 at stride 1 in 512 ranks on 72-GPU racks has a group with 8 in one rack (8)."""
+        return min(s.local for s in self.spreads(group, stride))
 
     def check(self, group: int, stride: int = 1) -> None:
         """Refuse a group that does not fit a system with no scale-out level (a TPU slice, a
@@ -157,19 +172,21 @@ class Topology:
             return up.effective
         return up.effective * max(members - 1, 1) / (self.scale_up_domain - 1)
 
-    def link(self, group: int, stride: int = 1) -> Link:
-        """The level a group of ``group`` devices is limited by (scale-out beyond the domain; chip
-        fields without a scale-out figure use their scale-up level, no better number being known)."""
+    def link(self, group: int, stride: int = 1, op: Op | None = None) -> Link:
+        """The level the slowest group of ``group`` devices is limited by (scale-out if any group
+        reaches beyond its domain; chip fields without a scale-out figure use their scale-up level,
+        no better number being known)."""
         self.check(group, stride)
-        local = self.members_per_domain(group, stride)
-        if local >= group or self.scale_out is None:
+        spread = min(self.spreads(group, stride, op), key=lambda s: (s.inside, s.local))
+        local = spread.local
+        if spread.inside or self.scale_out is None:
             up = self.scale_up
             if up.torus_dims:
                 axes, wraps = _torus_spans(group, up.torus_dims, stride, up.wraparound)
                 bw = torus_bandwidth(axes, up.link_bandwidth, wraps)
             else:
                 bw = self.up_bandwidth(local)
-            return Link(bw, up.latency, local >= group)
+            return Link(bw, up.latency, spread.inside)
         return Link(self.scale_out.effective, self.scale_out.latency, False)
 
     def wraps(self, group: int, stride: int = 1, axes: tuple[int, ...] | None = None) -> bool:
@@ -190,7 +207,9 @@ class Topology:
         ``axes``: the torus axes the group spans, where the caller's layout names them (a 2D
         weight-stationary ``x`` on one axis and ``yz`` on the others); by default they follow from
         ``group`` and ``stride`` (:func:`_torus_axes`: whole axes in order, skipping those the inner
-        groups fill). Named axes take the place of ``stride``."""
+        groups fill). Named axes take the place of ``stride``. With the :attr:`world` known, every
+        distinct footprint of the axis's groups is timed and the slowest kept: the collective is
+        synchronous per group and the step waits for the slowest."""
         if group <= 1 or size <= 0:
             return AlgoTime("none", 0.0, 0.0, 0.0)
         self.check(group, 1 if axes is not None else stride)
@@ -199,11 +218,17 @@ class Topology:
             if prod(axes) != group:
                 raise ValueError(f"torus axes {axes} do not hold a group of {group}")
             return self._on_torus(op, size, axes)
-        local = self.members_per_domain(group, stride)
-        if local >= group or self.scale_out is None:
+        return max((self._spread_time(op, size, group, stride, s) for s in self.spreads(group, stride, op)),
+                   key=lambda t: t.seconds)
+
+    def _spread_time(self, op: Op, size: float, group: int, stride: int, spread: Spread) -> AlgoTime:
+        """The fastest algorithm for one group with ``spread.local`` members in the fewest-populated
+        of the ``spread.domains`` domains it spans (its narrowest crossing between domains)."""
+        up = self.scale_up
+        local, nodes = spread.local, spread.domains
+        if spread.inside or self.scale_out is None:
             return min(self._within(op, size, group, up, stride), key=lambda t: t.seconds)
         out = self.scale_out
-        nodes = ceil(group / local)
         if local == 1:                 # one member per domain: the network alone
             options = [ring(op, size, group, out.effective, out.latency)]
             tr = tree(op, size, group, out.effective, out.latency)
@@ -302,7 +327,7 @@ def collective_seconds(op: Op, comm_bytes: float, group_size: int, topology: Top
                        stride: int = 1) -> tuple[float, Link]:
     """Seconds of one collective whose ring sends ``comm_bytes`` per device (the cost rules' count),
     on the fastest algorithm, and the link it ran over (inf without bandwidth)."""
-    link = topology.link(group_size, stride)
+    link = topology.link(group_size, stride, op)
     if link.bandwidth <= 0:
         return float("inf"), link
     factor = bus_factor(op, group_size) or 1.0

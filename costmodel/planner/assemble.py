@@ -15,6 +15,7 @@ from typing import Any
 
 from ...ir import DType, Graph, Op
 from ..execution.common import TimingOptions, conv_options, matrix_rate
+from .domain_notes import domain_notes
 from .dp_comm import grad_reduction_rows, zero3_rows
 from .plan import ARCH_FIELDS, Plan, RunnerUp
 from .planner import Evaluation, Planner
@@ -86,6 +87,7 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     all_notes.append(f"memory is checked against {ev.capacity / 1e9:.1f} GB per device: its {device / 1e9:.1f} GB "
                      f"less {1 - ev.capacity / device:.0%} for what no planned term counts (CUDA context, NCCL "
                      "and cuBLAS workspaces, allocator fragmentation)")
+    all_notes += domain_notes(planner.topology, p, planner.system_name)
     if not ev.fits:
         all_notes.append(overflow_text(ev))
     return Plan(model=planner.graph.name, target=planner.target.name, system=planner.system_name,

@@ -10,7 +10,7 @@ interleaving) is :mod:`.step` and :mod:`.memory` arithmetic over cached numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -163,8 +163,10 @@ class Planner:
 
     # -- machine -------------------------------------------------------------------------------------
     def _topology(self) -> Topology:
+        """The system's topology with the plan's ``devices`` as its world, so that each axis's groups
+        are timed in the domains the launcher's rank order puts them in (:mod:`..execution.placement`)."""
         if self.system is None:
-            return Topology.of(self.target)
+            return replace(Topology.of(self.target), world=self.devices)
         sys_ = self.system
         if self.devices > sys_.devices:
             if sys_.scale_out is None:
@@ -172,7 +174,7 @@ class Planner:
                                 f"scale-out level to join more: plan on at most {sys_.devices}, or name a larger "
                                 "system")
             sys_ = sys_.replicate(-(-self.devices // sys_.devices))
-        return Topology.of_system(sys_)
+        return replace(Topology.of_system(sys_), world=self.devices)
 
     @property
     def system_name(self) -> str:

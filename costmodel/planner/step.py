@@ -239,14 +239,19 @@ def _extra_grad_bytes(block: BlockCost) -> int:
 
 
 def _terms(blocks: list[BlockCost]) -> dict[str, float]:
-    """Per-microbatch compute, recomputation and exposed collectives by axis, summed over blocks."""
+    """Per-microbatch compute, recomputation and exposed collectives by axis, summed over blocks.
+    A collective the recomputed forward runs again (full recomputation's expert all-to-alls and
+    tensor-parallel all-reduces) is in its axis's term, so the recomputation term is the recomputed
+    forward's kernels without it: counted in both, it came off the compute term twice."""
     out = {"compute": 0.0, "recompute": 0.0, "tp_comm": 0.0, "cp_comm": 0.0, "ep_comm": 0.0}
     for b in blocks:
         comm = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
+        rec_comm = 0.0
         for use in b.collectives:
             if use.phase in ("forward", "recompute", "backward"):
                 comm[use.axis if use.axis in comm else "tp"] += use.exposed_s
-        rec = b.times.get("recompute", 0.0)
+                rec_comm += use.exposed_s if use.phase == "recompute" else 0.0
+        rec = b.times.get("recompute", 0.0) - rec_comm
         out["recompute"] += rec
         out["tp_comm"] += comm["tp"]
         out["cp_comm"] += comm["cp"]
