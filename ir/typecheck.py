@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from .attention import WINDOW
 from .dims import Dim, Shape, dim_eq
 from .dtypes import DType
 from .graph import Node, Value
@@ -240,6 +241,9 @@ def _check_attention(node: Node) -> list[str]:
     out: list[str] = []
     if bsd and "num_heads" not in node.attrs:
         out.append("layout 'bsd' needs num_heads")
+    window = node.attrs.get(WINDOW)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        out.append(f"{WINDOW} {window!r} is not a positive whole number of keys per query")
     rank = 3 if bsd else 4
     for i, v in enumerate(node.inputs[:3]):
         if v is not None and v.type.rank != rank:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from math import ceil
 from typing import Any
 
@@ -30,8 +31,8 @@ from ...ir import DType
 
 __all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_rate", "memory_time",
            "matmul_efficiency", "roofline", "interpolate", "COMPUTE", "MEMORY", "INTERCONNECT", "OVERHEAD",
-           "BOUNDS", "TimingOptions", "ZERO_TIME", "bound_of", "with_hop", "causal_fraction", "dequant_time",
-           "conv_options"]
+           "BOUNDS", "TimingOptions", "ZERO_TIME", "bound_of", "with_hop", "causal_fraction",
+           "attention_block_fraction", "dequant_time", "conv_options"]
 
 COMPUTE, MEMORY, INTERCONNECT, OVERHEAD = "compute", "memory", "interconnect", "overhead"
 BOUNDS = (COMPUTE, MEMORY, INTERCONNECT, OVERHEAD)
@@ -156,6 +157,41 @@ def causal_fraction(causal: bool, sq: int, sk: int, block: int) -> float:
     diagonal are skipped, the diagonal ones run masked). 1 when not causal or not square."""
     q = ceil(sq / max(block, 1))
     return (q + 1) / (2 * q) if causal and sq == sk and q > 1 else 1.0
+
+
+def attention_block_fraction(causal: bool, window: int | None, sq: int, sk: int, block_q: int,
+                             block_k: int) -> float:
+    """Fraction of an attention's ``block_q x block_k`` query x key blocks a FlashAttention-style
+    kernel computes.
+
+    Why: a kernel given a sliding window (FlashAttention's ``window_size``, what vLLM runs Mistral's and
+    Gemma's local layers with) computes, for each query block, only the key blocks that meet some of
+    its queries' windows; the blocks on the window's edges and the diagonal run masked, the rest are
+    skipped. Query ``i`` of ``sq`` sits at key position ``p = i + sk - sq`` (the queries are the last
+    ``sq`` positions: a prefill after a cache, a decode step) and sees keys ``p - window + 1 .. p``
+    (``..sk - 1`` when not causal). The FLOP count is not discounted (the cost rules count the keys
+    the node is handed, as torch's FlopCounterMode counts a masked SDPA in full); a kernel's executed
+    FLOPs and time take this fraction. Without a window, or with one that reaches key 0 from every
+    query (``window >= sk``), this is :func:`causal_fraction` on square blocks, unchanged (its
+    convention: a causal attention whose queries are not all its keys runs every block).
+    """
+    if window is None or window >= sk:
+        return causal_fraction(causal, sq, sk, block_q)
+    return _window_blocks(causal, window, sq, sk, max(block_q, 1), max(block_k, 1))
+
+
+@lru_cache(maxsize=1024)
+def _window_blocks(causal: bool, window: int, sq: int, sk: int, bq: int, bk: int) -> float:
+    """The exact count behind :func:`attention_block_fraction` for a window shorter than the keys:
+    each query block runs the key blocks from the one holding its first query's first key to the
+    one holding its last query's last key."""
+    off, nq, nk = sk - sq, ceil(sq / bq), ceil(sk / bk)
+    run = 0
+    for qb in range(nq):
+        first, last = qb * bq + off, min((qb + 1) * bq, sq) - 1 + off
+        lo, hi = max(first - window + 1, 0), (min(last, sk - 1) if causal else sk - 1)
+        run += hi // bk - lo // bk + 1 if hi >= lo else 0
+    return run / (nq * nk) if nq and nk else 1.0
 
 
 def matrix_rate(target: Target, dtype: DType, options: TimingOptions = TimingOptions()) -> Rate:

@@ -31,8 +31,8 @@ from .common import (
     KernelTime,
     Rate,
     TimingOptions,
+    attention_block_fraction,
     bound_of,
-    causal_fraction,
     interpolate,
     matmul_efficiency,
     matrix_rate,
@@ -195,13 +195,15 @@ class CpuModel(SequentialModel):
 
     def attention(self, kernel: Kernel, program: Program, target: CpuTarget) -> KernelTime:
         """At the measured fused-attention curve where the target has one (softmax included; a
-        causal one skips whole key blocks past the diagonal), else as a contraction on the GEMM curve."""
+        causal one skips whole key blocks past the diagonal, a windowed one also those before its
+        window: :func:`.common.attention_block_fraction`), else as a contraction on the GEMM curve."""
         q = kernel.anchor.inputs[0]
         dtype = q.type.dtype if q is not None else DType.FP32
         if not target.attention_curve:
             return self._contraction(kernel, dtype, None, program, target)
         s = attention_shape(program.table, kernel)
-        flops = kernel.cost.flops * causal_fraction(s.causal, s.sq, s.sk, CPU_ATTENTION_KV_BLOCK)
+        flops = kernel.cost.flops * attention_block_fraction(s.causal, s.window, s.sq, s.sk, CPU_ATTENTION_KV_BLOCK,
+                                                             CPU_ATTENTION_KV_BLOCK)
         rate = self.matmul_rate(target, dtype, program.options)
         eff = max(interpolate(target.attention_curve, float(s.sk), target.matmul_efficiency), MIN_MATMUL_EFFICIENCY)
         bw = self.bandwidth(target, kernel.cost.bytes)

@@ -62,6 +62,10 @@ class AttentionShape:
     #: matmul) and runs dV and dP (``dv``), dQ and dK (``d``): three QK^T-sized and two PV-sized
     #: matmuls against the forward's one of each (FlashAttention-2's backward; rules.py counts it so).
     backward: bool = False
+    #: The sliding window (keys per query, its own included; the node's ``WINDOW``), None: every
+    #: key handed is in reach. The kernel skips the key blocks outside it
+    #: (:func:`.common.attention_block_fraction`).
+    window: int | None = None
 
     @property
     def matmul_depth(self) -> int:
@@ -202,7 +206,7 @@ def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:
         assert qv is not None
         group = a.heads // a.kv_heads if 0 < a.kv_heads < a.heads and a.heads % a.kv_heads == 0 else 1
         return AttentionShape(a.batch * a.heads, a.sq, a.sk, a.d, a.dv, is_causal(node), qv.type.dtype, group,
-                              node.op is Op.ATTENTION_BACKWARD)
+                              node.op is Op.ATTENTION_BACKWARD, a.window)
     dots = [n for n in kernel.nodes if n.op is Op.DOT]
     g1, g2 = dot_gemm(table, dots[0]), dot_gemm(table, dots[-1])
     causal = any(is_causal(n) for n in kernel.nodes)   # a mask step the frontend proved causal

@@ -31,7 +31,8 @@
   covers a roughly square block of output tiles, so A is re-read once per block column and B once
   per block row unless both fit in L2 (or the smaller one alone does).
 * Fused attention (FlashAttention style): QK^T and PV on tensor cores over 128-row query blocks,
-  causal blocks above the diagonal skipped (:func:`.common.causal_fraction`), exp on the
+  causal blocks above the diagonal and a sliding window's key blocks outside it skipped
+  (:func:`.common.attention_block_fraction`, FlashAttention's ``window_size``), exp on the
   special-function units (the two overlap); each query block (or split-KV share) also pays a fixed
   prologue and epilogue of ``ATTENTION_QBLOCK_PROLOGUE`` key-block iterations (load Q and the first
   K/V block, write O), which short sequences feel; traffic is Q, K, V and the output only.
@@ -61,7 +62,7 @@ from ..kernels import Kernel
 from .common import (
     KernelTime,
     Rate,
-    causal_fraction,
+    attention_block_fraction,
     conv_options,
     dequant_time,
     matmul_efficiency,
@@ -159,7 +160,9 @@ class GpuModel(SequentialModel):
         rows = s.sq * g
         br = block_rows if rows >= block_rows else max(ATTENTION_MIN_BLOCK_ROWS, 2 ** ceil(log2(max(rows, 1))))
         qblocks, kblocks = ceil(rows / br), ceil(s.sk / bc)
-        frac = causal_fraction(s.causal, s.sq, s.sk, br) if g == 1 else 1.0
+        # packed query heads (g > 1) leave every query position in one block (br >= sq), so only a
+        # window shorter than the keys skips any of them
+        frac = attention_block_fraction(s.causal, s.window, s.sq, s.sk, br, bc)
         items = s.batch_heads // g * qblocks
         split = max(1, min(target.sm_count // max(items, 1), kblocks))  # split-KV for short queries
         waves = ceil(items * split / target.sm_count)

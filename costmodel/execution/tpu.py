@@ -13,9 +13,11 @@ TensorCores (rows are split over arrays left idle); time = rounds x cycles per f
 the achievable efficiency. The cycle rate follows from the dtype's peak
 (peak = MXUs x dim^2 x 2 x clock), so int8's doubled rate and what-if changes of the peak carry
 through. Attention runs as its two contractions plus exp on the VPU; causal query blocks of one MXU
-tile above the diagonal are skipped (:func:`.common.causal_fraction`). With few query rows per K/V
-head (decode), the arrays pass one key per cycle per contraction; on a chip that lists its vector
-cores' rate (Gaudi 3's TPCs) the dot products run there where that is faster.
+tile above the diagonal, and the key tiles outside a sliding window, are skipped
+(:func:`.common.attention_block_fraction`, as the Pallas splash-attention kernel's block-sparse
+causal and local masks skip them). With few query rows per K/V head (decode), the arrays pass one
+key per cycle per contraction; on a chip that lists its vector cores' rate (Gaudi 3's TPCs) the dot
+products run there where that is faster.
 Vector work runs on the VPU, depthwise convolutions too (a per-channel window, not a GEMM); XLA-style
 fusion keeps elementwise chains in one kernel.
 """
@@ -32,7 +34,7 @@ from ...ir import DType
 from ..kernels import Kernel
 from .common import (
     KernelTime,
-    causal_fraction,
+    attention_block_fraction,
     conv_options,
     dequant_time,
     matmul_efficiency,
@@ -149,7 +151,8 @@ class TpuModel(SequentialModel):
         s = attention_shape(program.table, kernel)
         rate = matrix_rate(target, s.dtype, replace(program.options, sparse=False))
         eff = matmul_efficiency(target, kernel.cost.flops)
-        frac = causal_fraction(s.causal, s.sq, s.sk, target.mxu_dim)  # query blocks of one MXU tile
+        # query and key blocks of one MXU tile: above the diagonal and outside a sliding window skipped
+        frac = attention_block_fraction(s.causal, s.window, s.sq, s.sk, target.mxu_dim, target.mxu_dim)
         # the query heads of a KV group are rows against the same K/V tiles (see AttentionShape.group)
         g = s.group if s.batch_heads % s.group == 0 else 1
         b, rows = s.batch_heads // g, s.sq * g
