@@ -19,7 +19,9 @@ Two formulations, one set of weights:
   attention runs multi-query style over the cached latent itself: keys ``[latent, k_rot]`` of
   ``kv_lora_rank + qk_rope_head_dim`` dims, values the latent, one KV head. No per-token expansion of
   the cache; attention's own FLOPs grow instead (its head dims are the latent's). Same cache, same
-  outputs; FLOPs differ, so it is a separate, explicit choice and no torch export equals it.
+  outputs; FLOPs differ, so it is a separate, explicit choice and no torch export equals it. Its
+  weights are ``kv_b_proj``'s as the engines hold them after loading: ``kv_b_proj.W_UK_T`` and
+  ``kv_b_proj.W_UV``, the same parameters split per head (:func:`_absorbed`).
 
 Both read the cache of ``kv_lora_rank + qk_rope_head_dim`` values per token per layer (576 for
 DeepSeek-V3, against ``2 * 128 * 128 = 32768`` for a plain multi-head cache of its size): the
@@ -104,6 +106,13 @@ def _absorbed(b: GraphBuilder, spec: TransformerSpec, q_pass: Value, q_rot: Valu
     """Attention in the latent space: ``W_UK`` folded into the query, ``W_UV`` applied to the output,
     one shared KV head of the latent (plus rotary key). Returns ``[B, S, H, v]``.
 
+    ``W_UK^T`` ``[H, dn, r]`` and ``W_UV`` ``[H, r, dv]`` are weights of the step, ``kv_b_proj.weight``
+    split per head and laid out for the two batched matmuls once when the model is loaded (vLLM's
+    ``MLACommonImpl.process_weights_after_loading`` keeps them as ``W_UK_T`` and ``W_UV``): the same
+    ``H * (dn + dv) * r`` parameters, read once a step. Reshaping and transposing ``kv_b_proj.weight``
+    inside the step instead costed a copy kernel per layer that read and wrote the whole weight every
+    step (DeepSeek-V2-Lite: 8.39 MB per layer, 27 kernels, 2.5% of a batch-1 decode step).
+
     The cache is one tensor of ``[latent | k_rot]`` rows (FlashMLA's and vLLM's ``kv_c_and_k_pe_cache``):
     only the new tokens' rows are joined (what the cache write does), K is the whole cache and V its
     first ``kv_lora_rank`` columns, a view the attention reads with K (:data:`~narrowpipe.ir.V_IN_K`),
@@ -113,12 +122,12 @@ def _absorbed(b: GraphBuilder, spec: TransformerSpec, q_pass: Value, q_rot: Valu
     d, dr, dv, r = spec.head_dim, spec.qk_rope_head_dim, spec.value_dim, spec.kv_lora_rank
     dn = d - dr
     with b.scope("kv_b_proj"):
-        w = b.weight("weight", (h * (dn + dv), r))
-        w = b.permute(b.reshape(w, (h, dn + dv, r), name="per_head"), (0, 2, 1), name="w_t")   # [H, r, dn+dv]
-        w_uk, w_uv = _slice(b, w, 0, dn, "w_uk"), _slice(b, w, dn, dn + dv, "w_uv")
-        # q_nope [B,H,S,dn] x W_UK^T [H,r,dn] over dn, batched on heads -> [H,B,S,r]
+        # kv_b_proj's [H*(dn+dv), r] weight split per head once, at load: W_UK^T [H, dn, r], W_UV [H, r, dv]
+        w_uk = b.weight("W_UK_T", (h, dn, r))
+        w_uv = b.weight("W_UV", (h, r, dv))
+        # q_nope [B,H,S,dn] x W_UK^T [H,dn,r] over dn, batched on heads -> [H,B,S,r]
         q_lat = b.emit(Op.DOT, [q_pass, w_uk], (h, batch, seq, r),
-                       {"lhs_contract": (3,), "rhs_contract": (2,), "lhs_batch": (1,), "rhs_batch": (0,)},
+                       {"lhs_contract": (3,), "rhs_contract": (1,), "lhs_batch": (1,), "rhs_batch": (0,)},
                        name="absorb_k")
     q_lat = b.permute(q_lat, (1, 0, 2, 3), name="q_latent")
     q = b.emit(Op.CONCAT, [q_lat, q_rot], (batch, h, seq, r + dr), {"axis": 3}, name="q_cat")
@@ -132,7 +141,7 @@ def _absorbed(b: GraphBuilder, spec: TransformerSpec, q_pass: Value, q_rot: Valu
     attrs[V_IN_K] = True
     o = b.emit(Op.ATTENTION, [q, k, v], (batch, h, seq, r), attrs, name="attention")
     with b.scope("kv_b_proj"):
-        # o [B,H,S,r] x W_UV^T [H,r,dv] over r, batched on heads -> [H,B,S,dv]
+        # o [B,H,S,r] x W_UV [H,r,dv] over r, batched on heads -> [H,B,S,dv]
         o = b.emit(Op.DOT, [o, w_uv], (h, batch, seq, dv),
                    {"lhs_contract": (3,), "rhs_contract": (1,), "lhs_batch": (1,), "rhs_batch": (0,)},
                    name="absorb_v")

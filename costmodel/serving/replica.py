@@ -213,7 +213,7 @@ class Replica:
         and activations; serving adds chips until the KV cache fits too (their hops are not timed)."""
         if not self.dataflow:
             return self.layout.devices
-        return self._chips(batch, context, activation_bytes(self.decode_graph, batch, 1))
+        return self._chips(batch, context, activation_bytes(self.decode_graph, batch, 1, context))
 
     def _chips(self, batch: int, context: int, activations: float) -> int:
         step = self.step(batch, 1, context)
@@ -233,7 +233,8 @@ class Replica:
         ``prefill_batch`` sequences (default ``batch``: static batching prefills them together)."""
         g = self.device_graph
         pp = self.layout.pp
-        acts = activation_bytes(self.decode_graph, ceil(batch / pp), 1)
+        # the decode step that fills the cache to ``context`` tokens: it runs on ``context - 1``
+        acts = activation_bytes(self.decode_graph, ceil(batch / pp), 1, max(context - 1, 0))
         if prefill_tokens:
             acts = max(acts, activation_bytes(g, ceil((prefill_batch or batch) / pp), prefill_tokens))
         kv = g.cache.resident_bytes(batch, context)
@@ -248,7 +249,7 @@ class Replica:
         if not self.dataflow or not self.chip_limit:
             return ""
         g = self.decode_graph
-        need = max(self._chips(batch, max(context - 1, 0), activation_bytes(g, batch, 1)),
+        need = max(self._chips(batch, max(context - 1, 0), activation_bytes(g, batch, 1, max(context - 1, 0))),
                    self.step(batch, 1, max(context - 1, 0)).devices)
         return (f"the layout needs {need:,} chips, more than {self.chip_where}: it does not fit"
                 if need > self.chip_limit else "")

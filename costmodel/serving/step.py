@@ -106,7 +106,7 @@ def time_step(sg: ServingGraph, target: Target, *, batch: int, tokens: int, past
         part[1] += cost.flops
         part[2] += cost.bytes
     total = table.total()
-    activations = activation_bytes(sg, batch, tokens, table if past == 0 or sg.cache.is_static else None)
+    activations = activation_bytes(sg, batch, tokens, past, table)
     return StepTime(
         time_s=schedule.total_s, compute_s=terms["compute"], memory_s=terms["memory"],
         comm_s=terms["interconnect"], overhead_s=terms["overhead"], attention_s=attention,
@@ -132,9 +132,16 @@ def _chip_bytes(plan: dict[str, Any]) -> tuple[float, float, float, float]:
     return float(sum(held)), float(sum(weights)), float(held[fullest]), float(weights[fullest])
 
 
-def activation_bytes(sg: ServingGraph, batch: int, tokens: int, table: Any = None) -> int:
-    """Peak bytes of live tensors in a step of ``batch`` x ``tokens``, the KV cache left out (the
-    memory budget counts it on its own, every token of the context included).
+def activation_bytes(sg: ServingGraph, batch: int, tokens: int, past: int = 0, table: Any = None) -> int:
+    """Peak bytes of live tensors in a step of ``batch`` x ``tokens`` on a cache of ``past`` tokens
+    (``table``: that step interpreted, when the caller has it), the KV cache left out (the memory
+    budget counts it on its own, every token of the context included).
+
+    The step is the one at its context: what a step holds besides the cache can grow with it. A
+    latent-attention step built as transformers runs it expands the whole cache through ``kv_b_proj``
+    (DeepSeek-V2-Lite at 4,096 tokens: ~67 MB per sequence and layer of keys and values); a decode
+    step's activations were once read at ``past = 0``, so ``serve --mla-decode as-built`` put 0.07 GB
+    of activations where ``analyze`` of the same step found 24 GB at batch 356.
 
     The peak is the interpreter's liveness walk with the cache's storage (its inputs and what each
     append returns, :func:`.inplace.cache_storage`) taken as empty: a static cache's preallocated
@@ -144,7 +151,7 @@ def activation_bytes(sg: ServingGraph, batch: int, tokens: int, table: Any = Non
     2,048 read 1 MB of activations for a 1.5 GB peak.) The new tokens' keys and values, as the
     projections write them before the append, stay in: they are activations."""
     if table is None:
-        table = interpret(sg.graph, sg.bindings(batch, tokens, 0))
+        table = interpret(sg.graph, sg.bindings(batch, tokens, past))
     cache = cache_storage(sg.graph, sg.cache)
     shapes = {v: ((0,) if v in cache else shape) for v, shape in table.shapes.items()}
     return peak_activation_bytes(sg.graph, shapes)

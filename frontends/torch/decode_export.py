@@ -28,7 +28,7 @@ from ...errors import FrontendError
 from ...ir import Graph
 from ...models.decoder import KV_WINDOWS_META
 
-__all__ = ["export_decode_step"]
+__all__ = ["export_decode_step", "cache_layer_shapes"]
 
 
 def export_decode_step(model: Any, *, batch: int = 2, past: int = 16, static: bool = False,
@@ -59,24 +59,29 @@ def export_decode_step(model: Any, *, batch: int = 2, past: int = 16, static: bo
                                 f"{type(exc).__name__}: {exc}") from exc
         return from_exported_program(ep, name=label)
     _register_cache_pytree(DynamicCache, register_dynamic_cache_export_support)
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shapes = cache_layer_shapes(model, config)
     dtype = next(model.parameters()).dtype
-    layers = config.num_hidden_layers
+    layers = len(shapes)
     caps = sliding_caps(config)
     # duck sizing would make one symbol of equal example lengths: export ``past`` above every cap
     past_ex = max([past, *(c + 1 for c in caps.values())])
     # a windowed layer's cache is exported full, ``W - 1`` tokens (transformers' mask code fixes that
     # length: a Dim there is refused as "specialized to a constant"); the third entry makes the layer
     # transformers' ``DynamicSlidingWindowLayer``, whose masks and update the model then runs
-    kv = [(torch.zeros(batch, heads, caps.get(i, past_ex), head_dim, device=device, dtype=dtype),
-           torch.zeros(batch, heads, caps.get(i, past_ex), head_dim, device=device, dtype=dtype),
-           *([torch.tensor(caps[i] + 1)] if i in caps else [])) for i in range(layers)]
+    kv = [(torch.zeros(batch, k[0], caps.get(i, past_ex), k[1], device=device, dtype=dtype),
+           torch.zeros(batch, v[0], caps.get(i, past_ex), v[1], device=device, dtype=dtype),
+           *([torch.tensor(caps[i] + 1)] if i in caps else [])) for i, (k, v) in enumerate(shapes)]
     b = torch.export.Dim("batch", min=1, max=4096)
     axes = {0: b, 2: torch.export.Dim.AUTO}
     dyn = {"input_ids": {0: b}, "cache": [[axes] * layers, [axes] * layers], "use_cache": None}
-    ep = export_module(model, (), {"input_ids": ids, "cache": DynamicCache(kv), "use_cache": True},
-                       dynamic_shapes=dyn)
+    try:
+        ep = export_module(model, (), {"input_ids": ids, "cache": DynamicCache(kv), "use_cache": True},
+                           dynamic_shapes=dyn)
+    except FrontendError as exc:   # say which cache the step was exported with: the usual suspect
+        (k, v) = shapes[0]
+        raise FrontendError(f"export_decode_step: the decode step of {type(model).__name__} with a cache of keys "
+                            f"[batch, {k[0]}, past, {k[1]}] and values [batch, {v[0]}, past, {v[1]}] per layer "
+                            f"(cache_layer_shapes) did not export: {exc}") from exc
     # Dim.AUTO has no name: the first full layer's cache length is called ``past``
     full = next((i for i in range(layers) if i not in caps), 0)
     names = {("input_ids", 0): "batch", (f"cache_key_cache_{full}", 2): "past"}
@@ -88,6 +93,56 @@ def export_decode_step(model: Any, *, batch: int = 2, past: int = 16, static: bo
         if spec is not None and spec.default != past:   # the default binding: the past asked for
             graph.declare_dim(replace(spec, default=past))
     return graph
+
+
+#: transformers' cache layer types whose layer holds its own attention keys and values (``DynamicLayer``,
+#: ``DynamicSlidingWindowLayer``): what a ``DynamicCache`` input of the exported step can carry
+_KV_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+
+
+def cache_layer_shapes(model: Any, config: Any) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Per layer, the (heads, head dim) of the keys and of the values the model's attention hands
+    ``cache.update``: what transformers' own cache holds, so the exported step's cache inputs are the
+    tensors the model concatenates its new token to.
+
+    A plain attention caches ``num_key_value_heads`` heads of ``head_dim`` for both. Latent attention
+    (a config with ``kv_lora_rank``: DeepSeek-V2/V3 and the models built like them) caches, in
+    transformers 5, the compressed latent before ``expand_kv`` expands it at every step: keys the normed
+    latent ``[batch, 1, seq, kv_lora_rank]``, values the rotary key ``[batch, 1, seq, qk_rope_head_dim]``
+    (modeling_deepseek_v2.py / _v3.py ``forward``); an attention without ``expand_kv`` (transformers 4)
+    caches the expanded per-head keys of ``qk_nope + qk_rope`` dims and values of ``v_head_dim``. One
+    ``head_dim`` for all of them made a cache no DeepSeek layer could extend (torch.export failed on the
+    first ``cat``). A layer of a kind that holds no keys and values of its own (recurrent or convolutional
+    state, a layer reading another's cache, an MoE-only layer) has no such input: refused, naming it."""
+    name = type(model).__name__
+    layers = int(config.num_hidden_layers)
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+        types = list(get_layer_types_and_kwargs(config)[0])
+    except Exception:   # an older transformers, or a config it cannot read: attention everywhere
+        types = ["full_attention"] * layers
+    for i, kind in enumerate(types):
+        if kind not in _KV_LAYER_TYPES:
+            raise FrontendError(
+                f"export_decode_step: layer {i} of {name} is a {kind!r} layer, whose cache in transformers holds "
+                "no keys and values of its own (recurrent or convolutional state, or another layer's cache); the "
+                "decode step is exported with a DynamicCache of per-layer keys and values as its input, so "
+                f"only models whose every layer is one of {sorted(_KV_LAYER_TYPES)} can be exported this way")
+    rank = getattr(config, "kv_lora_rank", None)
+    if rank:
+        rope = int(config.qk_rope_head_dim)
+        if _expands_latent(model):
+            return [((1, int(rank)), (1, rope))] * layers
+        heads = int(config.num_attention_heads)
+        return [((heads, int(config.qk_nope_head_dim) + rope), (heads, int(config.v_head_dim)))] * layers
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return [((int(heads), int(head_dim)), (int(heads), int(head_dim)))] * layers
+
+
+def _expands_latent(model: Any) -> bool:
+    """The model's latent attention caches the latent and expands it with ``expand_kv`` every step."""
+    return any(hasattr(m, "kv_lora_rank") and callable(getattr(m, "expand_kv", None)) for m in model.modules())
 
 
 def sliding_caps(config: Any) -> dict[int, int]:

@@ -48,8 +48,9 @@ def test_a_copying_append_leaves_the_same_activations():
 
 
 def test_the_step_reports_the_same_term_in_prefill_and_decode():
-    """The step's own figure is this term, per device, in prefill and in decode (one token, peak with an
-    empty cache: the residual stream, the [B, 1, ffn] MLP tensors and the tables, never 0)."""
+    """The step's own figure is this term, per device, in prefill and in decode (one token on a cache of S:
+    the residual stream, the [B, 1, ffn] MLP tensors and the tables, never 0; nothing here grows with the
+    cache, which the term leaves out)."""
     sg = serving_graph(_graph())
     assert time_step(sg, get_target("h100"), batch=B, tokens=S, past=0).activation_bytes == _hand_peak()
     decode = time_step(sg, get_target("h100"), batch=B, tokens=1, past=S).activation_bytes

@@ -81,3 +81,39 @@ def test_sliding_window_layers_decode_with_their_window_as_transformers_does():
     assert r.flops_by_group["contraction"] + r.flops_by_group["attention"] == counter.get_total_flops() == 205824
     held = sum(layer.keys.numel() + layer.values.numel() for layer in cache.layers) * 4   # [7, 31, 7, 31] tokens
     assert serving_graph(g).cache.resident_bytes(batch, past + 1) == held == 19456
+
+
+_DEEPSEEK = dict(vocab_size=512, hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=3,
+                 first_k_dense_replace=1, num_attention_heads=8, num_key_value_heads=8, n_routed_experts=8,
+                 n_shared_experts=1, num_experts_per_tok=2, kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32,
+                 v_head_dim=32, max_position_embeddings=2048)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, extra", [("DeepseekV2", {"q_lora_rank": None}),
+                                           ("DeepseekV3", {"q_lora_rank": 96, "n_group": 2, "topk_group": 1})])
+def test_deepseek_decode_step_exports_with_the_latent_cache_transformers_holds(family, extra):
+    """transformers 5's DeepSeek attention caches the normed latent ([batch, 1, past, kv_lora_rank]) as
+    keys and the rotary key ([batch, 1, past, qk_rope_head_dim]) as values, expanding them through
+    ``kv_b_proj`` every step. The cache was built with ``num_key_value_heads`` heads of one ``head_dim``
+    and torch.export failed on the first ``cat`` ("Expected 8 in dimension 1 but got 1"). By hand from
+    the config: 3 layers x (64 + 16) values x 4 B (fp32) = 960 B per token, against the 3 x 2 x 8 x 48 x 4
+    = 9216 B of a per-head cache."""
+    cfg = getattr(transformers, f"{family}Config")(**_DEEPSEEK, **extra)
+    with torch.device("meta"):
+        m = getattr(transformers, f"{family}ForCausalLM")(cfg).eval()
+    g = export_decode_step(m, batch=2, past=16)
+    sg = serving_graph(g)
+    assert sg.cache.bytes_per_token == 3 * (64 + 16) * 4 == 960
+    assert g.dims_with_role(DimRole.KV_LENGTH) == ["past"]
+    assert sg.cache.resident_bytes(4, 100) == 4 * 100 * 960
+
+
+def test_a_model_whose_layers_hold_no_keys_and_values_is_refused_naming_the_layer():
+    """Qwen3-Next's linear-attention layers keep recurrent and convolutional state, not keys and values:
+    no DynamicCache of per-layer K/V describes them, so the export says which layer and why."""
+    from narrowpipe.frontends.torch.decode_export import cache_layer_shapes
+    cfg = transformers.Qwen3NextConfig(num_hidden_layers=4, hidden_size=64, num_attention_heads=4,
+                                       num_key_value_heads=2)
+    with pytest.raises(narrowpipe.NarrowpipeError, match="layer 0 of .* 'linear_attention' layer.*recurrent"):
+        cache_layer_shapes(torch.nn.Linear(2, 2), cfg)
