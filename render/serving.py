@@ -65,8 +65,8 @@ def print_serving(r: ServingReport, console: Console) -> None:
     # a dataflow layout holds the whole model's cache, each chip its layers' (616 Groq chips: 328 kB a
     # token is Llama-3-70B's 80 layers, not one chip's)
     spread = r.layout.startswith("dataflow") and r.devices > 1
-    t.add_row("KV cache", f"{nbytes(r.kv_bytes_per_token)} per token per sequence "
-                          + (f"(the model's, over its {r.devices:,} chips)" if spread else "(per device)"))
+    where = f" (the model's, over its {r.devices:,} chips)" if spread else " (per device)"
+    t.add_row("KV cache", _kv_text(r) + where)
     t.add_row("memory", escape(r.memory.explain()), style=None if r.fits else "bold red")
     t.add_row("largest batch that fits", _max_batch_text(r.max_batch))
     if r.crossover is not None:
@@ -191,6 +191,18 @@ def _label_beside_crossing(r: ServingReport) -> str:
         return (f"; at batch {r.batch:,} memory-bound kernels still hold most of the step (the TPOT label), "
                 "while its summed compute terms lead")
     return ""
+
+
+def _kv_text(r: ServingReport) -> str:
+    """The cache's rate per token, and where sliding windows cap it, what a sequence holds: a windowed
+    layer stops growing at its window, so every layer's rate (Gemma-3-27B's 508 kB) holds only until
+    the windows fill (at 32k tokens a sequence holds 3.12 GB, 95 kB a token)."""
+    rate = f"{nbytes(r.kv_bytes_per_token)} per token per sequence"
+    tokens = r.kv_tokens
+    if not tokens or r.kv_bytes_per_sequence >= r.kv_bytes_per_token * tokens:
+        return rate
+    return (f"{rate} until the sliding windows fill; {nbytes(r.kv_bytes_per_sequence)} per sequence at "
+            f"{tokens:,} tokens ({nbytes(r.kv_bytes_per_sequence / tokens)} per token on average)")
 
 
 def _crossing(c: Any) -> str:

@@ -1,12 +1,25 @@
 """The batch at which decode turns compute-bound, by the chip's ridge point and by the model.
 
 Decode at batch B does ``B x f`` FLOPs (f: the FLOPs of one sequence's token, attention over the
-context included) and moves ``W + B x b`` bytes (W: what a step reads once for the whole batch,
-the weights; b: one sequence's KV cache traffic, ``context + 1`` tokens read and one written). It
-turns compute-bound where
-``B f / P = (W + B b) / BW`` with P and BW the achievable matrix rate and bandwidth:
+context included) and moves ``W(B) + B x b`` bytes. ``W(B)`` is what a step reads once for the whole
+batch: the weights, and for a mixture of experts only the experts its tokens are routed to, which
+under balanced routing (:mod:`narrowpipe.costmodel.experts`) is ``min(E, k x B)`` of a layer's ``E``
+experts for top-``k`` routing, all of them from ``B = E / k`` on (expert saturation: batch 4 for
+Mixtral's 8 experts and top-2, 32 for DeepSeek-V3's 256 and top-8); so
+``W(B) = W0 + sum over MoE layers of e x min(E, k B)`` with W0 the batch-independent rest (attention,
+dense MLPs, shared experts, norms, the head) and e one expert's bytes; a dense model's W is W0. b is
+one sequence's KV cache traffic: the cache it holds at ``context`` tokens (a sliding-window layer at
+most its window, :meth:`~.kvcache.KvCache.resident_bytes`, as the memory budget counts it) read, and
+the new token's keys and values read and written. Decode turns compute-bound where
+``B f / P = (W(B) + B b) / BW`` with P and BW the achievable matrix rate and bandwidth:
 
-    B* = (W / BW) / (f / P - b / BW) = R W / (f - R b),   R = P / BW (the ridge point, FLOP/byte)
+    B* = R W(B*) / (f - R b),   R = P / BW (the ridge point, FLOP/byte)
+
+W(B) is linear between saturation points, so B* is solved regime by regime, from the smallest
+batches up (:func:`solve_crossover`): below saturation each sequence's experts add ``e k`` per MoE
+layer to what it moves, ``B* = R W0 / (f - R (b + sum e k))``; past it
+``B* = R W_sat / (f - R b)`` with every expert read (Mixtral on H200 at 128 tokens: 815, not the 26
+that W0 alone gives). ``shared_bytes`` is W at B* (at saturation when decode never turns).
 
 P is the matrix rate of the GEMM format carrying most of the step's FLOPs (FP8 under W8A8, though the
 head stays bf16). Without KV traffic (b = 0) and with 2-byte weights read once per 2 FLOPs per token (f = W), B* = R:
@@ -21,44 +34,46 @@ padded rows (see :func:`_first_compute_bound` for the search).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from math import inf
 from typing import Any
 
 from ...ir import Op
 from ..execution.common import matrix_rate
 from ..execution.gemm import dot_gemm, grouped_gemm
-from ..interpreter import interpret
+from ..interpreter import CostTable, interpret
 from .replica import Replica
 from .step import time_step
 
-__all__ = ["Crossover", "crossover"]
+__all__ = ["Crossover", "crossover", "RoutedWeights", "routed_weights", "solve_crossover"]
 
 
 @dataclass(frozen=True)
 class Crossover:
     """``analytic``: B* from the ridge point (None: never compute-bound); ``modelled``: the
-    execution model's first compute-bound batch (None: not below ``limit``)."""
+    execution model's first compute-bound batch (None: not below ``limit``). ``shared_bytes`` is
+    W(B*), what a step at the crossover reads once for the whole batch (the weights, of a mixture of
+    experts the experts routed to); where decode never turns, W with every expert read. So
+    ``analytic == ridge x shared_bytes / (flops_per_sequence - ridge x bytes_per_sequence)``."""
 
     analytic: float | None
     modelled: int | None
     ridge: float                  # achievable FLOP/s over achievable bytes/s
     flops_per_sequence: float     # f
-    bytes_per_sequence: float     # b
-    shared_bytes: float           # W
+    bytes_per_sequence: float     # b: one sequence's KV traffic, windows capped
+    shared_bytes: float           # W(B*) (module doc)
     context: int
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def _dtype(replica: Replica) -> Any:
+def _dtype(table: CostTable) -> Any:
     """The GEMM input format that carries most of a decode step's matrix FLOPs, whose rate sets P.
     Summed by format, not the largest GEMM's: W8A8 FP8 keeps ``lm_head`` in bf16, the one largest
     GEMM of Llama-3-8B, while its 224 FP8 projections carry 93% of the FLOPs (taking the head's
     format put the ridge at bf16's 279 FLOP/B, not FP8's 558)."""
-    g = replica.decode_graph
-    table = interpret(g.graph, g.bindings(1, 1, 0))
     by_dtype: dict[Any, int] = {}
     for node, cost in table.costs.items():
         if node.op is Op.DOT or node.op is Op.GROUPED_DOT:
@@ -67,18 +82,77 @@ def _dtype(replica: Replica) -> Any:
     return max(by_dtype, key=by_dtype.__getitem__) if by_dtype else None
 
 
+@dataclass(frozen=True)
+class RoutedWeights:
+    """The routed experts of one grouped GEMM: ``expert_bytes`` one expert's weight, ``experts`` E,
+    ``rows`` the rows one sequence's token routes to it (its top-k)."""
+
+    expert_bytes: int
+    experts: int
+    rows: int
+
+    def read(self, batch: float) -> float:
+        """Bytes a step of ``batch`` sequences reads: balanced routing reaches ``min(E, k x batch)``
+        experts (:func:`~narrowpipe.costmodel.experts.expert_rows` with equal shares)."""
+        return self.expert_bytes * min(self.experts, self.rows * batch)
+
+    @property
+    def saturation(self) -> float:
+        """The batch from which every expert is read."""
+        return self.experts / self.rows
+
+
+def routed_weights(table: CostTable) -> list[RoutedWeights]:
+    """The grouped GEMMs of a one-sequence decode step (``table``) whose reached experts grow with
+    the batch (a split fixed by expert-parallel sharding does not grow: its bytes stay in W0)."""
+    out = []
+    for node in table.costs:
+        if node.op is not Op.GROUPED_DOT or node.attrs.get("role") or "expert_rows" in node.attrs:
+            continue
+        gemm = grouped_gemm(table, node)
+        w = node.inputs[1]
+        assert w is not None
+        if gemm.m and gemm.group_rows:
+            out.append(RoutedWeights(gemm.b_bytes // len(gemm.group_rows), table.shapes[w][0], gemm.m))
+    return out
+
+
+def solve_crossover(ridge: float, f: float, b: float, w0: float,
+                    routed: Sequence[RoutedWeights]) -> tuple[float | None, float]:
+    """(B*, W(B*)) for ``B f = R (W(B) + B b)`` with ``W(B) = w0 + sum of routed reads`` (module doc);
+    (None, W with every expert read) where decode never turns compute-bound. W is linear between
+    saturation points: each regime's linear solution is taken if it falls inside the regime, from
+    the smallest batches up (``B (f - R b) - R W(B)`` is convex and negative at 0, so it crosses
+    zero once)."""
+    edges = sorted({r.saturation for r in routed})
+    lo = 0.0
+    for hi in (*edges, inf):
+        full = [r for r in routed if r.saturation <= lo]
+        a = w0 + sum(r.read(r.saturation) for r in full)             # saturated: every expert read
+        c = sum(r.expert_bytes * r.rows for r in routed if r.saturation > lo)   # bytes per sequence more
+        if f > ridge * (b + c):
+            batch = ridge * a / (f - ridge * (b + c))
+            if batch <= hi:
+                return batch, a + c * batch
+        lo = hi
+    return None, w0 + sum(r.read(r.saturation) for r in routed)
+
+
 def crossover(replica: Replica, context: int, *, limit: int = 1 << 14) -> Crossover:
     """The crossover batch of ``replica``'s per-device decode step at ``context``."""
     g, target = replica.decode_graph, replica.target
     one = time_step(g, target, batch=1, tokens=1, past=context, options=replica.options)
     two = time_step(g, target, batch=2, tokens=1, past=context, options=replica.options)
+    table = interpret(g.graph, g.bindings(1, 1, 0))
+    routed = routed_weights(table)
     f = float(two.flops - one.flops)
-    w = float(2 * one.traffic - two.traffic)          # the batch-independent part of the fused traffic
-    b = float(g.cache.bytes_per_token * (context + 2))
-    peak = matrix_rate(target, _dtype(replica), replica.options).flops_per_s * target.matmul_efficiency
+    # the batch-independent part of the fused traffic, the routed experts' reads (not affine) taken out
+    w0 = float(2 * (one.traffic - sum(r.read(1) for r in routed)) - (two.traffic - sum(r.read(2) for r in routed)))
+    b = float(g.cache.decode_traffic(context))
+    peak = matrix_rate(target, _dtype(table), replica.options).flops_per_s * target.matmul_efficiency
     bw = target.memory_bandwidth * target.memory_efficiency
     ridge = peak / bw
-    analytic = ridge * w / (f - ridge * b) if f > ridge * b else None
+    analytic, w = solve_crossover(ridge, f, b, w0, routed)
 
     def compute_bound(batch: int) -> bool:
         s = time_step(g, target, batch=batch, tokens=1, past=context, options=replica.options)

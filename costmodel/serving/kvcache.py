@@ -79,6 +79,12 @@ class KvCache:
         """Bytes the cache holds for ``batch`` sequences of ``context`` tokens (windows capped)."""
         return sum(batch * min(context, t.window or context) * t.bytes_per_token for t in self.tensors)
 
+    def decode_traffic(self, context: int) -> int:
+        """Bytes one sequence's decode step moves in the cache at ``context`` tokens: what the cache
+        holds (:meth:`resident_bytes`: a window caps its layers) read, and the new token's keys and
+        values written and read."""
+        return self.resident_bytes(1, context) + 2 * self.bytes_per_token
+
     def describe(self) -> str:
         dtypes = sorted({t.dtype for t in self.tensors})
         windowed = sum(1 for t in self.tensors if t.window)

@@ -17,8 +17,11 @@ together (vLLM's and TensorRT-LLM's pipeline-parallel serving), so a step lasts 
 microbatch's trip through every stage (``pp`` stages of layers, the embedding, the head, ``pp - 1``
 hops of ``microbatch x hidden``) and the busiest stage's work on all microbatches (the last one's,
 which runs the head on each); with one microbatch (batch 1) that is the trip. In a model whose layers
-differ (sliding windows, dense layers among experts) a stage is the one with the most full-attention
-and expert layers.
+differ (dense layers among experts, sliding windows) a stage is the heaviest real one: the most weight
+bytes on a device, its end (the embedding or the head) included, which binds both its memory and the
+time of its decode steps (they read every weight), then the most full-attention layers (whose caches
+grow with the context). DeepSeek-V3's 61 layers on two stages: the first holds 3 dense and 28 expert
+layers and the embedding, the second 30 expert layers and the head, the heavier.
 
 The collectives are priced by :class:`~narrowpipe.costmodel.execution.collectives.Topology` on the
 target's own links (or a system file's), whose algorithm choice (ring, tree, NVLS, torus) is the
@@ -28,6 +31,8 @@ same everywhere in narrowpipe.
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Callable
 from math import ceil
 
 from ...backends import Target
@@ -35,9 +40,13 @@ from ...errors import NarrowpipeError
 from ...ir import Op
 from ...models.spec import TransformerSpec
 from ..execution.collectives import Topology
+from ..interpreter import interpret
+from ..sizes import value_bytes
+from .formats import Formats
+from .prepare import spec_graph
 
-__all__ = ["tp_spec", "pp_spec", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end", "pipeline_s",
-           "logits_gather_s"]
+__all__ = ["tp_spec", "pp_spec", "stage_weight_bytes", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end",
+           "pipeline_s", "logits_gather_s"]
 
 
 def tp_spec(spec: TransformerSpec, tp: int) -> TransformerSpec:
@@ -61,23 +70,56 @@ def tp_spec(spec: TransformerSpec, tp: int) -> TransformerSpec:
                                shared_ffn=None if spec.shared_ffn is None else spec.shared_ffn // tp)
 
 
-def pp_spec(spec: TransformerSpec, pp: int) -> TransformerSpec:
-    """The slowest of ``pp`` pipeline stages: ``ceil(layers / pp)`` consecutive layers, built with the
-    embedding and the head, which only the first and the last stage run (:func:`stage_end`). Where
-    layers differ (windowed or full attention, experts or a dense MLP), the stage taken
-    is the real one of that length with the most full-attention layers, then the most expert layers,
-    renumbered from 0."""
+def pp_spec(spec: TransformerSpec, pp: int, formats: Formats | None = None) -> TransformerSpec:
+    """The slowest of ``pp`` pipeline stages of ``ceil(layers / pp)`` consecutive layers (the last
+    may be shorter), built with the embedding and the head, which only the first and the last stage
+    run (:func:`stage_end`): of the real stages, the one holding the most weight bytes per device in
+    ``formats`` (:func:`stage_weight_bytes`), then the most full-attention layers, then the most
+    expert layers (module doc), renumbered from 0."""
     if pp == 1:
         return spec
     if pp > spec.layers:
         raise NarrowpipeError(f"pipeline parallel {pp}: the model has only {spec.layers} layers")
     n = ceil(spec.layers / pp)
     stages = [range(start, min(start + n, spec.layers)) for start in range(0, spec.layers, n)]
-    stage = max(stages, key=lambda r: (len(r), sum(spec.window(i) is None for i in r),
+    weigh = stage_weight_bytes(spec, formats or Formats())
+    stage = max(stages, key=lambda r: (weigh(r), sum(spec.window(i) is None for i in r),
                                        sum(spec.layer_is_moe(i) for i in r)))
     sliding = None if spec.sliding_layers is None else tuple(j for j, i in enumerate(stage) if spec.window(i))
     dense = tuple(j for j, i in enumerate(stage) if i in spec.dense_layers)
-    return dataclasses.replace(spec, layers=n, sliding_layers=sliding, dense_layers=dense)
+    return dataclasses.replace(spec, layers=len(stage), sliding_layers=sliding, dense_layers=dense)
+
+
+_LAYER = re.compile(r"^model\.layers\.(\d+)(\.|$)")     # the model builder's scope of layer i
+
+
+def stage_weight_bytes(spec: TransformerSpec, formats: Formats) -> Callable[[range], int]:
+    """Weight bytes a stage of layers ``r`` holds: its layers' (a dense and an expert layer differ)
+    and the embedding where it starts the model, the head and final norm where it ends it (a tied
+    table: a copy each). Weighed on a graph of one layer of each kind built in ``formats`` (a weight
+    format changes the linear layers, not the embedding), so a stage of 30 layers is not built."""
+    kinds = sorted({spec.layer_is_moe(i) for i in range(spec.layers)})
+    twin = dataclasses.replace(spec, layers=len(kinds), dense_layers=(0,) if kinds == [False, True] else (),
+                               sliding_layers=None)
+    g = spec_graph(twin, formats)
+    table = interpret(g.graph, g.bindings(1, 1, 0))
+    users = g.graph.users()
+    per_layer = [0] * twin.layers
+    ends = {"first": 0, "last": 0, "every": 0}
+    for w in g.graph.weights:
+        scopes = {n.source.scope for n in users.get(w, [])}
+        layer = next((int(m.group(1)) for m in map(_LAYER.match, scopes) if m), None)
+        if layer is not None:
+            per_layer[layer] += value_bytes(table, w)
+            continue
+        for end in {stage_end(sc) for sc in scopes} or {"every"}:
+            ends[end] += value_bytes(table, w)
+    layer_bytes = {twin.layer_is_moe(j): per_layer[j] for j in range(twin.layers)}
+
+    def weigh(r: range) -> int:
+        return (sum(layer_bytes[spec.layer_is_moe(i)] for i in r) + (ends["first"] if r.start == 0 else 0)
+                + (ends["last"] if r.stop == spec.layers else 0))
+    return weigh
 
 
 def collective_s(topology: Topology, op: Op, size: float, group: int, target: Target) -> float:

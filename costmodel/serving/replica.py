@@ -94,7 +94,7 @@ class Replica:
             if sg.spec is None:
                 raise NarrowpipeError("tensor/pipeline parallel serving needs the model's architecture: this graph "
                                       "was not recognised (Llama/GPT-2 layout or narrowpipe.transformer)")
-            shard = pp_spec(tp_spec(sg.spec, layout.tp), layout.pp)
+            shard = pp_spec(tp_spec(sg.spec, layout.tp), layout.pp, sg.formats)
             self.device_graph = spec_graph(shard, sg.formats, origin=f"per-device shard ({layout.label})")
             self.notes.append(f"{layout.label}: each device runs the model builder's graph of its shard "
                               f"({shard.heads} heads, {shard.kv_heads} KV heads, MLP {shard.ffn}, "
@@ -147,8 +147,14 @@ class Replica:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Cache bytes one token of one sequence takes on one device."""
+        """Cache bytes one token of one sequence takes on one device (every layer's: a sliding-window
+        layer's only until its window fills; :meth:`kv_bytes_per_sequence` caps it)."""
         return self.device_graph.cache.bytes_per_token
+
+    def kv_bytes_per_sequence(self, tokens: int) -> int:
+        """Cache bytes one sequence of ``tokens`` tokens holds on one device, windows capped (the
+        memory budget's count)."""
+        return self.device_graph.cache.resident_bytes(1, tokens)
 
     # -- steps ------------------------------------------------------------------------------------
     def step(self, batch: int, tokens: int, past: int) -> StepTime:

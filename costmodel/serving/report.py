@@ -29,8 +29,8 @@ from .step import StepTime
 __all__ = ["ServingReport", "SERVING_FORMAT"]
 
 SERVING_FORMAT = "narrowpipe.serving"
-#: 3: ``max_batch_is_lower_bound``.
-SERVING_VERSION = 3
+#: 3: ``max_batch_is_lower_bound``. 4: ``kv_bytes_per_sequence`` (sliding windows capped).
+SERVING_VERSION = 4
 
 
 @dataclass
@@ -53,13 +53,21 @@ class ServingReport:
     prompt_tokens_per_s: float | None
     max_batch: int
     memory: Memory
-    kv_bytes_per_token: int
+    kv_bytes_per_token: int       # every cache layer's, what a token adds until sliding windows fill
+    kv_bytes_per_sequence: int    # what one sequence's cache holds at its longest (windows capped)
     bound: str
     price_per_hour: float | None
     crossover: Crossover | None = None
     prefill: StepTime | None = None
     decode: StepTime | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens one sequence's cache holds at its longest (what ``kv_bytes_per_sequence`` counts):
+        a decode step's context and its new token, a prefill's prompt, a request's prompt and output."""
+        context = self.context or 0
+        return context + 1 if self.mode == "decode" else context
 
     @property
     def fits(self) -> bool:

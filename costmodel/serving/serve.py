@@ -136,11 +136,13 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
     ran = decode_step or prefill_step
     devices = ran.devices if ran is not None else 1
     cross = crossover(replica, ctx) if with_crossover and mode != "prefill" and not replica.dataflow else None
+    held = ctx + 1 if mode == "decode" else ctx         # ServingReport.kv_tokens: the cache at its longest
     return ServingReport(
         model=sg.graph.name, target=t.name, mode=mode, layout=replica.layout.label if not replica.dataflow
         else f"dataflow layout ({devices} chips)", devices=devices, batch=batch, context=ctx, input_len=n_in,
         output_len=n_out, formats=sg.formats.to_dict(), ttft_s=ttft, tpot_s=tpot, e2e_s=e2e,
         output_tokens_per_s=out_rate, tokens_per_s_per_device=(out_rate or prompt_rate or 0.0) / devices,
         prompt_tokens_per_s=prompt_rate, max_batch=max_batch, memory=memory,
-        kv_bytes_per_token=replica.kv_bytes_per_token, bound=bound, price_per_hour=price_h, crossover=cross,
+        kv_bytes_per_token=replica.kv_bytes_per_token, kv_bytes_per_sequence=replica.kv_bytes_per_sequence(held),
+        bound=bound, price_per_hour=price_h, crossover=cross,
         prefill=prefill_step, decode=decode_step, notes=notes)

@@ -1,6 +1,8 @@
 """Tensor- and pipeline-parallel decode: per-device shards and the collectives between devices."""
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +90,50 @@ def test_a_pipeline_stage_keeps_its_layers_windows_and_experts():
     uniform = pp_spec(TransformerSpec(layers=5, hidden=64, heads=2, vocab=100, ffn=128, kv_heads=2, head_dim=32,
                                       sliding_window=16), 2)
     assert uniform.layers == 3 and uniform.sliding_layers is None and uniform.window(2) == 16
+
+
+def test_the_heaviest_stage_may_be_the_shorter_one():
+    """Seven layers, the first three dense, on two stages: layers 0-3 (three dense MLPs of 128 and
+    one layer of 8 experts of 128) and 4-6 (three expert layers). Each stage has the same attention
+    per layer; an expert layer holds 8 x 3 x 64 x 128 MLP parameters and its router, a dense one
+    3 x 64 x 128, so the shorter stage holds more and is the one served."""
+    from narrowpipe.costmodel.serving.formats import Formats
+    from narrowpipe.costmodel.serving.parallel import pp_spec, stage_weight_bytes
+    from narrowpipe.models import TransformerSpec
+    spec = TransformerSpec(layers=7, hidden=64, heads=2, vocab=100, ffn=128, kv_heads=2, head_dim=32, gated_mlp=True,
+                           experts=8, top_k=2, dense_layers=(0, 1, 2))
+    attention, norms = 4 * 64 * 64, 2 * 64
+    dense, moe = attention + 3 * 64 * 128 + norms, attention + 8 * 3 * 64 * 128 + 64 * 8 + norms
+    weigh = stage_weight_bytes(spec, Formats())
+    assert weigh(range(0, 4)) == 2 * (3 * dense + moe + 100 * 64)            # bf16, the embedding
+    assert weigh(range(4, 7)) == 2 * (3 * moe + 100 * 64 + 64)               # the head and final norm
+    stage = pp_spec(spec, 2)
+    assert stage.layers == 3 and stage.dense_layers == ()
+
+
+def test_deepseek_v3_pipeline_binds_on_its_heavier_expert_stage():
+    """DeepSeek-V3 in fp8 on TP8 x PP2, H100 (QA's hand count): 61 layers split 31/30. The first stage
+    holds 3 dense and 28 expert layers and the embedding (41.2 GB a device), the second 30 expert
+    layers and the head: per device an expert layer holds q_a 7168 x 1536, kv_a 7168 x 576 (latent
+    down-projections, replicated), q_b 1536 x 128 x 192 / 8, kv_b 512 x 128 x 256 / 8, o 128 x 128 x 7168 / 8,
+    256 routed and 1 shared expert of 3 x 7168 x 2048 / 8 and the 256 x 7168 router in fp8, the fp32
+    routing bias and the bf16 norms: 1.4533 GB; the head 129280 / 8 x 7168 bf16. The KV cache is the
+    576-value bf16 latent of its 30 layers, 4,097 tokens a sequence: (0.9 x 85.5 GB - 43.8 GB) / 141.6 MB
+    leaves room for 234 sequences and 6.1 MB, less than the activations of a 117-sequence microbatch, so
+    233 fit (it took the first stage: 41.2 GB, 244)."""
+    cfg = json.loads((Path(__file__).parent / "configs" / "dsv3.json").read_text())
+    attention = 7168 * 1536 + 7168 * 576 + 1536 * 128 * 192 // 8 + 512 * 128 * 256 // 8 + 128 * 128 * 7168 // 8
+    moe_layer = attention + 257 * 3 * 7168 * 2048 // 8 + 256 * 7168 + 256 * 4 + 2 * (2 * 7168 + 1536 + 512)
+    assert moe_layer == pytest.approx(1.4533e9, rel=1e-4)
+    stage_b = 30 * moe_layer + 2 * (129280 // 8 * 7168 + 7168)
+    r = serve(narrowpipe.from_config(cfg), "h100", mode="decode", batch=32, context=4096, tp=8, pp=2,
+              weights="fp8_e4m3", with_crossover=False)
+    assert r.memory.weights == pytest.approx(stage_b, rel=1e-6) and stage_b == pytest.approx(43.83e9, rel=1e-3)
+    h100 = get_target("h100")
+    kv_per_sequence = 30 * 576 * 2 * 4097
+    room = 0.9 * h100.memory_capacity - stage_b
+    assert int(room // kv_per_sequence) == 234 and room - 234 * kv_per_sequence < 6.2e6
+    assert r.max_batch == 233
 
 
 def test_tensor_parallel_splits_routed_and_shared_experts():
