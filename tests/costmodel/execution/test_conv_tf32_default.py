@@ -105,6 +105,7 @@ def test_a_convnet_plans_mfu_against_the_precision_its_convolutions_run_in():
     """QA: ``plan resnet50 --devices 8 --target dgx-h100`` read 'MFU 113.2%': the step timed the
     convolutions on TF32 tensor cores while MFU held them against the fp32 CUDA-core peak (67 TFLOP/s).
     H100 SXM's TF32 dense peak is 494.5 TFLOP/s (catalog)."""
-    p = narrowpipe.plan("resnet50", "dgx-h100", 8, global_batch=256)
+    p = narrowpipe.plan("resnet50", "dgx-h100", 8, global_batch=256,
+                        parallel={"tp": 1, "pp": 1, "microbatch": 32, "zero": 0, "recompute": "none"})
     assert p.mfu == pytest.approx(p.tflops_per_device / 494.5, rel=1e-6)
     assert 0 < p.mfu < 1
