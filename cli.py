@@ -265,13 +265,18 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     if args.threads and args.from_measurements:
         check_measured_threads(args.from_measurements, args.threads)
     _set_threads(args.threads)
+    fit: list[str] = []       # a kernel CSV's fit: its own summary (what it fitted, its error)
     with progress(console, "calibrating") as step:
         target = calibrate(args.out, device=args.device, quick=args.quick, base=args.base,
-                           from_measurements=args.from_measurements, name=args.name, progress=step)
+                           from_measurements=args.from_measurements, name=args.name, progress=step,
+                           report=fit.append)
     raw = measurements_path(args.out)
     say_wrote(console, args.out, f" ({target.display_name})" + (f" and {raw}" if raw.exists() else ""))
-    console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, "
-                  f"memory {si(target.memory_bandwidth, 'B/s')} best, dispatch {seconds(target.launch_overhead)}")
+    for line in fit:
+        console.print(f"  {line}", markup=False)
+    if not fit:
+        console.print(f"  matmul plateau {target.matmul_efficiency:.0%} of peak, "
+                      f"memory {si(target.memory_bandwidth, 'B/s')} best, dispatch {seconds(target.launch_overhead)}")
     if target.vendor == "host":
         # what each dtype's GEMMs reach at the plateau: fp16 may be two orders below bf16
         plateau = (f"{dt} {si(rate * target.matmul_efficiency, 'FLOP/s')}" for dt, rate in target.matrix_flops.items())

@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import time
 from collections.abc import Callable
 from datetime import date
@@ -22,17 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import CpuTarget, Target, dump_target, get_target
-from ..costmodel.execution import TimingOptions
-from ..costmodel.execution.common import matrix_rate
 from ..errors import NarrowpipeError
-from ..ir import DType
 from .bmm_sweep import with_bmm_item_time
 from .cold_calls import fit_cold_calls, stack_facts
 from .eager import eager_reference, fit_eager_overhead
 from .evicted_calls import fit_evicted_calls, fit_evicted_reads, read_operand_bytes
 from .fit import apply_measurements, host_target
 from .host import describe_cpu
-from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, fit_kernel_terms, kernel_cases
+from .kernel_fit import OPTIONAL_TERMS, TERM_GRIDS, FitResult, errors, fit_kernel_terms, kernel_cases
 from .kernel_measurements import read_kernel_measurements
 from .measurement import Measurement
 from .run import run_all
@@ -136,8 +134,9 @@ def check_device(device: str) -> None:
 
 def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool = False, base: str | None = None,
               from_measurements: str | Path | None = None, name: str | None = None,
-              progress: Callable[[str], None] | None = None) -> Target:
-    """Run (or load) the sweeps, fit, and write the target file and its measurements.
+              progress: Callable[[str], None] | None = None, report: Callable[[str], None] | None = None) -> Target:
+    """Run (or load) the sweeps, fit, and write the target file and its measurements; ``report``
+    takes a kernel CSV fit's summary lines (its error before and after, what it fitted).
 
     ``from_measurements`` is a measurements JSON (this function's own output) or a kernel
     measurements CSV (:mod:`.kernel_measurements`: per-shape GEMM and convolution times from any
@@ -147,7 +146,7 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         check_device(device)
     out = _writable(Path(out))    # before minutes of measuring, not after
     if from_measurements is not None and Path(from_measurements).suffix.lower() == ".csv":
-        return _calibrate_kernels(Path(from_measurements), base, name, out)
+        return _calibrate_kernels(Path(from_measurements), base, name, out, report)
     import torch
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
@@ -293,7 +292,33 @@ def _other_chips(rows: list[Any], target: Target) -> dict[str, int]:
     return {chip: n for chip, n in counts.items() if not same(chip)}
 
 
-def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path) -> Target:
+#: The plateau fields by the units they are for, as the fit's summary names them.
+_PLATEAUS = {"matmul_efficiency": "16-bit (and narrower)", "matmul_efficiency_tf32": "TF32",
+             "matmul_efficiency_fp32": "fp32"}
+
+
+def _fit_report(cases: list[Any], base: Target, res: FitResult, label: str) -> list[str]:
+    """What the fit did, for the user to judge it: the error on the given rows with the base chip's
+    terms and with the fitted ones, the plateaus fitted, the fields moved, confirmed and left alone."""
+    def spread(t: Target) -> str:
+        e = sorted(abs(x) for x in errors(cases, t, res.host_overhead))
+        return f"median {statistics.median(e):.1%}, p90 {e[min(len(e) - 1, int(0.9 * len(e)))]:.1%}"
+    lines = [f"{len(cases)} rows of {label}, |predicted / measured - 1|: {base.name} {spread(base)}; "
+             f"fitted {spread(res.target)}"]
+    plateaus = [f"{unit} {res.values[f]:.1%} of peak (was {getattr(base, f):.1%})"
+                for f, unit in _PLATEAUS.items() if f in res.values]
+    lines.append("matmul plateau fitted: " + "; ".join(plateaus) if plateaus else
+                 "matmul plateaus kept: no row's time depends on them")
+    moved = [f for f, v in res.values.items() if v != getattr(base, f)]
+    lines.append("changed: " + (", ".join(moved) or "none") + "; confirmed: "
+                 + (", ".join(f for f in res.values if f not in moved) or "none"))
+    if res.unconstrained:
+        lines.append("kept (no row's time depends on them): " + ", ".join(res.unconstrained))
+    return lines
+
+
+def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path,
+                       report: Callable[[str], None] | None = None) -> Target:
     """Fit a catalog chip's kernel terms to a kernel measurements CSV and write the target."""
     if base is None:
         raise NarrowpipeError(f"{path}: a kernel measurements file calibrates a catalog chip; pass --base NAME")
@@ -310,21 +335,20 @@ def _calibrate_kernels(path: Path, base: str | None, name: str | None, out: Path
     if not rows:
         raise NarrowpipeError(f"{path}: no GEMM or convolution rows; norm and elementwise rows have no kernel "
                               "terms to fit (benchmarks/kernel_accuracy.py predicts them)")
+    # which of them the rows can tell is decided by the fit (kernel_fit.constrained_fields): a
+    # field no row's prediction depends on keeps its value and its source
     fields = [f for f in TERM_GRIDS.get(target.family, {}) if f not in OPTIONAL_TERMS or getattr(target, f) is not None]
-    if target.family == "gpu":       # a plateau for the fp32 unit the rows ran on, if any did
-        has_tf32 = any(r.dtype == "tf32" for r in rows) and matrix_rate(
-            target, DType.FP32, TimingOptions(allow_tf32=True)).dtype == "tf32"
-        has_fp32 = any(r.dtype == "fp32" for r in rows) or (any(r.dtype == "tf32" for r in rows) and not has_tf32)
-        # a TF32 term only where TF32 rows exist: without them it would keep its value under a
-        # "fitted" source
-        fields = [f for f in fields if (not f.endswith("_tf32") or has_tf32)
-                  and (f != "matmul_efficiency_fp32" or has_fp32)]
     if target.family == "tpu":
         fields = ["mxu_fold_overhead"]        # matmul_efficiency stays: the fold model holds the losses
-    if not fields:
-        raise NarrowpipeError(f"{path}: no kernel terms to fit for a {target.family} target")
-    res = fit_kernel_terms(kernel_cases(rows, target), target, fields,
+    cases = kernel_cases(rows, target)
+    res = fit_kernel_terms(cases, target, fields,
                            source=f"measured: fitted to {path.name} (calibrate --from-measurements)")
+    if not res.values:
+        raise NarrowpipeError(f"{path}: no kernel term of {target.name} changes any of these rows' predicted "
+                              f"times ({', '.join(res.unconstrained)} each tried): nothing to fit")
+    if report is not None:
+        for line in _fit_report(cases, target, res, path.name):
+            report(line)
     # its own display name too: compared beside its base, the two rows must not read alike
     fitted = dataclasses.replace(res.target, name=name or f"{target.name}-calibrated", aliases=(),
                                  display_name=f"{target.display_name} (fitted to {path.name})")

@@ -5,8 +5,11 @@ fields replaced, and the program is re-timed on it, so the fit sees exactly the 
 algorithm choices a prediction makes. The fields fitted per family are the mechanisms' parameters
 (GPU: the GEMM latency floor, wave fill and drain, exposed epilogue, the plateaus, and where the
 target has them the library's narrowest tile, weight-gradient and direct-convolution plateaus; TPU:
-the MXU fold overhead and the achievable efficiency), each searched over a grid of physically plausible values by
-coordinate descent on a robust score: median |log error| + half the 90th percentile.
+the MXU fold overhead and the achievable efficiency), each searched over a grid of physically plausible values
+(:mod:`.grid_search`: single, pair and coupled moves until none improves) on a robust score, median
+|log error| + half the 90th percentile, ties broken by the mean over every row. Only the fields some
+row's prediction depends on are fitted (:func:`constrained_fields`); the others keep their values and
+sources.
 
 Measurement timing conventions (see :mod:`.kernel_measurements`): a ``kernel`` time excludes the
 launch gap narrowpipe adds per kernel; a ``host`` time includes the framework's per-call dispatch,
@@ -27,12 +30,13 @@ from ..costmodel.execution import Program, TimingOptions
 from ..costmodel.interpreter import interpret
 from ..costmodel.timing import fused_program, time_program
 from ..errors import NarrowpipeError
+from .grid_search import GridSearch
 from .kernel_measurements import KernelMeasurement, kernel_graph
 from .vector_measurements import fusion_mode, one_kernel_program
 
 __all__ = ["KernelCase", "kernel_cases", "predict", "FitResult", "fit_kernel_terms", "TERM_GRIDS", "OPTIONAL_TERMS",
            "errors",
-           "score", "fitted_target"]
+           "score", "fitted_target", "constrained_fields"]
 
 _US = 1e-6
 
@@ -130,10 +134,27 @@ def fitted_target(target: Target, values: Mapping[str, Any], source: str) -> Tar
     return dataclasses.replace(target, **values, sources=sources)
 
 
-def _near(grid: Sequence[Any], value: Any, steps: int = 2) -> Sequence[Any]:
-    """The grid points within ``steps`` of the one nearest ``value``."""
-    i = min(range(len(grid)), key=lambda j: abs(float(grid[j]) - float(value)))
-    return grid[max(0, i - steps): i + steps + 1]
+def constrained_fields(cases: Sequence[KernelCase], target: Target, fields: Sequence[str]) -> list[str]:
+    """The ``fields`` whose value moves some case's predicted time: the only ones the rows can fit.
+
+    Each field is set in turn to its grid's first, middle and last value (the mechanisms are
+    monotone in their terms, so a field the rows feel moves a prediction at one of them); one that
+    moves none is left alone. This is what ties a field to the rows that can tell its value: a
+    16-bit plateau to 16-bit GEMMs (where an fp32 plateau is set), the TF32 one to TF32 rows, the
+    convolution library's terms to convolutions, the split-K threshold to rows with fewer tiles
+    than SMs. A field no row feels would otherwise keep its value under a "fitted" source, or drift
+    with whatever field it was moved beside."""
+    grids = TERM_GRIDS.get(target.family, {})
+    base = [predict(c, target) for c in cases]
+    out = []
+    for f in fields:
+        grid = grids.get(f, ())
+        for v in dict.fromkeys((grid[0], grid[len(grid) // 2], grid[-1])) if grid else ():
+            probe = fitted_target(target, {f: v}, "probe")
+            if any(abs(predict(c, probe) - b) > 1e-9 * b for c, b in zip(cases, base)):
+                out.append(f)
+                break
+    return out
 
 
 @dataclass
@@ -143,12 +164,16 @@ class FitResult:
     host_overhead: float
     score: float
     cases: int
-    history: list[tuple[str, Any, float]] = field(default_factory=list)
+    history: list[tuple[str, Any, tuple[float, ...]]] = field(default_factory=list)
+    #: the fields asked for that no row's prediction depends on (left as they were)
+    unconstrained: tuple[str, ...] = ()
+    trials: int = 0
 
 
 def fit_kernel_terms(cases: Sequence[KernelCase], target: Target, fields: Sequence[str],
-                     source: str = "measured: calibrate --from-measurements", rounds: int = 4) -> FitResult:
-    """Fit ``fields`` of ``target`` (and a host overhead if any case is host-timed) to ``cases``."""
+                     source: str = "measured: calibrate --from-measurements", rounds: int = 30) -> FitResult:
+    """Fit those of ``fields`` of ``target`` the cases constrain (:func:`constrained_fields`), and a
+    host overhead if any case is host-timed, to ``cases``; only they take ``source``."""
     if not cases:
         raise NarrowpipeError(f"no measurements of {target.name!r} to fit")
     grids = TERM_GRIDS.get(target.family, {})
@@ -156,51 +181,24 @@ def fit_kernel_terms(cases: Sequence[KernelCase], target: Target, fields: Sequen
     if unknown:
         raise NarrowpipeError(f"cannot fit {', '.join(unknown)} of a {target.family} target; "
                               f"fittable: {', '.join(grids) or 'nothing'}")
+    asked = list(fields)
+    fields = constrained_fields(cases, target, asked)
     unset = [f for f in fields if getattr(target, f) is None]
     if unset:
         raise NarrowpipeError(f"cannot fit {', '.join(unset)} of {target.name!r}: the target does not set "
                               "them (give a starting value in its spec file)")
-    values: dict[str, Any] = {f: getattr(target, f) for f in fields}
-    host = 0.0
-    fit_host = any(c.measurement.timing == "host" for c in cases)
+    names = [*fields, *(["host_overhead"] if any(c.measurement.timing == "host" for c in cases) else [])]
 
-    def trial(vals: Mapping[str, Any], h: float) -> float:
-        return score(errors(cases, fitted_target(target, vals, source) if vals else target, h))
+    def trial(point: Mapping[str, Any]) -> tuple[float, float]:
+        # the robust score; on a tie, the mean over every row (the tenth it leaves out included)
+        vals = {k: v for k, v in point.items() if k != "host_overhead"}
+        errs = errors(cases, fitted_target(target, vals, source) if vals else target, point.get("host_overhead", 0.0))
+        return score(errs), statistics.fmean(abs(math.log1p(e)) for e in errs)
 
-    best = trial(values, host)
-    history: list[tuple[str, Any, float]] = []
-    names = [*fields, *(["host_overhead"] if fit_host else [])]
-
-    def grid_of(name: str) -> tuple[Any, ...]:
-        return HOST_GRID if name == "host_overhead" else grids[name]
-
-    def current(name: str) -> Any:
-        return host if name == "host_overhead" else values[name]
-
-    def try_point(point: Mapping[str, Any]) -> bool:
-        nonlocal best, values, host
-        vals = {**values, **{k: v for k, v in point.items() if k != "host_overhead"}}
-        h = point.get("host_overhead", host)
-        s = trial(vals, h)
-        if s < best - 1e-12:
-            best, values, host = s, vals, h
-            history.append((",".join(point), tuple(point.values()), s))
-            return True
-        return False
-
-    for _ in range(rounds):
-        # coordinate descent over each field's whole grid, then joint moves of every pair of fields
-        # within two grid steps (terms that trade off, as a latency floor and a per-wave fill do)
-        changed = False
-        for name in names:
-            for v in grid_of(name):
-                changed |= try_point({name: v})
-        for i, a in enumerate(names):
-            for b in names[i + 1:]:
-                for va in _near(grid_of(a), current(a)):
-                    for vb in _near(grid_of(b), current(b)):
-                        changed |= try_point({a: va, b: vb})
-        if not changed:
-            break
+    search = GridSearch(trial, {**{f: getattr(target, f) for f in fields}, **({"host_overhead": 0.0} if
+                                                                           "host_overhead" in names else {})})
+    search.descend({n: HOST_GRID if n == "host_overhead" else grids[n] for n in names}, rounds)
+    values = {f: search.values[f] for f in fields}
     final = fitted_target(target, values, source) if values else target
-    return FitResult(final, values, host, best, len(cases), history)
+    return FitResult(final, values, search.values.get("host_overhead", 0.0), search.best[0], len(cases),
+                     search.history, tuple(f for f in asked if f not in fields), search.trials)
