@@ -89,7 +89,8 @@ def test_a_version_2_plan_reads_its_rate_as_tokens_and_an_image_model_counts_sam
     data = json.loads(plan.to_json())
     old = {**{k: v for k, v in data.items() if k != "item_unit"}, "version": 2}
     assert Plan.from_json(json.dumps(old)).item_unit == "tokens"
-    resnet = narrowpipe.plan("resnet50", "dgx-h100", 8, global_batch=64)
+    resnet = narrowpipe.plan("resnet50", "dgx-h100", 8, global_batch=64,      # one strategy: no search needed
+                             parallel={"tp": 1, "pp": 1, "microbatch": 8, "zero": 0, "recompute": "none"})
     assert resnet.item_unit == "samples"                    # images per second, not tokens (the CLI said tokens/s)
     assert resnet.tokens_per_s == pytest.approx(64 / resnet.step_time_s)
 
