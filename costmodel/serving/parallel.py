@@ -31,7 +31,6 @@ same everywhere in narrowpipe.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from math import ceil
 
@@ -41,6 +40,7 @@ from ...ir import Op
 from ...models.spec import TransformerSpec
 from ..execution.collectives import Topology
 from ..interpreter import interpret
+from ..planner.blocks import layer_index
 from ..sizes import value_bytes
 from .formats import Formats
 from .prepare import spec_graph
@@ -90,9 +90,6 @@ def pp_spec(spec: TransformerSpec, pp: int, formats: Formats | None = None) -> T
     return dataclasses.replace(spec, layers=len(stage), sliding_layers=sliding, dense_layers=dense)
 
 
-_LAYER = re.compile(r"^model\.layers\.(\d+)(\.|$)")     # the model builder's scope of layer i
-
-
 def stage_weight_bytes(spec: TransformerSpec, formats: Formats) -> Callable[[range], int]:
     """Weight bytes a stage of layers ``r`` holds: its layers' (a dense and an expert layer differ)
     and the embedding where it starts the model, the head and final norm where it ends it (a tied
@@ -107,12 +104,12 @@ def stage_weight_bytes(spec: TransformerSpec, formats: Formats) -> Callable[[ran
     per_layer = [0] * twin.layers
     ends = {"first": 0, "last": 0, "every": 0}
     for w in g.graph.weights:
-        scopes = {n.source.scope for n in users.get(w, [])}
-        layer = next((int(m.group(1)) for m in map(_LAYER.match, scopes) if m), None)
+        readers = users.get(w, [])
+        layer = next((i for i in map(layer_index, readers) if i is not None), None)
         if layer is not None:
             per_layer[layer] += value_bytes(table, w)
             continue
-        for end in {stage_end(sc) for sc in scopes} or {"every"}:
+        for end in {stage_end(n.source.scope) for n in readers} or {"every"}:
             ends[end] += value_bytes(table, w)
     layer_bytes = {twin.layer_is_moe(j): per_layer[j] for j in range(twin.layers)}
 
