@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir import CAUSAL, Graph, Node, Op, TensorType, Value
+from ..ir import CAUSAL, WINDOW, Graph, Node, Op, TensorType, Value, attention_window
 from .attention_fusion import nan_guard, scale_operand
 
 __all__ = ["attention_from_eager"]
@@ -50,6 +50,7 @@ class _Match:
     v: Value
     mask: Value | None
     causal: bool
+    window: int | None      # a proven sliding-window mask's (its step's ``WINDOW``)
     pv: Node
     inner: list[Node] = field(default_factory=list)   # QK^T to the guard: nothing else may read them
     nodes: list[Node] = field(default_factory=list)   # all it replaces, the operands' steps included
@@ -182,7 +183,8 @@ def _match(softmax: Node) -> _Match | None:
     if k.type.rank != 4 or (k is k_in and tuple(qk.attrs["rhs_contract"]) == (2,)):
         return None             # K^T with no K behind it: no [B, H, Sk, D] operand to hand the kernel
     causal = any(n.attrs.get(CAUSAL) for n in nodes)
-    return _Match(q, k, v, masks[0] if masks else None, causal, pv, nodes, nodes + [pv] + path)
+    window = min((w for w in map(attention_window, nodes) if w is not None), default=None)
+    return _Match(q, k, v, masks[0] if masks else None, causal, window, pv, nodes, nodes + [pv] + path)
 
 
 def attention_from_eager(graph: Graph) -> int:
@@ -200,6 +202,8 @@ def attention_from_eager(graph: Graph) -> int:
         attrs: dict[str, object] = {"layout": "bhsd", CAUSAL: m.causal, "dropout": 0.0}
         if m.causal and m.mask is not None:
             attrs["causal_from"] = "mask"
+        if m.window is not None:
+            attrs[WINDOW] = m.window
         node = graph.add_node(Op.ATTENTION, [m.q, m.k, m.v] + ([m.mask] if m.mask is not None else []),
                               [TensorType(out.type.dtype, out.type.shape)], attrs, name=m.pv.name,
                               source=m.pv.source)

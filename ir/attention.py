@@ -11,7 +11,8 @@ node (the op's flag, or a materialised mask proven causal) and on the ``ADD``/``
 a proven causal mask in eager attention (``QK^T -> mask -> softmax -> PV``), so a fused eager
 attention kernel is causal when one of its nodes says so.
 
-A sliding window is one attribute too, :data:`WINDOW`, on an ``ATTENTION`` node: the number of keys
+A sliding window is one attribute too, :data:`WINDOW`, on an ``ATTENTION`` node (and, beside
+:data:`CAUSAL`, on eager attention's mask step when the frontend proved the mask a sliding window): the number of keys
 a query may attend to, itself included (transformers' and Mistral's ``sliding_window``: query ``i``
 sees keys ``i - window + 1 .. i``; FlashAttention's and onnxruntime's ``local_window_size`` left window
 is ``window - 1``). The keys the node is handed are what it costs (as torch counts a masked attention);

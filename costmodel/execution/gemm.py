@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from math import prod
 
-from ...ir import OPERAND_MAJOR, DType, Node, Op, Value, attention_dims, attention_operands, is_causal
+from ...ir import OPERAND_MAJOR, DType, Node, Op, Value, attention_dims, attention_operands, attention_window, is_causal
 from ..dequant_fusion import dequant_behind, fused_dequant, runs_in_gemm
 from ..experts import node_expert_rows
 from ..interpreter import CostTable
@@ -209,8 +209,9 @@ def attention_shape(table: CostTable, kernel: Kernel) -> AttentionShape:
                               node.op is Op.ATTENTION_BACKWARD, a.window)
     dots = [n for n in kernel.nodes if n.op is Op.DOT]
     g1, g2 = dot_gemm(table, dots[0]), dot_gemm(table, dots[-1])
-    causal = any(is_causal(n) for n in kernel.nodes)   # a mask step the frontend proved causal
-    return AttentionShape(g1.batch, g1.m, g1.n, g1.k, g2.n, causal, g1.dtype)
+    steps = [n for n in kernel.nodes if is_causal(n)]   # a mask step the frontend proved causal
+    window = min((w for w in map(attention_window, steps) if w is not None), default=None)
+    return AttentionShape(g1.batch, g1.m, g1.n, g1.k, g2.n, bool(steps), g1.dtype, window=window)
 
 
 def kernel_gemms(table: CostTable, kernel: Kernel) -> list[Gemm]:

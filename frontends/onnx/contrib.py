@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ...ir import CAUSAL, WINDOW, Op, Value
+from ..mask_pattern import band_attrs
 from .contractions import conv_attrs, dot, matmul
 from .contrib_shapes import MS, gqa_geometry, heads
-from .mask_hooks import attention_mask_is_causal
+from .mask_hooks import attention_mask_band
 from .nn import NN_LOWERINGS, attention_core
 from .node import NodeCx
 from .symdims import dim_add, dim_floordiv, dim_min, dim_mul, to_dim
@@ -61,8 +62,9 @@ def _ms_attention(cx: NodeCx) -> None:
                         types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[2]))], bind=False,
                         suffix="v_all").outputs[0]
     attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, CAUSAL: bool(cx.attr("unidirectional", 0))}
-    if not attrs[CAUSAL] and (attention_mask_is_causal(cx, 3, nonzero=True) or attention_mask_is_causal(cx, 5)):
-        attrs.update({CAUSAL: True, "causal_from": "mask"})   # mask_index / attention_bias (.masks)
+    band = None if attrs[CAUSAL] else attention_mask_band(cx, 3, nonzero=True) or attention_mask_band(cx, 5)
+    if band is not None:
+        attrs.update({**band_attrs(band), "causal_from": "mask"})   # mask_index / attention_bias (.masks)
     if cx.attr("scale"):
         attrs["scale"] = float(cx.attr("scale"))
     mask = cx.input(3)
@@ -132,8 +134,9 @@ def _ms_mha(cx: NodeCx) -> None:
                                         suffix=f"present{out}").outputs[0])
         k, v = _as_bsd(cx, k, "k_bsd"), _as_bsd(cx, v, "v_bsd")
     attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, CAUSAL: bool(cx.attr("unidirectional", 0))}
-    if not attrs[CAUSAL] and (attention_mask_is_causal(cx, 4, nonzero=True) or attention_mask_is_causal(cx, 5)):
-        attrs.update({CAUSAL: True, "causal_from": "mask"})   # key_padding_mask / attention_bias (.masks)
+    band = None if attrs[CAUSAL] else attention_mask_band(cx, 4, nonzero=True) or attention_mask_band(cx, 5)
+    if band is not None:
+        attrs.update({**band_attrs(band), "causal_from": "mask"})   # key_padding_mask / attention_bias (.masks)
     if cx.attr("scale"):
         attrs["scale"] = float(cx.attr("scale"))
     mask = cx.input(4) or cx.input(5)

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 from onnx import NodeProto
 
 from ...ir import CAUSAL, DType, Op, Value
+from ..mask_pattern import Band, band_attrs
 from .masks import _DEFAULT_DOMAINS, CausalMasks
 
 if TYPE_CHECKING:
     from .lowering import OnnxLowerer
     from .node import NodeCx, Scope
 
-__all__ = ["tag_mask_step", "tag_mask_input", "attention_mask_is_causal"]
+__all__ = ["tag_mask_step", "tag_mask_input", "attention_mask_band"]
 
 
 def _masks_of(cx: NodeCx) -> CausalMasks | None:
@@ -48,8 +49,9 @@ def _may_mask(v: Value | None, *, ints: bool = False) -> bool:
 
 def tag_mask_step(cx: NodeCx) -> None:
     """For a ``Softmax``: when its input is an ``Add``/``Where`` with a causal mask operand (eager
-    attention's mask step), mark the IR node of that add/where :data:`~narrowpipe.ir.CAUSAL` so the fused
-    attention kernel skips the masked blocks (:mod:`narrowpipe.costmodel.execution.gemm`)."""
+    attention's mask step), mark the IR node of that add/where :data:`~narrowpipe.ir.CAUSAL` (and its
+    :data:`~narrowpipe.ir.WINDOW`, for a sliding-window mask) so the fused attention kernel skips the
+    masked blocks (:mod:`narrowpipe.costmodel.execution.gemm`)."""
     tag_mask_input(cx.lw, cx.scope, cx.values, cx.ins)
 
 
@@ -69,33 +71,37 @@ def tag_mask_input(lw: OnnxLowerer, scope: Scope, values: list[Value | None], in
         return
     if len(node.input) != len(ir.inputs):
         return   # not the plain one-node lowering (an input is missing)
-    if _any_causal(masks, node, ir.inputs):
-        ir.attrs[CAUSAL] = True
+    band = _causal_operand(masks, node, ir.inputs)
+    if band is not None:
+        ir.attrs.update(band_attrs(band))
 
 
-def _any_causal(masks: CausalMasks, node: NodeProto, operands: Iterable[Value | None]) -> bool:
-    """Whether an operand of the mask step is a causal mask, the likely mask tested first (the
+def _causal_operand(masks: CausalMasks, node: NodeProto, operands: Iterable[Value | None]) -> Band | None:
+    """The band of an operand of the mask step that is a causal mask, the likely mask tested first (the
     second addend: ``scores + mask``; the condition of a where), so that a shared mask already
     proved causal answers before the walk up the scores side."""
     ops = list(operands)
     pairs = list(zip(node.input, ops))
     for name, v in reversed(pairs) if node.op_type == "Add" else pairs:
-        if name and _may_mask(v) and masks.is_causal(name, v):
-            return True
+        band = masks.band(name, v) if name and _may_mask(v) else None
+        if band is not None:
+            return band
     if node.op_type == "Where" and len(ops) == 3 and _may_mask(ops[0]) and ops[0] is not None \
             and ops[0].type.dtype is DType.BOOL and ops[1] is not None and ops[1].type.is_one_element:
-        return masks.is_causal(node.input[0], ops[0], inverted=True)   # masked_fill(mask, fill): True blocks
-    return False
+        return masks.band(node.input[0], ops[0], inverted=True)   # masked_fill(mask, fill): True blocks
+    return None
 
 
-def attention_mask_is_causal(cx: NodeCx, *indices: int, nonzero: bool = False) -> bool:
-    """Whether one of the mask inputs ``indices`` of an attention op is a causal mask (the caller
-    checks the op's own causal flag first). ``nonzero`` for onnxruntime's integer ``mask_index``."""
+def attention_mask_band(cx: NodeCx, *indices: int, nonzero: bool = False) -> Band | None:
+    """The band of the first of an attention op's mask inputs ``indices`` that is a causal mask, else
+    None (the caller checks the op's own causal flag first). ``nonzero`` for onnxruntime's integer
+    ``mask_index``."""
     masks = _masks_of(cx)
     if masks is None:
-        return False
+        return None
     for i in indices:
-        if i < len(cx.ins) and cx.ins[i] and _may_mask(cx.input(i), ints=nonzero) \
-                and masks.is_causal(cx.ins[i], cx.input(i), nonzero=nonzero):
-            return True
-    return False
+        band = masks.band(cx.ins[i], cx.input(i), nonzero=nonzero) \
+            if i < len(cx.ins) and cx.ins[i] and _may_mask(cx.input(i), ints=nonzero) else None
+        if band is not None:
+            return band
+    return None

@@ -20,11 +20,13 @@ values would make the mask data-dependent), or an inner tensor whose IR dims are
 graph inputs' (a legacy export reads the sequence length off the embedding lookup, which would
 otherwise need the embedding table). Initializers are read only when their data is in the model.
 The mask is causal when, at every size, the positions it lets attend are exactly the lower
-triangle (:func:`~.mask_pattern.is_lower_triangle`). Anything else (a float input's values,
+triangle or one band of it (:func:`~.mask_pattern.causal_band`: a sliding window under the sizes'
+keys); a longer window is looked for by long probes past each scalar integer constant of the
+subgraph (:mod:`.mask_probes`). Anything else (a float input's values,
 external weights, a contraction on the way, an op the reference evaluator cannot run, a subgraph
 over the limit) leaves it non-causal: the inference only ever adds what it proved, and never raises.
 
-The hooks the lowerings call (``tag_mask_step``, ``attention_mask_is_causal``) live in
+The hooks the lowerings call (``tag_mask_step``, ``attention_mask_band``) live in
 :mod:`.mask_hooks`.
 
 Cost: nothing is done for a graph until a candidate appears (a ``Softmax`` fed by ``Add`` or
@@ -37,14 +39,25 @@ layer shares), and only when no tensor of its subgraph is large at the sizes tri
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from math import prod
 
 import numpy as np
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper, numpy_helper
 
 from ...ir import Op, OpGroup, Sym, Value
-from ..mask_pattern import MAX_NODES, SIZES, is_lower_triangle
+from ..mask_pattern import MAX_CANDIDATES, MAX_NODES, MAX_PROBE_ELEMENTS, SIZES, Band, agreed_band, causal_band
+from .mask_probes import (
+    Dims,
+    Sizes,
+    at,
+    every,
+    fill,
+    long_dims,
+    long_probes,
+    scalar_initializer,
+    window_candidates,
+)
 
 __all__ = ["CausalMasks"]
 
@@ -76,11 +89,6 @@ class _NotConstant(Exception):
     """The subgraph depends on something that cannot be evaluated here."""
 
 
-#: the dims a leaf is fed at: numbers, symbolic dims (every symbol takes the size being tried) and
-#: ``None`` (a graph input's unknown dim, which takes it too)
-Dims = tuple[int | Sym | None, ...]
-
-
 class CausalMasks:
     """Memoised causal-mask test over the top-level graph of one ONNX model.
 
@@ -102,7 +110,7 @@ class CausalMasks:
         self._symbols: frozenset[str] | None = None
         self._arrays: dict[str, np.ndarray] = {}
         self._values: dict[str, list[np.ndarray] | None] = {}
-        self._causal: dict[tuple[str, bool, bool], bool] = {}
+        self._bands: dict[tuple[str, bool, bool], Band | None] = {}
 
     # -- queries ----------------------------------------------------------------------------------
     def producer(self, name: str) -> NodeProto | None:
@@ -113,36 +121,44 @@ class CausalMasks:
         except Exception:
             return None
 
-    def is_causal(self, name: str, value: Value | None = None, *, nonzero: bool = False,
-                  inverted: bool = False) -> bool:
-        """Whether tensor ``name`` (IR ``value``, when known) is a causal mask. ``nonzero``: an
-        integer mask whose nonzero entries attend (onnxruntime's ``mask_index``); ``inverted``: a
-        boolean mask whose ``True`` entries are the blocked ones (``Where(mask, fill, scores)``,
-        i.e. ``masked_fill``)."""
+    def band(self, name: str, value: Value | None = None, *, nonzero: bool = False,
+             inverted: bool = False) -> Band | None:
+        """The band of tensor ``name`` (IR ``value``, when known) when it is a causal mask (its
+        sliding window, None for plain causal), else None. ``nonzero``: an integer mask whose nonzero
+        entries attend (onnxruntime's ``mask_index``); ``inverted``: a boolean mask whose ``True``
+        entries are the blocked ones (``Where(mask, fill, scores)``, i.e. ``masked_fill``)."""
         key = (name, nonzero, inverted)
-        hit = self._causal.get(key)
-        if hit is None:
+        if key not in self._bands:
             try:
-                hit = self._test(self.values(name, value), nonzero, inverted)
+                hit = _band(self.values(name, value), nonzero, inverted)
+                if hit is not None and hit.window is None:
+                    hit = self._longer(name, hit, nonzero, inverted)
             except Exception:   # an odd dtype: not proven causal
-                hit = False
-            self._causal[key] = hit
-        return hit
+                hit = None
+            self._bands[key] = hit
+        return self._bands[key]
 
-    @staticmethod
-    def _test(values: list[np.ndarray] | None, nonzero: bool, inverted: bool) -> bool:
-        if not values:
-            return False
-        for mask in values:
-            if nonzero and (np.issubdtype(mask.dtype, np.integer) or mask.dtype == np.bool_):
-                mask = mask != 0
-            if inverted:
-                if mask.dtype != np.bool_:
-                    return False
-                mask = ~mask
-            if not is_lower_triangle(mask):
-                return False
-        return True
+    def _longer(self, name: str, small: Band, nonzero: bool, inverted: bool) -> Band:
+        """A window longer than the small probes' keys, if long probes show one (see :mod:`.mask_probes`)."""
+        try:
+            nodes, leaves, _ = self._ancestors(name)
+            scalars = [self._initializer(x) for x in leaves if x in self._inits and
+                       scalar_initializer(self._inits[x])]
+        except Exception:
+            return small
+        long = long_dims({x: self._dims(x) for x in self._inputs})
+        tried = 0
+        for probes in long_probes(window_candidates(nodes, scalars, small.reach), long) if long else ():
+            try:
+                band = agreed_band([small, _band(self._evaluate(name, probes, MAX_PROBE_ELEMENTS), nonzero, inverted)])
+            except Exception:   # too large, or failed: what the small sizes proved stands
+                continue
+            if band is not None and band.window is not None:
+                return band
+            tried += 1
+            if tried >= MAX_CANDIDATES:
+                break
+        return small
 
     def values(self, name: str, value: Value | None = None) -> list[np.ndarray] | None:
         """``name`` evaluated at each size (once when no dim is symbolic); None when it cannot be
@@ -253,7 +269,10 @@ class CausalMasks:
             return tuple(v.type.shape)
         return None
 
-    def _evaluate(self, name: str) -> list[np.ndarray]:
+    def _evaluate(self, name: str, probes: Sequence[Sizes] | None = None,
+                  bound: int = _MAX_ELEMENTS) -> list[np.ndarray]:
+        """``name`` at each of ``probes`` (default: every dim at each of :data:`SIZES`, once when
+        none is symbolic), refusing a probe where a tensor would hold over ``bound`` elements."""
         nodes, leaves, sized = self._ancestors(name)
         inputs: list[ValueInfoProto] = []
         feeds: dict[str, np.ndarray | Dims] = {}
@@ -276,7 +295,10 @@ class CausalMasks:
             feeds[x] = dims
         symbolic = any(not isinstance(f, np.ndarray) and any(not isinstance(d, int) for d in f)
                        for f in feeds.values())
-        self._check_sizes(nodes, feeds)
+        if probes is None:
+            probes = [every(size) for size in (SIZES if symbolic else SIZES[:1])]
+        for sizes in probes:
+            self._check_sizes(nodes, feeds, sizes, bound)
         graph = helper.make_graph(nodes, "mask", inputs, [ValueInfoProto(name=name)])
         model = helper.make_model(graph, opset_imports=list(self._model.opset_import),
                                   ir_version=self._model.ir_version)
@@ -284,9 +306,9 @@ class CausalMasks:
 
         run = ReferenceEvaluator(model)
         out = []
-        for size in SIZES if symbolic else SIZES[:1]:
+        for sizes in probes:
             values = {x: f if isinstance(f, np.ndarray) else
-                      _fill(x, None if x in sized else self._inputs[x].type.tensor_type.elem_type, f, size)
+                      fill(x, None if x in sized else self._inputs[x].type.tensor_type.elem_type, f, sizes)
                       for x, f in feeds.items()}
             with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
                 results = run.run(None, values)   # log(0), inf -> int casts: expected where masked
@@ -294,11 +316,11 @@ class CausalMasks:
             out.append(np.asarray(results[0]))
         return out
 
-    def _check_sizes(self, nodes: list[NodeProto], feeds: dict[str, np.ndarray | Dims]) -> None:
-        """Refuse a subgraph whose leaves or node outputs would be large at the largest size (by
-        their IR types, every symbol at that size): a sliced ``[1, 1, 2048, 2048]`` buffer is
-        fine, a hostile ``ConstantOfShape`` of a billion elements is not evaluated."""
-        size = max(SIZES)
+    def _check_sizes(self, nodes: list[NodeProto], feeds: dict[str, np.ndarray | Dims], sizes: Sizes,
+                     bound: int) -> None:
+        """Refuse a subgraph whose leaves or node outputs would be large at a probe's sizes (by
+        their IR types): a sliced ``[1, 1, 2048, 2048]`` buffer is fine, a hostile
+        ``ConstantOfShape`` of a billion elements is not evaluated."""
         shapes: list[Dims] = [f for f in feeds.values() if not isinstance(f, np.ndarray)]
         if self.ir_value is not None:
             for node in nodes:
@@ -307,7 +329,7 @@ class CausalMasks:
                     if v is not None:
                         shapes.append(tuple(v.type.shape))
         for dims in shapes:
-            if prod(_at(d, size) for d in dims) > _MAX_ELEMENTS:
+            if prod(at(d, sizes) for d in dims) > bound:
                 raise _NotConstant(f"a tensor of dims {dims} is too large to evaluate")
 
     def _initializer(self, name: str) -> np.ndarray:
@@ -344,20 +366,17 @@ def _reads_activations(value: Value) -> bool:
     return False
 
 
-def _at(d: int | Sym | None, size: int) -> int:
-    """A dim with every symbol (and an unknown dim) at ``size``."""
-    if d is None:
-        return size
-    return d if isinstance(d, int) else d.evaluate(dict.fromkeys(d.symbols, size))
-
-
-def _fill(name: str, elem_type: int | None, dims: Dims, size: int) -> np.ndarray:
-    """A leaf at ``size``: a tensor read only for its sizes zeros, an integer or boolean input ones
-    (no padding), a ``*position*`` input an arange along its last dim."""
-    shape = tuple(_at(d, size) for d in dims)
-    if elem_type is None:
-        return np.zeros(shape, dtype=np.float32)
-    dtype = helper.tensor_dtype_to_np_dtype(elem_type)
-    if "position" in name and shape and dtype != np.bool_:
-        return np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
-    return np.ones(shape, dtype=dtype)
+def _band(values: list[np.ndarray] | None, nonzero: bool, inverted: bool) -> Band | None:
+    """What the evaluations of one mask show together (:func:`~.mask_pattern.agreed_band`)."""
+    if not values:
+        return None
+    bands = []
+    for mask in values:
+        if nonzero and (np.issubdtype(mask.dtype, np.integer) or mask.dtype == np.bool_):
+            mask = mask != 0
+        if inverted:
+            if mask.dtype != np.bool_:
+                return None
+            mask = ~mask
+        bands.append(causal_band(mask))
+    return agreed_band(bands)

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...ir import CAUSAL, DType, Op, TensorType, Value
-from .mask_hooks import attention_mask_is_causal, tag_mask_input, tag_mask_step
+from ..mask_pattern import band_attrs
+from .mask_hooks import attention_mask_band, tag_mask_input, tag_mask_step
 from .node import NodeCx
 from .shape_rules import broadcast
 from .stamp import pure
@@ -283,8 +284,9 @@ def _attention(cx: NodeCx) -> None:
     past_k, past_v = cx.input(4), cx.input(5)
     four_d = q.type.rank == 4
     attrs: dict[str, Any] = {CAUSAL: bool(cx.attr("is_causal", 0))}
-    if not attrs[CAUSAL] and mask is not None and attention_mask_is_causal(cx, 3):
-        attrs.update({CAUSAL: True, "causal_from": "mask"})   # a materialised causal mask (.masks)
+    band = attention_mask_band(cx, 3) if not attrs[CAUSAL] and mask is not None else None
+    if band is not None:   # a materialised causal mask (.masks), perhaps a sliding window
+        attrs.update({**band_attrs(band), "causal_from": "mask"})
     if cx.attr("scale") is not None:
         attrs["scale"] = float(cx.attr("scale"))
     if cx.attr("softcap"):

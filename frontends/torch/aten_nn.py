@@ -8,6 +8,7 @@ from math import ceil
 import torch.fx as fx
 
 from ...ir import CAUSAL, DType, Op, TensorType
+from ..mask_pattern import band_attrs
 from .aten_args import arg, ints, norm_axis, rank_of, scalar, tensor_meta
 from .lowering import AtenLowerer
 
@@ -21,8 +22,9 @@ def _attention(cx: AtenLowerer, n: fx.Node, mask: object, causal: object, scale:
     q, k, v = (cx.value(x) for x in n.args[:3])
     m = cx.value(mask)
     attrs: dict[str, object] = {"layout": "bhsd", CAUSAL: bool(causal), "dropout": scalar(dropout) or 0.0}
-    if not causal and m is not None and cx.is_causal_mask(mask):
-        attrs.update({CAUSAL: True, "causal_from": "mask"})   # eager runs call SDPA with is_causal=True
+    band = cx.mask_band(mask) if not causal and m is not None else None
+    if band is not None:    # serving runtimes call the kernel with causal=True (and the window)
+        attrs.update({**band_attrs(band), "causal_from": "mask"})
     if scale is not None:
         attrs["scale"] = scalar(scale)
     cx.emit(Op.ATTENTION, [q, k, v] + ([m] if m is not None else []), n, attrs)

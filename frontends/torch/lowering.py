@@ -15,7 +15,8 @@ import torch
 import torch.fx as fx
 
 from ...errors import FrontendError, UnsupportedOpError
-from ...ir import CAUSAL, Graph, Node, Op, Source, TensorType, Value, ValueKind
+from ...ir import DimRole, Graph, Node, Op, Source, TensorType, Value, ValueKind
+from ..mask_pattern import Band, band_attrs
 from .aten_args import op_key
 from .inplace import is_in_place, write_back
 from .masks import CausalMasks
@@ -114,22 +115,33 @@ class AtenLowerer:
                                         source_name=str(node.target))
         return obj
 
-    def is_causal_mask(self, node: Any) -> bool:
-        """Whether ``node`` builds a causal attention mask (see :mod:`.masks`)."""
+    def mask_band(self, node: Any) -> Band | None:
+        """How ``node`` masks attention when it builds a causal mask: its sliding window, or None for
+        plain causal (see :mod:`.masks`); None when it is not proven causal."""
         if not isinstance(node, fx.Node):
-            return False
+            return None
         masks = self._masks.get(node.graph)
         if masks is None:
-            masks = self._masks[node.graph] = CausalMasks(node.graph, self._constant)
-        return masks.is_causal(node)
+            masks = self._masks[node.graph] = CausalMasks(node.graph, self._constant, self._dim_role)
+        return masks.band(node)
 
     def mask_attrs(self, node: fx.Node) -> dict[str, Any]:
-        """``{"causal": True}`` (:data:`~narrowpipe.ir.CAUSAL`) for eager attention's mask step (an add or
+        """``{"causal": True}`` (:data:`~narrowpipe.ir.CAUSAL`), with the mask's ``window``
+        (:data:`~narrowpipe.ir.WINDOW`) when it has one, for eager attention's mask step (an add or
         where feeding a softmax, with a causal mask operand), so the fused attention kernel skips masked blocks."""
         feeds_softmax = any(u.op == "call_function" and op_key(u.target)[1] in _SOFTMAXES for u in node.users)
-        if feeds_softmax and any(self.is_causal_mask(a) for a in node.args):
-            return {CAUSAL: True}
+        if not feeds_softmax:
+            return {}
+        for a in node.args:
+            band = self.mask_band(a)
+            if band is not None:
+                return band_attrs(band)
         return {}
+
+    def _dim_role(self, symbol: str) -> DimRole | None:
+        """The role the frontend gave the dim behind torch symbol ``symbol`` (``s70`` -> ``seq``)."""
+        spec = self.graph.dims.get(self.symbols.names.get(symbol, symbol))
+        return spec.role if spec is not None else None
 
     def _constant(self, node: fx.Node) -> Any:
         """The concrete tensor behind a buffer/constant placeholder or a ``get_attr`` of the root."""

@@ -1,33 +1,58 @@
-"""Recognise attention masks that are causal, by evaluating the small subgraph that builds them.
+"""Recognise attention masks that are causal, and their sliding window, by evaluating the small
+subgraph that builds them.
 
 Why: exporters materialise the causal mask. Hugging Face models build it from ``arange``
-comparisons (``kv_idx <= q_idx``, ANDed with packed-sequence and padding terms) and pass it to
-SDPA as ``attn_mask`` with ``is_causal=False``, although the same model run eagerly calls SDPA with
-``is_causal=True`` and gets FlashAttention's skipping of the blocks above the diagonal. A cost model
-that sees only the flag would charge a causal LM's prefill attention twice its time on GPUs and
-TPUs, and could not token-pipeline it on dataflow chips.
+comparisons (``kv_idx <= q_idx``, ANDed with packed-sequence and padding terms, and for a sliding
+window ``kv_idx > q_idx - sliding_window``) and pass it to SDPA as ``attn_mask`` with
+``is_causal=False``, although the same model run by a serving runtime calls a kernel that is told
+``causal`` (and the window) and skips the masked blocks. A cost model that sees only the flag would
+charge a causal LM's prefill attention twice its time on GPUs and TPUs, a windowed one (Mistral's
+4096 at 32k tokens) four times more, and could not token-pipeline it on dataflow chips.
 
 How: the mask depends on no weights and no activations, only on sizes (of float inputs too),
 ``arange`` and integer inputs (``attention_mask``). Its ancestors are evaluated with real CPU tensors at two small sizes
 (every symbolic dim set to 5, then to 7), with integer and boolean user inputs filled with ones
 (no padding) and inputs named ``position*`` counting up along their last dim. The mask is causal
 when, at both sizes, the positions it lets attend (``True``, or ``0`` in an additive mask) are
-exactly the lower triangle. Anything else (the values of a float input, weights on the meta
-device, an op that fails on concrete values, a subgraph over :data:`MAX_NODES`) leaves it
-non-causal: the inference only ever adds what it proved.
+exactly the lower triangle, or the same band of it (a window under 7 keys:
+:func:`~..mask_pattern.causal_band`). A longer window looks like the triangle at those sizes, so
+each integer literal of the subgraph at least 7 long (``sub(q_idx, 4096)``) is a candidate: the
+subgraph is evaluated again with the sequence and KV-length dims (by the roles the frontend gave
+them) just past it and every other dim at :data:`~..mask_pattern.PROBE_BATCH`, and the window is
+what those two evaluations show, never the literal itself. A candidate whose probe would hold a
+tensor over :data:`~..mask_pattern.MAX_PROBE_ELEMENTS` elements is not tried (the mask stays plain
+causal). Anything else (the values of a float input, weights on the meta device, an op that fails on
+concrete values, a subgraph over :data:`MAX_NODES`) leaves it non-causal: the inference only ever
+adds what it proved.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from math import prod
 from typing import Any
 
 import torch
 import torch.fx as fx
 
-from ..mask_pattern import MAX_NODES, SIZES, is_lower_triangle
+from ...ir import DimRole
+from ..mask_pattern import (
+    LONG_ROLES,
+    MAX_CANDIDATES,
+    MAX_NODES,
+    MAX_PROBE_ELEMENTS,
+    PAST_WINDOW,
+    PROBE_BATCH,
+    SIZES,
+    Band,
+    agreed_band,
+    causal_band,
+)
 
 __all__ = ["CausalMasks"]
+
+#: the size of each torch symbol (by name) in one evaluation
+Sizes = Callable[[str], int]
 
 
 class _NotConstant(Exception):
@@ -38,26 +63,61 @@ class CausalMasks:
     """Memoised causal-mask test over one fx graph.
 
     ``constant`` returns the concrete tensor of a placeholder or ``get_attr`` that is a buffer or
-    constant (``None`` for user inputs); meta tensors count as unknown.
+    constant (``None`` for user inputs); meta tensors count as unknown. ``role`` gives the role of a
+    torch symbol (``s70``) as the frontend tagged its dim, or None; without one no window longer
+    than the small sizes is looked for.
     """
 
-    def __init__(self, graph: fx.Graph, constant: Callable[[fx.Node], Any]) -> None:
+    def __init__(self, graph: fx.Graph, constant: Callable[[fx.Node], Any],
+                 role: Callable[[str], DimRole | None] = lambda _: None) -> None:
         self._order = {n: i for i, n in enumerate(graph.nodes)}
         self._constant = constant
-        self._memo: dict[fx.Node, bool] = {}
+        self._role = role
+        self._memo: dict[fx.Node, Band | None] = {}
 
-    def is_causal(self, node: Any) -> bool:
+    def band(self, node: Any) -> Band | None:
+        """The mask's band (its window, None for plain causal), or None when not proven causal."""
         if not isinstance(node, fx.Node):
-            return False
-        hit = self._memo.get(node)
-        if hit is None:
+            return None
+        if node not in self._memo:
             try:
-                subgraph = self._ancestors(node)
-                hit = all(self._causal_at(node, subgraph, size) for size in SIZES)
+                self._memo[node] = self._prove(node)
             except Exception:   # any failure means "not proven causal", never a wrong flag
-                hit = False
-            self._memo[node] = hit
-        return hit
+                self._memo[node] = None
+        return self._memo[node]
+
+    def _prove(self, node: fx.Node) -> Band | None:
+        subgraph = self._ancestors(node)
+        small = agreed_band(self._band_at(node, subgraph, _every(size)) for size in SIZES)
+        if small is None or small.window is not None:
+            return small
+        for sizes in self._long_probes(subgraph, small.reach):
+            try:
+                long = agreed_band([small, *(self._band_at(node, subgraph, at) for at in sizes)])
+            except Exception:   # what the small sizes proved stands
+                continue
+            if long is not None and long.window is not None:
+                return long
+        return small
+
+    # -- window candidates ------------------------------------------------------------------------
+    def _long_probes(self, subgraph: list[fx.Node], reach: int) -> Iterator[tuple[Sizes, ...]]:
+        """For each candidate window (an integer literal of the subgraph longer than ``reach``), the
+        two evaluations that would show it, when they stay under the element bound."""
+        symbols = {str(s) for n in subgraph for s in _symbols(n)}
+        long = {s for s in symbols if self._role(s) in LONG_ROLES}
+        if not long:
+            return
+        literals = sorted({a for n in subgraph for a in _int_literals((n.args, n.kwargs)) if a > reach})
+        tried = 0
+        for w in literals:
+            probes = tuple(_probe_sizes(long, w + extra) for extra in PAST_WINDOW)
+            if any(_elements(n, at) > MAX_PROBE_ELEMENTS for at in probes for n in subgraph):
+                continue
+            yield probes
+            tried += 1
+            if tried >= MAX_CANDIDATES:
+                return
 
     # -- evaluation -------------------------------------------------------------------------------
     def _ancestors(self, node: fx.Node) -> list[fx.Node]:
@@ -83,11 +143,11 @@ class CausalMasks:
             return t
         return None
 
-    def _causal_at(self, node: fx.Node, subgraph: list[fx.Node], size: int) -> bool:
+    def _band_at(self, node: fx.Node, subgraph: list[fx.Node], at: Sizes) -> Band | None:
         env: dict[fx.Node, Any] = {}
         for n in subgraph:
             if n.op in ("placeholder", "get_attr"):
-                env[n] = self._leaf(n, size)
+                env[n] = self._leaf(n, at)
             elif n.op == "call_function" and callable(n.target):   # never a str for call_function
                 args = fx.node.map_aggregate(n.args, lambda a: _concrete_arg(a, env))
                 kwargs = fx.node.map_aggregate(n.kwargs, lambda a: _concrete_arg(a, env))
@@ -96,17 +156,17 @@ class CausalMasks:
                 raise _NotConstant(f"{n.op} {n.name}")
         mask = env[node]
         if not isinstance(mask, torch.Tensor):
-            return False
-        return is_lower_triangle(mask.detach().float().numpy() if mask.dtype.is_floating_point else mask.numpy())
+            return None
+        return causal_band(mask.detach().float().numpy() if mask.dtype.is_floating_point else mask.numpy())
 
-    def _leaf(self, n: fx.Node, size: int) -> Any:
+    def _leaf(self, n: fx.Node, at: Sizes) -> Any:
         t = self._concrete(n)
         if t is not None:
             return t
         val = n.meta.get("val")
         if not isinstance(val, torch.Tensor):
             raise _NotConstant(f"{n.name} has no concrete value")
-        shape = [_size(d, size) for d in val.shape]
+        shape = [_size(d, at) for d in val.shape]
         if val.dtype.is_floating_point:     # only its sizes are read (checked in _ancestors)
             return torch.zeros(shape, dtype=val.dtype)
         if "position" in n.name and shape:
@@ -135,8 +195,42 @@ def _concrete_arg(a: Any, env: dict[fx.Node, Any]) -> Any:
     return a
 
 
-def _size(d: Any, size: int) -> int:
+def _int_literals(a: Any) -> Iterator[int]:
+    """The integer constants written into a node's arguments (``sub(q_idx, 4096)``)."""
+    if isinstance(a, bool):
+        return
+    if isinstance(a, int):
+        yield a
+    elif isinstance(a, (list, tuple)):
+        for x in a:
+            yield from _int_literals(x)
+    elif isinstance(a, dict):
+        for x in a.values():
+            yield from _int_literals(x)
+
+
+def _every(size: int) -> Sizes:
+    return lambda _: size
+
+
+def _probe_sizes(long: set[str], length: int) -> Sizes:
+    return lambda s: length if s in long else PROBE_BATCH
+
+
+def _symbols(n: fx.Node) -> set[Any]:
+    val = n.meta.get("val")
+    dims = val.shape if isinstance(val, torch.Tensor) else (val,) if isinstance(val, torch.SymInt) else ()
+    return {s for d in dims if isinstance(d, torch.SymInt) for s in d.node.expr.free_symbols}
+
+
+def _elements(n: fx.Node, at: Sizes) -> int:
+    """How many elements ``n``'s value holds with each symbol at its size (0 for a non-tensor)."""
+    val = n.meta.get("val")
+    return prod(_size(d, at) for d in val.shape) if isinstance(val, torch.Tensor) else 0
+
+
+def _size(d: Any, at: Sizes) -> int:
     if isinstance(d, torch.SymInt):
         expr = d.node.expr
-        return int(expr.subs({s: size for s in expr.free_symbols}))
+        return int(expr.subs({s: at(str(s)) for s in expr.free_symbols}))
     return int(d)

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 import narrowpipe
 from narrowpipe.frontends.mask_pattern import MAX_NODES
 from narrowpipe.frontends.onnx import masks as onnx_masks
-from narrowpipe.ir import CAUSAL, Op
+from narrowpipe.ir import CAUSAL, WINDOW, Op
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 NEG_INF = float("-inf")
@@ -52,7 +52,7 @@ def _mask_nodes(kind: str, src: str = "scores") -> list:
         return pos + [helper.make_node("LessOrEqual", ["kv_idx", "q_idx"], ["mask"])]
     if kind == "upper":
         return pos + [helper.make_node("GreaterOrEqual", ["kv_idx", "q_idx"], ["mask"])]
-    if kind == "window":   # a causal sliding window of 2: a band, not a triangle
+    if kind == "window":   # a causal sliding window of 2: a band of the triangle
         return pos + [
             helper.make_node("LessOrEqual", ["kv_idx", "q_idx"], ["tri"]),
             helper.make_node("Sub", ["q_idx", "kv_idx"], ["dist"]),
@@ -124,7 +124,7 @@ def _tagged(graph) -> list:
 
 @pytest.mark.parametrize("kind,step,causal", [
     ("causal", "where", True), ("where_additive", "add", True), ("trilu_additive", "add", True),
-    ("causal", "masked_fill", True), ("upper", "where", False), ("window", "where", False),
+    ("causal", "masked_fill", True), ("upper", "where", False), ("window", "where", True),
     ("alibi", "add", False), ("data", "where", False), ("upper", "masked_fill", False),
 ])
 def test_hand_built_eager_masks(kind: str, step: str, causal: bool) -> None:
@@ -132,6 +132,7 @@ def test_hand_built_eager_masks(kind: str, step: str, causal: bool) -> None:
     tagged = _tagged(g)
     assert len(tagged) == (1 if causal else 0)
     assert all(n.op is (Op.WHERE if step != "add" else Op.ADD) for n in tagged)
+    assert all(n.attrs.get(WINDOW) == (2 if kind == "window" else None) for n in tagged)
 
 
 def test_mask_evaluation_leaks_no_numpy_warnings() -> None:
@@ -272,11 +273,12 @@ def _attention_model(kind: str | None, is_causal: int = 0):
 
 
 @pytest.mark.parametrize("kind,causal", [("causal", True), ("where_additive", True), ("trilu_additive", True),
-                                         ("upper", False), ("window", False), ("alibi", False)])
+                                         ("upper", False), ("window", True), ("alibi", False)])
 def test_opset23_attention_mask(kind: str, causal: bool) -> None:
     g = narrowpipe.load(_attention_model(kind))
     (attn,) = [n for n in g.nodes if n.op is Op.ATTENTION]
     assert attn.attrs["causal"] is causal
+    assert attn.attrs.get(WINDOW) == (2 if kind == "window" else None)
     assert attn.attrs.get("causal_from") == ("mask" if causal else None)
     assert len(attn.inputs) == 4        # the mask stays an input: its bytes are still read
 

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import narrowpipe  # noqa: E402
-from narrowpipe.ir import CAUSAL, Op  # noqa: E402
+from narrowpipe.ir import CAUSAL, WINDOW, Op  # noqa: E402
 
 F = torch.nn.functional
 
@@ -58,6 +58,7 @@ def test_sdpa_masks_of_real_models(name, cls, config, causal):
     assert len(attn) == 2
     assert all(n.attrs["causal"] is causal for n in attn)
     assert all(n.attrs.get("causal_from") == ("mask" if causal else None) for n in attn)
+    assert not any(WINDOW in n.attrs for n in attn)    # plain causal (or not causal): no window
     assert len(attn[0].inputs) == 4          # the mask stays an input: its bytes are still read
 
 
@@ -86,7 +87,7 @@ class _MaskedAttention(torch.nn.Module):
             mask = i[None, :] <= i[:, None]
         elif self.kind == "upper":
             mask = i[None, :] >= i[:, None]
-        elif self.kind == "window":                    # causal sliding window of 2: a band, not a triangle
+        elif self.kind == "window":                    # causal sliding window of 2: a band of the triangle
             mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < 2)
         elif self.kind == "additive":
             mask = torch.full((s, s), float("-inf"), device=q.device).triu(1)
@@ -97,15 +98,17 @@ class _MaskedAttention(torch.nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-@pytest.mark.parametrize("kind,causal", [("causal", True), ("additive", True), ("upper", False),
-                                         ("window", False), ("alibi", False), ("data", False)])
-def test_hand_built_masks(kind, causal):
+@pytest.mark.parametrize("kind,causal,window", [("causal", True, None), ("additive", True, None),
+                                                ("upper", False, None), ("window", True, 2), ("alibi", False, None),
+                                                ("data", False, None)])
+def test_hand_built_masks(kind, causal, window):
     q = torch.randn(1, 2, 8, 16)
     seq = torch.export.Dim("seq", min=2, max=64)
     dims = {"q": {2: seq}, "k": {2: seq}, "v": {2: seq}}
     g = narrowpipe.from_torch(_MaskedAttention(kind), (q, q.clone(), q.clone()), dynamic_shapes=dims)
     (attn,) = [n for n in g.nodes if n.op is Op.ATTENTION]
     assert attn.attrs["causal"] is causal
+    assert attn.attrs.get(WINDOW) == window
 
 
 def test_causal_mask_halves_gpu_attention_time():
