@@ -234,10 +234,18 @@ def _conv(cx: AtenLowerer, n: fx.Node, x: Any, w: Any, b: Any, stride: Any, padd
              "padding": padding if isinstance(padding, str) else (ints(padding, spatial) or (0,) * spatial),
              "dilation": ints(dilation, spatial) or (1,) * spatial, "groups": int(groups or 1),
              "transposed": bool(transposed), "output_padding": ints(output_padding, spatial) or (0,) * spatial}
-    out_t = cx.out_types(n)
-    conv = cx.emit(Op.CONV, [xv, wv], n, attrs, types=out_t[:1], bind=bv is None)
+    out_t = cx.out_types(n)[:1]
+    unbatched = xv.type.rank == spatial + 1   # torch accepts [C, *spatial]: run as a batch of one
+    if unbatched:
+        xv = _unsqueeze_front(cx, n, xv, spatial + 2)
+        out_t = [out_t[0].with_shape((1, *out_t[0].shape))]
+    conv = cx.emit(Op.CONV, [xv, wv], n, attrs, types=out_t, bind=bv is None and not unbatched)
+    y = conv.outputs[0]
     if bv is not None:
-        cx.emit(Op.ADD, [conv.outputs[0], bv], n, {"role": "bias", "axis": 1}, name=f"{n.name}_bias")
+        y = cx.emit(Op.ADD, [y, bv], n, {"role": "bias", "axis": 1}, types=out_t, bind=not unbatched,
+                    name=f"{n.name}_bias").outputs[0]
+    if unbatched:   # and the batch of one squeezed away again (a free view)
+        cx.emit(Op.RESHAPE, [y], n, name=f"{n.name}_squeeze")
 
 
 def _convolution(cx: AtenLowerer, n: fx.Node) -> None:
