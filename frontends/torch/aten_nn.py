@@ -55,8 +55,8 @@ def _bhsd_operands(cx: AtenLowerer, n: fx.Node, q: Value | None, k: Value | None
         return q, k, v, m, None
     lead = tuple(q.type.shape[:-2])
     bhsd = [out.with_shape((prod(lead[:-1], start=1), lead[-1] if lead else 1, *out.shape[-2:]))]
-    views = (_as_bhsd(cx, n, x, name=nm) for x, nm in ((q, "q"), (k, "k"), (v, "v")))
-    return (*views, _as_bhsd(cx, n, m, lead, "mask"), bhsd)
+    return (_as_bhsd(cx, n, q, name="q"), _as_bhsd(cx, n, k, name="k"), _as_bhsd(cx, n, v, name="v"),
+            _as_bhsd(cx, n, m, lead, "mask"), bhsd)
 
 
 def _restore_rank(cx: AtenLowerer, n: fx.Node, att: Node, bhsd_out: list[TensorType] | None) -> None:

@@ -109,9 +109,9 @@ def _recurrent(kind: str) -> Callable[[AtenLowerer, fx.Node], None]:
         x = cx.value(n.args[0])
         hx = n.args[1] if isinstance(n.args[1], (list, tuple)) else [n.args[1]]
         h0, c0 = cx.value(hx[0]), (cx.value(hx[1]) if kind == "LSTM" and len(hx) > 1 else None)
-        params = [cx.value(p) for p in n.args[2]]
-        has_biases, layers, bidirectional, batch_first = bool(n.args[3]), int(n.args[4]), bool(n.args[7]), \
-            bool(n.args[8])
+        args: list[Any] = list(n.args)
+        params = [cx.value(p) for p in args[2]]
+        has_biases, layers, bidirectional, batch_first = bool(args[3]), int(args[4]), bool(args[7]), bool(args[8])
         dirs = 2 if bidirectional else 1
         per = len(params) // max(layers * dirs, 1)
         base = 4 if has_biases else 2
