@@ -121,8 +121,10 @@ def _scores_chain(v: Value, nodes: list[Node], masks: list[Value]) -> Node | Non
             nxt = scaled
         elif p.op in (Op.ADD, Op.WHERE) and len(ins) in (2, 3) and all(x is not None for x in ins):
             # the scores are the operand whose walk reaches Q K^T; the other is the mask (Where's
-            # fill, a scalar, is neither)
-            cands = [1, 2] if p.op is Op.WHERE else [0, 1]
+            # fill, a scalar, is neither). A two-operand Where has its fill as a scalar attribute
+            # (aten's where.ScalarOther, masked_fill): scores and condition in either order.
+            fills = p.op is Op.WHERE and len(ins) == 3
+            cands = [1, 2] if fills else [0, 1]
             for i in cands:
                 sub_nodes: list[Node] = []
                 sub_masks: list[Value] = []
@@ -131,8 +133,8 @@ def _scores_chain(v: Value, nodes: list[Node], masks: list[Value]) -> Node | Non
                 dot = _scores_chain(x, sub_nodes, sub_masks)
                 if dot is None:
                     continue
-                other = ins[0] if p.op is Op.WHERE else ins[1 - i]
-                fill = ins[3 - i] if p.op is Op.WHERE else None
+                other = ins[0] if fills else ins[1 - i]
+                fill = ins[3 - i] if fills else None
                 if fill is not None and not fill.type.is_one_element:
                     return None
                 assert other is not None

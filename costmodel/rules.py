@@ -26,6 +26,7 @@ from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, V_IN_K, VIEW_OPS, Op, OpGr
 from .cost import ZERO, Cost
 from .experts import active_experts, node_expert_rows
 from .opview import OpView
+from .rules_collective import COLLECTIVE_RULES
 from .rules_vision import VISION_RULES, _traffic
 from .shape_checks import check_broadcast, check_contraction, check_gather, check_view, check_window, shape_error
 
@@ -148,9 +149,17 @@ def attention_backward(v: OpView) -> Cost:
 
 # -- elementwise ------------------------------------------------------------------------------------
 
+#: Elementwise ops that are several scalar operations per output element: (FLOPs, transcendentals).
+#: ``polar(abs, angle)``: a cosine and a sine, each multiplied by ``abs``, per complex element.
+_COMPOUND_PER_ELEMENT: dict[Op, tuple[int, int]] = {Op.POLAR: (2, 2)}
+
+
 def _elementwise(v: OpView) -> Cost:
     check_broadcast(v)
     n = sum(v.out_numel(i) for i in range(len(v.out_shapes)))
+    if v.node.op in _COMPOUND_PER_ELEMENT:
+        flops, trans = _COMPOUND_PER_ELEMENT[v.node.op]
+        return _traffic(v, flops * n, trans * n)
     if v.node.op in TRANSCENDENTAL_OPS:
         return _traffic(v, 0, n)
     return _traffic(v, n)
@@ -159,6 +168,7 @@ def _elementwise(v: OpView) -> Cost:
 for _op, _g in GROUP.items():
     if _g is OpGroup.ELEMENTWISE:
         RULES[_op] = _elementwise
+
 
 
 # -- reductions and normalizations --------------------------------------------------------------
@@ -315,40 +325,6 @@ def embedding_bag(v: OpView) -> Cost:
     return Cost(gathered, 0, read, v.all_out_bytes())
 
 
-# -- collectives --------------------------------------------------------------------------------
-
-@_rule(Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL, Op.BROADCAST, Op.SEND,
-       Op.RECV, Op.COLLECTIVE_PERMUTE)
-def collective(v: OpView) -> Cost:
-    """Bytes one device sends with bandwidth-optimal (ring) algorithms over ``group_size`` devices.
-
-    all-reduce 2(n-1)/n x size, all-gather (n-1)/n x output, reduce-scatter (n-1)/n x input,
-    all-to-all (n-1)/n x the larger of what a device sends and receives (an expert-parallel
-    exchange under a skewed router receives more than it sends), broadcast/send/permute the size,
-    recv nothing (its sender pays).
-    Reductions add (n-1)/n x elements FLOPs.
-    """
-    n = max(int(v.attrs.get("group_size", 1)), 1)
-    op = v.node.op
-    size_in = v.in_bytes(0) if v.has_input(0) else 0
-    flops = 0
-    if op is Op.ALL_REDUCE:
-        comm = 2 * (n - 1) * size_in // n
-        flops = (n - 1) * v.numel(0) // n
-    elif op is Op.ALL_GATHER:
-        comm = (n - 1) * v.out_bytes() // n
-    elif op is Op.REDUCE_SCATTER:
-        comm = (n - 1) * size_in // n
-        flops = (n - 1) * v.numel(0) // n
-    elif op is Op.ALL_TO_ALL:
-        comm = (n - 1) * max(size_in, v.out_bytes()) // n
-    elif op is Op.RECV:
-        comm = 0
-    else:
-        comm = size_in
-    return Cost(flops, 0, v.all_in_bytes(), v.all_out_bytes(), comm)
-
-
 # -- other --------------------------------------------------------------------------------------
 
 @_rule(Op.CONSTANT)
@@ -393,5 +369,6 @@ def nonzero(v: OpView) -> Cost:
     return _traffic(v, v.numel(0))
 
 
-# the vision and signal ops' rules live in rules_vision.py, in the same registry
+# the vision and signal ops' and the collectives' rules live in their own modules, in the same registry
 RULES.update(VISION_RULES)
+RULES.update(COLLECTIVE_RULES)

@@ -46,6 +46,8 @@ Attribute conventions (the verifier checks the ones marked required):
   (``layout="bsd"``); ``causal``, ``scale``. Read both layouts through
   :func:`narrowpipe.ir.attention.attention_dims` only. ``causal`` (:data:`~.attention.CAUSAL`) also
   marks the ``ADD``/``WHERE`` applying a proven causal mask in eager attention.
+* ``POLAR``: ``(abs, angle) -> abs * (cos(angle) + i sin(angle))``, real operands, a complex output
+  (torch's ``polar``, how Llama-4 builds its rotary table).
 * Elementwise ops: operands broadcast numpy-style, except that ``axis`` lines a lower-rank operand
   up from that dim (ONNX's legacy broadcast, a conv's ``[C]`` bias) and the last
   ``lookup_operands`` operands are tables the op reads by position (rotary cos/sin caches), not
@@ -160,6 +162,7 @@ class Op(enum.Enum):
     ASINH = "asinh"
     ACOSH = "acosh"
     ATANH = "atanh"
+    POLAR = "polar"
     # elementwise: comparison and logic
     EQ = "eq"
     NE = "ne"
@@ -270,7 +273,7 @@ _ELEMENTWISE = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW, Op.MAXIMUM, Op.MINIMUM, 
                 Op.SIGN, Op.RECIPROCAL, Op.SQUARE, Op.FLOOR, Op.CEIL, Op.ROUND, Op.CLAMP, Op.RELU,
                 Op.LEAKY_RELU, Op.PRELU, Op.HARDTANH, Op.HARDSIGMOID, Op.HARDSWISH, *_TRANSCENDENTAL,
                 Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.AND, Op.OR, Op.XOR, Op.NOT, Op.BITWISE,
-                Op.ISNAN, Op.ISINF, Op.WHERE, Op.CAST, Op.QUANTIZE, Op.DEQUANTIZE)
+                Op.ISNAN, Op.ISINF, Op.WHERE, Op.CAST, Op.QUANTIZE, Op.DEQUANTIZE, Op.POLAR)
 _GROUPS: dict[OpGroup, tuple[Op, ...]] = {
     OpGroup.CONTRACTION: (Op.DOT, Op.GROUPED_DOT),
     OpGroup.CONVOLUTION: (Op.CONV,),

@@ -25,11 +25,17 @@ def _attrs(node: Node, **extra: object) -> dict[str, object]:
 
 
 def _reshape(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:
+    """The inverse view. A view that reinterprets the dtype (``view_as_complex``: two fp32 become one
+    complex64, ``view_as_real`` back) has the opposite reinterpretation as its backward (torch's
+    derivatives.yaml: ``view_as_real(grad)`` and ``view_as_complex(grad)``), so the gradient takes
+    the input's dtype there; a plain view keeps the gradient's own dtype."""
     x, dy = node.inputs[0], dys[0]
     assert x is not None and dy is not None
     if not wants[0]:
         return [None] * len(node.inputs)
-    return [cx.emit(Op.RESHAPE, [dy], x.shape, dy.dtype, name="grad"), *([None] * (len(node.inputs) - 1))]
+    y = node.outputs[0]
+    dtype = x.dtype if y is not None and y.dtype is not x.dtype else dy.dtype
+    return [cx.emit(Op.RESHAPE, [dy], x.shape, dtype, name="grad"), *([None] * (len(node.inputs) - 1))]
 
 
 def _passthrough(cx: GradContext, node: Node, dys: list[Value | None], wants: list[bool]) -> Grads:

@@ -14,22 +14,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ...ir import Op, Value
+from ..recurrent_cells import GATE_ACTIVATIONS, RECURRENT_CELLS
 from .control import trip_attr
 from .node import NodeCx
 from .symdims import dim_floordiv, dim_mul, to_dim
 
 __all__ = ["RECURRENT_LOWERINGS"]
 
-#: Gates per cell and the elementwise ops of one step: (op, how many H-wide slices it covers).
-_CELLS: dict[str, tuple[int, list[tuple[Op, int]]]] = {
-    "RNN": (1, [(Op.TANH, 1)]),
-    "GRU": (3, [(Op.SIGMOID, 2), (Op.MUL, 1), (Op.ADD, 1), (Op.TANH, 1), (Op.SUB, 1), (Op.MUL, 1), (Op.ADD, 1)]),
-    "LSTM": (4, [(Op.SIGMOID, 3), (Op.TANH, 1), (Op.MUL, 1), (Op.MUL, 1), (Op.ADD, 1), (Op.TANH, 1), (Op.MUL, 1)]),
-}
-
 
 def _recurrent(kind: str) -> Callable[[NodeCx], None]:
-    gates, steps = _CELLS[kind]
+    gates, steps = RECURRENT_CELLS[kind]
 
     def fn(cx: NodeCx) -> None:
         x, w, r = cx.input(0), cx.input(1), cx.input(2)
@@ -73,7 +67,7 @@ def _recurrent(kind: str) -> Callable[[NodeCx], None]:
             # each step reads its gates' slice and the state over every step, both as free views
             # in X's layout, so every step is a well-typed elementwise op of the width it computes
             inputs = [_view_as(cx, Op.SLICE, cur, t, f"gates{k}")]
-            if op not in (Op.SIGMOID, Op.TANH):
+            if op not in GATE_ACTIVATIONS:
                 inputs.append(_view_as(cx, Op.EXPAND, states if cell is None else cell, t, f"state{k}"))
             cur = cx.emit(op, inputs, {"cell": kind}, types=[t], bind=False, suffix=f"{op.value}{k}").outputs[0]
         _bind_outputs(cx, cur)
@@ -104,4 +98,4 @@ def _bind_outputs(cx: NodeCx, h_all: Value) -> None:
                               suffix=("y", "y_h", "y_c")[min(k, 2)]).outputs[0])
 
 
-RECURRENT_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {k: _recurrent(k) for k in _CELLS}
+RECURRENT_LOWERINGS: dict[str, Callable[[NodeCx], None]] = {k: _recurrent(k) for k in ("RNN", "GRU", "LSTM")}

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch.fx as fx
 
-from ...ir import OPERAND_MAJOR, Op, TensorType, Value
+from ...ir import OPERAND_MAJOR, STRIDED_VIEW, Op, TensorType, Value
 from ..moe_routing import routed_top_k
 from .aten_args import arg, ints, rank_of
 from .blas_layout import matmul_majors, stored_major
@@ -91,6 +91,48 @@ def _vdot(cx: AtenLowerer, n: fx.Node) -> None:
     _dot(cx, n, a, b, (0,), (0,))
 
 
+def _addbmm(cx: AtenLowerer, n: fx.Node) -> None:
+    """``c + sum_b a[b] @ b[b]``: one dot contracting the batch with K (2 B M N K FLOPs), then the add."""
+    bias, a, b = (cx.value(x) for x in n.args[:3])
+    assert a is not None and b is not None
+    _dot(cx, n, a, b, (0, 2), (0, 1), bias=bias)
+
+
+def _addr(cx: AtenLowerer, n: fx.Node) -> None:
+    """``c + outer(u, v)``: the outer product is a broadcast multiply (as ``outer`` lowers), then the add."""
+    c, u, v = (cx.value(x) for x in n.args[:3])
+    assert c is not None and u is not None and v is not None
+    column = cx.emit(Op.RESHAPE, [u], n, types=[u.type.with_shape((*u.type.shape, 1))], bind=False,
+                     name=f"{n.name}_column").outputs[0]
+    out_t = cx.out_types(n)
+    outer = cx.emit(Op.MUL, [column, v], n, types=out_t, bind=False, name=f"{n.name}_outer").outputs[0]
+    cx.emit(Op.ADD, [c, outer], n)
+
+
+def _bilinear(cx: AtenLowerer, n: fx.Node) -> None:
+    """``y[..., o] = x1[..., i] W[o, i, j] x2[..., j] + b[o]`` as torch's ``_trilinear`` runs it: ``x1 W``
+    (2 R O I1 I2 FLOPs over the R leading rows), then that times ``x2`` row by row (2 R O I2)."""
+    x1, x2, w, b = cx.value(n.args[0]), cx.value(n.args[1]), cx.value(n.args[2]), cx.value(arg(n, 3, "bias"))
+    assert x1 is not None and x2 is not None and w is not None
+    r = x1.type.rank - 1
+    lead = tuple(x1.type.shape[:-1])
+    mid = cx.out_types(n)[0].with_shape((*lead, *w.type.shape[0:1], *w.type.shape[2:]))
+    left = cx.emit(Op.DOT, [x1, w], n, {"lhs_contract": (r,), "rhs_contract": (1,), "lhs_batch": (), "rhs_batch": ()},
+                   types=[mid], bind=False, name=f"{n.name}_left").outputs[0]
+    rows = tuple(range(r))
+    _dot(cx, n, left, x2, (r + 1,), (r,), rows, rows, bias=b)
+
+
+def _tensordot(cx: AtenLowerer, n: fx.Node) -> None:
+    """``tensordot(a, b, dims_a, dims_b)``: one dot_general, whose output (a's free dims, then b's) is
+    tensordot's; torch runs it as a reshape and an mm of the same FLOPs."""
+    a, b = cx.value(n.args[0]), cx.value(n.args[1])
+    assert a is not None and b is not None
+    lc = tuple(d % a.type.rank for d in arg(n, 2, "dims_self"))
+    rc = tuple(d % b.type.rank for d in arg(n, 3, "dims_other"))
+    _dot(cx, n, a, b, lc, rc)
+
+
 def _matmul(cx: AtenLowerer, n: fx.Node) -> None:
     """torch.matmul semantics: 1-D operands, 2-D folding and broadcast batch dims."""
     a, b = cx.value(n.args[0]), cx.value(n.args[1])
@@ -120,42 +162,76 @@ def _unsqueeze_front(cx: AtenLowerer, n: fx.Node, v: Value, rank: int) -> Value:
 
 
 def _einsum(cx: AtenLowerer, n: fx.Node) -> None:
-    """Two-operand einsum as dot_general; letters in one operand only are summed out first."""
+    """einsum as dot_generals, one per pair of operands, in the order torch contracts them: the
+    ``path`` torch's Python einsum computed with opt_einsum (flattened pairs of positions in the
+    operand list, each result appended at its end) when the call carries one, else left to right.
+    A letter no later operand or the output reads is summed out at the first pair that can (letters
+    in one operand only before that), as torch's ``sumproduct_pair`` does; the last pair's output is
+    permuted to the equation's order when it differs."""
     equation = str(n.args[0]).replace(" ", "")
     operands = [cx.value(x) for x in arg(n, 1, "tensors")]
-    if "->" in equation:
-        lhs_spec, out_spec = equation.split("->")
-    else:
-        lhs_spec, out_spec = equation, None
+    lhs_spec, out_spec = equation.split("->") if "->" in equation else (equation, None)
     specs = lhs_spec.split(",")
-    if len(operands) != 2 or "." in equation or any(v is None for v in operands):
+    path = arg(n, 2, "path")
+    if len(operands) < 2 or len(specs) != len(operands) or "." in equation or any(v is None for v in operands):
         cx.emit(Op.UNKNOWN, [v for v in operands if v is not None], n,
                 {"source_op": "aten.einsum", "equation": equation})
         return
-    (a, b), (sa, sb) = operands, specs
-    assert a is not None and b is not None
     if out_spec is None:
-        counts = {c: (sa + sb).count(c) for c in sa + sb}
-        out_spec = "".join(sorted(c for c, k in counts.items() if k == 1))
-    a, sa = _sum_out(cx, n, a, sa, sb + out_spec)
-    b, sb = _sum_out(cx, n, b, sb, sa + out_spec)
-    batch = [c for c in sa if c in sb and c in out_spec]
-    contract = [c for c in sa if c in sb and c not in out_spec]
-    free_a = [c for c in sa if c not in sb]
-    free_b = [c for c in sb if c not in sa]
-    natural = "".join(batch + free_a + free_b)
+        out_spec = "".join(sorted(c for c in set(lhs_spec) - {","} if lhs_spec.count(c) == 1))
+    pairs = [tuple(path[k:k + 2]) for k in range(0, len(path), 2)] if path else [(0, 1)] * (len(operands) - 1)
+    live: list[tuple[Value, str]] = [(v, sp) for v, sp in zip(operands, specs) if v is not None]
     out_t = cx.out_types(n)[0]
+    for step, pair in enumerate(pairs):
+        i, j = sorted(int(k) for k in pair)
+        (b, sb), (a, sa) = live.pop(j), live.pop(i)
+        last = step == len(pairs) - 1
+        keep = out_spec + "".join(sp for _, sp in live)
+        result = _einsum_pair(cx, n, a, sa, b, sb, keep, out_spec if last else None, out_t, equation, step)
+        live.insert(len(live) if path else 0, result)   # opt_einsum's paths append; left to right goes on
+
+
+def _einsum_pair(cx: AtenLowerer, n: fx.Node, a: Value, sa: str, b: Value, sb: str, keep: str,
+                 out_spec: str | None, out_t: TensorType, equation: str, step: int) -> tuple[Value, str]:
+    """One dot_general of an einsum: letters in both operands that ``keep`` reads are batch dims,
+    the others contracted. ``out_spec``: this is the last pair, bound to the fx node in that order."""
+    a, sa = _sum_out(cx, n, a, sa, sb + keep)
+    b, sb = _sum_out(cx, n, b, sb, sa + keep)
+    batch = [c for c in sa if c in sb and c in keep]
+    contract = [c for c in sa if c in sb and c not in keep]
+    natural = "".join(batch + [c for c in sa if c not in sb] + [c for c in sb if c not in sa])
     attrs = {"lhs_contract": tuple(sa.index(c) for c in contract), "rhs_contract": tuple(sb.index(c) for c in contract),
              "lhs_batch": tuple(sa.index(c) for c in batch), "rhs_batch": tuple(sb.index(c) for c in batch),
              "equation": equation}
-    if natural == out_spec:
-        cx.emit(Op.DOT, [a, b], n, attrs)
-        return
+    name = n.name if step == 0 else f"{n.name}_{step}"
     dims = {c: d for c, d in zip(sa, a.type.shape)} | {c: d for c, d in zip(sb, b.type.shape)}
     mid = out_t.with_shape(tuple(dims[c] for c in natural))
-    dot = cx.emit(Op.DOT, [a, b], n, attrs, types=[mid], bind=False)
-    cx.emit(Op.PERMUTE, dot.outputs, n, {"perm": tuple(natural.index(c) for c in out_spec)},
-            name=f"{n.name}_permute")
+    bind = out_spec is not None and natural == out_spec
+    if not contract:   # nothing summed: torch's sumproduct_pair multiplies the broadcast operands
+        operands = [_aligned(cx, n, v, sp, natural, dims) for v, sp in ((a, sa), (b, sb))]
+        dot = cx.emit(Op.MUL, operands, n, {"equation": equation}, types=[mid], bind=bind, name=name)
+    else:
+        dot = cx.emit(Op.DOT, [a, b], n, attrs, types=[mid], bind=bind, name=name)
+    if bind:
+        return dot.outputs[0], natural
+    if out_spec is None:
+        return dot.outputs[0], natural
+    return cx.emit(Op.PERMUTE, dot.outputs, n, {"perm": tuple(natural.index(c) for c in out_spec)},
+                   name=f"{n.name}_permute").outputs[0], out_spec
+
+
+def _aligned(cx: AtenLowerer, n: fx.Node, v: Value, spec: str, natural: str, dims: dict[str, Any]) -> Value:
+    """``v`` (letters ``spec``) laid out for a broadcast against ``natural``: its letters in that order
+    (a strided view, as torch permutes) and a size-1 dim for each letter it lacks (a free view)."""
+    order = "".join(c for c in natural if c in spec)
+    if order != spec:
+        perm = tuple(spec.index(c) for c in order)
+        v = cx.emit(Op.PERMUTE, [v], n, {"perm": perm, STRIDED_VIEW: True}, bind=False, name=f"{n.name}_align",
+                    types=[v.type.with_shape(tuple(dims[c] for c in order))]).outputs[0]
+    shape = tuple(dims[c] if c in order else 1 for c in natural)
+    if tuple(v.type.shape) == shape:
+        return v
+    return cx.emit(Op.RESHAPE, [v], n, types=[v.type.with_shape(shape)], bind=False, name=f"{n.name}_align").outputs[0]
 
 
 def _sum_out(cx: AtenLowerer, n: fx.Node, v: Value, spec: str, others: str) -> tuple[Value, str]:
@@ -234,10 +310,18 @@ def _conv(cx: AtenLowerer, n: fx.Node, x: Any, w: Any, b: Any, stride: Any, padd
              "padding": padding if isinstance(padding, str) else (ints(padding, spatial) or (0,) * spatial),
              "dilation": ints(dilation, spatial) or (1,) * spatial, "groups": int(groups or 1),
              "transposed": bool(transposed), "output_padding": ints(output_padding, spatial) or (0,) * spatial}
-    out_t = cx.out_types(n)
-    conv = cx.emit(Op.CONV, [xv, wv], n, attrs, types=out_t[:1], bind=bv is None)
+    out_t = cx.out_types(n)[:1]
+    unbatched = xv.type.rank == spatial + 1   # torch accepts [C, *spatial]: run as a batch of one
+    if unbatched:
+        xv = _unsqueeze_front(cx, n, xv, spatial + 2)
+        out_t = [out_t[0].with_shape((1, *out_t[0].shape))]
+    conv = cx.emit(Op.CONV, [xv, wv], n, attrs, types=out_t, bind=bv is None and not unbatched)
+    y = conv.outputs[0]
     if bv is not None:
-        cx.emit(Op.ADD, [conv.outputs[0], bv], n, {"role": "bias", "axis": 1}, name=f"{n.name}_bias")
+        y = cx.emit(Op.ADD, [y, bv], n, {"role": "bias", "axis": 1}, types=out_t, bind=not unbatched,
+                    name=f"{n.name}_bias").outputs[0]
+    if unbatched:   # and the batch of one squeezed away again (a free view)
+        cx.emit(Op.RESHAPE, [y], n, name=f"{n.name}_squeeze")
 
 
 def _convolution(cx: AtenLowerer, n: fx.Node) -> None:
@@ -279,7 +363,8 @@ def _convolution_backward(cx: AtenLowerer, n: fx.Node) -> None:
 
 CONTRACTION_LOWERINGS = {
     "linear": _linear, "mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _baddbmm, "mv": _mv,
-    "addmv": _addmv, "dot": _vdot, "vdot": _vdot, "inner": _vdot, "matmul": _matmul, "einsum": _einsum,
+    "addmv": _addmv, "addbmm": _addbmm, "addr": _addr, "bilinear": _bilinear, "tensordot": _tensordot,
+    "dot": _vdot, "vdot": _vdot, "inner": _vdot, "matmul": _matmul, "einsum": _einsum,
     "_scaled_mm": _scaled_mm, "_grouped_mm": _grouped_mm, "transformers::grouped_mm_fallback": _grouped_mm,
     "histc": _histc, "convolution": _convolution, "_convolution": _convolution,
     "conv1d": _convnd, "conv2d": _convnd, "conv3d": _convnd, "conv1d.padding": _convnd,

@@ -29,6 +29,7 @@ ELEMENTWISE_OPS: dict[str, Op] = {
     "arcsin": Op.ASIN, "acos": Op.ACOS, "arccos": Op.ACOS, "atan": Op.ATAN, "arctan": Op.ATAN,
     "atan2": Op.ATAN, "arctan2": Op.ATAN, "sinh": Op.SINH, "cosh": Op.COSH, "asinh": Op.ASINH,
     "acosh": Op.ACOSH, "atanh": Op.ATANH, "hypot": Op.SQRT, "sinc": Op.SIN, "lgamma": Op.LOG,
+    "polar": Op.POLAR,
     "digamma": Op.LOG, "eq": Op.EQ, "ne": Op.NE, "lt": Op.LT, "le": Op.LE, "gt": Op.GT, "ge": Op.GE,
     "equal": Op.EQ, "not_equal": Op.NE, "less": Op.LT, "less_equal": Op.LE, "greater": Op.GT,
     "greater_equal": Op.GE, "isclose": Op.EQ, "logical_and": Op.AND, "logical_or": Op.OR,

@@ -3,11 +3,11 @@ resizing, and activations that decompose into several canonical ops (glu, lerp, 
 
 from __future__ import annotations
 
-from math import ceil
+from math import ceil, prod
 
 import torch.fx as fx
 
-from ...ir import CAUSAL, DType, Op, TensorType
+from ...ir import CAUSAL, Dim, DType, Node, Op, TensorType, Value
 from ..mask_pattern import band_attrs
 from .aten_args import arg, ints, norm_axis, rank_of, scalar, tensor_meta
 from .lowering import AtenLowerer
@@ -17,17 +17,69 @@ __all__ = ["NN_LOWERINGS"]
 
 # -- attention ------------------------------------------------------------------------------------
 
+def _as_bhsd(cx: AtenLowerer, n: fx.Node, x: Value | None, lead: tuple[Dim, ...] | None = None,
+             name: str = "") -> Value | None:
+    """``x [..., L, E]`` as ``[prod(leading but last), leading last, L, E]``: a free view. torch's SDPA
+    takes any number of leading dims and reads the one before ``L`` as the heads (``enable_gqa``), so
+    that dim stays the heads and the others are the batch. ``lead``: the query's leading dims, which a
+    mask broadcasts to (expanded first when its own leading dims differ, so the views line up)."""
+    if x is None or (x.type.rank == 4 and lead is None):
+        return x
+    shape = tuple(x.type.shape)
+    if lead is not None:   # a mask: left-pad to the query's rank, expand leading dims that differ
+        if x.type.rank <= 2 or x.type.rank > len(lead) + 2:
+            return x       # [L, S] or [S] broadcasts against any [B, H, L, S] as it is
+        shape = (1,) * (len(lead) + 2 - len(shape)) + shape
+        if any(d != 1 for d in shape[:-2]) and tuple(shape[:-2]) != lead:
+            shape = (*lead, *shape[-2:])
+            x = cx.emit(Op.EXPAND, [x], n, types=[x.type.with_shape(shape)], bind=False,
+                        name=f"{n.name}_{name}_expand").outputs[0]
+    *head, rows, cols = shape
+    heads = head[-1] if head else 1
+    bhsd = (prod(head[:-1], start=1), heads, rows, cols)
+    if tuple(x.type.shape) == bhsd:
+        return x
+    return cx.emit(Op.RESHAPE, [x], n, types=[x.type.with_shape(bhsd)], bind=False,
+                   name=f"{n.name}_{name}_bhsd").outputs[0]
+
+
+_Operands = tuple[Value | None, Value | None, Value | None, Value | None, list[TensorType] | None]
+
+
+def _bhsd_operands(cx: AtenLowerer, n: fx.Node, q: Value | None, k: Value | None, v: Value | None,
+                   m: Value | None) -> _Operands:
+    """q, k, v and the mask viewed as ``[B, H, L, E]`` (the layout ``ATTENTION`` reads) where the
+    query is not 4-D (3-D ``[H, L, E]``, 5-D ...), and the attention node's output type in that
+    layout (None: the query was 4-D and the fx node's own type is it)."""
+    out = cx.out_types(n)[0]
+    if q is None or q.type.rank == 4:
+        return q, k, v, m, None
+    lead = tuple(q.type.shape[:-2])
+    bhsd = [out.with_shape((prod(lead[:-1], start=1), lead[-1] if lead else 1, *out.shape[-2:]))]
+    return (_as_bhsd(cx, n, q, name="q"), _as_bhsd(cx, n, k, name="k"), _as_bhsd(cx, n, v, name="v"),
+            _as_bhsd(cx, n, m, lead, "mask"), bhsd)
+
+
+def _restore_rank(cx: AtenLowerer, n: fx.Node, att: Node, bhsd_out: list[TensorType] | None) -> None:
+    """The ``[B, H, L, Ev]`` output viewed back as the caller's ``[..., L, Ev]`` (a free view)."""
+    if bhsd_out is not None:
+        cx.emit(Op.RESHAPE, att.outputs, n, name=f"{n.name}_out")
+
+
 def _attention(cx: AtenLowerer, n: fx.Node, mask: object, causal: object, scale: object,
                dropout: object = 0.0) -> None:
     q, k, v = (cx.value(x) for x in n.args[:3])
     m = cx.value(mask)
+    q, k, v, m, bhsd_out = _bhsd_operands(cx, n, q, k, v, m)
     attrs: dict[str, object] = {"layout": "bhsd", CAUSAL: bool(causal), "dropout": scalar(dropout) or 0.0}
     band = cx.mask_band(mask) if not causal and m is not None else None
     if band is not None:    # serving runtimes call the kernel with causal=True (and the window)
         attrs.update({**band_attrs(band), "causal_from": "mask"})
     if scale is not None:
         attrs["scale"] = scalar(scale)
-    cx.emit(Op.ATTENTION, [q, k, v] + ([m] if m is not None else []), n, attrs)
+    att = cx.emit(Op.ATTENTION, [q, k, v] + ([m] if m is not None else []), n, attrs, types=bhsd_out,
+                  bind=bhsd_out is None)
+    _restore_rank(cx, n, att, bhsd_out)
 
 
 def _sdpa(cx: AtenLowerer, n: fx.Node) -> None:

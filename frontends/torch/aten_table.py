@@ -18,6 +18,7 @@ from .aten_args import arg, scalar
 from .aten_contractions import CONTRACTION_LOWERINGS
 from .aten_names import ELEMENTWISE_OPS
 from .aten_nn import NN_LOWERINGS
+from .aten_recurrent import RECURRENT_LOWERINGS
 from .aten_tensor import TENSOR_LOWERINGS
 from .lowering import AtenLowerer
 
@@ -101,6 +102,7 @@ def _build() -> dict[str, Callable[[AtenLowerer, fx.Node], None]]:
     table.update(CONTRACTION_LOWERINGS)
     table.update(NN_LOWERINGS)
     table.update(TENSOR_LOWERINGS)
+    table.update(RECURRENT_LOWERINGS)
     table["higher_order::wrap_with_set_grad_enabled"] = _inline(1)
     table["higher_order::wrap_with_autocast"] = _inline(4)
     table["higher_order::invoke_subgraph"] = _inline(0)

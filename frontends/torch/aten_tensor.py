@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import prod
 from typing import Any
 
 import torch.fx as fx
 
 from ...ir import IN_PLACE, STRIDED_VIEW, Op, TensorType
-from .aten_args import arg, norm_axes, norm_axis, rank_of, scalar, tensor_meta
+from .aten_args import arg, ints, norm_axes, norm_axis, rank_of, scalar, tensor_meta
 from .inplace import writes_into_view
 from .lowering import AtenLowerer, op_key
 
@@ -225,6 +226,21 @@ def _meshgrid(cx: AtenLowerer, n: fx.Node) -> None:
     cx.bind(n, outs)
 
 
+def _im2col(cx: AtenLowerer, n: fx.Node) -> None:
+    """``F.unfold``: every kernel window's pixels copied into a column, ``[(N,) C, H, W] -> [(N,) C*k, L]``.
+    No arithmetic; it reads the image and writes the columns, a ``TILE`` (each pixel repeated into
+    the windows that hold it) to ``[(N,) C, k, L]`` and a free view to the op's shape. Its gradient is
+    then the tile's, a sum of the columns back onto the image (torch's ``col2im``)."""
+    x = cx.value(n.args[0])
+    assert x is not None
+    out_t = cx.out_types(n)[0]
+    channels = x.type.shape[-3]
+    k = prod(int(d) for d in ints(arg(n, 1, "kernel_size"), 2))
+    split = out_t.with_shape((*out_t.shape[:-2], channels, k, out_t.shape[-1]))
+    cols = cx.emit(Op.TILE, [x], n, {"role": "im2col"}, types=[split], bind=False, name=f"{n.name}_columns")
+    cx.emit(Op.RESHAPE, cols.outputs, n)
+
+
 def _diff(cx: AtenLowerer, n: fx.Node) -> None:
     cx.emit(Op.SUB, cx.values(n.args), n, {"role": "diff"})
 
@@ -292,7 +308,7 @@ TENSOR_LOWERINGS = {
     "nonzero_static": _first(Op.NONZERO), "sort": _sort, "argsort": _sort, "msort": _sort,
     "topk": _topk, "unique": _first(Op.UNIQUE), "_unique": _first(Op.UNIQUE),
     "_unique2": _first(Op.UNIQUE), "unique_consecutive": _first(Op.UNIQUE), "unique_dim": _first(Op.UNIQUE),
-    "diff": _diff, "meshgrid": _meshgrid,
+    "diff": _diff, "meshgrid": _meshgrid, "im2col": _im2col,
     "fft_fft": _first(Op.FFT), "fft_ifft": _first(Op.FFT), "fft_rfft": _first(Op.FFT),
     "fft_irfft": _first(Op.FFT), "_fft_r2c": _first(Op.FFT), "_fft_c2r": _first(Op.FFT), "_fft_c2c": _first(Op.FFT),
 }
