@@ -135,7 +135,8 @@ class Planner:
         are timed in the domains the launcher's rank order puts them in (:mod:`..execution.placement`)."""
         if self.system is None:
             chip = self.target
-            if self.devices > chip.scale_up_domain and not chip.scale_out_bandwidth:
+            # (a chip with no links at all is refused below, for having none)
+            if self.devices > chip.scale_up_domain and chip.scale_up_bandwidth and not chip.scale_out_bandwidth:
                 raise PlanError(f"{self.devices} x {chip.name}: its scale-up domain holds {chip.scale_up_domain} "
                                 "devices and neither its spec nor a catalog system gives a scale-out level to join "
                                 f"more (the chip fields would time every collective on the scale-up links): plan on "
