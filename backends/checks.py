@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import TargetSpecError
 from .fields import Spec, specs
 from .frozen import FrozenMap
+from .slices import parse_slice
 from .vocab import DTYPES
 
 __all__ = ["check_value", "describe", "is_absent", "normalize_fields"]
@@ -167,6 +168,17 @@ def check_value(label: str, spec: Spec, value: Any) -> Any:
     if kind == "dims":
         dims = _sequence(label, value, "an array of positive integers")
         return tuple(_count(f"{label}[{i}]", d, allow_zero=False) for i, d in enumerate(dims))
+    if kind == "flags":
+        flags = _sequence(label, value, "an array of true/false, one per axis")
+        for i, flag in enumerate(flags):
+            if not isinstance(flag, bool):
+                raise _fail(f"{label}[{i}]", "true or false", flag)
+        return flags
+    if kind == "slices":
+        shapes = _sequence(label, value, "an array of slice shapes such as \"4x4x8\" or \"8x16w\"")
+        for i, item in enumerate(shapes):
+            parse_slice(f"{label}[{i}]", item)
+        return shapes
     if kind == "text":
         return _text(label, value, spec)
     if kind == "level":

@@ -18,15 +18,17 @@ __all__ = ["Spec", "spec_field", "specs", "stem", "file_keys", "keymap", "NUMERI
 
 #: Kinds of field. quantity: a physical number with units; rates: dtype -> FLOP/s table;
 #: count: an integer; fraction: in (0, 1]; flag: bool; curve: ((size, fraction), ...);
-#: tiles: ((M, N, K), ...); tile: (M, N, K); dims: (int, ...); text: str; names: (str, ...);
+#: tiles: ((M, N, K), ...); tile: (M, N, K); dims: (int, ...); flags: (bool, ...) (one per axis);
+#: text: str; names: (str, ...); slices: ("4x4x8", "8x16w", ...) the standard slice shapes of a
+#: pod, ``w`` marking an axis closed by wraparound links (:mod:`.slices`);
 #: grid: ((M, N, K, fraction), ...) over every combination of the listed M, N and K;
 #: level: a nested network level (systems only); sources: field -> source key.
 KINDS = ("quantity", "rates", "count", "fraction", "flag", "curve", "tiles", "tile", "dims",
-         "text", "names", "level", "sources", "grid")
+         "flags", "text", "names", "slices", "level", "sources", "grid")
 
 #: Kinds whose values are facts about hardware and therefore need a source.
 NUMERIC_KINDS = frozenset({"quantity", "rates", "count", "fraction", "flag", "curve", "tiles",
-                           "tile", "dims", "grid"})
+                           "tile", "dims", "flags", "slices", "grid"})
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ def spec_field(kind: str, *, units: str | None = None, unit: str | None = None,
         return dataclasses.field(metadata=meta)
     if kind == "rates" or kind == "sources":
         return dataclasses.field(default=FrozenMap(), metadata=meta)
-    if kind in ("curve", "tiles", "dims", "names", "grid"):
+    if kind in ("curve", "tiles", "dims", "flags", "names", "slices", "grid"):
         return dataclasses.field(default=(), metadata=meta)
     if kind == "text":
         return dataclasses.field(default="", metadata=meta)

@@ -12,6 +12,7 @@ import difflib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache, partial
+from math import prod
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -190,8 +191,27 @@ def get_system(spec: str | os.PathLike[str] | System) -> System:
         raise UnknownTargetError(f"expected a system name or path, got {spec!r}")
     if _is_path(spec):
         return load_system_file(spec)
-    system: System = _systems().lookup(os.fspath(spec), "system")
+    try:
+        system: System = _systems().lookup(os.fspath(spec), "system")
+    except UnknownTargetError:
+        derived = _slice_named(os.fspath(spec))
+        if derived is None:
+            raise
+        return derived
     return system
+
+
+def _slice_named(spec: str) -> System | None:
+    """A standard slice named as the planner names it (``tpu-v5p-4x4x4``: the chip, then the shape),
+    derived from the catalog pod that lists it, so a plan's system name reads back as that system."""
+    key = spec.strip().lower()
+    for pod in _systems().by_name.values():
+        for shape in pod.slices:
+            dims = shape.replace("w", "")
+            if key == f"{pod.chip}-{dims}":
+                found: System | None = pod.slice_of(prod(int(k) for k in dims.split("x")))
+                return found
+    return None
 
 
 @cache

@@ -12,11 +12,13 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from math import prod
 from typing import TYPE_CHECKING
 
 from ..errors import TargetSpecError
 from .checks import normalize_fields
 from .fields import spec_field
+from .slices import parse_slice, sub_slice
 from .sourcing import check_sources
 from .target import NAME_PATTERN
 from .vocab import TOPOLOGIES
@@ -38,6 +40,9 @@ class Level:
                                 allow_zero=True)
     links: int | None = spec_field("count")
     dims: tuple[int, ...] = spec_field("dims")
+    #: Per axis of ``dims``, whether wraparound links close it into a ring. Absent: every axis on a
+    #: torus, none on a mesh; a TPU v5e 8x16 slice wraps only its 16-long axis (a partial torus).
+    wraparound: tuple[bool, ...] = spec_field("flags")
     #: Achievable bus bandwidth of a collective at large messages (NCCL's ``busbw``), per device:
     #: what measurements reach, below the link peak. Collectives use it for the beta term.
     bus_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
@@ -54,6 +59,18 @@ class Level:
         normalize_fields(self)
         if self.topology in ("torus", "mesh") and not self.dims:
             raise TargetSpecError(f"field 'dims': a {self.topology} level needs its dims")
+        if self.wraparound:
+            if len(self.wraparound) != len(self.dims):
+                raise TargetSpecError(f"field 'wraparound': {len(self.wraparound)} flags for "
+                                      f"{len(self.dims)} dims")
+            if self.topology != "torus" and any(self.wraparound):
+                raise TargetSpecError(f"field 'wraparound': a {self.topology} has no wraparound links; "
+                                      "write topology = \"torus\" for a level with any")
+
+    @property
+    def wraps(self) -> tuple[bool, ...]:
+        """Wraparound per axis of ``dims`` (the field, else all on a torus, none otherwise)."""
+        return self.wraparound or tuple(self.topology == "torus" for _ in self.dims)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +86,9 @@ class System:
     scale_up_domain: int = spec_field("count", required=True)
     scale_up: Level | None = spec_field("level", schema=Level)
     scale_out: Level | None = spec_field("level", schema=Level)
+    #: The standard slices a job on fewer chips runs on (a TPU pod's published slice shapes,
+    #: :mod:`.slices`): ``"4wx4wx4w"``, ``"2x4x4"``, ``"8x16w"``.
+    slices: tuple[str, ...] = spec_field("slices")
     sources: Mapping[str, str] = spec_field("sources")
 
     def __post_init__(self) -> None:
@@ -91,6 +111,11 @@ class System:
         if self.devices > self.scale_up_domain and self.scale_out is None:
             raise TargetSpecError("field 'scale_out': devices span several domains but no "
                                   "scale-out level is given")
+        for shape in self.slices:
+            dims, _ = parse_slice("slices", shape)
+            if self.scale_up is None or len(dims) != len(self.scale_up.dims) or prod(dims) > self.scale_up_domain:
+                raise TargetSpecError(f"field 'slices': {shape!r} is not a slice of the scale-up level's "
+                                      f"{'x'.join(map(str, self.scale_up.dims if self.scale_up else ()))}")
         object.__setattr__(self, "sources", check_sources(self))
 
     @property
@@ -108,6 +133,10 @@ class System:
         from .registry import get_target  # registry loads systems, so import late
 
         return get_target(self.chip)
+
+    def slice_of(self, devices: int) -> System | None:
+        """The system of this pod's standard slice of ``devices`` chips (:mod:`.slices`), or None."""
+        return sub_slice(self, devices)
 
     def replicate(self, count: int) -> System:
         """``count`` copies joined by the scale-out network, e.g. 16 DGX nodes for 128 GPUs."""

@@ -93,8 +93,11 @@ def main() -> None:
                      [[p["system"], p["what"], f"{p['published']:g}", f"{float(p['predicted']):.1f}",  # type: ignore[arg-type]
                        p["algorithm"], f"{float(p['error']):+.1%}", p["source"]] for p in pub], "lllrrll")  # type: ignore[arg-type]
           + "\nThe single-node NVSwitch figures are also the system files' own inputs (the measured bus bandwidth is "
-          "a field beside the link peak); the v5e pod figure is predicted from per-link ICI bandwidths (4 ports x 50 "
-          "GB/s one way) with all torus axes busy, not from the pod number. The two-node figure is held out: NCCL's "
+          "a field beside the link peak); the v5e pod figure (GCP's 51.2 TB/s = 256 chips x 4 "
+          "ports x 50 GB/s, the links' peak) is predicted with all torus axes busy at the bus bandwidth TPU v5e "
+          "ICI was measured to reach (SB-SHARD: 0.82 of SB-TPU's 45 GB/s per link, 148 GB/s per chip), so it "
+          "reads 26% under the peak figure by construction; at the links' peak the same torus model gives 51.2 "
+          "TB/s (tests pin both). The two-node figure is held out: NCCL's "
           "rings cross between nodes through all 8 NICs (8 x 50 GB/s), so the ring runs at the node's NVLink "
           "bus bandwidth (370 GB/s, SHARP off); a published range that reaches 450 GB/s includes NVLS/SHARP across "
           "nodes, which is not modelled.\n\n"

@@ -158,9 +158,9 @@ def torus(op: Op, size: float, axes: tuple[int, ...], link_bw: float, alpha: flo
     spanned axes' links (:func:`torus_bandwidth`); the latency term walks the axes one after the
     other, :func:`axis_hops` each (twice for an all-reduce: a reduce-scatter and an all-gather).
     ``wrap`` False is a mesh: no wraparound links; a tuple gives each axis its own (a whole torus
-    axis wraps, a part of one does not). On a whole pod this is the pod's published all-reduce
-    bandwidth per chip (TPU v4: 6 links x 45 GB/s = 270 GB/s, 1.1 PB/s over 4,096 chips; v5e:
-    200 GB/s, 51.2 TB/s over 256)."""
+    axis wraps, a part of one does not). At the links' peak on a whole pod this is the pod's published
+    all-reduce bandwidth per chip (TPU v4: 6 links x 45 GB/s = 270 GB/s, 1.1 PB/s over 4,096 chips;
+    v5e: 200 GB/s, 51.2 TB/s over 256); a system file's measured bus bandwidth runs below it."""
     all_wraps = _wraps(axes, wrap)
     kept = [(k, w) for k, w in zip(axes, all_wraps) if k > 1]
     axes, wraps = tuple(k for k, _ in kept), tuple(w for _, w in kept)

@@ -59,7 +59,9 @@ class NetLevel:
     bus_bandwidth: float | None = None    # measured achievable busbw (large messages)
     torus_dims: tuple[int, ...] = ()
     links: int | None = None
-    wraparound: bool = True                # False: a mesh (torus_dims without wraparound links)
+    #: False: a mesh (torus_dims without wraparound links); a tuple: per axis of ``torus_dims`` (a TPU
+    #: v5e 8x16 slice closes only its 16-long axis)
+    wraparound: bool | tuple[bool, ...] = True
     in_network_reduction: bool = False
     reduction_bus_bandwidth: float | None = None
     reduction_latency: float | None = None      # fixed cost of one in-network reduction
@@ -125,7 +127,7 @@ class Topology:
                 return None
             torus_dims = tuple(lv.dims) if lv.topology in ("torus", "mesh") else ()
             return NetLevel(lv.bandwidth, lv.latency, lv.bus_bandwidth, torus_dims, lv.links,
-                            lv.topology != "mesh", bool(lv.in_network_reduction), lv.reduction_bus_bandwidth,
+                            lv.wraps if torus_dims else True, bool(lv.in_network_reduction), lv.reduction_bus_bandwidth,
                             lv.reduction_latency, full_mesh=lv.topology == "full-mesh")
         up = level(system.scale_up) or NetLevel(0.0, 0.0)
         out = level(system.scale_out)
@@ -274,45 +276,53 @@ class Topology:
         return torus(op, size, axes, up.link_bandwidth, up.latency, _named_wraps(axes, up.torus_dims, up.wraparound))
 
 
-def _named_wraps(axes: tuple[int, ...], dims: tuple[int, ...], wrap: bool) -> tuple[bool, ...]:
+def _axis_wraps(dims: tuple[int, ...], wrap: bool | tuple[bool, ...]) -> tuple[bool, ...]:
+    """One wraparound flag per torus axis (a single flag applies to every axis)."""
+    return tuple(wrap) if isinstance(wrap, tuple) else tuple(wrap for _ in dims)
+
+
+def _named_wraps(axes: tuple[int, ...], dims: tuple[int, ...], wrap: bool | tuple[bool, ...]) -> tuple[bool, ...]:
     """Wraparound of named axes: an axis whose length is one of the torus's dims (each dim matched
-    once) is that whole axis and wraps on a torus; another length is part of an axis, a line."""
-    left = list(dims)
+    once, a wrapping one first) is that whole axis and wraps where the torus closes it; another
+    length is part of an axis, a line."""
+    left = sorted(zip(dims, _axis_wraps(dims, wrap)), key=lambda a: not a[1])
     flags = []
     for k in axes:
-        whole = k in left
-        if whole:
-            left.remove(k)
-        flags.append(wrap and whole)
+        match = next((a for a in left if a[0] == k), None)
+        if match is not None:
+            left.remove(match)
+        flags.append(match is not None and match[1])
     return tuple(flags)
 
 
 def _torus_spans(group: int, dims: tuple[int, ...], stride: int = 1,
-                 wrap: bool = True) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+                 wrap: bool | tuple[bool, ...] = True) -> tuple[tuple[int, ...], tuple[bool, ...]]:
     """The axes a group of ``group`` devices spans, filling whole axes first (how slices are laid
     out on the torus): 16 devices on 16x16 use one axis, 64 on 4x4x4 all three; a remainder runs
     along part of the next axis. Members ``stride`` ranks apart skip the axes the inner groups fill
     (a data-parallel group at stride 16 on 16x16 runs along the second axis). With each axis its
     wraparound: only a group reaching all of a torus axis closes its ring through the wraparound
-    link; along part of one (2 of a 16-ring) the members form a line (the mesh rule, SB-TPU)."""
-    rest: list[tuple[int, int]] = []          # (members along the axis, the axis's length)
-    for k in dims:
+    link; along part of one (2 of a 16-ring) the members form a line (the mesh rule, SB-TPU), and an
+    axis the torus does not close (``wrap`` per axis) is a line even whole."""
+    rest: list[tuple[int, int, bool]] = []    # (members along the axis, the axis's length, it wraps)
+    for k, closed in zip(dims, _axis_wraps(dims, wrap)):
         if stride >= k and stride % k == 0:
             stride //= k
         elif stride > 1:
-            rest.append((max(1, k // stride), max(1, k // stride)))   # every stride-th chip: the whole axis
+            whole = max(1, k // stride)        # every stride-th chip: the whole axis
+            rest.append((whole, whole, closed))
             stride = 1
         else:
-            rest.append((k, k))
+            rest.append((k, k, closed))
     axes: list[int] = []
     wraps: list[bool] = []
-    for k, whole in rest or [(group, 0)]:
+    for k, whole, closed in rest or [(group, 0, False)]:
         have = prod(axes) if axes else 1
         if have >= group:
             break
         take = min(k, ceil(group / have))
         axes.append(take)
-        wraps.append(wrap and take == whole)
+        wraps.append(closed and take == whole)
     if not axes:
         return (group,), (False,)
     return tuple(axes), tuple(wraps)

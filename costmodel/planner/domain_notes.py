@@ -1,5 +1,6 @@
-"""What a plan says about its groups' placement on scale-up domains: a device count that is not a
-whole number of domains, and the mesh axes whose groups straddle a domain boundary.
+"""What a plan says about its groups' placement on scale-up domains: several TPU slices joined over
+DCN (multislice), a device count that is not a whole number of domains, and the mesh axes whose
+groups straddle a domain boundary.
 
 Why a note: such a group's collectives cross the scale-out network (:mod:`..execution.placement`;
 the step is timed with the slowest group of each axis), which a reader would otherwise take for a
@@ -27,14 +28,18 @@ def domain_notes(topology: Topology, parallel: Parallel, system: str) -> list[st
     if world is None or domain <= 1 or world <= domain:
         return []
     notes = []
+    if topology.scale_up.torus_dims and not world % domain:
+        dims = "x".join(map(str, topology.scale_up.torus_dims))
+        notes.append(f"{world} devices are {world // domain} slices of {domain} ({system}, {dims}) joined by the "
+                     "scale-out network (multislice): a group that spans slices runs its collectives on it")
     if world % domain:
         notes.append(f"{world} devices are not a whole number of {system}'s {domain}-device scale-up domains: "
                      f"{world // domain} full and one with {world % domain}; ranks fill the domains in order, so "
                      "a group whose ranks run past a domain's end crosses the scale-out network")
     for axis, what in _AXES:
         size, stride = parallel.axis(axis)
-        if size <= 1:
-            continue
+        if size <= 1 or (axis == "edp" and parallel.ep == 1):
+            continue              # without expert parallelism the expert replicas are the dp_cp groups
         counts = spread_counts(domain, size, stride, world)
         aligned = aligned_spread(domain, size, stride)
         straddling = [(s, n) for s, n in counts if s.domains > aligned.domains or s.local < aligned.local]

@@ -14,11 +14,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from ...backends import System, Target, get_system, get_target
 from ...backends.defaults import TRAINING_MEMORY_RESERVE
-from ...backends.registry import chip_and_system, chip_on_system, is_system_file
-from ...backends.registry import systems as _systems
-from ...errors import NarrowpipeError, PlanError
+from ...errors import PlanError
 from ...ir import DimRole, Graph, Op
 from ..execution.collectives import Topology
 from ..experts import ExpertBalance
@@ -26,6 +23,7 @@ from ..interpreter import interpret
 from .block_cost import BlockCost, block_cost, block_key, loss_outputs
 from .blocks import Blocks, split_blocks
 from .expert_parallel import expert_param_numel
+from .machine import resolve_machine
 from .memory import DeviceMemory, device_memory
 from .runtime import Runtime, get_runtime
 from .runtime_form import apply_runtime_form
@@ -56,41 +54,6 @@ class Evaluation:
         return max(self.memory, key=lambda m: m.total)
 
 
-def resolve_machine(target: Any, system: Any = None, devices: int | None = None) -> tuple[Target, System | None]:
-    """``target`` names a chip or a system; ``system`` (optional) a system. A chip with no system
-    gets the catalog's system of that chip when there is one (``a100`` -> ``dgx-a100``); where the
-    catalog has several (TPU v4 slices of 8, 16 and 64 chips), the one of ``devices`` chips, else the
-    smallest that holds them, else one with a scale-out level to replicate. Devices that no system
-    of the chip holds or joins are refused: a slice's topology is not a larger machine's."""
-    if system is not None:
-        return chip_on_system(target, system)
-    if isinstance(target, Target) or is_system_file(target):
-        chip, file_system = chip_and_system(target)
-        if file_system is not None:
-            return chip, file_system
-    else:
-        try:
-            sys_ = get_system(target)
-            return sys_.target(), sys_
-        except NarrowpipeError:
-            chip = get_target(target)
-    candidates = [get_system(name) for name, chip_name in _systems() if chip_name == chip.name]
-    if not candidates:
-        return chip, None
-    if devices is None:
-        return chip, candidates[0]
-    holding = sorted((s for s in candidates if s.devices >= devices), key=lambda s: s.devices)
-    if holding:
-        return chip, holding[0]
-    joined = [s for s in candidates if s.scale_out is not None]
-    if joined:
-        return chip, joined[0]
-    sizes = ", ".join(f"{s.name} ({s.devices})" for s in sorted(candidates, key=lambda s: s.devices))
-    raise PlanError(f"{devices} x {chip.name}: the catalog's {chip.name} systems are {sizes}, none with a "
-                    f"scale-out level to join more; plan on at most {max(s.devices for s in candidates)} devices, "
-                    "or name a system file of that size with --system")
-
-
 class Planner:
     """Costs and evaluates training strategies of ``graph`` on ``devices`` devices."""
 
@@ -106,6 +69,11 @@ class Planner:
         self.graph = graph
         self.devices = devices
         self.target, self.system = resolve_machine(target, system, devices)
+        if self.target.family == "dataflow":
+            raise PlanError(f"{self.target.name} is a dataflow chip: plan searches GPU/TPU parallel strategies "
+                            "(tensor, pipeline, data parallelism over HBM devices) and would treat its on-chip "
+                            "SRAM as HBM; its training step is laid out by the dataflow training model: run "
+                            f"`narrowpipe analyze MODEL --train --target {self.target.name}`")
         self.global_batch = global_batch
         self.runtime = get_runtime(runtime)
         self.optimizer = optimizer
@@ -166,7 +134,15 @@ class Planner:
         """The system's topology with the plan's ``devices`` as its world, so that each axis's groups
         are timed in the domains the launcher's rank order puts them in (:mod:`..execution.placement`)."""
         if self.system is None:
-            return replace(Topology.of(self.target), world=self.devices)
+            chip = self.target
+            # (a chip with no links at all is refused below, for having none)
+            if self.devices > chip.scale_up_domain and chip.scale_up_bandwidth and not chip.scale_out_bandwidth:
+                raise PlanError(f"{self.devices} x {chip.name}: its scale-up domain holds {chip.scale_up_domain} "
+                                "devices and neither its spec nor a catalog system gives a scale-out level to join "
+                                f"more (the chip fields would time every collective on the scale-up links): plan on "
+                                f"at most {chip.scale_up_domain} devices, or name a system file with a scale-out "
+                                "level (--system)")
+            return replace(Topology.of(chip), world=self.devices)
         sys_ = self.system
         if self.devices > sys_.devices:
             if sys_.scale_out is None:

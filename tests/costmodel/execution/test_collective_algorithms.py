@@ -70,6 +70,7 @@ def test_dgx_a100_has_no_in_network_reduction_and_runs_at_its_measured_ring_busb
 
 @pytest.mark.parametrize("target, chips, published", [
     ("tpu-v4", 4096, 1.1e15),      # GCP-V4: all-reduce bandwidth per pod 1.1 PB/s
+    ("tpu-v5e", 256, 51.2e12),     # GCP-V5E: all-reduce bandwidth per pod 51.2 TB/s
 ])
 def test_whole_pod_all_reduce_bandwidth_matches_the_published_pod_figure(target, chips, published):
     topo = Topology.of(get_target(target))
@@ -79,10 +80,13 @@ def test_whole_pod_all_reduce_bandwidth_matches_the_published_pod_figure(target,
     assert per_chip_busbw * chips == pytest.approx(published, rel=0.05)
 
 
-def test_v5e_pod_all_reduce_bandwidth_matches_the_published_pod_figure():
+def test_the_v5e_pod_system_runs_its_all_reduce_at_the_measured_ici_rate_not_the_pod_peak():
+    """GCP-V5E's 51.2 TB/s is the links' peak (256 chips x 200 GB/s, the chip fields above); the
+    system file runs at what TPU v5e ICI was measured to reach (SB-SHARD: 0.82 of 4 x 45 GB/s per
+    chip, 148 GB/s): 256 x 148 GB/s = 37.9 TB/s."""
     topo = Topology.of_system(get_system("tpu-v5e-256"))
     t = topo.time(Op.ALL_REDUCE, 64 * GiB, 256)
-    assert bus_factor(Op.ALL_REDUCE, 256) * 64 * GiB / t.seconds * 256 == pytest.approx(51.2e12, rel=0.05)
+    assert bus_factor(Op.ALL_REDUCE, 256) * 64 * GiB / t.seconds * 256 == pytest.approx(256 * 148e9, rel=0.01)
 
 
 def test_a_torus_group_on_one_axis_gets_that_axis_two_links_and_the_whole_torus_all_of_them():
@@ -124,9 +128,9 @@ def test_a_mesh_axis_needs_k_minus_one_hops_and_runs_at_half_a_torus_rate():
 
 
 def test_mesh_slices_load_as_meshes_and_the_cube_as_a_torus():
-    assert not Topology.of_system(get_system("tpu-v4-2x2x4")).scale_up.wraparound
-    assert not Topology.of_system(get_system("tpu-v4-2x2x2")).scale_up.wraparound
-    assert Topology.of_system(get_system("tpu-v4-4x4x4")).scale_up.wraparound
+    assert not any(Topology.of_system(get_system("tpu-v4-2x2x4")).scale_up.wraparound)
+    assert not any(Topology.of_system(get_system("tpu-v4-2x2x2")).scale_up.wraparound)
+    assert all(Topology.of_system(get_system("tpu-v4-4x4x4")).scale_up.wraparound)
 
 
 def test_the_v4_ici_figures_reproduce_the_measured_v5e_gathers_they_come_from():

@@ -103,3 +103,12 @@ def test_plan_notes_say_the_world_is_not_whole_racks(nvl72):
     assert any(n.startswith("data-parallel gradient groups (dp_cp=64") for n in notes)
     assert domain_notes(dataclasses.replace(nvl72, world=576), p.replace(dp=72, ep=8, global_batch=72),
                         "gb200-nvl72") == []
+
+
+def test_a_dense_plan_has_no_expert_data_parallel_note(nvl72):
+    """Without experts (ep=1) the expert data-parallel groups are the data-parallel ones: one note,
+    not the same straddle said twice (before: 'expert data-parallel gradient groups (edp=64' too)."""
+    p = Parallel(tp=1, pp=8, dp=64, global_batch=64)
+    notes = domain_notes(dataclasses.replace(nvl72, world=512), p, "gb200-nvl72")
+    assert any(n.startswith("data-parallel gradient groups (dp_cp=64") for n in notes)
+    assert not any("expert" in n for n in notes)

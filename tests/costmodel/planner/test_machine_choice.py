@@ -1,6 +1,7 @@
 """Which system a plan runs on: a chip with several catalog systems (TPU v4 slices of 8, 16 and 64
-chips, no scale-out level) takes the one its device count fits, and a count no system holds or joins
-is refused instead of being timed on a smaller slice's topology."""
+chips, no scale-out level) takes the one of its device count, or the standard slice of that many
+chips derived from the cube (4: 2x2x1, 32: 2x4x4; GCP-V4), and a count that is no slice is refused
+instead of being timed on part of a larger slice's topology."""
 
 from __future__ import annotations
 
@@ -18,21 +19,23 @@ def model() -> narrowpipe.Graph:
 
 @pytest.mark.parametrize("devices, system", [
     (8, "tpu-v4-2x2x2"), (16, "tpu-v4-2x2x4"), (64, "tpu-v4-4x4x4"),   # the slice of that size
-    (4, "tpu-v4-2x2x2"), (12, "tpu-v4-2x2x4"), (32, "tpu-v4-4x4x4"),   # part of the smallest that holds them
+    (4, "tpu-v4-2x2x1"), (32, "tpu-v4-2x4x4"),                         # the cube's standard slices
 ])
 def test_a_tpu_v4_plan_runs_on_the_slice_that_holds_its_chips(devices, system):
     assert resolve_machine("tpu-v4", devices=devices)[1].name == system
 
 
 def test_chips_no_slice_holds_are_refused_with_the_slices_named(model):
-    with pytest.raises(PlanError, match=r"512 x tpu-v4: .*tpu-v4-4x4x4 \(64\).*at most 64 devices"):
+    with pytest.raises(PlanError, match=r"512 x tpu-v4 is not a slice of tpu-v4-4x4x4: .*4, 8, 16, 32, 64 chips"):
         Planner(model, "tpu-v4", 512, global_batch=512)
+    with pytest.raises(PlanError, match=r"12 x tpu-v4 is not a slice"):     # was timed on part of the 2x2x4
+        Planner(model, "tpu-v4", 12, global_batch=12)
 
 
 def test_a_named_slice_refuses_more_chips_than_it_has(model):
     with pytest.raises(PlanError, match="64 devices do not fit tpu-v4-2x2x2 \\(8 devices\\)"):
         Planner(model, "tpu-v4-2x2x2", 64, global_batch=64)
-    with pytest.raises(PlanError, match="do not fit tpu-v4-4x4x4"):
+    with pytest.raises(PlanError, match="128 x tpu-v4 is not a slice of tpu-v4-4x4x4"):
         Planner(model, "tpu-v4", 128, global_batch=128, system="tpu-v4-4x4x4")
 
 
