@@ -113,7 +113,8 @@ def build_report(table: CostTable) -> Report:
                   peak_activation_bytes=table.peak_activation_bytes,
                   flops_by_group=flops_by_group, bytes_by_group=bytes_by_group,
                   ops=rows, unmodeled=unmodeled,
-                  notes=list(table.notes) + routing_notes(graph.nodes, table.shapes, table.expert_balance))
+                  notes=list(table.notes) + routing_notes(graph.nodes, table.shapes, table.expert_balance)
+                  + list(graph.meta.get("training", {}).get("gaps", ())))
 
 
 def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:

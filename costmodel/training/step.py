@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ...errors import NarrowpipeError
-from ...ir import DType, Graph, Value, maybe_verify
+from ...ir import DType, Graph, Node, Value, maybe_verify
 from .backward import BACKWARD_RULES, backward, requires_grad, trainable
 from .context import GradContext
 from .grad_elementwise import NON_DIFFERENTIABLE
@@ -138,8 +138,33 @@ def build_training_graph(graph: Graph, *, optimizer: str = "adam", recompute: st
                       and any(o in need for o in n.outputs)} | cx.unmodeled)
     if no_rule:
         notes.append(f"no backward rule for {', '.join(no_rule)}: their gradients are unmodeled ops")
+    gaps = _recurrence_gaps(nodes, need)
+    notes.extend(gaps)
     frozen_count = sum(1 for w in graph.weights if w.kind.value == "param") - len(params)
     train.meta["training"] = {"optimizer": optimizer, "recompute": recompute, "loss": loss,
                               "master": str(master), "parameters": len(params), "frozen": frozen_count,
-                              "with_gradient": len(grads), "no_backward_rule": no_rule, "notes": notes}
+                              "with_gradient": len(grads), "no_backward_rule": no_rule, "notes": notes,
+                              "gaps": gaps}
     return maybe_verify(train, "build_training_graph")
+
+
+def _recurrent_sources(nodes: Sequence[Node], need: set[Value]) -> list[str]:
+    """The recurrent layers (source ops) whose step-to-step projection takes a gradient."""
+    return sorted({str(n.source.op or n.name) for n in nodes
+                   if "sequential_steps" in n.attrs and any(o in need for o in n.outputs)})
+
+
+def _recurrence_gaps(nodes: Sequence[Node], need: set[Value]) -> list[str]:
+    """What the step leaves out for recurrent layers, said where the counts are read (a report note).
+
+    Why: the IR runs a recurrent layer's steps at once, each step's recurrent projection reading the
+    initial state (the recurrence is sequential, the FLOPs per step the same), so the backward has no
+    path from a step's gates to the previous step's hidden state: backpropagation through time's
+    per-step ``dgates @ W_hh`` (torch's backward of every step after the first) is not counted, and
+    the step's matmul FLOPs fall short of ``FlopCounterMode`` over ``loss.backward()`` by it."""
+    layers = _recurrent_sources(nodes, need)
+    if not layers:
+        return []
+    return [f"backward through time not modeled for {', '.join(layers)}: each step's gradient into the "
+            "previous hidden state (a [batch, gates x hidden] x [gates x hidden, hidden] matmul per step "
+            "after the first, per layer and direction) is not counted"]
