@@ -9,7 +9,9 @@ which are constants the exporter folded, so the frontend decides, in this order:
    B, a ``Gather``'s 8-bit table, ...), quantization scales and zero points (read only in the scale
    and zero-point slots of quantized ops, :data:`QUANT_SCALE_SLOTS`: they are bytes of the model,
    not parameters of the float model it quantizes), and ``Constant`` nodes (lowered as constant
-   weights elsewhere).
+   weights elsewhere), also once an optimizer turned them into initializers under their output's
+   name (onnxruntime's saved optimized graph keeps the torch exporter's
+   ``/model/norm/Constant_output_0``: a zero LayerNorm bias, a rotary table, not a parameter).
 2. **Buffers** (``BUFFER``): float initializers read only as batch-norm statistics (inputs 3 and 4
    of ``BatchNormalization``), or named like the persistent buffers torch modules register
    (``running_mean``, ``running_var``, ``num_batches_tracked``, ``inv_freq``, ``position_ids``,
@@ -33,6 +35,7 @@ when the Identity reads the parameter's DequantizeLinear (a QDQ model).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from math import prod
 
@@ -124,6 +127,10 @@ def _uses(graphs: list[GraphProto], names: set[str], top: list[NodeFields] | Non
     return out, other & names
 
 
+#: the output name the torch exporter gives a ``Constant`` node (``/m/norm/Constant_3_output_0``)
+_CONSTANT_OUTPUT = re.compile(r"(^|/)Constant(_\d+)?_output_\d+$")
+
+
 def _is_buffer_name(name: str) -> bool:
     """Named like a persistent buffer: its last path component (after ``/`` or ``.``) or its tail
     is one of :data:`BUFFER_NAMES` (the last component is a tail too, so one test covers both)."""
@@ -152,7 +159,7 @@ def classify_initializers(graph: GraphProto, graphs: list[GraphProto] | None = N
         n = prod(dims) if not dims or min(dims) >= 0 else 0
         dt = DTYPES.get(data_type)
         used = uses.get(name, [])
-        if dt is None or n <= 1 or (used and name not in read_elsewhere and
+        if dt is None or n <= 1 or _CONSTANT_OUTPUT.search(name) or (used and name not in read_elsewhere and
                                     all(i in QUANT_SCALE_SLOTS.get((d, op), ()) for d, op, i in used)):
             out[name] = (ValueKind.CONST, "")
         elif not dt.is_float:
