@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ..ir import Op
-from ..ir.typecheck import elementwise_shape_problem
+from ..ir.typecheck import broadcast_conflicts, broadcast_operands, elementwise_shape_problem
 from ..ir.window_checks import window_problems
 from .opview import OpView
 
@@ -94,10 +94,24 @@ def check_broadcast(v: OpView) -> None:
         return
     problem = elementwise_shape_problem(v.node, [s for s in v.in_shapes if s is not None], v.out_shapes[0])
     if problem is not None:
-        hint = ("dims that must agree bound to different sizes, such as an attention mask's total length "
-                "against past + new tokens?" if problem.startswith("operands") else
-                "the graph states a result its operands do not give: an edited graph file?")
+        if not problem.startswith("operands"):
+            hint = "the graph states a result its operands do not give: an edited graph file?"
+        elif _bound_apart(v):
+            hint = ("dims that must agree bound to different sizes, such as an attention mask's total length "
+                    "against past + new tokens?")
+        else:
+            hint = "sizes the graph itself fixes, whatever the bindings: a frontend or graph-file error"
         raise shape_error(v, f"{problem} under these bindings ({hint})")
+
+
+def _bound_apart(v: OpView) -> bool:
+    """Whether a symbolic dim sits on an axis where the bound operands disagree: only then did the
+    bindings make them disagree (two fixed sizes that differ are the graph's own error)."""
+    bound = broadcast_operands(v.node, [s for s in v.in_shapes if s is not None])
+    typed = broadcast_operands(v.node, [x.shape for x, s in zip(v.node.inputs, v.in_shapes)
+                                        if x is not None and s is not None])
+    return any(len(s) >= -axis and not isinstance(s[axis], int)
+               for axis in broadcast_conflicts(bound) for s in typed)
 
 
 def check_window(v: OpView) -> None:

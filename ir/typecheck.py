@@ -19,7 +19,8 @@ from .ops import MAJORS, OPERAND_MAJOR, Op, OpGroup
 from .shapes import format_shape
 from .window_checks import check_window
 
-__all__ = ["type_problems", "may_equal", "elementwise_shape_problem", "REQUIRED_ATTRS"]
+__all__ = ["type_problems", "may_equal", "elementwise_shape_problem", "broadcast_operands", "broadcast_conflicts",
+           "REQUIRED_ATTRS"]
 
 #: Attributes a node of the op must carry; cost rules read them unconditionally.
 REQUIRED_ATTRS: dict[Op, tuple[str, ...]] = {
@@ -203,22 +204,43 @@ def elementwise_shape_problem(node: Node, shapes: Sequence[Shape], result: Shape
     None. Symbolic shapes (the verifier) accept what some binding makes right; the interpreter calls
     it again with bound shapes, where every comparison is decided (an edited graph file, or two dims
     an ONNX export never relates, such as a mask's length against the keys')."""
+    operands = broadcast_operands(node, shapes)
+    if not operands:
+        return None
+    expected = broadcast_shapes(operands)
+    if expected is None:
+        return "operands do not broadcast: " + ", ".join(format_shape(s) for s in operands)
+    if _shape_mismatch(expected, result):
+        return f"output shape {format_shape(result)} is not the broadcast {format_shape(expected)} of its operands"
+    return None
+
+
+def broadcast_operands(node: Node, shapes: Sequence[Shape]) -> list[Shape]:
+    """The operand shapes an elementwise node broadcasts, lined up as it lines them up (none for an op
+    that does not broadcast): lookup tables read by position and CastLike's dtype operand left out,
+    a legacy ``axis`` operand aligned at its axis."""
     tables = node.attrs.get("lookup_operands", 0)
     if isinstance(tables, int) and 0 < tables < len(shapes):
         shapes = shapes[:-tables]   # read by position (rotary caches), not broadcast (see ops.py)
     if node.op is Op.CAST:
         shapes = shapes[:1]   # CastLike's second operand only names the dtype
     if node.op in _NOT_BROADCAST or not shapes:
-        return None
+        return []
     axis = node.attrs.get("axis")
     if isinstance(axis, int) and not isinstance(axis, bool):
-        shapes = _align_at_axis(list(shapes), axis)
-    expected = broadcast_shapes(shapes)
-    if expected is None:
-        return "operands do not broadcast: " + ", ".join(format_shape(s) for s in shapes)
-    if _shape_mismatch(expected, result):
-        return f"output shape {format_shape(result)} is not the broadcast {format_shape(expected)} of its operands"
-    return None
+        return _align_at_axis(list(shapes), axis)
+    return list(shapes)
+
+
+def broadcast_conflicts(shapes: Sequence[Shape]) -> list[int]:
+    """The axes, counted from the right (-1 is the last), where two operands certainly disagree
+    (two different sizes, neither 1)."""
+    out = []
+    for axis in range(-max((len(s) for s in shapes), default=0), 0):
+        sizes = [s[axis] for s in shapes if len(s) >= -axis and s[axis] != 1]
+        if any(not may_equal(a, b) for a in sizes for b in sizes):
+            out.append(axis)
+    return out
 
 
 def _align_at_axis(shapes: list[Shape], axis: int) -> list[Shape]:
@@ -295,7 +317,22 @@ def _check_channel_norm(node: Node) -> list[str]:
     return out
 
 
+def _check_reshape(node: Node) -> list[str]:
+    """A reshape views one tensor: operands past the data can only say how (ONNX ``Reshape``'s shape,
+    ``Squeeze``/``Unsqueeze``'s axes: an integer tensor of rank 1, or 0 for one axis, as ONNX's own
+    loop tests write it). A second data operand has no meaning: the bind-time checks read only the
+    first and a view moves no bytes, so a frontend that packed two tensors into one "reshape"
+    (com.microsoft Attention's ``present`` once did) would hide a copy behind a free op."""
+    out: list[str] = []
+    for i, v in enumerate(node.inputs[1:], 1):
+        if v is not None and (v.type.rank > 1 or not v.type.dtype.is_int):
+            out.append(f"operand {i} ({v.name!r}) is {v.type.dtype.value} {format_shape(v.shape)}: a reshape "
+                       "views one tensor, and operands after it can only be an integer shape or axes (rank <= 1)")
+    return out
+
+
 _CHECKS: dict[Op, Callable[[Node], list[str]]] = {
+    Op.RESHAPE: _check_reshape,
     Op.DOT: _check_dot, Op.GROUPED_DOT: _check_grouped_dot, Op.ATTENTION: _check_attention,
     Op.CONV: check_window, Op.POOL: check_window,
     **{op: _check_same_shape for op in (Op.SOFTMAX, Op.LOG_SOFTMAX, Op.LAYER_NORM, Op.RMS_NORM)},

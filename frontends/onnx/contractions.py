@@ -27,7 +27,7 @@ from .stamp import pure
 from .symdims import dim_eq
 from .windows import check_window_attrs, window_attrs
 
-__all__ = ["CONTRACTION_LOWERINGS", "dot", "matmul", "conv_attrs", "zero_points", "ZeroPoints"]
+__all__ = ["CONTRACTION_LOWERINGS", "dot", "matmul", "unsqueeze_front", "conv_attrs", "zero_points", "ZeroPoints"]
 
 
 #: Zero points a contraction reads: (the values, which operand each belongs to: "lhs" or "rhs").
@@ -46,7 +46,8 @@ def dot(cx: NodeCx, lhs: Value, rhs: Value, lc: tuple[int, ...], rc: tuple[int, 
     return cx.emit(Op.DOT, [lhs, rhs, *zps], attrs, types=types, bind=bind, suffix=suffix)
 
 
-def _unsqueeze_front(cx: NodeCx, v: Value, rank: int, suffix: str) -> Value:
+def unsqueeze_front(cx: NodeCx, v: Value, rank: int, suffix: str) -> Value:
+    """``v`` with leading 1s up to ``rank`` (a free view), as a broadcasting matmul reads it."""
     if v.type.rank == rank:
         return v
     t = v.type.with_shape((1,) * (rank - v.type.rank) + tuple(v.type.shape))
@@ -69,8 +70,8 @@ def matmul(cx: NodeCx, a: Value, b: Value, *, types: list[TensorType] | None = N
     if rb == 2:
         return dot(cx, a, b, (ra - 1,), (0,), **kw)
     r = max(ra, rb)
-    a = _unsqueeze_front(cx, a, r, f"{suffix}lhs_unsqueeze")
-    b = _unsqueeze_front(cx, b, r, f"{suffix}rhs_unsqueeze")
+    a = unsqueeze_front(cx, a, r, f"{suffix}lhs_unsqueeze")
+    b = unsqueeze_front(cx, b, r, f"{suffix}rhs_unsqueeze")
     batch = tuple(range(r - 2))
     return dot(cx, a, b, (r - 1,), (r - 2,), batch, batch, **kw)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from ...ir import CAUSAL, WINDOW, Op, Value
 from ..mask_pattern import band_attrs
-from .contractions import conv_attrs, dot, matmul
-from .contrib_shapes import MS, gqa_geometry, heads
+from .contractions import conv_attrs, dot, matmul, unsqueeze_front
+from .contrib_shapes import MS, fused_matmul_axes, gqa_geometry, heads
 from .mask_hooks import attention_mask_band
 from .nn import NN_LOWERINGS, attention_core
 from .node import NodeCx
@@ -31,6 +31,41 @@ def _split_qkv(cx: NodeCx, qkv: Value, sizes: list[Any]) -> list[Value]:
                     bind=False, suffix=part).outputs[0] for part, size in zip(("q", "k", "v"), sizes)]
 
 
+def _attention_present(cx: NodeCx, qkv: Value, sizes: list[Any], n: int) -> tuple[Value, Value] | None:
+    """com.microsoft Attention's ``present`` [2, B, N, P + S, H]: what onnxruntime's kernel does
+    (``ConcatStateChunk``): copy the past keys/values and the new ones (the projection's K and V
+    parts, viewed as [2, B, N, S, H]) into one buffer along the sequence, with their bytes. Returns
+    the keys and values attention reads when there is a past: the present's halves as free ``bsd``
+    views (None without a past: attention reads the new ones)."""
+    if sizes[1] != sizes[2]:
+        raise cx.error(f"Attention with past/present stacks keys and values into one [2, B, N, S, H] "
+                       f"tensor, but qkv_hidden_sizes gives keys {sizes[1]} and values {sizes[2]}")
+    b, s = qkv.type.shape[0], qkv.type.shape[1]
+    dt, past = qkv.type.dtype, cx.input(4)
+    head_dim = to_dim(dim_floordiv(sizes[1], n))
+    kv_t = cx.tensor(dt, (b, s, to_dim(dim_add(sizes[1], sizes[2]))))
+    kv = cx.emit(Op.SLICE, [qkv], {"axis": 2, "part": "kv"}, types=[kv_t], bind=False, suffix="kv").outputs[0]
+    new = cx.emit(Op.RESHAPE, [kv], {"layout_adapter": "bsd->2bnsh"}, types=[cx.tensor(dt, (2, b, n, s, head_dim))],
+                  bind=False, suffix="kv_2bnsh").outputs[0]
+    total = dim_add(past.type.shape[3], s) if past is not None else s
+    present_t = cx.out_type_at(1) or cx.tensor(dt, (2, b, n, to_dim(total), head_dim))
+    if past is not None:
+        present = cx.emit(Op.CONCAT, [past, new], {"axis": 3}, types=[present_t], bind=False,
+                          suffix="present").outputs[0]
+    else:
+        present = cx.emit(Op.COPY, [new], types=[present_t], bind=False, suffix="present").outputs[0]
+    if cx.has_output(1):
+        cx.bind_at(1, present)
+    if past is None:
+        return None
+    halves = []
+    for i, part in enumerate(("k", "v")):
+        half = cx.emit(Op.SLICE, [present], {"axis": 0, "part": part, "index": i},
+                       types=[cx.tensor(dt, tuple(present_t.shape[1:]))], bind=False, suffix=f"{part}_all").outputs[0]
+        halves.append(_as_bsd(cx, half, f"{part}_all_bsd"))
+    return halves[0], halves[1]
+
+
 def _ms_attention(cx: NodeCx) -> None:
     """com.microsoft Attention: the packed QKV projection (dot + bias), then attention."""
     x, w, bias = cx.input(0), cx.input(1), cx.input(2)
@@ -42,25 +77,8 @@ def _ms_attention(cx: NodeCx) -> None:
     if bias is not None:
         qkv = cx.emit(Op.ADD, [qkv, bias], {"role": "bias"}, types=[proj_t], bind=False, suffix="qkv_bias").outputs[0]
     q, k, v = _split_qkv(cx, qkv, sizes)
-    past = cx.input(4)
-    if past is not None or cx.has_output(1):
-        present_t = cx.out_type_at(1) or cx.tensor(x.type.dtype, (2, x.type.shape[0], n, x.type.shape[1],
-                                                                  to_dim(dim_floordiv(sizes[1], n))))
-        new_kv = cx.emit(Op.RESHAPE, [k, v], {"layout_adapter": "bsd->2bnsh"},
-                         types=[cx.tensor(x.type.dtype, (2, x.type.shape[0], n, x.type.shape[1], present_t.shape[4]))],
-                         bind=False, suffix="kv").outputs[0]
-        present = cx.emit(Op.CONCAT, [past, new_kv], {"axis": 3}, types=[present_t], bind=False,
-                          suffix="present").outputs[0] if past is not None else new_kv
-        if cx.has_output(1):
-            cx.bind_at(1, present)
-        if past is not None:
-            total = present_t.shape[3]
-            k = cx.emit(Op.RESHAPE, [present], {"layout_adapter": "2bnsh->bsd", "part": "k"},
-                        types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[1]))], bind=False,
-                        suffix="k_all").outputs[0]
-            v = cx.emit(Op.RESHAPE, [present], {"layout_adapter": "2bnsh->bsd", "part": "v"},
-                        types=[cx.tensor(x.type.dtype, (x.type.shape[0], total, sizes[2]))], bind=False,
-                        suffix="v_all").outputs[0]
+    if cx.input(4) is not None or cx.has_output(1):
+        k, v = _attention_present(cx, qkv, sizes, n) or (k, v)
     attrs = {"layout": "bsd", "num_heads": n, "kv_num_heads": n, CAUSAL: bool(cx.attr("unidirectional", 0))}
     band = None if attrs[CAUSAL] else attention_mask_band(cx, 3, nonzero=True) or attention_mask_band(cx, 5)
     if band is not None:
@@ -106,24 +124,43 @@ def _with_past(cx: NodeCx, new: Value, past_index: int, out_index: int, heads: i
                    types=[cx.tensor(new.type.dtype, (b, total, hidden))], bind=False, suffix=f"{what}_all").outputs[0]
 
 
+def _unpack(cx: NodeCx, packed: Value, parts: tuple[str, ...]) -> list[Value]:
+    """A packed [B, S, N, len(parts), H] input's parts as free [B, S, N*H] views."""
+    b, s, n, _, h = packed.type.shape
+    hidden = to_dim(dim_mul(n, h))
+    dt = packed.type.dtype
+    flat = cx.emit(Op.RESHAPE, [packed], types=[cx.tensor(dt, (b, s, to_dim(dim_mul(hidden, len(parts)))))],
+                   bind=False, suffix="".join(parts)).outputs[0]
+    return [cx.emit(Op.SLICE, [flat], {"axis": 2, "part": part}, types=[cx.tensor(dt, (b, s, hidden))],
+                    bind=False, suffix=part).outputs[0] for part in parts]
+
+
+def _add_bias(cx: NodeCx, t: Value, bias: Value, what: str) -> Value:
+    """``t`` plus its part of a packed [D + D + Dv] bias (``bias[0:D]``, ``[D:2D]``, ``[2D:]``: a free
+    view the width of ``t``'s hidden dim), as onnxruntime adds it."""
+    hidden = t.type.shape[-1]
+    part = cx.emit(Op.SLICE, [bias], {"axis": 0, "part": what}, types=[cx.tensor(bias.type.dtype, (hidden,))],
+                   bind=False, suffix=f"{what}_bias_part").outputs[0]
+    return cx.emit(Op.ADD, [t, part], {"role": "bias"}, types=[t.type], bind=False, suffix=f"{what}_bias").outputs[0]
+
+
 def _ms_mha(cx: NodeCx) -> None:
     q, k, v = cx.input(0), cx.input(1), cx.input(2)
     assert q is not None
     n = heads(cx)
-    bias = cx.input(3)
-    if k is None or v is None:
+    if k is None:
         if q.type.rank != 5:
             raise cx.error("MultiHeadAttention without key/value needs packed QKV [B, S, N, 3, H]")
-        b, s, _, _, h = q.type.shape
-        hidden = to_dim(dim_mul(n, h))
-        packed = cx.emit(Op.RESHAPE, [q], types=[cx.tensor(q.type.dtype, (b, s, to_dim(dim_mul(hidden, 3))))],
-                         bind=False, suffix="qkv").outputs[0]
-        q, k, v = _split_qkv(cx, packed, [hidden] * 3)
-    elif bias is not None:
-        q = cx.emit(Op.ADD, [q, bias], {"role": "bias"}, types=[q.type], bind=False, suffix="q_bias").outputs[0]
+        q, k, v = _unpack(cx, q, ("q", "k", "v"))
+    elif v is None:
+        if k.type.rank != 5:
+            raise cx.error("MultiHeadAttention without value needs packed KV [B, L, N, 2, H] as its key")
+        k, v = _unpack(cx, k, ("k", "v"))
+    bias = cx.input(10 if cx.op_type == "DecoderMaskedMultiHeadAttention" else 3)   # DMMHA's 3 is mask_index
+    if bias is not None:   # [D + D + Dv]; a [B, N, L, H] key/value cache is already projected: no bias
+        q = _add_bias(cx, q, bias, "q")
         if k.type.rank == 3:
-            k = cx.emit(Op.ADD, [k, bias], {"role": "bias"}, types=[k.type], bind=False, suffix="k_bias").outputs[0]
-            v = cx.emit(Op.ADD, [v, bias], {"role": "bias"}, types=[v.type], bind=False, suffix="v_bias").outputs[0]
+            k, v = _add_bias(cx, k, bias, "k"), _add_bias(cx, v, bias, "v")
     if k.type.rank == 3:
         k = _with_past(cx, k, 6, 1, n, "key")
         v = _with_past(cx, v, 7, 2, n, "value")
@@ -231,19 +268,21 @@ def _skip_norm(norm: Op) -> Callable[[NodeCx], None]:
 
 
 def _fused_matmul(cx: NodeCx) -> None:
+    """A dot_general reading A and B in :func:`.contrib_shapes.fused_matmul_axes`'s order: the
+    transposes are strides onnxruntime's GEMM reads with, no copy."""
     a, b = cx.input(0), cx.input(1)
     assert a is not None and b is not None
-    ta, tb = int(cx.attr("transA", 0)), int(cx.attr("transB", 0))
+    flags = {f: bool(cx.attr(f, 0)) for f in ("transA", "transB", "transBatchA", "transBatchB")}
     alpha = float(cx.attr("alpha", 1.0))
     ra, rb = a.type.rank, b.type.rank
-    r = max(ra, rb)
-    if ra < 2 or rb < 2 or (not ta and not tb):
+    if ra < 2 or rb < 2 or not any(flags.values()):
         node = matmul(cx, a, b, bind=alpha == 1.0, types=cx.out_types())
     else:
-        batch = tuple(range(r - 2)) if ra == rb else ()
-        lb = batch if ra == rb else ()
-        node = dot(cx, a, b, (ra - 2 if ta else ra - 1,), (rb - 1 if tb else rb - 2,), lb, lb,
-                   bind=alpha == 1.0, types=cx.out_types(), extra={"transA": bool(ta), "transB": bool(tb)})
+        pa, pb = fused_matmul_axes(cx, ra, rb)
+        r = len(pa)
+        a, b = unsqueeze_front(cx, a, r, "lhs_unsqueeze"), unsqueeze_front(cx, b, r, "rhs_unsqueeze")
+        node = dot(cx, a, b, (pa[-1],), (pb[-2],), pa[:-2], pb[:-2], bind=alpha == 1.0, types=cx.out_types(),
+                   extra={k: v for k, v in flags.items() if v})
     if alpha != 1.0:
         cx.emit(Op.MUL, node.outputs, {"scalar": alpha, "role": "alpha"}, suffix="alpha")
 

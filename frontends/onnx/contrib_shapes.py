@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...errors import ShapeError
 from ...ir import DType
 from .fold import as_dims
 from .node import NodeCx
@@ -17,7 +18,7 @@ from .shape_windows import WINDOW_RULES
 from .shapes import OutSpec
 from .symdims import dim_add, dim_floordiv, dim_mul, to_dim
 
-__all__ = ["CONTRIB_SHAPE_RULES", "MS", "heads", "gqa_geometry", "as_dims_tuple"]
+__all__ = ["CONTRIB_SHAPE_RULES", "MS", "heads", "gqa_geometry", "as_dims_tuple", "fused_matmul_axes"]
 
 MS = "com.microsoft::"
 
@@ -154,14 +155,35 @@ def _gqa_shapes(cx: NodeCx) -> list[OutSpec | None]:
     return [(cx.dtype(0), as_dims_tuple(b, s, dim_mul(hq, hd))), present, present]
 
 
+def fused_matmul_axes(cx: NodeCx, ra: int, rb: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The axis order in which FusedMatMul reads A and B, both brought to rank ``max(ra, rb)`` by
+    leading 1s: ``[..batch, rows, cols]`` of the matrices it multiplies (onnxruntime's contrib
+    schema, checked against its output). ``transBatchA`` moves A's first dim to just before its
+    last (A [d0, d1..dr-2, dr-1] is read as [d1..dr-2, d0, dr-1]), then ``transA`` swaps the last
+    two; likewise B. onnxruntime refuses a transBatch flag unless both ranks are equal and >= 3."""
+    tba, tbb = int(cx.attr("transBatchA", 0)), int(cx.attr("transBatchB", 0))
+    if (tba or tbb) and (ra != rb or ra < 3):
+        raise cx.error(f"FusedMatMul transBatchA={tba}, transBatchB={tbb} needs both inputs of the same rank >= 3, "
+                       f"got ranks {ra} and {rb} (onnxruntime refuses it too)", ShapeError)
+    r = max(ra, rb)
+
+    def order(batch_first: int, trans: int) -> tuple[int, ...]:
+        axes = [*range(1, r - 1), 0, r - 1] if batch_first else list(range(r))
+        if trans:
+            axes[-2], axes[-1] = axes[-1], axes[-2]
+        return tuple(axes)
+    return order(tba, int(cx.attr("transA", 0))), order(tbb, int(cx.attr("transB", 0)))
+
+
 def _fused_matmul_shapes(cx: NodeCx) -> list[OutSpec | None]:
     a, b = cx.shape(0), cx.shape(1)
     if a is None or b is None or len(a) < 2 or len(b) < 2:
         return [None]
-    ta, tb = int(cx.attr("transA", 0)), int(cx.attr("transB", 0))
-    m = a[-1] if ta else a[-2]
-    n = b[-2] if tb else b[-1]
-    return [(cx.dtype(0), broadcast(cx, [tuple(a[:-2]), tuple(b[:-2])]) + (m, n))]
+    pa, pb = fused_matmul_axes(cx, len(a), len(b))
+    r = len(pa)
+    a, b = (1,) * (r - len(a)) + tuple(a), (1,) * (r - len(b)) + tuple(b)
+    batch = broadcast(cx, [tuple(a[i] for i in pa[:-2]), tuple(b[i] for i in pb[:-2])])
+    return [(cx.dtype(0), tuple(batch) + (a[pa[-2]], b[pb[-1]]))]
 
 
 def _matmul_nbits_shapes(cx: NodeCx) -> list[OutSpec | None]:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ...ir import DType
+from .attention_shapes import ATTENTION_SHAPE_RULES
 from .fold import as_dims, as_ints
 from .reshape_open import open_reshape
 from .shape_base import Dim, RuleContext, broadcast, inputs_shapes, length_of, max_dim, numel, rule_error, unknown_dims
@@ -373,4 +374,5 @@ SHAPE_RULES: dict[str, Callable[[Any], list[OutSpec | None]]] = {
     "ConstantOfShape": _constant_of_shape, "Tile": _tile, "Range": _range, "Concat": _concat,
     "Slice": _slice, "Gather": _gather, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze,
     "Flatten": _flatten, "Transpose": _transpose, "Split": _split, "Pad": _pad, **WINDOW_RULES,
+    **ATTENTION_SHAPE_RULES,
 }

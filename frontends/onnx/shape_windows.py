@@ -24,6 +24,12 @@ def conv_out_dim(x: Dim, k: int, stride: int, dilation: int, pad_total: int, cei
     return window_out(x, k, stride, dilation, pad_total, ceil_mode)
 
 
+#: Convolution-like ops (output channels from the weight) and the input index of their weight; every
+#: other op ``_window`` serves is a pool (channels kept). onnxruntime's ``com.microsoft::FusedConv``
+#: (Conv + activation, emitted by every ORT-optimized CNN) is a Conv here, domain aside.
+_CONV_WEIGHT: dict[str, int] = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3, "DeformConv": 1, "FusedConv": 1}
+
+
 def _window(cx: RuleContext) -> list[OutSpec | None]:
     """Conv and pooling: output spatial dims from kernel, stride, dilation, pads or auto_pad."""
     x = cx.shape(0)
@@ -31,8 +37,9 @@ def _window(cx: RuleContext) -> list[OutSpec | None]:
         return [None] * cx.n_outputs()
     n_sp = len(x) - 2
     kernel = cx.attr("kernel_shape")
-    if kernel is None and cx.op_type in ("Conv", "ConvInteger", "QLinearConv", "DeformConv"):
-        w = cx.shape(3 if cx.op_type == "QLinearConv" else 1)
+    w_index = _CONV_WEIGHT.get(cx.op_type)
+    if kernel is None and w_index is not None:
+        w = cx.shape(w_index)
         if w is None or not all(isinstance(d, int) for d in w[2:]):
             return [None] * cx.n_outputs()
         kernel = list(w[2:])
@@ -45,10 +52,10 @@ def _window(cx: RuleContext) -> list[OutSpec | None]:
         return [None] * cx.n_outputs()
     attrs = {"kernel": kernel, "stride": strides, "dilation": dil, "padding": pads,
              "auto_pad": str(cx.attr("auto_pad") or "NOTSET"), "ceil_mode": bool(cx.attr("ceil_mode", 0))}
-    conv = cx.op_type in ("Conv", "ConvInteger", "QLinearConv", "DeformConv")
-    spatial = conv_spatial(attrs, x[2:], kernel) if conv else [s[0] for s in pool_spatial(attrs, x[2:])]
-    if conv:
-        w = cx.shape(3 if cx.op_type == "QLinearConv" else 1)
+    spatial = conv_spatial(attrs, x[2:], kernel) if w_index is not None else \
+        [s[0] for s in pool_spatial(attrs, x[2:])]
+    if w_index is not None:
+        w = cx.shape(w_index)
         if w is None:
             return [None]
         return [(None, (x[0], w[0], *spatial))]
