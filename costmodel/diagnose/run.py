@@ -3,7 +3,9 @@
 Each op recorded with shapes is lowered to a one-op IR graph (:mod:`narrowpipe.frontends.trace.lower`) and costed by
 the same rules as every graph (:mod:`.rules`), so its FLOPs and bytes are exact; its measured time
 (the op's duration on a CPU trace, the sum of the kernels it launched on a GPU trace) turns them into
-achieved FLOP/s and bandwidth, compared with the target's datasheet peaks:
+achieved FLOP/s and bandwidth, compared with the target's datasheet peaks. Utilizations are judged on
+an op's typical call (one call's work over its median call time, :func:`_typical_call_s`): one
+preempted call is time in the run, not evidence of what bounds the op.
 
 * ``compute utilization`` = (FLOPs at the peak rate for the dtype: matrix units for matmul, conv and
   attention, vector units otherwise, plus transcendentals) / measured time;
@@ -153,12 +155,15 @@ def _stat(u: Unit, target: Target, op_time_s: float, machine: Machine) -> OpStat
         return OpStat(u.name, "collective", "collective", "", n, t, t / op_time_s, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0,
                       None, None, INTERCONNECT, op_advice(INTERCONNECT, "collective", "", 0.0), kernel)
     free = c.bytes == 0 and c.flops == 0
+    # utilizations are the typical call's (one call's work over its median time): a preempted call
+    # is time in the run (share, achieved rates) but says nothing about what bounds the op
+    typical = _typical_call_s(u)
     if u.kind == "comm":
         bound, uc, reach = INTERCONNECT, 0.0, 0.0
     else:
-        bound, uc, reach = op_bound(c.compute_s * n, c.reach_memory_s * n, t,
-                                    _typical_call_s(u) > LONG_CALL_LAUNCHES * target.launch_overhead, free)
-    um = c.memory_s * n / t if t and u.kind != "comm" else 0.0
+        bound, uc, reach = op_bound(c.compute_s, c.reach_memory_s, typical,
+                                    typical > LONG_CALL_LAUNCHES * target.launch_overhead, free)
+    um = c.memory_s / typical if typical and u.kind != "comm" else 0.0
     link = c.link_s * n / t if c.link_s is not None and t else None
     return OpStat(u.name, c.op, c.group, u.shapes, n, t, t / op_time_s if op_time_s else 0.0, c.flops * n,
                   c.transcendentals * n, c.bytes * n, c.comm_bytes * n, c.flops * n / t if t else 0.0,
@@ -221,7 +226,7 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     bw_util = nbytes / (tl.window_s * target.memory_bandwidth) if tl.window_s else 0.0
 
     label, reasons = run_label(tl, by_bound, trace.gpu)
-    reach_s = sum(o.memory_reach_utilization * o.time_s for o in ops if o.bound != HOST_COPY)
+    reach_s = sum(u.costed.reach_memory_s * u.calls for u in units if u.kind == "op" and u.costed is not None)
     reach = f" ({_share(reach_s / tl.window_s)} of what it reaches at these ops' transfer sizes)" \
         if tl.window_s and reach_s > max(1.25 * bw_util * tl.window_s, 1e-3 * tl.window_s) else ""
     reasons.append(f"MFU {_share(mfu)} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
