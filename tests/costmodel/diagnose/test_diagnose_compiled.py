@@ -92,3 +92,33 @@ def test_triton_kernels_under_a_region_are_its_work(tmp_path: Path) -> None:
     assert rows[COMPILED_REGION].time_s == pytest.approx(500e-6)
     assert d.ops[0].name == "aten::add" and d.ops[0].time_s == pytest.approx(40e-6)
     assert d.time_by_bound["dispatch"] == 0.0
+
+
+def test_a_fully_compiled_cpu_trace_is_diagnosed_not_refused(tmp_path: Path) -> None:
+    """QA's compiled_eltwise: record_shapes=1 but no aten op (Inductor's C++ records none): the
+    regions (70,000 - 33 us each, twice) are the run's unmodeled work."""
+    events = _region(100, 70000) + _region(80000, 70000)
+    d = diagnose(_write(tmp_path, events), "epyc-9755")
+    assert {u.name: u.time_s for u in d.unmodeled}[COMPILED_REGION] == pytest.approx(2 * 69967e-6)
+    assert d.label == "unmodeled" and not d.ops
+
+
+def test_a_fully_compiled_gpu_trace_is_diagnosed_not_refused(tmp_path: Path) -> None:
+    """QA's gpu/s9_compiled_gpu.json: one region launching one 500 us Triton kernel."""
+    events = [_ev("Torch-Compiled Region: 0/0", 0, 50, **{"External id": 1}),
+              _ev("cuLaunchKernel", 10, 5, cat="cuda_runtime", **{"External id": 1, "correlation": 7}),
+              _ev("triton_poi_fused_add_mul_sin_0", 20, 500, cat="kernel",
+                  **{"External id": 1, "correlation": 7, "device": 0, "stream": 7})]
+    d = diagnose(_write(tmp_path, events, deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]), "h100")
+    assert [(u.name, u.time_s) for u in d.unmodeled] == [(COMPILED_REGION, pytest.approx(500e-6))]
+    assert d.label == "unmodeled"
+
+
+@pytest.mark.parametrize(("top", "said"), [({}, "flag is absent"), ({"record_shapes": 0}, "flag is 0")])
+def test_a_trace_truly_recorded_without_shapes_is_refused_saying_why(tmp_path: Path, top: dict, said: str) -> None:
+    from narrowpipe.errors import TraceError
+
+    p = tmp_path / "noshapes.json"
+    p.write_text(json.dumps({**top, "traceEvents": [_ev("aten::mm", 0, 100), _ev("aten::add", 200, 10)]}))
+    with pytest.raises(TraceError, match=f"recorded without shapes.*{said}"):
+        diagnose(p, "epyc-9755")
