@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["OVERHEAD_UTILIZATION", "LONG_CALL_LAUNCHES", "LOW_COMPUTE_UTILIZATION", "RUN_LABELS", "HOST_COPY",
            "LATENCY", "UNMODELED_LABEL", "Timeline", "Machine", "op_bound", "run_label", "op_advice", "run_advice",
-           "unmodeled_names", "gemm_alignment", "pct"]
+           "unmodeled_names", "gemm_alignment", "pct", "TOO_FAST", "share_of_peak"]
 
 #: Below this fraction of both peak FLOP/s and peak bandwidth, an op is bound by overhead.
 OVERHEAD_UTILIZATION = 0.05
@@ -27,6 +27,10 @@ OVERHEAD_UTILIZATION = 0.05
 LONG_CALL_LAUNCHES = 20
 #: A compute-bound matmul below this fraction of peak gets shape and precision advice.
 LOW_COMPUTE_UTILIZATION = 0.5
+#: Utilization above which an op is called faster than the target allows. Above 1, not at it: a
+#: calibrated target's rates (a CPU's transcendental functions, its GEMM plateau) are medians of
+#: measured runs, and a later run beats a median by a few percent without anything being wrong.
+TOO_FAST = 1.1
 #: The run label when ops without a cost rule take more time than any bucket: what bounds them is unknown.
 UNMODELED_LABEL = "unmodeled"
 RUN_LABELS = {"launch": "input/CPU-launch bound", "latency": "latency-bound (long calls far below both peaks)",
@@ -115,6 +119,12 @@ def launch_parts(tl: Timeline, by_bound: dict[str, float]) -> dict[str, float]:
     parts = {"idle": tl.idle_s, OVERHEAD: by_bound[OVERHEAD], HOST_COPY: by_bound[HOST_COPY],
              "dispatch": by_bound["dispatch"]}
     return {**parts, "total": sum(parts.values())}
+
+
+def share_of_peak(x: float) -> str:
+    """A share of a peak as people read it: never above 100% (faster than the peak is a wrong
+    target or a wrong count, which the notes say)."""
+    return f"{x:.1%}" if x <= TOO_FAST else ">100% (faster than the peak)"
 
 
 def pct(part: float, whole: float) -> str:
@@ -247,13 +257,27 @@ def run_advice(label: str, machine: Machine, tl: Timeline, by_bound: dict[str, f
         out.append("fuse elementwise chains (torch.compile), use bf16 activations and fp8/int8 weights, batch "
                    "weight-bound matmuls")
     else:
-        faster = [name for name, has in (("bf16", machine.faster_bf16), ("TF32", machine.cuda and machine.tf32),
-                                         ("fp8", machine.fp8)) if has]
-        out.append(f"MFU {mfu:.0%}: " + (f"{'/'.join(faster)} matmuls; " if faster else "")
-                   + "beyond the roof only fewer FLOPs or a faster chip help")
+        out.append(_compute_advice(machine, mfu))
     for o in ops[:3]:
         out.append(f"{o.name} ({o.bound}, {o.share:.0%} of op time): {o.advice[0]}")
     return out
+
+
+def _compute_advice(machine: Machine, mfu: float) -> str:
+    """A compute-bound run near the roof needs fewer FLOPs, a narrower dtype or a faster chip; far
+    below it (MFU under :data:`LOW_COMPUTE_UTILIZATION`) the kernels fall short of the roof, which
+    shapes, kernel choice and precision move first (a 16% MFU run told "beyond the roof" was wrong)."""
+    faster = [name for name, has in (("bf16", machine.faster_bf16), ("TF32", machine.cuda and machine.tf32),
+                                     ("fp8", machine.fp8)) if has]
+    narrower = f"{'/'.join(faster)} matmuls" if faster else ""
+    head = f"MFU {share_of_peak(mfu)}"
+    if mfu >= LOW_COMPUTE_UTILIZATION:
+        return f"{head}, near the roof: " + (f"{narrower}; " if narrower else "") + \
+            "beyond it only fewer FLOPs or a faster chip help"
+    where = ("cuBLAS/cuDNN's kernel choice (torch.backends.cudnn.benchmark)" if machine.cuda else
+             "the BLAS and thread count in use (torch.get_num_threads())")
+    return (f"{head}, far below the roof: the matmul kernels fall short of the peak; align and enlarge their "
+            f"shapes (see the top ops), check {where}" + (f", and use {narrower}" if narrower else ""))
 
 
 #: A part of the launch bucket at least this share of it gets its own advice (the largest always does).

@@ -65,6 +65,7 @@ from .labels import (
     LOW_COMPUTE_UTILIZATION,
     OVERHEAD_UTILIZATION,
     RUN_LABELS,
+    TOO_FAST,
     Machine,
     Timeline,
     op_advice,
@@ -72,6 +73,7 @@ from .labels import (
     pct,
     run_advice,
     run_label,
+    share_of_peak,
 )
 from .report import DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION, Diagnosis, OpStat, UnmodeledStat
 
@@ -227,10 +229,10 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
 
     label, reasons = run_label(tl, by_bound, trace.gpu)
     reach_s = sum(u.costed.reach_memory_s * u.calls for u in units if u.kind == "op" and u.costed is not None)
-    reach = f" ({_share(reach_s / tl.window_s)} of what it reaches at these ops' transfer sizes)" \
+    reach = f" ({share_of_peak(reach_s / tl.window_s)} of what it reaches at these ops' transfer sizes)" \
         if tl.window_s and reach_s > max(1.25 * bw_util * tl.window_s, 1e-3 * tl.window_s) else ""
-    reasons.append(f"MFU {_share(mfu)} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
-                   f"{_share(bw_util)} of {target.memory_bandwidth / 1e9:.4g} GB/s{reach}")
+    reasons.append(f"MFU {share_of_peak(mfu)} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
+                   f"{share_of_peak(bw_util)} of {target.memory_bandwidth / 1e9:.4g} GB/s{reach}")
     notes = ["bytes are compulsory traffic (inputs read once, outputs written once): memory utilization is a "
              "lower bound"]
     if by_bound["unmodeled"]:
@@ -276,14 +278,3 @@ def _other_machine(ops: list[OpStat], target: Target) -> list[str]:
             f"({measured * 1e3:.3g} ms measured, {predicted * 1e3:.3g} ms predicted): was the trace recorded on "
             f"{target.name}? (for a CPU host, calibrate it: narrowpipe calibrate --out host.toml)"]
 
-
-#: Utilization above which an op is called faster than the target allows. Above 1, not at it: a
-#: calibrated target's rates (a CPU's transcendental functions, its GEMM plateau) are medians of
-#: measured runs, and a later run beats a median by a few percent without anything being wrong.
-TOO_FAST = 1.1
-
-
-def _share(x: float) -> str:
-    """A share of a peak as people read it: never above 100% (faster than the peak is a wrong
-    target or a wrong count, which the notes say)."""
-    return f"{x:.1%}" if x <= TOO_FAST else ">100% (faster than the peak)"
