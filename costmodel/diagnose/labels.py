@@ -276,8 +276,8 @@ def _compute_advice(machine: Machine, mfu: float) -> str:
             "beyond it only fewer FLOPs or a faster chip help"
     where = ("cuBLAS/cuDNN's kernel choice (torch.backends.cudnn.benchmark)" if machine.cuda else
              "the BLAS and thread count in use (torch.get_num_threads())")
-    return (f"{head}, far below the roof: the matmul kernels fall short of the peak; align and enlarge their "
-            f"shapes (see the top ops), check {where}" + (f", and use {narrower}" if narrower else ""))
+    return (f"{head}, far below the roof: the matmul kernels fall short of the peak: look at their shapes (the top "
+            f"ops' advice) and {where}" + (f", and use {narrower}" if narrower else ""))
 
 
 #: A part of the launch bucket at least this share of it gets its own advice (the largest always does).
