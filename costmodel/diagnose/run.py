@@ -109,13 +109,34 @@ def _warn_mismatch(trace: Trace, target: Target, allow_tf32: bool) -> None:
     if allow_tf32 and "tf32" not in target.matrix_flops:
         warnings.warn(f"--tf32 does nothing on {target.name} ({target.family}): it has no TF32 rate, so fp32 "
                       "matmuls are rated at fp32", NarrowpipeWarning, stacklevel=3)
+    names = _gpu_names(trace)
     if trace.gpu and target.family != "gpu":
-        names = [str(d.get("name")) for d in trace.meta.get("device_properties", []) if isinstance(d, dict)
-                 and d.get("name")]
         device = f"on {names[0]}" if names else "on a GPU (it records device kernels)"
         warnings.warn(f"the trace was recorded {device} but is judged on {target.name}, a {target.family} target: "
                       "its kernel times are held against another family's peaks; judge it on the GPU it ran on",
                       NarrowpipeWarning, stacklevel=3)
+    elif _launch_times_only(trace):
+        warnings.warn(f"the run used {names[0] if names else 'a CUDA GPU'} but the trace records no kernel events "
+                      "(profiled with CPU activity only): op durations are the host's launch times, not the GPU's "
+                      "times; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
+                      NarrowpipeWarning, stacklevel=3)
+    elif not trace.gpu and target.family != "cpu":
+        warnings.warn(f"the trace was recorded on a CPU (no device kernels) but is judged on {target.name}, a "
+                      f"{target.family} target: its host op times are held against another family's peaks; judge "
+                      "it on the host it ran on (narrowpipe calibrate --out host.toml)", NarrowpipeWarning,
+                      stacklevel=3)
+
+
+def _gpu_names(trace: Trace) -> list[str]:
+    """The GPUs the trace's ``deviceProperties`` lists (torch writes them when CUDA was initialized)."""
+    return [str(d.get("name")) for d in trace.meta.get("device_properties", []) if isinstance(d, dict)
+            and d.get("name")]
+
+
+def _launch_times_only(trace: Trace) -> bool:
+    """A CUDA run profiled with CPU activity only: a GPU listed (or CUDA runtime calls recorded) but no
+    kernel events, so each op's duration is its launch on the host, not its work on the GPU."""
+    return not trace.gpu and bool(_gpu_names(trace) or trace.runtime)
 
 
 def _machine(trace: Trace, target: Target) -> Machine:
@@ -238,7 +259,9 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     if by_bound["unmodeled"]:
         notes.append(f"{len(unmodeled)} unmodeled op(s)/kernel(s) take {pct(by_bound['unmodeled'], op_time_s)} of "
                      "op time and count toward no bucket")
-    if not trace.gpu:
+    if _launch_times_only(trace):
+        notes.append("CUDA run without kernel events: op durations are host launch times, not GPU times")
+    elif not trace.gpu:
         notes.append("CPU trace: op durations on the host are the measured times")
     notes += _other_machine(ops, target)
     too_fast = [o for o in ops if max(o.compute_utilization or 0.0, o.memory_utilization or 0.0,
