@@ -66,6 +66,8 @@ class Machine:
     tf32: bool             # the target has a TF32 matrix rate
     faster_bf16: bool      # the target's bf16 matrix rate beats its fp32 one
     fp8: bool = False      # the target has an fp8 matrix rate
+    #: A CPU's vector width (its ``simd_width_bits``, 512 for AMX tile rows); None where unknown or not a CPU.
+    simd_bits: int | None = None
 
     @property
     def cuda(self) -> bool:
@@ -180,12 +182,12 @@ def op_advice(bound: str, group: str, dtype: str, uc: float, free: bool = False,
             "cheaper approximation",)
 
 
-def gemm_alignment(dtype: str, family: str) -> tuple[int, str]:
+def gemm_alignment(dtype: str, family: str, simd_bits: int | None = None) -> tuple[int, str]:
     """(multiple, why) each GEMM dim should be for ``dtype``'s matrix units on ``family``: NVIDIA's
     tensor cores want dims in multiples of 16 bytes (8 fp16/bf16, 16 int8/fp8, 4 TF32 values: NVIDIA
     Matrix Multiplication Background User's Guide, "Tensor Core Requirements"); a TPU's MXU is 128
-    wide (design.md); a CPU's GEMM micro-kernels work in 512-bit vectors (64 bytes: AVX-512, an AMX
-    tile row) and mask a ragged tail."""
+    wide (design.md); a CPU's GEMM micro-kernels work in its vectors (``simd_bits``: 256 on AVX2,
+    512 on AVX-512 or an AMX tile row; 512 when the target does not say) and mask a ragged tail."""
     try:
         size = max(DType.parse(dtype).bits // 8, 1)
     except (ValueError, KeyError):
@@ -194,7 +196,8 @@ def gemm_alignment(dtype: str, family: str) -> tuple[int, str]:
         return 16 // size, "tensor-core tiles"
     if family == "tpu":
         return 128, "the MXU's width"
-    return 64 // size, "a 512-bit vector's lanes"
+    bits = simd_bits or 512
+    return max(bits // 8 // size, 1), f"a {bits}-bit vector's lanes"
 
 
 def _low_compute_advice(uc: float, dtype: str, m: Machine, gemm: tuple[int, int, int] | None) -> tuple[str, ...]:
@@ -203,7 +206,7 @@ def _low_compute_advice(uc: float, dtype: str, m: Machine, gemm: tuple[int, int,
     tips: list[str] = []
     head = f"compute-bound at {uc:.0%} of peak"
     if gemm is not None and m.family != "dataflow":
-        multiple, why = gemm_alignment(dtype, m.family)
+        multiple, why = gemm_alignment(dtype, m.family, m.simd_bits)
         ragged = [f"{n}={v}" for n, v in zip("MNK", gemm) if v % multiple]
         if ragged:
             tips.append(f"{head}: {', '.join(ragged)} not a multiple of {multiple} ({dtype}, {why}): pad/align it")

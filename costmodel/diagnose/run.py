@@ -141,8 +141,11 @@ def _launch_times_only(trace: Trace) -> bool:
 
 def _machine(trace: Trace, target: Target) -> Machine:
     rates = target.matrix_flops
+    simd = getattr(target, "simd_width_bits", None)
+    if getattr(target, "amx_ops_per_cycle", 0):
+        simd = 512      # AMX tiles take 64-byte rows
     return Machine(trace.gpu, target.family, "tf32" in rates, rates.get("bf16", 0.0) > rates.get("fp32", 0.0),
-                   any(k.startswith("fp8") for k in rates))
+                   any(k.startswith("fp8") for k in rates), simd if target.family == "cpu" else None)
 
 
 def _dominant_float(trace: Trace) -> DType:
