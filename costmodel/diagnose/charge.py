@@ -1,6 +1,12 @@
 """Charging measured time: which op owns each piece of it (CPU op durations, GPU kernels, copies,
 collectives), grouped into units of one op name at one recorded signature.
 
+A ``torch.compile`` region (``Torch-Compiled Region: 0/0``, ``## Call CompiledFxGraph ...``) is work
+whose ops the trace does not record (Inductor's fused C++ or Triton kernels): its time outside
+recorded children, and the kernels it launched, are one unmodeled row, :data:`COMPILED_REGION`,
+whether or not eager ops sit inside or beside it (as a read-through wrapper its time read as dispatch
+and called a compiled matmul launch-bound).
+
 An op with no lowering that wraps costed ops is read through: a wrapper's own time (a pass-through
 op such as ``reshape``, or a non-aten frame: autograd's engine, a ``record_function`` range) is
 dispatch, while an aten op's own time is work done outside its costed children, unmodeled
@@ -23,10 +29,20 @@ from ...frontends.trace.read import MEMCPY, Event, Trace
 from .cost import Costed, Coster
 from .labels import HOST_COPY
 
-__all__ = ["Unit", "Charger", "UNMODELED"]
+__all__ = ["Unit", "Charger", "UNMODELED", "COMPILED_REGION", "is_compiled_region"]
 
 #: The kind of a unit whose work is unknown: an op without a lowering, or a kernel no op launched.
 UNMODELED = "unmodeled"
+#: The unmodeled row holding compiled regions' own time and the kernels they launched.
+COMPILED_REGION = "torch.compile region"
+
+#: Frames of code torch.compile generated: Dynamo's region and the call into Inductor's compiled graph.
+_COMPILED_FRAME = re.compile(r"Torch-Compiled Region(: \d+/\d+)?|(## )?Call CompiledFxGraph\b.*|CompiledFxGraph\b.*")
+
+
+def is_compiled_region(name: str) -> bool:
+    """Whether ``name`` is a frame of compiled code: work the trace records no ops for."""
+    return _COMPILED_FRAME.fullmatch(name.strip()) is not None
 
 
 @dataclass
@@ -122,6 +138,9 @@ class Charger:
 
     def walk(self, ev: Event) -> None:
         base = ev.name.split("::", 1)[-1]
+        if is_compiled_region(ev.name):
+            self._compiled(ev)
+            return
         if collective_kind(ev.name)[0]:
             u = self.unit("comm", ev.name, ev.name)
             if not self.trace.gpu:
@@ -153,6 +172,18 @@ class Charger:
             self.owner[id(d)] = u
         if not self.trace.gpu:
             u.charge(ev)
+
+    def _compiled(self, ev: Event) -> None:
+        """A compiled region: its own time (on the host) and its unowned kernels are unmodeled work;
+        the ops it records inside are charged as ever."""
+        u = self.unit(UNMODELED, COMPILED_REGION, COMPILED_REGION)
+        self.owner[id(ev)] = u
+        u.calls += 1
+        if not self.trace.gpu:
+            u.time_us += max(ev.dur - sum(c.dur for c in ev.children), 0.0)
+            u.intervals.append((ev.ts, ev.end))
+        for c in ev.children:
+            self.walk(c)
 
     def charge_device(self) -> None:
         for k in self.trace.device:

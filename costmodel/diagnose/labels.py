@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["OVERHEAD_UTILIZATION", "LONG_CALL_LAUNCHES", "LOW_COMPUTE_UTILIZATION", "RUN_LABELS", "HOST_COPY",
            "LATENCY", "UNMODELED_LABEL", "Timeline", "Machine", "op_bound", "run_label", "op_advice", "run_advice",
-           "unmodeled_names", "gemm_alignment", "pct"]
+           "unmodeled_names", "gemm_alignment", "pct", "TOO_FAST", "share_of_peak"]
 
 #: Below this fraction of both peak FLOP/s and peak bandwidth, an op is bound by overhead.
 OVERHEAD_UTILIZATION = 0.05
@@ -27,6 +27,10 @@ OVERHEAD_UTILIZATION = 0.05
 LONG_CALL_LAUNCHES = 20
 #: A compute-bound matmul below this fraction of peak gets shape and precision advice.
 LOW_COMPUTE_UTILIZATION = 0.5
+#: Utilization above which an op is called faster than the target allows. Above 1, not at it: a
+#: calibrated target's rates (a CPU's transcendental functions, its GEMM plateau) are medians of
+#: measured runs, and a later run beats a median by a few percent without anything being wrong.
+TOO_FAST = 1.1
 #: The run label when ops without a cost rule take more time than any bucket: what bounds them is unknown.
 UNMODELED_LABEL = "unmodeled"
 RUN_LABELS = {"launch": "input/CPU-launch bound", "latency": "latency-bound (long calls far below both peaks)",
@@ -62,6 +66,8 @@ class Machine:
     tf32: bool             # the target has a TF32 matrix rate
     faster_bf16: bool      # the target's bf16 matrix rate beats its fp32 one
     fp8: bool = False      # the target has an fp8 matrix rate
+    #: A CPU's vector width (its ``simd_width_bits``, 512 for AMX tile rows); None where unknown or not a CPU.
+    simd_bits: int | None = None
 
     @property
     def cuda(self) -> bool:
@@ -117,6 +123,12 @@ def launch_parts(tl: Timeline, by_bound: dict[str, float]) -> dict[str, float]:
     return {**parts, "total": sum(parts.values())}
 
 
+def share_of_peak(x: float) -> str:
+    """A share of a peak as people read it: never above 100% (faster than the peak is a wrong
+    target or a wrong count, which the notes say)."""
+    return f"{x:.1%}" if x <= TOO_FAST else ">100% (faster than the peak)"
+
+
 def pct(part: float, whole: float) -> str:
     return f"{part / whole:.0%}" if whole else "-"
 
@@ -170,12 +182,12 @@ def op_advice(bound: str, group: str, dtype: str, uc: float, free: bool = False,
             "cheaper approximation",)
 
 
-def gemm_alignment(dtype: str, family: str) -> tuple[int, str]:
+def gemm_alignment(dtype: str, family: str, simd_bits: int | None = None) -> tuple[int, str]:
     """(multiple, why) each GEMM dim should be for ``dtype``'s matrix units on ``family``: NVIDIA's
     tensor cores want dims in multiples of 16 bytes (8 fp16/bf16, 16 int8/fp8, 4 TF32 values: NVIDIA
     Matrix Multiplication Background User's Guide, "Tensor Core Requirements"); a TPU's MXU is 128
-    wide (design.md); a CPU's GEMM micro-kernels work in 512-bit vectors (64 bytes: AVX-512, an AMX
-    tile row) and mask a ragged tail."""
+    wide (design.md); a CPU's GEMM micro-kernels work in its vectors (``simd_bits``: 256 on AVX2,
+    512 on AVX-512 or an AMX tile row; 512 when the target does not say) and mask a ragged tail."""
     try:
         size = max(DType.parse(dtype).bits // 8, 1)
     except (ValueError, KeyError):
@@ -184,7 +196,8 @@ def gemm_alignment(dtype: str, family: str) -> tuple[int, str]:
         return 16 // size, "tensor-core tiles"
     if family == "tpu":
         return 128, "the MXU's width"
-    return 64 // size, "a 512-bit vector's lanes"
+    bits = simd_bits or 512
+    return max(bits // 8 // size, 1), f"a {bits}-bit vector's lanes"
 
 
 def _low_compute_advice(uc: float, dtype: str, m: Machine, gemm: tuple[int, int, int] | None) -> tuple[str, ...]:
@@ -193,7 +206,7 @@ def _low_compute_advice(uc: float, dtype: str, m: Machine, gemm: tuple[int, int,
     tips: list[str] = []
     head = f"compute-bound at {uc:.0%} of peak"
     if gemm is not None and m.family != "dataflow":
-        multiple, why = gemm_alignment(dtype, m.family)
+        multiple, why = gemm_alignment(dtype, m.family, m.simd_bits)
         ragged = [f"{n}={v}" for n, v in zip("MNK", gemm) if v % multiple]
         if ragged:
             tips.append(f"{head}: {', '.join(ragged)} not a multiple of {multiple} ({dtype}, {why}): pad/align it")
@@ -247,13 +260,27 @@ def run_advice(label: str, machine: Machine, tl: Timeline, by_bound: dict[str, f
         out.append("fuse elementwise chains (torch.compile), use bf16 activations and fp8/int8 weights, batch "
                    "weight-bound matmuls")
     else:
-        faster = [name for name, has in (("bf16", machine.faster_bf16), ("TF32", machine.cuda and machine.tf32),
-                                         ("fp8", machine.fp8)) if has]
-        out.append(f"MFU {mfu:.0%}: " + (f"{'/'.join(faster)} matmuls; " if faster else "")
-                   + "beyond the roof only fewer FLOPs or a faster chip help")
+        out.append(_compute_advice(machine, mfu))
     for o in ops[:3]:
         out.append(f"{o.name} ({o.bound}, {o.share:.0%} of op time): {o.advice[0]}")
     return out
+
+
+def _compute_advice(machine: Machine, mfu: float) -> str:
+    """A compute-bound run near the roof needs fewer FLOPs, a narrower dtype or a faster chip; far
+    below it (MFU under :data:`LOW_COMPUTE_UTILIZATION`) the kernels fall short of the roof, which
+    shapes, kernel choice and precision move first (a 16% MFU run told "beyond the roof" was wrong)."""
+    faster = [name for name, has in (("bf16", machine.faster_bf16), ("TF32", machine.cuda and machine.tf32),
+                                     ("fp8", machine.fp8)) if has]
+    narrower = f"{'/'.join(faster)} matmuls" if faster else ""
+    head = f"MFU {share_of_peak(mfu)}"
+    if mfu >= LOW_COMPUTE_UTILIZATION:
+        return f"{head}, near the roof: " + (f"{narrower}; " if narrower else "") + \
+            "beyond it only fewer FLOPs or a faster chip help"
+    where = ("cuBLAS/cuDNN's kernel choice (torch.backends.cudnn.benchmark)" if machine.cuda else
+             "the BLAS and thread count in use (torch.get_num_threads())")
+    return (f"{head}, far below the roof: the matmul kernels fall short of the peak: look at their shapes (the top "
+            f"ops' advice) and {where}" + (f", and use {narrower}" if narrower else ""))
 
 
 #: A part of the launch bucket at least this share of it gets its own advice (the largest always does).

@@ -42,6 +42,8 @@ class OpStat:
     comm_bytes: int
     achieved_flops_per_s: float
     achieved_bytes_per_s: float
+    #: Utilizations are one call's work at the peak over the typical (median) call's time, so one
+    #: preempted call does not flip the bound; ``time_s``, ``share`` and achieved rates are all calls'.
     compute_utilization: float
     memory_utilization: float
     link_utilization: float | None

@@ -3,7 +3,9 @@
 Each op recorded with shapes is lowered to a one-op IR graph (:mod:`narrowpipe.frontends.trace.lower`) and costed by
 the same rules as every graph (:mod:`.rules`), so its FLOPs and bytes are exact; its measured time
 (the op's duration on a CPU trace, the sum of the kernels it launched on a GPU trace) turns them into
-achieved FLOP/s and bandwidth, compared with the target's datasheet peaks:
+achieved FLOP/s and bandwidth, compared with the target's datasheet peaks. Utilizations are judged on
+an op's typical call (one call's work over its median call time, :func:`_typical_call_s`): one
+preempted call is time in the run, not evidence of what bounds the op.
 
 * ``compute utilization`` = (FLOPs at the peak rate for the dtype: matrix units for matmul, conv and
   attention, vector units otherwise, plus transcendentals) / measured time;
@@ -63,6 +65,7 @@ from .labels import (
     LOW_COMPUTE_UTILIZATION,
     OVERHEAD_UTILIZATION,
     RUN_LABELS,
+    TOO_FAST,
     Machine,
     Timeline,
     op_advice,
@@ -70,6 +73,7 @@ from .labels import (
     pct,
     run_advice,
     run_label,
+    share_of_peak,
 )
 from .report import DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION, Diagnosis, OpStat, UnmodeledStat
 
@@ -105,19 +109,43 @@ def _warn_mismatch(trace: Trace, target: Target, allow_tf32: bool) -> None:
     if allow_tf32 and "tf32" not in target.matrix_flops:
         warnings.warn(f"--tf32 does nothing on {target.name} ({target.family}): it has no TF32 rate, so fp32 "
                       "matmuls are rated at fp32", NarrowpipeWarning, stacklevel=3)
+    names = _gpu_names(trace)
     if trace.gpu and target.family != "gpu":
-        names = [str(d.get("name")) for d in trace.meta.get("device_properties", []) if isinstance(d, dict)
-                 and d.get("name")]
         device = f"on {names[0]}" if names else "on a GPU (it records device kernels)"
         warnings.warn(f"the trace was recorded {device} but is judged on {target.name}, a {target.family} target: "
                       "its kernel times are held against another family's peaks; judge it on the GPU it ran on",
                       NarrowpipeWarning, stacklevel=3)
+    elif _launch_times_only(trace):
+        warnings.warn(f"the run used {names[0] if names else 'a CUDA GPU'} but the trace records no kernel events "
+                      "(profiled with CPU activity only): op durations are the host's launch times, not the GPU's "
+                      "times; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
+                      NarrowpipeWarning, stacklevel=3)
+    elif not trace.gpu and target.family != "cpu":
+        warnings.warn(f"the trace was recorded on a CPU (no device kernels) but is judged on {target.name}, a "
+                      f"{target.family} target: its host op times are held against another family's peaks; judge "
+                      "it on the host it ran on (narrowpipe calibrate --out host.toml)", NarrowpipeWarning,
+                      stacklevel=3)
+
+
+def _gpu_names(trace: Trace) -> list[str]:
+    """The GPUs the trace's ``deviceProperties`` lists (torch writes them when CUDA was initialized)."""
+    return [str(d.get("name")) for d in trace.meta.get("device_properties", []) if isinstance(d, dict)
+            and d.get("name")]
+
+
+def _launch_times_only(trace: Trace) -> bool:
+    """A CUDA run profiled with CPU activity only: a GPU listed (or CUDA runtime calls recorded) but no
+    kernel events, so each op's duration is its launch on the host, not its work on the GPU."""
+    return not trace.gpu and bool(_gpu_names(trace) or trace.runtime)
 
 
 def _machine(trace: Trace, target: Target) -> Machine:
     rates = target.matrix_flops
+    simd = getattr(target, "simd_width_bits", None)
+    if getattr(target, "amx_ops_per_cycle", 0):
+        simd = 512      # AMX tiles take 64-byte rows
     return Machine(trace.gpu, target.family, "tf32" in rates, rates.get("bf16", 0.0) > rates.get("fp32", 0.0),
-                   any(k.startswith("fp8") for k in rates))
+                   any(k.startswith("fp8") for k in rates), simd if target.family == "cpu" else None)
 
 
 def _dominant_float(trace: Trace) -> DType:
@@ -153,12 +181,15 @@ def _stat(u: Unit, target: Target, op_time_s: float, machine: Machine) -> OpStat
         return OpStat(u.name, "collective", "collective", "", n, t, t / op_time_s, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0,
                       None, None, INTERCONNECT, op_advice(INTERCONNECT, "collective", "", 0.0), kernel)
     free = c.bytes == 0 and c.flops == 0
+    # utilizations are the typical call's (one call's work over its median time): a preempted call
+    # is time in the run (share, achieved rates) but says nothing about what bounds the op
+    typical = _typical_call_s(u)
     if u.kind == "comm":
         bound, uc, reach = INTERCONNECT, 0.0, 0.0
     else:
-        bound, uc, reach = op_bound(c.compute_s * n, c.reach_memory_s * n, t,
-                                    _typical_call_s(u) > LONG_CALL_LAUNCHES * target.launch_overhead, free)
-    um = c.memory_s * n / t if t and u.kind != "comm" else 0.0
+        bound, uc, reach = op_bound(c.compute_s, c.reach_memory_s, typical,
+                                    typical > LONG_CALL_LAUNCHES * target.launch_overhead, free)
+    um = c.memory_s / typical if typical and u.kind != "comm" else 0.0
     link = c.link_s * n / t if c.link_s is not None and t else None
     return OpStat(u.name, c.op, c.group, u.shapes, n, t, t / op_time_s if op_time_s else 0.0, c.flops * n,
                   c.transcendentals * n, c.bytes * n, c.comm_bytes * n, c.flops * n / t if t else 0.0,
@@ -221,17 +252,19 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     bw_util = nbytes / (tl.window_s * target.memory_bandwidth) if tl.window_s else 0.0
 
     label, reasons = run_label(tl, by_bound, trace.gpu)
-    reach_s = sum(o.memory_reach_utilization * o.time_s for o in ops if o.bound != HOST_COPY)
-    reach = f" ({_share(reach_s / tl.window_s)} of what it reaches at these ops' transfer sizes)" \
+    reach_s = sum(u.costed.reach_memory_s * u.calls for u in units if u.kind == "op" and u.costed is not None)
+    reach = f" ({share_of_peak(reach_s / tl.window_s)} of what it reaches at these ops' transfer sizes)" \
         if tl.window_s and reach_s > max(1.25 * bw_util * tl.window_s, 1e-3 * tl.window_s) else ""
-    reasons.append(f"MFU {_share(mfu)} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
-                   f"{_share(bw_util)} of {target.memory_bandwidth / 1e9:.4g} GB/s{reach}")
+    reasons.append(f"MFU {share_of_peak(mfu)} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
+                   f"{share_of_peak(bw_util)} of {target.memory_bandwidth / 1e9:.4g} GB/s{reach}")
     notes = ["bytes are compulsory traffic (inputs read once, outputs written once): memory utilization is a "
              "lower bound"]
     if by_bound["unmodeled"]:
         notes.append(f"{len(unmodeled)} unmodeled op(s)/kernel(s) take {pct(by_bound['unmodeled'], op_time_s)} of "
                      "op time and count toward no bucket")
-    if not trace.gpu:
+    if _launch_times_only(trace):
+        notes.append("CUDA run without kernel events: op durations are host launch times, not GPU times")
+    elif not trace.gpu:
         notes.append("CPU trace: op durations on the host are the measured times")
     notes += _other_machine(ops, target)
     too_fast = [o for o in ops if max(o.compute_utilization or 0.0, o.memory_utilization or 0.0,
@@ -271,14 +304,3 @@ def _other_machine(ops: list[OpStat], target: Target) -> list[str]:
             f"({measured * 1e3:.3g} ms measured, {predicted * 1e3:.3g} ms predicted): was the trace recorded on "
             f"{target.name}? (for a CPU host, calibrate it: narrowpipe calibrate --out host.toml)"]
 
-
-#: Utilization above which an op is called faster than the target allows. Above 1, not at it: a
-#: calibrated target's rates (a CPU's transcendental functions, its GEMM plateau) are medians of
-#: measured runs, and a later run beats a median by a few percent without anything being wrong.
-TOO_FAST = 1.1
-
-
-def _share(x: float) -> str:
-    """A share of a peak as people read it: never above 100% (faster than the peak is a wrong
-    target or a wrong count, which the notes say)."""
-    return f"{x:.1%}" if x <= TOO_FAST else ">100% (faster than the peak)"

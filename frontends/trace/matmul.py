@@ -108,6 +108,12 @@ def _matmul(c: Call) -> Graph | None:
     return _dot(c, a, b, (r - 1,), (r - 2,), batch, batch)
 
 
+@_register("_int_mm")
+def _int_mm(c: Call) -> Graph | None:
+    """``_int_mm(int8 [M, K], int8 [K, N]) -> int32 [M, N]``: an int8 matmul accumulating in int32."""
+    return _dot(c, c.t(0), c.t(1), (1,), (0,), out_dtype=DType.INT32)
+
+
 @_register("_scaled_mm")
 def _scaled_mm(c: Call) -> Graph | None:
     out = dtype_code(c.c(6), DType.BF16)

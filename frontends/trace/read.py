@@ -224,8 +224,11 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
         raise TraceError(p, "has no CPU op or GPU kernel events (ph 'X', cat 'cpu_op'/'kernel'); "
                             "record it with torch.profiler and export_chrome_trace")
     flag = data.get("record_shapes") if isinstance(data, dict) else None
-    if not any(e.has_shapes for e in ops):
-        raise TraceError(p, "was recorded without shapes: profile with "
+    if not any(e.has_shapes for e in ops) and not flag:
+        # torch writes record_shapes=1 only when it was on; on, a trace with no shaped op is compiled
+        # code (Inductor's kernels record no aten ops) and is diagnosed as unmodeled work
+        raise TraceError(p, "was recorded without shapes (no op records 'Input Dims' and the trace's "
+                            f"record_shapes flag is {'absent' if flag is None else repr(flag)}): profile with "
                             "torch.profiler.profile(..., record_shapes=True)")
     roots = _nest(ops + runtime)
     roots = [r for r in roots if r.cat == CPU_OP]

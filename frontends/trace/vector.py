@@ -12,6 +12,7 @@ from typing import Any
 from ...ir import DType, Graph, Op, TensorType
 from ..torch.aten_names import ELEMENTWISE_OPS
 from .call import Builder, Call, GraphBuilder, bool_arg, bool_mask, broadcast, int_arg, ints
+from .read import TensorArg
 
 __all__ = ["ELEMENTWISE", "BUILDERS", "elementwise"]
 
@@ -170,8 +171,63 @@ def _binary(c: Call, op: Op) -> Graph | None:
     return b.done(b.node(op, [b.input(x), b.input(y)], shape, x.dtype or c.default_dtype))
 
 
+def _scalar(text: str, default: float) -> float:
+    try:
+        return float(text) if text else default
+    except ValueError:
+        return default
+
+
+def _out_shape(c: Call, ts: list[TensorArg]) -> tuple[int, ...] | None:
+    return ts[0].shape if c.inplace else broadcast([t.shape for t in ts])
+
+
+def _lerp(c: Call) -> Graph | None:
+    """``lerp(a, b, w) = a + w * (b - a)`` (AdamW's first moment): sub, mul, add, three FLOPs per
+    element, as the torch frontend lowers it (:func:`narrowpipe.frontends.torch.aten_nn._lerp`);
+    ``w`` a tensor or a scalar. (A fused kernel counts ``a``, read by the sub and the add, twice.)"""
+    a, bt, w = c.t(0), c.t(1), c.t(2)
+    if a is None or bt is None:
+        return None
+    shape = _out_shape(c, [t for t in (a, bt, w) if t is not None])
+    if shape is None:
+        return None
+    dtype = a.dtype or c.default_dtype
+    b = GraphBuilder(c)
+    x, y = b.input(a), b.input(bt)
+    d = b.node(Op.SUB, [y, x], shape, dtype)
+    m = b.node(Op.MUL, [d, b.input(w)], shape, dtype) if w is not None else \
+        b.node(Op.MUL, [d], shape, dtype, {"scalar": _scalar(c.c(2), 1.0)})
+    return b.done(b.node(Op.ADD, [x, m], shape, dtype))
+
+
+def _addc(op: Op) -> Builder:
+    """``addcmul/addcdiv(a, t1, t2, value) = a + value * (t1 op t2)`` (AdamW's second moment and
+    step): the product or quotient, a scalar multiply unless ``value`` is 1, an add, as the torch
+    frontend lowers it (:func:`narrowpipe.frontends.torch.aten_nn._addc`)."""
+    def build(c: Call) -> Graph | None:
+        a, t1, t2 = c.t(0), c.t(1), c.t(2)
+        if a is None or t1 is None or t2 is None:
+            return None
+        shape = _out_shape(c, [a, t1, t2])
+        if shape is None:
+            return None
+        dtype = a.dtype or c.default_dtype
+        b = GraphBuilder(c)
+        x = b.input(a)
+        p = b.node(op, [b.input(t1), b.input(t2)], shape, dtype)
+        value = _scalar(c.c(3), 1.0)
+        if value != 1:
+            p = b.node(Op.MUL, [p], shape, dtype, {"scalar": value})
+        return b.done(b.node(Op.ADD, [x, p], shape, dtype))
+    return build
+
+
+#: Composite elementwise ops (the optimizer's): several canonical ops in one eager kernel.
+_COMPOSITES: dict[str, Builder] = {"lerp": _lerp, "addcmul": _addc(Op.MUL), "addcdiv": _addc(Op.DIV)}
+
 #: aten name -> builder for norms, softmaxes and reductions (elementwise names use :func:`elementwise`).
-BUILDERS: dict[str, Builder] = {**dict.fromkeys(_NORMS, _norm), **dict.fromkeys(_SOFTMAXES, _softmax),
+BUILDERS: dict[str, Builder] = {**_COMPOSITES, **dict.fromkeys(_NORMS, _norm), **dict.fromkeys(_SOFTMAXES, _softmax),
                                 **dict.fromkeys(_NORM_GRADS, _norm_grad),
                                 **dict.fromkeys(_SOFTMAX_GRADS, _softmax_grad),
                                 **dict.fromkeys(_REDUCTIONS, _reduce)}

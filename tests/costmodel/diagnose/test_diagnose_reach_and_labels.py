@@ -54,9 +54,9 @@ def _host():
 def test_streaming_add_is_memory_bound_against_the_bandwidth_it_can_reach(tmp_path: Path) -> None:
     """3 x (a + b) over 32M fp32: 402,653,184 bytes per call (two reads, one write), 280 ms in all.
     The curve, log-linear between 201,326,592 B (0.0935) and 603,979,776 B (0.0539), gives
-    0.0935 - ln 2 / ln 3 x 0.0396 = 0.0685 of 133.3 GB/s = 9.14 GB/s reachable; 1.21 GB in 280 ms is
-    4.31 GB/s: 47% of it, 3.2% of the cache-resident best (below the 5% overhead threshold, which
-    called it latency-bound)."""
+    0.0935 - ln 2 / ln 3 x 0.0396 = 0.0685 of 133.3 GB/s = 9.14 GB/s reachable; a typical (median,
+    91.8 ms) call moves 0.403 GB at 4.39 GB/s: 48% of it, 3.3% of the cache-resident best (below the
+    5% overhead threshold, which called it latency-bound)."""
     n = 32 * 2 ** 20
     per_call = 3 * 4 * n
     durs = (102958.208, 85129.734, 91756.832)    # QA's bigadd.json
@@ -65,7 +65,7 @@ def test_streaming_add_is_memory_bound_against_the_bandwidth_it_can_reach(tmp_pa
         events.append(_op("aten::add", ts, d, [[n], [n], []], ["float", "float", "Scalar"]))
         ts += d + 1000
     d = diagnose(_trace(tmp_path, events), _host())
-    t = sum(durs) * 1e-6
+    t = 3 * sorted(durs)[1] * 1e-6        # utilizations are the median call's
     eff = 0.0935 + math.log(per_call / 201326592.0) / math.log(3.0) * (0.0539 - 0.0935)
     add = d.ops[0]
     assert add.bytes == 3 * per_call
@@ -73,7 +73,7 @@ def test_streaming_add_is_memory_bound_against_the_bandwidth_it_can_reach(tmp_pa
     assert add.memory_utilization < 0.05
     assert add.memory_reach_utilization == pytest.approx(3 * per_call / (HOST_BW * eff) / t, rel=1e-6)  # 47%
     assert add.bound == "memory" and d.label == "memory"
-    assert "9.14 GB/s" in add.advice[0] and "3.2% of its 133.3 GB/s peak" in add.advice[0]
+    assert "9.14 GB/s" in add.advice[0] and "3.3% of its 133.3 GB/s peak" in add.advice[0]
 
 
 def test_flat_curve_gpu_reach_is_the_catalog_efficiency(tmp_path: Path) -> None:
@@ -162,9 +162,10 @@ def test_tf32_on_a_cpu_target_warns(tmp_path: Path) -> None:
     p = _trace(tmp_path, [_op("aten::mm", 0, 500, [[64, 64], [64, 64]], ["float", "float"])])
     with pytest.warns(NarrowpipeWarning, match="--tf32 does nothing on epyc-9755"):
         diagnose(p, "epyc-9755", allow_tf32=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:     # a CPU trace on a GPU: that warning only
+        warnings.simplefilter("always")
         diagnose(p, "h100", allow_tf32=True)
+    assert not any("--tf32" in str(w.message) for w in caught)
 
 
 def test_cuda_trace_on_another_family_warns(tmp_path: Path) -> None:
