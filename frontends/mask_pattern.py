@@ -13,7 +13,7 @@ probe long enough sequences to tell (:func:`agreed_band` joins what the probes s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,8 @@ import numpy as np
 from ..ir import CAUSAL, WINDOW, DimRole
 
 __all__ = ["Band", "causal_band", "agreed_band", "band_attrs", "is_lower_triangle", "MAX_NODES", "SIZES",
-           "ADDITIVE_MASKED", "PROBE_BATCH", "MAX_PROBE_ELEMENTS", "LONG_ROLES", "PAST_WINDOW", "MAX_CANDIDATES"]
+           "ADDITIVE_MASKED", "PROBE_BATCH", "window_probes", "MAX_PROBE_ELEMENTS", "LONG_ROLES", "PAST_WINDOW",
+           "MAX_CANDIDATES"]
 
 #: the largest mask-building subgraph evaluated (Hugging Face masks take about 40 nodes)
 MAX_NODES = 400
@@ -121,3 +122,10 @@ def is_lower_triangle(mask: np.ndarray) -> bool:
     every leading (batch, head) slice: causal with no window shorter than its keys."""
     band = causal_band(mask)
     return band is not None and band.window is None
+
+
+def window_probes(long: Collection[str], window: int) -> tuple[Callable[[str], int], ...]:
+    """The evaluations that would show a candidate ``window``: each symbolic dim's size by name, the
+    ``long`` ones (sequence, KV length) just past the window (:data:`PAST_WINDOW`), every other at
+    :data:`PROBE_BATCH`. Shared by both frontends' long probes."""
+    return tuple((lambda s, n=window + extra: n if s in long else PROBE_BATCH) for extra in PAST_WINDOW)

@@ -20,7 +20,7 @@ from onnx import NodeProto, TensorProto, helper, numpy_helper
 from ...ir import Sym
 from ...ir.roles import plain_name
 from ..dim_roles import is_cache_input, role_at, role_from_name
-from ..mask_pattern import LONG_ROLES, PAST_WINDOW, PROBE_BATCH
+from ..mask_pattern import LONG_ROLES, window_probes
 
 __all__ = ["Dims", "Sizes", "every", "at", "fill", "long_dims", "window_candidates", "long_probes",
            "scalar_initializer"]
@@ -89,11 +89,8 @@ def window_candidates(nodes: Iterable[NodeProto], scalars: Iterable[np.ndarray],
 def long_probes(candidates: list[int], long: frozenset[str]) -> Iterator[list[Sizes]]:
     """For each candidate window, the two probes that would show it."""
     for w in candidates:
-        yield [_sizes(long, w + extra) for extra in PAST_WINDOW]
+        yield list(window_probes(long, w))
 
-
-def _sizes(long: frozenset[str], length: int) -> Sizes:
-    return lambda s: length if s in long else PROBE_BATCH
 
 
 def scalar_initializer(t: TensorProto) -> bool:

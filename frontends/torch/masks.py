@@ -41,12 +41,11 @@ from ..mask_pattern import (
     MAX_CANDIDATES,
     MAX_NODES,
     MAX_PROBE_ELEMENTS,
-    PAST_WINDOW,
-    PROBE_BATCH,
     SIZES,
     Band,
     agreed_band,
     causal_band,
+    window_probes,
 )
 
 __all__ = ["CausalMasks"]
@@ -111,7 +110,7 @@ class CausalMasks:
         literals = sorted({a for n in subgraph for a in _int_literals((n.args, n.kwargs)) if a > reach})
         tried = 0
         for w in literals:
-            probes = tuple(_probe_sizes(long, w + extra) for extra in PAST_WINDOW)
+            probes = window_probes(long, w)
             if any(_elements(n, at) > MAX_PROBE_ELEMENTS for at in probes for n in subgraph):
                 continue
             yield probes
@@ -212,9 +211,6 @@ def _int_literals(a: Any) -> Iterator[int]:
 def _every(size: int) -> Sizes:
     return lambda _: size
 
-
-def _probe_sizes(long: set[str], length: int) -> Sizes:
-    return lambda s: length if s in long else PROBE_BATCH
 
 
 def _symbols(n: fx.Node) -> set[Any]:
