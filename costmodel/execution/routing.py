@@ -8,16 +8,19 @@ which kind a kernel is.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import Any, Protocol
+from weakref import WeakKeyDictionary
 
-from ...ir import Op
+from ...ir import Node, Op
+from ..costcache import node_signature
 from ..kernels import Kernel
 from .collectives import collective_time
 from .common import ZERO_TIME, KernelTime
 from .gemm import Gemm, kernel_gemms
 from .program import Program
 
-__all__ = ["UnitTimes", "kernel_time"]
+__all__ = ["UnitTimes", "kernel_time", "kernel_times", "kernel_signature"]
 
 
 class UnitTimes(Protocol):
@@ -51,3 +54,85 @@ def kernel_time(kernel: Kernel, program: Program, target: Any, units: UnitTimes)
     # an empty GEMM (a MoE expert group no row reaches at this binding) has no tiles to run: its
     # kernel is what remains, memory traffic and epilogue, on the vector units
     return units.vector(kernel, program, target)
+
+
+def kernel_times(program: Program, target: Any, units: UnitTimes) -> list[KernelTime]:
+    """Every kernel's time; from a program's second timing on, each distinct kernel is timed once.
+    A model repeats the same block in every layer, and a family whose kernel times depend only on
+    the kernel (GPU, TPU) gives the copies one answer: a 25-target ``compare`` of Llama-3-8B times
+    each program six times (the run and the sensitivity's doubled resources), 32 identical layers
+    each time. A program timed once (serving's steps, one per batch) is not worth classifying."""
+    classes = _classes(program)
+    if classes is None:
+        return [kernel_time(k, program, target, units) for k in program.kernels]
+    memo: dict[int, KernelTime] = {}
+    out = []
+    for kernel, c in zip(program.kernels, classes):
+        if c is None:
+            out.append(kernel_time(kernel, program, target, units))
+            continue
+        t = memo.get(c)
+        if t is None:
+            t = memo[c] = kernel_time(kernel, program, target, units)
+        out.append(t)
+    return out
+
+
+def kernel_signature(kernel: Kernel, node_class: Callable[[Node], Hashable | None] = node_signature
+                     ) -> Hashable | None:
+    """Everything a unit's hooks read of ``kernel``: its kind and cost, each node's class (op,
+    attributes, operand and result types: :func:`~..costcache.node_signature`), the wiring inside
+    it (which node's output each operand is, or an outside value: a GEMM's fused dequantization is
+    found through it) and which values leave it. None where a node has no exact class."""
+    where: dict[int, tuple[int, int]] = {}
+    nodes = []
+    for i, n in enumerate(kernel.nodes):
+        sig = node_class(n)
+        if sig is None:
+            return None
+        nodes.append((sig, tuple(where.get(id(v), (-1, -1)) if v is not None else None for v in n.inputs)))
+        for j, v in enumerate(n.outputs):
+            where[id(v)] = (i, j)
+    anchor = next((i for i, n in enumerate(kernel.nodes) if n is kernel.anchor), -1)
+    return (kernel.kind, kernel.cost, anchor, tuple(nodes),
+            tuple(where.get(id(v), (-1, -1)) for v in kernel.outputs), tuple(v.type for v in kernel.inputs))
+
+
+def _classes(program: Program) -> list[int | None] | None:
+    """Each kernel's class (kernels with equal signatures share one number), worked out on the
+    program's second timing and kept: hashing the signatures again at each timing cost as much as
+    the timing it saved. None on the first timing."""
+    classes = _CLASSES.get(program, _FIRST)
+    if classes is _FIRST:
+        _CLASSES[program] = None
+        return None
+    if classes is None or len(classes) != len(program.kernels):
+        ids: dict[Hashable, int] = {}
+        node_class = _node_classes(program)
+        classes = [None if (sig := kernel_signature(k, node_class)) is None else ids.setdefault(sig, len(ids))
+                   for k in program.kernels]
+        _CLASSES[program] = classes
+    return classes
+
+
+def _node_classes(program: Program) -> Callable[[Node], Hashable | None]:
+    """A node's class from the cost table's graph index (:mod:`..costcache`: nodes of one class have
+    equal signatures), else its signature."""
+    table = program.table
+    index = table.index
+    if index is None or not index.flat or index.version != table.graph.version:
+        return node_signature
+    position = {n: i for i, n in enumerate(table.graph.nodes)}
+    node_class = index.node_class
+
+    def classify(n: Node) -> Hashable | None:
+        i = position.get(n)
+        if i is None:
+            return node_signature(n)
+        c = node_class[i]
+        return None if c < 0 else c
+    return classify
+
+
+_FIRST: list[int | None] = []
+_CLASSES: WeakKeyDictionary[Program, list[int | None] | None] = WeakKeyDictionary()

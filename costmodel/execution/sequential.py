@@ -14,7 +14,7 @@ from ..kernels import Kernel
 from .common import MEMORY, KernelTime
 from .gemm import Gemm
 from .program import DeviceGroup, Program, Schedule
-from .routing import kernel_time
+from .routing import kernel_times
 from .vector import vector_kernel_time
 
 __all__ = ["SequentialModel", "one_device_schedule"]
@@ -30,8 +30,7 @@ class SequentialModel:
 
     def run(self, program: Program, devices: DeviceGroup) -> Schedule:
         target = devices.target
-        times = [kernel_time(k, program, target, self) for k in program.kernels]
-        return one_device_schedule(program, target, times)
+        return one_device_schedule(program, target, kernel_times(program, target, self))
 
     def gemm(self, kernel: Kernel, g: Gemm, program: Program, target: Any) -> KernelTime:
         raise NotImplementedError
