@@ -19,8 +19,11 @@ pytestmark = pytest.mark.timing   # it measures this host: the other test worker
 
 
 def test_held_out_op_predictions_within_a_loose_bound(host, one_thread):
-    cases = op_sweep(host, limit=4)
+    # every elementwise case (1.3 s): the median of four flipped on CI when two sat on a cache step
+    # (a 12 MB add in a 32 MB L3 read 264-515 us in one run against 544 us predicted)
+    cases = op_sweep(host, groups=("matmul", "conv"), limit=4) + op_sweep(host, groups=("elementwise",))
     assert {c.group for c in cases} == {"matmul", "conv", "elementwise"}
+    assert sum(c.group == "elementwise" for c in cases) >= 10
     for group in ("matmul", "conv", "elementwise"):
         errors = [abs(c.error) for c in cases if c.group == group]
         assert statistics.median(errors) < 0.6, (group, [(c.name, round(c.error, 2)) for c in cases])
