@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.timing   # a wall-time budget on this host: the other test workers wait (tests/host_lock.py)
+# Not a timing module (tests/host_lock.py): the dry run's CPU measurements are not judged, and holding
+# the host for its ~30 s left the other test worker idle. Its budget allows for sharing the host.
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_validate.py"
 SECTIONS = {"matmul", "copy", "attention", "models"}
@@ -24,10 +25,10 @@ SECTIONS = {"matmul", "copy", "attention", "models"}
 def test_dry_run_completes_quickly_and_writes_results(tmp_path):
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=90)
+                          capture_output=True, text=True, timeout=240)
     wall = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert wall < 60, f"dry run took {wall:.0f} s"
+    assert wall < 150, f"dry run took {wall:.0f} s"   # ~30 s alone on CI's two cores
     for section in SECTIONS:
         assert f"[{section}] " in proc.stdout          # each section prints its elapsed time
     (js,) = tmp_path.glob("gpu_validate_cpu-dryrun_*.json")

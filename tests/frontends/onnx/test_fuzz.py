@@ -27,9 +27,9 @@ def _corpus(exported) -> list[str]:
 def test_fuzzed_files_only_raise_narrowpipe_errors(exported) -> None:
     files = _corpus(exported)
     t = time.perf_counter()
-    outcomes, findings = fuzz_onnx.fuzz(files, cases=400, seed=20240601, seconds=60)
+    outcomes, findings = fuzz_onnx.fuzz(files, cases=200, seed=20240601, seconds=30)
     assert not findings, "\n".join(f"seed {f.seed} ({f.source}): {f.kind}: {f.detail}" for f in findings)
-    assert sum(outcomes.values()) >= 300 or time.perf_counter() - t >= 60
+    assert sum(outcomes.values()) >= 150 or time.perf_counter() - t >= 30
     assert outcomes["ok"] > 0 and len(outcomes) > 2  # mutations both survive and fail
 
 
