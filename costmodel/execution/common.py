@@ -147,8 +147,9 @@ def bound_of(compute_s: float, memory_s: float, comm_s: float, overhead_s: float
 def with_hop(kt: KernelTime, hop_s: float) -> KernelTime:
     """``kt`` followed by a transfer of ``hop_s`` to the next device, which cannot start before the
     kernel's output exists: the hop adds to the time and is the kernel's communication term."""
-    return replace(kt, time_s=kt.time_s + hop_s, comm_s=hop_s,
-                   bound=bound_of(kt.compute_s, kt.memory_s, hop_s, kt.overhead_s))
+    return KernelTime(kt.time_s + hop_s, kt.compute_s, kt.memory_s, hop_s, kt.overhead_s,
+                      bound_of(kt.compute_s, kt.memory_s, hop_s, kt.overhead_s), kt.unit, kt.utilization,
+                      kt.executed_flops, kt.note, kt.traffic_bytes, kt.scale)
 
 
 def causal_fraction(causal: bool, sq: int, sk: int, block: int) -> float:

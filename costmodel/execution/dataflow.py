@@ -339,8 +339,10 @@ def _share(kt: KernelTime, share: float, first: bool) -> KernelTime:
         return kt
     busy = max(kt.time_s - kt.overhead_s, 0.0) * share
     overhead = kt.overhead_s if first else 0.0
-    return replace(kt, time_s=busy + overhead, compute_s=kt.compute_s * share, memory_s=kt.memory_s * share,
-                   comm_s=kt.comm_s * share, overhead_s=overhead, executed_flops=kt.executed_flops * share)
+    # the constructor, not dataclasses.replace: a large wafer or LPU layout splits 150,000 parts per step
+    return KernelTime(busy + overhead, kt.compute_s * share, kt.memory_s * share, kt.comm_s * share, overhead,
+                      kt.bound, kt.unit, kt.utilization, kt.executed_flops * share, kt.note, kt.traffic_bytes,
+                      kt.scale)
 
 
 def _joined(pieces: list[KernelTime]) -> KernelTime:
