@@ -24,6 +24,7 @@ from .cli_args import formats_arg, parse_prices, parse_sets
 from .cli_feedback import load_model
 from .errors import NarrowpipeError
 from .ir.dim_spec import by_ir_name
+from .jsonout import dumps as dump_json
 from .render.output_file import say_wrote
 
 __all__ = ["register_serve", "run_serve", "run_serve_sweep", "add_mode_args", "apply_mode", "load_step",
@@ -274,7 +275,6 @@ def _emit(args: argparse.Namespace, console: Console, graph: Any, result: Any) -
 
 
 def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
-    import json
 
     from .cli import _write_json, resolve_model
     from .costmodel.serving import crossover, replica_for, serve
@@ -303,5 +303,5 @@ def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
                 reports.append(r)
         print_serving_sweep(reports, console)
         out.extend(reports)
-    return _write_json(args, console, json.dumps({"format": "narrowpipe.serving_sweep", "version": 1,
-                                                  "points": [r.to_dict() for r in out]}, indent=2))
+    return _write_json(args, console, dump_json({"format": "narrowpipe.serving_sweep", "version": 1,
+                                                 "points": [r.to_dict() for r in out]}, 2, "serving sweep"))

@@ -5,7 +5,6 @@ The program is counted once; each target only re-runs fusion and its execution m
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections.abc import Iterable, Mapping
@@ -15,6 +14,7 @@ from typing import Any
 from ..backends import Target, get_target, name_index
 from ..errors import NarrowpipeError, NarrowpipeWarning
 from ..ir import Graph
+from ..jsonout import dumps as dump_json
 from .analyze import build_report, merge_dims, range_notes, resolve_bindings
 from .experts import ExpertBalance
 from .interpreter import interpret
@@ -56,7 +56,7 @@ class Comparison:
                 "targets": [r.to_dict() for r in self.reports], "verdict": verdict(self.reports).to_dict()}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "comparison")
 
 
 def prices_by_target(prices: Mapping[str, float] | None, known: Iterable[Target] = ()) -> dict[str, float]:
@@ -152,7 +152,7 @@ class WhatIf:
                 "base": self.base.to_dict(), "scaled": self.scaled.to_dict()}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "what-if")
 
 
 def whatif(graph: Graph, target: str | Target, factors: Mapping[str, float], *,

@@ -20,7 +20,6 @@ layout wins for latency (the lowest TPOT any batch reaches: batch 1).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import ceil, inf
@@ -29,6 +28,7 @@ from typing import Any
 from ...backends import Target
 from ...errors import NarrowpipeError
 from ...ir import Graph
+from ...jsonout import dumps as dump_json
 from ...models.spec import TransformerSpec
 from .generate import SteadyState, steady_state
 from .memory import Memory
@@ -185,7 +185,7 @@ class CapacityPlan:
                 "best_latency": name(self.best_latency), "notes": self.notes}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "capacity plan")
 
 
 def _ms(seconds: float) -> str:

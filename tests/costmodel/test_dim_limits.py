@@ -109,7 +109,7 @@ def test_a_negative_default_is_refused():
     assert narrowpipe.analyze(g, seq=6).modeled_flops == 2 * 8 * 2 * 4 * 5
 
 
-def _exported_range_graph(seq_role: "narrowpipe.DimRole") -> "narrowpipe.Graph":
+def _exported_range_graph(seq_role: narrowpipe.DimRole) -> narrowpipe.Graph:
     """What torch.export writes for ``Dim("batch")``/``Dim("seq")``: a range from 0 (torch's
     default min), and a fixed-size slice of the sequence (the last token's logits)."""
     from narrowpipe.ir import DimSpec, DType, Graph, Op, Sym, TensorType
