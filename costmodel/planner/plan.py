@@ -33,9 +33,10 @@ PLAN_VERSION = 6
 #: lack them, and only them (the schema's own history: narrowpipe.schema.json's ``required``; what
 #: version 1, before the schema, may lack is what its reader filled in).
 _ADDED = {**{k: 2 for k in ("closed_form_step_s", "placement", "runners_up", "notes", "model_flops_per_step",
-                             "hw_flops_per_step", "dtype", "architecture")}, "item_unit": 3, "memory_per_device/total": 5, "memory_per_device/capacity": 5,
-          "memory_per_device/device": 5, **{f"runtime/{k}": 5 for k in ("attention_layout", "fused_glu",
-                                                                         "fused_norm", "vocab_multiple")}}
+                             "hw_flops_per_step", "dtype", "architecture")},
+          "item_unit": 3,
+          **{f"memory_per_device/{k}": 5 for k in ("total", "capacity", "device")},
+          **{f"runtime/{k}": 5 for k in ("attention_layout", "fused_glu", "fused_norm", "vocab_multiple")}}
 PLAN_FORMAT = "narrowpipe.plan"
 #: The model's sizes a plan keeps for launch tools (``Plan.architecture``), from the builder's spec.
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_mlp", "activation",
