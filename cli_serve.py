@@ -202,22 +202,22 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
     mode = args.mode or "generate"
     from .backends.registry import chip_and_system
     price = _prices(args, targets).get(chip_and_system(targets[0])[0].name)
-    r = serve(graph, targets[0], mode=mode, batch=args.batch or 1, tp=args.tp or 1, pp=pps[0], price=price,
-              **_lengths(args, mode), **kw)
+    input_len, output_len, context = _lengths(args, mode)
+    r = serve(graph, targets[0], mode=mode, batch=args.batch or 1, context=context, input_len=input_len,
+              output_len=output_len, tp=args.tp or 1, pp=pps[0], price=price, **kw)
     print_serving(r, console)
     _emit(args, console, graph, r)
     return _write_json(args, console, r.to_json())
 
 
-def _lengths(args: argparse.Namespace, mode: str) -> dict[str, int | None]:
-    """The lengths ``mode`` reads, as the API takes them: a decode step reads only the KV cache's
-    length (``--context``, else ``--input``), a prefill only the prompt. Passing the other defaults
-    (2048 in, 256 out) wrote them into a decode step's JSON, where the API and serve-sweep write null."""
+def _lengths(args: argparse.Namespace, mode: str) -> tuple[int | None, int | None, int | None]:
+    """``(input_len, output_len, context)`` as ``mode`` reads them: a decode step reads only the KV
+    cache's length (``--context``, else ``--input``), a prefill only the prompt. Passing the other
+    defaults (2048 in, 256 out) wrote them into a decode step's JSON, where the API and serve-sweep
+    write null."""
     if mode == "decode":
-        return {"context": args.context if args.context is not None else args.input}
-    if mode == "prefill":
-        return {"input_len": args.input, "context": args.context}
-    return {"input_len": args.input, "output_len": args.output, "context": args.context}
+        return None, None, args.context if args.context is not None else args.input
+    return args.input, args.output if mode == "generate" else None, args.context
 
 
 def _check_flags(args: argparse.Namespace, plan: bool, pps: list[int]) -> None:

@@ -360,8 +360,8 @@ class Report:
                    ceilings=Ceilings.from_dict(data["ceilings"]) if data.get("ceilings") else None)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Report:
-        """Read a report from the text :meth:`to_json` wrote."""
+    def from_json(cls, text: str) -> Report:
+        """Read a report from the text :meth:`to_json` wrote (or its UTF-8 bytes)."""
         try:
             data = json.loads(text, parse_constant=_no_constant)
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
