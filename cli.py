@@ -35,6 +35,7 @@ from .cli_serve import add_mode_args, apply_mode, register_serve, run_serve, run
 from .cli_train import add_train_args, print_training_memory, training_graph
 from .cli_whatif import register_whatif
 from .errors import NarrowpipeError, NarrowpipeWarning
+from .jsonout import dumps as dump_json
 
 __all__ = ["main", "build_parser", "resolve_model", "parse_sets"]
 
@@ -286,7 +287,6 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
 
 @command("validate")
 def _validate(args: argparse.Namespace, console: Console) -> int:
-    import json
 
     _need_torch("validate runs the model with torch")
     from .backends import CpuTarget, get_target
@@ -302,9 +302,9 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
                               tiny=args.tiny)
     console.print(validation_table(results))
     cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
-    return _write_json(args, console, json.dumps({"format": "narrowpipe.validation", "version": 5,
+    return _write_json(args, console, dump_json({"format": "narrowpipe.validation", "version": 5,
                                                   "target": target.name, "results": [r.to_dict() for r in results],
-                                                  "summary": summarize(cases)}, indent=2))
+                                                  "summary": summarize(cases)}, indent=2, what="validation"))
 
 
 @command("plan")

@@ -166,7 +166,7 @@ def analyze_price(target: str | None, items: Sequence[str] | None) -> float | No
                       "nothing", NarrowpipeWarning, stacklevel=2)
         return None
     from .backends import get_target
-    from .costmodel.compare import prices_by_target
+    from .costmodel.prices import prices_by_target
     chip = get_target(target)
     priced = prices_by_target(prices, [chip])
     unused = sorted(set(priced) - {chip.name})

@@ -15,34 +15,24 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from typing import Any
 
 from rich.console import Console
 
 from .cli_args import formats_arg, parse_prices, parse_sets
 from .cli_feedback import load_model
+from .durations import parse_duration
 from .errors import NarrowpipeError
 from .ir.dim_spec import by_ir_name
+from .jsonout import dumps as dump_json
 from .render.output_file import say_wrote
 
 __all__ = ["register_serve", "run_serve", "run_serve_sweep", "add_mode_args", "apply_mode", "load_step",
            "parse_duration", "NO_LAYOUT_EXIT"]
 
-_UNITS = {"": 1e-3, "ms": 1e-3, "s": 1.0, "us": 1e-6}
 #: ``serve --tpot``'s exit status when no layout meets the targets (the plan is still printed and
 #: written): a script can tell "no answer" from an answer (0) and from bad input (2).
 NO_LAYOUT_EXIT = 1
-
-
-def parse_duration(text: str | None, flag: str) -> float | None:
-    """``"30ms"``, ``"0.5s"``, ``"250us"`` or a bare number of milliseconds, in seconds."""
-    if text is None:
-        return None
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|us)?\s*", str(text))
-    if not m:
-        raise NarrowpipeError(f"{flag} expects a duration such as 30ms or 0.5s, got {text!r}")
-    return float(m.group(1)) * _UNITS[m.group(2) or ""]
 
 
 def _ints(text: str, flag: str, least: int = 0) -> list[int]:
@@ -173,7 +163,7 @@ def _prices(args: argparse.Namespace, targets: list[str]) -> dict[str, float]:
     import warnings
 
     from .backends.registry import chip_and_system
-    from .costmodel.compare import prices_by_target
+    from .costmodel.prices import prices_by_target
     from .errors import NarrowpipeWarning
     chips = [chip_and_system(t)[0] for t in targets]
     priced = prices_by_target(parse_prices(args.price), chips)
@@ -212,11 +202,22 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
     mode = args.mode or "generate"
     from .backends.registry import chip_and_system
     price = _prices(args, targets).get(chip_and_system(targets[0])[0].name)
-    r = serve(graph, targets[0], mode=mode, batch=args.batch or 1, context=args.context, input_len=args.input,
-              output_len=args.output, tp=args.tp or 1, pp=pps[0], price=price, **kw)
+    input_len, output_len, context = _lengths(args, mode)
+    r = serve(graph, targets[0], mode=mode, batch=args.batch or 1, context=context, input_len=input_len,
+              output_len=output_len, tp=args.tp or 1, pp=pps[0], price=price, **kw)
     print_serving(r, console)
     _emit(args, console, graph, r)
     return _write_json(args, console, r.to_json())
+
+
+def _lengths(args: argparse.Namespace, mode: str) -> tuple[int | None, int | None, int | None]:
+    """``(input_len, output_len, context)`` as ``mode`` reads them: a decode step reads only the KV
+    cache's length (``--context``, else ``--input``), a prefill only the prompt. Passing the other
+    defaults (2048 in, 256 out) wrote them into a decode step's JSON, where the API and serve-sweep
+    write null."""
+    if mode == "decode":
+        return None, None, args.context if args.context is not None else args.input
+    return args.input, args.output if mode == "generate" else None, args.context
 
 
 def _check_flags(args: argparse.Namespace, plan: bool, pps: list[int]) -> None:
@@ -274,7 +275,6 @@ def _emit(args: argparse.Namespace, console: Console, graph: Any, result: Any) -
 
 
 def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
-    import json
 
     from .cli import _write_json, resolve_model
     from .costmodel.serving import crossover, replica_for, serve
@@ -303,5 +303,5 @@ def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
                 reports.append(r)
         print_serving_sweep(reports, console)
         out.extend(reports)
-    return _write_json(args, console, json.dumps({"format": "narrowpipe.serving_sweep", "version": 1,
-                                                  "points": [r.to_dict() for r in out]}, indent=2))
+    return _write_json(args, console, dump_json({"format": "narrowpipe.serving_sweep", "version": 1,
+                                                 "points": [r.to_dict() for r in out]}, 2, "serving sweep"))

@@ -8,13 +8,13 @@ bandwidth help?" is mostly asked of a decode step, which a plain forward of the 
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 
 from rich.console import Console
 
 from .cli_args import parse_factors, parse_prices
 from .cli_serve import add_mode_args, load_step
+from .jsonout import dumps as dump_json
 
 __all__ = ["register_whatif"]
 
@@ -45,4 +45,4 @@ def _whatif(args: argparse.Namespace, console: Console) -> int:
     for report in (result.base, result.scaled):     # the two reports may share one notes list
         report.notes.extend(n for n in mode_notes if n not in report.notes)
     print_whatif(result, console)
-    return _write_json(args, console, json.dumps(result.to_dict(), indent=2))
+    return _write_json(args, console, dump_json(result.to_dict(), 2, "what-if"))

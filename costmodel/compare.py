@@ -5,19 +5,19 @@ The program is counted once; each target only re-runs fusion and its execution m
 
 from __future__ import annotations
 
-import json
-import math
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..backends import Target, get_target, name_index
+from ..backends import Target, get_target
 from ..errors import NarrowpipeError, NarrowpipeWarning
 from ..ir import Graph
+from ..jsonout import dumps as dump_json
 from .analyze import build_report, merge_dims, range_notes, resolve_bindings
 from .experts import ExpertBalance
 from .interpreter import interpret
+from .prices import prices_by_target
 from .report import Report
 from .targeted import apply_target
 from .verdict import verdict
@@ -56,22 +56,7 @@ class Comparison:
                 "targets": [r.to_dict() for r in self.reports], "verdict": verdict(self.reports).to_dict()}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-
-def prices_by_target(prices: Mapping[str, float] | None, known: Iterable[Target] = ()) -> dict[str, float]:
-    """USD per device-hour keyed by canonical target name (users may write aliases or paths); each
-    price must be a positive number. ``known`` are the targets in hand (a ``--target-file`` chip):
-    a price may name them by name or alias, as ``--targets`` does (only the catalog was searched,
-    so ``--price mychip=0.1`` for a file's chip was an unknown target)."""
-    bad = {k: v for k, v in (prices or {}).items()
-           if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0}
-    if bad:
-        raise NarrowpipeError("prices must be positive USD per device-hour: "
-                              + ", ".join(f"{k}={v!r}" for k, v in bad.items()))
-    by_name = name_index(known)
-    return {(by_name[k.lower()] if k.lower() in by_name else get_target(k)).name: float(v)
-            for k, v in (prices or {}).items()}
+        return dump_json(self.to_dict(), indent, "comparison")
 
 
 def _refuse_twins(chips: list[Target], specs: list[Any]) -> None:
@@ -152,7 +137,7 @@ class WhatIf:
                 "base": self.base.to_dict(), "scaled": self.scaled.to_dict()}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "what-if")
 
 
 def whatif(graph: Graph, target: str | Target, factors: Mapping[str, float], *,

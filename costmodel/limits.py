@@ -35,12 +35,26 @@ def check_size_limits(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]) -> 
             if w > h:
                 dim = out.type.shape[axis]
                 names = sorted(dim.symbols) if isinstance(dim, Sym) else []
-                bound = ", ".join(names) or str(dim)
                 where = node.source.scope or node.name
+                if not names:   # a fixed-size slice of an input the bound dims made smaller
+                    raise ShapeError(_short_input(src, axis, h, w, where), node=node.source.name or node.name,
+                                     op=node.label)
+                bound = ", ".join(names)
                 raise ShapeError(
                     f"{bound} = {w} is more than this model supports: {where} takes {w} entries of a "
                     f"{h}-entry tensor ({src.source_name or src.name}, axis {axis}); the largest "
                     f"{bound} it can run is {h}", node=node.source.name or node.name, op=node.label)
+
+
+def _short_input(src: Value, axis: int, have: int, want: int, where: str) -> str:
+    """The message for a slice of fixed size ``want`` from an axis the bound dims left ``have`` long:
+    the dims to blame are the input's (``seq=0`` leaves nothing to take the first token of)."""
+    dim = src.type.shape[axis]
+    names = sorted(dim.symbols) if isinstance(dim, Sym) else []
+    held = f"{dim} = {have}" if names else str(have)
+    return (f"{where} takes {want} entries of axis {axis} of {src.source_name or src.name}, which holds {held} "
+            f"at these sizes; " + (f"bind {', '.join(names)} so it holds at least {want}" if names
+                                   else "the graph cannot run"))
 
 
 def range_warnings(graph: Graph, bindings: Mapping[str, int]) -> list[str]:

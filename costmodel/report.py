@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import NarrowpipeError
+from ..jsonout import dumps as dump_json
+from ..schema import SchemaMismatch, check
+from ..schema.check import added_after, read_version
 from .ceilings import Ceilings
 from .timeline import ScheduledKernel
 
@@ -25,6 +28,11 @@ REPORT_FORMAT = "narrowpipe.report"
 #: 5: each timeline entry says how it repeats and splits (``passes``, ``every_s``, ``pass_s``,
 #: ``pass_transfer_s``, ``reread_s``: a pipelined layout's microbatches; ``shards``: tensor parallel).
 REPORT_VERSION = 7
+#: The required fields each version added (path -> first version that wrote it; the schema's history):
+#: an older file may lack them, and only them. 6: ``executed_flops`` per timeline entry; 7: ``timing.hfu``.
+_ADDED = {"timeline": 2, "ceilings": 2, **{f"timeline/*/{k}": 5 for k in ("passes", "every_s", "pass_s",
+                                                                          "pass_transfer_s", "reread_s", "shards")},
+          "timeline/*/executed_flops": 6, "timing/hfu": 7}
 
 
 class ReportError(NarrowpipeError, ValueError):
@@ -311,7 +319,7 @@ class Report:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "report")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Report:
@@ -323,11 +331,11 @@ class Report:
         if data.get("format") != REPORT_FORMAT:
             raise ReportError(f"not a narrowpipe report (its 'format' is {data.get('format')!r}, "
                               f"not {REPORT_FORMAT!r})")
-        version = data.get("version")
-        if isinstance(version, bool) or not isinstance(version, int) or version > REPORT_VERSION:
-            raise ReportError(f"report version {version!r} is newer than this narrowpipe reads ({REPORT_VERSION})"
-                              if isinstance(version, int) and not isinstance(version, bool) else
-                              f"report version {version!r} is not a version number")
+        version = read_version(data, REPORT_VERSION, "report", ReportError)
+        try:   # the shipped schema says what each field holds; an older file may lack what came later
+            check({**data, "version": REPORT_VERSION}, REPORT_FORMAT, may_lack=added_after(version, _ADDED))
+        except SchemaMismatch as e:
+            raise ReportError(f"report JSON (version {version}): {e}") from None
         try:
             return cls._read(data)
         except KeyError as e:
@@ -353,11 +361,13 @@ class Report:
 
     @classmethod
     def from_json(cls, text: str) -> Report:
-        """Read a report from the text :meth:`to_json` wrote."""
+        """Read a report from the text :meth:`to_json` wrote (or its UTF-8 bytes)."""
         try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            data = json.loads(text, parse_constant=_no_constant)
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
             raise ReportError(f"report JSON does not parse: {e}") from None
+        except TypeError:
+            raise ReportError(f"Report.from_json takes JSON text, got {type(text).__name__}") from None
         if not isinstance(data, dict):
             raise ReportError(f"report JSON is not an object (it is a {type(data).__name__})")
         return cls.from_dict(data)
@@ -370,6 +380,11 @@ class Report:
         results do not depend on their renderers."""
         from ..render.roofline import plot_roofline
         return plot_roofline(self, path, top=top)
+
+
+def _no_constant(name: str) -> Any:
+    """``json.loads`` reads ``NaN`` and ``Infinity``, which are not JSON: refuse them while parsing."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _timing_from(data: Mapping[str, Any] | None) -> Timing | None:

@@ -9,7 +9,6 @@ execution models.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from ..backends import Target
 from ..errors import NarrowpipeError
 from ..ir import Graph
+from ..jsonout import dumps as dump_json
 from .compare import Comparison, compare
 
 __all__ = ["Sweep", "sweep", "grid_points", "SWEEP_FORMAT"]
@@ -53,7 +53,7 @@ class Sweep:
                 "points": [c.to_dict() for c in self.points]}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "sweep")
 
 
 def sweep(graph: Graph, targets: Iterable[str | Target], grid: Mapping[str, Sequence[int]],

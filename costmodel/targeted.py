@@ -17,6 +17,7 @@ from .ceilings import ceilings_of
 from .execution import DeviceGroup, Program, Schedule, TimingOptions
 from .hotspots import hotspots
 from .interpreter import CostTable
+from .prices import checked_price
 from .report import OpRow, Report
 from .sensitivity import RESOURCE_DOUBLINGS, speedups_if_doubled
 from .summary import summarize
@@ -41,6 +42,7 @@ def apply_target(report: Report, table: CostTable, target: Target | str, *, fusi
                  memory_reserve: float = 0.0, fp32_conv: str = "default") -> Report:
     """``report`` with each node's time on ``target`` and the run's :class:`Timing` (its fit with
     ``memory_reserve`` of each device's memory left to the runtime: a serving step's)."""
+    price = checked_price(price)
     target = get_target(target)
     program = fused_program(table, target, TimingOptions(allow_tf32, sparse, fusion, eager_overhead,
                                                                  fp32_matmul=fp32_matmul, fp32_conv=fp32_conv))

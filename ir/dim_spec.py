@@ -38,10 +38,16 @@ class DimSpec:
     @property
     def least(self) -> int:
         """The smallest size the dim may take: its role's (:func:`~.roles.least_size`: 1, or 0 for a
-        KV length), or less where its own range says so (a data-dependent count, as NonZero's or
-        an empty tensor's split, may be 0)."""
+        KV length), or less where its own range says so for a dim of no role (a data-dependent
+        count, as NonZero's or an empty tensor's split, may be 0).
+
+        A batch or sequence dim keeps its role's floor whatever its range says: ``torch.export.Dim``
+        defaults to ``min=0``, so nearly every export's range admits 0, and ``batch=0`` is an empty
+        model (nothing to count, a division by zero in the systolic folds), never a question."""
         floor = least_size(self.role)
-        return floor if self.min is None else min(floor, self.min)
+        if self.min is None or self.role is not DimRole.OTHER:
+            return floor
+        return min(floor, self.min)
 
 
 def by_ir_name(specs: Mapping[str, DimSpec], sizes: Mapping[str, V]) -> dict[str, V]:

@@ -328,11 +328,12 @@ class Graph:
     def default_bindings(self) -> dict[str, int]:
         return {name: spec.default for name, spec in self.dims.items() if spec.default is not None}
 
-    def dims_with_role(self, role: DimRole) -> list[str]:
-        """Names of the declared dims with ``role`` (what planners bind instead of matching names)."""
+    def dims_with_role(self, role: DimRole | str) -> list[str]:
+        """Names of the declared dims with ``role`` (a :class:`DimRole` or its name; what planners
+        bind instead of matching names)."""
         return names_with_role(self.dims.values(), role)
 
-    def role_size(self, role: DimRole, bindings: Mapping[str, int] | None = None) -> int:
+    def role_size(self, role: DimRole | str, bindings: Mapping[str, int] | None = None) -> int:
         """The size of ``role`` under ``bindings`` (else defaults): a product over its dims, 1 if none."""
         return role_size(self.dims.values(), role, bindings)
 

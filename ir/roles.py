@@ -16,7 +16,7 @@ from typing import Protocol
 from ..errors import IRError, UnboundDimError
 from .dims import Dim, Sym
 
-__all__ = ["DimRole", "names_with_role", "role_size", "least_size", "plain_name"]
+__all__ = ["DimRole", "names_with_role", "role_size", "least_size", "plain_name", "as_role"]
 
 
 class DimRole(enum.Enum):
@@ -40,6 +40,17 @@ class DimRole(enum.Enum):
             raise IRError(f"unknown dim role {text!r}; roles: {', '.join(r.value for r in cls)}") from None
 
 
+def as_role(role: DimRole | str) -> DimRole:
+    """A role asked for by the API: a :class:`DimRole` or its name (``"batch"``, ``"BATCH"``,
+    ``"kv_length"``). A string compared with ``is`` against the enum matched nothing, so
+    ``graph.role_size("batch")`` answered 1 and ``dims_with_role("batch")`` []: a wrong answer, silently."""
+    if isinstance(role, DimRole):
+        return role
+    if isinstance(role, str) and role.strip():
+        return DimRole.parse(role.strip().lower())
+    raise IRError(f"a dim role is a DimRole or its name ({', '.join(r.value for r in DimRole)}), got {role!r}")
+
+
 def least_size(role: DimRole) -> int:
     """The smallest size a dim of ``role`` may take. A tensor dim of 0 is an empty model with nothing
     to count (``--set seq=0`` is a typo, not a question), so 1; but a KV cache may be empty
@@ -58,13 +69,15 @@ class _HasRole(Protocol):
     def role(self) -> DimRole: ...
 
 
-def names_with_role(specs: Iterable[_HasRole], role: DimRole) -> list[str]:
+def names_with_role(specs: Iterable[_HasRole], role: DimRole | str) -> list[str]:
     """The names of the dims tagged ``role``, in declaration order."""
+    role = as_role(role)
     return [s.name for s in specs if s.role is role]
 
 
-def role_size(specs: Iterable[_HasRole], role: DimRole, bindings: Mapping[str, int] | None = None) -> int:
+def role_size(specs: Iterable[_HasRole], role: DimRole | str, bindings: Mapping[str, int] | None = None) -> int:
     """The bound size of a role: the product of its dims (bindings first, then defaults); 1 if none."""
+    role = as_role(role)
     values = []
     for s in specs:
         if s.role is not role:

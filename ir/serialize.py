@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IRError
+from ..jsonout import dumps as dump_json
 from .dtypes import DType
 from .graph import DimSpec, Graph, Node, Placement, Source, Value, ValueKind
 from .ops import Op
@@ -276,7 +277,7 @@ def _op(text: Any, where: str) -> Op:
 
 
 def to_json(graph: Graph, indent: int | None = None) -> str:
-    return json.dumps(graph_to_dict(graph), indent=indent)
+    return dump_json(graph_to_dict(graph), indent, "graph")
 
 
 def from_json(text: str) -> Graph:

@@ -13,7 +13,6 @@ The per-tool mapping lives in ``emit_megatron``, ``emit_torch``, ``emit_jax`` an
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 
 from ..costmodel.planner.plan import Plan
 from ..errors import NarrowpipeError
+from ..jsonout import dumps as dump_json
 from .output_file import write_output
 
 __all__ = ["Launch", "LAUNCH_FORMAT", "LAUNCH_VERSION", "TRAINING_TOOLS", "SERVING_TOOLS", "write_launch",
@@ -71,7 +71,7 @@ class Launch:
                 "notes": list(self.notes), "reference": self.reference}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "launch")
 
 
 def _shell(program: list[str], args: list[str]) -> str:

@@ -21,12 +21,12 @@ kernel is a slice on every device that runs a shard of it, with one shard's FLOP
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NarrowpipeError
+from ..jsonout import dumps as dump_json
 from .output_file import reports_of, write_output
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class TraceBuilder:
                 "otherData": {"format": TRACE_FORMAT, "version": TRACE_VERSION, **self.metadata}}
 
     def write(self, path: str | Path) -> Path:
-        return write_output(path, json.dumps(self.to_dict()), "trace")
+        return write_output(path, dump_json(self.to_dict(), what="trace"), "trace")
 
 
 def add_report(builder: TraceBuilder, report: Report, *, sort_base: int = 0) -> dict[int, int]:

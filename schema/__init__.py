@@ -12,14 +12,17 @@ field-set snapshot in the tests until the format's version is bumped: nothing dr
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from ..errors import NarrowpipeError
+from ..jsonout import nonfinite_path
+from .check import SchemaMismatch, check_against
 
 __all__ = ["SCHEMA_VERSION", "SCHEMA_FILE", "FORMATS", "schema", "schema_for", "format_versions", "validate",
-           "field_paths"]
+           "field_paths", "check", "SchemaMismatch"]
 
 #: Version of the schema bundle: bumped with any format's version (it is in the schema's ``$id``).
 SCHEMA_VERSION = 20
@@ -57,6 +60,22 @@ def format_versions() -> dict[str, int]:
     return {fmt: defs[name]["properties"]["version"]["const"] for fmt, name in FORMATS.items()}
 
 
+@cache
+def _bundle() -> dict[str, Any]:
+    """The parsed bundle, shared by :func:`check` (which only reads it)."""
+    return schema()
+
+
+def check(document: Any, fmt: str, *, may_lack: Collection[str] = ()) -> None:
+    """What the readers use: raise :class:`SchemaMismatch` (a :class:`NarrowpipeError` with the
+    field's path and the reason) where ``document`` breaks ``fmt``'s definition; needs no
+    ``jsonschema`` (:mod:`.check`). ``may_lack``: required fields an older version's file did not
+    write yet (``timeline/*/passes``)."""
+    if fmt not in FORMATS:
+        raise NarrowpipeError(f"no schema for format {fmt!r}; formats: {', '.join(FORMATS)}")
+    check_against(document, FORMATS[fmt], _bundle(), may_lack=may_lack)
+
+
 def validate(document: dict[str, Any]) -> None:
     """Raise a :class:`NarrowpipeError` naming the first offending field if ``document`` (a parsed
     ``--json`` output) does not match its format's schema."""
@@ -67,6 +86,9 @@ def validate(document: dict[str, Any]) -> None:
     fmt = document.get("format") if isinstance(document, dict) else None
     if not isinstance(fmt, str):
         raise NarrowpipeError("not a narrowpipe document: no 'format' field")
+    nonfinite = nonfinite_path(document)   # JSON has no NaN or Infinity; Python's reader accepts them
+    if nonfinite is not None:
+        raise NarrowpipeError(f"{fmt} v{document.get('version')}: {nonfinite}: not a finite number")
     validator = jsonschema.Draft202012Validator(schema_for(fmt))
     error = jsonschema.exceptions.best_match(validator.iter_errors(document))
     if error is not None:

@@ -7,10 +7,10 @@ the thresholds that produced the labels, so a saved diagnosis says how it was ju
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...jsonout import dumps as dump_json
 from .labels import (
     LONG_CALL_LAUNCHES,
     LOW_COMPUTE_UTILIZATION,
@@ -121,4 +121,4 @@ class Diagnosis:
         return d
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "diagnosis")

@@ -28,6 +28,7 @@ from ...backends.defaults import (
 )
 from ...errors import NarrowpipeError
 from ...ir import DType
+from ..kernels import FUSION_MODES
 
 __all__ = ["KernelTime", "Rate", "matrix_rate", "vector_rate", "transcendental_rate", "memory_time",
            "matmul_efficiency", "roofline", "interpolate", "COMPUTE", "MEMORY", "INTERCONNECT", "OVERHEAD",
@@ -71,7 +72,11 @@ class TimingOptions:
     fp32_conv: str = "default"
 
     def __post_init__(self) -> None:
-        """Refuse an unknown level, and ``allow_tf32`` beside a level that is not TF32's, up front."""
+        """Refuse an unknown level or fusion mode, and ``allow_tf32`` beside a level that is not TF32's,
+        up front (an unknown fusion mode was a raw ``ValueError`` from inside the fusion pass)."""
+        if self.fusion is not None and self.fusion not in FUSION_MODES:
+            raise NarrowpipeError(f"fusion {self.fusion!r} is not one of {', '.join(FUSION_MODES)} "
+                                  "(or None: the family's default)")
         for what, level in (("matmul", self.fp32_matmul), ("convolution", self.fp32_conv)):
             if level not in FP32_MATMUL_PRECISIONS:
                 raise NarrowpipeError(f"fp32 {what} precision {level!r} is not one of "

@@ -9,10 +9,14 @@ p``), so every field is data: numbers, strings, lists and dicts, plus the :class
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import PlanError
+from ...jsonout import dumps as dump_json
+from ...schema import SchemaMismatch, check
+from ...schema.check import added_after, read_version
 from .strategy import Parallel
 
 __all__ = ["Plan", "RunnerUp", "PLAN_VERSION", "PLAN_FORMAT", "ARCH_FIELDS"]
@@ -25,6 +29,14 @@ __all__ = ["Plan", "RunnerUp", "PLAN_VERSION", "PLAN_FORMAT", "ARCH_FIELDS"]
 #: 6: ``breakdown.tied_grad``, the tied embedding's gradient all-reduce between the first and last
 #: pipeline stage (:mod:`.tied_grads`); older files load without it.
 PLAN_VERSION = 6
+#: The required fields each version added (path -> first version that wrote it): an older file may
+#: lack them, and only them (the schema's own history: narrowpipe.schema.json's ``required``; what
+#: version 1, before the schema, may lack is what its reader filled in).
+_ADDED = {**{k: 2 for k in ("closed_form_step_s", "placement", "runners_up", "notes", "model_flops_per_step",
+                             "hw_flops_per_step", "dtype", "architecture")},
+          "item_unit": 3,
+          **{f"memory_per_device/{k}": 5 for k in ("total", "capacity", "device")},
+          **{f"runtime/{k}": 5 for k in ("attention_layout", "fused_glu", "fused_norm", "vocab_multiple")}}
 PLAN_FORMAT = "narrowpipe.plan"
 #: The model's sizes a plan keeps for launch tools (``Plan.architecture``), from the builder's spec.
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "gated_mlp", "activation",
@@ -126,35 +138,54 @@ class Plan:
                 "closed_form_step_s": self.closed_form_step_s, "item_unit": self.item_unit}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "plan")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Plan:
-        if d.get("format", d.get("kind")) != PLAN_FORMAT:     # version 1 named it 'kind'
+    def from_dict(cls, d: Mapping[str, Any]) -> Plan:
+        """A plan from its JSON form, checked against the shipped schema (:mod:`narrowpipe.schema`)
+        first, so a damaged field is a :class:`PlanError` naming it, never a raw ``ValueError`` or a
+        default filled in; a file of an older version may lack only the fields added since."""
+        if not isinstance(d, Mapping):
+            raise PlanError(f"Plan.from_dict takes the parsed JSON object, got {type(d).__name__}"
+                            + (" (for JSON text use Plan.from_json)" if isinstance(d, (str, bytes)) else ""))
+        data = dict(d)
+        if "format" not in data and "kind" in data:     # version 1 named it 'kind'
+            data["format"] = data.pop("kind")
+        if data.get("format") != PLAN_FORMAT:
             raise PlanError(f"not a narrowpipe plan (its 'format' is not {PLAN_FORMAT!r})")
-        version = d.get("version")
-        if not isinstance(version, int) or version > PLAN_VERSION:
-            raise PlanError(f"plan version {version!r} is newer than this narrowpipe reads ({PLAN_VERSION})")
+        version = read_version(data, PLAN_VERSION, "plan", PlanError)
         try:
-            return cls(d["model"], d["target"], d["system"], int(d["devices"]), d["mode"], int(d["seq"]),
-                       Parallel.from_dict(d["parallel"]), dict(d["runtime"]), float(d["step_time_s"]),
-                       dict(d["breakdown"]), dict(d["exposed_comm"]), dict(d["hidden_comm"]),
-                       float(d["tokens_per_s"]), float(d["tflops_per_device"]), float(d["hw_tflops_per_device"]),
-                       float(d["mfu"]), dict(d["memory_per_device"]), bool(d["fits"]), list(d["stages"]),
-                       list(d["collectives"]), [RunnerUp.from_dict(r) for r in d.get("runners_up", [])],
-                       list(d.get("notes", [])), float(d.get("model_flops_per_step", 0.0)),
-                       float(d.get("hw_flops_per_step", 0.0)), str(d.get("dtype", "")),
-                       dict(d.get("architecture", {})), float(d.get("closed_form_step_s", 0.0)),
-                       str(d.get("item_unit", "tokens")))
-        except KeyError as e:
-            raise PlanError(f"plan JSON lacks the field {e.args[0]!r}") from None
+            check({**data, "version": PLAN_VERSION}, PLAN_FORMAT, may_lack=added_after(version, _ADDED))
+        except SchemaMismatch as e:
+            raise PlanError(f"plan JSON (version {version}): {e}") from None
+        parallel = Parallel.from_dict(data["parallel"])
+        if parallel.devices != data["devices"]:
+            raise PlanError(f"plan JSON: parallel {parallel.describe()} uses tp x pp x dp x cp = {parallel.devices} "
+                            f"devices, but the plan says devices = {data['devices']}")
+        return cls(data["model"], data["target"], data["system"], int(data["devices"]), data["mode"],
+                   int(data["seq"]), parallel, dict(data["runtime"]), float(data["step_time_s"]),
+                   dict(data["breakdown"]), dict(data["exposed_comm"]), dict(data["hidden_comm"]),
+                   float(data["tokens_per_s"]), float(data["tflops_per_device"]), float(data["hw_tflops_per_device"]),
+                   float(data["mfu"]), dict(data["memory_per_device"]), data["fits"], list(data["stages"]),
+                   list(data["collectives"]), [RunnerUp.from_dict(r) for r in data.get("runners_up", [])],
+                   list(data.get("notes", [])), float(data.get("model_flops_per_step", 0.0)),
+                   float(data.get("hw_flops_per_step", 0.0)), data.get("dtype", ""),
+                   dict(data.get("architecture", {})), float(data.get("closed_form_step_s", 0.0)),
+                   data.get("item_unit", "tokens"))
 
     @classmethod
-    def from_json(cls, text: str) -> Plan:
+    def from_json(cls, text: str | bytes) -> Plan:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
+            data = json.loads(text, parse_constant=_no_constant)
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
             raise PlanError(f"plan JSON does not parse: {e}") from None
+        except TypeError:
+            raise PlanError(f"Plan.from_json takes JSON text, got {type(text).__name__}") from None
         if not isinstance(data, dict):
-            raise PlanError("plan JSON is not an object")
+            raise PlanError(f"plan JSON is not an object (it is a {type(data).__name__})")
         return cls.from_dict(data)
+
+
+def _no_constant(name: str) -> Any:
+    """``json.loads`` reads ``NaN`` and ``Infinity``, which are not JSON: refuse them while parsing."""
+    raise ValueError(f"{name} is not a JSON number")

@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from ...backends.defaults import TRAINING_MEMORY_RESERVE
-from ...errors import PlanError
+from ...errors import PlanError, as_integer
 from ...ir import DimRole, Graph, Op
 from ..execution.collectives import Topology
 from ..experts import ExpertBalance
@@ -60,6 +60,8 @@ class Planner:
     def __init__(self, graph: Graph, target: Any, devices: int, *, global_batch: int, seq: int | None = None,
                  system: Any = None, runtime: str | Runtime | None = None, optimizer: str = "adam",
                  expert_balance: str | ExpertBalance | None = None) -> None:
+        devices, global_batch = as_integer("devices", devices), as_integer("global_batch", global_batch)
+        seq = None if seq is None else as_integer("seq", seq)   # "8" was a raw TypeError comparing with 1
         if devices < 1:
             raise PlanError(f"devices must be at least 1, got {devices}")
         if global_batch < 1:

@@ -20,16 +20,18 @@ layout wins for latency (the lowest TPOT any batch reaches: batch 1).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import ceil, inf
 from typing import Any
 
 from ...backends import Target
-from ...errors import NarrowpipeError
+from ...durations import as_seconds
+from ...errors import NarrowpipeError, as_integer
 from ...ir import Graph
+from ...jsonout import dumps as dump_json
 from ...models.spec import TransformerSpec
+from ..prices import price_per_target
 from .generate import SteadyState, steady_state
 from .memory import Memory
 from .parallel import tp_spec
@@ -185,7 +187,7 @@ class CapacityPlan:
                 "best_latency": name(self.best_latency), "notes": self.notes}
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "capacity plan")
 
 
 def _ms(seconds: float) -> str:
@@ -259,21 +261,26 @@ def plan_capacity(model: Graph | ServingGraph, targets: str | Target | Iterable[
                   system: Any = None, gemm_inputs: Any = None, mla_decode: str = "absorbed") -> CapacityPlan:
     """The plan for ``rate`` requests/s (see the module doc); ``tpot``/``ttft`` in seconds;
     ``mla_decode`` as :func:`.serve.replica_for`'s. ``price``: USD per device-hour, one for every
-    target or a mapping by target name (:func:`..compare.prices_by_target`); a target without one
-    takes its catalog price. A target may be a system's file (its chip, on its links)."""
-    if not (0 < rate < inf and 0 < tpot < inf) or input_len < 1 or output_len < 1 or \
-            (ttft is not None and not 0 < ttft < inf):
+    target or a mapping by target name or alias (:func:`..prices.price_per_target`, as compare
+    resolves them); a target without one takes its catalog price. A target may be a system's file
+    (its chip, on its links). ``tpot``/``ttft`` may be written as the CLI takes them (``"30ms"``)."""
+    tpot_s, ttft = as_seconds(tpot, "tpot"), as_seconds(ttft, "ttft")
+    input_len, output_len = as_integer("input_len", input_len), as_integer("output_len", output_len)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < inf \
+            or input_len < 1 or output_len < 1 or tpot_s is None:
         raise NarrowpipeError("serve: rate, input and output lengths and the TPOT target must be positive "
-                              "(and finite)")
+                              f"(and finite), got rate={rate!r}, input_len={input_len}, output_len={output_len}")
+    tpot = tpot_s
     specs = [targets] if isinstance(targets, (str, Target)) else list(targets)
     candidates: list[Candidate] = []
     notes: list[str] = []
     name = ""
-    for spec in specs:
-        base = replica_for(model, spec, weights=weights, activations=activations, kv=kv, system=system,
-                           gemm_inputs=gemm_inputs, mla_decode=mla_decode)
+    bases = [replica_for(model, spec, weights=weights, activations=activations, kv=kv, system=system,
+                         gemm_inputs=gemm_inputs, mla_decode=mla_decode) for spec in specs]
+    price_of = price_per_target(price, [b.target for b in bases])
+    for base in bases:
         target = base.target
-        own = price.get(target.name) if isinstance(price, Mapping) else price
+        own = price_of.get(target.name)
         base.source.check_context(input_len + output_len)
         name = base.source.graph.name
         notes = notes or list(base.notes)

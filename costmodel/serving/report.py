@@ -17,10 +17,10 @@ Definitions (every figure is for one replica, the devices its layout uses):
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ...jsonout import dumps as dump_json
 from .crossover import Crossover
 from .memory import Memory
 from .replica import BATCH_SEARCH_LIMIT
@@ -96,4 +96,4 @@ class ServingReport:
         return out
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return dump_json(self.to_dict(), indent, "serving report")

@@ -19,6 +19,7 @@ from ...errors import NarrowpipeError, as_integer
 from ...ir import Graph
 from ..execution import TimingOptions
 from ..execution.collectives import Topology
+from ..prices import checked_price
 from .crossover import crossover
 from .formats import Formats
 from .generate import generate
@@ -67,6 +68,7 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
     (DeepSeek's latent attention decodes absorbed unless ``"as-built"``)."""
     if mode not in MODES:
         raise NarrowpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    price = checked_price(price)
     batch, tp, pp = as_integer("batch", batch), as_integer("tp", tp), as_integer("pp", pp)
     context, input_len, output_len = (None if x is None else as_integer(n, x) for n, x in
                                       (("context", context), ("input_len", input_len), ("output_len", output_len)))

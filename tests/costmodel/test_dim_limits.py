@@ -107,3 +107,39 @@ def test_a_negative_default_is_refused():
     with pytest.raises(NarrowpipeError, match=r"dim seq's default must be an integer >= 1, got -3"):
         narrowpipe.analyze(g)
     assert narrowpipe.analyze(g, seq=6).modeled_flops == 2 * 8 * 2 * 4 * 5
+
+
+def _exported_range_graph(seq_role: narrowpipe.DimRole) -> narrowpipe.Graph:
+    """What torch.export writes for ``Dim("batch")``/``Dim("seq")``: a range from 0 (torch's
+    default min), and a fixed-size slice of the sequence (the last token's logits)."""
+    from narrowpipe.ir import DimSpec, DType, Graph, Op, Sym, TensorType
+    g = Graph("exported")
+    g.declare_dim(DimSpec("batch", 2, min=0, role=narrowpipe.DimRole.BATCH))
+    g.declare_dim(DimSpec("seq", 16, min=0, max=8192, role=seq_role))
+    x = g.add_input("x", TensorType(DType.FP32, (Sym("batch"), Sym("seq"), 8)))
+    y = g.add_node(Op.SLICE, [x], [TensorType(DType.FP32, (Sym("batch"), 1, 8))],
+                   attrs={"axis": 1, "start": 0, "stop": 1, "step": 1})
+    g.set_outputs(y.outputs)
+    return g
+
+
+@pytest.mark.parametrize("target", ["tpu-v6e", "h100", None])
+def test_an_export_range_from_zero_does_not_admit_an_empty_batch(target):
+    """torch.export.Dim defaults to min=0; a batch or sequence of 0 is still an empty model (it used
+    to divide by zero in the TPU's systolic folds and report 0 FLOPs on a GPU)."""
+    g = _exported_range_graph(narrowpipe.DimRole.SEQUENCE)
+    with pytest.raises(NarrowpipeError, match="dim batch must be >= 1, got 0"):
+        narrowpipe.analyze(g, target, batch=0, seq=4)
+    with pytest.raises(NarrowpipeError, match="dim seq must be >= 1, got 0"):
+        narrowpipe.analyze(g, target, batch=1, seq=0)
+    assert narrowpipe.analyze(g, batch=1, seq=4).dims == {"batch": 1, "seq": 4}
+
+
+def test_a_fixed_slice_of_an_emptied_axis_names_the_dim_to_blame():
+    """A dim of no role may be 0 where its range says so; a fixed-size slice of the axis it empties
+    used to read '1 = 1 is more than this model supports'."""
+    g = _exported_range_graph(narrowpipe.DimRole.OTHER)
+    with pytest.raises(ShapeError, match=r"takes 1 entries of axis 1 of x, which holds seq = 0 .*bind seq so it "
+                                         r"holds at least 1") as info:
+        narrowpipe.analyze(g, batch=1, seq=0)
+    assert "1 = 1" not in str(info.value)
