@@ -1,7 +1,7 @@
 """The steps around eager attention's matmuls that its fused kernel takes in (:func:`.kernels.fuse`).
 
-Why a module of its own: :mod:`.kernels` finds ``DOT -> scale/mask -> SOFTMAX -> DOT`` and makes it
-one kernel; what else belongs to that kernel depends on how the graph was written. Exporters add a
+Why a module of its own: :func:`fuse_attention` finds ``DOT -> scale/mask -> SOFTMAX -> DOT`` and makes
+it one kernel; what else belongs to that kernel depends on how the graph was written. Exporters add a
 NaN guard after the softmax (``Where(IsNaN(p), 0, p)``: torch's ``symbolic_opset14``, onnxscript's
 ``torch_lib``), and the legacy ONNX exporter scales Q and K each by ``sqrt(scale)`` before ``Q K^T``
 (``Mul(Transpose(K), c)``). A fused attention kernel has no NaN rows and applies the scale and the
@@ -10,10 +10,19 @@ transpose while it loads its operands, so none of these is a kernel of its own.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..ir import Node, Op, Value
 
-__all__ = ["ATTN_CHAIN", "LAYOUT", "nan_guard", "operand_steps", "scale_operand", "scores_input"]
+if TYPE_CHECKING:
+    from .kernels import _Groups
 
+__all__ = ["ATTN_CHAIN", "LAYOUT", "OWN_KERNEL", "fuse_attention", "nan_guard", "operand_steps", "scale_operand",
+           "scores_input"]
+
+#: Node attribute: the runtime launches this op as a kernel of its own (Megatron's fused softmax in
+#: unfused attention), so fusion groups it with nothing.
+OWN_KERNEL = "own_kernel"
 #: the ops that may sit between ``Q K^T`` and the softmax, and between the softmax and ``P V``
 ATTN_CHAIN = frozenset({Op.MUL, Op.DIV, Op.ADD, Op.SUB, Op.CAST, Op.WHERE, Op.COPY})
 #: layout changes a matmul (or attention) kernel absorbs as it loads an operand
@@ -93,3 +102,53 @@ def scores_input(node: Node, base: dict[Value, Value], index: dict[Node, int],
                 len(consumers.get(base.get(v, v), ())) == 1:
             return v
     return ins[0] if ins else None
+
+
+def fuse_attention(nodes: list[Node], index: dict[Node, int], base: dict[Value, Value],
+                    consumers: dict[Value, list[Node]], groups: _Groups) -> None:
+    """Find DOT -> [scale/mask/cast]* -> SOFTMAX -> [cast, NaN guard]* -> DOT and make it one kernel
+    (with the scales and transposes that only feed the first DOT)."""
+    for i, node in enumerate(nodes):
+        if node.op is not Op.SOFTMAX or node.attrs.get(OWN_KERNEL):
+            continue
+        chain = [i]
+        v = node.inputs[0]
+        first_dot = None
+        while v is not None:
+            p = base.get(v, v).producer
+            if p is None or p not in index:
+                break
+            if p.op is Op.DOT and p.attrs.get("lhs_batch"):
+                first_dot = index[p]
+                break
+            if p.op not in ATTN_CHAIN or len(consumers.get(base.get(v, v), ())) != 1:
+                break
+            chain.append(index[p])
+            v = scores_input(p, base, index, consumers)
+        if first_dot is None:
+            continue
+        out = node.outputs[0]
+        second_dot = None
+        for _ in range(4):
+            users = consumers.get(out, [])
+            guard = nan_guard(out)
+            if guard is not None:
+                chain.extend(index[u] for u in users)
+                out = guard.outputs[0]
+                continue
+            if len(users) != 1:
+                break
+            u = users[0]
+            if u.op is Op.DOT and u.attrs.get("lhs_batch"):
+                second_dot = index[u]
+                break
+            if u.op not in ATTN_CHAIN:
+                break
+            chain.append(index[u])
+            out = u.outputs[0]
+        if second_dot is None:
+            continue
+        root = groups.union(first_dot, second_dot)
+        for k in chain + operand_steps(nodes[first_dot], index, base, consumers):
+            root = groups.union(root, k)
+        groups.heavy[groups.find(root)] = 1

@@ -4,7 +4,11 @@ What fuses follows what production stacks do (torch.compile/Inductor, XLA, servi
 
 * views are free and launch nothing;
 * elementwise epilogues fuse into their producer (bias, activation, residual add after a matmul);
-* chains of elementwise ops fuse, and fuse into a following reduction or normalization;
+* chains of elementwise ops fuse, and fuse into a following reduction or normalization; a
+  concatenation fuses as the pointwise copy it is;
+* a value several nodes read fuses with them when they all end up in one kernel (a norm's ``x``
+  read by ``pow`` and ``mul``, RoPE's ``q`` by both branches, a tanh GELU's input): Inductor and XLA
+  run such a diamond as one kernel (:mod:`.shared_fusion`), reading each outside input once;
 * an inference batch norm (running statistics) is a per-channel affine and fuses as an elementwise
   op: into the convolution or matmul before it and on into the activation and residual add after
   (:func:`is_affine_norm`); a training-mode batch norm reduces and stays a normalization;
@@ -30,18 +34,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from math import prod
 
-from ..ir import STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value
-from .attention_fusion import ATTN_CHAIN, LAYOUT, nan_guard, operand_steps, scores_input
+from ..ir import IN_PLACE, STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value
+from .attention_fusion import LAYOUT, OWN_KERNEL, fuse_attention
 from .cost import Cost
 from .dequant_fusion import runs_in_gemm
 from .interpreter import CostTable
+from .shared_fusion import join_shared_producers
 
 __all__ = ["Kernel", "fuse", "FUSION_MODES", "OWN_KERNEL", "is_affine_norm"]
 
 FUSION_MODES = ("full", "no-epilogue", "none")
-#: Node attribute: the runtime launches this op as a kernel of its own (Megatron's fused softmax in
-#: unfused attention), so fusion groups it with nothing.
-OWN_KERNEL = "own_kernel"
 
 _HEAVY = frozenset({Op.DOT, Op.GROUPED_DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD})
 _PHASE = "phase"   # a training step's phase attr (costmodel.training.phases.PHASE)
@@ -80,12 +82,13 @@ def _kind(node: Node) -> str:
 
 
 class _Groups:
-    """Union-find over node indices, tracking each group's first index and heavy-op count."""
+    """Union-find over node indices, tracking each group's first index, heavy-op count and members."""
 
     def __init__(self, n: int) -> None:
         self.parent = list(range(n))
         self.first = list(range(n))
         self.heavy = [0] * n
+        self.members: list[list[int]] = [[i] for i in range(n)]
 
     def find(self, i: int) -> int:
         while self.parent[i] != i:
@@ -100,6 +103,8 @@ class _Groups:
         self.parent[rb] = ra
         self.first[ra] = min(self.first[ra], self.first[rb])
         self.heavy[ra] += self.heavy[rb]
+        self.members[ra].extend(self.members[rb])
+        self.members[rb] = []
         return ra
 
 
@@ -122,7 +127,7 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
     _join_strided_views(nodes, index, base, consumers, groups, outputs)
     if mode in ("full", "no-epilogue"):
         if mode == "full":
-            _fuse_attention(nodes, index, base, consumers, groups)
+            fuse_attention(nodes, index, base, consumers, groups)
         _fuse_optimizer_updates(nodes, groups)
         for i, node in enumerate(nodes):
             if node.op in VIEW_OPS or node.group is OpGroup.COLLECTIVE or node.op is Op.UNKNOWN or \
@@ -143,6 +148,14 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
                 if _fusable(p, node) and _acyclic(node, j, i, groups, index, base) and \
                         groups.heavy[groups.find(j)] + groups.heavy[groups.find(i)] <= 1:
                     groups.union(j, i)
+
+        def can_join(p: Node, reader: Node) -> bool:
+            """The single-reader rule above, for one reader of a value several nodes read."""
+            if reader.op in VIEW_OPS or reader.group is OpGroup.COLLECTIVE or reader.op is Op.UNKNOWN or \
+                    reader.attrs.get(OWN_KERNEL) or reader in in_gemm or p.attrs.get(OWN_KERNEL):
+                return False
+            return not (mode == "no-epilogue" and p.op in _HEAVY) and _fusable(p, reader)
+        join_shared_producers(nodes, index, base, consumers, groups, outputs, can_join)
     return _kernels(table, nodes, groups, base, consumers, outputs)
 
 
@@ -209,8 +222,13 @@ def is_affine_norm(node: Node) -> bool:
 
 
 def _group(node: Node) -> OpGroup:
-    """The group a node fuses as: an inference batch norm as the elementwise affine it is."""
-    return OpGroup.ELEMENTWISE if is_affine_norm(node) else node.group
+    """The group a node fuses as: an inference batch norm as the elementwise affine it is, and a
+    concatenation as the pointwise copy it is (each output element one input element at a shifted
+    index: Inductor lowers a ``cat`` among pointwise ops as a pointwise loop, XLA fuses
+    ``concatenate`` into loop fusions), so RoPE's ``rotate_half`` fuses with its ``neg`` and ``mul``.
+    Not a cache append done in place: it writes a slice of a storage that outlives the kernel."""
+    pointwise_cat = node.op is Op.CONCAT and IN_PLACE not in node.attrs
+    return OpGroup.ELEMENTWISE if is_affine_norm(node) or pointwise_cat else node.group
 
 
 def _fusable(producer: Node, consumer: Node) -> bool:
@@ -245,56 +263,6 @@ def _acyclic(consumer: Node, j: int, i: int, groups: _Groups, index: dict[Node, 
         if k > start:
             return False
     return True
-
-
-def _fuse_attention(nodes: list[Node], index: dict[Node, int], base: dict[Value, Value],
-                    consumers: dict[Value, list[Node]], groups: _Groups) -> None:
-    """Find DOT -> [scale/mask/cast]* -> SOFTMAX -> [cast, NaN guard]* -> DOT and make it one kernel
-    (with the scales and transposes that only feed the first DOT)."""
-    for i, node in enumerate(nodes):
-        if node.op is not Op.SOFTMAX or node.attrs.get(OWN_KERNEL):
-            continue
-        chain = [i]
-        v = node.inputs[0]
-        first_dot = None
-        while v is not None:
-            p = base.get(v, v).producer
-            if p is None or p not in index:
-                break
-            if p.op is Op.DOT and p.attrs.get("lhs_batch"):
-                first_dot = index[p]
-                break
-            if p.op not in ATTN_CHAIN or len(consumers.get(base.get(v, v), ())) != 1:
-                break
-            chain.append(index[p])
-            v = scores_input(p, base, index, consumers)
-        if first_dot is None:
-            continue
-        out = node.outputs[0]
-        second_dot = None
-        for _ in range(4):
-            users = consumers.get(out, [])
-            guard = nan_guard(out)
-            if guard is not None:
-                chain.extend(index[u] for u in users)
-                out = guard.outputs[0]
-                continue
-            if len(users) != 1:
-                break
-            u = users[0]
-            if u.op is Op.DOT and u.attrs.get("lhs_batch"):
-                second_dot = index[u]
-                break
-            if u.op not in ATTN_CHAIN:
-                break
-            chain.append(index[u])
-            out = u.outputs[0]
-        if second_dot is None:
-            continue
-        root = groups.union(first_dot, second_dot)
-        for k in chain + operand_steps(nodes[first_dot], index, base, consumers):
-            root = groups.union(root, k)
-        groups.heavy[groups.find(root)] = 1
 
 
 def _view_bases(graph: Graph) -> dict[Value, Value]:
@@ -352,15 +320,10 @@ def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[Va
         total = Cost()
         for n in group_nodes:
             total = total + table.costs[n]
-        internal_reads = 0
         produced = {v for n in group_nodes for v in n.outputs}
-        ext_inputs: dict[Value, Value] = {}
-        for n in group_nodes:
-            for b in _distinct_bases(n, base):
-                if b in produced and len(group_nodes) > 1:
-                    internal_reads += b.type.dtype.nbytes(prod(table.shapes[b]))
-                elif b not in produced:
-                    ext_inputs.setdefault(b, b)
+        ext_inputs: dict[Value, Value] = {b: b for n in group_nodes for b in _distinct_bases(n, base)
+                                          if b not in produced}
+        internal_reads = _unpaid_reads(table, group_nodes, base, produced) if len(group_nodes) > 1 else 0
         written = 0
         outs: list[Value] = []
         for n in group_nodes:
@@ -377,3 +340,28 @@ def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[Va
         kernels.append(Kernel(anchor.name, kind, group_nodes, anchor, cost, list(ext_inputs.values()), outs))
     return kernels
 
+
+
+def _unpaid_reads(table: CostTable, group: list[Node], base: dict[Value, Value], produced: set[Value]) -> int:
+    """Bytes the group's nodes count as read that the kernel does not read from memory: every read
+    of a value produced inside it, and the repeats of an outside storage several of its nodes read
+    (the kernel loads it once: RMSNorm's ``x`` feeds ``pow`` and ``mul``). A node reads a storage
+    through the views it names (RoPE's halves of ``q``); a storage read whole counts its bytes once."""
+    unpaid = 0
+    outside: dict[Value, list[int]] = {}
+    for n in group:
+        seen: dict[Value, int] = {}
+        for v in n.inputs:
+            if v is not None and v not in seen:
+                seen[v] = v.type.dtype.nbytes(prod(table.shapes[v]))
+        for v, nbytes in seen.items():
+            b = base.get(v, v)
+            if b in produced:
+                unpaid += nbytes
+            else:
+                outside.setdefault(b, []).append(nbytes)
+    for b, reads in outside.items():
+        if len(reads) > 1:
+            whole = b.type.dtype.nbytes(prod(table.shapes[b]))
+            unpaid += sum(reads) - max(max(reads), min(sum(reads), whole))
+    return unpaid

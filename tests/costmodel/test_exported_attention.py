@@ -50,8 +50,9 @@ def test_fusion_takes_the_nan_guard_and_the_operand_scales_into_one_attention_ke
     ops = sorted(n.op.value for n in kernels[0].nodes)
     assert ops == sorted(["permute", "mul", "mul", "dot", "add", "softmax", "isnan", "where", "dot"])
     # what it reads: q, K and V as repeat_kv hands them (4 heads: GQA is serving's fold), the mask,
-    # the scale (once per scaled operand) and the guard's zero; it writes the output only
-    read = 4 * (B * H * S * D + 2 * B * H * SK * D + B * S * SK + 2 + 1)
+    # the scale (once: the kernel loads an input both scaled operands share once) and the guard's
+    # zero; it writes the output only
+    read = 4 * (B * H * S * D + 2 * B * H * SK * D + B * S * SK + 1 + 1)
     assert kernels[0].cost.bytes_read == read
     assert kernels[0].cost.bytes_written == 4 * B * H * S * D
 
