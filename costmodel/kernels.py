@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from math import prod
 
-from ..ir import IN_PLACE, STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value
+from ..ir import IN_PLACE, STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value, ValueKind
 from .attention_fusion import LAYOUT, OWN_KERNEL, fuse_attention
 from .cost import Cost
 from .dequant_fusion import runs_in_gemm
@@ -226,9 +226,21 @@ def _group(node: Node) -> OpGroup:
     concatenation as the pointwise copy it is (each output element one input element at a shifted
     index: Inductor lowers a ``cat`` among pointwise ops as a pointwise loop, XLA fuses
     ``concatenate`` into loop fusions), so RoPE's ``rotate_half`` fuses with its ``neg`` and ``mul``.
-    Not a cache append done in place: it writes a slice of a storage that outlives the kernel."""
-    pointwise_cat = node.op is Op.CONCAT and IN_PLACE not in node.attrs
+    Not a cache append: one done in place writes a slice of a storage that outlives the kernel, and
+    one onto a program input (an eager step's ``cat(past, new)``) is the append the serving path runs
+    in place as a copy of its own (vLLM's ``reshape_and_cache``), so both paths time one program."""
+    pointwise_cat = node.op is Op.CONCAT and IN_PLACE not in node.attrs and not _onto_input(node)
     return OpGroup.ELEMENTWISE if is_affine_norm(node) or pointwise_cat else node.group
+
+
+def _onto_input(node: Node) -> bool:
+    """Whether a node reads a program input (looking through views): a cache's past."""
+    for v in node.inputs:
+        while v is not None and v.producer is not None and v.producer.op in VIEW_OPS and v.producer.inputs:
+            v = v.producer.inputs[0]
+        if v is not None and v.producer is None and v.kind is ValueKind.INPUT:
+            return True
+    return False
 
 
 def _fusable(producer: Node, consumer: Node) -> bool:

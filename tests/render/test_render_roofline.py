@@ -44,7 +44,8 @@ def test_every_kernel_with_work_is_a_point_and_the_rest_are_counted(gpt2_h100, t
     points = _points(fig)
     timed = [k for k in r.timeline if k.time_s > 0]
     with_work = [k for k in timed if k.flops and k.bytes]
-    assert len(points) == len(with_work) == 116 and len(timed) == r.timing.kernels == 128
+    # 104 kernels: each of the 12 layers' tanh GELU (two kernels unfused) is c_fc's epilogue
+    assert len(points) == len(with_work) == 92 and len(timed) == r.timing.kernels == 104
     # points are on the useful FLOPs: the lesser of the executed (a causal attention's skipped
     # blocks out) and the model's count (a GEMM's tile padding is no needed work)
     useful = [min(k.executed_flops or k.flops, k.flops) for k in with_work]
