@@ -59,7 +59,10 @@ def test_compare_with_value_lists_prints_one_row_per_point_and_target_and_writes
     assert main(["compare", "gpt2", "--targets", "h100,groq-lpu", "--set", "batch=1,2", "--set", "seq=32",
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "sweep over batch" in text and text.count("h100-sxm") == 2 and text.count("groq-lpu") == 2
+    rows = [line for line in text.splitlines() if "│" in line]
+    assert "sweep over batch" in text and sum("h100-sxm" in r for r in rows) == 2 \
+        and sum("groq-lpu" in r for r in rows) == 2
+    assert "batch=1: verdict:" in text and "batch=2: verdict:" in text      # one verdict per point
     data = json.loads(out.read_text())
     assert data["format"] == "narrowpipe.sweep" and data["grid"] == {"batch": [1, 2], "seq": [32]}
     assert [p["dims"] for p in data["points"]] == [{"batch": 1, "seq": 32}, {"batch": 2, "seq": 32}]
@@ -78,3 +81,25 @@ def test_a_sweep_stars_a_cost_whose_price_is_not_on_the_catalog_basis():
     cost = {r[1]: r[-1] for r in rows if len(r) > 3 and r[1] in ("h100-sxm", "h100-pcie", "groq-lpu")}
     assert cost["h100-pcie"].endswith("*") and not cost["h100-sxm"].endswith("*") and cost["groq-lpu"] == "-"
     assert "* price not a hyperscaler on-demand list rate" in text
+
+
+def test_a_sweep_sets_apart_the_cost_of_a_point_that_does_not_fit(tmp_path, capsys, monkeypatch):
+    """Llama-3-8B decode at context 4096 needs ~16.6 GB with serving's 10% reserve: more than a 16 GiB
+    tpu-v5e holds, so its $/M (one chip's) is bracketed and its verdict line names it as not fitting;
+    by hand the bracketed figure is that one chip's price x step time / batch."""
+    monkeypatch.setenv("COLUMNS", "200")
+    out = tmp_path / "sweep.json"
+    assert main(["compare", "llama-3-8b", "--targets", "h100,tpu-v5e", "--set", "batch=1,8", "--mode", "decode",
+                 "--context", "4096", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines()]
+    v5e = [r for r in rows if len(r) > 3 and r[1] == "tpu-v5e"]
+    points = json.loads(out.read_text())["points"]
+    assert len(v5e) == len(points) == 2
+    for point, row in zip(points, v5e):
+        t = next(r["timing"] for r in point["targets"] if r["timing"]["target"] == "tpu-v5e")
+        assert not t["fits"]
+        by_hand = t["price_per_hour"] / 3600 * t["time_s"] / point["dims"]["batch"] * 1e6
+        assert row[-1] == f"({by_hand:.3g})"
+    assert "(cost) one device's" in text
+    assert text.count("does not fit: tpu-v5e") == 2
