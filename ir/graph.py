@@ -329,8 +329,7 @@ class Graph:
         return {name: spec.default for name, spec in self.dims.items() if spec.default is not None}
 
     def dims_with_role(self, role: DimRole | str) -> list[str]:
-        """Names of the declared dims with ``role`` (a :class:`DimRole` or its name; what planners
-        bind instead of matching names)."""
+        """Names of the declared dims with ``role`` (or its name): what planners bind, never names."""
         return names_with_role(self.dims.values(), role)
 
     def role_size(self, role: DimRole | str, bindings: Mapping[str, int] | None = None) -> int:

@@ -8,6 +8,7 @@ identically to ``g``.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,12 @@ __all__ = ["graph_to_dict", "graph_from_dict", "to_json", "from_json", "save_jso
            "FORMAT", "VERSION"]
 
 FORMAT = "narrowpipe.graph"
-VERSION = 1
+#: 2: a non-finite float attribute (an attention mask's ``-inf`` fill) is written ``{"$float": "-inf"}``:
+#: JSON has no Infinity or NaN, and strict readers failed on the bare ``-Infinity`` version 1 wrote
+#: (which still loads: Python's reader takes it).
+VERSION = 2
+_READS = (1, 2)
+_NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 def _type_to(t: TensorType) -> dict[str, Any]:
@@ -46,6 +52,8 @@ def _attr_to(v: Any) -> Any:
         return {"$dtype": v.value}
     if isinstance(v, dict):
         return {"$dict": {str(k): _attr_to(x) for k, x in v.items()}}
+    if isinstance(v, float) and not math.isfinite(v):
+        return {"$float": "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")}
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     raise IRError(f"attribute value of type {type(v).__name__} cannot be serialized: {v!r}")
@@ -61,6 +69,8 @@ def _attr_from(v: Any, env: dict[str, Value]) -> Any:
             return DType(v["$dtype"])
         if "$dict" in v:
             return {k: _attr_from(x, env) for k, x in v["$dict"].items()}
+        if "$float" in v and v["$float"] in _NONFINITE:
+            return _NONFINITE[v["$float"]]
         raise IRError(f"unknown attribute encoding {sorted(v)}")
     return v
 
@@ -123,8 +133,9 @@ def graph_from_dict(data: dict[str, Any], *, check: bool = True) -> Graph:
     ``check=False`` skips only that last step."""
     if data.get("format") != FORMAT:
         raise IRError(f"not a narrowpipe graph (format={data.get('format')!r})")
-    if data.get("version") != VERSION:
-        raise IRError(f"unsupported graph version {data.get('version')!r} (this build reads {VERSION})")
+    version = data.get("version")
+    if isinstance(version, bool) or version not in _READS:
+        raise IRError(f"unsupported graph version {version!r} (this build reads {', '.join(map(str, _READS))})")
     try:
         graph = _build(data)
     except KeyError as exc:

@@ -71,3 +71,31 @@ def test_an_edited_result_shape_is_refused_once_bound_not_costed(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     with pytest.raises(ShapeError, match=r"output shape \[2, 4, 16, 48\] is not the broadcast \[2, 4, 16, 16\]"):
         narrowpipe.analyze(narrowpipe.load(tmp_path / "bad.json"), dims={"batch": 2})
+
+
+def test_a_minus_infinity_fill_saves_as_json_strict_readers_take(tmp_path):
+    """An eager causal mask fills with -inf: version 1 wrote a bare -Infinity, which is not JSON
+    (jq and browsers refuse it); version 2 writes {"$float": "-inf"} and version 1 files still load."""
+    import json
+    import math
+
+    g = narrowpipe.transformer(2, 64, 4, 100, seq=16, attention="eager")
+    path = g.save(tmp_path / "e.json")
+    text = path.read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in a saved graph"))
+    assert '"$float"' in text
+    back = narrowpipe.load(path)
+    fills = [v for n in back.nodes for v in n.attrs.values() if isinstance(v, float) and math.isinf(v)]
+    assert fills and all(v == -math.inf for v in fills)
+    old = json.loads(text)
+    old["version"] = 1
+    old_text = json.dumps(old).replace('{"$float": "-inf"}', "-Infinity")
+    assert "-Infinity" in old_text
+    assert narrowpipe.analyze(_from_text(old_text, tmp_path)).flops == narrowpipe.analyze(back).flops
+
+
+def _from_text(text: str, tmp_path) -> Graph:
+    p = tmp_path / "old.json"
+    p.write_text(text)
+    return narrowpipe.load(p)
