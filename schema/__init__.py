@@ -6,7 +6,7 @@ format with that version pinned, and every object forbids fields it does not lis
 renamed or removed fails validation until the schema changes, and a schema change fails the
 field-set snapshot in the tests until the format's version is bumped: nothing drifts silently.
 
-``validate`` needs the ``jsonschema`` package (the test extra); reading the schema needs nothing.
+``validate`` and the readers' ``check`` run the ``jsonschema`` package (a dependency).
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def _bundle() -> dict[str, Any]:
 
 def check(document: Any, fmt: str, *, may_lack: Collection[str] = ()) -> None:
     """What the readers use: raise :class:`SchemaMismatch` (a :class:`NarrowpipeError` with the
-    field's path and the reason) where ``document`` breaks ``fmt``'s definition; needs no
-    ``jsonschema`` (:mod:`.check`). ``may_lack``: required fields an older version's file did not
+    field's path and the reason) where ``document`` breaks ``fmt``'s definition (:mod:`.check`).
+    ``may_lack``: required fields an older version's file did not
     write yet (``timeline/*/passes``)."""
     if fmt not in FORMATS:
         raise NarrowpipeError(f"no schema for format {fmt!r}; formats: {', '.join(FORMATS)}")
@@ -79,10 +79,7 @@ def check(document: Any, fmt: str, *, may_lack: Collection[str] = ()) -> None:
 def validate(document: dict[str, Any]) -> None:
     """Raise a :class:`NarrowpipeError` naming the first offending field if ``document`` (a parsed
     ``--json`` output) does not match its format's schema."""
-    try:
-        import jsonschema
-    except ImportError:
-        raise NarrowpipeError("validating needs the jsonschema package: pip install jsonschema") from None
+    import jsonschema
     fmt = document.get("format") if isinstance(document, dict) else None
     if not isinstance(fmt, str):
         raise NarrowpipeError("not a narrowpipe document: no 'format' field")

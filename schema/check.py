@@ -1,28 +1,25 @@
-"""Checking a document against the shipped schema without the ``jsonschema`` package.
+"""Checking a document against the shipped schema, with ``jsonschema`` (JSON Schema 2020-12).
 
 Why: the readers (``Report.from_json``, ``Plan.from_json``) must refuse a damaged file with a
 narrowpipe error naming the field, and the schema already says what every field holds. Checking each
 field by hand in each reader drifted from the schema (a ``flops`` of ``"abc"`` loaded, a missing
-``parallel.tp`` became 1), while ``jsonschema`` is only a test extra. The bundle uses a small part
-of JSON Schema 2020-12, implemented here with its semantics (an ``integer`` may be written ``3.0``,
-a boolean is no number); a keyword outside that part is an error, so the schema cannot grow a
-constraint the readers would silently skip. ``tests/schema`` holds this checker to ``jsonschema``.
+``parallel.tp`` became 1). The reference implementation decides; this module only relaxes the
+required fields an older version did not write yet and words its first error by the field's path.
 """
 
 from __future__ import annotations
 
-import math
+import copy
 from collections.abc import Collection, Mapping
+from functools import lru_cache
 from typing import Any
 
+import jsonschema
+
 from ..errors import NarrowpipeError
+from ..jsonout import nonfinite_path
 
 __all__ = ["check_against", "SchemaMismatch", "read_version", "added_after"]
-
-#: Keywords that say nothing about a value (annotations and the bundle's bookkeeping).
-_NOTES = frozenset({"description", "title", "$schema", "$id", "$defs", "$comment"})
-_CHECKED = frozenset({"type", "properties", "required", "additionalProperties", "items", "$ref", "const", "enum",
-                      "anyOf", "oneOf", "minimum"})
 
 
 class SchemaMismatch(NarrowpipeError):
@@ -33,107 +30,79 @@ class SchemaMismatch(NarrowpipeError):
         super().__init__(f"{self.path}: {reason}")
 
 
-def _is_type(value: Any, name: str) -> bool:
-    if name == "null":
-        return value is None
-    if name == "boolean":
-        return isinstance(value, bool)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "object":
-        return isinstance(value, Mapping)
-    if name == "array":
-        return isinstance(value, list)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    if isinstance(value, float) and not math.isfinite(value):
-        return False                     # JSON has no NaN or Infinity
-    if name == "number":
-        return True
-    if name == "integer":
-        return isinstance(value, int) or value.is_integer()
-    raise NarrowpipeError(f"schema: unknown type {name!r}")
-
-
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality: ``true`` is not ``1``, ``1.0`` is ``1``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and isinstance(b, (int, float)) and a == b)
-
-
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class _Checker:
-    def __init__(self, bundle: Mapping[str, Any], may_lack: Collection[str]) -> None:
-        self.defs, self.may_lack = bundle["$defs"], frozenset(may_lack)
-
-    def check(self, value: Any, node: Mapping[str, Any], path: str, pattern: str = "") -> None:
-        unknown = set(node) - _CHECKED - _NOTES
-        if unknown:
-            raise NarrowpipeError(f"schema: keyword(s) {', '.join(sorted(unknown))} at {path or 'top'} are not "
-                                  "checked by narrowpipe.schema.check (add them there)")
-        if "$ref" in node:
-            self.check(value, self.defs[node["$ref"].rsplit("/", 1)[-1]], path, pattern)
-        if "type" in node:
-            names = node["type"] if isinstance(node["type"], list) else [node["type"]]
-            if not any(_is_type(value, n) for n in names):
-                raise SchemaMismatch(path, f"{_shown(value)} is not of type {' or '.join(names)}")
-        if "const" in node and not _same(value, node["const"]):
-            raise SchemaMismatch(path, f"{_shown(value)} is not {node['const']!r}")
-        if "enum" in node and not any(_same(value, e) for e in node["enum"]):
-            raise SchemaMismatch(path, f"{_shown(value)} is not one of {', '.join(map(repr, node['enum']))}")
-        if "minimum" in node and _is_type(value, "number") and value < node["minimum"]:
-            raise SchemaMismatch(path, f"{_shown(value)} is below the minimum {node['minimum']}")
-        for key in ("anyOf", "oneOf"):
-            if key in node:
-                errors = [self._mismatch(value, option, path, pattern) for option in node[key]]
-                matched = errors.count(None)
-                failed = [e for e in errors if e is not None]
-                deeper = [e for e in failed if e.path != (path or "(top level)") or "lacks" in e.reason]
-                if matched == 0 and deeper:   # the form of the value's type, wrong inside: say where
-                    raise deeper[0]
-                if matched == 0 or (key == "oneOf" and matched > 1):
-                    raise SchemaMismatch(path, f"{_shown(value)} matches {'none' if not matched else matched} "
-                                               f"of the {len(node[key])} forms it may take")
-        if isinstance(value, Mapping):
-            self._object(value, node, path, pattern)
-        if isinstance(value, list) and "items" in node:
-            for i, item in enumerate(value):
-                self.check(item, node["items"], _join(path, str(i)), _join(pattern, "*"))
-
-    def _mismatch(self, value: Any, node: Mapping[str, Any], path: str, pattern: str) -> SchemaMismatch | None:
-        try:
-            self.check(value, node, path, pattern)
-        except SchemaMismatch as e:
-            return e
-        return None
-
-    def _object(self, value: Mapping[str, Any], node: Mapping[str, Any], path: str, pattern: str) -> None:
-        props = node.get("properties", {})
-        missing = [k for k in node.get("required", ()) if k not in value and _join(pattern, k) not in self.may_lack]
-        if missing:
-            raise SchemaMismatch(path, f"lacks the field {missing[0]!r}")
-        extra = node.get("additionalProperties", True)
-        for key, item in value.items():
-            where, like = _join(path, str(key)), _join(pattern, str(key))
-            if key in props:
-                self.check(item, props[key], where, like)
-            elif extra is False:
-                raise SchemaMismatch(where, "is not a field of this document")
-            elif isinstance(extra, Mapping):
-                self.check(item, extra, where, like)
-
-
 def _join(path: str, key: str) -> str:
     return f"{path}/{key}" if path else key
+
+
+def _branches(node: dict[str, Any], defs: dict[str, Any]) -> list[dict[str, Any]]:
+    """``node`` and what it stands for: its reference's definition, its anyOf/oneOf forms."""
+    out = [node]
+    if "$ref" in node:
+        out += _branches(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+    for key in ("anyOf", "oneOf"):
+        for alt in node.get(key, ()):
+            out += _branches(alt, defs)
+    return out
+
+
+def _relax(defs: dict[str, Any], definition: str, pattern: str) -> None:
+    """Drop the last field of ``pattern`` (``timeline/*/passes``) from the required fields of every
+    object the pattern reaches in ``defs`` (a copy: a definition shared with other places is relaxed
+    there too, which only an older file's reader sees)."""
+    *parents, field = pattern.split("/")
+    nodes = [defs[definition]]
+    for part in parents:
+        nodes = [child for n in nodes for b in _branches(n, defs)
+                 for child in ([b["items"]] if part == "*" and "items" in b else
+                               [b["properties"][part]] if part in b.get("properties", {}) else [])]
+    for n in nodes:
+        for b in _branches(n, defs):
+            if field in b.get("required", ()):
+                b["required"] = [k for k in b["required"] if k != field]
+
+
+@lru_cache(maxsize=64)
+def _validator(bundle_id: int, definition: str, may_lack: frozenset[str]) -> Any:
+    bundle = _BUNDLES[bundle_id]
+    defs = copy.deepcopy(bundle["$defs"])
+    for pattern in sorted(may_lack):
+        _relax(defs, definition, pattern)
+    return jsonschema.Draft202012Validator({"$schema": bundle.get("$schema"), "$ref": f"#/$defs/{definition}",
+                                           "$defs": defs})
+
+
+_BUNDLES: dict[int, Mapping[str, Any]] = {}
+
+
+def _reason(error: Any) -> tuple[str, str]:
+    """(path, reason) of a jsonschema error, worded by the field: a missing field is its object's."""
+    path = "/".join(str(p) for p in error.absolute_path)
+    kind, value = error.validator, error.instance
+    if kind == "type":
+        names = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        return path, f"{_shown(value)} is not of type {' or '.join(names)}"
+    if kind == "required" and isinstance(value, Mapping):
+        missing = next((k for k in error.validator_value if k not in value), "?")
+        return path, f"lacks the field {missing!r}"
+    if kind == "additionalProperties" and isinstance(value, Mapping):
+        allowed = set(error.schema.get("properties", {}))
+        extra = next((k for k in value if k not in allowed), None)
+        if extra is not None:
+            return _join(path, str(extra)), "is not a field of this document"
+    if kind == "const":
+        return path, f"{_shown(value)} is not {error.validator_value!r}"
+    return path, error.message
+
+
+def _relevance(error: Any) -> tuple[Any, ...]:
+    """jsonschema's relevance of an error without its sibling order by path."""
+    rank = jsonschema.exceptions.relevance(error)
+    return (rank[0], *rank[2:])
 
 
 def check_against(document: Any, definition: str, bundle: Mapping[str, Any], *,
@@ -141,8 +110,19 @@ def check_against(document: Any, definition: str, bundle: Mapping[str, Any], *,
     """Raise :class:`SchemaMismatch` (path and reason) where ``document`` breaks the bundle's
     ``definition``. ``may_lack``: required fields a file may leave out, as paths with ``*`` for any
     list index (``timeline/*/passes``): those an older version did not write yet. Every field
-    present must hold what the schema says."""
-    _Checker(bundle, may_lack).check(document, bundle["$defs"][definition], "")
+    present must hold what the schema says, and be finite (JSON has no NaN or Infinity)."""
+    nonfinite = nonfinite_path(document)
+    if nonfinite is not None:
+        raise SchemaMismatch(nonfinite, "is not a finite number")
+    _BUNDLES.setdefault(id(bundle), bundle)
+    validator = _validator(id(bundle), definition, frozenset(may_lack))
+    # the first damaged field in document order among the most relevant, as a reader scanning the
+    # file finds it (best_match keeps the first of equals; its own key ranks siblings by path)
+    errors = sorted(validator.iter_errors(document),
+                    key=lambda e: tuple((isinstance(p, str), p) for p in e.absolute_path))
+    error = jsonschema.exceptions.best_match(errors, key=_relevance)
+    if error is not None:
+        raise SchemaMismatch(*_reason(error))
 
 
 def read_version(data: Mapping[str, Any], current: int, what: str, error: type[NarrowpipeError]) -> int:
