@@ -96,7 +96,8 @@ def kernel_cases(rows: Iterable[KernelMeasurement], target: Target | None = None
         t = target if target is not None else get_target(m.chip)
         table = interpret(kernel_graph(m), {})
         fusion = fusion_mode(m)
-        options = TimingOptions(allow_tf32=m.allow_tf32, fusion=fusion)
+        # "one" is no fusion pass (TimingOptions refuses it): the program is built as one kernel
+        options = TimingOptions(allow_tf32=m.allow_tf32, fusion=None if fusion == "one" else fusion)
         program = one_kernel_program(table, options) if fusion == "one" else fused_program(table, t, options)
         out.append(KernelCase(m, program))
     return out
