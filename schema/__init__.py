@@ -60,12 +60,6 @@ def format_versions() -> dict[str, int]:
     return {fmt: defs[name]["properties"]["version"]["const"] for fmt, name in FORMATS.items()}
 
 
-@cache
-def _bundle() -> dict[str, Any]:
-    """The parsed bundle, shared by :func:`check` (which only reads it)."""
-    return schema()
-
-
 def check(document: Any, fmt: str, *, may_lack: Collection[str] = ()) -> None:
     """What the readers use: raise :class:`SchemaMismatch` (a :class:`NarrowpipeError` with the
     field's path and the reason) where ``document`` breaks ``fmt``'s definition (:mod:`.check`).
@@ -73,7 +67,7 @@ def check(document: Any, fmt: str, *, may_lack: Collection[str] = ()) -> None:
     write yet (``timeline/*/passes``)."""
     if fmt not in FORMATS:
         raise NarrowpipeError(f"no schema for format {fmt!r}; formats: {', '.join(FORMATS)}")
-    check_against(document, FORMATS[fmt], _bundle(), may_lack=may_lack)
+    check_against(document, FORMATS[fmt], may_lack=may_lack)
 
 
 def validate(document: dict[str, Any]) -> None:

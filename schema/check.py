@@ -9,7 +9,6 @@ required fields an older version did not write yet and words its first error by 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Collection, Mapping
 from functools import lru_cache
 from typing import Any
@@ -52,8 +51,8 @@ def _branches(node: dict[str, Any], defs: dict[str, Any]) -> list[dict[str, Any]
 
 def _relax(defs: dict[str, Any], definition: str, pattern: str) -> None:
     """Drop the last field of ``pattern`` (``timeline/*/passes``) from the required fields of every
-    object the pattern reaches in ``defs`` (a copy: a definition shared with other places is relaxed
-    there too, which only an older file's reader sees)."""
+    object the pattern reaches in ``defs`` (a fresh parse of the bundle: a definition shared with
+    other places is relaxed there too, which only an older file's reader sees)."""
     *parents, field = pattern.split("/")
     nodes = [defs[definition]]
     for part in parents:
@@ -67,16 +66,15 @@ def _relax(defs: dict[str, Any], definition: str, pattern: str) -> None:
 
 
 @lru_cache(maxsize=64)
-def _validator(bundle_id: int, definition: str, may_lack: frozenset[str]) -> Any:
-    bundle = _BUNDLES[bundle_id]
-    defs = copy.deepcopy(bundle["$defs"])
+def _validator(definition: str, may_lack: frozenset[str]) -> Any:
+    """A validator of the shipped bundle's ``definition``, relaxed by ``may_lack``; one per pair."""
+    from . import schema  # the package imports this module: read the bundle when first asked
+    bundle = schema()
+    defs = bundle["$defs"]
     for pattern in sorted(may_lack):
         _relax(defs, definition, pattern)
     return jsonschema.Draft202012Validator({"$schema": bundle.get("$schema"), "$ref": f"#/$defs/{definition}",
                                            "$defs": defs})
-
-
-_BUNDLES: dict[int, Mapping[str, Any]] = {}
 
 
 def _reason(error: Any) -> tuple[str, str]:
@@ -105,17 +103,15 @@ def _relevance(error: Any) -> tuple[Any, ...]:
     return (rank[0], *rank[2:])
 
 
-def check_against(document: Any, definition: str, bundle: Mapping[str, Any], *,
-                  may_lack: Collection[str] = ()) -> None:
-    """Raise :class:`SchemaMismatch` (path and reason) where ``document`` breaks the bundle's
+def check_against(document: Any, definition: str, *, may_lack: Collection[str] = ()) -> None:
+    """Raise :class:`SchemaMismatch` (path and reason) where ``document`` breaks the shipped bundle's
     ``definition``. ``may_lack``: required fields a file may leave out, as paths with ``*`` for any
     list index (``timeline/*/passes``): those an older version did not write yet. Every field
     present must hold what the schema says, and be finite (JSON has no NaN or Infinity)."""
     nonfinite = nonfinite_path(document)
     if nonfinite is not None:
         raise SchemaMismatch(nonfinite, "is not a finite number")
-    _BUNDLES.setdefault(id(bundle), bundle)
-    validator = _validator(id(bundle), definition, frozenset(may_lack))
+    validator = _validator(definition, frozenset(may_lack))
     # the first damaged field in document order among the most relevant, as a reader scanning the
     # file finds it (best_match keeps the first of equals; its own key ranks siblings by path)
     errors = sorted(validator.iter_errors(document),
