@@ -129,32 +129,38 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
         if mode == "full":
             fuse_attention(nodes, index, base, consumers, groups)
         _fuse_optimizer_updates(nodes, groups)
+
+        def takes_fusion(node: Node) -> bool:
+            """A node that fuses with what it reads (not a view, a collective, an unmodeled op, a
+            kernel of its own, or a GEMM that already took its dequantizations)."""
+            return not (node.op in VIEW_OPS or node.group is OpGroup.COLLECTIVE or node.op is Op.UNKNOWN or
+                        node.attrs.get(OWN_KERNEL) or node in in_gemm)
+
+        def pair_fuses(p: Node, reader: Node) -> bool:
+            """The producer side of the rule (library GEMMs take no epilogue in no-epilogue mode)."""
+            return not p.attrs.get(OWN_KERNEL) and not (mode == "no-epilogue" and p.op in _HEAVY) and \
+                _fusable(p, reader)
+
         for i, node in enumerate(nodes):
-            if node.op in VIEW_OPS or node.group is OpGroup.COLLECTIVE or node.op is Op.UNKNOWN or \
-                    node.attrs.get(OWN_KERNEL) or node in in_gemm:
+            if not takes_fusion(node):
                 continue
             for v in node.inputs:
                 if v is None:
                     continue
                 b = base.get(v, v)
                 p = b.producer
-                if p is None or p not in index or p.op in VIEW_OPS or p.attrs.get(OWN_KERNEL):
+                if p is None or p not in index or p.op in VIEW_OPS:
                     continue
                 j = index[p]
                 if b in outputs or len(consumers.get(b, ())) != 1 or p.attrs.get(_PHASE) != node.attrs.get(_PHASE):
                     continue
-                if mode == "no-epilogue" and p.op in _HEAVY:
-                    continue            # library GEMMs: nothing fuses into a matmul's epilogue
-                if _fusable(p, node) and _acyclic(node, j, i, groups, index, base) and \
+                if pair_fuses(p, node) and _acyclic(node, j, i, groups, index, base) and \
                         groups.heavy[groups.find(j)] + groups.heavy[groups.find(i)] <= 1:
                     groups.union(j, i)
 
         def can_join(p: Node, reader: Node) -> bool:
             """The single-reader rule above, for one reader of a value several nodes read."""
-            if reader.op in VIEW_OPS or reader.group is OpGroup.COLLECTIVE or reader.op is Op.UNKNOWN or \
-                    reader.attrs.get(OWN_KERNEL) or reader in in_gemm or p.attrs.get(OWN_KERNEL):
-                return False
-            return not (mode == "no-epilogue" and p.op in _HEAVY) and _fusable(p, reader)
+            return takes_fusion(reader) and pair_fuses(p, reader)
         join_shared_producers(nodes, index, base, consumers, groups, outputs, can_join)
     return _kernels(table, nodes, groups, base, consumers, outputs)
 
