@@ -20,7 +20,8 @@ __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "
            "MIN_MEMORY_EFFICIENCY", "SPLIT_K_PARTIAL_BYTES", "SKINNY_TILE_STEP", "FP32_EMULATION_PASSES",
            "FP32_REDUCED_EMULATION_PASSES", "FP32_DEFAULT_PASSES", "FP32_MATMUL_PRECISIONS", "CPU_GEMM_ROW_ALIGN_BYTES",
            "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
-           "SERVING_MEMORY_RESERVE", "TRAINING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT", "CPU_ATTENTION_KV_BLOCK"]
+           "SERVING_MEMORY_RESERVE", "RUNTIME_MEMORY_RESERVE", "TPU_RUNTIME_MEMORY_RESERVE", "runtime_memory_reserve",
+           "TRAINING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT", "CPU_ATTENTION_KV_BLOCK"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
 #: Where PyTorch's CPU allocator (posix_memalign) gets large buffers from.
@@ -200,18 +201,36 @@ SERVING_MEMORY_RESERVE: float = 0.10
 
 # -- training ------------------------------------------------------------------------------------
 
-#: Fraction of a device's memory a training plan leaves unplanned: what the planner's terms (weights,
-#: gradients, optimizer states, activations, working set) do not count and a run still holds: the
-#: CUDA context, NCCL and cuBLAS workspaces, the caching allocator's fragmentation. NVIDIA's Megatron
+#: Fraction of a device's memory a run cannot plan for (a forward pass as analyze/compare time it,
+#: with no ``--mode``): what the counted terms (weights, activations, a training plan's gradients,
+#: optimizer states and working set) leave out and a process still holds: the runtime context,
+#: library workspaces (cuBLAS, NCCL), the caching allocator's fragmentation. NVIDIA's Megatron
 #: Bridge memory-tuning guide: its theoretical estimator "does not include allocator fragmentation,
 #: CUDA/NCCL workspace, CUDA graph buffers", and fragmentation-induced OOMs near the limit are common
 #: (docs.nvidia.com/nemo/megatron-bridge, perf-techniques/memory-tuning); MindSpeed (Megatron on
 #: Ascend) caps PyTorch at 94% of device memory, set_per_process_memory_fraction(0.94), leaving the
 #: rest to the collective library (hiascend.com MindSpeed memory-fragmentation guide). 6% is 4.8 GB
-#: of an 80 GB H100, the top of the 2-5 GB Megatron runs commonly see beyond their tensors. Every
+#: of an 80 GB H100, the top of the 2-5 GB Megatron runs commonly see beyond their tensors. An
+#: assumption for CPUs and other accelerators.
+RUNTIME_MEMORY_RESERVE: float = 0.06
+#: The runtime reserve on a TPU: XLA holds back memory it reports as "reserved" in its out-of-memory
+#: errors: 530 MB of 16 GiB (15.48G usable; LargeWorldModel/LWM issue 60) and 1.25G of 32 GiB on a
+#: v4 (30.75G usable; erfanzar/EasyDeL issue 166): 3.2% and 3.9%, so 4%. Its allocator plans every
+#: buffer at compile time, with little fragmentation beyond that.
+TPU_RUNTIME_MEMORY_RESERVE: float = 0.04
+
+
+def runtime_memory_reserve(family: str) -> float:
+    """The fraction of a device's memory a plain run leaves to its runtime, by chip family: XLA's
+    reserve on a TPU, the CUDA/ROCm-style context, workspaces and fragmentation elsewhere; 0 for a
+    dataflow chip, whose compiler places every tensor ahead of time with no allocator."""
+    return {"tpu": TPU_RUNTIME_MEMORY_RESERVE, "dataflow": 0.0}.get(family, RUNTIME_MEMORY_RESERVE)
+
+
+#: Fraction of a device's memory a training plan leaves unplanned: the runtime reserve above. Every
 #: published layout the repository validates fits under it (benchmarks/megatron_validate.py: at most
-#: 65% of an A100 80GB; moe_validate.py's Mixtral 8x7B: 78% of an H100). An assumption elsewhere.
-TRAINING_MEMORY_RESERVE: float = 0.06
+#: 65% of an A100 80GB; moe_validate.py's Mixtral 8x7B: 78% of an H100).
+TRAINING_MEMORY_RESERVE: float = RUNTIME_MEMORY_RESERVE
 #: Vector operations per weight element to dequantize a weight-only quantized matmul's weights in
 #: its kernel (a scale multiply and a convert per element; int4/fp4 unpacking folded in): an
 #: assumption in the spirit of Marlin/AWQ kernels, which dequantize each weight tile in registers

@@ -125,7 +125,7 @@ def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:
 def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Mapping[str, Any] | None = None,
             fusion: str | None = None, allow_tf32: bool = False, sparse: bool = False, price: float | None = None,
             expert_balance: str | ExpertBalance | None = None, eager_overhead: bool = True,
-            fp32_matmul: str = "default", fp32_conv: str = "default", memory_reserve: float = 0.0,
+            fp32_matmul: str = "default", fp32_conv: str = "default", memory_reserve: float | None = None,
             **keyword_dims: Any) -> Report:
     """Count every op of ``graph`` under the bound dims and, given a target, time it there.
 
@@ -144,7 +144,8 @@ def analyze(graph: Graph, target: Any = None, strict: bool = False, *, dims: Map
     of experts' routed rows spread over its experts. ``eager_overhead=False`` leaves out a CPU's per-op
     host glue of eager runs (``eager_op_overhead``): for a bare op timed alone rather than a whole model.
     ``memory_reserve`` is the fraction of each device's memory the fit leaves to the runtime (a serving
-    step's, ``backends.defaults.SERVING_MEMORY_RESERVE``, as ``serve`` holds it; 0 by default).
+    step's, ``backends.defaults.SERVING_MEMORY_RESERVE``, as ``serve`` holds it); ``None``, the default,
+    leaves a plain run's ``RUNTIME_MEMORY_RESERVE`` (context, workspaces, fragmentation); 0 leaves none.
     """
     from ..loading import as_graph  # the loaders import the frontends; lazily, as analyze is imported by them
     graph = as_graph(graph, "analyze")

@@ -89,7 +89,7 @@ def _target_list(targets: str | Target | Iterable[str | Target]) -> list[str | T
 def compare(graph: Graph, targets: str | Target | Iterable[str | Target], *, dims: Mapping[str, Any] | None = None,
             strict: bool = False, prices: Mapping[str, float] | None = None, fusion: str | None = None,
             allow_tf32: bool = False, sparse: bool = False, expert_balance: str | ExpertBalance | None = None,
-            fp32_matmul: str = "default", fp32_conv: str = "default", memory_reserve: float = 0.0,
+            fp32_matmul: str = "default", fp32_conv: str = "default", memory_reserve: float | None = None,
             **keyword_dims: Any) -> Comparison:
     """Predict ``graph`` on each target (names, aliases, TOML paths or Target objects; a string of
     comma-separated names).

@@ -10,6 +10,8 @@ from math import ceil
 from typing import Any
 
 from ..backends import Target
+from ..backends.defaults import SERVING_MEMORY_RESERVE, runtime_memory_reserve
+from ..errors import NarrowpipeError
 from ..ir import DType, Graph, Op, node_subgraphs
 from .execution import BOUNDS, Program, Schedule
 from .execution.common import conv_options, matrix_rate
@@ -133,40 +135,50 @@ def _fewer_multiplies_note(program: Program, schedule: Schedule) -> str:
             "FFT convolutions compute the direct result with fewer multiplies); MFU counts the direct FLOPs")
 
 
-def _reserved_fit(schedule: Schedule, target: Target, reserve: float, notes: list[str]) -> tuple[bool, int]:
+def _reserved_fit(schedule: Schedule, target: Target, reserve: float | None, notes: list[str]) -> tuple[bool, int]:
     """Whether the run fits, and on how many devices, with ``reserve`` of each device's memory left to
-    the runtime: a serving step (``--mode``) is held to what ``serve`` holds it to (vLLM leaves 10%
+    the runtime. A serving step (``--mode``) is held to what ``serve`` holds it to (vLLM leaves 10%
     of a GPU unallocated, ``SERVING_MEMORY_RESERVE``), so the same deployment gets one answer (it
-    read 'fits: yes (84.8 GB)' against 85.5 GB where ``serve`` said the KV cache overflows by 7.82 GB).
-    A dataflow compiler places every tensor ahead of time, with no allocator to reserve for, as
-    ``serve`` takes it too; a note says what was held back either way."""
+    read 'fits: yes (84.8 GB)' against 85.5 GB where ``serve`` said the KV cache overflows by 7.82 GB);
+    ``None``, a plain run, leaves the runtime's context, workspaces and fragmentation
+    (``runtime_memory_reserve``: a 17.14 GB run read 'fits' on a 17.18 GB TPU v5e whose XLA allocator
+    stops at 16.62 GB), and says so only where that changes the answer. A dataflow compiler places
+    every tensor ahead of time, with no allocator to reserve for, as ``serve`` takes it too."""
+    if reserve is not None and not 0 <= reserve < 1:   # NaN fails both
+        raise NarrowpipeError(f"memory_reserve {reserve!r} is not a fraction of a device's memory in [0, 1)")
     fits, needed = schedule.fits, schedule.devices_needed
-    if reserve <= 0 or target.family == "dataflow" or schedule.capacity_per_device <= 0:
+    plain = reserve is None
+    share = runtime_memory_reserve(target.family) if reserve is None else reserve
+    if share <= 0 or target.family == "dataflow" or schedule.capacity_per_device <= 0:
         return fits, needed
-    usable = schedule.capacity_per_device * (1 - reserve)
+    usable = schedule.capacity_per_device * (1 - share)
     required, devices = schedule.memory_required, schedule.devices
     needed = max(needed, ceil(required / usable))
     gb = 1e9
+    kind = "the runtime reserve" if plain else "the serving reserve" if share == SERVING_MEMORY_RESERVE \
+        else "the memory reserve"
+    left = f"{share:.0%} left to the runtime" + ("" if plain or kind != "the serving reserve"
+                                                 else ", as `serve` leaves it")
     if fits and required > usable * devices:
-        notes.append(f"does not fit with the serving reserve: {required / gb:.3g} GB needed, {usable / gb:.3g} of "
-                     f"{schedule.capacity_per_device / gb:.3g} GB usable per device ({reserve:.0%} left to the "
-                     f"runtime, as `serve` leaves it); needs >= {needed} devices")
+        notes.append(f"does not fit with {kind}: {required / gb:.3g} GB needed, {usable / gb:.3g} of "
+                     f"{schedule.capacity_per_device / gb:.3g} GB usable per device ({left}); "
+                     f"needs >= {needed} devices")
         return False, needed
-    if fits:
-        notes.append(f"fits with the serving reserve: {required / gb:.3g} GB needed, {usable / gb:.3g} of "
-                     f"{schedule.capacity_per_device / gb:.3g} GB usable per device ({reserve:.0%} left to the "
-                     "runtime, as `serve` leaves it)")
+    if fits and not plain:
+        notes.append(f"fits with {kind}: {required / gb:.3g} GB needed, {usable / gb:.3g} of "
+                     f"{schedule.capacity_per_device / gb:.3g} GB usable per device ({left})")
     return fits, needed
 
 
 def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_flops: int, items: int,
               item_unit: str, price: float | None, speedups: dict[str, float],
-              executed_flops: int | None = None, memory_reserve: float = 0.0) -> Timing:
+              executed_flops: int | None = None, memory_reserve: float | None = None) -> Timing:
     """The :class:`Timing` of ``schedule``: MFU (``modeled_flops``, the model's) and the hardware-FLOPs
     utilization (``executed_flops``, a recompute phase's included; the model's when not given) against
     the dominant dtype's matrix peak over the devices used, energy from the power model by utilization
     (costmodel/power.py) and money at the device-hour price for every device used. ``memory_reserve``
-    is the fraction of each device's memory the fit leaves to the runtime (:func:`_reserved_fit`)."""
+    is the fraction of each device's memory the fit leaves to the runtime; ``None``, a plain run's
+    ``RUNTIME_MEMORY_RESERVE`` (:func:`_reserved_fit`)."""
     total, devices = schedule.total_s, schedule.devices
     dtype, conv = dominant_contraction(program.table)
     options = conv_options(program.options, target) if conv else program.options

@@ -39,9 +39,10 @@ def _items(graph: Graph, dims: dict[str, int]) -> tuple[int, str]:
 def apply_target(report: Report, table: CostTable, target: Target | str, *, fusion: str | None = None,
                  allow_tf32: bool = False, sparse: bool = False, price: float | None = None,
                  sensitivity: bool = True, eager_overhead: bool = True, fp32_matmul: str = "default",
-                 memory_reserve: float = 0.0, fp32_conv: str = "default") -> Report:
+                 memory_reserve: float | None = None, fp32_conv: str = "default") -> Report:
     """``report`` with each node's time on ``target`` and the run's :class:`Timing` (its fit with
-    ``memory_reserve`` of each device's memory left to the runtime: a serving step's)."""
+    ``memory_reserve`` of each device's memory left to the runtime: a serving step's; ``None``, a plain
+    run's runtime reserve)."""
     price = checked_price(price)
     target = get_target(target)
     program = fused_program(table, target, TimingOptions(allow_tf32, sparse, fusion, eager_overhead,
