@@ -84,6 +84,9 @@ def test_text_that_is_not_json_is_the_readers_error(reader, error) -> None:
     ("totals/flops", "abc", "totals/flops: 'abc' is not of type integer"),
     ("timing/time_s", "fast", "timing/time_s: 'fast' is not of type number"),
     ("ops/0/flops", None, "ops/0/flops: None is not of type integer"),
+    ("totals/flops", -5, "totals/flops: -5 is less than the minimum of 0"),   # counts are never negative
+    ("timing/time_s", -1e-3, "timing/time_s: -0.001 is less than the minimum of 0"),
+    ("timing/memory_required", -1.0, "timing/memory_required: -1.0 is less than the minimum of 0"),
     ("version", 0, "report version 0 is not one narrowpipe wrote"),
     ("version", -3, "report version -3 is not one narrowpipe wrote"),
     ("version", _DELETE, "report JSON lacks the field 'version'"),
