@@ -24,6 +24,7 @@ from typing import Any
 
 from ..backends import CpuTarget, Target, dump_target, get_target
 from ..errors import NarrowpipeError
+from ..jsonout import dumps, nonfinite_path
 from .bmm_sweep import with_bmm_item_time
 from .cold_calls import fit_cold_calls, stack_facts
 from .eager import eager_reference, fit_eager_overhead
@@ -60,6 +61,9 @@ def load_measurements(path: str | Path) -> list[Measurement]:
     p = Path(path)
     try:
         data = json.loads(p.read_text())
+        bad = nonfinite_path(data)   # json reads NaN/Infinity, which would fit NaN rates silently
+        if bad is not None:
+            raise NarrowpipeError(f"{p}: {bad} is not a finite number")
         return [Measurement.from_dict(m) for m in data["measurements"]]
     except FileNotFoundError:
         raise NarrowpipeError(f"{p}: measurements file not found") from None
@@ -215,7 +219,7 @@ def _write(out: Path, target: Target, raw: dict[str, Any] | None) -> None:
     try:
         dump_target(target, out)
         if raw is not None:
-            measurements_path(out).write_text(json.dumps(raw, indent=1))
+            measurements_path(out).write_text(dumps(raw, indent=1, what=str(measurements_path(out))))
     except OSError as exc:
         raise NarrowpipeError(f"--out {out}: cannot write the target file: {exc.strerror or exc}") from None
 

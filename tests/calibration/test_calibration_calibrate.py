@@ -79,3 +79,12 @@ def test_bad_measurement_file_is_a_clear_error(tmp_path):
     bad.write_text("{}")
     with pytest.raises(NarrowpipeError, match="m.json"):
         load_measurements(bad)
+
+
+def test_a_nan_measurement_is_refused_by_its_path(tmp_path):
+    """Python's json reads NaN, which would have fitted a NaN rate into the target silently."""
+    nan = tmp_path / "nan.json"
+    nan.write_text('{"measurements": [{"kind": "add", "dtype": "float32", "shape": [1024], "flops": 1024, '
+                   '"bytes": 12288, "seconds": NaN}]}')
+    with pytest.raises(NarrowpipeError, match="nan.json: measurements/0/seconds is not a finite number"):
+        load_measurements(nan)
