@@ -16,6 +16,7 @@ from ..ir import DType, Graph, Op, node_subgraphs
 from .execution import BOUNDS, Program, Schedule
 from .execution.common import conv_options, matrix_rate
 from .execution.gemm import conv_gemm, dot_gemm, grouped_gemm
+from .execution.sequential import NO_FIT
 from .hotspots import hotspots
 from .interpreter import CostTable
 from .power import schedule_energy
@@ -159,10 +160,12 @@ def _reserved_fit(schedule: Schedule, target: Target, reserve: float | None, not
         else "the memory reserve"
     left = f"{share:.0%} left to the runtime" + ("" if plain or kind != "the serving reserve"
                                                  else ", as `serve` leaves it")
-    if fits and required > usable * devices:
-        notes.append(f"does not fit with {kind}: {required / gb:.3g} GB needed, {usable / gb:.3g} of "
+    if not fits or required > usable * devices:
+        # one note and one count: the schedule's own note (raw capacity) gives way to the reserve's
+        notes[:] = [n for n in notes if not n.startswith(NO_FIT)]
+        notes.append(f"{NO_FIT[:-2]} with {kind}: {required / gb:.3g} GB needed, {usable / gb:.3g} of "
                      f"{schedule.capacity_per_device / gb:.3g} GB usable per device ({left}); "
-                     f"needs >= {needed} devices")
+                     f"needs >= {needed} devices (time shown is for {devices} device{'s' if devices != 1 else ''})")
         return False, needed
     if fits and not plain:
         notes.append(f"fits with {kind}: {required / gb:.3g} GB needed, {usable / gb:.3g} of "

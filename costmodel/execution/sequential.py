@@ -17,7 +17,11 @@ from .program import DeviceGroup, Program, Schedule
 from .routing import kernel_times
 from .vector import vector_kernel_time
 
-__all__ = ["SequentialModel", "one_device_schedule"]
+__all__ = ["NO_FIT", "SequentialModel", "one_device_schedule"]
+
+#: How a schedule's note that the run does not fit begins; the summary rewrites it with the reserve
+#: it holds the fit to (costmodel/summary.py), so one output gives one device count.
+NO_FIT = "does not fit: "
 
 
 class SequentialModel:
@@ -61,7 +65,7 @@ def one_device_schedule(program: Program, target: Any, times: list[KernelTime]) 
     if program.unmodeled_nodes:
         notes.append(f"{program.unmodeled_nodes} unmodeled node(s) are not timed")
     if not fits:
-        notes.append(f"does not fit: {required / 1e9:.3g} GB needed, {capacity / 1e9:.3g} GB per device; "
+        notes.append(f"{NO_FIT}{required / 1e9:.3g} GB needed, {capacity / 1e9:.3g} GB per device; "
                      f"needs >= {needed} devices (time shown is for one device)")
     notes.extend(reread_notes(program, times))
     return Schedule(times, sum(t.time_s for t in times), 1, {k.name: 0 for k in program.kernels},

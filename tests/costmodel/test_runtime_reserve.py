@@ -53,3 +53,16 @@ def test_the_reserve_by_family():
     assert runtime_memory_reserve("tpu") == 0.04
     assert runtime_memory_reserve("gpu") == 0.06 and runtime_memory_reserve("cpu") == 0.06
     assert runtime_memory_reserve("dataflow") == 0.0
+
+
+def test_one_output_gives_one_device_count(graph):
+    """Llama-3-8B at batch 138 x seq 4096 on an H100 needs ~166 GB (16.06 GB of weights plus the
+    activations): 2 cards by the raw 85.52 GB, ceil(166 / (0.94 x 85.52)) = 3 at the 6% reserve. The
+    row said 3 while the schedule's note, written before the reserve, said 2; now both say 3."""
+    timing = narrowpipe.analyze(graph, "h100", dims={"batch": 138, "seq": 4096}).timing
+    capacity = 85.52e9                        # the H100 SXM: 79.65 GiB (catalog memory_capacity)
+    assert timing.memory_capacity == pytest.approx(capacity, rel=1e-4)
+    assert 2 * capacity * 0.94 < timing.memory_required < 2 * capacity
+    assert timing.fits is False and timing.devices_needed == 3
+    no_fit = [n for n in timing.notes if n.startswith("does not fit")]
+    assert len(no_fit) == 1 and "needs >= 3 devices" in no_fit[0]
