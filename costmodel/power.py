@@ -48,10 +48,11 @@ def kernel_power(kt: KernelTime, pm: PowerModel, useful_flops: float | None = No
     """Average watts of one device while ``kt`` runs. With ``useful_flops``, the compute term counts
     only that share of the executed work: a decode GEMV padded to a 128-row tile does 1/128 of the
     multiply-adds the schedule's compute time assumes, and the padding is not a power draw a real
-    GEMV kernel has (it runs on far fewer lanes)."""
+    GEMV kernel has (it runs on far fewer lanes). Compute power is drawn over the busy share of the
+    compute term only (``busy_fraction``: a last wave that fills 4 of 132 SMs runs on 4)."""
     if kt.time_s <= 0:
         return pm.idle_w
-    compute_s = kt.compute_s
+    compute_s = kt.compute_s * kt.busy_fraction   # SMs a last wave leaves idle draw no compute power
     executed = kt.executed_flops / kt.scale if kt.scale > 0 else kt.executed_flops   # the kernel's own work
     if useful_flops is not None and executed > useful_flops:
         compute_s *= useful_flops / executed

@@ -132,11 +132,16 @@ class KernelTime:
     #: total): ``executed_flops / scale`` is the kernel's own work, what a count of the model's FLOPs
     #: compares with.
     scale: float = 1.0
+    #: The share of the compute term's unit-time that does work: a GPU kernel's last wave that fills
+    #: part of the SMs leaves the rest idle (items / (waves x SMs)); the power model draws compute
+    #: power on the busy share only. ``executed_flops`` counts the work, never the idle SMs.
+    busy_fraction: float = 1.0
 
     def scaled(self, k: float) -> KernelTime:
         return KernelTime(self.time_s * k, self.compute_s * k, self.memory_s * k, self.comm_s * k,
                           self.overhead_s * k, self.bound, self.unit, self.utilization,
-                          self.executed_flops * k, self.note, self.traffic_bytes * k, self.scale * k)
+                          self.executed_flops * k, self.note, self.traffic_bytes * k, self.scale * k,
+                          self.busy_fraction)
 
 
 #: The time of a kernel that does no work (views, unmodeled nodes): every term zero.
@@ -154,7 +159,7 @@ def with_hop(kt: KernelTime, hop_s: float) -> KernelTime:
     kernel's output exists: the hop adds to the time and is the kernel's communication term."""
     return KernelTime(kt.time_s + hop_s, kt.compute_s, kt.memory_s, hop_s, kt.overhead_s,
                       bound_of(kt.compute_s, kt.memory_s, hop_s, kt.overhead_s), kt.unit, kt.utilization,
-                      kt.executed_flops, kt.note, kt.traffic_bytes, kt.scale)
+                      kt.executed_flops, kt.note, kt.traffic_bytes, kt.scale, kt.busy_fraction)
 
 
 def causal_fraction(causal: bool, sq: int, sk: int, block: int) -> float:
@@ -321,7 +326,7 @@ def memory_time(target: Target, nbytes: float, bandwidth: float | None = None) -
 def roofline(compute_s: float, memory_s: float, comm_s: float, overhead_s: float, unit: str,
              *, peak_flops: float = 0.0, flops: float = 0.0, nbytes: float = 0.0, bandwidth: float = 0.0,
              comm_bytes: float = 0.0, link_bandwidth: float = 0.0, executed_flops: float = 0.0,
-             note: str = "") -> KernelTime:
+             note: str = "", busy_fraction: float = 1.0) -> KernelTime:
     """Time = max(compute, memory, communication) + launch overhead; the largest term is the bound.
 
     ``utilization`` is the used fraction of the peak of the resource that binds (FLOP/s for compute,
@@ -335,7 +340,8 @@ def roofline(compute_s: float, memory_s: float, comm_s: float, overhead_s: float
     time_s = max(compute_s, memory_s, comm_s) + overhead_s
     bound = bound_of(compute_s, memory_s, comm_s, overhead_s)
     if time_s <= 0:
-        return replace(ZERO_TIME, bound=OVERHEAD, unit=unit, executed_flops=executed_flops, note=note)
+        return replace(ZERO_TIME, bound=OVERHEAD, unit=unit, executed_flops=executed_flops, note=note,
+                       busy_fraction=busy_fraction)
     executed = executed_flops or flops
     if bound == COMPUTE:
         useful = min(executed, flops) if flops > 0 else executed
@@ -346,7 +352,8 @@ def roofline(compute_s: float, memory_s: float, comm_s: float, overhead_s: float
         util = comm_bytes / (time_s * link_bandwidth) if link_bandwidth else 0.0
     else:
         util = 0.0
-    return KernelTime(time_s, compute_s, memory_s, comm_s, overhead_s, bound, unit, util, executed, note, nbytes)
+    return KernelTime(time_s, compute_s, memory_s, comm_s, overhead_s, bound, unit, util, executed, note, nbytes,
+                      1.0, busy_fraction)
 
 
 def dequant_time(target: Target, dtype: DType, weights: float, passes: int) -> float:

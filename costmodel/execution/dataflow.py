@@ -342,7 +342,7 @@ def _share(kt: KernelTime, share: float, first: bool) -> KernelTime:
     # the constructor, not dataclasses.replace: a large wafer or LPU layout splits 150,000 parts per step
     return KernelTime(busy + overhead, kt.compute_s * share, kt.memory_s * share, kt.comm_s * share, overhead,
                       kt.bound, kt.unit, kt.utilization, kt.executed_flops * share, kt.note, kt.traffic_bytes,
-                      kt.scale)
+                      kt.scale, kt.busy_fraction)
 
 
 def _joined(pieces: list[KernelTime]) -> KernelTime:

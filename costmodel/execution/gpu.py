@@ -146,7 +146,8 @@ class GpuModel(SequentialModel):
         return roofline(gt.compute + serial, gt.memory + serial, 0.0,
                         target.launch_overhead * (1 + plan.extra_kernels) + p.latency, unit,
                         peak_flops=rate.flops_per_s, flops=kernel.cost.flops, nbytes=gt.bytes + plan.extra_bytes,
-                        bandwidth=target.memory_bandwidth, executed_flops=gt.executed, note=note)
+                        bandwidth=target.memory_bandwidth, executed_flops=gt.executed, note=note,
+                        busy_fraction=gt.busy)
 
     def attention(self, kernel: Kernel, program: Program, target: GpuTarget) -> KernelTime:
         s = attention_shape(program.table, kernel)
@@ -177,8 +178,8 @@ class GpuModel(SequentialModel):
         mem = memory_time(target, kernel.cost.bytes)
         return roofline(compute, mem, 0.0, target.launch_overhead, "tensor cores + SFU",
                         peak_flops=rate.flops_per_s, flops=kernel.cost.flops, nbytes=kernel.cost.bytes,
-                        bandwidth=target.memory_bandwidth, executed_flops=waves * target.sm_count * per_item,
-                        note=rate.note)
+                        bandwidth=target.memory_bandwidth, executed_flops=items * split * per_item,
+                        note=rate.note, busy_fraction=items * split / (waves * target.sm_count))
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,7 @@ class GemmTime:
     memory: float
     executed: float
     bytes: float
+    busy: float = 1.0   # the SMs' busy share of the MMA waves (KernelTime.busy_fraction)
 
 
 def _direct_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarget,
@@ -259,7 +261,7 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
         # largest is not always the fastest, and taking the best keeps the time non-decreasing in
         # each dim (the allowed splits only shrink as the tiles grow)
         for split in range(1, _max_split(grid, target.sm_count, p, fill_tiles) + 1):
-            compute, executed, waves = _tile_time(g, grid, target.sm_count, per_sm, p, split)
+            compute, executed, waves, busy = _tile_time(g, grid, target.sm_count, per_sm, p, split)
             compute = max(compute, dequant)
             partials = 2 * split * g.batch * g.m * g.n * SPLIT_K_PARTIAL_BYTES if split > 1 else 0
             compute += waves * p.wave_overhead
@@ -272,7 +274,8 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
             epilogue = memory_time(target, exposed)
             t = max(compute, mem) + epilogue
             if best is None or t < best.time * (1 - 1e-9):
-                best = GemmTime(t, compute + epilogue, mem + epilogue, executed, tile_reads + partials + writes)
+                best = GemmTime(t, compute + epilogue, mem + epilogue, executed, tile_reads + partials + writes,
+                                busy)
     assert best is not None
     return best
 
@@ -315,8 +318,9 @@ def _max_split(grid: TileGrid, sms: int, p: GemmTerms, fill_tiles: int | None = 
 
 
 def _tile_time(g: Gemm, grid: TileGrid, sms: int, per_sm: float,
-               p: GemmTerms, split: int = 1) -> tuple[float, float, int]:
-    """(seconds of MMA work, executed FLOPs, waves) of ``g`` on ``grid`` with K split ``split`` ways.
+               p: GemmTerms, split: int = 1) -> tuple[float, float, int, float]:
+    """(seconds of MMA work, executed FLOPs, waves, the SMs' busy share of the waves) of ``g`` on
+    ``grid`` with K split ``split`` ways.
 
     A side of the problem narrower than the tile shrinks the tile to it (in steps of
     :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs,
@@ -331,7 +335,7 @@ def _tile_time(g: Gemm, grid: TileGrid, sms: int, per_sm: float,
     if p.feed > 0:
         per_sm = min(per_sm, p.feed * 2 * grid.tm * grid.tn / ((grid.tm + grid.tn) * g.dtype.bits / 8))
     per_item = 2 * grid.tm * grid.tn * grid.tk * ceil(grid.kiters / split)
-    return waves * per_item / per_sm, items * per_item, waves
+    return waves * per_item / per_sm, items * per_item, waves, items / (waves * sms)
 
 
 def _k_major_bytes(g: Gemm, rereads: tuple[float, float]) -> float:

@@ -10,6 +10,7 @@ from narrowpipe.backends.defaults import IDLE_POWER_FRACTION, MEMORY_POWER_FRACT
 from narrowpipe.costmodel.execution.common import KernelTime
 from narrowpipe.costmodel.power import kernel_power, power_model
 from narrowpipe.models import transformer
+from narrowpipe.models.examples import load_example
 
 H100 = get_target("h100")
 
@@ -100,3 +101,23 @@ def test_a_scaled_kernel_keeps_its_padding_discount():
     for k in (0.5, 2.0, 1e-3):
         assert kernel_power(padded.scaled(k), pm, useful_flops=1.0) == pytest.approx(
             kernel_power(padded, pm, useful_flops=1.0))
+
+
+def test_a_last_wave_of_few_ctas_draws_compute_power_on_its_busy_sms_only():
+    """136 tiles on 132 SMs run in two waves, the second with 4 busy SMs: the compute term spans
+    both waves but only 136 / 264 of its SM-time works, so it draws that share of the compute watts."""
+    pm = power_model(H100)
+    assert pm is not None
+    busy = 136 / (2 * 132)
+    kt = KernelTime(1e-3, 1e-3, 0.0, 0.0, 0.0, "compute", "tc", 0.5, executed_flops=1.0, busy_fraction=busy)
+    assert kernel_power(kt, pm) == pytest.approx(pm.idle_w + pm.compute_w * busy)
+
+
+def test_causal_attention_executes_its_padded_blocks_not_the_idle_sms():
+    """Llama-3-8B causal attention at 512 tokens on an H100: 4 query blocks of 128 rows over 4 key
+    blocks execute 4 + 3 + 2 + 1 = 10 of 16 blocks, 5/8 of the full count FlopCounterMode gives; 32
+    heads x 4 blocks = 128 items fill 128 of 132 SMs, which the executed count used to add (0.6445)."""
+    report = narrowpipe.analyze(load_example("llama-3-8b"), "h100", dims={"batch": 1, "seq": 512})
+    entry = next(e for e in report.timeline if e.op == "attention")
+    assert entry.executed_flops / entry.flops == pytest.approx(5 / 8)
+
