@@ -37,6 +37,7 @@ from math import prod
 from ..ir import IN_PLACE, STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value, ValueKind
 from .attention_fusion import LAYOUT, OWN_KERNEL, fuse_attention
 from .cost import Cost
+from .costcache import graph_index
 from .dequant_fusion import runs_in_gemm
 from .interpreter import CostTable
 from .shared_fusion import join_shared_producers
@@ -109,10 +110,23 @@ class _Groups:
 
 
 def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
-    """Partition the top-level nodes of ``table.graph`` into kernels, in program order."""
+    """Partition the top-level nodes of ``table.graph`` into kernels, in program order, each with
+    the cost of its nodes under the table's binding. The partition is structural and kept with the
+    graph's cost index (rebuilt when the graph changes); only the costs are per binding."""
     if mode not in FUSION_MODES:
         raise ValueError(f"unknown fusion mode {mode!r}; choose from {', '.join(FUSION_MODES)}")
     graph = table.graph
+    partitions = graph_index(graph).partitions
+    part = partitions.get(mode)
+    if part is None:
+        part = partitions[mode] = _partition(graph, mode)
+    return _kernels(table, graph.nodes, *part)
+
+
+def _partition(graph: Graph, mode: str) -> tuple[list[list[int]], dict[Value, Value], dict[Value, list[Node]],
+                                                  set[Value]]:
+    """The kernels of ``graph`` under ``mode`` as lists of node positions, in program order, with the
+    view bases, consumers and graph outputs the kernels' traffic is counted from."""
     nodes = graph.nodes
     index = {n: i for i, n in enumerate(nodes)}
     base = _view_bases(graph)
@@ -162,7 +176,10 @@ def fuse(table: CostTable, mode: str = "full") -> list[Kernel]:
             """The single-reader rule above, for one reader of a value several nodes read."""
             return takes_fusion(reader) and pair_fuses(p, reader)
         join_shared_producers(nodes, index, base, consumers, groups, outputs, can_join)
-    return _kernels(table, nodes, groups, base, consumers, outputs)
+    members: dict[int, list[int]] = {}
+    for i in range(len(nodes)):
+        members.setdefault(groups.find(i), []).append(i)
+    return [members[r] for r in sorted(members, key=lambda r: groups.first[r])], base, consumers, outputs
 
 
 def _fuse_gemm_dequants(nodes: list[Node], index: dict[Node, int], base: dict[Value, Value],
@@ -317,14 +334,10 @@ def _consumers(graph: Graph, base: dict[Value, Value]) -> dict[Value, list[Node]
     return out
 
 
-def _kernels(table: CostTable, nodes: list[Node], groups: _Groups, base: dict[Value, Value],
+def _kernels(table: CostTable, nodes: list[Node], partition: list[list[int]], base: dict[Value, Value],
              consumers: dict[Value, list[Node]], graph_outputs: set[Value]) -> list[Kernel]:
-    members: dict[int, list[int]] = {}
-    for i in range(len(nodes)):
-        members.setdefault(groups.find(i), []).append(i)
     kernels: list[Kernel] = []
-    for root in sorted(members, key=lambda r: groups.first[r]):
-        idx = members[root]
+    for idx in partition:
         group_nodes = [nodes[i] for i in idx]
         ids = {n for n in group_nodes}
         if len(group_nodes) == 1 and group_nodes[0].op in VIEW_OPS:
