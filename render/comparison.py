@@ -313,4 +313,7 @@ def _memory_fit(t: Timing) -> Text:
     where = f" on {t.devices}" if t.devices > 1 else ""
     if t.fits:
         return Text(f"fits{where}: {nbytes(t.memory_required)} of {nbytes(t.memory_capacity)}", style="green")
+    if t.memory_required <= t.memory_capacity:   # under the raw capacity, over what the runtime leaves
+        return Text(f"does not fit{where}: {nbytes(t.memory_required)} of {nbytes(t.memory_capacity)} is over "
+                    "the runtime reserve", style="red")
     return Text(f"does not fit{where}: {nbytes(t.memory_required)} > {nbytes(t.memory_capacity)}", style="red")

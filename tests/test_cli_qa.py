@@ -50,7 +50,9 @@ def test_whatif_shows_the_fit_of_both_sides_and_the_notes_they_share(monkeypatch
     text = capsys.readouterr().out
     row = next(ln for ln in text.splitlines() if ln.strip("│ ").startswith("memory"))
     assert row.count("does not fit: 141 GB > 85.5 GB") == 2
-    assert "does not fit: 141 GB needed, 85.5 GB per device" in text     # the note both sides share
+    # the note both sides share, at the runtime's 6%: 0.94 x 85.52 = 80.4 GB usable, ceil(141 / 80.4) = 2
+    assert "does not fit with the runtime reserve: 141 GB needed, 80.4 of 85.5 GB usable per device" in text
+    assert "needs >= 2 devices" in text
     assert main(["whatif", "llama-3-70b", "--target", "h100", "--scale", "memory_capacity=2", "--set", "seq=1"]) == 0
     text = capsys.readouterr().out
     row = next(ln for ln in text.splitlines() if ln.strip("│ ").startswith("memory"))

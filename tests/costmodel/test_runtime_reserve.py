@@ -66,3 +66,12 @@ def test_one_output_gives_one_device_count(graph):
     assert timing.fits is False and timing.devices_needed == 3
     no_fit = [n for n in timing.notes if n.startswith("does not fit")]
     assert len(no_fit) == 1 and "needs >= 3 devices" in no_fit[0]
+
+
+def test_the_whatif_row_does_not_read_as_a_fit(monkeypatch, capsys):
+    """17.1 GB on a 17.2 GB TPU v5e read 'does not fit: 17.1 GB > 17.2 GB' once the reserve decided."""
+    from narrowpipe.cli import main
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["whatif", "llama-3-8b", "--target", "tpu-v5e", "--scale", "hbm_bandwidth=2", "--set", "seq=4096"]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip("│ ").startswith("memory"))
+    assert row.count("does not fit: 17.1 GB of 17.2 GB is over the runtime reserve") == 2
