@@ -141,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_timing_args(p: argparse.ArgumentParser) -> None:
+def _add_timing_args(p: argparse.ArgumentParser, *, price: bool = True) -> None:
+    """The options that change predicted times; ``--price`` only where a cost is printed (a roofline
+    plots no cost, and offered it to no effect)."""
     p.add_argument("--fusion", choices=("full", "none"), help="kernel fusion (default: full; CPU: none)")
     p.add_argument("--tf32", action="store_true", help="fp32 matmuls on TF32 tensor cores (= --fp32-matmul high)")
     p.add_argument("--fp32-matmul", choices=("default", "high", "highest"), default="default",
@@ -151,8 +153,9 @@ def _add_timing_args(p: argparse.ArgumentParser) -> None:
                    help="fp32 convolution precision: default the library's (cuDNN on Ampere+: TF32, as PyTorch "
                    "leaves it; elsewhere the matmul level), high (TF32), highest (full fp32)")
     p.add_argument("--sparse", action="store_true", help="2:4 structured-sparse weights where supported")
-    p.add_argument("--price", action="append", metavar="TARGET=USD",
-                   help="USD per device-hour, e.g. --price h100=2.5 (repeatable)")
+    if price:
+        p.add_argument("--price", action="append", metavar="TARGET=USD",
+                       help="USD per device-hour, e.g. --price h100=2.5 (repeatable)")
     p.add_argument("--weights", metavar="DTYPE", help="retype float weights, e.g. fp8_e4m3, fp4, int8, bf16")
     p.add_argument("--activations", metavar="DTYPE", help="retype float activations, e.g. bf16, fp8_e4m3")
     p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: balanced (default), "
@@ -377,9 +380,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _show_warnings(caught: list[warnings.WarningMessage]) -> None:
     """Ours (a dim above its exported range) go last on stderr in bold, where the eye lands after
-    a long table; anything else goes through Python's usual display."""
+    a long table; anything else goes through Python's usual display. Each is said once: a file read
+    again by each step of a command (``--target-file``'s chip by the comparison, every point of a
+    sweep) raised its warning each time."""
     err = Console(stderr=True, soft_wrap=True)
+    said: set[tuple[type, str]] = set()
     for w in caught:
+        if (w.category, str(w.message)) in said:
+            continue
+        said.add((w.category, str(w.message)))
         if issubclass(w.category, NarrowpipeWarning):
             err.print(f"[bold yellow]warning:[/] {escape(str(w.message))}", highlight=False)
         else:

@@ -186,33 +186,51 @@ def parse_factors(text: str) -> dict[str, float]:
 
 def target_specs(targets: str, files: Sequence[str]) -> list[Any]:
     """``--targets`` names (catalog names, aliases, paths) with the ``--target-file`` chips mixed in:
-    a file's chip may be named in ``--targets`` by its ``name`` or an alias (it then takes that
-    place in the order); files not named there come last, in the order given."""
-    from .backends import get_target, name_index
-    loaded = [get_target(f) for f in files]
-    by_name = name_index(loaded)
-    for path, file_chip in zip(files, loaded):
-        shadowed = _catalog_name(file_chip.name)
+    a file's chip may be named in ``--targets`` by the ``name`` or an alias its file gives it, by the
+    name it is reported under (``h100-sxm@my.toml`` for a changed copy of a catalog chip) or by its
+    path; it then takes that place in the order. Files not named there come last, in the order given.
+    A file named twice is refused, saying what each item typed meant (both read as the file's path)."""
+    import os
+
+    from .backends import name_index
+    from .backends.registry import file_target
+    chips = [file_target(f) for f in files]
+    by_name: dict[str, str] = {}
+    for path, (written, reported) in zip(files, chips):
+        for key in (*name_index([written]), *name_index([reported]), os.path.realpath(path)):
+            by_name.setdefault(key, path)
+        shadowed = _catalog_name(written.name)
         if shadowed is not None:
-            warnings.warn(f"{path}: its chip is named {file_chip.name!r}, which is the catalog's {shadowed}; "
-                          f"--targets {file_chip.name} (or an alias it lists) means this file's chip here (rename it "
-                          "to compare the two)",
+            warnings.warn(f"{path}: its chip is named {written.name!r}, which is the catalog's {shadowed}; "
+                          f"--targets {written.name} (or an alias it lists) means this file's chip here (to compare "
+                          "the two, give the file to --targets instead, or rename its chip)",
                           NarrowpipeWarning, stacklevel=2)
-        for alias in file_chip.aliases:   # an alias takes a catalog name over as surely as a name does
+        for alias in written.aliases:   # an alias takes a catalog name over as surely as a name does
             taken = _catalog_name(alias)
             if taken is not None and taken != shadowed:
-                warnings.warn(f"{path}: its chip {file_chip.name!r} lists the alias {alias!r}, which names the "
+                warnings.warn(f"{path}: its chip {written.name!r} lists the alias {alias!r}, which names the "
                               f"catalog's {taken}; --targets {alias} means this file's chip here (drop the alias "
                               "to compare the two)", NarrowpipeWarning, stacklevel=2)
-    used: set[int] = set()
-    specs: list[Any] = []
-    path_of = {id(chip): path for path, chip in zip(files, loaded)}   # a file's chip goes on as its path,
-    for name in _items(targets, "--targets"):                            # so errors can name the file
-        chip = by_name.get(name.lower())
-        if chip is not None:
-            used.add(id(chip))
-        specs.append(path_of[id(chip)] if chip is not None else name)
-    return specs + [path_of[id(t)] for t in loaded if id(t) not in used]
+    typed: dict[str, str] = {}     # a file given -> the item that named it (a file's chip goes on as its
+    specs: list[Any] = []          # path, so errors can name the file)
+    for name in _items(targets, "--targets"):
+        given = by_name.get(name.lower()) or by_name.get(os.path.realpath(name))
+        if given is not None and given in typed:
+            raise NarrowpipeError(f"--targets names the chip of {given} twice: {_meant(typed[given], given)} and "
+                                  f"{_meant(name, given)}")
+        if given is not None:
+            typed[given] = name
+        specs.append(given or name)
+    return specs + [f for f in files if f not in typed]
+
+
+def _meant(item: str, path: str) -> str:
+    """A ``--targets`` item that resolved to the ``--target-file`` ``path``, said as the user typed it:
+    the path itself, or a name that file's chip goes by (``h100-sxm`` looked like the catalog's)."""
+    import os
+    if os.path.realpath(item) == os.path.realpath(path):
+        return repr(item)
+    return f"{item!r} (a name that file gives its chip, which --target-file puts before the catalog's)"
 
 
 def _catalog_name(name: str) -> str | None:

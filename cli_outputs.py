@@ -111,7 +111,7 @@ def register_output_commands(sub: argparse._SubParsersAction) -> dict[str, Handl
     p.add_argument("--out", default="roofline.png", metavar="FILE", help="a .png or .svg file (default roofline.png)")
     p.add_argument("--top", type=count_arg, default=3,
                    help="bottlenecks to label (default 3, the most a report ranks)")
-    _add_timing_args(p)
+    _add_timing_args(p, price=False)
     add_mode_args(p)
     p = sub.add_parser("completion", help="print a shell completion script",
                        description='Print a completion script: eval "$(narrowpipe completion bash)" in ~/.bashrc, '

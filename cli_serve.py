@@ -262,11 +262,13 @@ def _emit(args: argparse.Namespace, console: Console, graph: Any, result: Any) -
     from .render.emit_vllm import vllm_from_capacity, vllm_from_report
     params = [w for w in graph.weights if w.kind.value == "param"]
     own = params[0].dtype.value if params else "fp32"
+    from .backends.registry import chip_and_system
+    chips = {c.name: c for c in (chip_and_system(t.strip())[0] for t in args.target.split(",") if t.strip())}
     if isinstance(result, ServingReport):
-        launch = vllm_from_report(result, args.model, own)
+        launch = vllm_from_report(result, args.model, own, chips.get(result.target))
     else:
         formats = Formats.of(args.weights, args.activations, args.kv, args.gemm_inputs).to_dict()
-        launch = vllm_from_capacity(result, args.model, own, formats)
+        launch = vllm_from_capacity(result, args.model, own, formats, chips)
     written = write_launch(launch, args.emit_out)
     if written:
         say_wrote(console, written, " (vllm settings)")

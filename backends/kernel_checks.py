@@ -85,14 +85,17 @@ def check_bars() -> tuple[float, float]:
 def kernel_check(target: Target | str) -> KernelCheck | None:
     """The check of ``target`` (a Target or catalog name); None where it has no held-out timings,
     and for a Target that only shares a catalog chip's name (a user's file with other numbers:
-    the check is of the catalog's terms, not its)."""
+    the check is of the catalog's terms, not its; :func:`.twins.differing_fields`, the rule that
+    renames such a file's chip where it is loaded, so a report's name finds the check only when
+    the numbers are the catalog's)."""
     if isinstance(target, str):
         return kernel_checks().get(target)
     check = kernel_checks().get(target.name)
     if check is None:
         return None
     from .registry import get_target
-    return check if get_target(target.name) == target else None
+    from .twins import differing_fields
+    return None if differing_fields(target, get_target(target.name)) else check
 
 
 def copy_source(source: str) -> str | None:

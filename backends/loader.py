@@ -24,6 +24,7 @@ from .fields import Spec, keymap, specs, stem
 from .frozen import FrozenMap
 from .plausibility import warn_implausible
 from .sourcing import UNSOURCED, UnsourcedSpecWarning, needed_keys, suggest
+from .spelling import source_key, spelled, written_keys
 from .system import System
 from .target import Target
 from .tomlio import dumps, read_toml
@@ -144,29 +145,16 @@ def _flatten(raw: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _source_key(cls: type, key: str) -> str:
-    """A ``[sources]`` key in field names: a source may be keyed by the value's own spelling
-    (``clock_mhz``, ``matrix_tflops.bf16``, ``scale_up.bandwidth_gbps``), as the value is written."""
-    head, _, rest = key.partition(".")
-    entry = keymap(cls).get(head)
-    if entry is None:
-        return key
-    name, spec, _ = entry
-    if spec.kind == "level" and rest:
-        return f"{name}.{_source_key(spec.schema, rest)}"
-    return f"{name}.{rest}" if rest else name
-
-
 def _sources(cls: type, raw: Any, values: Mapping[str, Any], *, require: bool = True,
-             origin: str = "", reported: frozenset[str] = frozenset()) -> dict[str, Any]:
+             reported: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Flatten sources into field names, expand a table-wide source (``matrix_flops = "X"``) to
     its entries, and reject sources for values the file does not set (before defaults could fill
     them; fields in ``reported`` already have an error). Without ``require`` (a user's file), a
-    number with no source gets :data:`UNSOURCED` and one warning lists them: the file is the
-    user's own, the numbers their call."""
+    number with no source gets :data:`UNSOURCED` (:func:`_warn_unsourced` says which once the file
+    has loaded): the file is the user's own, the numbers their call."""
     sources: dict[str, Any] = {}
     for written, text in _flatten(raw).items():
-        key = _source_key(cls, written)
+        key = source_key(cls, written)
         if key in sources:
             raise TargetSpecError(f"field 'sources.{written}': the source of {key!r} is given twice")
         sources[key] = text
@@ -183,13 +171,19 @@ def _sources(cls: type, raw: Any, values: Mapping[str, Any], *, require: bool = 
         elif key.split(".")[0] in fields and key.split(".")[0] not in values.keys() | reported:
             raise TargetSpecError(f"field 'sources.{key}': a source for a value that is not set")
     if not require:
-        missing = [k for k in needed_keys(cls, values) if k not in sources]
-        if missing:
-            warnings.warn(f"{origin}: no source for {', '.join(missing)}; the numbers are used as "
-                          "given (write 'assumption: <why>' to say where one came from)",
-                          UnsourcedSpecWarning, stacklevel=4)
-            sources.update({k: UNSOURCED for k in missing})
+        sources.update({k: UNSOURCED for k in needed_keys(cls, values) if k not in sources})
     return sources
+
+
+def _warn_unsourced(obj: Any, raw: Mapping[str, Any], origin: str) -> None:
+    """One warning naming the numbers of a user's file that have no source, by the keys the file
+    writes them under (``tdp_w``, ``vector_tflops.fp32``: what the user greps for and may key a
+    source by), once the file has loaded: before an error about the same file it is noise."""
+    written = written_keys(type(obj), raw)
+    missing = [spelled(written, k) for k, text in obj.sources.items() if text == UNSOURCED]
+    if missing:
+        warnings.warn(f"{origin}: no source for {', '.join(missing)}; the numbers are used as given "
+                      "(write 'assumption: <why>' to say where one came from)", UnsourcedSpecWarning, stacklevel=4)
 
 
 def _construct(cls: type, values: dict[str, Any], sources: dict[str, Any]) -> Any:
@@ -203,7 +197,7 @@ def _construct(cls: type, values: dict[str, Any], sources: dict[str, Any]) -> An
 def _encode(obj: Any) -> dict[str, Any]:
     out, written = _encode_fields(obj)
     if hasattr(obj, "sources"):
-        out["sources"] = {_spelled(written, key): text for key, text in obj.sources.items()}
+        out["sources"] = {spelled(written, key): text for key, text in obj.sources.items()}
     return out
 
 
@@ -230,15 +224,6 @@ def _encode_fields(obj: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             out[name] = value
         written[name] = key
     return out, written
-
-
-def _spelled(written: Mapping[str, Any], key: str) -> str:
-    """A source key (field names) as the file spells its value: ``l2_bytes`` -> ``l2_mb``."""
-    head, _, rest = key.partition(".")
-    spelling = written.get(head, head)
-    if isinstance(spelling, Mapping):
-        return f"{head}.{_spelled(spelling, rest)}" if rest else head
-    return f"{spelling}.{rest}" if rest else spelling
 
 
 def _human(value: Any, spec: Spec) -> tuple[str, Any]:
@@ -308,8 +293,7 @@ def _target_from_dict(raw: Mapping[str, Any], require_sources: bool, origin: str
     reported = _attempted(cls, raw) | {n for n, spec in specs(cls) if spec.required and n not in values}
     sources: dict[str, Any] = {}
     try:   # before defaults: see _sources
-        sources = _sources(cls, raw.get("sources", {}), values, require=require_sources, origin=origin,
-                           reported=reported)
+        sources = _sources(cls, raw.get("sources", {}), values, require=require_sources, reported=reported)
     except TargetSpecError as e:
         errors.append(str(e))
     _raise_all(errors)
@@ -317,6 +301,7 @@ def _target_from_dict(raw: Mapping[str, Any], require_sources: bool, origin: str
         values[name], sources[name] = value, source
     target: Target = _construct(cls, values, sources)
     if not require_sources:      # a user's numbers; the catalog's are the yardstick
+        _warn_unsourced(target, raw, origin)
         warn_implausible(cls, family, raw, origin)
     return target
 
@@ -354,11 +339,13 @@ def system_from_dict(raw: Mapping[str, Any], origin: str = "<dict>", *,
         sources: dict[str, Any] = {}
         try:
             sources = _sources(System, raw.get("sources", {}), values, require=require_sources,
-                               origin=origin, reported=_attempted(System, raw))
+                               reported=_attempted(System, raw))
         except TargetSpecError as e:
             errors.append(str(e))
         _raise_all(errors)
         system: System = _construct(System, values, sources)
+        if not require_sources:
+            _warn_unsourced(system, raw, origin)
         return system
     except TargetSpecError as e:
         raise TargetSpecError(f"{origin}: {e}") from None

@@ -22,9 +22,11 @@ from .loader import load_system_file, load_target_file
 from .system import System
 from .target import Target
 from .tomlio import read_toml
+from .twins import renamed_copy
 
 __all__ = ["CATALOG_DIR", "SYSTEMS_DIR", "targets", "get_target", "systems", "get_system",
-           "source_refs", "clear_cache", "name_index", "is_system_file", "chip_and_system", "chip_on_system"]
+           "source_refs", "clear_cache", "name_index", "is_system_file", "chip_and_system", "chip_on_system",
+           "file_target"]
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 SYSTEMS_DIR = Path(__file__).parent / "systems"
@@ -97,9 +99,7 @@ def get_target(spec: str | os.PathLike[str] | Target) -> Target:
     if not isinstance(spec, (str, os.PathLike)):
         raise UnknownTargetError(f"expected a target name or path, got {spec!r}")
     if _is_path(spec):
-        if is_system_file(spec):
-            raise TargetSpecError(_system_as_chip(get_system(spec), os.fspath(spec)))
-        return load_target_file(spec)
+        return file_target(spec)[1]
     try:
         target: Target = _targets().lookup(os.fspath(spec), "target")
     except UnknownTargetError:
@@ -108,6 +108,31 @@ def get_target(spec: str | os.PathLike[str] | Target) -> Target:
             raise
         raise UnknownTargetError(_system_as_chip(system, os.fspath(spec))) from None
     return target
+
+
+def file_target(path: str | os.PathLike[str]) -> tuple[Target, Target]:
+    """A user's chip file: (the chip as the file writes it, the chip as a run reports it). The two
+    differ where the file keeps a catalog chip's name or alias with other numbers: that one is
+    renamed ``name@file.toml``, with a warning (:mod:`.twins`), wherever a file is given (``--target``,
+    ``--targets``, ``--target-file``, a system's ``chip``, the Python API): under the catalog's name
+    its JSON, HTML and trace read as the catalog chip's, kernel check included. ``--target-file``
+    needs the first too: ``--targets`` may name its chip by the name the file gives it."""
+    if is_system_file(path):
+        raise TargetSpecError(_system_as_chip(get_system(path), os.fspath(path)))
+    chip = load_target_file(path)
+    namesake = _catalog_chip(chip.name)
+    if namesake is None:
+        return chip, chip
+    return chip, renamed_copy(chip, namesake, path, read_toml(path))
+
+
+def _catalog_chip(name: str) -> Target | None:
+    """The catalog chip ``name`` names (as a name or an alias), or None."""
+    try:
+        found: Target = _targets().lookup(name, "target")
+    except UnknownTargetError:
+        return None
+    return found
 
 
 def _system_named(spec: str) -> System | None:

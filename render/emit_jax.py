@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backends import get_target
+from ..backends import Target, get_target
 from ..costmodel.planner.plan import Plan
 from ..errors import NarrowpipeError
 from .emit import STACKS, Launch, plan_source, py_tuple, software_stack, training_dtype
@@ -46,10 +46,10 @@ def jax_mesh(plan: Plan) -> list[tuple[str, int]]:
     return axes
 
 
-def jax_launch(plan: Plan) -> Launch:
+def jax_launch(plan: Plan, chip: Target | None = None) -> Launch:
     """The JAX mesh and weight shardings for ``plan`` (see the module doc)."""
     p = plan.parallel
-    target = get_target(plan.target)
+    target = chip or get_target(plan.target)   # a file's chip has no catalog name to look up
     stack = software_stack(target)
     notes = []
     if stack == "gaudi":

@@ -33,7 +33,7 @@ from __future__ import annotations
 from math import ceil
 from typing import Any
 
-from ..backends import defaults, get_system, get_target
+from ..backends import Target, defaults, get_system, get_target
 from ..costmodel.planner.plan import Plan
 from ..errors import NarrowpipeError
 from .emit import STACKS, Launch, plan_source, software_stack, training_dtype
@@ -66,9 +66,9 @@ def pipeline_layout(plan: Plan) -> str | None:
     return "|".join(parts)
 
 
-def megatron_launch(plan: Plan) -> Launch:
+def megatron_launch(plan: Plan, chip: Target | None = None) -> Launch:
     """Megatron-LM's ``pretrain_gpt.py`` arguments for ``plan`` (see the module doc)."""
-    target = get_target(plan.target)
+    target = chip or get_target(plan.target)   # a file's chip has no catalog name to look up
     stack = software_stack(target)
     p, arch, notes = plan.parallel, dict(plan.architecture), []
     if stack == "tpu":

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backends import get_target
+from ..backends import Target, get_target
 from ..costmodel.planner.plan import Plan
 from ..errors import NarrowpipeError
 from .emit import STACKS, Launch, plan_source, py_tuple, software_stack, training_dtype
@@ -59,10 +59,10 @@ def mesh_axes(plan: Plan) -> list[tuple[str, int]]:
     return axes
 
 
-def torch_launch(plan: Plan) -> Launch:
+def torch_launch(plan: Plan, chip: Target | None = None) -> Launch:
     """PyTorch settings for ``plan`` (see the module doc)."""
     p, notes = plan.parallel, []
-    target = get_target(plan.target)
+    target = chip or get_target(plan.target)   # a file's chip has no catalog name to look up
     stack = software_stack(target)
     if stack not in _DEVICE:
         way_out = ("NeuronX Distributed (torch-neuronx) has tensor/pipeline-parallel layers of its own"

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..backends import defaults, get_target
+from ..backends import Target, defaults, get_target
 from ..costmodel.serving.capacity import CAPACITY_FORMAT, CapacityPlan
 from ..costmodel.serving.report import SERVING_FORMAT, ServingReport
 from ..errors import NarrowpipeError
@@ -62,7 +62,7 @@ def model_reference(model: str) -> tuple[str, str | None]:
                      f"{'this file' if path.suffix else 'narrowpipe examples'})")
 
 
-def vllm_launch(model: str, target: str, layout: str, *, batch: int, max_model_len: int, model_dtype: str,
+def vllm_launch(model: str, target: str | Target, layout: str, *, batch: int, max_model_len: int, model_dtype: str,
                 formats: dict[str, str | None], source: dict[str, Any]) -> Launch:
     """vLLM engine arguments for ``batch`` sequences of up to ``max_model_len`` tokens of ``model`` on
     ``layout`` devices of ``target``; ``formats`` are the deployment's weights/activations/kv/gemm_inputs formats
@@ -128,20 +128,23 @@ def _quantization(weights: str | None, activations: str | None, gemm_inputs: str
     return {}
 
 
-def vllm_from_report(report: ServingReport, model: str, model_dtype: str) -> Launch:
-    """vLLM arguments for one ``serve`` deployment (``--mode`` without ``--tpot``)."""
+def vllm_from_report(report: ServingReport, model: str, model_dtype: str, chip: Target | None = None) -> Launch:
+    """vLLM arguments for one ``serve`` deployment (``--mode`` without ``--tpot``); ``chip`` the served
+    chip where its name is no catalog chip's (a user's file)."""
     longest = (report.context or 0) + 1 if report.mode == "decode" else (report.context or report.input_len or 0)
     source = {"kind": SERVING_FORMAT, "model": report.model, "target": report.target, "layout": report.layout,
               "mode": report.mode, "batch": report.batch,
               "summary": f"{report.model} on {report.layout} {report.target}, batch {report.batch}, "
                          f"{longest} tokens ({report.mode})"}
-    return vllm_launch(model, report.target, report.layout, batch=report.batch, max_model_len=longest,
+    return vllm_launch(model, chip or report.target, report.layout, batch=report.batch, max_model_len=longest,
                        model_dtype=model_dtype, formats=report.formats, source=source)
 
 
-def vllm_from_capacity(plan: CapacityPlan, model: str, model_dtype: str, formats: dict[str, str | None]) -> Launch:
+def vllm_from_capacity(plan: CapacityPlan, model: str, model_dtype: str, formats: dict[str, str | None],
+                       chips: dict[str, Target] | None = None) -> Launch:
     """vLLM arguments for the capacity plan's best-throughput layout at its batch (one replica; the
-    plan says how many replicas the request rate needs)."""
+    plan says how many replicas the request rate needs); ``chips`` the served chips by name, for a
+    user's file whose name is no catalog chip's."""
     best = plan.best_throughput
     if best is None:
         raise NarrowpipeError("no layout meets the latency targets: nothing to launch (relax --tpot/--ttft)")
@@ -150,8 +153,8 @@ def vllm_from_capacity(plan: CapacityPlan, model: str, model_dtype: str, formats
               "batch": best.batch, "replicas": best.replicas,
               "summary": f"{plan.model} on {best.layout} {best.target}, batch {best.batch}, {best.replicas} "
                          f"replica(s) for {plan.rate:g} requests/s at TPOT {best.tpot_s * 1e3:.1f} ms"}
-    launch = vllm_launch(model, best.target, best.layout, batch=best.batch, max_model_len=longest,
-                         model_dtype=model_dtype, formats=formats, source=source)
+    launch = vllm_launch(model, (chips or {}).get(best.target) or best.target, best.layout, batch=best.batch,
+                         max_model_len=longest, model_dtype=model_dtype, formats=formats, source=source)
     if best.replicas > 1:
         launch.notes.append(f"run {best.replicas} replicas of this engine behind a load balancer for the request rate")
     return launch

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..backends import Target
 from ..cli_args import count_arg
 from ..costmodel.planner.plan import Plan
 from ..costmodel.planner.strategy import parse_switch
@@ -119,7 +120,9 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
             f"{seconds(tl.closed_form_step_s)} ({-tl.difference_s / tl.total_s:+.2%})")
         say_wrote(console, args.trace, f" (open it in ui.perfetto.dev){how}")
     if args.emit:
-        launch = launch_for(result, args.emit)
+        from ..costmodel.planner.machine import resolve_machine
+        chip, _ = resolve_machine(args.target, args.system, args.devices)   # what the plan ran on, a file's chip too
+        launch = launch_for(result, args.emit, chip)
         written = write_launch(launch, args.emit_out)
         if written:
             say_wrote(console, written, f" ({args.emit} settings)")
@@ -128,17 +131,18 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def launch_for(plan: Plan, tool: str) -> Launch:
-    """``tool``'s launch settings for a training plan."""
+def launch_for(plan: Plan, tool: str, chip: Target | None = None) -> Launch:
+    """``tool``'s launch settings for a training plan; ``chip`` the plan's chip where its name is no
+    catalog chip's (a user's file: ``my-gpu``, ``h100-sxm@my.toml``)."""
     if tool == "megatron":
         from .emit_megatron import megatron_launch
-        return megatron_launch(plan)
+        return megatron_launch(plan, chip)
     if tool == "torch":
         from .emit_torch import torch_launch
-        return torch_launch(plan)
+        return torch_launch(plan, chip)
     if tool == "jax":
         from .emit_jax import jax_launch
-        return jax_launch(plan)
+        return jax_launch(plan, chip)
     raise PlanError(f"--emit {tool}: a training plan emits {', '.join(TRAINING_TOOLS)}")
 
 

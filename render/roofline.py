@@ -7,7 +7,8 @@ FLOPs leave out the blocks a causal attention skips and count tile padding: the 
 roof (llama-3-8b at seq 8192 on an H100: 1.2 PFLOP/s against 989 TFLOP/s). Per device: a kernel split over
 ``shards`` devices (tensor parallel) is one shard's FLOPs and bytes over one device's time, against
 the one-device roofs; a pipelined kernel's time is every microbatch's pass, weight re-reads
-included. The roofs are the target's datasheet peaks, one per precision it lists (matrix units
+included (its ``utilization`` is one pass's, without them: a Groq matmul's point sits ~4% below
+it). The roofs are the target's datasheet peaks, one per precision it lists (matrix units
 solid, vector units dashed), and one bandwidth slope per memory level (on-chip, main memory, a
 dataflow chip's external tier, the host link). The run's own precision gets a dash-dotted roof
 where the chip emulates it (fp32 as bf16 passes: one, a TPU's framework default; six at
@@ -161,8 +162,48 @@ def roofline_figure(report: Report, *, top: int | None = None) -> Figure:
     ax.set_title(f"{report.graph} on {t.target}{devices}: {seconds(t.time_s)}, MFU {t.mfu:.1%}, "
                  f"{t.kernels} kernels", fontsize=10)
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
-    ax.legend(loc="upper left", fontsize=7, title="op group", title_fontsize=7, markerscale=0.6)
+    _place_legend(ax)
     return fig
+
+
+#: Where the legend may sit inside the axes, the usual empty corners of a roofline first (ties go to
+#: the earlier).
+_LEGEND_PLACES = ("upper left", "lower right", "upper center", "center left", "center right", "lower center",
+                  "lower left", "center", "upper right")
+
+
+def _place_legend(ax: Any) -> None:
+    """The op-group legend, last, where it covers the least: no text first (roof and slope labels,
+    bottleneck callouts and their arrows), then as few kernels and as little roof as may be.
+    matplotlib's ``loc="best"`` weighs lines and points but not text, and the fixed upper left
+    covered Groq's and Cerebras' on-chip slope labels (80 TB/s, 21 PB/s: steep slopes through that
+    corner) and Cerebras' #1-#3 callouts."""
+    renderer = ax.figure.canvas.get_renderer()
+    texts = [_box(t, renderer) for t in ax.texts]
+    texts += [t.get_window_extent(renderer) for t in ax.texts if t.get_gid() == "bottleneck"]   # arrows too
+    kernels = [xy for c in ax.collections for xy in ax.transData.transform(c.get_offsets())]
+    roofs: list[tuple[float, float]] = []
+    for line in ax.lines:     # straight on the log axes' screen: sampled every 4 pixels of their length
+        xy = ax.transData.transform(line.get_xydata())
+        for (x0, y0), (x1, y1) in zip(xy[:-1], xy[1:]):
+            n = max(2, int(math.hypot(x1 - x0, y1 - y0) / 4))
+            roofs += [(x0 + (x1 - x0) * i / n, y0 + (y1 - y0) * i / n) for i in range(n + 1)]
+    best: tuple[tuple[float, int], str] | None = None
+    for loc in _LEGEND_PLACES:
+        box = _legend(ax, loc).get_window_extent(renderer)
+        covered = sum(max(0.0, min(box.x1, t.x1) - max(box.x0, t.x0)) * max(0.0, min(box.y1, t.y1) - max(box.y0, t.y0))
+                      for t in texts)
+        hidden = 10 * sum(box.contains(x, y) for x, y in kernels) + sum(box.contains(x, y) for x, y in roofs)
+        if best is None or (covered, hidden) < best[0]:
+            best = ((covered, hidden), loc)
+        if (covered, hidden) == (0.0, 0):
+            break
+    assert best is not None
+    _legend(ax, best[1])
+
+
+def _legend(ax: Any, loc: str) -> Any:
+    return ax.legend(loc=loc, fontsize=7, title="op group", title_fontsize=7, markerscale=0.6)
 
 
 def _box(text: Any, renderer: Any) -> Any:

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..backends import get_target
-from ..backends.registry import _systems
+from ..backends.registry import CATALOG_DIR, _is_path, _systems
+from ..backends.tomlio import read_toml
 from ..errors import UnknownTargetError
 
 __all__ = ["show_card"]
 
 
 def show_card(name: str) -> Any:
+    """The card of the chip ``name`` names (catalog name, alias or spec file), shown as its file writes
+    it, or of the catalog system it names."""
     from .target_card import target_card
     try:
-        return target_card(get_target(name))
+        chip = get_target(name)
+        path = Path(name) if _is_path(name) else CATALOG_DIR / f"{chip.name}.toml"
+        return target_card(chip, read_toml(path))
     except UnknownTargetError:
         if name.strip().lower() not in _systems().alias:
             raise

@@ -1,10 +1,16 @@
 """``narrowpipe targets --show NAME``: one chip's spec as its file spells it, each number beside its
 source, and the source keys resolved to titles and links.
 
-Fields are shown the way the spec file writes them (``clock_mhz = 1830``, ``l2_mb = 50``) with the
-source under the same key, so what the reader sees, what they would type in their own file and what
-the ``[sources]`` table says line up. A source string names short keys (``NV-H100; SB-GPU``); the
-legend below the table turns each into the document it stands for (``backends/catalog/SOURCES.toml``).
+Fields are shown with the keys and values the spec file writes (``clock_mhz = 1830``, ``l2_mb = 50``,
+``matrix_tflops.bf16 = 2250``) with the source under the same key, so what the reader sees, what they
+would grep for in the file, what they would type in their own and what the ``[sources]`` table says
+line up. The card was rebuilt from the loaded chip, whose dumper picks the shortest exact unit: the
+B200's ``matrix_tflops.bf16 = 2250`` read ``matrix_pflops.bf16 2.25`` and a user's ``clock_mhz = 1500``
+``clock_ghz 1.5``, keys found in no file. What the file does not write and the loader fills in
+(documented defaults) follows in a table of its own, marked as such. A chip with no file (a Target
+built in Python) is shown as the dumper would write it. A source string names short keys
+(``NV-H100; SB-GPU``); the legend below the table turns each into the document it stands for
+(``backends/catalog/SOURCES.toml``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from rich.text import Text
 
 from ..backends import Target, source_refs, target_to_dict
 from ..backends.kernel_checks import copied_from, kernel_check
+from ..backends.spelling import spelled, written_keys
 
 __all__ = ["target_card", "cited_keys", "check_lines", "source_legend", "field_table"]
 
@@ -56,20 +63,40 @@ def cited_keys(texts: list[str], known: Mapping[str, Any]) -> list[str]:
     return list(seen)
 
 
-def target_card(target: Target) -> Group:
-    """The table of fields (as written in a spec file, human units) and the legend of sources."""
+def target_card(target: Target, written: Mapping[str, Any] | None = None) -> Group:
+    """The table of fields and the legend of sources. ``written``: the table of the file ``target``
+    was loaded from, whose keys and values the card shows as they are; without it, the chip as
+    :func:`~narrowpipe.backends.target_to_dict` writes it."""
     doc = target_to_dict(target)
-    sources = doc.get("sources", {})
-    rows = _rows(doc, sources)
+    filled: list[tuple[str, str, str]] = []
+    if written is None:
+        rows = _rows(doc, doc.get("sources", {}))
+    else:
+        rows, filled = _file_rows(target, written, doc)
     tab = field_table(f"{target.display_name} ({target.name}, {target.family})", rows)
-    legend = source_legend(rows)
+    legend = source_legend(rows + filled)
     parts: list[Any] = [tab]
+    if filled:
+        parts.append(field_table("not in the file: filled in by narrowpipe (documented defaults)", filled))
     if target.notes:
         parts.append(Text(f"notes: {target.notes}\n"))
     parts.append(check_lines(target))
     if legend:
         parts += [Text("sources:", style="bold"), legend]
     return Group(*parts)
+
+
+def _file_rows(target: Target, written: Mapping[str, Any], doc: Mapping[str, Any]
+               ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """(the rows of the file's own keys and values, the rows of the fields the loader filled in),
+    each with its source spelled as the row's key (a user's file may key a source by the field's
+    name, ``l2_bytes``, for its value's ``l2_mb``)."""
+    cls = type(target)
+    keys = written_keys(cls, written)
+    file_rows = _rows(written, {spelled(keys, k): text for k, text in target.sources.items()})
+    dumped = written_keys(cls, doc)
+    extra = {dumped[name]: doc[dumped[name]] for name in dumped if name not in keys}
+    return file_rows, _rows(extra, {spelled(dumped, k): text for k, text in target.sources.items()})
 
 
 def field_table(title: str, rows: list[tuple[str, str, str]]) -> Table:

@@ -159,7 +159,7 @@ def test_every_problem_in_a_file_is_reported_at_once(write_spec):
 def test_a_user_file_may_leave_sources_out_with_a_warning(write_spec):
     path = write_spec(_edit(_edit(M, 'sm_count = "Acme datasheet"\n', ""),
                             'l2_bytes = "Acme datasheet"\n', ""))
-    with pytest.warns(UnsourcedSpecWarning, match=r"no source for sm_count, l2_bytes") as caught:
+    with pytest.warns(UnsourcedSpecWarning, match=r"no source for sm_count, l2_mb;") as caught:
         target = load_target_file(path)
     assert str(path) in str(caught[0].message)
     assert target.sm_count == 100 and target.source("sm_count") == UNSOURCED

@@ -155,3 +155,39 @@ def test_a_causal_attention_is_plotted_and_utilized_on_the_flops_it_executes():
     assert kern.utilization == pytest.approx(executed / (kern.time_s * r.timing.peak_flops)) and kern.utilization < 1
     op = next(o for o in r.ops if o.op == "attention")
     assert op.utilization == pytest.approx(kern.utilization)
+
+
+@pytest.mark.parametrize("chip", ["groq-lpu", "cerebras-wse3"])
+def test_the_legend_covers_no_label(chip):
+    """QA93: the legend, fixed in the upper left, covered Groq's 'on-chip = memory 80 TB/s' and
+    Cerebras' '21 PB/s' slope labels (steep slopes through that corner) and Cerebras' #1-#3 callouts."""
+    from matplotlib.text import Text
+    fig = roofline_figure(narrowpipe.analyze(load_example("gpt2"), chip))
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    labels = [t for t in ax.texts if t.get_gid() in ("slope-label", "roof-label", "bottleneck")]
+    assert any(t.get_gid() == "slope-label" and "on-chip" in t.get_text() for t in labels)
+    for t in labels:
+        assert not legend.overlaps(Text.get_window_extent(t, renderer)), t.get_text()
+        if t.get_gid() == "bottleneck":        # its arrow too
+            assert not legend.overlaps(t.get_window_extent(renderer)), t.get_text()
+
+
+def test_a_pipelined_points_time_is_its_utilizations_plus_the_weight_rereads():
+    """The README's statement of the one basis the two differ on (QA93: Groq's points ~3% apart from
+    utilization x peak). By hand, for a compute-bound kernel run in m microbatches: utilization =
+    useful / (t1 x peak), t1 = compute + overhead of one pass over the batch; the point is useful /
+    kernel_s, and kernel_s = t1 + reread_s (passes 2..m read the stage's weights again). So
+    point x kernel_s = utilization x peak x (kernel_s - reread_s), and the point sits below."""
+    r = narrowpipe.analyze(load_example("gpt2"), "groq-lpu")
+    shown, _ = plotted_kernels(r)
+    pipelined = [k for k in shown if k.bound == "compute" and k.passes > 1]
+    assert len([k for k in pipelined if k.reread_s > 0]) >= 48       # GPT-2's 4 x 12 layer matmuls at least
+    for k in pipelined:
+        point = k.device_useful_flops / k.kernel_s
+        assert k.compute_s + k.overhead_s == pytest.approx(k.kernel_s - k.reread_s, rel=1e-9)
+        assert point == pytest.approx(k.utilization * r.timing.peak_flops * (k.kernel_s - k.reread_s) / k.kernel_s,
+                                      rel=1e-9)
+        if k.reread_s > 0 and k.op == "dot":                            # the README's 3.7%
+            assert 0.95 < point / (k.utilization * r.timing.peak_flops) < 0.97
