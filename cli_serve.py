@@ -137,7 +137,10 @@ def apply_mode(graph: Any, args: argparse.Namespace, dims: dict[str, Any],
         raise NarrowpipeError(f"--context must not be negative, got {context}")
     sg = serving_graph(graph, formats)
     dims = by_ir_name(graph.dims, dims)   # --set batch-size=4 names the ONNX file's dim batch_size
-    batch = next((dims[n] for n in sg.batch_dims if n in dims), None) or 1
+    given = next((dims[n] for n in sg.batch_dims if n in dims), None)
+    batch = 1 if given is None else int(given)      # 0 is a batch given, not one left out
+    if batch < 1:
+        raise NarrowpipeError(f"--set batch={given}: a serving step's batch must be at least 1")
     tokens, past = (1, context) if mode == "decode" else (context, 0)
     sg.check_context(tokens + past)       # what serve refuses, analyze and compare refuse too
     out = {k: v for k, v in dims.items() if k in sg.graph.dims}
@@ -203,8 +206,10 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
     from .backends.registry import chip_and_system
     price = _prices(args, targets).get(chip_and_system(targets[0])[0].name)
     input_len, output_len, context = _lengths(args, mode)
-    r = serve(graph, targets[0], mode=mode, batch=args.batch or 1, context=context, input_len=input_len,
-              output_len=output_len, tp=args.tp or 1, pp=pps[0], price=price, **kw)
+    # `is None`, not `or`: a 0 given is refused by serve (``args.batch or 1`` ran --batch 0 as 1, exit 0)
+    r = serve(graph, targets[0], mode=mode, batch=1 if args.batch is None else args.batch, context=context,
+              input_len=input_len, output_len=output_len, tp=1 if args.tp is None else args.tp, pp=pps[0],
+              price=price, **kw)
     print_serving(r, console)
     _emit(args, console, graph, r)
     return _write_json(args, console, r.to_json())
@@ -277,9 +282,8 @@ def _emit(args: argparse.Namespace, console: Console, graph: Any, result: Any) -
 
 
 def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
-
     from .cli import _write_json, resolve_model
-    from .costmodel.serving import crossover, replica_for, serve
+    from .costmodel.serving import Formats, crossover, replica_for, serve, serving_graph
     from .render.serving import print_serving_sweep
     graph = resolve_model(args.model)
     batches, contexts = _ints(args.batches, "--batches", least=1), _ints(args.context, "--context")
@@ -287,9 +291,14 @@ def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
     targets = [t.strip() for t in args.target.split(",") if t.strip()]
     if not targets:
         raise NarrowpipeError("--target is empty")
+    # the model prepared once and every context checked against its positions before any step is timed
+    # (a context past them failed after 20-35 s of crossovers on 70B)
+    sg = serving_graph(graph, Formats.of(args.weights, args.activations, args.kv, args.gemm_inputs))
+    for ctx in contexts:
+        sg.check_context(ctx + 1)               # a decode step on ``ctx`` tokens holds ctx + 1
     # every target's deployment first, as compare loads every chip first: an unknown name is an error
     # before any table is printed or the --json file is skipped (h100,nope printed h100's table, then failed)
-    replicas = [(target, replica_for(graph, target, tp=args.tp, pp=args.pp, weights=args.weights,
+    replicas = [(target, replica_for(sg, target, tp=args.tp, pp=args.pp, weights=args.weights,
                                      activations=args.activations, kv=args.kv, system=args.system,
                                      gemm_inputs=args.gemm_inputs, mla_decode=args.mla_decode))
                 for target in targets]

@@ -16,11 +16,14 @@ from .errors import NarrowpipeError
 __all__ = ["parse_duration", "as_seconds"]
 
 _UNITS = {"ms": 1e-3, "s": 1.0, "us": 1e-6}
-_PATTERN = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|us)?\s*")
+#: A signed number so that ``--tpot=-30ms`` is refused for its sign ("must be positive"), not as text
+#: that is no duration at all.
+_PATTERN = re.compile(r"\s*([-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(ms|s|us)?\s*")
 
 
 def parse_duration(text: str | None, flag: str, bare_unit: str | None = "ms") -> float | None:
-    """``text`` in seconds; a number without a unit is in ``bare_unit`` (None: a unit is required)."""
+    """``text`` in seconds; a number without a unit is in ``bare_unit`` (None: a unit is required).
+    Every duration taken is a latency target, so zero and negative ones are refused here, by flag."""
     if text is None:
         return None
     m = _PATTERN.fullmatch(str(text))
@@ -29,7 +32,10 @@ def parse_duration(text: str | None, flag: str, bare_unit: str | None = "ms") ->
     if m.group(2) is None and bare_unit is None:
         raise NarrowpipeError(f"{flag} {text!r} has no unit: write seconds as a number (0.03) or a duration "
                               "with its unit ('30ms', '0.5s', '250us')")
-    return float(m.group(1)) * _UNITS[m.group(2) or str(bare_unit)]
+    seconds = float(m.group(1)) * _UNITS[m.group(2) or str(bare_unit)]
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise NarrowpipeError(f"{flag} must be a positive duration, got {text!r}")
+    return seconds
 
 
 def as_seconds(value: object, what: str) -> float | None:

@@ -62,12 +62,13 @@ def print_serving(r: ServingReport, console: Console) -> None:
                                      f"{r.devices} device{'s' if r.devices > 1 else ''})")
     if r.prompt_tokens_per_s:
         t.add_row("prompt tokens/s", f"{_rate(r.prompt_tokens_per_s)} ({r.bound}-bound)")
-    # a dataflow layout holds the whole model's cache, each chip its layers' (616 Groq chips: 328 kB a
-    # token is Llama-3-70B's 80 layers, not one chip's)
-    spread = r.layout.startswith("dataflow") and r.devices > 1
-    where = f" (the model's, over its {r.devices:,} chips)" if spread else " (per device)"
+    # per device as the memory line is; a dataflow layout's chips each hold their layers' cache, so its
+    # figure is the model's averaged over them (a note gives the model's)
+    dataflow = r.layout.startswith("dataflow")
+    where = " (per chip: the model's, averaged over the layout's chips)" if dataflow else " (per device)"
     t.add_row("KV cache", _kv_text(r) + where)
-    t.add_row("memory", escape(r.memory.explain()), style=None if r.fits else "bold red")
+    t.add_row("memory", escape(r.memory.explain()) + (" (averaged over the layout's chips)" if dataflow else ""),
+              style=None if r.fits else "bold red")
     t.add_row("largest batch that fits", _max_batch_text(r.max_batch))
     if r.crossover is not None:
         t.add_row("crossover", _crossing(r.crossover) + _label_beside_crossing(r))
@@ -152,14 +153,23 @@ def print_serving_sweep(reports: list[ServingReport], console: Console) -> None:
     heads = ("batch", "context", *(() if same else ("devices",)), "TPOT", "tok/s", "tok/s/dev",
              *(("$/M",) if priced else ()), "bound", "KV/dev", "fits")
     for col in heads:
-        tab.add_column(col, justify="left" if col in ("bound", "fits") else "right", no_wrap=col != "fits")
+        tab.add_column(col, justify="left" if col in ("bound", "fits") else "right", no_wrap=True)
+    # what overflows goes below the table, by number: in the cell, 80 columns cut "no: KV +26.3 GB" to
+    # "no: KV +26… GB" (70B on TP8 at batch 256 and 8,191 tokens), losing the figure it was there for
+    over: list[str] = []
     for r in reports:
-        fits = "yes" if r.memory.fits else f"no: {r.memory.short(_TERMS)}"
+        if not r.memory.fits:
+            over.append(f"batch {r.batch}, context {r.context}: {r.memory.short()}")
+        fits = "yes" if r.memory.fits else f"no [{len(over)}]"
         tab.add_row(str(r.batch), str(r.context), *(() if same else (str(r.devices),)), seconds(r.tpot_s),
                     si(r.output_tokens_per_s or 0.0), si(r.tokens_per_s_per_device or 0.0),
                     *((_money(r.cost_per_million_tokens),) if priced else ()), r.bound,
                     nbytes(r.memory.kv_cache), fits, style=None if r.fits else "red")
     console.print(tab)
+    for i, why in enumerate(over, 1):
+        console.print(f"  [{i}] {escape(why)}", highlight=False)
+    if any(r.layout.startswith("dataflow") for r in reports):
+        console.print("  KV/dev on a dataflow layout: the model's KV cache averaged over its chips", highlight=False)
     seen: set[int | None] = set()
     for r in reports:
         if r.context in seen:
@@ -171,8 +181,6 @@ def print_serving_sweep(reports: list[ServingReport], console: Console) -> None:
             line += "; " + _crossing(c)
         console.print(line, highlight=False)
 
-
-_TERMS = {"kv_cache": "KV", "weights": "weights", "activations": "activations", "reserve": "reserve"}
 
 
 def _label_beside_crossing(r: ServingReport) -> str:

@@ -230,3 +230,54 @@ def test_a_deployment_that_does_not_fit_has_no_cost(tmp_path, capsys):
 def test_whatif_prints_the_price_it_was_given(model, capsys):
     assert main(["whatif", model, "--target", "h100", "--scale", "hbm_bandwidth=2", "--price", "h100=2"]) == 0
     assert re.search(r"cost .*\$[0-9.]+/run", capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "decode", "--batch", "0"], "batch must be >= 1, got 0"),     # was run as batch 1, exit 0
+    (["--mode", "decode", "--tp", "0"], "tp must be >= 1, got 0"),           # was run as TP1, exit 0
+    (["--mode", "decode", "--batch", "-3"], "batch must be >= 1, got -3"),
+    (["--tpot=-30ms", "--rate", "1"], "--tpot must be a positive duration, got '-30ms'"),
+    (["--tpot", "0ms", "--rate", "1"], "--tpot must be a positive duration, got '0ms'"),
+    (["--tpot", "30ms", "--ttft=-1s", "--rate", "1"], "--ttft must be a positive duration, got '-1s'"),
+])
+def test_a_zero_or_negative_count_or_duration_is_refused_not_defaulted(model, capsys, argv, message):
+    assert main(["serve", model, "--target", "h100", *argv]) == 2
+    captured = capsys.readouterr()
+    assert message in " ".join((captured.out + captured.err).split())
+
+
+def test_a_batch_of_zero_set_for_a_mode_is_refused(model, capsys):
+    """`--set batch=0` was read as "no batch given" (``or 1``), then refused as disagreeing with itself."""
+    assert main(["analyze", model, "--target", "h100", "--mode", "decode", "--context", "64",
+                 "--set", "batch=0"]) == 2
+    captured = capsys.readouterr()
+    assert "--set batch=0: a serving step's batch must be at least 1" in " ".join((captured.out + captured.err).split())
+
+
+def test_a_context_past_the_positions_is_refused_before_any_step_is_timed(capsys, monkeypatch):
+    """serve-sweep timed every crossover (20-35 s on 70B) before refusing a context of 8,192 on a model
+    of 8,192 positions; the check comes first now: no step is timed."""
+    from narrowpipe.costmodel.serving import replica as replica_module
+    timed = []
+    monkeypatch.setattr(replica_module.Replica, "step", lambda self, *a: timed.append(a))
+    assert main(["serve-sweep", "llama-3-8b", "--target", "h100", "--batches", "1", "--context", "2048,8192"]) == 2
+    captured = capsys.readouterr()
+    text = " ".join((captured.out + captured.err).split())
+    assert "handles at most 8,192 positions; this question needs 8,193" in text
+    assert timed == []
+
+
+def test_serve_sweep_shows_what_overflows_whole_in_80_columns(model, capsys, monkeypatch):
+    """The fits cell was cut to "no: KV +26… GB" in 80 columns; the figure goes below the table, whole.
+    By hand, for the small model (4 layers x K,V x 4 KV heads x 64 x 2 B = 4,096 B a token) at batch
+    8,192 and 4,096 tokens of context: 8,192 x 4,097 x 4,096 B = 137.5 GB of cache, against the 90% of
+    an H100's 85.52 GB that vLLM leaves (76.97 GB) less the weights and activations."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["serve-sweep", model, "--target", "h100", "--batches", "1,8192", "--context", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and "no [1]" in out
+    line = next(x for x in out.splitlines() if x.strip().startswith("[1]"))
+    assert "batch 8192, context 4096: KV cache +" in line
+    over = float(re.search(r"KV cache \+([0-9.]+) GB", line).group(1))
+    kv = 8192 * 4097 * 4096
+    assert kv - 76.97e9 < over * 1e9 < kv - 76.97e9 + 2e9       # plus the weights and activations: under 2 GB

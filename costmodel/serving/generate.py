@@ -15,16 +15,26 @@ must be admitted, which means ``batch x input_len / output_len`` prompt tokens a
 iteration alongside the ``batch`` decode tokens. One iteration runs the dense layers (projections,
 MLP, norms: everything but attention) once over all its tokens, reading the weights once, and
 attention per request: decode attention over the average cache (``input_len + output_len / 2``)
-and prefill attention for the admitted prompts; TPOT is that average iteration. A new request's
-prompt is prefilled in one iteration beside the running decodes (vLLM's scheduling when the prompt
-fits its token budget), so TTFT is that iteration: the dense layers over ``batch + input_len``
-tokens, the decodes' attention and the prompt's own (queueing for a free slot is not modelled).
+and prefill attention for the admitted prompts; TPOT is that average iteration.
+
+TTFT is when a request's first token comes out: at the end of the iteration that prefills its prompt
+(vLLM and TensorRT-LLM schedule a prompt whole into one iteration when it fits the token budget; the
+prefill's last position gives the first token). That iteration runs beside the others' decodes and
+beside every other prompt admitted with it: ``batch / output_len`` prompts an iteration on average,
+and never fewer than the request's own, so it is an iteration with ``max(1, batch / output_len)``
+prompts (the average iteration from one prompt an iteration up). A request arrives at a random time
+while an iteration runs and is scheduled only when that one ends (vLLM's scheduler runs between
+steps, ``EngineCore.step``: schedule, execute, update); for arrivals that see iterations of a fixed
+length ``T`` at random moments (Poisson arrivals see time averages) the wait is the mean residual
+time ``E[T^2] / (2 E[T]) = T / 2``, so TTFT = ``TPOT / 2`` + the prefilling iteration. What the
+average leaves out: the spread of iteration lengths (a longer iteration is more likely to be the one
+arrived in, adding ``Var[T] / (2 E[T])``), and queueing for a free slot when arrivals bunch (the
+plan holds the batch at its steady state, admitting as many as finish).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil
 from typing import Any
 
 from .replica import Replica
@@ -102,21 +112,28 @@ class SteadyState:
 
 
 def steady_state(replica: Replica, batch: int, input_len: int, output_len: int) -> SteadyState:
-    """The iteration at ``batch`` requests in flight (module doc). With ``pp`` pipeline stages the
-    iteration's work is cut into ``pp`` microbatches kept in flight together, as a decode step's
-    sequences are (vLLM's and TensorRT-LLM's pipeline-parallel scheduling): each carries ``1 / pp`` of
-    the dense tokens (:meth:`.Replica.mixed_step`), of the decodes (whose attention
+    """The iteration at ``batch`` requests in flight and a request's TTFT (module doc). With ``pp``
+    pipeline stages the iteration's work is cut into ``pp`` microbatches kept in flight together, as a
+    decode step's sequences are (vLLM's and TensorRT-LLM's pipeline-parallel scheduling): each carries
+    ``1 / pp`` of the dense tokens (:meth:`.Replica.mixed_step`), of the decodes (whose attention
     :meth:`.Replica.step` already times per microbatch) and of the admitted prompts, and a token's
-    iteration is its microbatch's trip through every stage. A new prompt rides in one microbatch
-    beside its share of the decodes: TTFT is that microbatch's trip."""
-    pp = replica.layout.pp
+    iteration is its microbatch's trip through every stage. The prefilling iteration is cut the same
+    way (a lone prompt's tokens too, chunked over the microbatches), so TTFT stays TPOT / 2 plus it."""
     admitted = batch / output_len                      # requests per iteration
-    prefill_tokens = admitted * input_len
-    tokens = max(1, round(batch + prefill_tokens))
-    dense = replica.mixed_step(tokens).dense_s
     decode_attn = replica.step(batch, 1, input_len + output_len // 2).attention_s
     prompt_attn = replica.step(1, input_len, 0).attention_s
-    prefill_attn = prompt_attn * admitted / pp
+    dense, prefill_attn = _iteration(replica, batch, admitted, input_len, prompt_attn)
     iteration = dense + decode_attn + prefill_attn
-    ttft = replica.step(1, ceil(batch / pp) + input_len, 0).dense_s + decode_attn + prompt_attn
-    return SteadyState(batch, iteration, ttft, prefill_tokens, dense, decode_attn, prefill_attn)
+    # the iteration that prefills the request: at least its own prompt in it
+    first_dense, first_attn = _iteration(replica, batch, max(admitted, 1.0), input_len, prompt_attn)
+    ttft = iteration / 2 + first_dense + decode_attn + first_attn
+    return SteadyState(batch, iteration, ttft, admitted * input_len, dense, decode_attn, prefill_attn)
+
+
+def _iteration(replica: Replica, batch: int, prompts: float, input_len: int,
+               prompt_attn: float) -> tuple[float, float]:
+    """(dense seconds, prompt attention seconds) of an iteration decoding ``batch`` requests and
+    prefilling ``prompts`` prompts of ``input_len``: the dense layers once over all its tokens, the
+    prompts' attention per prompt, a ``1 / pp`` share of it on a token's microbatch."""
+    tokens = max(1, round(batch + prompts * input_len))
+    return replica.mixed_step(tokens).dense_s, prompt_attn * prompts / replica.layout.pp

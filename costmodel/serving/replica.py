@@ -147,8 +147,10 @@ class Replica:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Cache bytes one token of one sequence takes on one device (every layer's: a sliding-window
-        layer's only until its window fills; :meth:`kv_bytes_per_sequence` caps it)."""
+        """Cache bytes one token of one sequence takes on one device of a TP/PP layout, whose devices
+        each run their shard's graph; on a dataflow layout the whole model's, which its chips share
+        (:meth:`kv_devices`). Every layer's: a sliding-window layer's only until its window fills
+        (:meth:`kv_bytes_per_sequence` caps it)."""
         return self.device_graph.cache.bytes_per_token
 
     def kv_bytes_per_sequence(self, tokens: int) -> int:
@@ -237,17 +239,21 @@ class Replica:
         """Per-device budget for ``batch`` sequences holding ``context`` tokens each. Activations
         are the larger of the decode step's and, given ``prefill_tokens``, a prefill's of
         ``prefill_batch`` sequences (default ``batch``: static batching prefills them together)."""
-        g = self.device_graph
-        pp = self.layout.pp
-        # the decode step that fills the cache to ``context`` tokens: it runs on ``context - 1``
-        acts = activation_bytes(self.decode_graph, ceil(batch / pp), 1, max(context - 1, 0))
-        if prefill_tokens:
-            acts = max(acts, activation_bytes(g, ceil((prefill_batch or batch) / pp), prefill_tokens))
-        kv = g.cache.resident_bytes(batch, context)
+        acts = self._activations(batch, context, prefill_tokens, prefill_batch)
+        kv = self.device_graph.cache.resident_bytes(batch, context)
         if not self.dataflow:
             return memory_budget(self.target.memory_capacity, weights=self._weights(), activations=acts,
                                  kv_cache=kv, reserve_fraction=self.reserve)
         return self._chip_memory(batch, context, acts, kv)
+
+    def _activations(self, batch: int, context: int, prefill_tokens: int | None, prefill_batch: int | None) -> float:
+        """The activations :meth:`memory` budgets (its doc)."""
+        pp = self.layout.pp
+        # the decode step that fills the cache to ``context`` tokens: it runs on ``context - 1``
+        acts = activation_bytes(self.decode_graph, ceil(batch / pp), 1, max(context - 1, 0))
+        if prefill_tokens:
+            acts = max(acts, activation_bytes(self.device_graph, ceil((prefill_batch or batch) / pp), prefill_tokens))
+        return acts
 
     def over_limit(self, batch: int, context: int) -> str:
         """Why ``batch`` sequences at ``context`` tokens do not fit the chips there are ('' when they
@@ -261,34 +267,39 @@ class Replica:
                 if need > self.chip_limit else "")
 
     def _chip_memory(self, batch: int, context: int, acts: float, kv: float) -> Memory:
-        """A dataflow layout's budget is its fullest chip's (the fit is per chip, not the average),
-        its bytes besides the weights split between KV cache and activations as the layout's are.
-        Over more chips than the limit, the layout's bytes over the chips there are: it overflows."""
-        chips = self._chips(batch, max(context - 1, 0), acts)
+        """A dataflow layout's budget per chip: the layout's bytes (weights, activations, KV cache) over
+        the chips it takes, the average chip, as a TP layout's is each device's. Which chip holds what
+        varies with the batch (the fullest one, once reported, held weights at batch 8 and KV at
+        batch 64: the "KV/dev" it gave fell from 8.34 MB to 441 kB as the batch grew), the average
+        does not, and the fit is the same: the layout cuts the program so that no chip holds more than
+        its capacity (:func:`..execution.dataflow_layout.cuts`) and takes at least ``total / capacity``
+        chips (:meth:`_chips`), so every chip fits exactly when the average does. Over more chips
+        than the limit, the bytes over the chips there are: the average overflows, as some chip does."""
+        n = self._spread(batch, context, acts)
         step = self.step(batch, 1, max(context - 1, 0))
-        total, weights_all, fullest, fullest_weights = step.chip_bytes
-        cap = self.target.memory_capacity
-        most = self.chip_limit
-        need = max(chips, step.devices)
-        if most and need > most:
-            other = max(acts + kv, total - weights_all)
-            return memory_budget(cap, weights=self._weights() / most, activations=(other - kv) / most,
-                                 kv_cache=kv / most, reserve_fraction=self.reserve)
-        if chips > step.devices or not total:      # chips added for the KV cache, or no per-chip bytes (TP)
-            if chips > step.devices:
-                self.note_once("the dataflow layout gets more chips to hold the KV cache; their hops are not timed")
-            streamed = step.weight_streaming and chips == 1
-            if streamed:
-                self.note_once("the weights stream from the external tier: the budget is the KV cache and activations")
-            weights = 0.0 if streamed else self._weights() / chips
-            return memory_budget(cap, weights=weights, activations=acts / chips, kv_cache=kv / chips,
-                                 reserve_fraction=self.reserve)
-        if step.weight_streaming:
+        streamed = step.weight_streaming
+        if streamed:
             self.note_once("the weights stream from the external tier: the budget is the KV cache and activations")
-        other = fullest - fullest_weights
-        kv_share = min(kv / (total - weights_all), 1.0) if total > weights_all else 0.0
-        return memory_budget(cap, weights=fullest_weights, activations=other * (1 - kv_share),
-                             kv_cache=other * kv_share, reserve_fraction=self.reserve)
+        if n > step.devices and n <= (self.chip_limit or n):
+            self.note_once("the dataflow layout gets more chips to hold the KV cache; their hops are not timed")
+        weights = 0.0 if streamed else self._weights()
+        return memory_budget(self.target.memory_capacity, weights=weights / n, activations=acts / n,
+                             kv_cache=kv / n, reserve_fraction=self.reserve)
+
+    def _spread(self, batch: int, context: int, acts: float) -> int:
+        """Chips a dataflow layout's bytes are spread over in the memory budget: those it takes for
+        ``batch`` sequences holding ``context`` tokens, at most the chips there are."""
+        need = max(self._chips(batch, max(context - 1, 0), acts), self.step(batch, 1, max(context - 1, 0)).devices)
+        return min(need, self.chip_limit) if self.chip_limit else need
+
+    def kv_devices(self, batch: int, context: int, *, prefill_tokens: int | None = None,
+                   prefill_batch: int | None = None) -> int:
+        """What :meth:`memory` (same arguments) divides the replica's cache by to give each device's: 1
+        where each device runs its own shard's graph (:attr:`kv_bytes_per_token` is already that
+        device's), a dataflow layout's chips (the model's cache, averaged over them)."""
+        if not self.dataflow:
+            return 1
+        return self._spread(batch, context, self._activations(batch, context, prefill_tokens, prefill_batch))
 
     def _weights(self) -> int:
         if self._weight_bytes is None:

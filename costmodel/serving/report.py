@@ -2,9 +2,14 @@
 
 Definitions (every figure is for one replica, the devices its layout uses):
 
-* ``ttft_s``: time to first token, the prefill of the batch's prompts (static batching) or the
-  steady-state wait of continuous batching; ``tpot_s``: time per output token, one decode step
-  (or iteration) with the cache at the context; ``e2e_s``: prefill plus every decode step.
+* ``ttft_s``: time to first token, the prefill of the batch's prompts (static batching; a capacity
+  plan's continuous batching adds the wait for an iteration and the others' work in the one that
+  prefills: :mod:`.generate`); ``tpot_s``: time per output token, one decode step (or iteration)
+  with the cache at the context; ``e2e_s``: prefill plus every decode step.
+* ``memory``, ``kv_bytes_per_token``, ``kv_bytes_per_sequence``: per device, what one device holds:
+  on a TP/PP layout its shard's, on a dataflow layout (whose chips each hold their layers) the
+  layout's bytes averaged over its chips (:meth:`.replica.Replica.kv_devices`; a note gives the chip
+  count and the model's bytes per token).
 * ``output_tokens_per_s``: the replica's output tokens per second; ``tokens_per_s_per_device``
   the same per device; ``prompt_tokens_per_s`` for prefill.
 * ``max_batch``: the largest batch whose weights + KV cache + activations + reserve fit each device;

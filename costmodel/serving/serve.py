@@ -72,8 +72,9 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
     batch, tp, pp = as_integer("batch", batch), as_integer("tp", tp), as_integer("pp", pp)
     context, input_len, output_len = (None if x is None else as_integer(n, x) for n, x in
                                       (("context", context), ("input_len", input_len), ("output_len", output_len)))
-    if batch < 1:
-        raise NarrowpipeError(f"batch must be >= 1, got {batch}")
+    for name, count in (("batch", batch), ("tp", tp), ("pp", pp)):
+        if count < 1:
+            raise NarrowpipeError(f"{name} must be >= 1, got {count}")
     for name, value in (("input_len", input_len), ("output_len", output_len)):
         if value is not None and value < 1:   # 0 read as "not given" and took the default
             raise NarrowpipeError(f"{name} must be >= 1 token, got {value}")
@@ -106,7 +107,7 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
         ttft = prefill_step.time_s
         prompt_rate = batch * n_in / ttft
         ctx, n_out = n_in, None
-        memory = replica.memory(batch, n_in, prefill_tokens=n_in)
+        held, prefill = n_in, {"prefill_tokens": n_in}
         max_batch = replica.max_batch(n_in, prefill_tokens=n_in)
         bound = prefill_step.bound
     elif mode == "decode":
@@ -115,7 +116,7 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
         decode_step = replica.step(batch, 1, ctx)
         tpot = decode_step.time_s
         out_rate = batch / tpot
-        memory = replica.memory(batch, ctx + 1)
+        held, prefill = ctx + 1, {}
         max_batch = replica.max_batch(ctx + 1)
         bound = decode_step.bound
     else:
@@ -127,10 +128,16 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
         ttft, e2e = gen.ttft_s, gen.e2e_s
         tpot = gen.decode_s / (n_out - 1) if n_out > 1 else None     # one token: the prefill's, no decode step
         out_rate = batch * n_out / e2e
-        memory = replica.memory(batch, ctx, prefill_tokens=n_in)
+        held, prefill = ctx, {"prefill_tokens": n_in}
         max_batch = replica.max_batch(ctx, prefill_tokens=n_in)
         bound = gen.decode_first.bound
         notes.append(f"decode: {gen.how}; TPOT is their mean")
+    memory = replica.memory(batch, held, **prefill)
+    # the cache per device, as the budget counts it: a dataflow layout's is the model's over its chips
+    share = replica.kv_devices(batch, held, **prefill)
+    if share > 1:
+        notes.append(f"KV cache and memory per device: the layout's over its {share:,} chips, each holding its layers' "
+                     f"share (the model's cache takes {replica.kv_bytes_per_token:,} B per token per sequence)")
     notes += [n for n in replica.notes if n not in notes]    # what the memory budget found
     too_many = replica.over_limit(batch, ctx + 1 if mode == "decode" else ctx)
     if too_many:
@@ -138,13 +145,13 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
     ran = decode_step or prefill_step
     devices = ran.devices if ran is not None else 1
     cross = crossover(replica, ctx) if with_crossover and mode != "prefill" and not replica.dataflow else None
-    held = ctx + 1 if mode == "decode" else ctx         # ServingReport.kv_tokens: the cache at its longest
     return ServingReport(
         model=sg.graph.name, target=t.name, mode=mode, layout=replica.layout.label if not replica.dataflow
         else f"dataflow layout ({devices} chips)", devices=devices, batch=batch, context=ctx, input_len=n_in,
         output_len=n_out, formats=sg.formats.to_dict(), ttft_s=ttft, tpot_s=tpot, e2e_s=e2e,
         output_tokens_per_s=out_rate, tokens_per_s_per_device=(out_rate or prompt_rate or 0.0) / devices,
         prompt_tokens_per_s=prompt_rate, max_batch=max_batch, memory=memory,
-        kv_bytes_per_token=replica.kv_bytes_per_token, kv_bytes_per_sequence=replica.kv_bytes_per_sequence(held),
+        kv_bytes_per_token=round(replica.kv_bytes_per_token / share),
+        kv_bytes_per_sequence=round(replica.kv_bytes_per_sequence(held) / share),
         bound=bound, price_per_hour=price_h, crossover=cross,
         prefill=prefill_step, decode=decode_step, notes=notes)

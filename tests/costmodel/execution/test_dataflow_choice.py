@@ -39,10 +39,13 @@ def test_a_layout_over_more_chips_than_the_rack_is_no_alternative_to_one_that_fi
 
 def test_the_kv_cache_row_of_a_dataflow_layout_is_the_models_over_its_chips():
     r = serve(load_example("llama-3-8b"), "groq-lpu", mode="decode", batch=1, context=128, with_crossover=False)
-    assert r.kv_bytes_per_token == 32 * 2 * 8 * 128 * 2              # 32 layers x K,V x 8 heads x 128 x bf16
+    model = 32 * 2 * 8 * 128 * 2                                     # 32 layers x K,V x 8 heads x 128 x bf16
+    assert r.kv_bytes_per_token == round(model / r.devices)          # per device, as on a TP layout
     out = io.StringIO()
     print_serving(r, Console(file=out, width=250))
-    assert f"131 kB per token per sequence (the model's, over its {r.devices:,} chips)" in out.getvalue()
+    text = out.getvalue()
+    assert "per token per sequence (per chip: the model's, averaged over the layout's chips)" in text
+    assert f"the layout's over its {r.devices:,} chips" in text and f"takes {model:,} B per token" in text
     assert r.devices > 1
     assert any(n.startswith("largest batch that fits: the dataflow layout adds chips") for n in r.notes)
 

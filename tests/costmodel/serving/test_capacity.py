@@ -113,3 +113,14 @@ def test_a_graph_without_a_recognised_architecture_says_only_one_device_was_trie
     none = plan_capacity(huge, small_h100, rate=1, input_len=8, output_len=8, tpot=0.05)
     assert none.why_none() == ("none holds even one sequence in memory on one device (the only layout tried: "
                                "see the note)")
+
+
+def test_a_ttft_target_below_the_iteration_that_prefills_is_not_met(small):
+    """QA: batch 474 at TPOT 112 ms was said to meet a 60 ms TTFT. A first token cannot come before
+    the iteration that prefills its prompt ends, and an arrival waits half an iteration on average
+    (generate's module doc): TTFT >= 1.5 x TPOT at every batch, so a TTFT target T caps TPOT at T / 1.5."""
+    plan = plan_capacity(small, "h100", rate=10, input_len=512, output_len=16, tpot=1.0, ttft=0.004, max_tp=1)
+    (c,) = plan.candidates
+    assert c.meets and c.limited_by == "TTFT"
+    assert c.ttft_s <= 0.004 and c.ttft_s >= 1.5 * c.tpot_s * (1 - 1e-9)
+    assert c.tpot_s <= 0.004 / 1.5

@@ -1,11 +1,12 @@
-"""Serving on dataflow chips stays inside the chips there are, and its fit is the fullest chip's.
+"""Serving on dataflow chips stays inside the chips there are, and every chip fits.
 
 A QA pass found Llama-3-70B decode on Groq at 4k context on 620 full chips reported with "largest
 batch that fits >= 65,536 (search cap)" (it would need ~380,000 chips: Groq had no largest system);
 Cerebras at batch 65,536 and 8k context timed on a 3,933-wafer layout beside a memory line over the
 2,048 wafers of its largest cluster; ``--system groq-node`` (8 chips) accepted a 72-chip layout and
 changed nothing; the memory line divided the weights evenly over the chips (0.223 of 0.23 GB) while
-the layout put 1.05 GB on one chip.
+the layout put 1.05 GB on one chip (the layout now caps each chip at its capacity; the memory line
+is the layout's average chip, which fits exactly when every chip does).
 """
 
 from __future__ import annotations
@@ -50,11 +51,19 @@ def test_a_system_with_fewer_chips_than_the_layout_does_not_fit(capsys, monkeypa
     assert "does not fit" in out and "largest batch that fits 0" in out
 
 
-def test_the_memory_line_is_the_fullest_chip():
+@pytest.mark.parametrize("batch", [1, 8, 64])
+def test_the_memory_line_is_the_average_chip_and_every_chip_fits(batch):
+    """The memory line is the layout's bytes over its chips, as the KV/dev column is (the fullest
+    chip's, once shown, held weights at one batch and KV at another: KV/dev fell as the batch grew).
+    The fit it gives is every chip's: the layout puts no more than a chip's capacity on any chip (a
+    QA pass once found 1.05 GB on one 0.23 GB chip beside an even 0.223 GB a chip)."""
     replica = replica_for(load_example("llama-3-8b"), "groq-lpu")
-    step = replica.step(1, 1, 2047)
-    total, weights, fullest, fullest_weights = step.chip_bytes
-    mem = replica.memory(1, 2048)
-    assert mem.weights == pytest.approx(fullest_weights) and mem.required == pytest.approx(fullest)
-    assert fullest <= get_target("groq-lpu").memory_capacity * (1 + 1e-9)
-    assert fullest >= total / step.devices                      # not the average
+    step = replica.step(batch, 1, 2048)
+    total, weights, fullest, _ = step.chip_bytes
+    mem = replica.memory(batch, 2049)
+    chips = replica.kv_devices(batch, 2049)
+    assert chips == step.devices
+    assert mem.kv_cache == pytest.approx(batch * 2049 * 131_072 / chips, rel=1e-9)
+    assert mem.weights == pytest.approx(weights / chips, rel=0.001)
+    assert mem.fits and fullest <= get_target("groq-lpu").memory_capacity * (1 + 1e-9)
+    assert mem.required == pytest.approx(total / chips, rel=0.001)  # the layout's bytes, averaged

@@ -80,7 +80,9 @@ def test_crossover_is_the_ridge_point_adjusted_for_kv_traffic(replica, replica_w
     # the execution model pads rows to tensor-core tiles, so its first compute-bound batch is near B*
     assert c.modelled is not None and abs(c.modelled / c.analytic - 1) < 0.15
     # each wave's fill is compute time the ridge point does not count: with it, the step turns
-    # compute-bound no later (at context 128 both turn at 385: the fill moves no tile edge there)
+    # compute-bound no later. At context 128 it turns earlier, at 321 (385 without the fill): from 321
+    # the GEMMs' rows pad to 384, whose compute falls 0.04 ms short of the step's memory time without
+    # the fill and passes it with the fill's 0.27 ms
     filled = crossover(replica, context, limit=1024)
     assert filled.modelled is not None and filled.modelled <= c.modelled
 
