@@ -293,7 +293,7 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
 
     _need_torch("validate runs the model with torch")
     from .backends import CpuTarget, get_target
-    from .calibration.validate import summarize, validate_models
+    from .calibration.validate import summarize, validate_run
     from .calibration.validation_models import check_seq_option
     from .render.validation import validation_table
     target = get_target(args.target)
@@ -301,12 +301,14 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
     # a target `calibrate` wrote runs with the threads it was measured with
     host_cores = target.cores if isinstance(target, CpuTarget) and target.vendor == "host" else None
     _set_threads(args.threads or host_cores)
-    results = validate_models([args.model], target, batches=args.batch or [1, 8], seq=args.seq or 128,
-                              tiny=args.tiny)
-    console.print(validation_table(results))
+    # with the drift probes: what they are off by tells a model error from a machine that changed
+    run = validate_run([args.model], target, batches=args.batch or [1, 8], seq=args.seq or 128, tiny=args.tiny)
+    results = run.models
+    console.print(validation_table(results, run.probes))
     cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
-    return _write_json(args, console, dump_json({"format": "narrowpipe.validation", "version": 5,
+    return _write_json(args, console, dump_json({"format": "narrowpipe.validation", "version": 6,
                                                   "target": target.name, "results": [r.to_dict() for r in results],
+                                                  "probes": [c.to_dict() for c in run.probes],
                                                   "summary": summarize(cases)}, indent=2, what="validation"))
 
 

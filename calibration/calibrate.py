@@ -27,6 +27,7 @@ from ..errors import NarrowpipeError
 from ..jsonout import dumps, nonfinite_path
 from .bmm_sweep import with_bmm_item_time
 from .cold_calls import fit_cold_calls, stack_facts
+from .contention import HOST_CALL_FIELDS, contention, file_clocks, warn_contention
 from .eager import eager_reference, fit_eager_overhead
 from .evicted_calls import fit_evicted_calls, fit_evicted_reads, read_operand_bytes
 from .fit import apply_measurements, host_target
@@ -152,7 +153,7 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
     if from_measurements is not None and Path(from_measurements).suffix.lower() == ".csv":
         return _calibrate_kernels(Path(from_measurements), base, name, out, report)
     import torch
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     threads = torch.get_num_threads()
     if from_measurements is not None:
         measurements = load_measurements(from_measurements)
@@ -172,30 +173,52 @@ def calibrate(out: str | Path = "host.toml", *, device: str = "cpu", quick: bool
         host = describe_cpu(threads)
         target = host_target(host, measurements, name or "host")
         device_name = host.model
-    eager = eager_reference(measurements)
-    if eager is not None and isinstance(target, CpuTarget):
-        module = [m for m in measurements if m.kind == "module_call"]
-        per_call = module[-1].seconds if module else None
-        overhead, kernels, _ = fit_eager_overhead(target, eager, per_call or 0.0)
-        sources = {**target.sources, "eager_op_overhead":
-                   f"measured: an eager {eager.shape} transformer stack's forward"
-                   + (" (interleaved rounds)" if eager.kind == "eager_cold" else "") + f" minus its {kernels} ops' "
-                   "predicted bare times" + (" and its module calls" if module else "") + ", per op (calibrate)"}
-        fields: dict[str, object] = {"eager_op_overhead": overhead}
-        if module:
-            fields["eager_module_call_overhead"] = per_call
-            sources["eager_module_call_overhead"] = (
-                f"measured: {module[-1].shape[1]} adds through {module[-1].shape[0]} nested trivial modules minus "
-                "the same adds inline, per module call (calibrate)")
-        target = dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
-        target = _with_evicted_calls(_with_cold_calls(target, measurements), measurements)
-        target = with_bmm_item_time(target, measurements)
+    # the measuring run's clocks (a file's own, when refitted): the evidence of a shared machine
+    clocks = (time.perf_counter() - t0, time.thread_time() - c0) if from_measurements is None else \
+        file_clocks(from_measurements)
+    target = _with_host_calls(target, measurements, threads, clocks)
     raw = {"format": "narrowpipe.measurements", "version": 1, "date": date.today().isoformat(),
            "device": device_name, "torch": torch.__version__, "platform": platform.platform(),
-           "threads": threads, "seconds": time.perf_counter() - t0,
-           "measurements": [m.to_dict() for m in measurements]}
+           "threads": threads, "seconds": clocks[0] if clocks[0] is not None else time.perf_counter() - t0,
+           "thread_seconds": clocks[1], "measurements": [m.to_dict() for m in measurements]}
     _write(out, target, raw)
     return target
+
+
+def _with_host_calls(target: Target, measurements: list[Measurement], threads: int,
+                     clocks: tuple[float | None, float | None]) -> Target:
+    """``target`` with the eager host-call terms fitted (per-op and module-call overheads, cold and
+    evicted calls) and the batched-GEMM item time, on a CPU target with an eager reference measured;
+    the host-call terms are left out, with a warning, where the run shows contention
+    (:mod:`.contention`: ``clocks`` are the run's wall and measuring-thread CPU seconds)."""
+    eager = eager_reference(measurements)
+    if eager is None or not isinstance(target, CpuTarget):
+        return target
+    before = target
+    module = [m for m in measurements if m.kind == "module_call"]
+    per_call = module[-1].seconds if module else None
+    overhead, kernels, _ = fit_eager_overhead(target, eager, per_call or 0.0)
+    sources = {**target.sources, "eager_op_overhead":
+               f"measured: an eager {eager.shape} transformer stack's forward"
+               + (" (interleaved rounds)" if eager.kind == "eager_cold" else "") + f" minus its {kernels} ops' "
+               "predicted bare times" + (" and its module calls" if module else "") + ", per op (calibrate)"}
+    fields: dict[str, object] = {"eager_op_overhead": overhead}
+    if module:
+        fields["eager_module_call_overhead"] = per_call
+        sources["eager_module_call_overhead"] = (
+            f"measured: {module[-1].shape[1]} adds through {module[-1].shape[0]} nested trivial modules minus "
+            "the same adds inline, per module call (calibrate)")
+    target = dataclasses.replace(target, sources=sources, **fields)  # type: ignore[arg-type]
+    target = _with_evicted_calls(_with_cold_calls(target, measurements), measurements)
+    target = with_bmm_item_time(target, measurements)
+    signs = contention(clocks[0], clocks[1], threads, eager.rounds)
+    if not signs:
+        return target
+    left = [f for f in HOST_CALL_FIELDS if getattr(target, f, None) != getattr(before, f, None)]
+    warn_contention(signs, left)
+    sources = {k: v for k, v in target.sources.items() if k not in left}
+    sources.update({k: before.sources[k] for k in left if k in before.sources})
+    return dataclasses.replace(target, sources=sources, **{f: getattr(before, f) for f in left})  # type: ignore[arg-type]
 
 
 def _writable(out: Path) -> Path:

@@ -1,14 +1,17 @@
 """Whole models against the machine: eager forward passes measured in interleaved rounds, and predicted.
 
 Measured side: every (model, batch) of a run in interleaved rounds (:mod:`.interleave`) on the wall
-clock and, at one torch thread, the thread's CPU clock; per op type, ``torch.profiler``'s times of
-the outermost aten calls, which are wall times (its ``cpu_time_total`` is the wall clock between the
-op's start and end). At one thread each op's time on the CPU clock is its wall time times the
-profiled forward's CPU/wall ratio (the share of that forward the thread held the CPU, spread over
-its ops by their wall time): what a per-op row is judged on, as the model row is, so a loaded
-machine no longer reads -70% per op beside -14% end to end. Predicted side: the same module lowered
-with ``from_torch`` and timed on the calibrated target with no fusion and the eager per-op overhead
-(eager runs one kernel per op).
+clock and, at one torch thread, the thread's CPU clock. Per op type, ``torch.profiler``'s times of
+the outermost aten calls: wall times (its ``cpu_time_total`` is the wall clock between the op's start
+and end), the least of three profiled forwards (:data:`OP_CLOCK`). They have no CPU-clock column:
+the profiler has no per-op CPU clock, and a forward's CPU/wall ratio says nothing about one op (QA
+on a shared core: the thread lost the CPU mostly between ops, so ops rescaled by a ratio of 0.13-0.22
+read 216 GFLOP/s on a core whose fp32 peak is 78). An op's wall time is never shorter than its work,
+so a row faster than the target's peaks allow (:func:`physical_floor_s`) is flagged, not reported as
+a measurement. Predicted side: the same module lowered with ``from_torch`` and timed on the
+calibrated target with no fusion; the model row with the eager per-op and module-call glue (eager
+runs one kernel per op, from Python), the per-op rows without it (``eager_overhead=False``), as the
+profiler's in-op times have none.
 
 Two probes run in the same rounds: a square GEMM and the plain-torch transformer stack
 ``calibrate`` fits the eager overhead on, both shapes calibration measured. Right after
@@ -27,7 +30,10 @@ from typing import Any
 
 from ..backends import Target, get_target
 from ..costmodel.analyze import analyze
+from ..costmodel.diagnose.labels import TOO_FAST
+from ..costmodel.execution.common import matrix_rate, vector_rate
 from ..frontends.torch.frontend import from_torch
+from ..ir import DType
 from .cases import Case
 from .guards import (
     check_fits_in_memory,
@@ -46,10 +52,16 @@ from .validation_models import (
 )
 
 __all__ = ["ModelValidation", "ValidationRun", "validate_run", "validate_models", "validate_model", "PROBE_GEMM",
-           "on_cpu_clock"]
+           "physical_floor_s", "OP_CLOCK", "OP_RUNS"]
 
 #: The GEMM probe's side: one of calibration's square GEMMs (``sweeps.MATMUL_SQUARES``).
 PROBE_GEMM = 768
+#: Profiled forwards per model; each op type keeps its least total over them (other processes only
+#: ever lengthen an op's wall time).
+OP_RUNS = 3
+#: What a per-op row's measured time is, and what its prediction is.
+OP_CLOCK = (f"ops' own wall time (torch.profiler, outermost aten calls, least of {OP_RUNS} profiled forwards); "
+            "predicted bare (no eager glue: the profiler's in-op times have none)")
 
 
 @dataclass
@@ -131,14 +143,16 @@ def validate_run(names: Sequence[str], target: Target | str, *, batches: Sequenc
         report = analyze(graph, target, fusion="none")
         assert report.time_s is not None and report.timing is not None
         label = validation_label(name, b, seq)
+        how = _model_clock(s, warmup, rounds) + "; predicted with the eager per-op and module-call glue"
         result = ModelValidation(name, b, seq if MODELS[name].has_seq else None,
-                                 _case("model", label, s, report.time_s), kernels=report.timing.kernels,
+                                 _case("model", label, s, report.time_s, how), kernels=report.timing.kernels,
                                  fresh_bytes=_fresh_bytes(graph, target),
                                  faulted_bytes=int(statistics.median(s.faults)) * _PAGE if s.faults else None,
                                  module_calls=graph.meta.get("module_calls"),
                                  footprint=report.timing.memory_required)
-        if profile:
-            result.by_op = _by_op(report, label, model, kwargs)
+        if profile:   # the bare ops, as the profiler times them: no Python glue between them
+            bare = analyze(graph, target, fusion="none", eager_overhead=False)
+            result.by_op = _by_op(bare, target, label, model, kwargs)
         results.append(result)
         if progress:
             progress(label)
@@ -146,7 +160,8 @@ def validate_run(names: Sequence[str], target: Target | str, *, batches: Sequenc
     for (label, module, args), s in zip(probe_list, samples[len(subjects):]):
         report = analyze(from_torch(module, args), target, fusion="none")
         assert report.time_s is not None
-        probe_cases.append(_case("probe", label, s, report.time_s))
+        probe_cases.append(_case("probe", label, s, report.time_s,
+                                 _model_clock(s, warmup, rounds) + "; predicted with the eager glue"))
     return ValidationRun(results, probe_cases)
 
 
@@ -172,8 +187,15 @@ def _page_size() -> int:
 _PAGE = _page_size()
 
 
-def _case(group: str, label: str, s: Samples, predicted: float) -> Case:
-    return Case(group, label, s.wall_median, predicted, s.wall_spread, s.cpu_median, s.cpu_spread)
+def _case(group: str, label: str, s: Samples, predicted: float, how: str) -> Case:
+    return Case(group, label, s.wall_median, predicted, s.wall_spread, s.cpu_median, s.cpu_spread, how)
+
+
+def _model_clock(s: Samples, warmup: int, rounds: int) -> str:
+    """How a whole-forward row was measured: warm-ups, rounds, samples, clocks."""
+    clocks = "the wall clock and the thread's CPU clock" if s.cpu is not None else "the wall clock"
+    return (f"whole forward, median of {len(s.wall)} calls in {rounds} interleaved rounds after {max(warmup, 1)} "
+            f"warm-up call(s), on {clocks}")
 
 
 def _probes() -> list[tuple[str, Any, tuple[Any, ...]]]:
@@ -197,46 +219,53 @@ def _forward(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return model(*args, **kwargs)
 
 
-def _by_op(report: Any, label: str, model: Any, kwargs: dict[str, Any]) -> list[Case]:
-    """Predicted seconds per source (aten) op type against torch.profiler's for the same ops."""
+def _by_op(report: Any, target: Target, label: str, model: Any, kwargs: dict[str, Any]) -> list[Case]:
+    """Predicted seconds per source (aten) op type, from ``report`` (the bare ops, no eager glue),
+    against torch.profiler's wall times for the same ops (:data:`OP_CLOCK`); a measured time under
+    the op type's :func:`physical_floor_s` is flagged (:attr:`.cases.Case.impossible`)."""
     predicted: dict[str, float] = {}
+    floor: dict[str, float] = {}
     for row in report.ops:
         if row.time_s:
             key = row.source_op.split(".")[1] if row.source_op.startswith("aten.") else row.source_op
             predicted[key] = predicted.get(key, 0.0) + row.time_s
-    measured_ops = _profile_top_level(model, (), kwargs, set(predicted))
-    return [Case(op, f"{label} {op}", measured_ops[op][0], predicted[op], cpu_s=measured_ops[op][1])
-            for op in sorted(predicted, key=lambda k: -predicted[k]) if op in measured_ops]
+            floor[key] = floor.get(key, 0.0) + physical_floor_s(row.flops, row.bytes, row.dtype, target)
+    measured = _profile_top_level(model, (), kwargs, set(predicted))
+    return [Case(op, f"{label} {op}", measured[op], predicted[op], how=OP_CLOCK,
+                 impossible=measured[op] * TOO_FAST < floor[op])
+            for op in sorted(predicted, key=lambda k: -predicted[k]) if op in measured]
 
 
-def on_cpu_clock(wall_by_op: dict[str, float], wall_s: float, cpu_s: float) -> dict[str, float]:
-    """Each op's wall seconds on the thread's CPU clock: times the forward's CPU/wall ratio (at most
-    1: a thread cannot hold the CPU longer than the wall clock runs). The profiler has no per-op CPU
-    clock; the time the thread waited for the CPU is spread over the ops by their wall time."""
-    ratio = min(cpu_s / wall_s, 1.0) if wall_s > 0 else 1.0
-    return {k: v * ratio for k, v in wall_by_op.items()}
+def physical_floor_s(flops: int, nbytes: int, dtype: str, target: Target) -> float:
+    """The least time ``target`` can do this work in: its FLOPs at the fastest rate it lists for the
+    dtype (matrix or vector units), or its bytes at its peak bandwidth, whichever is longer. Both
+    counts are lower bounds on the real work (compulsory bytes), so a wall time below this (beyond
+    ``TOO_FAST``) is not the machine's: another target, or time the profiler put elsewhere."""
+    try:
+        dt = DType.parse(dtype) if dtype else DType.FP32
+    except (ValueError, KeyError):
+        dt = DType.FP32
+    rate = max(matrix_rate(target, dt).flops_per_s, vector_rate(target, dt if dt.is_float else DType.FP32).flops_per_s)
+    compute = flops / rate if rate > 0 else 0.0
+    memory = nbytes / target.memory_bandwidth if target.memory_bandwidth else 0.0
+    return max(compute, memory)
 
 
-def _profile_top_level(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                       ops: set[str]) -> dict[str, tuple[float, float | None]]:
-    """(wall seconds, CPU-clock seconds or None) of the outermost aten op calls named in ``ops``:
-    the least of three profiled runs (other processes only ever lengthen them). The CPU clock is
-    the thread's (:func:`on_cpu_clock`), only at one torch thread, as the model rows'."""
+def _profile_top_level(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], ops: set[str]) -> dict[str, float]:
+    """Wall seconds of the outermost aten op calls named in ``ops`` per op type: the least of
+    :data:`OP_RUNS` profiled runs (other processes only ever lengthen them). No CPU clock: the
+    profiler has none per op, and scaling each op by the forward's CPU/wall ratio charged every op
+    the descheduling that happened between ops (QA: addmm at 2.8x the core's fp32 peak)."""
     import os
-    import time
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     import torch
     from torch.profiler import ProfilerActivity, profile
-    one_thread = torch.get_num_threads() == 1
     runs: list[dict[str, float]] = []
-    cpu_runs: list[dict[str, float]] = []
     with torch.no_grad():
         model(*args, **kwargs)
-        for _ in range(3):
+        for _ in range(OP_RUNS):
             with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
-                w0, c0 = time.perf_counter(), time.thread_time()
                 model(*args, **kwargs)
-                wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
             totals: dict[str, float] = {}
             for ev in prof.events():
                 name = ev.name.removeprefix("aten::")
@@ -252,8 +281,4 @@ def _profile_top_level(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
                 if not nested:
                     totals[name] = totals.get(name, 0.0) + ev.cpu_time_total / 1e6
             runs.append(totals)
-            cpu_runs.append(on_cpu_clock(totals, wall, cpu))
-    return {k: (min(r.get(k, 0.0) for r in runs), min(r.get(k, 0.0) for r in cpu_runs) if one_thread else None)
-            for k in runs[0]}
-
-
+    return {k: min(r.get(k, 0.0) for r in runs) for k in runs[0]}

@@ -68,10 +68,12 @@ def diagnosis_summary(d: Diagnosis) -> Table:
 def offenders_table(d: Diagnosis, top: int = 10, drop: frozenset[str] = frozenset()) -> Table:
     rows = d.top(top)
     t = Table(title=f"top {len(rows)} of {len(d.ops)} ops by time", title_justify="left",
-              caption="memory: share of the bandwidth the target reaches at the op's transfer size (what its bound "
-                      "is judged on)", caption_justify="left")
+              caption="time, share, FLOP/s, B/s: all calls; compute and memory: the typical (median) call, so one "
+                      "preempted call does not set the bound; memory: share of the bandwidth the target reaches at "
+                      "the op's transfer size (what its bound is judged on)", caption_justify="left")
     columns = (("op", "left"), ("shapes", "left"), ("calls", "right"), ("time", "right"), ("share", "right"),
-               ("FLOP/s", "right"), ("B/s", "right"), ("compute", "right"), ("memory/link", "right"),
+               ("FLOP/s", "right"), ("B/s", "right"), ("compute (typical call)", "right"),
+               ("memory/link (typical call)", "right"),
                ("model", "right"), ("bound", "left"), ("what would move it", "left"))
     keep = [i for i, (col, _) in enumerate(columns) if col not in drop]
     for i in keep:

@@ -27,14 +27,22 @@ def _cpu_err(c: Case) -> Text:
 
 
 def cases_table(cases: Sequence[Case], title: str) -> Table:
-    """One row per case; the thread-CPU-clock columns appear when some case was measured on it."""
-    t = Table(title=title, title_justify="left")
+    """One row per case; the thread-CPU-clock columns appear when some case was measured on it. A
+    case measured faster than the target allows shows the flag in place of a time and an error;
+    the caption says how each kind of row was measured and predicted (:attr:`Case.how`)."""
+    hows = list(dict.fromkeys(f"{c.group if c.group in ('model', 'probe') else 'per-op'} rows: {c.how}"
+                              for c in cases if c.how))
+    t = Table(title=title, title_justify="left", caption="\n".join(hows) or None, caption_justify="left")
     cpu = any(c.cpu_s is not None for c in cases)
     cols = [("group", "left"), ("case", "left"), ("measured (wall)", "right"), ("predicted", "right"),
             ("error", "right")] + ([("measured (CPU)", "right"), ("error vs CPU", "right")] if cpu else [])
     for col, just in cols:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for c in cases:
+        if c.impossible:     # never a time: faster than the target's peaks
+            t.add_row(c.group, c.name, Text("flagged: faster than the target's peaks",
+                                            style="bold red"), seconds(c.predicted_s), "-", *(["", ""] if cpu else []))
+            continue
         measured = seconds(c.measured_s) + (f" ±{c.spread / 2:.0%}" if c.spread else "")
         row: list[str | Text] = [c.group, c.name, measured, seconds(c.predicted_s), _err(c)]
         if cpu:
@@ -44,12 +52,12 @@ def cases_table(cases: Sequence[Case], title: str) -> Table:
     return t
 
 
-def validation_table(results: Sequence[ModelValidation]) -> Table:
+def validation_table(results: Sequence[ModelValidation], probes: Sequence[Case] = ()) -> Table:
     cases: list[Case] = []
     for r in results:
         cases.append(r.end_to_end)
         cases.extend(r.by_op)
-    return cases_table(cases, "predicted vs measured (eager torch on this machine)")
+    return cases_table([*cases, *probes], "predicted vs measured (eager torch on this machine)")
 
 
 def plot_predicted_vs_measured(cases: Sequence[Case], path: str | Path, title: str) -> Path:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["OVERHEAD_UTILIZATION", "LONG_CALL_LAUNCHES", "LOW_COMPUTE_UTILIZATION", "RUN_LABELS", "HOST_COPY",
            "LATENCY", "UNMODELED_LABEL", "Timeline", "Machine", "op_bound", "run_label", "op_advice", "run_advice",
-           "unmodeled_names", "gemm_alignment", "pct", "TOO_FAST", "share_of_peak"]
+           "unmodeled_names", "gemm_alignment", "pct", "TOO_FAST", "share_of_peak", "SLOW_DTYPE_RATIO", "slow_dtypes"]
 
 #: Below this fraction of both peak FLOP/s and peak bandwidth, an op is bound by overhead.
 OVERHEAD_UTILIZATION = 0.05
@@ -68,6 +68,12 @@ class Machine:
     fp8: bool = False      # the target has an fp8 matrix rate
     #: A CPU's vector width (its ``simd_width_bits``, 512 for AMX tile rows); None where unknown or not a CPU.
     simd_bits: int | None = None
+    #: The target is a calibration of the host (``calibrate`` wrote it): "calibrate it" is no advice.
+    calibrated_host: bool = False
+    #: (dtype, its matrix rate over fp32's) for the narrow types the target runs at under
+    #: :data:`SLOW_DTYPE_RATIO` of its fp32 rate (a CPU without native bf16/fp16 GEMMs: QA's AVX2 host
+    #: ran bf16 at 2.2 GFLOP/s against 55 in fp32): there the advice is fp32, not a narrower type.
+    slow_dtypes: tuple[tuple[str, float], ...] = ()
 
     @property
     def cuda(self) -> bool:
@@ -176,10 +182,15 @@ def op_advice(bound: str, group: str, dtype: str, uc: float, free: bool = False,
     if heavy and uc < LOW_COMPUTE_UTILIZATION:
         return _low_compute_advice(uc, dtype, m, gemm)
     if heavy:
-        faster = "fp8 or 2:4 sparsity" if m.fp8 else "a narrower dtype"
-        return (f"near the compute roof: {faster}, fewer FLOPs, or a faster chip",)
-    return (f"compute-bound {group} (vector/transcendental units): fuse it into the matmul epilogue or use a "
-            "cheaper approximation",)
+        slow = _slow_dtype_tip(dtype, m)
+        if slow:
+            return (f"near the {dtype} roof, which is low here: {slow}",)
+        # a narrower dtype only where the target runs one faster (a CPU without bf16 units runs it slower)
+        faster = "fp8 or 2:4 sparsity, " if m.fp8 else "" if m.slow_dtypes else "a narrower dtype, "
+        return (f"near the compute roof: {faster}fewer FLOPs, or a faster chip",)
+    return (f"compute-bound {group} (vector/transcendental units): fuse it with the elementwise chain it is in "
+            "(torch.compile; an optimizer step: its fused=True or foreach implementation) or use a cheaper "
+            "approximation",)
 
 
 def gemm_alignment(dtype: str, family: str, simd_bits: int | None = None) -> tuple[int, str]:
@@ -205,17 +216,22 @@ def _low_compute_advice(uc: float, dtype: str, m: Machine, gemm: tuple[int, int,
     problem only where one is small, precision only where the machine has a faster one."""
     tips: list[str] = []
     head = f"compute-bound at {uc:.0%} of peak"
+    slow = _slow_dtype_tip(dtype, m)
+    if slow:       # the first thing to move: the dtype, not the kernel
+        tips.append(f"{head}: {slow}")
     if gemm is not None and m.family != "dataflow":
         multiple, why = gemm_alignment(dtype, m.family, m.simd_bits)
         ragged = [f"{n}={v}" for n, v in zip("MNK", gemm) if v % multiple]
         if ragged:
             tips.append(f"{head}: {', '.join(ragged)} not a multiple of {multiple} ({dtype}, {why}): pad/align it")
-        elif min(gemm) < _SMALL_GEMM_DIM:
+        elif m.family in _TILED_FAMILIES and min(gemm) < _SMALL_GEMM_DIM:
             tips.append(f"{head}: a small GEMM ({'x'.join(map(str, gemm))}, M x N x K): too little work to fill "
                         "the chip: batch more rows or fuse it with its neighbours")
     if not tips:
         shape = f" ({'x'.join(map(str, gemm))}, dims aligned)" if gemm is not None else ""
         where = ("check which kernel ran (cuBLAS/cuDNN heuristics, torch.backends.cudnn.benchmark)" if m.cuda else
+                 "check the BLAS and thread count in use (torch.get_num_threads(), against the threads the target "
+                 "was calibrated at)" if m.calibrated_host else
                  "check the BLAS and thread count in use (torch.get_num_threads()), or calibrate the target on "
                  "this machine")
         tips.append(f"{head}{shape}: the kernel falls short of the target's rate: {where}")
@@ -231,6 +247,30 @@ def _low_compute_advice(uc: float, dtype: str, m: Machine, gemm: tuple[int, int,
 
 #: A GEMM dim below this leaves matrix units idle however it is aligned (one 128-wide tile or MXU pass).
 _SMALL_GEMM_DIM = 128
+#: The families whose matrix units work in such tiles (GPU thread-block tiles, TPU MXU passes). A CPU
+#: core's GEMM micro-kernel is a few vectors wide: QA's 8192x64x288 convolution GEMM ran at 63% of an
+#: AVX2 core's peak, no "small GEMM" (its lanes are the alignment rule's).
+_TILED_FAMILIES = frozenset({"gpu", "tpu"})
+#: A narrow dtype whose matrix rate is under this share of fp32's is slow on the target: advise fp32.
+SLOW_DTYPE_RATIO = 0.5
+
+
+def slow_dtypes(rates: dict[str, float]) -> tuple[tuple[str, float], ...]:
+    """(dtype, rate / fp32 rate) of the narrow float types in ``rates`` slower than
+    :data:`SLOW_DTYPE_RATIO` of fp32's: the types to advise against (:attr:`Machine.slow_dtypes`)."""
+    fp32 = rates.get("fp32", 0.0)
+    if fp32 <= 0:
+        return ()
+    return tuple((k, rates[k] / fp32) for k in ("bf16", "fp16") if 0 < rates.get(k, 0.0) < SLOW_DTYPE_RATIO * fp32)
+
+
+def _slow_dtype_tip(dtype: str, m: Machine) -> str:
+    """Words for a matmul in a dtype the target runs far slower than fp32 ("" if it does not)."""
+    ratio = dict(m.slow_dtypes).get(dtype)
+    if ratio is None:
+        return ""
+    return (f"{dtype} matmuls run at {ratio:.0%} of this target's fp32 rate (no native {dtype} matrix units): "
+            f"run them in fp32 (no {dtype} autocast here)")
 
 
 def unmodeled_names(unmodeled: list[UnmodeledStat]) -> str:

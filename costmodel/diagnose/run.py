@@ -50,10 +50,12 @@ from __future__ import annotations
 import os
 import statistics
 import warnings
+from pathlib import Path
 
 from ...backends import Target, get_target
-from ...errors import NarrowpipeWarning
+from ...errors import NarrowpipeWarning, TraceError
 from ...frontends.trace.read import Trace, intersection_length, load_trace, union_length
+from ...frontends.trace.read import _read as read_json
 from ...ir import DType
 from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD, TimingOptions, conv_options, matrix_rate
 from .charge import UNMODELED, Charger, Unit
@@ -74,6 +76,7 @@ from .labels import (
     run_advice,
     run_label,
     share_of_peak,
+    slow_dtypes,
 )
 from .report import DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION, Diagnosis, OpStat, UnmodeledStat
 
@@ -89,7 +92,7 @@ def diagnose(trace_path: str | os.PathLike[str], target: Target | str, *, allow_
     the TF32 tensor-core peak (torch's default is off for matmuls); ``fp32_conv`` is the fp32
     convolutions' precision ("default": the library's, TF32 under cuDNN on Ampere and later as torch
     leaves ``torch.backends.cudnn.allow_tf32``; "highest" if the run turned it off)."""
-    trace = load_trace(trace_path)
+    trace = _load(trace_path)
     tgt = get_target(target)
     _warn_mismatch(trace, tgt, allow_tf32)
     options = TimingOptions(allow_tf32, False, "full", fp32_conv=fp32_conv)
@@ -100,6 +103,24 @@ def diagnose(trace_path: str | os.PathLike[str], target: Target | str, *, allow_
     if trace.gpu:
         charger.charge_device()
     return _summarize(trace, tgt, options, charger)
+
+
+def _load(trace_path: str | os.PathLike[str]) -> Trace:
+    """The trace; a file it refuses that is narrowpipe's own predicted trace (``--trace``, format
+    ``narrowpipe.trace``) is named so: it holds the model's prediction, not a measured run."""
+    try:
+        return load_trace(trace_path)
+    except TraceError:
+        try:
+            data = read_json(Path(trace_path))
+        except TraceError:
+            data = None
+        other = data.get("otherData") if isinstance(data, dict) else None
+        if isinstance(other, dict) and other.get("format") == "narrowpipe.trace":
+            raise TraceError(trace_path, "is narrowpipe's own predicted trace (--trace output: the model's timeline, "
+                                         "not a measured run); diagnose reads a torch.profiler trace of the run, "
+                                         "recorded with record_shapes=True") from None
+        raise
 
 
 def _warn_mismatch(trace: Trace, target: Target, allow_tf32: bool) -> None:
@@ -145,16 +166,20 @@ def _machine(trace: Trace, target: Target) -> Machine:
     if getattr(target, "amx_ops_per_cycle", 0):
         simd = 512      # AMX tiles take 64-byte rows
     return Machine(trace.gpu, target.family, "tf32" in rates, rates.get("bf16", 0.0) > rates.get("fp32", 0.0),
-                   any(k.startswith("fp8") for k in rates), simd if target.family == "cpu" else None)
+                   any(k.startswith("fp8") for k in rates), simd if target.family == "cpu" else None,
+                   target.family == "cpu" and getattr(target, "vendor", "") == "host", slow_dtypes(rates))
 
 
 def _dominant_float(trace: Trace) -> DType:
+    """The float type most tensor inputs have: what a call whose own types are missing defaults to.
+    A 0-dim input is not counted: the profiler records a Python scalar (``t + 1.0``, and the
+    ``aten::to`` that wraps it) as a 0-dim double tensor, and 200 such adds on fp32[8] read "fp64"."""
     counts: dict[DType, int] = {}
     for i, ev in enumerate(trace.cpu_ops()):
         if i > 20000:
             break
         for x in ev.inputs():
-            if x is not None and not isinstance(x, list) and x.dtype is not None and x.dtype.is_float:
+            if x is not None and not isinstance(x, list) and x.dtype is not None and x.dtype.is_float and x.shape:
                 counts[x.dtype] = counts.get(x.dtype, 0) + 1
     return max(counts, key=counts.get) if counts else DType.FP32  # type: ignore[arg-type]
 
@@ -246,7 +271,9 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     matmul_flops = sum(mm_by_dtype.values())
     top = max(mm_by_dtype, key=mm_by_dtype.get) if mm_by_dtype else None  # type: ignore[arg-type]
     dtype = DType.parse(top[0]) if top else ch.coster.default_dtype
-    peak = matrix_rate(target, dtype, conv_options(options, target) if top and top[1] else options).flops_per_s
+    rate = matrix_rate(target, dtype, conv_options(options, target) if top and top[1] else options)
+    peak = rate.flops_per_s
+    peak_label = rate.runs_as or rate.dtype   # the rate used: never a dtype the target has no rate for
     nbytes = sum(o.bytes for o in ops if o.bound != HOST_COPY)
     mfu = matmul_flops / (tl.window_s * peak) if tl.window_s else 0.0
     bw_util = nbytes / (tl.window_s * target.memory_bandwidth) if tl.window_s else 0.0
@@ -255,7 +282,7 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
     reach_s = sum(u.costed.reach_memory_s * u.calls for u in units if u.kind == "op" and u.costed is not None)
     reach = f" ({share_of_peak(reach_s / tl.window_s)} of what it reaches at these ops' transfer sizes)" \
         if tl.window_s and reach_s > max(1.25 * bw_util * tl.window_s, 1e-3 * tl.window_s) else ""
-    reasons.append(f"MFU {share_of_peak(mfu)} ({dtype.value} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
+    reasons.append(f"MFU {share_of_peak(mfu)} ({peak_label} peak {peak / 1e12:.4g} TFLOP/s); memory bandwidth used "
                    f"{share_of_peak(bw_util)} of {target.memory_bandwidth / 1e9:.4g} GB/s{reach}")
     notes = ["bytes are compulsory traffic (inputs read once, outputs written once): memory utilization is a "
              "lower bound"]
@@ -278,7 +305,7 @@ def _summarize(trace: Trace, target: Target, options: TimingOptions, ch: Charger
         notes.append("fp32 matmuls are rated without TF32; pass allow_tf32=True (--tf32) if TF32 was on")
     return Diagnosis(trace.path, target.name, "gpu" if trace.gpu else "cpu", label, reasons, tl.window_s,
                      tl.busy_s, tl.idle_s, tl.compute_s, tl.comm_s, tl.overlap_s, op_time_s, by_bound,
-                     sum(o.flops for o in ops), matmul_flops, nbytes, mfu, peak, dtype.value, bw_util, ops,
+                     sum(o.flops for o in ops), matmul_flops, nbytes, mfu, peak, peak_label, bw_util, ops,
                      unmodeled, run_advice(label, machine, tl, by_bound, mfu, ops, unmodeled), notes)
 
 
@@ -300,7 +327,13 @@ def _other_machine(ops: list[OpStat], target: Target) -> list[str]:
     measured, predicted = sum(o.time_s for o in heavy), sum(o.predicted_s or 0.0 for o in heavy)
     if not predicted or measured < SLOWER_THAN_MODEL * predicted:
         return []
+    cpu = target.family == "cpu"
+    shared = (" or was its CPU shared with other processes while it ran (a preempted op's duration counts the "
+              "time it waited for the core: profile on a quiet machine, and compare the run's wall time with "
+              "its CPU time)?") if cpu else "?"
+    hint = " (for a CPU host, calibrate it: narrowpipe calibrate --out host.toml)" if cpu and \
+        getattr(target, "vendor", "") != "host" else ""
     return [f"matmul-like ops ran {measured / predicted:.3g}x slower than {target.name}'s model predicts "
             f"({measured * 1e3:.3g} ms measured, {predicted * 1e3:.3g} ms predicted): was the trace recorded on "
-            f"{target.name}? (for a CPU host, calibrate it: narrowpipe calibrate --out host.toml)"]
+            f"{target.name}{shared}{hint}"]
 

@@ -23,6 +23,20 @@ def host(tmp_path_factory, host_lock_file):
     return path
 
 
+@pytest.fixture(scope="session")
+def host_contention(host) -> list[str]:
+    """The signs that the machine was shared while ``host`` was calibrated (empty: none), by the rule
+    calibrate applies (:mod:`narrowpipe.calibration.contention`): on a busy test machine it leaves
+    the eager host-call terms out of the file, by design, and the tests of those terms check that."""
+    from narrowpipe.calibration.calibrate import load_measurements, measured_threads, measurements_path
+    from narrowpipe.calibration.contention import contention, file_clocks
+    from narrowpipe.calibration.eager import eager_reference
+    raw = measurements_path(host)
+    ref = eager_reference(load_measurements(raw))
+    assert ref is not None and ref.seconds > 0          # the stack was measured either way
+    return contention(*file_clocks(raw), measured_threads(raw) or 1, ref.rounds)
+
+
 @pytest.fixture()
 def one_thread():
     torch = pytest.importorskip("torch")

@@ -75,8 +75,11 @@ def test_the_measurement_times_each_depth(one_thread):
     assert all(m.kind == "eager_cold" and m.seconds > 0 for m in ms)
 
 
-def test_calibrate_writes_the_cold_call_cost_and_it_loads_back(host):
+def test_calibrate_writes_the_cold_call_cost_and_it_loads_back(host, host_contention):
     t = get_target(str(host))
+    if host_contention:     # a shared machine: left out, by design (calibration/contention.py)
+        assert not t.eager_cold_call_overhead and "eager_cold_call_overhead" not in t.sources
+        return
     assert t.eager_cold_call_overhead is not None and 0 <= t.eager_cold_call_overhead < 1e-3
     assert t.source("eager_cold_call_overhead").startswith("measured:")
     if t.eager_cold_call_curve:

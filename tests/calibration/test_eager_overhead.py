@@ -21,11 +21,14 @@ def test_the_fit_returns_the_time_per_op_the_bare_ops_do_not_explain():
     assert faster == 0.0                        # never negative: the ops alone already explain it
 
 
-def test_calibrate_measures_the_eager_overhead_and_a_depthwise_rate(host):
+def test_calibrate_measures_the_eager_overhead_and_a_depthwise_rate(host, host_contention):
     t = get_target(str(host))
+    assert t.vector_op_flops["conv_depthwise"] > 0
+    if host_contention:
+        assert not t.eager_op_overhead and "eager_op_overhead" not in t.sources
+        return
     assert t.eager_op_overhead is not None and 0 <= t.eager_op_overhead < 1e-3
     assert t.source("eager_op_overhead").startswith("measured:")
-    assert t.vector_op_flops["conv_depthwise"] > 0
 
 
 def test_the_fit_takes_the_stacks_module_calls_out_first():
@@ -39,8 +42,11 @@ def test_the_fit_takes_the_stacks_module_calls_out_first():
     assert overhead == pytest.approx(9e-6)
 
 
-def test_calibrate_measures_the_module_call_cost(host):
+def test_calibrate_measures_the_module_call_cost(host, host_contention):
     t = get_target(str(host))
+    if host_contention:
+        assert not t.eager_module_call_overhead
+        return
     assert t.eager_module_call_overhead is not None and 0 <= t.eager_module_call_overhead < 1e-4
     assert t.source("eager_module_call_overhead").startswith("measured:")
 

@@ -94,8 +94,11 @@ def test_a_plan_file_validates_and_round_trips_through_plan_from_json(tmp_path):
 def test_validate_json_output_validates(tmp_path, monkeypatch):
     import narrowpipe.calibration.validate as v
     fake = ModelValidation("gpt2", 1, 128, Case("model", "gpt2 b1 s128", 0.010, 0.011, 0.02, 0.0095, 0.01),
-                           [Case("dot", "dot", 0.006, 0.0055)], kernels=420)
-    monkeypatch.setattr(v, "validate_models", lambda *a, **k: [fake])   # no torch run: the JSON is the point
+                           [Case("dot", "dot", 0.006, 0.0055, how="op wall"),
+                            Case("add", "add", 1e-9, 0.0055, impossible=True)], kernels=420)
+    probe = Case("probe", "GEMM 768x768x768", 0.01, 0.0101, 0.01, 0.0099, 0.01, how="whole forward")
+    # no torch run: the JSON is the point
+    monkeypatch.setattr(v, "validate_run", lambda *a, **k: v.ValidationRun([fake], [probe]))
     validate(_cli_json(tmp_path, "validate", "gpt2", "--target", "epyc-9755", "--batch", "1"))
 
 
