@@ -55,7 +55,7 @@ from pathlib import Path
 from ...backends import Target, get_target
 from ...errors import NarrowpipeWarning, TraceError
 from ...frontends.trace.read import Trace, intersection_length, load_trace, union_length
-from ...frontends.trace.read import _read as read_json
+from ...frontends.trace.read import read_trace_json as read_json
 from ...ir import DType
 from ..execution.common import COMPUTE, INTERCONNECT, MEMORY, OVERHEAD, TimingOptions, conv_options, matrix_rate
 from .charge import UNMODELED, Charger, Unit

@@ -25,7 +25,7 @@ from typing import Any
 from ...errors import TraceError
 from ...ir import DType
 
-__all__ = ["TraceError", "Event", "Trace", "TensorArg", "load_trace", "merge", "union_length",
+__all__ = ["TraceError", "Event", "Trace", "TensorArg", "load_trace", "read_trace_json", "merge", "union_length",
            "intersection_length", "parse_dtype", "CPU_OP", "KERNEL", "MEMCPY", "MEMSET", "RUNTIME"]
 
 CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME = "cpu_op", "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime"
@@ -165,7 +165,9 @@ class Trace:
         return call.parent if call is not None else None
 
 
-def _read(path: Path) -> Any:
+def read_trace_json(path: Path) -> Any:
+    """The parsed JSON of a trace file (gzipped or not); a missing, unreadable or non-JSON file is a
+    TraceError naming it."""
     if not path.exists():
         raise TraceError(path, "no such file")
     if path.is_dir():
@@ -187,7 +189,7 @@ def _read(path: Path) -> Any:
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:
     p = Path(path)
-    data = _read(p)
+    data = read_trace_json(p)
     if isinstance(data, dict):
         raw = data.get("traceEvents")
     else:
