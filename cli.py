@@ -303,8 +303,7 @@ def _validate(args: argparse.Namespace, console: Console) -> int:
     _set_threads(args.threads or host_cores)
     # with the drift probes: what they are off by tells a model error from a machine that changed
     run = validate_run([args.model], target, batches=args.batch or [1, 8], seq=args.seq or 128, tiny=args.tiny)
-    results = run.models
-    console.print(validation_table(results, run.probes))
+    console.print(validation_table(results := run.models, run.probes))
     cases = [r.end_to_end for r in results] + [c for r in results for c in r.by_op]
     return _write_json(args, console, dump_json({"format": "narrowpipe.validation", "version": 6,
                                                   "target": target.name, "results": [r.to_dict() for r in results],

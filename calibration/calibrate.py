@@ -218,7 +218,7 @@ def _with_host_calls(target: Target, measurements: list[Measurement], threads: i
     warn_contention(signs, left)
     sources = {k: v for k, v in target.sources.items() if k not in left}
     sources.update({k: before.sources[k] for k in left if k in before.sources})
-    return dataclasses.replace(target, sources=sources, **{f: getattr(before, f) for f in left})  # type: ignore[arg-type]
+    return dataclasses.replace(target, sources=sources, **{f: getattr(before, f) for f in left})
 
 
 def _writable(out: Path) -> Path:

@@ -7,6 +7,7 @@ walk so the numbers that decide a verdict (and the words that explain it) can be
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -255,7 +256,7 @@ _TILED_FAMILIES = frozenset({"gpu", "tpu"})
 SLOW_DTYPE_RATIO = 0.5
 
 
-def slow_dtypes(rates: dict[str, float]) -> tuple[tuple[str, float], ...]:
+def slow_dtypes(rates: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
     """(dtype, rate / fp32 rate) of the narrow float types in ``rates`` slower than
     :data:`SLOW_DTYPE_RATIO` of fp32's: the types to advise against (:attr:`Machine.slow_dtypes`)."""
     fp32 = rates.get("fp32", 0.0)
