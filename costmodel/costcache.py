@@ -141,8 +141,9 @@ class GraphIndex:
 
     #: The kernel partition of each fusion mode (:func:`..kernels.fuse`): which nodes run as one
     #: kernel depends on the graph's structure, never on the bound dims, so a serving plan's hundreds
-    #: of bindings partition once (fuse was ~40% of a GPU capacity plan).
-    partitions: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: of bindings partition once (fuse was ~40% of a GPU capacity plan); the kernels' classes too
+    #: (:func:`.execution.routing._shared_classes`).
+    partitions: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)
     #: The liveness above as arrays, built on the first peak query (:meth:`_live_arrays`).
     _live: tuple[list[TensorType], np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = \
         field(default=None, repr=False, compare=False)

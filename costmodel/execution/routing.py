@@ -101,18 +101,43 @@ def kernel_signature(kernel: Kernel, node_class: Callable[[Node], Hashable | Non
 def _classes(program: Program) -> list[int | None] | None:
     """Each kernel's class (kernels with equal signatures share one number), worked out on the
     program's second timing and kept: hashing the signatures again at each timing cost as much as
-    the timing it saved. None on the first timing."""
+    the timing it saved. None on the first timing, unless another binding of the same graph and
+    kernel partition classed them already (:func:`_shared_classes`)."""
     classes = _CLASSES.get(program, _FIRST)
     if classes is _FIRST:
-        _CLASSES[program] = None
-        return None
+        shared = _shared_classes(program)
+        _CLASSES[program] = shared
+        return shared
     if classes is None or len(classes) != len(program.kernels):
-        ids: dict[Hashable, int] = {}
-        node_class = _node_classes(program)
-        classes = [None if (sig := kernel_signature(k, node_class)) is None else ids.setdefault(sig, len(ids))
-                   for k in program.kernels]
-        _CLASSES[program] = classes
+        classes = _CLASSES[program] = _classify(program)
     return classes
+
+
+def _classify(program: Program) -> list[int | None]:
+    ids: dict[Hashable, int] = {}
+    node_class = _node_classes(program)
+    return [None if (sig := kernel_signature(k, node_class)) is None else ids.setdefault(sig, len(ids))
+            for k in program.kernels]
+
+
+def _shared_classes(program: Program) -> list[int | None] | None:
+    """The classes of a program whose graph another binding already classed, kept with the graph's
+    cost index beside its kernel partition: serving times each of hundreds of batch and context
+    bindings once. Exact across bindings: the node classes are (equal signatures cost the same
+    under every binding), so kernels that share a class at one binding share it at all. The
+    second program with the same kernels (same anchors) classes them; a first one does not pay."""
+    index = program.table.index
+    if index is None or not index.flat or index.version != program.table.graph.version:
+        return None
+    anchors = tuple(id(k.anchor) for k in program.kernels)
+    key = ("kernel-classes", program.options.fusion)
+    seen = index.partitions.get(key)
+    if seen is None or seen[0] != anchors:
+        index.partitions[key] = (anchors, None)
+        return None
+    if seen[1] is None:
+        index.partitions[key] = (anchors, _classify(program))
+    return index.partitions[key][1]
 
 
 def _node_classes(program: Program) -> Callable[[Node], Hashable | None]:
