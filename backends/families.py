@@ -43,6 +43,11 @@ class GpuTarget(Target):
     #: kernels write C after their K loop; Hopper's TMA-store kernels overlap it), and the largest
     #: split-K the library picks. Measured per chip (``calibrate --from-measurements``).
     gemm_latency: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
+    #: One step of a peer-load all-reduce inside the NVLink/Infinity Fabric domain (the one-shot and
+    #: two-shot kernels of serving engines' custom all-reduce: one synchronization of the ranks plus the
+    #: first loads from the peers' buffers), launch excluded. Absent: no such all-reduce is modelled and
+    #: serving's collectives use NCCL's algorithms alone (costmodel/execution/collectives.py).
+    peer_all_reduce_latency: float | None = spec_field("quantity", units="time", unit="us")
     #: fp32 matmuls run other kernels than 16-bit ones and reach another fraction of their peak:
     #: on TF32/XF32 tensor cores (``_tf32``, where allowed) or on fp32 units (``_fp32``: CUDA cores,
     #: or fp32 matrix cores). Absent, ``matmul_efficiency`` applies to them too.

@@ -42,7 +42,7 @@ RESOURCE_FIELDS: Mapping[str, tuple[str, ...]] = {
     "scale_up_bandwidth": ("scale_up_bandwidth", "ici_link_bandwidth", "chip_to_chip_bandwidth"),
     "scale_out_bandwidth": ("scale_out_bandwidth",),
     "launch_overhead": ("launch_overhead", "gemm_latency", "conv_latency", "gemm_wave_overhead", "eager_op_overhead"),
-    "link_latency": ("link_latency", "chip_to_chip_latency"),
+    "link_latency": ("link_latency", "chip_to_chip_latency", "peer_all_reduce_latency"),
 }
 
 #: On a chip whose main memory is its SRAM (Groq, Cerebras: ``memory_* = onchip_*``) the two names

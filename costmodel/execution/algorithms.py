@@ -26,6 +26,14 @@ an all-reduce moves 2(n-1)/n of the buffer through every device, an all-gather o
 * collective-permute on a torus axis: every device sends one buffer to its neighbour along the axis
   (XLA's ``collective-permute``, the step of a looped collective matmul): one hop on one link; along
   a line without wraparound the shift's last buffer walks back over the ``k - 1`` links.
+* one-shot and two-shot (peer loads inside a switch domain or full mesh; the custom all-reduces of
+  serving runtimes: vLLM's ``custom_all_reduce`` 1-stage/2-stage, TensorRT-LLM's ONESHOT/TWOSHOT,
+  SGLang's port of them, PyTorch symmetric memory): every rank maps its peers' buffers and reads them
+  directly, so the steps do not grow with ``n``. One-shot: after one synchronization each rank loads
+  the ``n - 1`` peers' whole buffers at once and sums them, ``(n - 1) x size`` through its links in one
+  step (more bytes than a ring, the fewest steps: small buffers). Two-shot: each rank reduces its
+  ``1/n`` slice from the peers, then every rank gathers the slices, the ring's ``2(n-1)/n x size`` in
+  two steps. Their step is the runtime's synchronize-and-load latency, not NCCL's per-hop one.
 * hierarchical: reduce-scatter inside each scale-up domain, the inter-domain collective on the
   1/local shard over the scale-out network, all-gather inside again (NCCL's and XLA's two-level
   all-reduce).
@@ -38,8 +46,8 @@ from math import ceil, log2, prod
 
 from ...ir import Op
 
-__all__ = ["AlgoTime", "ring", "tree", "in_network", "torus", "torus_bandwidth", "axis_hops", "hierarchical",
-           "bus_factor", "permute"]
+__all__ = ["AlgoTime", "ring", "tree", "in_network", "one_shot", "two_shot", "torus", "torus_bandwidth", "axis_hops",
+           "hierarchical", "bus_factor", "permute"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,24 @@ def in_network(op: Op, size: float, n: int, bw: float, alpha: float,
     if measured_busbw:
         return _time("in-network", 2, alpha, bus_factor(op, n) * size, measured_busbw)
     return _time("in-network", 2, alpha, size, bw)
+
+
+def one_shot(op: Op, size: float, n: int, bw: float, alpha: float) -> AlgoTime | None:
+    """Peer-load one-shot all-reduce: one synchronization (``alpha``), then each rank reads the
+    ``n - 1`` peers' whole buffers over its links at once (``(n - 1) x size`` at ``bw``) and sums
+    them locally, so every rank ends with the sum and nothing is sent back."""
+    if op is not Op.ALL_REDUCE or n <= 1:
+        return None
+    return _time("one-shot", 1, alpha, (n - 1) * size, bw)
+
+
+def two_shot(op: Op, size: float, n: int, bw: float, alpha: float) -> AlgoTime | None:
+    """Peer-load two-shot all-reduce: a reduce-scatter (each rank reads its ``1/n`` slice from the
+    ``n - 1`` peers) and an all-gather (each writes its summed slice to them), each one
+    synchronization: the ring's ``2(n-1)/n x size`` in two steps instead of ``2(n-1)``."""
+    if op is not Op.ALL_REDUCE or n <= 1:
+        return None
+    return _time("two-shot", 2, alpha, bus_factor(op, n) * size, bw)
 
 
 Wrap = bool | tuple[bool, ...]

@@ -25,6 +25,13 @@ share of the links, from each device to each of its ``N - 1`` peers: one peer pa
 among them (RCCL's extra channels for 2 or 4 of 8 MI300X spread its rings over those links; an
 all-to-all sends on each directly), ``(n - 1) / (N - 1)`` of the level's rate; the full rate (the
 measured all-``N`` bus bandwidth) needs all ``N``.
+
+Which algorithms exist depends on the runtime as well as the wires: NCCL's (ring, tree, NVLS) for
+every caller; the peer-load one-shot and two-shot all-reduces (:mod:`.algorithms`) only where the
+runtime has them (:attr:`Topology.peer_all_reduce`: serving engines' custom all-reduce, on by default in
+vLLM, SGLang and TensorRT-LLM on NVLink) and the chip gives their latency
+(``peer_all_reduce_latency``), inside one switch domain or full mesh. A small tensor-parallel
+all-reduce (8 KiB at decode) then takes one ~5 us step instead of NCCL's ``2(n-1)`` ring steps.
 """
 
 from __future__ import annotations
@@ -37,7 +44,18 @@ from ...backends import Target
 from ...errors import PlanError
 from ...ir import Node, Op
 from ..cost import Cost
-from .algorithms import AlgoTime, bus_factor, hierarchical, in_network, ring, torus, torus_bandwidth, tree
+from .algorithms import (
+    AlgoTime,
+    bus_factor,
+    hierarchical,
+    in_network,
+    one_shot,
+    ring,
+    torus,
+    torus_bandwidth,
+    tree,
+    two_shot,
+)
 from .common import KernelTime, roofline
 from .placement import Spread, aligned_spread, group_spreads, pair_spreads
 
@@ -66,6 +84,8 @@ class NetLevel:
     reduction_bus_bandwidth: float | None = None
     reduction_latency: float | None = None      # fixed cost of one in-network reduction
     full_mesh: bool = False                     # a direct link (or an equal share) to every peer
+    #: one synchronize-and-load step of a peer-load (one-shot/two-shot) all-reduce; None: none known
+    peer_latency: float | None = None
 
     @property
     def effective(self) -> float:
@@ -111,12 +131,18 @@ class Topology:
     #: timed where they fall (:mod:`.placement`; the slowest group's time); None: every group taken
     #: to start on a domain boundary (a lone collective, serving's replicas)
     world: int | None = None
+    #: the runtime all-reduces inside a domain by peer loads (one-shot/two-shot) where the level gives
+    #: their latency: serving engines' custom all-reduce; False: NCCL's algorithms alone (training
+    #: frameworks, nccl-tests, a graph's own collectives)
+    peer_all_reduce: bool = False
 
     @classmethod
     def of(cls, target: Target) -> Topology:
+        torus_dims = tuple(getattr(target, "torus_dims", ()) or ())
         up = NetLevel(target.scale_up_bandwidth or 0.0, target.link_latency or 0.0,
-                      torus_dims=tuple(getattr(target, "torus_dims", ()) or ()), links=target.scale_up_links,
-                      full_mesh=target.scale_up_topology == "full-mesh")
+                      torus_dims=torus_dims, links=target.scale_up_links,
+                      full_mesh=target.scale_up_topology == "full-mesh",
+                      peer_latency=None if torus_dims else _peer_latency(target))
         out = NetLevel(target.scale_out_bandwidth, target.link_latency or 0.0) if target.scale_out_bandwidth else None
         return cls(target.scale_up_domain, up, out)
 
@@ -128,7 +154,8 @@ class Topology:
             torus_dims = tuple(lv.dims) if lv.topology in ("torus", "mesh") else ()
             return NetLevel(lv.bandwidth, lv.latency, lv.bus_bandwidth, torus_dims, lv.links,
                             lv.wraps if torus_dims else True, bool(lv.in_network_reduction), lv.reduction_bus_bandwidth,
-                            lv.reduction_latency, full_mesh=lv.topology == "full-mesh")
+                            lv.reduction_latency, full_mesh=lv.topology == "full-mesh",
+                            peer_latency=None if torus_dims else _peer_latency(system.target()))
         up = level(system.scale_up) or NetLevel(0.0, 0.0)
         out = level(system.scale_out)
         return cls(system.scale_up_domain, up, out, closed=system.name if out is None else "")
@@ -267,6 +294,10 @@ class Topology:
             alpha = up.reduction_latency / 2 if up.reduction_latency is not None else up.latency
             nvls = in_network(op, size, group, up.bandwidth, alpha, up.reduction_bus_bandwidth)
             options += [nvls] if nvls is not None else []
+        if self.peer_all_reduce and up.peer_latency is not None and group <= self.scale_up_domain:
+            bw = self.up_bandwidth(members)
+            options += [t for t in (one_shot(op, size, group, bw, up.peer_latency),
+                                    two_shot(op, size, group, bw, up.peer_latency)) if t is not None]
         return options
 
     def _on_torus(self, op: Op, size: float, axes: tuple[int, ...]) -> AlgoTime:
@@ -274,6 +305,11 @@ class Topology:
         wraparound link, any other length along a line (:func:`_named_wraps`)."""
         up = self.scale_up
         return torus(op, size, axes, up.link_bandwidth, up.latency, _named_wraps(axes, up.torus_dims, up.wraparound))
+
+
+def _peer_latency(target: Target) -> float | None:
+    """The chip's peer-load all-reduce step (GPU targets only; None where the catalog gives none)."""
+    return getattr(target, "peer_all_reduce_latency", None)
 
 
 def _axis_wraps(dims: tuple[int, ...], wrap: bool | tuple[bool, ...]) -> tuple[bool, ...]:

@@ -65,19 +65,21 @@ class Replica:
     own links); ``reserve`` is the fraction of memory the runtime keeps; ``chips`` the chips a
     dataflow layout may use (``system`` names them: a system's devices; default: the target's
     largest system, ``max_chips``, or no limit where the catalog gives none); ``mla_decode`` one of
-    :data:`MLA_DECODE` (a model without latent attention ignores it)."""
+    :data:`MLA_DECODE` (a model without latent attention ignores it); ``peer_all_reduce``: the engine
+    all-reduces small buffers with its own one-shot/two-shot kernels (vLLM, SGLang and TensorRT-LLM do
+    by default on NVLink), False for NCCL alone (:attr:`.collectives.Topology.peer_all_reduce`)."""
 
     def __init__(self, sg: ServingGraph, target: Target, layout: Layout = Layout(), *,
                  options: TimingOptions = _DEFAULT_OPTIONS, topology: Topology | None = None,
                  reserve: float = SERVING_MEMORY_RESERVE, chips: int | None = None, system: str = "",
-                 mla_decode: str = "absorbed") -> None:
+                 mla_decode: str = "absorbed", peer_all_reduce: bool = True) -> None:
         if mla_decode not in MLA_DECODE:
             raise NarrowpipeError(f"mla_decode must be one of {', '.join(MLA_DECODE)}, got {mla_decode!r}")
         self.source = sg
         self.target = target
         self.layout = layout
         self.options = options
-        self.topology = topology or Topology.of(target)
+        self.topology = replace(topology or Topology.of(target), peer_all_reduce=peer_all_reduce)
         self.dataflow = target.family == "dataflow"
         # a dataflow compiler places every tensor ahead of time: no allocator, so no runtime reserve
         self.reserve = 0.0 if self.dataflow else reserve

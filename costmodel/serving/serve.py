@@ -36,11 +36,13 @@ DEFAULT_INPUT, DEFAULT_OUTPUT = 2048, 256
 
 def replica_for(model: Graph | ServingGraph, target: Target | str, *, tp: int = 1, pp: int = 1,
                 weights: Any = None, activations: Any = None, kv: Any = None, system: Any = None,
-                fusion: str | None = None, gemm_inputs: Any = None, mla_decode: str = "absorbed") -> Replica:
+                fusion: str | None = None, gemm_inputs: Any = None, mla_decode: str = "absorbed",
+                peer_all_reduce: bool = True) -> Replica:
     """The :class:`Replica` a question runs on (reuse it to ask many questions of one deployment);
     ``gemm_inputs``: the format GEMMs read their activations in (FP8 W8A8, :mod:`.formats`);
     ``mla_decode``: a latent-attention model's decode form (:data:`.replica.MLA_DECODE`; default the
-    absorbed form serving engines run)."""
+    absorbed form serving engines run); ``peer_all_reduce`` False: the engine all-reduces with NCCL
+    alone, not its own one-shot/two-shot kernels (:class:`.replica.Replica`)."""
     if system is None:       # a system's file as the target: its chip, on it
         t, system = chip_and_system(target)
     else:
@@ -55,17 +57,20 @@ def replica_for(model: Graph | ServingGraph, target: Target | str, *, tp: int = 
     # a dataflow layout may use the system's chips and no more (without one: the largest system)
     chips = found.devices if found is not None and t.family == "dataflow" else None
     return Replica(sg, t, Layout(tp, pp), options=TimingOptions(fusion=fusion), topology=topology, chips=chips,
-                   system=found.name if found is not None else "", mla_decode=mla_decode)
+                   system=found.name if found is not None else "", mla_decode=mla_decode,
+                   peer_all_reduce=peer_all_reduce)
 
 
 def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = None, *, mode: str = "decode",
           batch: int = 1, context: int | None = None, input_len: int | None = None, output_len: int | None = None,
           tp: int = 1, pp: int = 1, weights: Any = None, activations: Any = None, kv: Any = None,
           system: Any = None, price: float | None = None, fusion: str | None = None,
-          with_crossover: bool = True, gemm_inputs: Any = None, mla_decode: str = "absorbed") -> ServingReport:
+          with_crossover: bool = True, gemm_inputs: Any = None, mla_decode: str = "absorbed",
+          peer_all_reduce: bool = True) -> ServingReport:
     """Time ``mode`` for ``batch`` sequences (see the module doc); ``context`` is the KV cache's
     length for decode (default: ``input_len``, else 2048); ``mla_decode`` as :func:`replica_for`'s
-    (DeepSeek's latent attention decodes absorbed unless ``"as-built"``)."""
+    (DeepSeek's latent attention decodes absorbed unless ``"as-built"``); ``peer_all_reduce`` as
+    :func:`replica_for`'s."""
     if mode not in MODES:
         raise NarrowpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     price = checked_price(price)
@@ -89,7 +94,8 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
         if target is None:
             raise NarrowpipeError("serve: name a target")
         replica = replica_for(model, target, tp=tp, pp=pp, weights=weights, activations=activations, kv=kv,
-                              system=system, fusion=fusion, gemm_inputs=gemm_inputs, mla_decode=mla_decode)
+                              system=system, fusion=fusion, gemm_inputs=gemm_inputs, mla_decode=mla_decode,
+                              peer_all_reduce=peer_all_reduce)
     t = replica.target
     sg = replica.source
     longest = (context if context is not None else (input_len or DEFAULT_INPUT)) + 1 if mode == "decode" else \

@@ -41,9 +41,30 @@ def test_held_out_sweep_points_are_within_a_quarter_and_typically_within_ten_per
     assert statistics.median(errors) <= 0.10
 
 
+def test_small_all_reduces_with_the_engines_kernels_match_published_kernel_times():
+    """Held out (SGL-AR, VLLM-SYMM in backends/catalog/SOURCES.toml): a decode all-reduce over 8 H100s
+    (32 KiB: 7.8 us measured) within 25%, as one one-shot step, not NCCL's 14-step ring (43 us
+    before); vLLM's own benchmark at 0.5-4 MiB over 6 H100s within 10%."""
+    rows = _module().small()
+    tp8 = [r for r in rows if r["engine"] == "own kernels" and r["ranks"] == 8 and r["system"] == "dgx-h100"
+           and "TensorRT" in str(r["source"]) and int(r["bytes"]) <= 32 * 1024]
+    assert len(tp8) == 2 and all(r["algorithm"] == "one-shot" and abs(r["error"]) <= 0.25 for r in tp8), tp8
+    vllm = [r for r in rows if str(r["source"]).startswith("VLLM-SYMM")]
+    assert len(vllm) == 4 and all(abs(r["error"]) <= 0.10 for r in vllm), vllm
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: NCCL's per-step latency (3 us) was derived from a sweep that timed "
+                   "PyTorch's per-call host overhead; 8x H100 small all-reduces measure ~20 us, predicted ~43 us "
+                   "(collective_validate.md)")
+def test_small_nccl_all_reduces_match_published_times():
+    rows = [r for r in _module().small() if r["engine"] == "NCCL"]
+    assert all(abs(r["error"]) <= 0.25 for r in rows), rows
+
+
 def test_the_committed_results_are_what_the_code_predicts():
     committed = json.loads((BENCHMARKS / "results" / "collective_validate.json").read_text())
     for key, field, rows in (("published", "predicted", _module().published()),
-                             ("sweep_8xh200", "predicted_busbw", _module().sweep())):
+                             ("sweep_8xh200", "predicted_busbw", _module().sweep()),
+                             ("small_all_reduce", "predicted_us", _module().small())):
         assert [r[field] for r in committed[key]] == [r[field] for r in rows], \
             "rerun python benchmarks/collective_validate.py and commit benchmarks/results/collective_validate.*"

@@ -32,19 +32,32 @@ def test_tp_shards_weights_and_kv_and_adds_two_all_reduces_per_layer(graph):
 
 
 def test_small_batch_all_reduce_is_latency_bound(graph):
-    """At batch 1 an all-reduce carries 8 KB: its time is the algorithm's steps x the link latency."""
+    """At batch 1 an all-reduce carries 8 KB: its time is the algorithm's steps x the link latency.
+    With NCCL alone (``peer_all_reduce=False``) the ring's 2(n-1) steps (inside one NVSwitch domain
+    NCCL rings; its tree is for crossing nodes); with the engine's own kernels (the default: vLLM,
+    SGLang and TensorRT-LLM run them on NVLink) one step of 4.6 us (SGL-AR) plus 3 x 8 KB of loads."""
     h100 = get_target("h100")
     size = 4096 * 2
-    # inside one NVSwitch domain NCCL rings (its tree is for crossing nodes): the ring's 2(n-1) steps
     best = ring(Op.ALL_REDUCE, size, 4, h100.scale_up_bandwidth, h100.link_latency).seconds
     assert best < 2 * 6 * h100.link_latency                 # latency, not bandwidth
-    tp4 = replica_for(graph, "h100", tp=4)
-    comm = tp4.step(1, 1, 2048).comm_s
-    per = best + h100.launch_overhead
     logits = 32064 * 4 * 2
     gather = ring(Op.ALL_GATHER, logits, 4, h100.scale_up_bandwidth, h100.link_latency).seconds + \
         h100.launch_overhead
-    assert comm == pytest.approx(64 * per + gather, rel=1e-6)
+    nccl = replica_for(graph, "h100", tp=4, peer_all_reduce=False).step(1, 1, 2048).comm_s
+    assert nccl == pytest.approx(64 * (best + h100.launch_overhead) + gather, rel=1e-6)
+    engine = replica_for(graph, "h100", tp=4).step(1, 1, 2048).comm_s
+    one_shot = 4.6e-6 + 3 * size / 450e9
+    assert engine == pytest.approx(64 * (one_shot + 1e-6) + gather, rel=1e-6)
+
+
+def test_llama_3_8b_decodes_faster_at_tp8_than_at_tp4_on_h100s(graph):
+    """Each TP8 device reads half the weights of a TP4 one, and with the engines' one-shot all-reduce
+    (one 4.6 us step, not NCCL's 14 ring steps of 3 us = 42 us per 8 KB) the 64 all-reduces no longer
+    undo that: NCCL alone priced TP8 slower per token than TP4 (5.06 ms against 4.18 ms)."""
+    tpot = {tp: replica_for(graph, "h100", tp=tp).step(1, 1, 2048).time_s for tp in (4, 8)}
+    assert tpot[8] < tpot[4]
+    nccl = {tp: replica_for(graph, "h100", tp=tp, peer_all_reduce=False).step(1, 1, 2048).time_s for tp in (4, 8)}
+    assert nccl[8] > nccl[4]
 
 
 def test_a_tp_prefill_gathers_one_row_of_logits_per_sequence(graph):
@@ -52,7 +65,7 @@ def test_a_tp_prefill_gathers_one_row_of_logits_per_sequence(graph):
     gathers batch x vocab logits, not batch x prompt x vocab: 2 prompts of 512 tokens on 4 H100s pay
     64 all-reduces of 2 x 512 hidden rows and one all-gather of 2 vocabulary rows (bf16)."""
     h100 = get_target("h100")
-    tp4 = replica_for(graph, "h100", tp=4)
+    tp4 = replica_for(graph, "h100", tp=4, peer_all_reduce=False)     # NCCL's ring (no two-shot)
     assert tp4.device_graph.head_on_last_token
 
     def nccl(op, size):
