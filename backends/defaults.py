@@ -21,7 +21,7 @@ __all__ = ["DEFAULTS", "LINK_LATENCY_DEFAULT", "default_for", "default_value", "
            "FP32_REDUCED_EMULATION_PASSES", "FP32_DEFAULT_PASSES", "FP32_MATMUL_PRECISIONS", "CPU_GEMM_ROW_ALIGN_BYTES",
            "IDLE_POWER_FRACTION", "MEMORY_POWER_FRACTION",
            "SERVING_MEMORY_RESERVE", "RUNTIME_MEMORY_RESERVE", "TPU_RUNTIME_MEMORY_RESERVE", "runtime_memory_reserve",
-           "TRAINING_MEMORY_RESERVE", "DEQUANT_OPS_PER_WEIGHT", "CPU_ATTENTION_KV_BLOCK"]
+           "runtime_reserve_holders", "DEQUANT_OPS_PER_WEIGHT", "CPU_ATTENTION_KV_BLOCK"]
 
 _EFF = "assumption: default for {family} targets when the spec gives none; calibrate to measure"
 #: Where PyTorch's CPU allocator (posix_memalign) gets large buffers from.
@@ -227,10 +227,21 @@ def runtime_memory_reserve(family: str) -> float:
     return {"tpu": TPU_RUNTIME_MEMORY_RESERVE, "dataflow": 0.0}.get(family, RUNTIME_MEMORY_RESERVE)
 
 
-#: Fraction of a device's memory a training plan leaves unplanned: the runtime reserve above. Every
-#: published layout the repository validates fits under it (benchmarks/megatron_validate.py: at most
-#: 65% of an A100 80GB; moe_validate.py's Mixtral 8x7B: 78% of an H100).
-TRAINING_MEMORY_RESERVE: float = RUNTIME_MEMORY_RESERVE
+def runtime_reserve_holders(family: str, vendor: str = "") -> str:
+    """What holds :func:`runtime_memory_reserve`'s share on a chip, for the notes that say why a run
+    may not fill its memory: XLA's own reserve on a TPU, ROCm's context and RCCL/hipBLASLt workspaces
+    on an AMD GPU, CUDA's context and NCCL/cuBLAS workspaces on other GPUs; a training plan holds every
+    family to this one rule too (every published layout the repository validates fits under it:
+    benchmarks/megatron_validate.py at most 65% of an A100 80GB, moe_validate.py's Mixtral 78% of an H100)."""
+    if family == "tpu":
+        return "XLA's reserved memory"
+    if family == "dataflow":
+        return "nothing: the compiler places every tensor ahead of time"
+    if family == "gpu" and vendor.lower() == "amd":
+        return "HIP context, RCCL and hipBLASLt workspaces, allocator fragmentation"
+    if family == "gpu":
+        return "CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation"
+    return "the runtime's context, library workspaces, allocator fragmentation"
 #: Vector operations per weight element to dequantize a weight-only quantized matmul's weights in
 #: its kernel (a scale multiply and a convert per element; int4/fp4 unpacking folded in): an
 #: assumption in the spirit of Marlin/AWQ kernels, which dequantize each weight tile in registers

@@ -227,10 +227,8 @@ def print_comparison(c: Comparison, console: Console | None = None) -> None:
 def checks_text(c: Comparison) -> Text:
     """One dim line: how far each compared chip's kernel model is checked against public kernel
     timings (held-out median / p90 |error|; ``targets --checks`` has the table)."""
-    from ..backends.kernel_checks import check_text
-    cells = "; ".join(f"{t.target} {check_text(t.target)}" for t in _timings(c))
-    return Text(f"kernel model checked on public kernel timings (held-out median/p90 |error|): {cells} "
-                "(narrowpipe targets --checks)", style="dim")
+    from ..backends.kernel_checks import checks_line
+    return Text(checks_line([t.target for t in _timings(c)]), style="dim")
 
 
 #: How the verdict names each price basis (backends/vocab.py PRICE_BASES, and Timing.price_basis).

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..backends import Target
+from ..backends.kernel_checks import checks_line
 from ..cli_args import count_arg
 from ..costmodel.planner.plan import Plan
 from ..costmodel.planner.strategy import parse_switch
@@ -48,7 +49,8 @@ def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--mode", default="train", choices=("train",), help="what to plan (default train)")
     p.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
     p.add_argument("--seq", type=int, help="tokens per sequence (default: the model's)")
-    p.add_argument("--dtype", help="retype weights and activations (default: the model's), e.g. bf16")
+    p.add_argument("--dtype", help="retype weights and activations (default: the model's): bf16, fp16 or fp32 "
+                   "(fp8 trains only its GEMMs in fp8, which the plan does not model: refused)")
     p.add_argument("--runtime", default="megatron-core", help="megatron-core (default) or megatron-lm-2021")
     for name in _FIX_FIELDS:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"fix {name} (otherwise searched)")
@@ -189,3 +191,4 @@ def print_plan(plan: Plan, console: Console) -> None:
         console.print(r)
     for note in plan.notes:
         console.print(f"[dim]- {escape(note)}[/]")
+    console.print(f"[dim]{escape(checks_line([plan.target]))}[/]")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ...backends.defaults import runtime_reserve_holders
 from ...ir import DType, Graph, Op
 from ..execution.common import TimingOptions, conv_options, matrix_rate
 from .domain_notes import domain_notes
@@ -85,8 +86,8 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
                          "before the experts' GEMMs (no batch-level overlap modelled)")
     device = float(planner.target.memory_capacity)
     all_notes.append(f"memory is checked against {ev.capacity / 1e9:.1f} GB per device: its {device / 1e9:.1f} GB "
-                     f"less {1 - ev.capacity / device:.0%} for what no planned term counts (CUDA context, NCCL "
-                     "and cuBLAS workspaces, allocator fragmentation)")
+                     f"less {1 - ev.capacity / device:.0%} for what no planned term counts ("
+                     f"{runtime_reserve_holders(planner.target.family, planner.target.vendor)})")
     all_notes += domain_notes(planner.topology, p, planner.system_name)
     if not ev.fits:
         all_notes.append(overflow_text(ev))

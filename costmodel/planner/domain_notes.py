@@ -33,7 +33,7 @@ def domain_notes(topology: Topology, parallel: Parallel, system: str) -> list[st
         notes.append(f"{world} devices are {world // domain} slices of {domain} ({system}, {dims}) joined by the "
                      "scale-out network (multislice): a group that spans slices runs its collectives on it")
     if world % domain:
-        notes.append(f"{world} devices are not a whole number of {system}'s {domain}-device scale-up domains: "
+        notes.append(f"{world} devices are not a whole number of {domain}-device scale-up domains ({system}): "
                      f"{world // domain} full and one with {world % domain}; ranks fill the domains in order, so "
                      "a group whose ranks run past a domain's end crosses the scale-out network")
     for axis, what in _AXES:

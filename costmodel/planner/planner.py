@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from ...backends.defaults import TRAINING_MEMORY_RESERVE
+from ...backends.defaults import runtime_memory_reserve
 from ...errors import PlanError, as_integer
 from ...ir import DimRole, Graph, Op
 from ..execution.collectives import Topology
@@ -117,9 +117,10 @@ class Planner:
 
     @property
     def capacity(self) -> float:
-        """Bytes a plan may fill on a device: its memory less the share that no planned term counts
-        (CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation: TRAINING_MEMORY_RESERVE)."""
-        return float(self.target.memory_capacity) * (1.0 - TRAINING_MEMORY_RESERVE)
+        """Bytes a plan may fill on a device: its memory less the share that no planned term counts, by
+        the one rule analyze and compare hold the chip to (``runtime_memory_reserve``: XLA's 4% on a
+        TPU, 6% for a GPU's context, workspaces and fragmentation), so one chip has one usable capacity."""
+        return float(self.target.memory_capacity) * (1.0 - runtime_memory_reserve(self.target.family))
 
     @cached_property
     def param_count(self) -> int:
@@ -156,7 +157,9 @@ class Planner:
 
     @property
     def system_name(self) -> str:
-        return self.system.name if self.system is not None else f"{self.target.name} (chip fields)"
+        """The catalog system planned on, or "chip fields" where the chip's own link fields stand for one
+        (the text prints it beside the chip's name: "tpu-v6e (chip fields)")."""
+        return self.system.name if self.system is not None else "chip fields"
 
     # -- costs ---------------------------------------------------------------------------------------
     def dims(self, microbatch: int) -> dict[str, int]:

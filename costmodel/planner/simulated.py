@@ -40,7 +40,8 @@ LIMIT = 2000
 
 def chunk_rows(planner: Planner, ev: Evaluation) -> list[dict[str, Any]]:
     """Per global model chunk (on device ``chunk % pp``): its layers and per-microbatch forward and
-    backward seconds (recomputation in the backward) with the collectives exposed inside each."""
+    backward seconds (recomputation in the backward) with the collectives exposed inside each:
+    ``forward_s``/``backward_s`` are whole passes, their ``*_comm_s`` included (a part, not an addition)."""
     lay = ev.step.layout
     hit = lay.cache.get("chunk_rows")
     if hit is not None:
