@@ -131,8 +131,8 @@ class CapacityPlan:
     @property
     def best_throughput(self) -> Candidate | None:
         """Fewest devices for the rate under the targets (replicas rounded up), then the most output
-        tokens/s per device: Llama-3-70B at 5.3 req/s on H100s needs 2 replicas of TP4 (8 devices, the
-        most tokens/s per device) or 3 of TP2 (6)."""
+        tokens/s per device: Llama-3-70B at 1 req/s of 2048/256 on H100s under 50 ms TPOT is served by
+        one TP2 replica (2 devices) though TP4 has the most tokens/s per device (4 devices)."""
         ok = self.feasible
         return min(ok, key=lambda c: (c.total_devices, -c.tokens_per_s_per_device)) if ok else None
 
