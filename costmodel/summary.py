@@ -156,10 +156,9 @@ def _reserved_fit(schedule: Schedule, target: Target, reserve: float | None, not
     required, devices = schedule.memory_required, schedule.devices
     needed = max(needed, ceil(required / usable))
     gb = 1e9
-    kind = "the runtime reserve" if plain else "the serving reserve" if share == SERVING_MEMORY_RESERVE \
-        else "the memory reserve"
-    left = f"{share:.0%} left to the runtime" + ("" if plain or kind != "the serving reserve"
-                                                 else ", as `serve` leaves it")
+    serving = not plain and share == SERVING_MEMORY_RESERVE
+    kind = "the runtime reserve" if plain else "the serving reserve" if serving else "the memory reserve"
+    left = f"{share:.0%} left to the runtime" + (", as `serve` leaves it" if serving else "")
     if not fits or required > usable * devices:
         # one note and one count: the schedule's own note (raw capacity) gives way to the reserve's
         notes[:] = [n for n in notes if not n.startswith(NO_FIT)]
@@ -167,7 +166,7 @@ def _reserved_fit(schedule: Schedule, target: Target, reserve: float | None, not
                      f"{schedule.capacity_per_device / gb:.3g} GB usable per device ({left}); "
                      f"needs >= {needed} devices (time shown is for {devices} device{'s' if devices != 1 else ''})")
         return False, needed
-    if fits and not plain:
+    if not plain:   # it fits here (the branch above returns otherwise)
         notes.append(f"fits with {kind}: {required / gb:.3g} GB needed, {usable / gb:.3g} of "
                      f"{schedule.capacity_per_device / gb:.3g} GB usable per device ({left})")
     return fits, needed
