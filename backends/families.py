@@ -48,6 +48,15 @@ class GpuTarget(Target):
     #: first loads from the peers' buffers), launch excluded. Absent: no such all-reduce is modelled and
     #: serving's collectives use NCCL's algorithms alone (costmodel/execution/collectives.py).
     peer_all_reduce_latency: float | None = spec_field("quantity", units="time", unit="us")
+    #: NCCL's low-latency protocol (LL: 8-byte stores of 4 data bytes and a 4-byte flag, so the
+    #: receiver polls its own memory instead of waiting on a fence) on the scale-up links: a fixed cost
+    #: per collective (``ll_base_latency``), a cost per ring step (``ll_step_latency``) and a bus
+    #: bandwidth cap (``ll_max_bus_bandwidth``; LL also halves the link's rate). NCCL runs small
+    #: buffers on it; without it every step pays the Simple protocol's latency (``link_latency``).
+    #: Absent: no LL option (costmodel/execution/algorithms.py ``ring_low_latency``).
+    ll_base_latency: float | None = spec_field("quantity", units="time", unit="us")
+    ll_step_latency: float | None = spec_field("quantity", units="time", unit="us")
+    ll_max_bus_bandwidth: float | None = spec_field("quantity", units="bandwidth", unit="gbps")
     #: fp32 matmuls run other kernels than 16-bit ones and reach another fraction of their peak:
     #: on TF32/XF32 tensor cores (``_tf32``, where allowed) or on fp32 units (``_fp32``: CUDA cores,
     #: or fp32 matrix cores). Absent, ``matmul_efficiency`` applies to them too.

@@ -37,7 +37,7 @@ all-reduce (8 KiB at decode) then takes one ~5 us step instead of NCCL's ``2(n-1
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil, prod
+from math import prod
 from typing import TYPE_CHECKING
 
 from ...backends import Target
@@ -51,6 +51,7 @@ from .algorithms import (
     in_network,
     one_shot,
     ring,
+    ring_low_latency,
     torus,
     torus_bandwidth,
     tree,
@@ -58,6 +59,7 @@ from .algorithms import (
 )
 from .common import KernelTime, roofline
 from .placement import Spread, aligned_spread, group_spreads, pair_spreads
+from .torus_spans import named_wraps, torus_spans
 
 if TYPE_CHECKING:
     from ...backends import System
@@ -86,6 +88,8 @@ class NetLevel:
     full_mesh: bool = False                     # a direct link (or an equal share) to every peer
     #: one synchronize-and-load step of a peer-load (one-shot/two-shot) all-reduce; None: none known
     peer_latency: float | None = None
+    #: NCCL's LL protocol on this level: (fixed cost, cost per ring step, bus bandwidth cap); None: none
+    low_latency: tuple[float, float, float] | None = None
 
     @property
     def effective(self) -> float:
@@ -142,22 +146,25 @@ class Topology:
         up = NetLevel(target.scale_up_bandwidth or 0.0, target.link_latency or 0.0,
                       torus_dims=torus_dims, links=target.scale_up_links,
                       full_mesh=target.scale_up_topology == "full-mesh",
-                      peer_latency=None if torus_dims else _peer_latency(target))
+                      peer_latency=None if torus_dims else _peer_latency(target),
+                      low_latency=None if torus_dims else _low_latency(target))
         out = NetLevel(target.scale_out_bandwidth, target.link_latency or 0.0) if target.scale_out_bandwidth else None
         return cls(target.scale_up_domain, up, out)
 
     @classmethod
     def of_system(cls, system: System) -> Topology:
-        def level(lv: Level | None) -> NetLevel | None:
+        def level(lv: Level | None, up: bool) -> NetLevel | None:
             if lv is None:
                 return None
             torus_dims = tuple(lv.dims) if lv.topology in ("torus", "mesh") else ()
+            chip = not torus_dims and up
             return NetLevel(lv.bandwidth, lv.latency, lv.bus_bandwidth, torus_dims, lv.links,
                             lv.wraps if torus_dims else True, bool(lv.in_network_reduction), lv.reduction_bus_bandwidth,
                             lv.reduction_latency, full_mesh=lv.topology == "full-mesh",
-                            peer_latency=None if torus_dims else _peer_latency(system.target()))
-        up = level(system.scale_up) or NetLevel(0.0, 0.0)
-        out = level(system.scale_out)
+                            peer_latency=_peer_latency(system.target()) if chip else None,
+                            low_latency=_low_latency(system.target()) if chip else None)
+        up = level(system.scale_up, True) or NetLevel(0.0, 0.0)
+        out = level(system.scale_out, False)
         return cls(system.scale_up_domain, up, out, closed=system.name if out is None else "")
 
     @property
@@ -211,7 +218,7 @@ class Topology:
         if spread.inside or self.scale_out is None:
             up = self.scale_up
             if up.torus_dims:
-                axes, wraps = _torus_spans(group, up.torus_dims, stride, up.wraparound)
+                axes, wraps = torus_spans(group, up.torus_dims, stride, up.wraparound)
                 bw = torus_bandwidth(axes, up.link_bandwidth, wraps)
             else:
                 bw = self.up_bandwidth(local)
@@ -225,8 +232,8 @@ class Topology:
         if not up.torus_dims:
             return True
         if axes is not None:
-            return all(_named_wraps(axes, up.torus_dims, up.wraparound))
-        return all(_torus_spans(group, up.torus_dims, stride, up.wraparound)[1])
+            return all(named_wraps(axes, up.torus_dims, up.wraparound))
+        return all(torus_spans(group, up.torus_dims, stride, up.wraparound)[1])
 
     def time(self, op: Op, size: float, group: int, stride: int = 1, *,
              axes: tuple[int, ...] | None = None) -> AlgoTime:
@@ -235,7 +242,7 @@ class Topology:
 
         ``axes``: the torus axes the group spans, where the caller's layout names them (a 2D
         weight-stationary ``x`` on one axis and ``yz`` on the others); by default they follow from
-        ``group`` and ``stride`` (:func:`_torus_axes`: whole axes in order, skipping those the inner
+        ``group`` and ``stride`` (:func:`torus_spans`: whole axes in order, skipping those the inner
         groups fill). Named axes take the place of ``stride``. With the :attr:`world` known, every
         distinct footprint of the axis's groups is timed and the slowest kept: the collective is
         synchronous per group and the step waits for the slowest."""
@@ -283,13 +290,16 @@ class Topology:
 
     def _within(self, op: Op, size: float, group: int, up: NetLevel, stride: int = 1) -> list[AlgoTime]:
         if up.torus_dims:
-            axes, wraps = _torus_spans(group, up.torus_dims, stride, up.wraparound)
+            axes, wraps = torus_spans(group, up.torus_dims, stride, up.wraparound)
             return [torus(op, size, axes, up.link_bandwidth, up.latency, wraps)]
         # NCCL's double binary trees span nodes; inside one switch domain its tree is a chain,
         # no faster than the ring (the 8xH200 sweep runs Ring/LL below 2 MiB, then NVLS)
         # a point-to-point transfer on a full mesh has one pair's link, whatever the group
         members = 2 if op in _POINT_TO_POINT else min(group, self.scale_up_domain)
         options = [ring(op, size, group, self.up_bandwidth(members), up.latency)]
+        if up.low_latency is not None and op not in _POINT_TO_POINT:
+            ll = ring_low_latency(op, size, group, self.up_bandwidth(members), *up.low_latency)
+            options += [ll] if ll is not None else []
         if up.in_network_reduction:
             alpha = up.reduction_latency / 2 if up.reduction_latency is not None else up.latency
             nvls = in_network(op, size, group, up.bandwidth, alpha, up.reduction_bus_bandwidth)
@@ -302,71 +312,21 @@ class Topology:
 
     def _on_torus(self, op: Op, size: float, axes: tuple[int, ...]) -> AlgoTime:
         """Per-axis rings over the named ``axes`` of the scale-up torus: a whole torus axis with its
-        wraparound link, any other length along a line (:func:`_named_wraps`)."""
+        wraparound link, any other length along a line (:func:`named_wraps`)."""
         up = self.scale_up
-        return torus(op, size, axes, up.link_bandwidth, up.latency, _named_wraps(axes, up.torus_dims, up.wraparound))
+        return torus(op, size, axes, up.link_bandwidth, up.latency, named_wraps(axes, up.torus_dims, up.wraparound))
+
+
+def _low_latency(target: Target) -> tuple[float, float, float] | None:
+    """The chip's NCCL LL protocol terms in seconds and bytes/s, or None where it gives none."""
+    terms = (getattr(target, "ll_base_latency", None), getattr(target, "ll_step_latency", None),
+             getattr(target, "ll_max_bus_bandwidth", None))
+    return None if any(t is None for t in terms) else terms  # type: ignore[return-value]
 
 
 def _peer_latency(target: Target) -> float | None:
     """The chip's peer-load all-reduce step (GPU targets only; None where the catalog gives none)."""
     return getattr(target, "peer_all_reduce_latency", None)
-
-
-def _axis_wraps(dims: tuple[int, ...], wrap: bool | tuple[bool, ...]) -> tuple[bool, ...]:
-    """One wraparound flag per torus axis (a single flag applies to every axis)."""
-    return tuple(wrap) if isinstance(wrap, tuple) else tuple(wrap for _ in dims)
-
-
-def _named_wraps(axes: tuple[int, ...], dims: tuple[int, ...], wrap: bool | tuple[bool, ...]) -> tuple[bool, ...]:
-    """Wraparound of named axes: an axis whose length is one of the torus's dims (each dim matched
-    once, a wrapping one first) is that whole axis and wraps where the torus closes it; another
-    length is part of an axis, a line."""
-    left = sorted(zip(dims, _axis_wraps(dims, wrap)), key=lambda a: not a[1])
-    flags = []
-    for k in axes:
-        match = next((a for a in left if a[0] == k), None)
-        if match is not None:
-            left.remove(match)
-        flags.append(match is not None and match[1])
-    return tuple(flags)
-
-
-def _torus_spans(group: int, dims: tuple[int, ...], stride: int = 1,
-                 wrap: bool | tuple[bool, ...] = True) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-    """The axes a group of ``group`` devices spans, filling whole axes first (how slices are laid
-    out on the torus): 16 devices on 16x16 use one axis, 64 on 4x4x4 all three; a remainder runs
-    along part of the next axis. Members ``stride`` ranks apart skip the axes the inner groups fill
-    (a data-parallel group at stride 16 on 16x16 runs along the second axis). With each axis its
-    wraparound: only a group reaching all of a torus axis closes its ring through the wraparound
-    link; along part of one (2 of a 16-ring) the members form a line (the mesh rule, SB-TPU), and an
-    axis the torus does not close (``wrap`` per axis) is a line even whole."""
-    rest: list[tuple[int, int, bool]] = []    # (members along the axis, the axis's length, it wraps)
-    for k, closed in zip(dims, _axis_wraps(dims, wrap)):
-        if stride >= k and stride % k == 0:
-            stride //= k
-        elif stride > 1:
-            whole = max(1, k // stride)        # every stride-th chip: the whole axis
-            rest.append((whole, whole, closed))
-            stride = 1
-        else:
-            rest.append((k, k, closed))
-    axes: list[int] = []
-    wraps: list[bool] = []
-    for k, whole, closed in rest or [(group, 0, False)]:
-        have = prod(axes) if axes else 1
-        if have >= group:
-            break
-        take = min(k, ceil(group / have))
-        axes.append(take)
-        wraps.append(closed and take == whole)
-    if not axes:
-        return (group,), (False,)
-    return tuple(axes), tuple(wraps)
-
-
-def _torus_axes(group: int, dims: tuple[int, ...], stride: int = 1) -> tuple[int, ...]:
-    """The axes a group spans (:func:`_torus_spans` without the wraparound flags)."""
-    return _torus_spans(group, dims, stride)[0]
 
 
 def collective_seconds(op: Op, comm_bytes: float, group_size: int, topology: Topology,

@@ -38,14 +38,15 @@ def test_tree_latency_is_a_chain_inside_each_domain_and_a_binary_tree_over_the_d
 
 
 def test_a_16_kib_all_reduce_over_two_dgx_h100_nodes_costs_more_than_over_one():
-    """Inside: the ring, 14 steps of 3 us plus 2 x 7/8 x 16 KiB at 370 GB/s = 42.1 us (NVLS's 49 us
-    fixed cost loses). Across: NCCL's tree, 2 x (7 x 3 + 5) us plus 2 x 16 KiB at 370 GB/s (the
+    """Inside: the ring on NCCL's LL protocol, 6.6 us + 14 steps of 0.6 us plus 2 x 7/8 x 16 KiB at
+    min(370 / 2, 141) GB/s = 15.2 us (NCCL-TUNE's constants; NVLS's 49 us fixed cost and the Simple
+    ring's 14 x 3 us lose). Across: NCCL's tree, 2 x (7 x 3 + 5) us plus 2 x 16 KiB at 370 GB/s (the
     ring's rate, 8 NICs x 50 GB/s being more) = 52.1 us; the ring across would take 30 steps."""
     topo = Topology.of_system(get_system("dgx-h100").replicate(2))
     size = 16 * KiB
     inside = topo.time(Op.ALL_REDUCE, size, 8)
-    assert inside.algorithm == "ring"
-    assert inside.seconds == pytest.approx(14 * 3e-6 + 2 * 7 / 8 * size / 370e9)
+    assert inside.algorithm == "ring (LL)"
+    assert inside.seconds == pytest.approx(6.6e-6 + 14 * 0.6e-6 + 2 * 7 / 8 * size / 141e9)
     across = topo.time(Op.ALL_REDUCE, size, 16)
     assert across.algorithm == "tree"
     assert across.seconds == pytest.approx(2 * (7 * 3e-6 + 1 * 5e-6) + 2 * size / 370e9)
@@ -54,10 +55,11 @@ def test_a_16_kib_all_reduce_over_two_dgx_h100_nodes_costs_more_than_over_one():
 
 def test_chip_fields_price_two_nodes_no_cheaper_than_one():
     """QA's repro (h100 chip fields, one 3 us latency for both levels, no measured busbw): 42.1 us
-    over 8 GPUs was 24.1 us over 16; now 2 x (7 + 1) x 3 us + 2 x 16 KiB at min(450, 8 x 50) GB/s."""
+    over 8 GPUs was 24.1 us over 16; now 2 x (7 + 1) x 3 us + 2 x 16 KiB at min(450, 8 x 50) GB/s
+    across, and NCCL's LL ring inside (6.6 + 14 x 0.6 us, 141 GB/s)."""
     topo = Topology.of(get_target("h100"))
     inside, across = topo.time(Op.ALL_REDUCE, 16 * KiB, 8), topo.time(Op.ALL_REDUCE, 16 * KiB, 16)
-    assert inside.seconds == pytest.approx(14 * 3e-6 + 2 * 7 / 8 * 16 * KiB / 450e9)
+    assert inside.seconds == pytest.approx(6.6e-6 + 14 * 0.6e-6 + 2 * 7 / 8 * 16 * KiB / 141e9)
     assert across.seconds == pytest.approx(2 * (7 + 1) * 3e-6 + 2 * 16 * KiB / 400e9)
     assert across.seconds > inside.seconds
 
