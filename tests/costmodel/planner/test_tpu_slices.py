@@ -81,9 +81,10 @@ def test_the_v4_slices_with_their_own_files_keep_them():
 
 
 def test_a_count_that_is_no_slice_is_refused_with_the_slice_sizes(model):
-    """TPU v4 has no scale-out level in the catalog: 48 chips are no slice and cannot be joined."""
-    with pytest.raises(PlanError, match=r"48 x tpu-v4 is not a slice of tpu-v4-4x4x4: its standard slices have "
-                                        r"4, 8, 16, 32, 64 chips; .*no scale-out level"):
+    """TPU v4 has no scale-out level in the catalog: 48 chips are no slice and cannot be joined. The
+    pod (tpu-v4-16x16x16) lists the slices of whole cubes too (GCP-V4: v4-384 is 4x4x12)."""
+    with pytest.raises(PlanError, match=r"48 x tpu-v4 is not a slice of tpu-v4-16x16x16: its standard slices have "
+                                        r"4, 8, 16, 32, 64, 128, 192, 256, .* chips; .*no scale-out level"):
         Planner(model, "tpu-v4", 48, global_batch=48)
 
 
