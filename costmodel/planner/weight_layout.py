@@ -153,6 +153,8 @@ class WeightLayouts:
                 nd = list(n.attrs["perm"]).index(dim)
             elif n.op in (Op.SOFTMAX, Op.LOG_SOFTMAX):
                 nd = dim                   # runs split, its row statistics all-reduced
+            elif n.op in (Op.RMS_NORM, Op.LAYER_NORM) and dim < int(n.attrs.get("axis", -1)) % len(self.shape(v)):
+                nd = dim                   # a norm over other dims (each head's q/k norm): rows stay split
             elif n.op is Op.GATHER_ELEMENTS and int(n.attrs.get("axis", -1)) % len(self.shape(v)) == dim:
                 continue                   # a split pick: one all-reduce of the picked values
             elif n.op is Op.SLICE and equal_piece(self.shape(v), self.shape(out)) == dim:

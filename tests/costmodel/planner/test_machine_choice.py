@@ -26,8 +26,10 @@ def test_a_tpu_v4_plan_runs_on_the_slice_that_holds_its_chips(devices, system):
 
 
 def test_chips_no_slice_holds_are_refused_with_the_slices_named(model):
-    with pytest.raises(PlanError, match=r"512 x tpu-v4 is not a slice of tpu-v4-4x4x4: .*4, 8, 16, 32, 64 chips"):
-        Planner(model, "tpu-v4", 512, global_batch=512)
+    with pytest.raises(PlanError, match=r"96 x tpu-v4 is not a slice of tpu-v4-16x16x16: .*4, 8, 16, 32, 64, 128, "
+                                        r"192, 256, 512, .* chips"):       # 4x4x6: 6 is no multiple of 4 (GCP-V4)
+        Planner(model, "tpu-v4", 96, global_batch=96)
+    assert Planner(model, "tpu-v4", 512, global_batch=512).system_name == "tpu-v4-8x8x8"   # 8 whole cubes
     with pytest.raises(PlanError, match=r"12 x tpu-v4 is not a slice"):     # was timed on part of the 2x2x4
         Planner(model, "tpu-v4", 12, global_batch=12)
 

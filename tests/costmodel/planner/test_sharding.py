@@ -181,3 +181,19 @@ def test_the_backward_reads_sums_the_forward_settled_instead_of_reducing_them_ag
     assert (count("forward", "all_gather", layer), count("forward", "reduce_scatter", layer)) == (2, 2)
     assert (count("backward", "all_gather", layer), count("backward", "reduce_scatter", layer)) == (4, 2)
     assert count("backward", "reduce_scatter", "model_norm") == 1     # the final norm's input gradient
+
+
+def test_a_per_head_q_k_norm_keeps_the_projections_column_parallel():
+    """A norm over each head's q and k (Qwen3, Gemma-3, MaxText's 2023 decoder) normalizes head_dim,
+    not the split heads: q/k/v stay column parallel and the layer runs Megatron's two all-reduces
+    forward (Shoeybi et al. 2019), no more. The column rule once refused any norm after the split
+    and left q and k whole, which made attention gather k and v over the heads."""
+    g = narrowpipe.transformer(2, H, HEADS, V, seq=S, qk_norm=True)
+    s = shard(g, Parallel(tp=2), dims={"batch": B, "seq": S})
+    w = s.meta["weight_sharding"]
+    for proj in ("q_proj", "k_proj", "v_proj"):
+        assert w[f"model.layers.1.self_attn.{proj}.weight"] == "[tp, -]"
+    assert w["model.layers.1.self_attn.q_norm.weight"] == "[-]"
+    coll = _collectives(s)
+    assert [c[0] for c in coll] == ["all_reduce"] * 5        # embedding + 2 per layer (attention, MLP)
+    assert all(c[2] == (B, S, H) for c in coll)

@@ -81,9 +81,10 @@ def test_the_v4_slices_with_their_own_files_keep_them():
 
 
 def test_a_count_that_is_no_slice_is_refused_with_the_slice_sizes(model):
-    """TPU v4 has no scale-out level in the catalog: 48 chips are no slice and cannot be joined."""
-    with pytest.raises(PlanError, match=r"48 x tpu-v4 is not a slice of tpu-v4-4x4x4: its standard slices have "
-                                        r"4, 8, 16, 32, 64 chips; .*no scale-out level"):
+    """TPU v4 has no scale-out level in the catalog: 48 chips are no slice and cannot be joined. The
+    pod (tpu-v4-16x16x16) lists the slices of whole cubes too (GCP-V4: v4-384 is 4x4x12)."""
+    with pytest.raises(PlanError, match=r"48 x tpu-v4 is not a slice of tpu-v4-16x16x16: its standard slices have "
+                                        r"4, 8, 16, 32, 64, 128, 192, 256, .* chips; .*no scale-out level"):
         Planner(model, "tpu-v4", 48, global_batch=48)
 
 
@@ -144,3 +145,21 @@ def test_maxtext_32b_on_v5p_128_lands_near_its_published_mfu(tmp_path):
         "tp": 4, "pp": 1, "dp": 16, "zero": 3, "recompute": "selective", "microbatch": 7})
     assert plan.system == "tpu-v5p-4x4x4"
     assert plan.mfu == pytest.approx(0.7147, abs=0.02)
+
+
+def test_1024_and_2048_v5p_chips_are_one_torus_not_slices_over_dcn(model):
+    """MaxText's 1x v5p-2048 and 1x v5p-4096 rows are single slices: 8x8x16 and 8x16x16, every axis
+    closed (GCP-V5P's topology table; 'All 4x4x4 and larger slices have full 3D torus connectivity'),
+    not 8x8x8 slices joined over 50 Gbps of DCN per chip."""
+    for devices, dims in ((1024, (8, 8, 16)), (2048, (8, 16, 16))):
+        plan = Planner(model, "tpu-v5p", devices, global_batch=devices)
+        assert plan.system is not None and plan.system.scale_up.dims == dims
+        assert plan.system.scale_up.wraps == (True, True, True)
+        assert plan.topology.scale_up_domain == devices
+
+
+def test_192_v4_chips_are_the_4x4x12_slice_of_the_pod(model):
+    """MaxText's 52B row runs on v4-384: 192 chips, 4x4x12 (GCP-V4: each axis a multiple of 4)."""
+    plan = Planner(model, "tpu-v4", 192, global_batch=192)
+    assert plan.system is not None and plan.system.name == "tpu-v4-4x4x12"
+    assert plan.system.scale_up.dims == (4, 4, 12)
