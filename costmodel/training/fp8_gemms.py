@@ -145,7 +145,7 @@ class _State:
         if p is None or p.op is not Op.ALL_GATHER or p.attrs.get(PHASE) != node.attrs.get(PHASE) or not p.inputs:
             return None
         readers = [u.node for u in x.uses]
-        if p.inputs[0] is None or any(r.op is not Op.DOT or _weight_operand(r) is None for r in readers):
+        if p.inputs[0] is None or not all(_is_linear(r) for r in readers):
             return None
         return p
 
@@ -191,8 +191,9 @@ class _State:
                 if gather is not None:
                     local = gather.inputs[0]
                     assert local is not None
-                    self.graph.set_input(gather, 0, self.inputs[local].outputs[1])
-                    _retype(gather.outputs[0], FORWARD_FORMAT)
+                    if not _is_cast(local):     # the first of the Linears that share the gather
+                        self.graph.set_input(gather, 0, self.inputs[local].outputs[1])
+                        _retype(gather.outputs[0], FORWARD_FORMAT)
                 else:
                     self.graph.set_input(node, i, self.inputs[v].outputs[1])
             elif kind == "grad":
@@ -211,7 +212,7 @@ class _State:
         src = p.inputs[0]
         if src is not None and src in self.inputs:
             return p
-        if src is not None and src.dtype.bits == 8:     # already re-pointed at the FP8 copy
+        if src is not None and _is_cast(src):     # already re-pointed at the FP8 copy
             return p
         return None
 
@@ -231,6 +232,15 @@ class _State:
         g.nodes.insert(at, node)
         self.out.casts[kind].append(node)
         return node
+
+
+def _is_linear(node: Node) -> bool:
+    """A ``DOT`` reading a parameter, or a weight cast this rewrite already put in its place."""
+    if node.op is not Op.DOT:
+        return False
+    return _weight_operand(node) is not None or any(
+        v is not None and v.producer is not None and v.producer.attrs.get(FP8_CAST) == "weight"
+        for v in node.inputs[:2])
 
 
 def _is_cast(v: Value) -> bool:
