@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _nemo_fp8 import PUBLISHED_RATIO, RATIO_SOURCE, fp8_section  # noqa: E402
+
 import narrowpipe  # noqa: E402
 
 from _common import RESULTS, env_header, environment, md_table, no_options, write_results  # noqa: E402
-from _nemo_fp8 import PUBLISHED_RATIO, RATIO_SOURCE, fp8_section  # noqa: E402
 
 SEQ, VOCAB = 2048, 51200
 SOURCE = ("Narayanan et al., 'Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM', "

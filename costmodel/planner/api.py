@@ -12,8 +12,8 @@ from ...errors import PlanError
 from ...ir import DType, Graph
 from ..precision import with_precision
 from .assemble import assemble
-from .plan import Plan
 from .fp8_plan import fp8_notes
+from .plan import Plan
 from .planner import Planner
 from .runtime import get_runtime
 from .search import search
@@ -71,7 +71,8 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
             raise PlanError(f"{e}; {_WHOLE} {_dict_form(parallel)}") from None
         raise
     stats = result.stats()
-    notes = [*fp8_notes(planner), f"search: {stats['considered']} strategies, {stats['pruned_memory']} pruned by parameter memory, "
+    notes = [*fp8_notes(planner),
+             f"search: {stats['considered']} strategies, {stats['pruned_memory']} pruned by parameter memory, "
              f"{stats['evaluated']} evaluated ({planner.cached_costs} block costs)", *result.notes]
     return assemble(planner, result.best, result.runners_up, notes)
 

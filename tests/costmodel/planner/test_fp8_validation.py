@@ -32,6 +32,7 @@ def test_the_fp8_over_bf16_speedup_of_llama3_70b_is_within_15_percent_of_the_pub
 
 def test_the_committed_fp8_rows_are_what_the_code_predicts():
     import json
+
     from benchmark_module import BENCHMARKS
     m = _mod()
     committed = json.loads((BENCHMARKS / "results" / "megatron_validate.json").read_text())["fp8_rows"]

@@ -46,3 +46,8 @@ def test_an_unknown_dtype_is_a_plan_error(tiny):
 def test_training_precisions_still_plan(tiny, dtype):
     p = narrowpipe.plan(tiny, "dgx-h100", 8, global_batch=8, seq=256, dtype=dtype, top=0)
     assert p.dtype == dtype and "fp8" not in p.runtime
+
+
+def test_an_fp8_plan_round_trips_through_its_versioned_json(tiny):
+    p = narrowpipe.plan(tiny, "dgx-h100", 8, global_batch=8, seq=256, dtype="fp8", top=0)
+    assert narrowpipe.Plan.from_json(p.to_json()) == p
