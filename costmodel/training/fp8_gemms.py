@@ -150,10 +150,13 @@ class _State:
         return p
 
     def weight(self, w: Value) -> Node:
-        """The once-per-step cast of weight ``w``: its FP8 value and transposed copy."""
-        hit = self.weights.get(w)
+        """The once-per-step cast of weight ``w`` (keyed by the parameter it is or views): its FP8
+        value and transposed copy."""
+        p = _param(w)
+        assert p is not None
+        hit = self.weights.get(p)
         if hit is None:
-            hit = self.weights[w] = self._cast(w, FORWARD_FORMAT, WEIGHT_CAST, "weight")
+            hit = self.weights[p] = self._cast(w, FORWARD_FORMAT, WEIGHT_CAST, "weight")
         return hit
 
     def input(self, x: Value, phase: str) -> Node:
@@ -168,9 +171,10 @@ class _State:
         other operand is the output gradient, cast once to E5M2 for both GEMMs of that Linear."""
         kinds: list[str] = []
         for v in node.inputs[:2]:
+            cast = self.weights.get(_param(v)) if v is not None else None     # type: ignore[arg-type]
             if v is None:
                 kinds.append("")
-            elif _param(v) in self.weights:
+            elif cast is not None and cast.outputs[1].shape == v.shape:
                 kinds.append("weight")
             elif v in self.inputs or self._regathered(v) is not None:
                 kinds.append("input")
