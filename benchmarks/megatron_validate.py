@@ -17,6 +17,10 @@ layout Megatron used (layer norm with biases, learned positions, biased projecti
 pipeline device of the interleaved schedule; assumed the smallest that divides the layers per stage
 (2, or 3 for the 529.6B row), and the table shows the non-interleaved schedule's time beside it.
 Acceptance (issue 9): the 1.7B, 18.4B and 145.6B rows, mean |error| <= 10%, each within 15%.
+
+A second table (``_nemo_fp8.py``) holds FP8 training rows: NVIDIA's published NeMo and Megatron-Bridge
+FP8 throughput against ``plan --dtype fp8`` (Transformer Engine's GEMM-only FP8), each row with its
+source, and the predicted FP8/BF16 speed-up beside a published one.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _nemo_fp8 import PUBLISHED_RATIO, RATIO_SOURCE, fp8_section  # noqa: E402
+
 import narrowpipe  # noqa: E402
 
 from _common import RESULTS, env_header, environment, md_table, no_options, write_results  # noqa: E402
@@ -160,10 +166,15 @@ def main() -> None:
           "loading, per-shape kernel choices of 2021's cuBLAS below the catalog's measured GEMM ceiling, which "
           "is where the small-hidden rows likely lose most (the 1.7B model's 2304-wide GEMMs and 96-wide "
           "attention heads).\n")
+    fp8_md, fp8_rows = fp8_section()
+    md += fp8_md
     write_results(RESULTS, "megatron_validate", md, {"env": env, "source": SOURCE, "rows": data,
                                                     "acceptance": {"mean_abs_error": mean_acc,
                                                                    "worst_abs_error": worst_acc},
-                                                    "mean_abs_error_all_rows": mean_all})
+                                                    "mean_abs_error_all_rows": mean_all,
+                                                    "fp8_rows": fp8_rows,
+                                                    "fp8_published_ratio": {"source": RATIO_SOURCE,
+                                                                            "fp8_over_bf16": PUBLISHED_RATIO}})
     print(md)
 
 

@@ -141,6 +141,10 @@ def _runtime_flags(plan: Plan, notes: list[str]) -> dict[str, Any]:
     else:
         raise NarrowpipeError(f"Megatron-LM trains in fp32, bf16 or fp16 (fp8 through Transformer Engine on top "
                               f"of bf16); this plan's parameters are {dtype}")
+    if rt.get("fp8"):
+        # Megatron-LM megatron/training/arguments.py _add_transformer_engine_args: --fp8-format {e4m3,hybrid}
+        # (dest fp8): Transformer Engine's FP8 GEMMs on top of --bf16, the recipe the plan timed
+        out["--fp8-format"] = rt["fp8"]
     if rt.get("grad_reduce_dtype") == "fp32" and dtype in _PRECISION:
         out["--accumulate-allreduce-grads-in-fp32"] = True
     elif rt.get("grad_reduce_dtype") in ("fp16", "bf16") and dtype == "bf16":

@@ -49,8 +49,8 @@ def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--mode", default="train", choices=("train",), help="what to plan (default train)")
     p.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
     p.add_argument("--seq", type=int, help="tokens per sequence (default: the model's)")
-    p.add_argument("--dtype", help="retype weights and activations (default: the model's): bf16, fp16 or fp32 "
-                   "(fp8 trains only its GEMMs in fp8, which the plan does not model: refused)")
+    p.add_argument("--dtype", help="retype weights and activations (default: the model's): bf16, fp16 or fp32; "
+                   "fp8 (fp8_e4m3, fp8_e5m2): Transformer Engine's FP8 GEMMs on bf16 weights and activations")
     p.add_argument("--runtime", default="megatron-core", help="megatron-core (default) or megatron-lm-2021")
     for name in _FIX_FIELDS:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"fix {name} (otherwise searched)")
@@ -152,7 +152,9 @@ def print_plan(plan: Plan, console: Console) -> None:
     p = plan.parallel
     console.print(f"[bold]{escape(plan.model)}[/] on {plan.devices} x {escape(plan.target)} "
                   f"({escape(plan.system)}), seq {plan.seq}, global batch {p.global_batch}, runtime "
-                  f"{escape(str(plan.runtime.get('name', '')))}")
+                  f"{escape(str(plan.runtime.get('name', '')))}"
+                  + (", FP8 GEMMs (Transformer Engine hybrid recipe; the rest bf16/fp32)"
+                     if plan.runtime.get("fp8") else ""))
     console.print(f"[bold]plan:[/] {escape(p.describe())}  (schedule {p.schedule})")
     console.print(f"step {seconds(plan.step_time_s)}, {plan.tokens_per_s:,.0f} {plan.item_unit}/s, "
                   f"{plan.tflops_per_device:.0f} model TFLOP/s per device (MFU {plan.mfu:.1%}), "

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ...errors import PlanError
 from ...ir import DType, Graph
 from ..precision import with_precision
 from .assemble import assemble
+from .fp8_plan import fp8_notes
 from .plan import Plan
 from .planner import Planner
+from .runtime import get_runtime
 from .search import search
 from .strategy import RECOMPUTE, Parallel, parse_switch
 
@@ -40,16 +43,22 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
     sequence_parallel, zero (0-3), interleave; the rest is searched, and the plan lists the runners-up
     with why each lost. ``expert_balance`` (a mixture of experts: ``balanced``, ``zipf:S``, ``hot:F``)
     spreads the routed rows; under expert parallelism the busiest device sets the pace. ``dtype``
-    retypes weights and activations (default: the graph's own): a training precision, 16 or 32 bits
-    (:func:`_training_dtype` refuses narrower formats).
+    retypes weights and activations (default: the graph's own): a training precision, 16 or 32 bits;
+    ``fp8`` (``fp8_e4m3``, ``fp8_e5m2``) plans FP8 training as Transformer Engine runs it: bf16 weights
+    and activations, only the Linear layers' GEMMs in FP8 (:func:`_training_dtype` refuses int8, int4
+    and fp4).
     ``runtime`` names the training framework's behaviour (``megatron-core``, the default, or
     ``megatron-lm-2021``). Raises :class:`~narrowpipe.PlanError` when nothing fits, naming the memory
     term that overflows and by how much."""
     if mode != "train":
         raise PlanError(f"plan: mode {mode!r} is not planned yet; only 'train' (a training step) is")
     graph = _graph(model)
+    fp8 = False
     if dtype is not None:
-        graph = with_precision(graph, weights=_training_dtype(dtype), activations=dtype)
+        dtype, fp8 = _training_dtype(dtype)
+        graph = with_precision(graph, weights=dtype, activations=dtype)
+    if fp8:
+        runtime = replace(get_runtime(runtime), fp8="hybrid")
     planner = Planner(graph, target, devices, global_batch=global_batch, seq=seq, system=system, runtime=runtime,
                       optimizer=optimizer, expert_balance=expert_balance)
     fixed = _fixed(parallel)
@@ -62,32 +71,31 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
             raise PlanError(f"{e}; {_WHOLE} {_dict_form(parallel)}") from None
         raise
     stats = result.stats()
-    notes = [f"search: {stats['considered']} strategies, {stats['pruned_memory']} pruned by parameter memory, "
+    notes = [*fp8_notes(planner),
+             f"search: {stats['considered']} strategies, {stats['pruned_memory']} pruned by parameter memory, "
              f"{stats['evaluated']} evaluated ({planner.cached_costs} block costs)", *result.notes]
     return assemble(planner, result.best, result.runners_up, notes)
 
 
-def _training_dtype(name: str) -> str:
-    """``name`` when a model trains in it end to end (fp32, tf32, bf16, fp16); otherwise a PlanError.
-
-    FP8 training (Transformer Engine, as NeMo and Megatron-Core run it) feeds only the GEMMs in FP8:
-    the weights stay bf16 with fp32 master weights and gradients, activations and norms stay bf16.
-    Retyping the whole model to FP8 halved the weights' and activations' bytes and ran every op at
-    the FP8 rate: Llama-3-8B on 8 H100s (GBS 128, MBS 1, seq 8192, CP 2) read 1222 model TFLOP/s per
-    GPU against the 711 NVIDIA measured in FP8 (NeMo 24.12 performance summary), 1.7x. The plan does
-    not model GEMM-only FP8 training (its backward GEMMs and the casts around them), so it refuses
-    rather than print that number; an 8-bit integer or 4-bit format is no training precision either."""
+def _training_dtype(name: str) -> tuple[str, bool]:
+    """``(dtype the model trains in, FP8 GEMMs)``: ``name`` itself for a format a model trains in end
+    to end (fp32, tf32, bf16, fp16); ``("bf16", True)`` for an FP8 name (``fp8``, ``fp8_e4m3``,
+    ``fp8_e5m2``), which means FP8 training as Transformer Engine runs it (its HYBRID recipe: E4M3
+    forward, E5M2 gradients; :mod:`..training.fp8_gemms`), whichever of the two formats is named: the
+    weights and activations stay bf16 and only the Linear layers' GEMMs read FP8. Narrower formats
+    (int8, int4, fp4) are no training precision: a PlanError says why."""
     try:
         dt = DType.parse(name)
     except ValueError as e:
         raise PlanError(f"plan --dtype: {e}") from None
     if dt.is_float and dt.nbytes(1) >= 2:
-        return name
-    raise PlanError(f"plan --dtype {name}: a training plan retypes every weight, activation and norm, and a model "
-                    f"does not train in {dt.value} end to end; FP8 training (Transformer Engine) runs only the GEMMs "
-                    "in FP8, with bf16 weights (fp32 master weights and gradients) and bf16 activations, which the "
-                    "plan does not model (retyping everything predicted 1.7x NVIDIA's measured FP8 throughput). "
-                    "Plan in bf16 (--dtype bf16) and treat FP8's GEMM speed-up as upside on top of it")
+        return name, False
+    if dt in (DType.FP8_E4M3, DType.FP8_E5M2):
+        return "bf16", True
+    raise PlanError(f"plan --dtype {name}: a model does not train in {dt.value}: a training plan keeps bf16 "
+                    "weights (fp32 master weights and gradients) and bf16 activations; --dtype fp8 plans FP8 "
+                    "training as Transformer Engine runs it (only the Linear layers' GEMMs in FP8), and "
+                    f"{dt.value} training (integer or 4-bit GEMMs) is not modelled: plan in --dtype fp8 or bf16")
 
 
 def _graph(model: Any) -> Graph:

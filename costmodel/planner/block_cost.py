@@ -25,6 +25,7 @@ from ..experts import BALANCED, ExpertBalance
 from ..interpreter import interpret
 from ..sizes import value_bytes
 from ..timing import fused_program, time_program
+from ..training.fp8_gemms import WEIGHT_CAST, fp8_linear_gemms
 from .blocks import Block
 from .runtime import Runtime
 from .runtime_form import apply_runtime_form
@@ -78,6 +79,9 @@ class BlockCost:
     #: ``edp`` group (``dp x cp / ep`` replicas) rather than ``dp x cp``.
     expert_params: int = 0
     expert_param_bytes: int = 0
+    #: FP8 training: the resident FP8 copies of this device's weights (value and transposed copy),
+    #: cast once per step (:mod:`..training.fp8_gemms`); 0 otherwise.
+    fp8_weight_bytes: int = 0
 
     @property
     def forward_s(self) -> float:
@@ -91,6 +95,11 @@ class BlockCost:
     @property
     def optimizer_s(self) -> float:
         return self.times.get("optimizer", 0.0)
+
+    @property
+    def weight_cast_s(self) -> float:
+        """FP8 training: casting the weights to FP8, once per step (0 otherwise)."""
+        return self.times.get(WEIGHT_CAST, 0.0)
 
 
 def block_key(block: Block, parallel: Parallel, microbatch: int) -> tuple[Any, ...]:
@@ -120,6 +129,11 @@ def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtim
                                  master="fp32" if runtime.master_weights else forward_dtype(forward),
                                  inputs=block.grad_inputs)
     local = shard(train, parallel, dims=dims, expert_balance=expert_balance, arrive_split=arrive_split)
+    fp8_casts: list[Node] = []
+    if runtime.fp8 and block.kind == "layer":
+        # Transformer Engine's Linear modules are the layers' (Megatron-Core's output layer is a plain
+        # tensor_parallel.ColumnParallelLinear, the embedding no GEMM): only they run FP8 GEMMs
+        fp8_casts = fp8_linear_gemms(local).casts["weight"]
     table = interpret(local, {}, expert_balance=expert_balance)
     program = fused_program(table, target, TimingOptions(fusion=runtime.fusion, topology=topology))
     schedule = time_program(program, DeviceGroup(target))
@@ -168,7 +182,8 @@ def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtim
                      _boundary_bytes(local, table, forward.outputs[0].name if forward.outputs else None),
                      dict(local.meta.get("deferred_reductions", {})), collectives, notes,
                      tuple((w.name, prod(table.shapes[w]), value_bytes(table, w)) for w in params),
-                     sum(prod(table.shapes[w]) for w in experts), sum(value_bytes(table, w) for w in experts))
+                     sum(prod(table.shapes[w]) for w in experts), sum(value_bytes(table, w) for w in experts),
+                     sum(value_bytes(table, o) for n in fp8_casts for o in n.outputs))
 
 
 def unique_params(blocks: list[BlockCost]) -> tuple[int, int]:

@@ -78,6 +78,7 @@ def device_memory(p: Parallel, load: DeviceLoad, runtime: Runtime, optimizer: st
         weights += pbytes / (dp if p.zero >= 3 else 1)
         grads += params * grad / (dp if p.zero >= 2 else 1)
         states += params * per_state / (dp if p.zero >= 1 else 1)
+    weights += load.fp8_weight_bytes       # FP8 training: the resident FP8 copies (value + transpose)
     if p.zero >= 3:
         # the shard plus the gathered block (and the next one, prefetched)
         weights += 2 * load.largest_param_bytes

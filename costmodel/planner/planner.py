@@ -23,6 +23,7 @@ from ..interpreter import interpret
 from .block_cost import BlockCost, block_cost, block_key, loss_outputs
 from .blocks import Blocks, split_blocks
 from .expert_parallel import expert_param_numel
+from .fp8_plan import check_fp8_target
 from .machine import resolve_machine
 from .memory import DeviceMemory, device_memory
 from .runtime import Runtime, get_runtime
@@ -78,6 +79,8 @@ class Planner:
                             f"`narrowpipe analyze MODEL --train --target {self.target.name}`")
         self.global_batch = global_batch
         self.runtime = get_runtime(runtime)
+        if self.runtime.fp8:
+            check_fp8_target(self.target)
         self.optimizer = optimizer
         self.expert_balance = ExpertBalance.parse(expert_balance)
         #: the experts of a mixture of experts: how many (0 for a dense model), and their parameters

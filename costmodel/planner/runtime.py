@@ -77,6 +77,10 @@ class Runtime:
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     context_parallel: bool = True
     expert_parallel: bool = True
+    #: FP8 training recipe: "" (none: the model's own precision) or "hybrid", Transformer Engine's
+    #: default (E4M3 forward, E5M2 gradients) feeding only the Linear layers' GEMMs in FP8
+    #: (:mod:`..training.fp8_gemms`); set by ``plan(dtype="fp8")``.
+    fp8: str = ""
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -89,6 +93,8 @@ class Runtime:
             raise PlanError(f"runtime {self.name!r}: vocab_multiple must be at least 1, got {self.vocab_multiple!r}")
         if self.stage_split not in ("uniform", "balanced"):
             raise PlanError(f"runtime {self.name!r}: stage_split must be 'uniform' or 'balanced'")
+        if self.fp8 not in ("", "hybrid"):
+            raise PlanError(f"runtime {self.name!r}: fp8 must be '' or 'hybrid', got {self.fp8!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise PlanError(f"runtime {self.name!r}: dropout must be in [0, 1), got {self.dropout!r}")
 
@@ -113,6 +119,8 @@ class Runtime:
         ... ``expert_parallel``) is left out, like ``sources``: the plan's strategy says what it used."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_RECORDED}
         out["grad_reduce_dtype"] = self.grad_reduce_dtype.value
+        if not self.fp8:                # recorded only when set, so a bf16 plan's record is unchanged
+            out.pop("fp8")
         return out
 
 

@@ -141,6 +141,9 @@ class DeviceLoad:
     #: Of ``params`` / ``param_bytes``, the experts' (reduced and sharded over ``edp``, not ``dp x cp``).
     expert_params: int = 0
     expert_param_bytes: int = 0
+    #: FP8 training: the once-per-step weight casts and the resident FP8 weight copies they write.
+    weight_cast_s: float = 0.0
+    fp8_weight_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,8 @@ def layout(parallel: Parallel, layers: list[BlockCost], prologue: BlockCost | No
             sum(_extra_grad_bytes(b) for b in blocks), sum(b.saved_bytes for b in blocks),
             max((b.transient_bytes for b in blocks), default=0), sum(1 for b in blocks if b.params),
             max((b.param_bytes for b in blocks), default=0), sum(b.expert_params for b in blocks),
-            sum(b.expert_param_bytes for b in blocks)))
+            sum(b.expert_param_bytes for b in blocks), sum(b.weight_cast_s for b in blocks),
+            sum(b.fp8_weight_bytes for b in blocks)))
     first = layers[0] if layers else prologue
     return Layout(chunks, tuple(loads), first.boundary_bytes if first is not None else 0, tied_weights(per_device))
 
@@ -216,6 +220,10 @@ def step_time(parallel: Parallel, lay: Layout, topology: CollectiveTimer, runtim
     breakdown["tied_grad"] = sum(t for *_, t in tied_grad_collectives(lay.tied, p, topology, runtime))
     shard = p.dp * p.cp if p.zero >= 1 else 1
     breakdown["optimizer"] = lay.optimizer_s / shard
+    if any(d.weight_cast_s for d in lay.devices):
+        # FP8 training: each device casts its (unsharded by ZeRO-1/2) weights once per step, after the
+        # update; the slowest device's update plus cast is the term
+        breakdown["optimizer"] = max(d.optimizer_s / shard + d.weight_cast_s for d in lay.devices)
     total += dp_exposed + breakdown["tied_grad"] + breakdown["optimizer"]
     hidden = {"dp_comm": max(0.0, dp_total - dp_exposed),
               "cp_comm": m * lay.devices[crit].hidden_s,
