@@ -283,12 +283,16 @@ def analysis(preds: list[GpuPrediction]) -> str:
         "tensor-parallel all-reduces in 16 bits. Asked as FP8 end to end instead (every activation 8-bit, "
         "the results of commit fdef0b8), the FP8 rows were up to 15 points faster (H100/H200 throughput "
         "-30.6% to +4.4%, the H100 TP8 prefill -41.7%).",
-        f"* **Batch 1 at TP8 is predicted slightly slow**: {span(small)}. The predicted decode step is "
-        "latency: per-kernel launch overhead and two all-reduces per layer. The blog's TensorRT-LLM 0.5 all-reduced "
-        "with NCCL (its custom all-reduce was an opt-in build flag, TRTLLM-05-AR), so that row is asked with NCCL "
-        "alone (a 14-step ring, 43 us per 16 KB all-reduce); priced with the one-shot kernel today's engines run "
-        "(one 4.6 us step) it would read 1.08 s, 36% fast: the published 12.9 ms per token leaves ~35 us for each of "
-        "its 161 collectives beside the model's other kernels, an NCCL-era figure.",
+        f"* **Batch 1 at TP8**: {span(small)}. The predicted decode step is latency: per-kernel launch overhead "
+        "and two all-reduces per layer. The blog's TensorRT-LLM 0.5 all-reduced with NCCL (its custom all-reduce "
+        "was an opt-in build flag, TRTLLM-05-AR), so that row is asked with NCCL alone: NCCL's LL ring, 16 us per "
+        "16 KB all-reduce over 8 H100s (NCCL's tuner constants; nccl-tests and torch loops measure 15-25 us, "
+        "collective_validate.md). The published 12.9 ms per token leaves ~35 us for each of its 161 collectives "
+        "beside the model's other kernels, so the row reads fast; it read +8% while small all-reduces were "
+        "priced as 14 Simple-protocol ring steps (43 us), which NCCL does not run at 16 KB. The rest of that "
+        "2023 stack's per-collective cost (host-side work of each NCCL call, the engine's own synchronization) "
+        "is not broken down by the source and not modelled; priced with the one-shot kernel today's engines run "
+        "(one 4.6 us step) the row reads 1.08 s.",
         f"* **OCI 405B at batch 64-256 is not explained**: {span(big)}. {oci_margin(preds)} The source gives no "
         "breakdown (vLLM version, FP8 GEMM path, KV format), so no mechanism is claimed.",
         "* **Memory**: rows marked 'no' under 'fits?' ran as published but exceed narrowpipe's budget by its 10% "

@@ -88,6 +88,11 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     all_notes.append(f"memory is checked against {ev.capacity / 1e9:.1f} GB per device: its {device / 1e9:.1f} GB "
                      f"less {1 - ev.capacity / device:.0%} for what no planned term counts ("
                      f"{runtime_reserve_holders(planner.target.family, planner.target.vendor)})")
+    masked = planner.causal_masked_flops * p.global_batch
+    if peak and t > 0 and masked >= 0.01 * model_flops:
+        all_notes.append(f"MFU counts causal attention in full (PaLM's and Megatron's model FLOPs); without the "
+                         f"{masked / model_flops:.1%} of them its mask hides (MaxText's convention since July 2025) "
+                         f"it reads {(model_flops - masked) / t / p.devices / peak:.1%}")
     all_notes += domain_notes(planner.topology, p, planner.system_name)
     if not ev.fits:
         all_notes.append(overflow_text(ev))

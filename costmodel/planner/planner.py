@@ -10,13 +10,15 @@ interleaving) is :mod:`.step` and :mod:`.memory` arithmetic over cached numbers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
 from ...backends.defaults import runtime_memory_reserve
 from ...errors import PlanError, as_integer
-from ...ir import DimRole, Graph, Op
+from ...ir import DimRole, Graph, Op, Value
+from ...ir.attention import attention_dims, attention_window, is_causal
 from ..execution.collectives import Topology
 from ..experts import ExpertBalance
 from ..interpreter import interpret
@@ -315,6 +317,21 @@ class Planner:
             hit = self._flops[tp] = (model, executed, recompute)
         return hit
 
+    @cached_property
+    def causal_masked_flops(self) -> float:
+        """Model FLOPs per sequence (three times the forward's, as :meth:`model_flops`) of the score
+        entries causal attentions mask: the query-key pairs above the diagonal (outside the window),
+        which the PaLM/Megatron convention of the model FLOPs counts and MaxText's (causal attention
+        halved, since July 2025) does not; 0 without causal attention. For the plan's note that
+        states the MFU in both conventions."""
+        counted: dict[int, float] = {}
+        for block in self.blocks.all:
+            if id(block) not in counted:
+                table = interpret(apply_runtime_form(block.graph, self.runtime, tp=1), self.dims(1))
+                counted[id(block)] = 3 * sum(cost.flops * masked_fraction(node, table.shapes)
+                                             for node, cost in table.costs.items() if node.op is Op.ATTENTION)
+        return sum(counted[id(block)] for block in self.blocks.all)
+
     def _padded(self, block: Any, tp: int) -> bool:
         """Whether the runtime pads a vocabulary dim of ``block`` at ``tp``."""
         v = self.vocab
@@ -335,6 +352,22 @@ class Planner:
             f += cost.flops if phase == "forward" else 0
             b += cost.flops if phase == "backward" else 0
         return f, b
+
+
+def masked_fraction(node: Any, shapes: Mapping[Value, tuple[int, ...]]) -> float:
+    """The share of an attention node's query-key pairs its causal mask hides: query ``i`` of ``sq``
+    (the last ``sq`` of ``sk`` positions) sees keys up to its own, the last ``window`` of them where
+    there is a window; 0 for an attention that is not causal."""
+    q, k = node.inputs[0], node.inputs[1]
+    if not is_causal(node) or q is None or k is None or q not in shapes or k not in shapes:
+        return 0.0
+    dims = attention_dims(node.attrs, shapes[q], shapes[k], shapes[k])
+    w = attention_window(node) or dims.sk
+
+    def seen(n: int) -> int:          # keys seen by the queries at positions 1..n together
+        return n * (n + 1) // 2 if n <= w else w * (w + 1) // 2 + (n - w) * w
+    pairs = dims.sq * dims.sk
+    return 1 - (seen(dims.sk) - seen(max(dims.sk - dims.sq, 0))) / pairs if pairs else 0.0
 
 
 def _role_dim(graph: Graph, role: DimRole) -> str | None:
