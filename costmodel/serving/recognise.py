@@ -19,7 +19,7 @@ from ...ir import DimRole, DType, Graph, Op, OpGroup, Value, attention_dims
 from ...ir.dims import Dim
 from ...models.spec import TransformerSpec
 
-__all__ = ["spec_from_graph", "check_twin", "ROPE_THETA_META"]
+__all__ = ["spec_from_graph", "why_not_recognised", "check_twin", "ROPE_THETA_META"]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.")
 
@@ -118,6 +118,21 @@ def spec_from_graph(graph: Graph) -> TransformerSpec | None:
         if spec is not None:
             return _with_rope_theta(_with_export_positions(spec, graph), graph)
     return None
+
+
+def why_not_recognised(graph: Graph) -> str:
+    """What :func:`spec_from_graph` lacked, in the user's terms: a refusal that names a layout the
+    graph seems to have (GPT-2 state-dict names) must say which part did not fit."""
+    if _heads(graph) is None:
+        eager = any(n.op is Op.SOFTMAX for n in graph.nodes)
+        return ("it has no attention node to read the head count and head dim from"
+                + (" (it has a Softmax: an eager export's MatMul-Softmax-MatMul attention does not state "
+                   "the heads)" if eager else ""))
+    names = sorted(_weights(graph))
+    return ("its weights are not named in a layout it knows: Llama (model.embed_tokens.weight, "
+            "model.layers.N.self_attn.q_proj.weight, ...) or GPT-2 (transformer.wte.weight, transformer.wpe.weight, "
+            f"transformer.h.N.mlp.c_fc.weight); this graph has {', '.join(names[:3]) or 'no weights'}"
+            + (", ..." if len(names) > 3 else ""))
 
 
 #: ``graph.meta`` key: the rotary base a frontend read from the model's ``rotary_emb.inv_freq`` values.
