@@ -93,3 +93,17 @@ def test_depth_to_space_symbolic_channels() -> None:
 def test_depth_to_space_channels_not_divisible_is_named() -> None:
     with pytest.raises(ShapeError, match="not divisible by 4"):
         narrowpipe.load(_model("DepthToSpace", ["N", 6, "H", "W"], None, blocksize=2))
+
+
+def test_a_negative_dim_at_binding_names_the_file_node_and_onnx_op(tmp_path) -> None:
+    """Conv1d with kernel 5 over ``seq``: its output is ``seq - 4``, -2 at seq=2. The error raised
+    through the Python API names the file and the ONNX op, as the loader's errors do."""
+    path = str(tmp_path / "conv1d.onnx")
+    m = _model("Conv", [1, 4, "seq"], [4, 4, 5])
+    m.graph.node[0].name = "c1"
+    onnx.save(m, path)
+    with pytest.raises(ShapeError) as info:
+        narrowpipe.analyze(narrowpipe.load(path), dims={"seq": 2})
+    text = str(info.value)
+    for needle in (path, "'c1'", "ai.onnx::Conv", "is -2"):
+        assert needle in text, text
