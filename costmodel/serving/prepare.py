@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...errors import NarrowpipeError
+from ...errors import NarrowpipeError, UnboundDimError
 from ...ir import IN_PLACE, VIEW_OPS, DimRole, DType, Graph, Op, TensorType, Value
 from ...models.decoder import build
 from ...models.spec import TransformerSpec
@@ -94,7 +94,12 @@ class ServingGraph:
 
 
 def _rebuild(graph: Graph, spec: TransformerSpec) -> Graph:
-    seq = graph.role_size(DimRole.SEQUENCE) if graph.dims_with_role(DimRole.SEQUENCE) else 1
+    seq = 1   # the rebuilt graph's default only: serving binds its own prompt lengths
+    if graph.dims_with_role(DimRole.SEQUENCE):
+        try:
+            seq = graph.role_size(DimRole.SEQUENCE)
+        except UnboundDimError:   # a dim_param with no default (a dynamo export's 'sequence')
+            pass
     return build(spec, seq=max(1, seq), past=0, name=graph.name)
 
 
