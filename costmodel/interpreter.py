@@ -37,8 +37,8 @@ class NegativeDimError(ShapeError):
     of its symbols."""
 
     def __init__(self, reason: str, *, dim: Dim, size: int, at: str, node: str | None = None,
-                 op: str | None = None) -> None:
-        super().__init__(reason, node=node, op=op)
+                 op: str | None = None, file: str | None = None) -> None:
+        super().__init__(reason, node=node, op=op, file=file)
         self.dim, self.size, self.at = dim, size, at
 
 
@@ -97,7 +97,8 @@ def _named(exc: NegativeDimError, value: Value) -> NegativeDimError:
                                 f"a size cannot be negative", dim=exc.dim, size=exc.size, at=exc.at)
     return NegativeDimError(f"output dim {str(exc.dim)!r} is {exc.size}{when}; a size cannot be negative "
                             f"(a dim bound below what the model accepts?)", dim=exc.dim, size=exc.size,
-                            at=exc.at, node=node.name, op=node.label)
+                            at=exc.at, file=node.source.file or None, node=node.source.name or node.name,
+                            op=node.source.op or node.label)   # the names the user's file has
 
 
 @dataclass
@@ -246,6 +247,9 @@ def _control_flow_cost(node: Node, binder: ShapeBinder, table: CostTable, strict
         if not walked:
             return ZERO
         cost, split = max(walked, key=lambda cs: (cs[0].flops, cs[0].bytes))
+        if len(walked) == 2 and walked[0][0] != walked[1][0]:
+            table.notes.append(f"if {node.name!r}: the condition is read at run time; the costlier branch "
+                               f"counted ({cost.flops:,} FLOPs, {cost.bytes:,} bytes)")
         groups.update(split)
         return cost
     body = attrs.get("body")
@@ -256,7 +260,12 @@ def _control_flow_cost(node: Node, binder: ShapeBinder, table: CostTable, strict
     cost = _walk(body, binder, table, strict, top=False, groups=split)
     trips = attrs.get("trip_count")
     if isinstance(trips, str):
-        trips = binder.bindings.get(trips)
+        name, trips = trips, binder.bindings.get(trips)
+        spec = table.graph.dims.get(name)
+        if name.endswith("_trips") and spec is not None and trips is not None and trips == spec.default:
+            table.notes.append(f"{node.op.value} {node.name!r}: trip count read at run time, body counted "
+                               f"{trips} time(s), the default of {name} ({spec.doc}); bind it with "
+                               f"--set {name}=N")
     if node.op is Op.SCAN and trips is None:
         axis_len = attrs.get("scan_length")
         trips = axis_len if isinstance(axis_len, int) else None

@@ -38,12 +38,13 @@ def check_size_limits(graph: Graph, shapes: Mapping[Value, tuple[int, ...]]) -> 
                 where = node.source.scope or node.name
                 if not names:   # a fixed-size slice of an input the bound dims made smaller
                     raise ShapeError(_short_input(src, axis, h, w, where), node=node.source.name or node.name,
-                                     op=node.label)
+                                     op=node.source.op or node.label, file=node.source.file or None)
                 bound = ", ".join(names)
                 raise ShapeError(
                     f"{bound} = {w} is more than this model supports: {where} takes {w} entries of a "
                     f"{h}-entry tensor ({src.source_name or src.name}, axis {axis}); the largest "
-                    f"{bound} it can run is {h}", node=node.source.name or node.name, op=node.label)
+                    f"{bound} it can run is {h}", node=node.source.name or node.name, op=node.source.op or node.label,
+                    file=node.source.file or None)
 
 
 def _short_input(src: Value, axis: int, have: int, want: int, where: str) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...errors import NarrowpipeError
+from ...errors import NarrowpipeError, UnboundDimError
 from ...ir import IN_PLACE, VIEW_OPS, DimRole, DType, Graph, Op, TensorType, Value
 from ...models.decoder import build
 from ...models.spec import TransformerSpec
@@ -25,7 +25,7 @@ from ..costcache import forget
 from .formats import Formats
 from .inplace import serving_rewrites
 from .kvcache import KvCache, find_kv_cache
-from .recognise import check_twin, spec_from_graph
+from .recognise import check_twin, spec_from_graph, why_not_recognised
 
 __all__ = ["ServingGraph", "serving_graph", "spec_graph"]
 
@@ -94,7 +94,12 @@ class ServingGraph:
 
 
 def _rebuild(graph: Graph, spec: TransformerSpec) -> Graph:
-    seq = graph.role_size(DimRole.SEQUENCE) if graph.dims_with_role(DimRole.SEQUENCE) else 1
+    seq = 1   # the rebuilt graph's default only: serving binds its own prompt lengths
+    if graph.dims_with_role(DimRole.SEQUENCE):
+        try:
+            seq = graph.role_size(DimRole.SEQUENCE)
+        except UnboundDimError:   # a dim_param with no default (a dynamo export's 'sequence')
+            pass
     return build(spec, seq=max(1, seq), past=0, name=graph.name)
 
 
@@ -128,10 +133,11 @@ def serving_graph(graph: Graph, formats: Formats | None = None) -> ServingGraph:
     else:
         if spec is None:
             raise NarrowpipeError(
-                f"graph {graph.name!r} has no KV cache (no input with a KV-length dim) and its architecture is not "
-                "one serving can rebuild (Hugging Face Llama or GPT-2 layout, or narrowpipe.transformer); export it "
-                "with cache inputs (use_cache=True and past key values) or build it with narrowpipe.transformer(..., "
-                "past=N)")
+                f"graph {graph.name!r} has no KV cache (no input with a KV-length dim), so a decode step has no "
+                f"cache to read, and serving cannot rebuild it with one: {why_not_recognised(graph)}. Export it with "
+                "its cache as inputs (past key/value inputs and present outputs: use_cache=True with "
+                "past_key_values in torch.onnx.export, or Optimum's text-generation-with-past task) or build it "
+                "with narrowpipe.transformer(..., past=N)")
         source = _rebuild(graph, spec)
         if graph.meta.get("builder") != "narrowpipe.models.transformer":
             problem = check_twin(graph, source)

@@ -19,7 +19,7 @@ from ...ir import DimRole, DType, Graph, Op, OpGroup, Value, attention_dims
 from ...ir.dims import Dim
 from ...models.spec import TransformerSpec
 
-__all__ = ["spec_from_graph", "check_twin", "ROPE_THETA_META"]
+__all__ = ["spec_from_graph", "why_not_recognised", "check_twin", "ROPE_THETA_META"]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.")
 
@@ -46,7 +46,19 @@ def _layers(names: Mapping[str, Value]) -> int:
 
 
 def _heads(graph: Graph) -> tuple[int, int] | None:
-    """(query heads, head dim) of the first attention node, in any layout."""
+    """(query heads, head dim) of the first attention node, in any layout; an export's eager
+    attention (MatMul, Softmax, MatMul) is read as the fused node serving makes of it
+    (:mod:`..eager_attention`, on a clone: recognising changes nothing)."""
+    found = _fused_heads(graph)
+    if found is None and any(n.op is Op.SOFTMAX for n in graph.nodes):
+        from ..eager_attention import attention_from_eager
+        clone = graph.clone()
+        if attention_from_eager(clone):
+            found = _fused_heads(clone)
+    return found
+
+
+def _fused_heads(graph: Graph) -> tuple[int, int] | None:
     for node in graph.nodes:
         if node.op is Op.ATTENTION and len(node.inputs) >= 3 and all(v is not None for v in node.inputs[:3]):
             q, k, v = (_ints(x.shape) for x in node.inputs[:3] if x is not None)
@@ -87,14 +99,18 @@ def _llama(w: Mapping[str, Value], graph: Graph, heads: int, head_dim: int) -> T
 
 def _gpt2(w: Mapping[str, Value], graph: Graph, heads: int, head_dim: int) -> TransformerSpec | None:
     layers = _layers(w)
-    wte, wpe = w.get("transformer.wte.weight"), w.get("transformer.wpe.weight")
+    # tied embeddings are one tensor: transformer.wte.weight, or lm_head.weight where the exporter
+    # kept the head's name for it (torch.onnx's dynamo path)
+    wte = w.get("transformer.wte.weight") or w.get("lm_head.weight")
+    wpe = w.get("transformer.wpe.weight")
     fc = w.get("transformer.h.0.mlp.c_fc.weight")
     if not (layers and wte and wpe and fc):
         return None
     vocab, hidden = (_n(d) for d in wte.shape)
+    tied = "transformer.wte.weight" not in w or "lm_head.weight" not in w
     return TransformerSpec(
         layers=layers, hidden=hidden, heads=heads, vocab=vocab, ffn=_n(fc.shape[1]), kv_heads=heads,
-        head_dim=head_dim, activation=_activation(graph), tie_embeddings="lm_head.weight" not in w, norm="layer",
+        head_dim=head_dim, activation=_activation(graph), tie_embeddings=tied, norm="layer",
         positions="learned", max_positions=_n(wpe.shape[0]), attn_bias=True, out_bias=True, mlp_bias=True,
         dtype=wte.type.dtype)
 
@@ -118,6 +134,21 @@ def spec_from_graph(graph: Graph) -> TransformerSpec | None:
         if spec is not None:
             return _with_rope_theta(_with_export_positions(spec, graph), graph)
     return None
+
+
+def why_not_recognised(graph: Graph) -> str:
+    """What :func:`spec_from_graph` lacked, in the user's terms: a refusal that names a layout the
+    graph seems to have (GPT-2 state-dict names) must say which part did not fit."""
+    if _heads(graph) is None:
+        eager = any(n.op is Op.SOFTMAX for n in graph.nodes)
+        return ("it has no attention node to read the head count and head dim from"
+                + (" (it has a Softmax, but not in an eager MatMul-Softmax-MatMul attention over "
+                   "[batch, heads, seq, head_dim] tensors that serving reads as one)" if eager else ""))
+    names = sorted(_weights(graph))
+    return ("its weights are not named in a layout it knows: Llama (model.embed_tokens.weight, "
+            "model.layers.N.self_attn.q_proj.weight, ...) or GPT-2 (transformer.wte.weight, transformer.wpe.weight, "
+            f"transformer.h.N.mlp.c_fc.weight); this graph has {', '.join(names[:3]) or 'no weights'}"
+            + (", ..." if len(names) > 3 else ""))
 
 
 #: ``graph.meta`` key: the rotary base a frontend read from the model's ``rotary_emb.inv_freq`` values.
@@ -166,5 +197,10 @@ def check_twin(graph: Graph, twin: Graph, *, batch: int = 2, seq: int = 16) -> s
     a, b = _counted(graph, dims(graph)), _counted(twin, dims(twin))
     if a == b:
         return None
+    hint = ""
+    if a[1] == b[1] and a[0] < b[0]:
+        hint = ("; the FLOPs agree, and fewer stored parameters is what an exporter that merges byte-identical "
+                "initializers gives (torch.onnx does, for a freshly initialised model's equal biases and norm "
+                "weights): export trained or perturbed weights")
     return (f"the rebuilt model has {b[0]:,} parameters and {b[1]:,} matmul/attention FLOPs at batch {batch} "
-            f"x {seq} tokens; the graph has {a[0]:,} and {a[1]:,}")
+            f"x {seq} tokens; the graph has {a[0]:,} and {a[1]:,}{hint}")

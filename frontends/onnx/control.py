@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...ir import DType, Op, Sym, TensorType, Value
+from ...ir import DimSpec, DType, Op, Sym, TensorType, Value
 from .fold import as_dims
 from .node import NodeCx
 from .shapes import Bounded, OutSpec
-from .symdims import DimLike, Poly, dim_add, dim_ceildiv, dim_eq, dim_max, dim_mul, dim_sub, to_dim
+from .symdims import DimLike, Poly, dim_add, dim_ceildiv, dim_eq, dim_max, dim_mul, dim_sub, sanitize_symbol, to_dim
 
 __all__ = ["CONTROL_LOWERINGS", "merge_shapes", "trip_attr"]
 
@@ -64,11 +64,37 @@ def _loop(cx: NodeCx) -> None:
     m = as_dims(cx.known(0))
     trips: Any = m[0] if m else None
     n_carried = len(carried)
+    scans = body.outputs[1 + n_carried:]
+    if trips is None and scans:
+        trips = _trip_dim(cx, n_carried)
     own: list[OutSpec | None] = [(v.type.dtype, v.type.shape) for v in body.outputs[1:1 + n_carried]]
-    for v in body.outputs[1 + n_carried:]:
+    for v in scans:
         own.append((v.type.dtype, (to_dim(trips) if isinstance(trips, Poly) else trips, *v.type.shape)))
     types = cx.settle(own, override=True)
     cx.emit(Op.LOOP, cx.inputs(), {"body": body, "trip_count": trip_attr(trips)}, types=types)
+
+
+def _trip_dim(cx: NodeCx, n_carried: int) -> Sym:
+    """A trip count read at run time, as the dim ``<loop>_trips``: the scan outputs' leading dim is
+    the trip count, so one binding (``--set Loop_0_trips=5``, the name the cost interpreter reads)
+    sizes both the outputs and the body's repeats. Its default is 1 (the body counted once, as the
+    interpreter notes), or the leading dim a scan output's declared type states."""
+    state = cx.lw.state
+    name = sanitize_symbol(f"{cx.name}_trips")
+    if name not in state.dims:
+        state.names.reserve(name)
+        state.unknown.add(name)
+        state.dims[name] = DimSpec(name, default=1, min=0,
+                                   doc=f"trip count of {cx.source.op} node {cx.name!r}, read at run time; "
+                                       "default 1 counts the body once")
+    dim = Sym(name)
+    for out in cx.outs[n_carried:]:   # outputs: the carried values, then the scan outputs
+        raw = state.raw(cx.scope.type_of(out), out, cx.name) if out else None
+        lead = raw[1][0] if raw is not None and raw[1] else None
+        if isinstance(lead, int) and not isinstance(lead, bool):
+            state.declare_size(dim, lead, out, cx.name, cx.source.op)
+            break
+    return dim
 
 
 def _scan(cx: NodeCx) -> None:

@@ -10,6 +10,7 @@ is lowered through the one ONNX table. Whatever the input, the outcome is a grap
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from math import prod
 from pathlib import Path
@@ -19,7 +20,7 @@ import onnx
 import onnx.inliner  # a submodule `import onnx` does not load
 from onnx import GraphProto, ModelProto
 
-from ...errors import FrontendError, ModelLoadError, NarrowpipeError, ShapeError
+from ...errors import FrontendError, ModelLoadError, NarrowpipeError, NarrowpipeWarning, ShapeError
 from ...gcpause import paused_gc
 from ...ir import Graph, ValueKind
 from ...ir.verifier import maybe_verify
@@ -118,6 +119,27 @@ def _check_large_payloads(inits: list[InitFields], file: str) -> None:
                              f"file holds {size} bytes", file=file, node=name)
 
 
+def _warn_missing_external(graphs: list[GraphProto], file: str) -> None:
+    """One warning per external data file that is not beside the model: its weights are never read
+    (they are counted from their declared dims), so this is no error, but a copy that left its
+    ``.data`` behind cannot run, and the user should hear it."""
+    if not file or not os.path.isfile(file):
+        return
+    base = os.path.dirname(os.path.abspath(file))
+    missing: dict[str, int] = {}
+    for g in graphs:
+        for t in g.initializer:
+            if not is_external(t):
+                continue
+            loc = next((e.value for e in t.external_data if e.key == "location"), "")
+            if loc and not os.path.exists(os.path.join(base, loc)):
+                missing[loc] = missing.get(loc, 0) + 1
+    for loc, n in missing.items():
+        warnings.warn(f"{file}: external data file {loc!r} ({n} initializer(s)) is missing; analysis goes on, "
+                      "since weights are counted from their declared dims and never read", NarrowpipeWarning,
+                      stacklevel=2)
+
+
 #: How nodes are typed: "auto" (node by node where that is exact, else whole-model inference),
 #: "full" (always whole-model inference) or "lazy" (node by node, failing where it cannot be exact;
 #: for tests that compare the two ways).
@@ -128,6 +150,7 @@ def _lower(model: ModelProto, file: str, strict: bool, name: str | None, payload
            presorted: bool) -> Graph:
     fields = node_fields(model.graph)  # read once for checking, weight classes and lowering
     graphs = check_model(model, file=file, top=fields)
+    _warn_missing_external(graphs, file)
     if model.functions:
         try:
             model = onnx.inliner.inline_local_functions(model)

@@ -20,6 +20,7 @@ import onnx
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto
 
 from ...errors import FrontendError, ModelLoadError, ShapeError
+from .op_versions import check_op_versions
 from .types import MAX_DIM, absurd_size
 
 __all__ = ["read_bytes", "parse_model", "check_model", "node_fields", "NodeFields", "initializer_fields",
@@ -164,6 +165,7 @@ def check_model(model: ModelProto, *, file: str = "", top: list[NodeFields] | No
     local = {fn.domain for fn in model.functions}
     graphs: list[GraphProto] = []
     used: dict[str, tuple[str, str]] = {}   # domain -> (op type, name) of its first node
+    all_rows: list[NodeFields] = []
     for graph, where in iter_subgraphs(model.graph, "graph", top):
         rows = top if top is not None and not graphs else node_fields(graph)  # the main graph comes first
         graphs.append(graph)
@@ -173,6 +175,7 @@ def check_model(model: ModelProto, *, file: str = "", top: list[NodeFields] | No
             raise FrontendError(f"{where}: node #{i} has no op_type (a protobuf with missing fields)",
                                 file=f, node=row[2] or None)
         _check_single_assignment(rows, where, file)
+        all_rows.extend(rows)
         new = {row[1] for row in rows} - used.keys()
         for op_type, domain, name, _ins, _outs, _attrs in rows:   # each new domain's first node, in order
             if not new:
@@ -195,6 +198,8 @@ def check_model(model: ModelProto, *, file: str = "", top: list[NodeFields] | No
             label = domain or "ai.onnx"
             raise ModelLoadError(f"opset {label} version {version} is not supported: the installed onnx "
                                  f"{onnx.__version__} knows versions 1 to {newest}", file=f)
+    check_op_versions(((r[0], r[1], r[2]) for r in all_rows), opsets, {(fn.domain, fn.name) for fn in model.functions},
+                      file)
     return graphs
 
 

@@ -1,5 +1,7 @@
 """Output-shape rules of windowed and reducing ops: convolution and pooling windows (with pads,
-dilations, ``auto_pad`` and ``ceil_mode``), reductions, top-k and resize, all symbolic."""
+dilations, ``auto_pad`` and ``ceil_mode``), transposed convolutions, depth/space block moves,
+reductions, top-k and resize, all symbolic: ONNX's own inference gives up on a symbolic spatial dim,
+and a dynamic-resolution UNet or super-resolution model would otherwise ask for two dims per layer."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import numpy as np
 from ...ir import DType
 from ...ir.windows import conv_spatial, pool_spatial, window_out
 from .fold import as_dims, as_ints
-from .shape_base import Dim, RuleContext, length_of, max_dim, unknown_dims
+from .shape_base import Dim, RuleContext, length_of, max_dim, rule_error, unknown_dims
 from .shapes import Bounded, OutSpec
 from .symdims import dim_floordiv, dim_mul
 
@@ -61,6 +63,47 @@ def _window(cx: RuleContext) -> list[OutSpec | None]:
         return [(None, (x[0], w[0], *spatial))]
     out = (None, (x[0], x[1], *spatial))
     return [out] * cx.n_outputs()
+
+
+def _conv_transpose(cx: RuleContext) -> list[OutSpec | None]:
+    """ConvTranspose: ``(x-1)*stride - pads + dilation*(k-1) + output_padding + 1`` per spatial dim,
+    ``x*stride`` under ``auto_pad`` SAME_*, or ``output_shape`` as stated; channels ``W[1] * group``."""
+    x, w = cx.shape(0), cx.shape(1)
+    if x is None or w is None or len(x) < 3 or len(w) != len(x):
+        return [None]
+    n_sp = len(x) - 2
+    kernel = cx.attr("kernel_shape") or list(w[2:])
+    strides = cx.attr("strides") or [1] * n_sp
+    dil = cx.attr("dilations") or [1] * n_sp
+    pads = cx.attr("pads") or [0] * (2 * n_sp)
+    out_pad = cx.attr("output_padding") or [0] * n_sp
+    shape = cx.attr("output_shape")
+    if not _well_formed(kernel, strides, dil, pads, n_sp) or len(out_pad) != n_sp \
+            or (shape is not None and len(shape) not in (n_sp, n_sp + 2)):
+        return [None]   # the lowering names what is wrong
+    attrs = {"stride": strides, "dilation": dil, "padding": pads, "output_padding": out_pad,
+             "auto_pad": str(cx.attr("auto_pad") or "NOTSET"), "transposed": True,
+             "output_shape": list(shape) if shape else None}
+    spatial = conv_spatial(attrs, x[2:], kernel)
+    return [(None, (x[0], dim_mul(w[1], int(cx.attr("group", 1))), *spatial))]
+
+
+def _depth_space(cx: RuleContext) -> list[OutSpec | None]:
+    """DepthToSpace [N, C, H, W] -> [N, C/b^2, H*b, W*b]; SpaceToDepth the inverse. A known size
+    that does not divide is a broken model (onnxruntime refuses it)."""
+    x, b = cx.shape(0), int(cx.attr("blocksize", 1))
+    if x is None or len(x) != 4 or b < 1:
+        return [None]
+    to_space = cx.op_type == "DepthToSpace"
+    divided = (x[1],) if to_space else (x[2], x[3])
+    by = b * b if to_space else b
+    for d in divided:
+        if isinstance(d, int) and d % by:
+            raise rule_error(cx, f"{'channels' if to_space else 'spatial dim'} {d} of input "
+                                 f"{list(map(str, x))} is not divisible by {by} (blocksize {b})")
+    if to_space:
+        return [(None, (x[0], dim_floordiv(x[1], by), dim_mul(x[2], b), dim_mul(x[3], b)))]
+    return [(None, (x[0], dim_mul(x[1], by), dim_floordiv(x[2], b), dim_floordiv(x[3], b)))]
 
 
 def _well_formed(kernel: list[Any], strides: list[Any], dil: list[Any], pads: list[Any], n_sp: int) -> bool:
@@ -167,6 +210,7 @@ def _resize(cx: RuleContext) -> list[OutSpec | None]:
 
 WINDOW_RULES: dict[str, Callable[[Any], list[OutSpec | None]]] = {
     "Conv": _window, "ConvInteger": _window, "QLinearConv": _window, "MaxPool": _window,
+    "ConvTranspose": _conv_transpose, "DepthToSpace": _depth_space, "SpaceToDepth": _depth_space,
     "AveragePool": _window, "LpPool": _window, "GlobalAveragePool": _global_pool,
     "GlobalMaxPool": _global_pool, "GlobalLpPool": _global_pool, "ReduceSum": _reduce,
     "ReduceMean": _reduce, "ReduceMax": _reduce, "ReduceMin": _reduce, "ReduceProd": _reduce,
