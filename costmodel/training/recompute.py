@@ -6,10 +6,19 @@ Policies (Korthikanti et al., "Reducing Activation Recomputation in Large Transf
 * ``selective``: the attention core (``QK^T``, scale and mask, softmax, dropout, ``PV``) of each
   eager attention is recomputed just before its backward, so its ``seq x seq`` tensors are never kept.
   A fused attention op already works this way (its backward recomputes the scores), so it adds nothing.
+* ``dots``: JAX's ``jax.checkpoint_policies.dots_with_no_batch_dims_saveable`` (the same policy as
+  ``checkpoint_dots_with_no_batch_dims``), which is MaxText's ``remat_policy=minimal`` (MaxText/layers/
+  models.py at 76bd53b0f, 2023; at its 2025 head ``minimal`` saves the same projections by name): per
+  layer, the outputs of contractions without batch dims (``lhs_batch`` empty: the weights' GEMMs) stay
+  saved, with the layer's input; every other forward node of the layer (norms, activations, rotary,
+  residual adds, attention, whose score and PV products have batch dims, a fused attention kernel) runs
+  again before the layer's backward. Why it exists beside ``selective``: Megatron's selective keeps
+  everything but the attention core, so a plan that calls MaxText's ``minimal`` selective saves far
+  more than MaxText does.
 * ``full``: every layer's forward runs again before its backward from the layer's input (the
   checkpoint); the layers are the module scopes with an index (``model.layers.3``, ``transformer.h.3``,
   ``encoder.layer.3``). Nodes outside every layer (embeddings, final norm, head) are not recomputed; a
-  graph without layers is one checkpointed segment.
+  graph without layers is one checkpointed segment (so for ``dots``).
 
 The recomputed copies are ordinary nodes with ``phase="recompute"``; the backward of the segment reads
 them instead of the forward's values, so liveness frees the forward's and counts only the checkpoints.
@@ -30,9 +39,9 @@ from .context import GradContext
 from .phases import BACKWARD, PHASE, RECOMPUTE
 
 __all__ = ["RECOMPUTE_POLICIES", "IN_BACKWARD_KERNEL", "Recompute", "layer_of", "layer_of_scope",
-           "attention_cores"]
+           "attention_cores", "weight_dot"]
 
-RECOMPUTE_POLICIES = ("none", "selective", "full")
+RECOMPUTE_POLICIES = ("none", "selective", "dots", "full")
 #: On a forward node: the runtime's fused kernel saves the node's inputs, not its output, and its
 #: backward computes the output again (see the module doc).
 IN_BACKWARD_KERNEL = "recomputed_in_backward"
@@ -56,6 +65,22 @@ def layer_of(node: Node) -> str | None:
 
 def _batched_dot(node: Node | None) -> bool:
     return node is not None and node.op is Op.DOT and bool(node.attrs.get("lhs_batch"))
+
+
+def weight_dot(node: Node) -> bool:
+    """A contraction without batch dims: what ``dots_with_no_batch_dims_saveable`` saves (JAX's
+    ``jax/_src/ad_checkpoint.py``: a ``dot_general`` whose dimension numbers have no batch dims)."""
+    return node.op is Op.DOT and not node.attrs.get("lhs_batch")
+
+
+def _layers(nodes: Sequence[Node]) -> list[list[Node]]:
+    """The forward nodes of each layer (module scope with an index), in forward order."""
+    layers: dict[str, list[Node]] = {}
+    for n in nodes:
+        key = layer_of(n)
+        if key is not None:
+            layers.setdefault(key, []).append(n)
+    return list(layers.values())
 
 
 def _scores_operand(node: Node, inside: set[Node]) -> Value | None:
@@ -114,7 +139,10 @@ def attention_cores(nodes: Sequence[Node]) -> list[list[Node]]:
 class Recompute:
     """Emits each segment's recomputation once, before the backward of its first node to need it."""
 
-    def __init__(self, cx: GradContext, segments: list[list[Node]], in_kernel: Sequence[Node] = ()) -> None:
+    def __init__(self, cx: GradContext, segments: list[list[Node]], in_kernel: Sequence[Node] = (),
+                 kept: Sequence[Sequence[Node]] = ()) -> None:
+        """``kept[i]``: nodes of segment ``i``'s region that are not recomputed but whose backward
+        reads the recomputed values, so the segment is emitted before theirs too (``dots``)."""
         self.cx = cx
         self.segments = segments + [[n] for n in in_kernel]
         #: the phase each segment's copies run in: recomputation, or a fused kernel's backward
@@ -124,6 +152,9 @@ class Recompute:
         self.triggers: dict[Node, list[int]] = {}
         for i, seg in enumerate(self.segments):
             for n in seg:
+                self.triggers.setdefault(n, []).append(i)
+        for i, nodes in enumerate(kept):
+            for n in nodes:
                 self.triggers.setdefault(n, []).append(i)
         for i, n in enumerate(in_kernel, start=len(segments)):
             for reader in {u.node for o in n.outputs for u in o.uses}:
@@ -136,25 +167,26 @@ class Recompute:
             raise NarrowpipeError(f"recompute must be one of {', '.join(RECOMPUTE_POLICIES)}, got {policy!r}")
         notes: list[str] = []
         segments: list[list[Node]] = []
+        kept: list[list[Node]] = []
         if policy == "selective":
             segments = attention_cores(nodes)
             if not segments and any(n.op is Op.ATTENTION for n in nodes):
                 notes.append("recompute=selective: attention is fused (its backward recomputes the scores), "
                              "so nothing else is recomputed")
-        elif policy == "full":
-            layers: dict[str, list[Node]] = {}
-            for n in nodes:
-                key = layer_of(n)
-                if key is not None:
-                    layers.setdefault(key, []).append(n)
-            segments = list(layers.values())
-            if not segments:
-                segments = [list(nodes)]
-                notes.append("recompute=full: no layers found (no module scope with an index), so the whole "
+        elif policy in ("full", "dots"):
+            regions = _layers(nodes)
+            if not regions:
+                regions = [list(nodes)]
+                notes.append(f"recompute={policy}: no layers found (no module scope with an index), so the whole "
                              "forward is one checkpointed segment")
+            if policy == "full":
+                segments = regions
+            else:
+                segments = [[n for n in r if not weight_dot(n)] for r in regions]
+                kept = [[n for n in r if weight_dot(n)] for r in regions]
         covered = {n for seg in segments for n in seg}
         in_kernel = [n for n in nodes if n.attrs.get(IN_BACKWARD_KERNEL) and n not in covered]
-        return cls(cx, segments, in_kernel), notes
+        return cls(cx, segments, in_kernel, kept), notes
 
     def before(self, node: Node) -> None:
         cx = self.cx
