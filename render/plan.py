@@ -16,7 +16,7 @@ from ..backends import Target
 from ..backends.kernel_checks import checks_line
 from ..cli_args import count_arg
 from ..costmodel.planner.plan import Plan
-from ..costmodel.planner.strategy import parse_switch
+from ..costmodel.planner.strategy import RECOMPUTE, parse_switch
 from ..errors import PlanError
 from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, write_launch
 from .output_file import say_wrote, write_output
@@ -51,10 +51,10 @@ def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, help="tokens per sequence (default: the model's)")
     p.add_argument("--dtype", help="retype weights and activations (default: the model's): bf16, fp16 or fp32; "
                    "fp8 (fp8_e4m3, fp8_e5m2): Transformer Engine's FP8 GEMMs on bf16 weights and activations")
-    p.add_argument("--runtime", default="megatron-core", help="megatron-core (default) or megatron-lm-2021")
+    p.add_argument("--runtime", default="megatron-core", help="megatron-core (default), megatron-lm-2021 or maxtext")
     for name in _FIX_FIELDS:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"fix {name} (otherwise searched)")
-    p.add_argument("--recompute", choices=("none", "selective", "full"), help="fix activation recomputation")
+    p.add_argument("--recompute", choices=RECOMPUTE, help="fix activation recomputation (dots: maxtext only)")
     p.add_argument("--sequence-parallel", choices=("on", "off"), help="fix sequence parallelism")
     p.add_argument("--fix", metavar="K=V,...", help="fix several at once, e.g. --fix tp=8,pp=4,recompute=full")
     p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: balanced (default), "

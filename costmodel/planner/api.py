@@ -39,7 +39,7 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
     (``dgx-h100``, ``tpu-v5e-256``) or a chip (its catalog
     system when there is one: ``a100`` runs on ``dgx-a100`` nodes); ``system`` overrides the system.
     ``global_batch`` counts sequences of ``seq`` tokens (default: the graph's sequence length).
-    ``parallel`` fixes any of tp, pp, dp, cp, ep, microbatch, recompute (none/selective/full),
+    ``parallel`` fixes any of tp, pp, dp, cp, ep, microbatch, recompute (none/selective/dots/full),
     sequence_parallel, zero (0-3), interleave; the rest is searched, and the plan lists the runners-up
     with why each lost. ``expert_balance`` (a mixture of experts: ``balanced``, ``zipf:S``, ``hot:F``)
     spreads the routed rows; under expert parallelism the busiest device sets the pace. ``dtype``
@@ -47,8 +47,8 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
     ``fp8`` (``fp8_e4m3``, ``fp8_e5m2``) plans FP8 training as Transformer Engine runs it: bf16 weights
     and activations, only the Linear layers' GEMMs in FP8 (:func:`_training_dtype` refuses int8, int4
     and fp4).
-    ``runtime`` names the training framework's behaviour (``megatron-core``, the default, or
-    ``megatron-lm-2021``). Raises :class:`~narrowpipe.PlanError` when nothing fits, naming the memory
+    ``runtime`` names the training framework's behaviour (``megatron-core``, the default,
+    ``megatron-lm-2021`` or ``maxtext``: JAX/XLA as MaxText runs it; see :data:`.runtime.RUNTIMES`). Raises :class:`~narrowpipe.PlanError` when nothing fits, naming the memory
     term that overflows and by how much."""
     if mode != "train":
         raise PlanError(f"plan: mode {mode!r} is not planned yet; only 'train' (a training step) is")

@@ -6,6 +6,8 @@ made under the same runtime, and runtimes differ in exactly these choices. Megat
 SC'21 paper reduced data-parallel gradients after the backward pass, ran attention unfused with
 dropout, and did not overlap tensor-parallel collectives; Megatron-Core today overlaps the gradient
 reduction with the backward, prefetches ZeRO/FSDP parameters, and runs fused (flash) attention.
+MaxText (JAX/XLA) recomputes by JAX checkpoint policies (``dots``: the weights' matmul outputs kept),
+which Megatron does not offer, and shards with FSDP rather than the distributed optimizer.
 Every field says where it comes from; the planner never fits them.
 """
 
@@ -20,6 +22,8 @@ from ...errors import PlanError
 from ...ir import DType
 
 __all__ = ["Runtime", "RUNTIMES", "get_runtime"]
+
+_MT = "github.com/AI-Hypercomputer/maxtext"
 
 #: Fields a plan does not record (see :meth:`Runtime.to_dict`).
 _NOT_RECORDED = ("sources", "sequence_parallel", "zero_stages", "recompute_modes", "context_parallel",
@@ -194,6 +198,65 @@ RUNTIMES: dict[str, Runtime] = {
                                "selective recomputation (--recompute-granularity) came in 2022",
             "context_parallel": "Megatron-LM v2.5 has no context parallelism (Megatron-Core, 2023)",
             "expert_parallel": "Megatron-LM v2.5 has no mixture-of-experts layers",
+        }),
+    "maxtext": Runtime(
+        "maxtext", overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=False,
+        pipeline_scatter_gather=True, attention="fused", attention_layout="sbhd", fused_glu=False, fused_norm=False,
+        vocab_multiple=1, dropout=0.0, grad_reduce_dtype=DType.FP32, master_weights=True, stage_split="uniform",
+        fusion="full", sequence_parallel=True, zero_stages=(0, 1, 3), recompute_modes=("none", "dots", "full"),
+        context_parallel=True, expert_parallel=True, sources={
+            "name": f"{_MT}: JAX/XLA as MaxText runs it; 2023 = the v5p/v5e/v4 tables' commit 76bd53b0f "
+                    "(MaxText/configs/base.yml), head = the snapshot e591f30 (src/maxtext/configs/base.yml)",
+            "overlap_grad_reduce": "the tables' run scripts (configs/v5p/*.sh, 2023) set LIBTPU_INIT_ARGS "
+                                   "--xla_tpu_enable_data_parallel_all_reduce_opt=true "
+                                   "--xla_tpu_enable_async_collective_fusion=true: XLA's async collectives run "
+                                   "the gradient reduce-scatters under the backward",
+            "overlap_param_gather": "the same scripts: --xla_enable_async_all_gather=true "
+                                    "--xla_tpu_enable_ag_backward_pipelining=true (FSDP all-gathers issued ahead "
+                                    "of the layer that reads them)",
+            "overlap_tp_comm": "assumption: off. A tensor-parallel all-gather/reduce-scatter sits between "
+                               "dependent matmuls; XLA hides it only with collective matmul (windowed einsum, "
+                               "--xla_tpu_enable_windowed_einsum_for_*), which the tables' scripts do not set",
+            "pipeline_scatter_gather": "base.yml logical_axis_rules (both commits): activation_embed -> tensor, "
+                                       "so a stage's activations leave it sharded over the tensor axis",
+            "attention": "base.yml 2023: attention 'flash' (Pallas TPU flash attention); head: 'autoselected' "
+                         "(splash/flash on TPU, cudnn_flash_te on GPU)",
+            "attention_layout": "assumption: XLA folds the transposes around the attention kernel into the "
+                                "projections' dot_general dimension numbers (layout assignment), no saved copy",
+            "fused_glu": "JAX saves each primitive's VJP residuals (silu's input and output, the product's "
+                         "operands); under scan_layers (base.yml default True) they leave the forward scan as "
+                         "stacked outputs, so XLA cannot recompute them in the backward: eager-like, unless "
+                         "the remat policy recomputes them (dots, full)",
+            "fused_norm": "MaxText's RMSNorm (layers/normalizations.py) is jnp steps (fp32 cast, mean of squares, "
+                          "rsqrt, scale): JAX saves their residuals as eager torch does (see fused_glu)",
+            "vocab_multiple": "MaxText has no vocabulary padding option (base.yml 2023: vocab_size 32_768 "
+                              "'powers of 2 for sharding'); GSPMD pads an uneven tensor split to equal shards",
+            "dropout": "base.yml: dropout_rate 0 (2023) / 0.0 (head)",
+            "grad_reduce_dtype": "base.yml: weight_dtype float32, so the gradients are fp32 (head: grad_dtype "
+                                 "float32)",
+            "master_weights": "base.yml weight_dtype float32, activations dtype bfloat16: MaxText keeps fp32 "
+                              "weights only and casts them per use; the plan's bf16 weights + fp32 master count "
+                              "2 bytes per parameter (sharded as the weights) more than that",
+            "stage_split": "base.yml (head): decoder layers = stages x num_layers_per_pipeline_stage x "
+                           "num_pipeline_repeats, equal per stage",
+            "fusion": "XLA fuses elementwise producers and consumers into the dots' fusions on TPU (output fusion)",
+            "sequence_parallel": "base.yml activation_embed -> tensor (both commits): between layers the "
+                                 "activations are sharded over the tensor axis (by the hidden dim, not the "
+                                 "sequence; head: ici_tensor_sequence_parallelism by the sequence), the same "
+                                 "all-gathers and reduce-scatters and 1/tp memory as Megatron's sequence parallelism",
+            "zero_stages": "ici_fsdp_parallelism (ZeRO-3: weights, gradients and optimizer states sharded), "
+                           "ici_data_parallelism (plain DP); head: shard_optimizer_over_data 'Enable ZeRO-1 "
+                           "optimizer sharding over data axis' (opt_state only, maxtext_utils.py). No ZeRO-2",
+            "recompute_modes": "remat_policy: none; minimal = jax.checkpoint_policies.checkpoint_dots_with_no_"
+                               "batch_dims (MaxText/layers/models.py, 2023; head layers/decoders.py saves the "
+                               "q/k/v/out and MLP projections by name, the same values) -> dots; full = policy "
+                               "None (nothing saved but the layer input) -> full",
+            "context_parallel": "base.yml: ici_context_parallelism (head)",
+            "expert_parallel": "base.yml: ici_expert_parallelism (head)",
+            "pipeline": "base.yml (head): ici_pipeline_parallelism with a circular schedule "
+                        "(num_pipeline_repeats); its bubble (p-1)/(r m + p-1) is the interleaved schedule's. Not "
+                        "modelled: JAX runs the microbatches' forwards before their backwards, so activations "
+                        "in flight are bounded by the remat policy, not by 1F1B",
         }),
 }
 

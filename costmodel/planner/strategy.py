@@ -22,7 +22,7 @@ from ...errors import PlanError
 
 __all__ = ["Parallel", "RECOMPUTE", "AXES", "parse_switch"]
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "dots", "full")
 #: Mesh axes from the innermost (adjacent ranks) to the outermost.
 AXES = ("tp", "cp", "dp", "pp")
 _SIZES = ("tp", "pp", "dp", "cp", "ep", "interleave", "microbatch", "global_batch")
@@ -44,7 +44,8 @@ def parse_switch(name: str, value: object) -> bool:
 class Parallel:
     """One strategy. ``global_batch`` and ``microbatch`` count sequences; ``interleave`` is the number
     of model chunks per pipeline device (``v``; above 1 the schedule is interleaved 1F1B);
-    ``recompute`` is ``none``, ``selective`` (attention's softmax region, Korthikanti et al. 2022) or
+    ``recompute`` is ``none``, ``selective`` (attention's softmax region, Korthikanti et al. 2022),
+    ``dots`` (all but the weights' matmul outputs, JAX's ``dots_with_no_batch_dims_saveable``) or
     ``full`` (every layer's forward again in backward); ``zero`` 1/2/3 shards optimizer states /
     gradients / parameters over the data-parallel ranks (3 is FSDP)."""
 
