@@ -13,9 +13,15 @@ How the plan maps, and why:
   (output features over ``tensor``), the attention output and the MLP's down projection row-wise,
   the vocabulary of the embedding and the head over ``tensor``; sequence parallelism shards the
   activations between layers over ``tensor`` along the sequence.
-* recomputation: ``full`` is ``jax.checkpoint`` with ``nothing_saveable``; ``selective`` is
-  ``dots_with_no_batch_dims_saveable`` (the weight matmuls' outputs are kept, attention's batched
-  score products are recomputed: the plan's selective region).
+* recomputation, as the plan's memory and time assume it: ``dots`` is ``jax.checkpoint`` with
+  ``dots_with_no_batch_dims_saveable`` (the weights' matmul outputs kept, everything else of the layer
+  recomputed: MaxText's ``remat_policy=minimal``); ``full`` is ``nothing_saveable`` (the layer's input
+  only: MaxText's ``full``); ``none`` is ``everything_saveable``. Megatron's ``selective`` has no JAX
+  policy: it recomputes an eager attention's softmax region and keeps everything else. Under fused
+  attention that region is inside the kernel (its backward recomputes the scores anyway), so the plan
+  recomputes nothing and ``everything_saveable`` is exact; with an eager attention (the plan has a
+  recomputation term, or the runtime unfuses attention) it is refused, since no built-in policy keeps
+  the projections, norms and activations while dropping only the scores.
 * pipeline parallelism has no JAX primitive: a plan with ``pp > 1`` is refused, naming the way out.
 """
 
@@ -28,11 +34,15 @@ from ..costmodel.planner.plan import Plan
 from ..errors import NarrowpipeError
 from .emit import STACKS, Launch, plan_source, py_tuple, software_stack, training_dtype
 
-__all__ = ["jax_launch", "jax_mesh", "JAX_REFERENCE"]
+__all__ = ["jax_launch", "jax_mesh", "remat_policy", "JAX_REFERENCE"]
 
 JAX_REFERENCE = "jax.make_mesh, jax.sharding.PartitionSpec, jax.checkpoint_policies (JAX 0.4.35 and later)"
-_REMAT = {"full": "jax.checkpoint_policies.nothing_saveable",
-          "selective": "jax.checkpoint_policies.dots_with_no_batch_dims_saveable"}
+_REMAT = {"none": "jax.checkpoint_policies.everything_saveable",
+          "dots": "jax.checkpoint_policies.dots_with_no_batch_dims_saveable",
+          "full": "jax.checkpoint_policies.nothing_saveable"}
+#: MaxText's ``remat_policy`` that runs each (its base.yml; ``minimal`` is the dots policy, see
+#: costmodel/training/recompute.py)
+_MAXTEXT_REMAT = {"none": "none", "dots": "minimal", "full": "full"}
 
 
 def jax_mesh(plan: Plan) -> list[tuple[str, int]]:
@@ -63,6 +73,8 @@ def jax_launch(plan: Plan, chip: Target | None = None) -> Launch:
     if p.pp > 1:
         raise NarrowpipeError(f"JAX has no pipeline-parallel schedule to map pp={p.pp} ({p.schedule}) onto: re-plan "
                               "with --pp 1 for --emit jax, or use a framework with pipelining (MaxText, Megatron-LM)")
+    policy, remat_note = remat_policy(plan)
+    notes.append(remat_note)
     axes = jax_mesh(plan)
     sizes = dict(axes)
     # the axes ZeRO shards over, as the planner's memory does: dense over dp x cp, experts' rest over dp x cp / ep
@@ -105,10 +117,30 @@ def jax_launch(plan: Plan, chip: Target | None = None) -> Launch:
         notes.append("context parallelism: attention over a 'context'-sharded sequence needs ring attention "
                      "(or the compiler all-gathers keys and values)")
     settings = {"mesh": {"shape": [n for _, n in axes], "axis_names": [a for a, _ in axes]},
-                "partition_specs": specs, "remat_policy": _REMAT.get(p.recompute), "param_dtype": training_dtype(plan),
+                "partition_specs": specs, "remat_policy": policy, "param_dtype": training_dtype(plan),
                 "microbatch": p.microbatch, "global_batch": p.global_batch}
     return Launch("jax", plan_source(plan), settings, code=_snippet(settings, p.recompute), notes=notes,
                   reference=JAX_REFERENCE)
+
+
+def remat_policy(plan: Plan) -> tuple[str, str]:
+    """The ``jax.checkpoint`` policy that saves what the plan's recomputation saves, and a note saying
+    why (see the module doc); raises where no JAX policy does."""
+    rec = plan.parallel.recompute
+    if rec == "selective":
+        eager = plan.runtime.get("attention") == "unfused" or plan.breakdown.get("recompute", 0.0) > 0
+        if eager:
+            raise NarrowpipeError(
+                "recompute=selective with eager attention (the plan recomputes its softmax region) has no "
+                "jax.checkpoint policy: dots_with_no_batch_dims_saveable also recomputes the norms, activations "
+                "and residuals, nothing_saveable the whole layer. Re-plan with --runtime maxtext --recompute "
+                "dots (or full), or name the scores with jax.ad_checkpoint.checkpoint_name and save everything "
+                "except those names yourself")
+        return _REMAT["none"], ("recompute=selective under fused attention recomputes nothing (the kernel's "
+                                "backward recomputes the scores itself): jax.checkpoint_policies.everything_saveable")
+    if rec not in _REMAT:
+        raise NarrowpipeError(f"recompute={rec!r} has no jax.checkpoint policy here (known: {', '.join(_REMAT)})")
+    return _REMAT[rec], f"recompute={rec} is {_REMAT[rec]} (MaxText remat_policy={_MAXTEXT_REMAT[rec]})"
 
 
 def _axes(names: list[str]) -> Any:
@@ -139,6 +171,5 @@ def _snippet(s: dict[str, Any], recompute: str) -> str:
              f"mesh = jax.make_mesh({shape}, {names})", "specs = {"]
     lines += [f'    "{k}": {_spec(v)},' for k, v in s["partition_specs"].items()]
     lines += ["}", "shardings = {k: NamedSharding(mesh, spec) for k, spec in specs.items()}"]
-    if recompute in _REMAT:
-        lines.append(f"layer_fn = jax.checkpoint(layer_fn, policy={_REMAT[recompute]})   # recompute={recompute}")
+    lines.append(f"layer_fn = jax.checkpoint(layer_fn, policy={s['remat_policy']})   # recompute={recompute}")
     return "\n".join(lines) + "\n"

@@ -104,6 +104,9 @@ def megatron_launch(plan: Plan, chip: Target | None = None) -> Launch:
         flags["--sequence-parallel"] = True
     flags["--micro-batch-size"] = p.microbatch
     flags["--global-batch-size"] = p.global_batch
+    if p.recompute == "dots":
+        raise NarrowpipeError("recompute=dots (JAX's dots_with_no_batch_dims_saveable, MaxText's remat_policy="
+                              "minimal) has no Megatron flag: --emit jax, or re-plan with --runtime megatron-core")
     if p.recompute == "selective":
         flags["--recompute-granularity"] = "selective"
     elif p.recompute == "full":

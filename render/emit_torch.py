@@ -90,6 +90,10 @@ def torch_launch(plan: Plan, chip: Target | None = None) -> Launch:
                       "chunk_layers": _chunk_layers(plan)} if p.pp > 1 else {}),
         "microbatch": p.microbatch, "global_batch": p.global_batch,
     }
+    if p.recompute == "dots":
+        notes.append("recompute=dots keeps only the weights' matmul outputs (JAX's dots_with_no_batch_dims_saveable): "
+                     "torch.utils.checkpoint with a selective-checkpoint policy saving aten.mm/addmm outputs and "
+                     "recomputing the rest does the same (torch.utils.checkpoint.create_selective_checkpoint_contexts)")
     if p.recompute == "selective":
         notes.append("selective recomputation (attention's softmax region) has no switch in PyTorch: torchtitan's "
                      "selective activation checkpointing, or checkpoint the attention core yourself")

@@ -39,8 +39,37 @@ def test_weights_split_like_megatron_over_the_tensor_axis(hand_plan, llama_arch)
     assert specs["mlp out [ffn, hidden]"] == ["tensor", "fsdp"]
     assert specs["embedding [vocab, hidden]"][0] == "tensor"
     assert specs["activations between layers (sequence parallel) [batch, seq, hidden]"][1] == "tensor"
-    assert launch.settings["remat_policy"] == "jax.checkpoint_policies.dots_with_no_batch_dims_saveable"
+    # Megatron's selective under fused attention recomputes nothing (it used to be emitted as the dots
+    # policy, which recomputes the norms, activations and attention: not what the plan's memory assumed)
+    assert launch.settings["remat_policy"] == "jax.checkpoint_policies.everything_saveable"
     assert 'mesh = jax.make_mesh((1, 4, 4), ("data", "fsdp", "tensor"))' in launch.code
+
+
+@pytest.mark.parametrize("recompute, policy, maxtext", [
+    ("none", "everything_saveable", "none"),
+    ("dots", "dots_with_no_batch_dims_saveable", "minimal"),
+    ("full", "nothing_saveable", "full"),
+])
+def test_each_recomputation_is_the_jax_policy_that_saves_the_same(hand_plan, llama_arch, recompute, policy, maxtext):
+    """JAX's jax/_src/ad_checkpoint.py: dots_with_no_batch_dims_saveable keeps dot_general outputs without
+    batch dims (the plan's ``dots``), nothing_saveable only the checkpointed function's inputs (``full``);
+    MaxText's remat_policy names them minimal (MaxText/layers/models.py, 2023) and full."""
+    launch = jax_launch(hand_plan(1, 1, 8, tp=2, dp=4, zero=3, recompute=recompute, architecture=llama_arch))
+    assert launch.settings["remat_policy"] == f"jax.checkpoint_policies.{policy}"
+    assert f"policy=jax.checkpoint_policies.{policy})" in launch.code
+    assert any(f"MaxText remat_policy={maxtext}" in n for n in launch.notes)
+
+
+def test_selective_with_eager_attention_has_no_jax_policy(hand_plan, llama_arch):
+    """Selective over an eager attention keeps everything but the softmax region: no built-in policy
+    saves that, so it is refused with the way out; a plan that recomputed something is eager."""
+    unfused = {**hand_plan(1, 1, 8).runtime, "attention": "unfused"}
+    with pytest.raises(NarrowpipeError, match="--recompute dots"):
+        jax_launch(hand_plan(1, 1, 8, tp=2, dp=4, recompute="selective", runtime=unfused, architecture=llama_arch))
+    plan = hand_plan(1, 1, 8, tp=2, dp=4, recompute="selective", architecture=llama_arch)
+    plan.breakdown["recompute"] = 1e-3
+    with pytest.raises(NarrowpipeError, match="eager attention"):
+        jax_launch(plan)
 
 
 def test_kv_heads_that_do_not_split_stay_replicated(hand_plan, llama_arch):

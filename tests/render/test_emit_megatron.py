@@ -141,6 +141,12 @@ def test_full_recomputation_recomputes_every_layer_and_fp16_gets_its_flag(hand_p
     assert flags["--fp16"] is True and "--bf16" not in flags
 
 
+def test_a_dots_plan_has_no_megatron_flag(hand_plan, llama_arch):
+    """Megatron-Core's --recompute-granularity is selective or full; the JAX dots policy is neither."""
+    with pytest.raises(NarrowpipeError, match="no Megatron flag"):
+        megatron_launch(hand_plan(1, 1, 8, recompute="dots", architecture=llama_arch))
+
+
 def test_a_plan_of_llama_3_8b_gives_megatrons_own_llama_3_recipe_flags(tmp_path, capsys):
     out = tmp_path / "megatron.sh"
     assert main(["-q", "plan", "llama-3-8b", "--devices", "16", "--target", "dgx-h100", "--global-batch", "32",
