@@ -183,5 +183,8 @@ def maxtext_flops_head(dims: Dims, batch: int) -> float:
 
 
 def remat_option(policy: str) -> str:
-    """MaxText's remat policy as the plan's recomputation option (see maxtext_validate's docstring)."""
-    return {"full": "full", "minimal": "selective", "qkv_proj_offloaded": "full"}[policy]
+    """MaxText's remat policy as the plan's recomputation option under the ``maxtext`` runtime (see
+    maxtext_validate's docstring): ``minimal`` is JAX's checkpoint_dots_with_no_batch_dims, the plan's
+    ``dots``, exactly; ``full`` (policy None) is ``full``; the head's ``qkv_proj_offloaded`` (q/k/v
+    projections kept in host memory, the rest recomputed) has no plan option and is planned ``full``."""
+    return {"full": "full", "minimal": "dots", "qkv_proj_offloaded": "full"}[policy]

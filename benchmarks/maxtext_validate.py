@@ -18,13 +18,14 @@ chips) with the run's parallelism fixed and nothing fitted to these rows:
 - tensor parallelism with the activations between layers sharded over tp (``activation_embed`` ->
   ``tensor`` in base.yml's rules): the plan's sequence-parallel form, all-gathers and reduce-scatters of
   the same bytes as all-reduces.
+- runtime ``maxtext`` (costmodel/planner/runtime.py: flash attention, FSDP, XLA's async collectives as
+  the scripts' LIBTPU_INIT_ARGS set them, tensor-parallel collectives exposed, each field sourced).
 - remat: ``full`` (policy None: the layer's inputs saved, its forward run again) -> ``full``, exact;
   ``minimal`` (``checkpoint_dots_with_no_batch_dims``: the weight matmuls' outputs saved, attention,
-  norms and activations recomputed) -> ``selective``, inexact: the plan's selective recomputes attention's
-  softmax region (nothing extra under a fused attention, whose backward recomputes the scores anyway),
-  where MaxText also runs the flash kernel's forward, the norms and the ReLU again (~1% of the step's
-  FLOPs on these shapes); ``qkv_proj_offloaded`` (head only) -> ``full``, inexact (the q/k/v
-  projections are kept in host memory, not recomputed).
+  norms and activations recomputed) -> ``dots``, the same JAX policy, exact; ``qkv_proj_offloaded``
+  (head only) -> ``full``, inexact (the q/k/v projections are kept in host memory, not recomputed).
+  Until December 2026 the rows ran under ``megatron-core`` with ``minimal`` -> ``selective``, which
+  keeps every activation but the attention core: most v5p rows read "does not fit" (124 GB of 98).
 
 Same convention: the published MFU is MaxText's count (maxtext_rows.maxtext_flops_2023: 6N per token with
 the tied embedding, causal attention) / (step x chip peak). The predicted MFU here divides the same count
@@ -63,6 +64,8 @@ from narrowpipe.costmodel.planner.strategy import Parallel  # noqa: E402
 
 from _common import RESULTS, env_header, environment, md_table, no_options, write_results  # noqa: E402
 
+#: JAX/XLA as MaxText runs it (costmodel/planner/runtime.py): its remat policies, FSDP, async collectives
+RUNTIME = "maxtext"
 TERMS = ("compute", "recompute", "tp_comm", "param_gather", "dp_comm", "optimizer")
 
 
@@ -75,7 +78,7 @@ def predict(row: Row, head: bool = False) -> narrowpipe.Plan:
     gb = batch * row.chips
     dp = row.chips // tp
     planner = Planner(dims.model(f"maxtext-{row.model}{'-head' if head else ''}"), row.target, row.chips,
-                      global_batch=gb, seq=SEQ)
+                      global_batch=gb, seq=SEQ, runtime=RUNTIME)
     p = Parallel(tp=tp, pp=1, dp=dp, zero=3, recompute=remat_option(remat), microbatch=gb // dp, global_batch=gb,
                  sequence_parallel=tp > 1)
     return assemble(planner, planner.evaluate(p))
