@@ -12,9 +12,11 @@ Policies (Korthikanti et al., "Reducing Activation Recomputation in Large Transf
   layer, the outputs of contractions without batch dims (``lhs_batch`` empty: the weights' GEMMs) stay
   saved, with the layer's input; every other forward node of the layer (norms, activations, rotary,
   residual adds, attention, whose score and PV products have batch dims, a fused attention kernel) runs
-  again before the layer's backward. Why it exists beside ``selective``: Megatron's selective keeps
-  everything but the attention core, so a plan that calls MaxText's ``minimal`` selective saves far
-  more than MaxText does.
+  again before the layer's backward, if the backward reads it (:func:`drop_unread_recompute`: JAX's
+  partial evaluation keeps only the residuals the backward needs, so a matmul output whose only reader is
+  a residual add, e.g. the MLP's down projection, is saveable but not saved). Why it exists beside
+  ``selective``: Megatron's selective keeps everything but the attention core, so a plan that calls
+  MaxText's ``minimal`` selective saves far more than MaxText does.
 * ``full``: every layer's forward runs again before its backward from the layer's input (the
   checkpoint); the layers are the module scopes with an index (``model.layers.3``, ``transformer.h.3``,
   ``encoder.layer.3``). Nodes outside every layer (embeddings, final norm, head) are not recomputed; a
@@ -34,12 +36,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...errors import NarrowpipeError
-from ...ir import Node, Op, Value
+from ...ir import Graph, Node, Op, Value
 from .context import GradContext
 from .phases import BACKWARD, PHASE, RECOMPUTE
 
 __all__ = ["RECOMPUTE_POLICIES", "IN_BACKWARD_KERNEL", "Recompute", "layer_of", "layer_of_scope",
-           "attention_cores", "weight_dot"]
+           "attention_cores", "weight_dot", "drop_unread_recompute"]
 
 RECOMPUTE_POLICIES = ("none", "selective", "dots", "full")
 #: On a forward node: the runtime's fused kernel saves the node's inputs, not its output, and its
@@ -203,3 +205,12 @@ class Recompute:
                 for o, new in zip(n.outputs, outs):
                     cx.remap[o] = new
         cx.phase = BACKWARD
+
+
+def drop_unread_recompute(graph: Graph) -> None:
+    """Remove the recomputed copies that nothing reads (transitively), so the forward values only they
+    read are no longer saved. For ``dots``: JAX differentiates the checkpointed layer by partial
+    evaluation and dead-code elimination (``jax/_src/interpreters/partial_eval.py``, ``dce_jaxpr``), so
+    a saveable value is stored only when the backward's recomputation reads it. Megatron's ``full``
+    (``torch.utils.checkpoint``) re-runs the whole layer and is not pruned."""
+    graph.remove_unread([n for n in graph.nodes if n.attrs.get(PHASE) == RECOMPUTE])

@@ -20,7 +20,7 @@ from .grad_elementwise import NON_DIFFERENTIABLE
 from .loss import add_loss
 from .optimizer import optimizer_step
 from .phases import FORWARD, PHASE
-from .recompute import Recompute
+from .recompute import Recompute, drop_unread_recompute
 
 __all__ = ["build_training_graph", "differentiable_outputs", "grad_inputs", "is_training_graph"]
 
@@ -106,7 +106,8 @@ def build_training_graph(graph: Graph, *, optimizer: str = "adam", recompute: st
 
     ``optimizer``: ``adam`` (default), ``adamw``, ``momentum`` (SGD with momentum) or ``sgd``; states
     are fp32 and parameters narrower than ``master`` get an fp32 master copy. ``recompute``:
-    ``none``, ``selective`` (eager attention cores) or ``full`` (every layer). ``loss``: ``sum`` (the
+    ``none``, ``selective`` (eager attention cores), ``dots`` (all but the weights' matmul outputs,
+    JAX's policy) or ``full`` (every layer). ``loss``: ``sum`` (the
     gradient of ones that ``out.sum().backward()`` gives) or ``cross_entropy`` (over the last dim of
     the first output, with a ``labels`` input). ``outputs`` picks the outputs the loss reads (indices
     or names; default the first, e.g. a causal LM's logits). ``frozen`` lists fnmatch patterns of
@@ -134,6 +135,8 @@ def build_training_graph(graph: Graph, *, optimizer: str = "adam", recompute: st
     grads = backward(cx, nodes, seeds, need, params, before=plan.before, inputs=handed_in)
     sent_back = [grads.pop(v) for v in handed_in if v in grads]
     train.set_outputs(optimizer_step(cx, train, grads, optimizer, master) + sent_back)
+    if recompute == "dots":
+        drop_unread_recompute(train)
     no_rule = sorted({n.label for n in nodes if n.op not in BACKWARD_RULES and n.op not in NON_DIFFERENTIABLE
                       and any(o in need for o in n.outputs)} | cx.unmodeled)
     if no_rule:
