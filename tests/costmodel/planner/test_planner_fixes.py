@@ -137,7 +137,7 @@ def test_sequence_parallel_values_are_parsed_strictly(small):
     assert p.parallel.sequence_parallel
     with pytest.raises(PlanError, match="sequence_parallel must be on or off"):
         narrowpipe.plan(small, "dgx-h100", 8, global_batch=32, parallel={**fix, "sequence_parallel": "maybe"})
-    with pytest.raises(PlanError, match="none, selective, full"):
+    with pytest.raises(PlanError, match="none, selective, dots, full"):
         narrowpipe.plan(small, "dgx-h100", 8, global_batch=32, parallel={"recompute": "bogus"})
 
 

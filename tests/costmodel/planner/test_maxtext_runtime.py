@@ -1,0 +1,63 @@
+"""The ``maxtext`` runtime (JAX/XLA as MaxText runs it): what it offers the search, what it refuses,
+and a plan under it round-trips and validates against the schema. Its numbers are checked against
+MaxText's published tables in test_maxtext_validation.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import narrowpipe
+from narrowpipe import PlanError
+from narrowpipe.cli import main
+from narrowpipe.costmodel.planner.plan import Plan
+from narrowpipe.costmodel.planner.runtime import RUNTIMES
+from narrowpipe.schema import validate
+
+MAXTEXT = RUNTIMES["maxtext"]
+
+
+@pytest.fixture(scope="module")
+def small() -> narrowpipe.Graph:
+    return narrowpipe.transformer(2, 512, 8, 32000, ffn=1408, gated_mlp=True, seq=1024, norm="rms", dtype="bf16",
+                                  name="small-2l")
+
+
+def test_every_field_names_its_source():
+    fields = {f.name for f in dataclasses.fields(MAXTEXT)} - {"name", "sources", "fp8"}
+    assert fields <= set(MAXTEXT.sources), sorted(fields - set(MAXTEXT.sources))
+
+
+def test_it_offers_what_maxtext_has():
+    """FSDP (3), plain DP (0) and shard_optimizer_over_data (1), no ZeRO-2; remat none/minimal/full;
+    Megatron's selective is not a JAX policy and dots is not a Megatron mode."""
+    assert MAXTEXT.zero_stages == (0, 1, 3)
+    assert MAXTEXT.recompute_modes == ("none", "dots", "full")
+    assert MAXTEXT.unsupported({"zero": 2}) and MAXTEXT.unsupported({"recompute": "selective"})
+    assert "dots" not in RUNTIMES["megatron-core"].recompute_modes
+    assert MAXTEXT.unsupported({"cp": 2, "ep": 2, "sequence_parallel": True}) is None
+
+
+def test_a_dots_plan_round_trips_and_validates(small):
+    p = narrowpipe.plan(small, "tpu-v5p", 8, global_batch=16, runtime="maxtext",
+                        parallel={"tp": 2, "dp": 4, "zero": 3, "recompute": "dots", "microbatch": 4}, top=0)
+    assert p.runtime["name"] == "maxtext" and p.parallel.recompute == "dots"
+    assert p.breakdown["recompute"] > 0
+    data = json.loads(p.to_json())
+    validate(data)
+    assert Plan.from_json(p.to_json()) == p
+
+
+def test_megatron_core_refuses_dots(small):
+    with pytest.raises(PlanError, match="no recompute=dots"):
+        narrowpipe.plan(small, "tpu-v5p", 8, global_batch=16, parallel={"recompute": "dots"})
+
+
+def test_the_cli_plans_under_maxtext(tmp_path):
+    out = tmp_path / "plan.json"
+    assert main(["-q", "plan", "gpt2", "--devices", "8", "--target", "tpu-v5p", "--global-batch", "16",
+                 "--runtime", "maxtext", "--recompute", "dots", "--top", "0", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["runtime"]["name"] == "maxtext" and data["parallel"]["recompute"] == "dots"
