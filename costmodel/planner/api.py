@@ -48,8 +48,9 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
     and activations, only the Linear layers' GEMMs in FP8 (:func:`_training_dtype` refuses int8, int4
     and fp4).
     ``runtime`` names the training framework's behaviour (``megatron-core``, the default,
-    ``megatron-lm-2021`` or ``maxtext``: JAX/XLA as MaxText runs it; see :data:`.runtime.RUNTIMES`). Raises :class:`~narrowpipe.PlanError` when nothing fits, naming the memory
-    term that overflows and by how much."""
+    ``megatron-lm-2021`` or ``maxtext``: JAX/XLA as MaxText runs it; see :data:`.runtime.RUNTIMES`).
+    Raises :class:`~narrowpipe.PlanError` when nothing fits, naming the memory term that overflows
+    and by how much."""
     if mode != "train":
         raise PlanError(f"plan: mode {mode!r} is not planned yet; only 'train' (a training step) is")
     graph = _graph(model)
