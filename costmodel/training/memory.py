@@ -59,7 +59,8 @@ def _lever(term: str, config: dict[str, Any]) -> str:
         return f"shard the {what}: zero{'=' if stage == 3 else '>='}{stage} over dp, or more tp/pp"
     recompute = config.get("recompute")
     if term == "activations":
-        steps = {"none": "recompute (selective, then full), ", "selective": "full recompute, "}.get(
+        steps = {"none": "recompute (selective, then full), ", "selective": "full recompute, ",
+                 "dots": "full recompute, "}.get(
             str(recompute), "" if recompute == "full" else "recompute (selective, then full), ")
         return f"{steps}a smaller microbatch, or more tp"
     return "a smaller microbatch, or more tp"
