@@ -232,11 +232,12 @@ RUNTIMES: dict[str, Runtime] = {
             "vocab_multiple": "MaxText has no vocabulary padding option (base.yml 2023: vocab_size 32_768 "
                               "'powers of 2 for sharding'); GSPMD pads an uneven tensor split to equal shards",
             "dropout": "base.yml: dropout_rate 0 (2023) / 0.0 (head)",
-            "grad_reduce_dtype": "base.yml: weight_dtype float32, so the gradients are fp32 (head: grad_dtype "
-                                 "float32)",
-            "master_weights": "base.yml weight_dtype float32, activations dtype bfloat16: MaxText keeps fp32 "
-                              "weights only and casts them per use; the plan's bf16 weights + fp32 master count "
-                              "2 bytes per parameter (sharded as the weights) more than that",
+            "grad_reduce_dtype": "the weights are fp32 (2023: MaxText/layers/linears.py DenseGeneral creates its "
+                                 "kernel as jnp.float32; head: base.yml weight_dtype float32), so are their "
+                                 "gradients (head: grad_dtype float32)",
+            "master_weights": "MaxText keeps fp32 weights only and casts them to dtype bfloat16 per use "
+                              "(linears.py: jnp.asarray(kernel, self.dtype)); the plan's bf16 weights + fp32 "
+                              "master count 2 bytes per parameter (sharded as the weights) more than that",
             "stage_split": "base.yml (head): decoder layers = stages x num_layers_per_pipeline_stage x "
                            "num_pipeline_repeats, equal per stage",
             "fusion": "XLA fuses elementwise producers and consumers into the dots' fusions on TPU (output fusion)",
