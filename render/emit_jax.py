@@ -19,7 +19,8 @@ How the plan maps, and why:
   only: MaxText's ``full``); ``none`` is ``everything_saveable``. Megatron's ``selective`` has no JAX
   policy: it recomputes an eager attention's softmax region and keeps everything else. Under fused
   attention that region is inside the kernel (its backward recomputes the scores anyway), so the plan
-  recomputes nothing and ``everything_saveable`` is exact; with an eager attention (the plan has a
+  recomputes nothing and ``everything_saveable`` recomputes nothing either (what JAX saves still differs
+  where Megatron's fused kernels save less, e.g. its SwiGLU's activation); with an eager attention (the plan has a
   recomputation term, or the runtime unfuses attention) it is refused, since no built-in policy keeps
   the projections, norms and activations while dropping only the scores.
 * pipeline parallelism has no JAX primitive: a plan with ``pp > 1`` is refused, naming the way out.
