@@ -208,9 +208,13 @@ def _snippet(plan: Plan, s: dict[str, Any]) -> str:
     if kind == "ddp+zero_redundancy_optimizer":
         lines.append("from torch.distributed.optim import ZeroRedundancyOptimizer")
     if p.tp > 1:
-        lines.append("from torch.distributed.tensor import Replicate, Shard")
-        lines.append("from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, "
-                     "RowwiseParallel, SequenceParallel, parallelize_module)")
+        styles = " ".join([*s["tensor_parallel"].values(), *s["tensor_parallel_model"].values()])
+        placements = [n for n in ("Replicate", "Shard") if f"{n}(" in styles]
+        used = [n for n in ("ColwiseParallel", "PrepareModuleInput", "RowwiseParallel", "SequenceParallel")
+                if f"{n}(" in styles]
+        if placements:
+            lines.append(f"from torch.distributed.tensor import {', '.join(placements)}")
+        lines.append(f"from torch.distributed.tensor.parallel import ({', '.join(used)}, parallelize_module)")
     if p.recompute == "full":
         lines.append("from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper")
     if p.pp > 1:
@@ -270,5 +274,5 @@ def _header(pipeline: bool, interleaved: bool) -> list[str]:
     if pipeline:
         chunks = "this rank's model chunks" if interleaved else "a one-element list: this rank's model chunk"
         out += [f"# and, for the pipeline, `model_chunks` ({chunks}, cut from `model` after the lines below) and "
-                "`loss_fn(output, target)`", "import os"]
+                "`loss_fn` (output, target -> loss)", "import os"]
     return out
