@@ -16,8 +16,8 @@ from typing import Any
 from ...backends.defaults import runtime_reserve_holders
 from ...ir import DType, Graph, Op
 from ..execution.common import TimingOptions, conv_options, matrix_rate
-from .domain_notes import domain_notes
 from ..training.fp8_gemms import FORWARD_FORMAT
+from .domain_notes import domain_notes
 from .dp_comm import grad_reduction_rows, zero3_rows
 from .fp8_plan import fp8_flop_share
 from .plan import ARCH_FIELDS, Plan, RunnerUp

@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from ...ir import VIEW_OPS, DType, Graph, Node, Op, Source, TensorType, Value, ValueKind
 from .phases import BACKWARD, FORWARD, PHASE, RECOMPUTE
 
-__all__ = ["fp8_linear_gemms", "weight_operand", "Fp8Rewrite", "WEIGHT_CAST", "FORWARD_FORMAT", "GRAD_FORMAT", "FP8_CAST"]
+__all__ = ["fp8_linear_gemms", "weight_operand", "Fp8Rewrite", "WEIGHT_CAST", "FORWARD_FORMAT", "GRAD_FORMAT",
+           "FP8_CAST"]
 
 #: The phase of the once-per-step weight casts (timed once per step, beside the optimizer).
 WEIGHT_CAST = "weight_cast"

@@ -210,8 +210,8 @@ def test_the_snippet_names_what_it_expects_and_imports_only_what_it_uses(hand_pl
                      architecture=llama_arch)
     code = torch_launch(plan).code
     tree = ast.parse(code)
-    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-                for a in n.names}
+    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     assert imported <= loaded | {a.attr for a in ast.walk(tree) if isinstance(a, ast.Attribute)}, imported - loaded

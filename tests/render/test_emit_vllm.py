@@ -49,7 +49,8 @@ def test_a_hand_made_deployment_gives_this_exact_command(tmp_path):
                          source=SOURCE, prefill_tokens=2048)
     assert launch.command == ["vllm", "serve", str(tmp_path), "--tensor-parallel-size", "4",
                               "--pipeline-parallel-size", "2", "--max-num-seqs", "64", "--max-model-len", "8192",
-                              "--max-num-batched-tokens", "2048", "--gpu-memory-utilization", "0.9", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8_e4m3"]
+                              "--max-num-batched-tokens", "2048", "--gpu-memory-utilization", "0.9", "--dtype",
+                              "bfloat16", "--kv-cache-dtype", "fp8_e4m3"]
     assert launch.notes == []          # a checkpoint folder: nothing to say
     check(launch)
 
