@@ -17,7 +17,7 @@ from ..backends.kernel_checks import checks_line
 from ..cli_args import count_arg
 from ..costmodel.planner.plan import Plan
 from ..costmodel.planner.strategy import parse_switch
-from ..errors import PlanError
+from ..errors import NarrowpipeError, PlanError
 from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, check_tool_target, write_launch
 from .output_file import say_wrote, write_output
 from .units import nbytes, seconds
@@ -165,7 +165,7 @@ def _peak(plan: Plan) -> str:
     try:
         from ..backends import get_target
         rates = get_target(plan.target).matrix_flops
-    except Exception:      # a user's chip file: the rate alone
+    except NarrowpipeError:      # a user's chip file has no catalog name: the rate alone
         return f" of {peak:.0f} TFLOP/s"
     name = next((d for d in ("fp8_e4m3", plan.dtype) if d in rates and abs(rates[d] / 1e12 - peak) <= 1e-6 * peak), "")
     return f" of {peak:.0f} TFLOP/s {name}".rstrip()
