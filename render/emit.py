@@ -25,7 +25,8 @@ from ..jsonout import dumps as dump_json
 from .output_file import write_output
 
 __all__ = ["Launch", "LAUNCH_FORMAT", "LAUNCH_VERSION", "TRAINING_TOOLS", "SERVING_TOOLS", "write_launch",
-           "plan_source", "training_dtype", "py_tuple", "software_stack", "STACKS"]
+           "plan_source", "training_dtype", "py_tuple", "software_stack", "STACKS", "TOOL_STACKS",
+           "check_tool_target"]
 
 LAUNCH_FORMAT, LAUNCH_VERSION = "narrowpipe.launch", 1
 TRAINING_TOOLS = ("megatron", "torch", "jax")
@@ -112,6 +113,26 @@ STACKS = {"cuda": "NVIDIA GPUs (CUDA)", "rocm": "AMD GPUs (ROCm)", "tpu": "Googl
           "gaudi": "Intel Gaudi (PyTorch through Intel's HPU bridge, SynapseAI)",
           "neuron": "AWS Trainium (the Neuron SDK: torch-neuronx, NeuronX Distributed)", "cpu": "CPUs",
           "other": "its vendor's own compiler"}
+
+
+#: The software stacks each training tool's emitter accepts (the rest it refuses, naming the way out):
+#: what :func:`check_tool_target` checks before a plan is searched. ``tests/render/test_emit.py``
+#: holds it against each emitter's own refusals.
+TOOL_STACKS = {"megatron": ("cuda", "rocm", "gaudi"), "torch": ("cuda", "rocm", "gaudi", "cpu"),
+               "jax": ("tpu", "cuda", "rocm", "neuron")}
+_TOOL_NAMES = {"megatron": "Megatron-LM", "torch": "PyTorch's torch.distributed settings", "jax": "JAX"}
+
+
+def check_tool_target(tool: str, target: Any) -> None:
+    """Refuse ``--emit tool`` for a chip its emitter refuses, before the (possibly long) plan search:
+    a plan found and printed first, then refused, wasted the search."""
+    stack = software_stack(target)
+    if tool in TOOL_STACKS and stack not in TOOL_STACKS[tool]:
+        ok = sorted({STACKS[s] for s in TOOL_STACKS[tool]})
+        others = [t for t, stacks in TOOL_STACKS.items() if stack in stacks]
+        way_out = f"use --emit {' or '.join(others)}" if others else "plan for a GPU system"
+        raise NarrowpipeError(f"--emit {tool}: {_TOOL_NAMES[tool]} runs on {', '.join(ok)}; {target.name} runs "
+                              f"{STACKS[stack]}: {way_out}")
 
 
 def software_stack(target: Any) -> str:

@@ -1,7 +1,7 @@
 """A training plan as Megatron-LM arguments: ``torchrun ... pretrain_gpt.py --tensor-model-parallel-size ...``.
 
-Flag names and their constraints are Megatron-LM's own (``megatron/training/arguments.py`` at
-``core_v0.15.0``; later versions generate the same names from their config dataclasses). How the
+Flag names and their constraints are Megatron-LM's own (``megatron/training/arguments.py`` and the
+config dataclasses it generates flags from, main at d98e8a64; the names parse at ``core_v0.15.0`` too). How the
 plan maps, and why:
 
 * parallel sizes one to one; data parallelism is what Megatron derives from the world size.
@@ -41,8 +41,11 @@ from .emit_megatron_moe import mla_flags, moe_flags
 
 __all__ = ["megatron_launch", "pipeline_layout", "MEGATRON_REFERENCE"]
 
-MEGATRON_REFERENCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py, tag core_v0.15.0 "
-                      "(commit 0d7e02bd26d3eb347ad8d1bef625002babfa6df7)")
+MEGATRON_REFERENCE = ("NVIDIA/Megatron-LM megatron/training/arguments.py and the config dataclasses it makes flags "
+                      "of (megatron/core/transformer/transformer_config.py), main at commit "
+                      "d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22); the same names parse at tag core_v0.15.0")
+#: ``TransformerConfig.layernorm_epsilon`` (``--norm-epsilon``), transformer_config.py at d98e8a64.
+MEGATRON_NORM_EPS = 1e-5
 _PRECISION = {"bf16": "--bf16", "fp16": "--fp16"}
 _ZERO_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 #: Megatron's --use-rope-scaling is Llama-3.x's scaling with these fixed (``RotaryEmbedding._apply_scaling``,
@@ -85,6 +88,10 @@ def megatron_launch(plan: Plan, chip: Target | None = None) -> Launch:
     elif stack not in ("cuda", "rocm"):
         raise NarrowpipeError(f"Megatron-LM runs on GPUs; this plan is for {target.name} (a {target.family} "
                               "target): plan for a GPU system")
+    if not arch:
+        raise NarrowpipeError("Megatron-LM's pretrain_gpt.py trains GPT-style decoders, described by their sizes "
+                              "(--num-layers, --hidden-size, ...); this plan's model is not a recognised transformer: "
+                              "no command is emitted")
     if arch.get("encoder"):
         raise NarrowpipeError("Megatron-LM's pretrain_gpt.py trains decoders; this model is an encoder")
     flags: dict[str, Any] = {"--tensor-model-parallel-size": p.tp, "--pipeline-model-parallel-size": p.pp}
@@ -145,9 +152,15 @@ def _runtime_flags(plan: Plan, notes: list[str]) -> dict[str, Any]:
         raise NarrowpipeError(f"Megatron-LM trains in fp32, bf16 or fp16 (fp8 through Transformer Engine on top "
                               f"of bf16); this plan's parameters are {dtype}")
     if rt.get("fp8"):
-        # Megatron-LM megatron/training/arguments.py _add_transformer_engine_args: --fp8-format {e4m3,hybrid}
-        # (dest fp8): Transformer Engine's FP8 GEMMs on top of --bf16, the recipe the plan timed
+        # TransformerConfig.fp8 / fp8_recipe (--fp8-format {e4m3,hybrid}, --fp8-recipe {delayed,tensorwise,
+        # mxfp8,blockwise}): Transformer Engine's FP8 GEMMs on top of --bf16, in the format the plan timed and
+        # with per-tensor scales (training/fp8_gemms.py: one scale per tensor, TE's DelayedScaling default)
         out["--fp8-format"] = rt["fp8"]
+        out["--fp8-recipe"] = "delayed"
+        notes.append(f"FP8: --fp8-format {rt['fp8']} is the recipe the plan timed (hybrid: E4M3 forward, E5M2 "
+                     "gradients, for --dtype fp8, fp8_e4m3 and fp8_e5m2 alike); Megatron's e4m3 (E4M3 everywhere) "
+                     "runs the same 1-byte GEMMs, so the predicted step would not change; --fp8-recipe delayed is "
+                     "the per-tensor scaling the plan assumes")
     if rt.get("grad_reduce_dtype") == "fp32" and dtype in _PRECISION:
         out["--accumulate-allreduce-grads-in-fp32"] = True
     elif rt.get("grad_reduce_dtype") in ("fp16", "bf16") and dtype == "bf16":
@@ -171,10 +184,6 @@ def _runtime_flags(plan: Plan, notes: list[str]) -> dict[str, Any]:
 
 
 def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str, Any]:
-    if not arch:
-        notes.append("the model's sizes are unknown (not a recognised transformer): add --num-layers, "
-                     "--hidden-size, --num-attention-heads, --ffn-hidden-size yourself")
-        return {"--seq-length": plan.seq, "--max-position-embeddings": plan.seq}
     heads, kv, hidden = int(arch["heads"]), int(arch["kv_heads"]), int(arch["hidden"])
     out: dict[str, Any] = {"--num-layers": arch["layers"], "--hidden-size": hidden, "--ffn-hidden-size": arch["ffn"],
                            "--num-attention-heads": heads}
@@ -190,6 +199,9 @@ def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str
     if arch.get("positions") == "rotary":
         out.update(_rope_flags(arch, notes, yarn_flags=mla))
     out["--normalization"] = "RMSNorm" if arch.get("norm") == "rms" else "LayerNorm"
+    eps = other.pop("norm_eps", None)
+    if eps is not None and float(eps) != MEGATRON_NORM_EPS:
+        out["--norm-epsilon"] = float(eps)
     act, gated = arch.get("activation"), bool(arch.get("gated_mlp"))
     if gated and act == "silu":
         out["--swiglu"] = True
@@ -218,9 +230,10 @@ def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str
                                                                           sorted(other.items()))
                      + " (add Megatron's flags or model-provider settings for them)")
     notes.append(f"add data and tokenizer flags (--data-path, --tokenizer-type, ...); to measure this plan on "
-                 f"synthetic data: --mock-data --tokenizer-type NullTokenizer --vocab-size {int(arch['vocab']) - 1} "
-                 f"(the model's {arch['vocab']} minus one: NullTokenizer adds an end-of-document token; Megatron "
-                 "pads the vocabulary to a multiple of 128 x tp)")
+                 f"synthetic data: --mock-data --tokenizer-type NullTokenizer --vocab-size {int(arch['vocab'])} "
+                 "(NullTokenizer's vocabulary is --vocab-size, its end-of-document id the last one; core_v0.15.0's "
+                 f"legacy NullTokenizer added one, so there pass {int(arch['vocab']) - 1}; Megatron pads the "
+                 "vocabulary to a multiple of 128 x tp)")
     return out
 
 

@@ -1,6 +1,7 @@
 """A training plan as PyTorch settings: the ``DeviceMesh``, FSDP2/DDP for the data-parallel axis, the
 tensor-parallel plan of each transformer layer, activation checkpointing and the pipeline schedule,
-written as a Python snippet to adapt (it names Hugging Face Llama modules) plus the same as data.
+written as a Python snippet to adapt (a fragment: it expects the model, and for a pipeline its chunks
+and the loss, from the script around it; it names Hugging Face Llama modules) plus the same as data.
 
 How the plan maps, and why:
 
@@ -72,6 +73,13 @@ def torch_launch(plan: Plan, chip: Target | None = None) -> Launch:
     if stack == "gaudi":
         notes.append(f"{target.name}: import habana_frameworks.torch before building the mesh (device type 'hpu', "
                      "HCCL backend), and check Intel Gaudi's documentation for the FSDP2 and DTensor features used")
+    if not plan.architecture:
+        raise NarrowpipeError("the PyTorch settings shard a transformer's layers (tensor-parallel plan, per-layer "
+                              "FSDP); this plan's model is not a recognised transformer: no snippet is emitted")
+    if p.tp > 1:
+        why = tp_refusal(plan.architecture)
+        if why:
+            raise NarrowpipeError(f"tp={p.tp}: {why}; use --emit megatron, or re-plan with --tp 1")
     axes = mesh_axes(plan)
     dtype = training_dtype(plan)
     fsdp = p.zero >= 2 or (p.zero == 1 and p.tp > 1)
@@ -110,11 +118,43 @@ def torch_launch(plan: Plan, chip: Target | None = None) -> Launch:
     if p.tp > 1 and p.pp > 1:
         notes.append("the model-level tensor-parallel plan (embedding, final norm, head) applies on the pipeline "
                      "stage that holds each module")
-    if p.tp > 1 and plan.architecture and not plan.architecture.get("gated_mlp"):
-        notes.append("the tensor-parallel plan names Llama modules (q/k/v/o, gate/up/down projections); rename them "
-                     "for this model (GPT-2's Conv1D layers are not nn.Linear: torch's tensor parallel needs Linear)")
+    if not _llama_layers(plan.architecture):
+        notes.append("the snippet walks Hugging Face Llama's decoder list, model.model.layers; point it at this "
+                     "model's (GPT-2: model.transformer.h, BERT: model.encoder.layer)")
     return Launch("torch", plan_source(plan), settings, code=_snippet(plan, settings), notes=notes,
                   reference=TORCH_REFERENCE)
+
+
+def _llama_layers(arch: dict[str, Any]) -> bool:
+    """Whether the model's decoder layers are Hugging Face Llama's (``model.model.layers``, each with
+    ``self_attn`` and ``mlp``): decoders with rotary positions; GPT-2 and encoders nest them elsewhere."""
+    return bool(arch) and not arch.get("encoder") and arch.get("positions") == "rotary"
+
+
+def tp_refusal(arch: dict[str, Any]) -> str | None:
+    """Why torch's tensor-parallel plan (``ColwiseParallel``/``RowwiseParallel`` on ``nn.Linear``
+    modules named as in Hugging Face Llama) cannot split this model as the plan does, or None.
+
+    The plan's layer costs assume Megatron's split of every matmul over ``tp``. Hugging Face's MoE
+    blocks (Mixtral, DeepSeek-V3, Qwen-MoE in transformers 5) hold each expert projection as one 3-D
+    parameter (``mlp.experts.gate_up_proj``: experts x 2 ffn x hidden), which torch's styles do not
+    shard, and the router (``mlp.gate``) would then multiply DTensors with plain tensors; latent
+    attention (DeepSeek's ``q_a_proj``/``kv_a_proj_with_mqa`` down-projections and their norms) has
+    no Llama names to split; GPT-2's projections are ``Conv1D``, not ``nn.Linear``."""
+    if not arch:
+        return "the model is not a recognised transformer"
+    if arch.get("experts"):
+        return (f"the plan splits each of the {arch['experts']} experts over the tensor-parallel ranks (Megatron's "
+                "expert tensor parallelism); Hugging Face keeps each expert projection as one 3-D parameter "
+                "(mlp.experts.gate_up_proj, mlp.experts.down_proj) that torch's ColwiseParallel/RowwiseParallel "
+                "(nn.Linear, nn.Embedding) cannot shard, so the emitted plan would leave them whole")
+    if (arch.get("other") or {}).get("kv_lora_rank") is not None:
+        return ("latent attention (q_a_proj/q_b_proj, kv_a_proj_with_mqa/kv_b_proj and their norms) has no "
+                "tensor-parallel plan in the Llama names this snippet writes")
+    if not arch.get("gated_mlp") or not _llama_layers(arch):
+        return ("the tensor-parallel plan names Hugging Face Llama's modules (q/k/v/o_proj, gate/up/down_proj); "
+                "this model has others (GPT-2: Conv1D layers, which torch's tensor parallelism cannot split)")
+    return None
 
 
 def _tp_plan(sp: bool) -> dict[str, str]:
@@ -161,7 +201,8 @@ def _snippet(plan: Plan, s: dict[str, Any]) -> str:
     kind = s["data_parallel"]["kind"]
     fsdp = kind == "fsdp2"
     reshard = bool(s["data_parallel"].get("reshard_after_forward"))
-    lines = ["import torch", "from torch.distributed.device_mesh import init_device_mesh"]
+    lines = _header(p.pp > 1, p.interleave > 1)
+    lines += ["import torch", "from torch.distributed.device_mesh import init_device_mesh"]
     if fsdp:
         lines.append("from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard")
     elif kind == "replicate":
@@ -171,9 +212,13 @@ def _snippet(plan: Plan, s: dict[str, Any]) -> str:
     if kind == "ddp+zero_redundancy_optimizer":
         lines.append("from torch.distributed.optim import ZeroRedundancyOptimizer")
     if p.tp > 1:
-        lines.append("from torch.distributed.tensor import Replicate, Shard")
-        lines.append("from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, "
-                     "RowwiseParallel, SequenceParallel, parallelize_module)")
+        styles = " ".join([*s["tensor_parallel"].values(), *s["tensor_parallel_model"].values()])
+        placements = [n for n in ("Replicate", "Shard") if f"{n}(" in styles]
+        used = [n for n in ("ColwiseParallel", "PrepareModuleInput", "RowwiseParallel", "SequenceParallel")
+                if f"{n}(" in styles]
+        if placements:
+            lines.append(f"from torch.distributed.tensor import {', '.join(placements)}")
+        lines.append(f"from torch.distributed.tensor.parallel import ({', '.join(used)}, parallelize_module)")
     if p.recompute == "full":
         lines.append("from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper")
     if p.pp > 1:
@@ -215,7 +260,23 @@ def _snippet(plan: Plan, s: dict[str, Any]) -> str:
         pipe = s["pipeline"]
         lines.append(f"# pipeline: one PipelineStage per model chunk; chunk g runs on pipeline rank g % {p.pp}, "
                      f"layers per chunk: {[len(c) for c in pipe['chunk_layers']]}")
-        stages = "stages" if p.interleave > 1 else "stage"      # a list of this rank's chunks, or the one
+        lines += [f'stages = [PipelineStage(chunk, stage_index=mesh["pp"].get_local_rank() + c * {p.pp}, '
+                  f'num_stages={p.pp * p.interleave}, device=torch.device("{mesh["device_type"]}", '
+                  'int(os.environ["LOCAL_RANK"])), group=mesh["pp"].get_group())',
+                  "          for c, chunk in enumerate(model_chunks)]"]
+        stages = "stages" if p.interleave > 1 else "stages[0]"
         lines.append(f"schedule = {pipe['schedule']}({stages}, n_microbatches={pipe['n_microbatches']}, "
                      "loss_fn=loss_fn)")
     return "\n".join(lines) + "\n"
+
+
+def _header(pipeline: bool, interleaved: bool) -> list[str]:
+    """The names the snippet expects and does not define: it is the parallel wiring of a training
+    script, not a training script (no model, data, optimizer loop or checkpointing)."""
+    out = ["# a fragment of a training script, to adapt: it expects `model`, the Hugging Face model built on each "
+           "rank (meta device or CPU)"]
+    if pipeline:
+        chunks = "this rank's model chunks" if interleaved else "a one-element list: this rank's model chunk"
+        out += [f"# and, for the pipeline, `model_chunks` ({chunks}, cut from `model` after the lines below) and "
+                "`loss_fn` (output, target -> loss)", "import os"]
+    return out

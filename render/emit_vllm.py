@@ -8,6 +8,14 @@ serve`` decides; a training plan has none of them. Flag names and choices are vL
 * ``--tensor-parallel-size`` / ``--pipeline-parallel-size``: the replica's layout.
 * ``--max-num-seqs``: the batch (the capacity plan's best batch under the latency targets).
 * ``--max-model-len``: the longest sequence the deployment was sized for (prompt + output).
+* ``--max-num-batched-tokens``: the prompt tokens one prefill step of the deployment runs (``serve``
+  prefills its batch together: batch x prompt; a capacity plan one prompt at a time), at least the
+  batch. vLLM's own default depends on the GPU it finds (8192 for ``vllm serve`` on GPUs of 70 GiB
+  or more other than A100, 2048 on the rest: ``EngineArgs.get_batch_defaults``), chunks any longer
+  prefill into steps of that many tokens, and profiles a step of that many tokens to size its KV
+  cache: pinned to the plan's, both the steps and the activations the memory budget booked agree.
+* a deployment that does not fit its devices is refused: a command that runs out of memory at start
+  (or with a KV cache smaller than the batch needs) is no launch setting.
 * ``--gpu-memory-utilization``: 1 minus the memory reserve narrowpipe's memory budget leaves free,
   so vLLM sizes its KV cache on the same budget.
 * ``--dtype`` the activations' (or model's) format; ``--kv-cache-dtype`` the KV cache's
@@ -63,10 +71,11 @@ def model_reference(model: str) -> tuple[str, str | None]:
 
 
 def vllm_launch(model: str, target: str | Target, layout: str, *, batch: int, max_model_len: int, model_dtype: str,
-                formats: dict[str, str | None], source: dict[str, Any]) -> Launch:
+                formats: dict[str, str | None], source: dict[str, Any], prefill_tokens: int | None = None) -> Launch:
     """vLLM engine arguments for ``batch`` sequences of up to ``max_model_len`` tokens of ``model`` on
     ``layout`` devices of ``target``; ``formats`` are the deployment's weights/activations/kv/gemm_inputs formats
-    (None: the model's own, ``model_dtype``)."""
+    (None: the model's own, ``model_dtype``); ``prefill_tokens`` the prompt tokens one prefill step of the
+    deployment runs (None: it timed no prefill, and vLLM's default chunk stays, with a note)."""
     chip = get_target(target)
     if chip.family == "dataflow":
         raise NarrowpipeError(f"vLLM does not run on {chip.name} (a dataflow chip)")
@@ -74,12 +83,17 @@ def vllm_launch(model: str, target: str | Target, layout: str, *, batch: int, ma
     if batch < 1:
         raise NarrowpipeError("no batch meets the latency targets: nothing to launch (relax --tpot/--ttft)")
     notes: list[str] = []
+    if not prefill_tokens:
+        notes.append("this deployment was timed on decode steps only: --max-num-batched-tokens is left at vLLM's "
+                     "default (8192 tokens per step on GPUs of 70 GiB or more other than A100, 2048 on others), "
+                     "whose prefill steps and profiling activations the prediction does not include")
     ref, note = model_reference(model)
     notes += [note] if note else []
     weights, activations, kv = formats.get("weights"), formats.get("activations"), formats.get("kv")
     compute = activations if activations in _DTYPE else model_dtype
     flags: dict[str, Any] = {"--tensor-parallel-size": tp, "--pipeline-parallel-size": pp, "--max-num-seqs": batch,
                              "--max-model-len": max_model_len,
+                             **({"--max-num-batched-tokens": max(prefill_tokens, batch)} if prefill_tokens else {}),
                              "--gpu-memory-utilization": round(1.0 - defaults.SERVING_MEMORY_RESERVE, 4)}
     if compute in _DTYPE:
         flags["--dtype"] = _DTYPE[compute]
@@ -132,12 +146,18 @@ def vllm_from_report(report: ServingReport, model: str, model_dtype: str, chip: 
     """vLLM arguments for one ``serve`` deployment (``--mode`` without ``--tpot``); ``chip`` the served
     chip where its name is no catalog chip's (a user's file)."""
     longest = (report.context or 0) + 1 if report.mode == "decode" else (report.context or report.input_len or 0)
+    if not report.fits:
+        raise NarrowpipeError(f"{report.model} on {report.layout} {report.target} at batch {report.batch}: "
+                              f"{report.memory.explain()}; vLLM would run out of memory at start (or hold fewer "
+                              "sequences than the batch): no command is emitted (lower --batch, raise --tp, or use "
+                              "--tpot for a deployment that fits)")
     source = {"kind": SERVING_FORMAT, "model": report.model, "target": report.target, "layout": report.layout,
               "mode": report.mode, "batch": report.batch,
               "summary": f"{report.model} on {report.layout} {report.target}, batch {report.batch}, "
                          f"{longest} tokens ({report.mode})"}
+    prefill = report.batch * (report.input_len or 0) if report.mode != "decode" else None   # serve prefills together
     return vllm_launch(model, chip or report.target, report.layout, batch=report.batch, max_model_len=longest,
-                       model_dtype=model_dtype, formats=report.formats, source=source)
+                       model_dtype=model_dtype, formats=report.formats, source=source, prefill_tokens=prefill)
 
 
 def vllm_from_capacity(plan: CapacityPlan, model: str, model_dtype: str, formats: dict[str, str | None],
@@ -154,7 +174,8 @@ def vllm_from_capacity(plan: CapacityPlan, model: str, model_dtype: str, formats
               "summary": f"{plan.model} on {best.layout} {best.target}, batch {best.batch}, {best.replicas} "
                          f"replica(s) for {plan.rate:g} requests/s at TPOT {best.tpot_s * 1e3:.1f} ms"}
     launch = vllm_launch(model, (chips or {}).get(best.target) or best.target, best.layout, batch=best.batch,
-                         max_model_len=longest, model_dtype=model_dtype, formats=formats, source=source)
+                         max_model_len=longest, model_dtype=model_dtype, formats=formats, source=source,
+                         prefill_tokens=plan.input_len)      # the capacity plan prefills one prompt at a time
     if best.replicas > 1:
         launch.notes.append(f"run {best.replicas} replicas of this engine behind a load balancer for the request rate")
     return launch

@@ -17,8 +17,8 @@ from ..backends.kernel_checks import checks_line
 from ..cli_args import count_arg
 from ..costmodel.planner.plan import Plan
 from ..costmodel.planner.strategy import RECOMPUTE, parse_switch
-from ..errors import PlanError
-from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, write_launch
+from ..errors import NarrowpipeError, PlanError
+from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, check_tool_target, write_launch
 from .output_file import say_wrote, write_output
 from .units import nbytes, seconds
 
@@ -107,9 +107,15 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
                         f"`narrowpipe serve MODEL --target ... --emit {args.emit}`, not from a training plan")
     if args.emit_out and not args.emit:
         raise PlanError("--emit-out needs --emit megatron|torch|jax")
+    chip = None
+    if args.emit:
+        from ..costmodel.planner.machine import resolve_machine
+        chip, _ = resolve_machine(args.target, args.system, args.devices)   # what the plan runs on, a file's chip too
+        check_tool_target(args.emit, chip)                                  # before the search, not after it
     result = make_plan(args.model, args.target, args.devices, mode=args.mode, global_batch=args.global_batch,
                        seq=args.seq, parallel=fixed_fields(args), dtype=args.dtype, system=args.system,
                        runtime=args.runtime, top=args.top, expert_balance=args.expert_balance)
+    launch = launch_for(result, args.emit, chip) if args.emit else None    # refused before the plan is printed
     print_plan(result, console)
     if args.json:
         write_output(args.json, result.to_json(), "--json")
@@ -121,10 +127,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
             f"; the step is the simulated schedule's {seconds(tl.total_s)}, the closed form's "
             f"{seconds(tl.closed_form_step_s)} ({-tl.difference_s / tl.total_s:+.2%})")
         say_wrote(console, args.trace, f" (open it in ui.perfetto.dev){how}")
-    if args.emit:
-        from ..costmodel.planner.machine import resolve_machine
-        chip, _ = resolve_machine(args.target, args.system, args.devices)   # what the plan ran on, a file's chip too
-        launch = launch_for(result, args.emit, chip)
+    if launch is not None:
         written = write_launch(launch, args.emit_out)
         if written:
             say_wrote(console, written, f" ({args.emit} settings)")
@@ -135,7 +138,12 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
 
 def launch_for(plan: Plan, tool: str, chip: Target | None = None) -> Launch:
     """``tool``'s launch settings for a training plan; ``chip`` the plan's chip where its name is no
-    catalog chip's (a user's file: ``my-gpu``, ``h100-sxm@my.toml``)."""
+    catalog chip's (a user's file: ``my-gpu``, ``h100-sxm@my.toml``). Every tool writes a transformer's
+    layers (sizes, per-layer sharding): a model the planner did not recognise as one is refused."""
+    if tool in TRAINING_TOOLS and not plan.architecture:
+        raise PlanError(f"--emit {tool}: launch settings describe a transformer (layers, hidden size, heads, the "
+                        f"per-layer sharding); {plan.model} is not one narrowpipe recognises, so its plan has "
+                        "no such settings to emit")
     if tool == "megatron":
         from .emit_megatron import megatron_launch
         return megatron_launch(plan, chip)
@@ -148,6 +156,21 @@ def launch_for(plan: Plan, tool: str, chip: Target | None = None) -> Launch:
     raise PlanError(f"--emit {tool}: a training plan emits {', '.join(TRAINING_TOOLS)}")
 
 
+def _peak(plan: Plan) -> str:
+    """`` of 1979 TFLOP/s fp8_e4m3`` for an FP8 plan, whose MFU may be against either its FP8 or its bf16
+    peak (the one that does most of the matmul FLOPs); nothing for the rest, whose peak is their dtype's."""
+    if not plan.runtime.get("fp8") or plan.mfu <= 0:
+        return ""
+    peak = plan.tflops_per_device / plan.mfu
+    try:
+        from ..backends import get_target
+        rates = get_target(plan.target).matrix_flops
+    except NarrowpipeError:      # a user's chip file has no catalog name: the rate alone
+        return f" of {peak:.0f} TFLOP/s"
+    name = next((d for d in ("fp8_e4m3", plan.dtype) if d in rates and abs(rates[d] / 1e12 - peak) <= 1e-6 * peak), "")
+    return f" of {peak:.0f} TFLOP/s {name}".rstrip()
+
+
 def print_plan(plan: Plan, console: Console) -> None:
     p = plan.parallel
     console.print(f"[bold]{escape(plan.model)}[/] on {plan.devices} x {escape(plan.target)} "
@@ -157,7 +180,7 @@ def print_plan(plan: Plan, console: Console) -> None:
                      if plan.runtime.get("fp8") else ""))
     console.print(f"[bold]plan:[/] {escape(p.describe())}  (schedule {p.schedule})")
     console.print(f"step {seconds(plan.step_time_s)}, {plan.tokens_per_s:,.0f} {plan.item_unit}/s, "
-                  f"{plan.tflops_per_device:.0f} model TFLOP/s per device (MFU {plan.mfu:.1%}), "
+                  f"{plan.tflops_per_device:.0f} model TFLOP/s per device (MFU {plan.mfu:.1%}{_peak(plan)}), "
                   f"{plan.hw_tflops_per_device:.0f} with recomputation")
     t = Table(title="where the step goes", title_justify="left")
     t.add_column("term")

@@ -16,8 +16,10 @@ from typing import Any
 from ...backends.defaults import runtime_reserve_holders
 from ...ir import DType, Graph, Op
 from ..execution.common import TimingOptions, conv_options, matrix_rate
+from ..training.fp8_gemms import FORWARD_FORMAT
 from .domain_notes import domain_notes
 from .dp_comm import grad_reduction_rows, zero3_rows
+from .fp8_plan import fp8_flop_share
 from .plan import ARCH_FIELDS, Plan, RunnerUp
 from .planner import Evaluation, Planner
 from .simulated import chunk_rows, simulated
@@ -138,7 +140,23 @@ def architecture(graph: Graph) -> dict[str, Any]:
     out["other"] = {f.name: v if isinstance(v, (bool, int, float, str)) else str(v)
                     for f in dataclasses.fields(spec) if f.name not in ARCH_FIELDS and f.name not in _RUNTIME_SPEC
                     and (v := getattr(spec, f.name)) != f.default}
+    eps = _norm_eps(graph)
+    if eps is not None and eps != DEFAULT_NORM_EPS:
+        out["other"]["norm_eps"] = eps
     return out
+
+
+#: The norms' epsilon the model builder, PyTorch's LayerNorm and Megatron-LM (``--norm-epsilon``)
+#: default to; a model's other epsilon (DeepSeek-V3's and Qwen's 1e-6) is kept in ``other``.
+DEFAULT_NORM_EPS = 1e-5
+
+
+def _norm_eps(graph: Graph) -> float | None:
+    """The epsilon of the graph's first RMS/layer norm (a transformer uses one throughout), or None."""
+    for node in graph.nodes:
+        if node.op in (Op.RMS_NORM, Op.LAYER_NORM) and node.attrs.get("eps") is not None:
+            return float(node.attrs["eps"])
+    return None
 
 
 def planner_memory(ev: Evaluation, stage: int) -> dict[str, float]:
@@ -237,6 +255,10 @@ def _mfu_peak(planner: Planner) -> float:
         from ..summary import dominant_contraction
         _, conv = dominant_contraction(interpret(planner.graph, planner.dims(1)))
         options = conv_options(options, planner.target) if conv else options
+    if planner.runtime.fp8 and fp8_flop_share(planner) > 0.5:
+        # the FP8 GEMMs do most of the matmul FLOPs: their peak, as analyze's MFU takes the precision that
+        # does most of them (against the bf16 peak an FP8 plan read 'MFU 112.9%')
+        return matrix_rate(planner.target, FORWARD_FORMAT, options).flops_per_s
     return matrix_rate(planner.target, DType(_dtype(planner)), options).flops_per_s
 
 

@@ -11,9 +11,13 @@ from typing import Any
 from ...backends import Target
 from ...errors import PlanError
 from ...ir import Op
-from ..training.fp8_gemms import FORWARD_FORMAT, GRAD_FORMAT
+from ..interpreter import interpret
+from ..training.fp8_gemms import FORWARD_FORMAT, GRAD_FORMAT, weight_operand
+from .runtime_form import apply_runtime_form
 
-__all__ = ["check_fp8_target", "fp8_notes", "FP8_STATEMENT"]
+__all__ = ["check_fp8_target", "fp8_notes", "fp8_flop_share", "FP8_STATEMENT"]
+
+_CONTRACTIONS = (Op.DOT, Op.GROUPED_DOT, Op.CONV, Op.ATTENTION)
 
 #: The one line a plan prints about what FP8 means in it.
 FP8_STATEMENT = ("FP8: GEMMs only (Transformer Engine hybrid recipe: E4M3 forward, E5M2 gradients) in the "
@@ -43,6 +47,32 @@ def fp8_notes(planner: Any) -> list[str]:
     if any(n.op is Op.GROUPED_DOT for n in planner.graph.nodes):
         notes.append("FP8: the routed experts' grouped GEMMs are costed in bf16 (Transformer Engine's FP8 "
                      "GroupedLinear is not modelled), so this MoE plan understates FP8's speed-up")
-    notes.append("FP8: MFU is against the bf16 peak (the model FLOPs are the same; the rate they could reach "
-                 "is not); the FP8 weight casts are in the optimizer term, their copies in the weights")
+    share = fp8_flop_share(planner)
+    peak = "the FP8 peak" if share > 0.5 else "the bf16 peak"
+    notes.append(f"FP8: the FP8 GEMMs do {share:.0%} of the model's matmul FLOPs, so MFU is against {peak} (the "
+                 "precision that does most of them, analyze's convention); the FP8 weight casts are in the "
+                 "optimizer term, their copies in the weights")
     return notes
+
+
+def fp8_flop_share(planner: Any) -> float:
+    """The share of the forward's contraction FLOPs (matmuls, grouped matmuls, convolutions, attention)
+    that an FP8 plan runs in FP8: the DOTs with a parameter operand in the transformer layers, what
+    :func:`..training.fp8_gemms.fp8_linear_gemms` rewrites (the backward's FP8 dgrad/wgrad are twice
+    these, as the rest's backward is twice the rest, so the forward's share is the step's). Each
+    distinct block counted once, times how often it occurs, as the planner's model FLOPs are."""
+    counted: dict[int, tuple[float, float]] = {}
+    fp8 = total = 0.0
+    for block in planner.blocks.all:
+        if id(block) not in counted:
+            table = interpret(apply_runtime_form(block.graph, planner.runtime, tp=1), planner.dims(1))
+            f = t = 0.0
+            for node, cost in table.costs.items():
+                if node.op in _CONTRACTIONS:
+                    t += cost.flops
+                    if block.kind == "layer" and node.op is Op.DOT and weight_operand(node) is not None:
+                        f += cost.flops
+            counted[id(block)] = (f, t)
+        fp8 += counted[id(block)][0]
+        total += counted[id(block)][1]
+    return fp8 / total if total else 0.0

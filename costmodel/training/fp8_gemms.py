@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from ...ir import VIEW_OPS, DType, Graph, Node, Op, Source, TensorType, Value, ValueKind
 from .phases import BACKWARD, FORWARD, PHASE, RECOMPUTE
 
-__all__ = ["fp8_linear_gemms", "Fp8Rewrite", "WEIGHT_CAST", "FORWARD_FORMAT", "GRAD_FORMAT", "FP8_CAST"]
+__all__ = ["fp8_linear_gemms", "weight_operand", "Fp8Rewrite", "WEIGHT_CAST", "FORWARD_FORMAT", "GRAD_FORMAT",
+           "FP8_CAST"]
 
 #: The phase of the once-per-step weight casts (timed once per step, beside the optimizer).
 WEIGHT_CAST = "weight_cast"
@@ -78,7 +79,7 @@ def fp8_linear_gemms(graph: Graph) -> Fp8Rewrite:
     state = _State(graph, out)
     for node in list(graph.nodes):
         if node.op is Op.DOT and node.attrs.get(PHASE) in _GEMM_PHASES:
-            w = _weight_operand(node)
+            w = weight_operand(node)
             if w is not None:
                 state.forward(node, w)
     for node in list(graph.nodes):
@@ -87,7 +88,7 @@ def fp8_linear_gemms(graph: Graph) -> Fp8Rewrite:
     return out
 
 
-def _weight_operand(node: Node) -> int | None:
+def weight_operand(node: Node) -> int | None:
     """The index (0 or 1) of the operand that is a parameter (through views), or None."""
     for i, v in enumerate(node.inputs[:2]):
         if v is not None and _param(v) is not None:
@@ -242,7 +243,7 @@ def _is_linear(node: Node) -> bool:
     """A ``DOT`` reading a parameter, or a weight cast this rewrite already put in its place."""
     if node.op is not Op.DOT:
         return False
-    return _weight_operand(node) is not None or any(
+    return weight_operand(node) is not None or any(
         v is not None and v.producer is not None and v.producer.attrs.get(FP8_CAST) == "weight"
         for v in node.inputs[:2])
 

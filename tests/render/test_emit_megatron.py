@@ -35,7 +35,7 @@ MEGATRON_FLAGS = {
     "--moe-router-enable-expert-bias", "--moe-router-pre-softmax", "--moe-router-num-groups", "--moe-router-group-topk",
     "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--multi-latent-attention", "--q-lora-rank",
     "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--rope-type",
-    "--rotary-scaling-factor", "--mscale", "--mscale-all-dim",
+    "--rotary-scaling-factor", "--mscale", "--mscale-all-dim", "--norm-epsilon", "--fp8-format", "--fp8-recipe",
 }
 # `--rotary-base` is `type=int` there: an integer, written as one
 # choices= of the flags above that take one (same file and tag)
@@ -46,7 +46,8 @@ MEGATRON_CHOICES = {"--recompute-granularity": {"full", "selective"}, "--recompu
                     "--attention-backend": {"flash", "fused", "unfused", "local", "auto"},
                     "--moe-token-dispatcher-type": {"allgather", "alltoall", "flex"},
                     "--moe-router-score-function": {"softmax", "sigmoid"}, "--moe-router-dtype": {"fp32", "fp64"},
-                    "--rope-type": {"rope", "yarn"}}
+                    "--rope-type": {"rope", "yarn"}, "--fp8-format": {"e4m3", "hybrid"},
+                    "--fp8-recipe": {"tensorwise", "delayed", "mxfp8", "blockwise"}}
 # the architecture flags of Megatron-LM's own Llama-3 8B recipe, examples/llama/train_llama3_8b_h100_fp8.sh
 # (core_v0.15.0), which a plan of Llama-3 8B must reproduce
 LLAMA3_8B_RECIPE = {"--hidden-size": "4096", "--ffn-hidden-size": "14336", "--num-attention-heads": "32",
@@ -278,10 +279,13 @@ def test_gpt2s_tanh_gelu_is_a_note_not_the_legacy_only_openai_gelu_flag(hand_pla
     assert any("approximate='tanh'" in n and "--use-legacy-models" in n for n in launch.notes)
 
 
-def test_synthetic_data_hint_gives_nulltokenizer_the_vocabulary_minus_one(hand_plan, llama_arch):
-    """Megatron's _NullTokenizer.vocab_size is the --vocab-size given plus one (its end-of-document id)."""
+def test_synthetic_data_hint_gives_nulltokenizer_the_models_vocabulary(hand_plan, llama_arch):
+    """At Megatron-LM main (d98e8a64, megatron/core/tokenizers/text/libraries/null_tokenizer.py)
+    NullTokenizer's vocab_size is the --vocab-size given, its eod id vocab_size - 1; core_v0.15.0's
+    legacy _NullTokenizer added one (eod = vocab_size), the vocabulary minus one there."""
     notes = megatron_launch(hand_plan(1, 1, 4, architecture=llama_arch)).notes
-    assert any("--tokenizer-type NullTokenizer --vocab-size 128255 " in n for n in notes)
+    assert any("--tokenizer-type NullTokenizer --vocab-size 128256 " in n and "core_v0.15.0" in n and "128255" in n
+               for n in notes)
 
 
 def test_chips_are_told_apart_by_their_software_not_their_execution_family(hand_plan, llama_arch):
@@ -294,3 +298,31 @@ def test_chips_are_told_apart_by_their_software_not_their_execution_family(hand_
     gaudi = megatron_launch(hand_plan(1, 1, 4, target="gaudi3", system="gaudi3", architecture=llama_arch))
     assert any("HabanaAI/Megatron-LM" in n for n in gaudi.notes)
     assert gaudi.program[0] == "torchrun"          # no CUDA variable on Gaudi
+
+
+@pytest.mark.parametrize("eps, flag", [(1e-6, "1e-06"), (1e-5, None)])
+def test_the_models_norm_epsilon_is_emitted_where_it_is_not_megatrons_default(tmp_path, eps, flag):
+    """DeepSeek-V3's and Qwen's rms_norm_eps is 1e-6; Megatron's --norm-epsilon defaults to 1e-5
+    (TransformerConfig.layernorm_epsilon), which the command left in place."""
+    import json
+
+    import narrowpipe
+    config = {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+              "num_key_value_heads": 4, "vocab_size": 1000, "intermediate_size": 512, "num_local_experts": 4,
+              "num_experts_per_tok": 2, "max_position_embeddings": 1024, "rms_norm_eps": eps}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    plan = narrowpipe.plan(str(path), "dgx-h100", 8, global_batch=16, seq=512, parallel={"tp": 1, "pp": 1}, top=0)
+    launch = megatron_launch(plan)
+    assert check_flags(launch).get("--norm-epsilon") == flag
+    assert not any("norm_eps" in n for n in launch.notes)         # expressed, not listed as unset
+
+
+def test_an_fp8_plan_names_the_format_and_scaling_recipe_it_was_timed_with(hand_plan, llama_arch):
+    """The plan times Transformer Engine's HYBRID format with per-tensor (delayed) scaling for every FP8
+    --dtype; the command says both instead of leaving the recipe to Megatron's default."""
+    runtime = {"name": "megatron-core", "fp8": "hybrid", "grad_reduce_dtype": "fp32"}
+    launch = megatron_launch(hand_plan(1, 1, 4, architecture=llama_arch, runtime=runtime))
+    flags = check_flags(launch)
+    assert flags["--fp8-format"] == "hybrid" and flags["--fp8-recipe"] == "delayed" and flags["--bf16"] is True
+    assert any("fp8_e4m3" in n and "e4m3" in n for n in launch.notes)

@@ -106,9 +106,9 @@ def test_the_tensor_parallel_plan_and_the_pipeline_schedule_are_real_torch_objec
 @pytest.mark.parametrize("fix, names", [({"tp": 8, "dp": 4}, ["dp", "tp"]),
                                         ({"tp": 2, "pp": 4, "dp": 4}, ["pp", "dp", "tp"]),
                                         ({"tp": 2, "dp": 2, "cp": 2}, ["dp", "cp", "tp"])])
-def test_the_mesh_has_the_plans_axes_innermost_last_and_its_devices(hand_plan, fix, names):
+def test_the_mesh_has_the_plans_axes_innermost_last_and_its_devices(hand_plan, llama_arch, fix, names):
     pp = fix.pop("pp", 1)
-    plan = hand_plan(pp, 1, 8, **fix)
+    plan = hand_plan(pp, 1, 8, architecture=llama_arch, **fix)
     axes = mesh_axes(plan)
     assert [a for a, _ in axes] == names
     assert math.prod(n for _, n in axes) == plan.devices
@@ -169,3 +169,54 @@ def test_the_device_type_follows_the_chips_software(hand_plan, llama_arch):
         torch_launch(hand_plan(1, 1, 4, target="trainium2", system="trn2-16", architecture=llama_arch))
     with pytest.raises(NarrowpipeError, match="use --emit jax"):
         torch_launch(hand_plan(1, 1, 4, target="tpu-v5p", system="tpu-v5p-8x8x8", architecture=llama_arch))
+
+
+@pytest.mark.parametrize("change, reason", [({"experts": 8, "top_k": 2}, "experts.gate_up_proj"),
+                                            ({"other": {"kv_lora_rank": 512}}, "latent attention"),
+                                            ({"gated_mlp": False, "activation": "gelu_tanh",
+                                              "positions": "learned"}, "Conv1D")])
+def test_tensor_parallelism_is_refused_where_the_llama_plan_does_not_name_the_models_modules(hand_plan, llama_arch,
+                                                                                             change, reason):
+    """Mixtral's MoE block is mlp.gate + mlp.experts (3-D parameters), DeepSeek-V3's attention
+    q_a_proj/kv_a_proj_with_mqa...: the Llama plan (q_proj, mlp.gate_proj) was emitted for both, torch
+    skipped the missing names and the forward failed ('mixed torch.Tensor and DTensor'), the experts
+    unsharded though the plan split them over tp. At tp=1 there is no tensor-parallel plan to be wrong."""
+    from narrowpipe import NarrowpipeError
+    arch = {**llama_arch, **change}
+    with pytest.raises(NarrowpipeError, match=reason):
+        torch_launch(hand_plan(1, 1, 4, tp=2, dp=2, architecture=arch))
+    launch = torch_launch(hand_plan(1, 1, 4, tp=1, dp=4, architecture=arch))
+    assert launch.settings["tensor_parallel"] == {} and "q_proj" not in launch.code
+
+
+def test_hugging_face_mixtral_has_the_parameters_the_refusal_names():
+    """The refusal's premise, on transformers' own Mixtral: expert weights are 3-D parameters, no nn.Linear."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                     num_key_value_heads=2, num_local_experts=4, vocab_size=64)
+    layer = transformers.MixtralForCausalLM(cfg).model.layers[0]
+    names = dict(layer.named_parameters())
+    assert names["mlp.experts.gate_up_proj"].dim() == 3
+    assert not any(isinstance(m, nn.Linear) for n, m in layer.named_modules() if n.startswith("mlp.experts"))
+
+
+@pytest.mark.parametrize("pp, interleave", [(1, 1), (4, 1), (4, 2)])
+def test_the_snippet_names_what_it_expects_and_imports_only_what_it_uses(hand_plan, llama_arch, pp, interleave):
+    """Its free names are the ones its header says the script around it defines; no unused import
+    (PipelineStage was imported and never used, `stage`/`stages` undefined)."""
+    import ast
+    import builtins
+    plan = hand_plan(pp, interleave, 8, tp=2, dp=2, layers=[1] * (pp * interleave), zero=3, recompute="full",
+                     architecture=llama_arch)
+    code = torch_launch(plan).code
+    tree = ast.parse(code)
+    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert imported <= loaded | {a.attr for a in ast.walk(tree) if isinstance(a, ast.Attribute)}, imported - loaded
+    free = loaded - imported - assigned - set(dir(builtins))
+    expected = {"model"} | ({"model_chunks", "loss_fn"} if pp > 1 else set())
+    assert free == expected
+    header = code.split("import", 1)[0]
+    assert all(f"`{name}`" in header for name in expected)

@@ -19,7 +19,7 @@ from narrowpipe.schema import validate
 # EngineArgs.add_cli_args, vllm-project/vllm vllm/engine/arg_utils.py at commit
 # 001999d2f360c2c5da23a916510c273b1a73d06c, with the choices= that parser gives them.
 VLLM_FLAGS = {"--tensor-parallel-size", "--pipeline-parallel-size", "--max-num-seqs", "--max-model-len",
-              "--gpu-memory-utilization", "--dtype", "--kv-cache-dtype", "--quantization"}
+              "--gpu-memory-utilization", "--dtype", "--kv-cache-dtype", "--quantization", "--max-num-batched-tokens"}
 VLLM_CHOICES = {"--dtype": {"auto", "half", "float16", "bfloat16", "float", "float32"},
                 "--kv-cache-dtype": {"auto", "fp8", "fp8_e5m2", "fp8_e4m3"},
                 # QUANTIZATION_METHODS, vllm/model_executor/layers/quantization/__init__.py at commit
@@ -46,10 +46,11 @@ def check(launch) -> dict[str, str]:
 def test_a_hand_made_deployment_gives_this_exact_command(tmp_path):
     launch = vllm_launch(str(tmp_path / "config.json"), "h100", "TP4 x PP2", batch=64, max_model_len=8192,
                          model_dtype="bf16", formats={"weights": None, "activations": None, "kv": "fp8_e4m3"},
-                         source=SOURCE)
+                         source=SOURCE, prefill_tokens=2048)
     assert launch.command == ["vllm", "serve", str(tmp_path), "--tensor-parallel-size", "4",
                               "--pipeline-parallel-size", "2", "--max-num-seqs", "64", "--max-model-len", "8192",
-                              "--gpu-memory-utilization", "0.9", "--dtype", "bfloat16", "--kv-cache-dtype", "fp8_e4m3"]
+                              "--max-num-batched-tokens", "2048", "--gpu-memory-utilization", "0.9", "--dtype",
+                              "bfloat16", "--kv-cache-dtype", "fp8_e4m3"]
     assert launch.notes == []          # a checkpoint folder: nothing to say
     check(launch)
 
@@ -121,3 +122,38 @@ def test_a_capacity_plan_emits_its_best_layout_at_its_batch():
     flags = check(vllm_from_capacity(plan, "m", "bf16", {"weights": None, "activations": None, "kv": None}))
     assert flags["--max-num-seqs"] == str(best.batch) and flags["--max-model-len"] == "640"
     assert (int(flags["--tensor-parallel-size"]), int(flags["--pipeline-parallel-size"])) == parse_layout(best.layout)
+
+
+def test_a_deployment_that_does_not_fit_gets_no_command(tmp_path, capsys):
+    """70B in bf16 is 141 GB of weights: on one 80 GB H100 the table said 'does not fit by 73.3 GB' and
+    the full vllm serve command was still written, without a word."""
+    out = tmp_path / "nofit.txt"
+    rc = main(["serve", "llama-3-70b", "--target", "h100", "--batch", "8", "--emit", "vllm", "--emit-out", str(out)])
+    assert rc == 2 and not out.exists()
+    assert "does not fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, tokens", [
+    # serve prefills its batch together: 4 prompts of 8192 tokens are one 32,768-token step, which vLLM's
+    # default of 8192 on an H100 would have split into four
+    (["--tp", "4", "--mode", "prefill", "--input", "8192", "--batch", "4"], 4 * 8192),
+    (["--tp", "2", "--input", "1024", "--output", "128", "--batch", "16"], 16 * 1024),
+    (["--tp", "2", "--mode", "decode", "--context", "2048", "--batch", "16"], None)])
+def test_the_prefill_step_the_prediction_assumes_is_pinned(capsys, argv, tokens):
+    assert main(["-q", "serve", "llama-3-8b", "--target", "h100", *argv, "--emit", "vllm"]) == 0
+    text = capsys.readouterr().out
+    command = text[text.index("vllm serve"):].split()
+    if tokens is None:
+        assert "--max-num-batched-tokens" not in command and "decode steps only" in text
+    else:
+        assert command[command.index("--max-num-batched-tokens") + 1] == str(tokens)
+
+
+def test_a_capacity_plan_pins_one_prompt_per_prefill_step():
+    """plan_capacity books the activations of one prompt's prefill (prefill_batch=1), so vLLM's step is
+    pinned to the prompt, not to vLLM's GPU-dependent default."""
+    graph = narrowpipe.load_model("llama-3-8b")
+    plan = plan_capacity(graph, ["h100"], rate=1.0, input_len=3000, output_len=200, tpot=0.05)
+    launch = vllm_from_capacity(plan, "llama-3-8b", "bf16", {"weights": None, "activations": None, "kv": None})
+    flags = check(launch)
+    assert flags["--max-num-batched-tokens"] == str(max(3000, int(flags["--max-num-seqs"])))

@@ -135,3 +135,21 @@ def test_a_tpu_is_refused_as_no_transformer_engine_target():
     g = narrowpipe.transformer(2, 512, 8, 1000, ffn=1024, seq=256, name="tiny")
     with pytest.raises(PlanError, match="Transformer Engine runs it on GPUs"):
         narrowpipe.plan(g, "tpu-v5p", 8, global_batch=8, seq=256, dtype="fp8_e4m3", top=0)
+
+
+@pytest.mark.parametrize("hidden, seq, peak", [
+    # per token and layer: q/k/v/o 4 x 2 x 512^2 = 2.1 MFLOP plus the MLP's Linears, against attention's
+    # 4 x 256 x 512 = 0.5 MFLOP: the FP8 GEMMs do most, MFU is against H100 SXM's dense FP8 1979 TFLOP/s
+    (512, 256, 1979e12),
+    # 4 x 2 x 128^2 = 0.13 MFLOP of q/k/v/o against attention's 4 x 8192 x 128 = 4.2 MFLOP: bf16 does
+    # most, MFU stays against the dense bf16 989 TFLOP/s (NVIDIA H100 datasheet, SXM5)
+    (128, 8192, 989e12)])
+def test_an_fp8_plans_mfu_is_against_the_peak_of_the_precision_doing_most_matmul_flops(hidden, seq, peak):
+    """An FP8 plan read 'MFU 112.9%' against the bf16 peak; analyze's convention is the peak of the
+    precision that does most of the matmul FLOPs."""
+    g = narrowpipe.transformer(2, hidden, 4, 1000, ffn=2 * hidden, seq=seq, name="tiny")
+    fixed = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "microbatch": 1, "zero": 0, "recompute": "none"}
+    fp8 = narrowpipe.plan(g, "h100", 1, global_batch=4, seq=seq, dtype="fp8", parallel=fixed, top=0)
+    assert fp8.mfu == pytest.approx(fp8.tflops_per_device * 1e12 / peak, rel=1e-9)
+    bf16 = narrowpipe.plan(g, "h100", 1, global_batch=4, seq=seq, dtype="bf16", parallel=fixed, top=0)
+    assert bf16.mfu == pytest.approx(bf16.tflops_per_device * 1e12 / 989e12, rel=1e-9)
