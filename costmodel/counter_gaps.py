@@ -1,7 +1,7 @@
 """A report note naming the ops of a torch graph that ``torch.utils.flop_counter.FlopCounterMode``
-counts as 0 while narrowpipe counts them in :attr:`Report.modeled_flops`.
+counts as 0 while narrowpipe counts them in :attr:`Report.matmul_flops`.
 
-``modeled_flops`` (contraction + convolution + attention) is the quantity FlopCounterMode counts and is
+``matmul_flops`` (contraction + convolution + attention) is the quantity FlopCounterMode counts and is
 tested to equal it exactly; a user comparing the two totals on a graph holding one of these ops sees
 a difference and needs to know it is the counter's gap, not narrowpipe's. The counts stay as they are.
 The list is torch 2.13's ``flop_registry`` read against the ops torch.export leaves in a program (the
@@ -62,5 +62,5 @@ def flop_counter_notes(table: CostTable) -> list[str]:
              + (f"; {FCM_UNCOUNTED[name]}" if FCM_UNCOUNTED[name] else "") + ")"
              for name, (n, flops) in sorted(found.items())]
     total = sum(flops for _, flops in found.values())
-    return [f"torch's FlopCounterMode counts 0 for {', '.join(parts)}; modeled_flops counts them, so it "
-            f"exceeds FlopCounterMode's total by up to {total:,} FLOPs (the counts here are unchanged)"]
+    return [f"torch's FlopCounterMode counts 0 for {', '.join(parts)}; matmul_flops (alias modeled_flops) counts "
+            f"them, so it exceeds FlopCounterMode's total by up to {total:,} FLOPs (the counts here are unchanged)"]

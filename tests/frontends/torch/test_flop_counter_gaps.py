@@ -46,7 +46,7 @@ def test_note_names_each_uncounted_op_and_accounts_for_the_whole_difference():
     for op in ("aten.scaled_dot_product_attention", "aten.addbmm", "aten.dot", "aten.mv"):
         assert op in note
     assert "aten.linear" not in note and "aten.mm" not in note
-    assert report.modeled_flops - _fcm(Mixed(), ARGS) == extra
+    assert report.matmul_flops - _fcm(Mixed(), ARGS) == extra
     # hand counts: SDPA 4 B H S^2 D, addbmm 2 x 3 x 8 x 4 x 8, dot 2 x 8, mv 2 x 8 x 8
     assert extra == 4 * 1 * 2 * 8 * 8 * 8 + 2 * 3 * 8 * 4 * 8 + 2 * 8 + 2 * 8 * 8
 
@@ -56,7 +56,9 @@ def test_plain_matmuls_get_no_note():
     x = torch.randn(2, 8)
     report = narrowpipe.analyze(narrowpipe.from_torch(mlp, (x,)))
     assert not [n for n in report.notes if "FlopCounterMode" in n]
-    assert report.modeled_flops == _fcm(mlp, (x,))
+    assert report.matmul_flops == _fcm(mlp, (x,)) == 2 * 2 * (8 * 16 + 16 * 4)
+    assert report.modeled_flops == report.matmul_flops == report.to_dict()["totals"]["matmul_flops"]  # old name
+    assert report.flops == report.matmul_flops + 2 * (16 + 4) + 2 * 16   # + bias adds and ReLU, not counted by FCM
 
 
 def test_transformers_grouped_experts_are_the_whole_gap_to_flop_counter_mode():
@@ -71,4 +73,4 @@ def test_transformers_grouped_experts_are_the_whole_gap_to_flop_counter_mode():
     note, extra = _gap_note(report)
     assert "transformers.grouped_mm_fallback (2 nodes" in note
     assert extra == 2 * 8 * 2 * (32 * 2 * 48 + 48 * 32)      # tokens x top-2 rows through gate_up and down
-    assert report.modeled_flops - _fcm(model, (), kwargs) == extra
+    assert report.matmul_flops - _fcm(model, (), kwargs) == extra
