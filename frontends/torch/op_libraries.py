@@ -34,14 +34,13 @@ _TARGET = re.compile(rb"torch\.ops\.([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0
 
 
 def archive_ops(path: Path) -> set[tuple[str, str]]:
-    """``(namespace, op)`` of every non-builtin op the archive's serialized programs name; empty when
+    """``(namespace, op)`` of every non-builtin op the archive's JSON entries name; empty when
     the file is not a readable zip (torch's own loader then says what is wrong with it)."""
     found: set[tuple[str, str]] = set()
     try:
         with zipfile.ZipFile(path) as z:
-            for info in z.infolist():
-                parts = info.filename.split("/")
-                if info.filename.endswith(".json") and "models" in parts:
+            for info in z.infolist():   # models/<name>.json (older torch: serialized_exported_program.json)
+                if info.filename.endswith(".json"):
                     for ns, op in _TARGET.findall(z.read(info)):
                         if ns.decode() not in _BUILTIN:
                             found.add((ns.decode(), op.decode()))
