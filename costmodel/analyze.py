@@ -11,6 +11,7 @@ from ..errors import NarrowpipeError, UnboundDimError, as_integer
 from ..ir import Graph, OpGroup, ValueKind
 from ..ir.dim_spec import by_ir_name, describe_dims
 from .costcache import graph_index, paused_gc
+from .counter_gaps import flop_counter_notes
 from .experts import ExpertBalance, routing_notes
 from .interpreter import CostTable, interpret
 from .kv_lengths import bind_windows, check_mask_length
@@ -114,7 +115,7 @@ def build_report(table: CostTable) -> Report:
                   flops_by_group=flops_by_group, bytes_by_group=bytes_by_group,
                   ops=rows, unmodeled=unmodeled,
                   notes=list(table.notes) + routing_notes(graph.nodes, table.shapes, table.expert_balance)
-                  + list(graph.meta.get("training", {}).get("gaps", ())))
+                  + list(graph.meta.get("training", {}).get("gaps", ())) + flop_counter_notes(table))
 
 
 def range_notes(graph: Graph, bindings: dict[str, int]) -> list[str]:

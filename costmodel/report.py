@@ -288,10 +288,13 @@ class Report:
         return {p: out[p] for p in sorted(out, key=lambda p: (order.index(p) if p in order else len(order), p))}
 
     @property
-    def modeled_flops(self) -> int:
-        """FLOPs of contraction, convolution and attention: what torch's FlopCounterMode counts."""
+    def matmul_flops(self) -> int:
+        """FLOPs of contraction, convolution and attention: what torch's FlopCounterMode counts (the
+        JSON's ``totals.matmul_flops``; the notes name ops the counter leaves out)."""
         g = self.flops_by_group
         return g.get("contraction", 0) + g.get("convolution", 0) + g.get("attention", 0)
+
+    modeled_flops = matmul_flops   # the older name, kept
 
     def to_dict(self) -> dict[str, Any]:
         return {

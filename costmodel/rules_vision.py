@@ -58,12 +58,22 @@ def nms(v: OpView) -> Cost:
 
 
 def fft(v: OpView) -> Cost:
-    """Cooley-Tukey: 5 N log2 N real FLOPs per transform of length N."""
+    """Cooley-Tukey: 5 N log2 N real FLOPs per transform of length N. A multi-axis transform
+    (``axes``: ``fft2``, ``fftn``) is one length-``n_a`` transform per line along each axis ``a`` in
+    turn, so it costs the sum over axes of ``5 n_a log2 n_a x (elements / n_a)``, which is
+    ``5 N log2 N`` with ``N`` the product of the transformed lengths. Single-axis ops give ``axis``."""
     shape = v.shape(0)
-    axis = int(v.attrs.get("axis", -1)) % max(len(shape), 1)
-    n = max(shape[axis], 2) if shape else 2
-    transforms = prod(shape) // n if shape else 1
-    return _traffic(v, int(5 * n * log2(n)) * transforms)
+    if not shape:
+        return _traffic(v, 10)   # a 0-d input: one transform of the minimal length 2
+    rank = len(shape)
+    axes = v.attrs.get("axes")
+    axes = [int(a) % rank for a in axes] if axes else [int(v.attrs.get("axis", -1)) % rank]
+    total = prod(shape)
+    flops = 0
+    for axis in sorted(set(axes)):
+        n = max(shape[axis], 2)
+        flops += int(5 * n * log2(n)) * (total // n)
+    return _traffic(v, flops)
 
 
 #: op -> rule, merged into :data:`narrowpipe.costmodel.rules.RULES`

@@ -23,6 +23,21 @@ def _first(op: Op, **fixed: object):
     return fn
 
 
+def _fft(default: int | tuple[int, ...] | None, dim_arg: int = 2):
+    """``torch.fft`` transforms (``fft``, ``fft2``, ``fftn`` and their inverse/real variants; the
+    ``_fft_*`` primitives take ``dim`` second): one FFT op over the transformed ``axes``, whose cost
+    rule applies the per-axis convention. ``dim=None`` with sizes ``s`` transforms the last ``len(s)``
+    axes, without them all axes (torch's convention)."""
+    def fn(cx: AtenLowerer, n: fx.Node) -> None:
+        rank = max(rank_of(n.args[0]), 1)
+        dims = arg(n, dim_arg, "dim", default)
+        sizes = arg(n, 1, "s", None) if dim_arg == 2 else None
+        if dims is None and isinstance(sizes, (list, tuple)) and sizes:
+            dims = tuple(range(rank - len(sizes), rank))
+        cx.emit(Op.FFT, [cx.value(n.args[0])], n, {"axes": list(norm_axes(dims, rank))})
+    return fn
+
+
 def _all_tensors(op: Op):
     def fn(cx: AtenLowerer, n: fx.Node) -> None:
         cx.emit(op, cx.values(list(n.args) + list(n.kwargs.values())), n)
@@ -309,6 +324,8 @@ TENSOR_LOWERINGS = {
     "topk": _topk, "unique": _first(Op.UNIQUE), "_unique": _first(Op.UNIQUE),
     "_unique2": _first(Op.UNIQUE), "unique_consecutive": _first(Op.UNIQUE), "unique_dim": _first(Op.UNIQUE),
     "diff": _diff, "meshgrid": _meshgrid, "im2col": _im2col,
-    "fft_fft": _first(Op.FFT), "fft_ifft": _first(Op.FFT), "fft_rfft": _first(Op.FFT),
-    "fft_irfft": _first(Op.FFT), "_fft_r2c": _first(Op.FFT), "_fft_c2r": _first(Op.FFT), "_fft_c2c": _first(Op.FFT),
+    **{f"fft_{k}fft": _fft(-1) for k in ("", "i", "r", "ir", "h", "ih")},
+    **{f"fft_{k}fft2": _fft((-2, -1)) for k in ("", "i", "r", "ir", "h", "ih")},
+    **{f"fft_{k}fftn": _fft(None) for k in ("", "i", "r", "ir", "h", "ih")},
+    "_fft_r2c": _fft(None, 1), "_fft_c2r": _fft(None, 1), "_fft_c2c": _fft(None, 1),
 }

@@ -24,6 +24,7 @@ from ...ir import DimSpec, Graph, Value, ValueKind
 from ...ir.verifier import maybe_verify
 from ..dim_roles import assign_roles
 from .aten_table import ATEN_TABLE, IGNORED
+from .export_hints import export_hint
 from .lowering import AtenLowerer
 from .pt2 import names_from_spec, stamp_dim_names, stamped_dim_names
 from .static_cache import KV_CACHE_META, static_cache_buffers
@@ -41,7 +42,9 @@ def export_module(module: torch.nn.Module, args: tuple[Any, ...] = (), kwargs: M
         ep = torch.export.export(module, tuple(args), dict(kwargs or {}), dynamic_shapes=dynamic_shapes,
                                  strict=strict)
     except Exception as exc:  # torch raises many types; the user needs the reason and the module
-        raise FrontendError(f"torch.export failed for {type(module).__name__}: {type(exc).__name__}: {exc}") from exc
+        hint = export_hint(module, args, kwargs, exc)   # the fix before torch's long message
+        raise FrontendError(f"torch.export failed for {type(module).__name__}: {hint}{type(exc).__name__}: {exc}"
+                            ) from exc
     stamp_dim_names(ep, _dim_names(module, tuple(args), kwargs or {}, dynamic_shapes))  # torch drops them
     return ep
 

@@ -26,6 +26,7 @@ from torch.export.graph_signature import InputKind
 
 from ...errors import FrontendError, ModelLoadError
 from ...ir import Graph
+from .op_libraries import archive_ops, missing_ops_message, provide_op_libraries
 
 __all__ = ["load_pt2", "save_pt2", "names_from_spec", "stamp_dim_names", "stamped_dim_names", "NAMES_FILE"]
 
@@ -135,7 +136,9 @@ _TRUSTED_TYPE_MODULES = ("transformers.",)
 
 def _load(p: Path, extra: dict[str, Any]) -> ExportedProgram:
     """``torch.export.load`` without its logged traceback, failing with the underlying reason. An
-    output type of a trusted library not yet registered is imported and the load tried once more."""
+    output type of a trusted library not yet registered is imported and the load tried once more; the
+    custom op libraries the archive calls are imported first (:mod:`.op_libraries`)."""
+    missing = provide_op_libraries(archive_ops(p))
     for attempt in (0, 1):
         logger = logging.getLogger("torch.export")   # torch gives it a stderr handler of its own
         capture, propagate, handlers = _Capture(), logger.propagate, logger.handlers[:]
@@ -147,6 +150,8 @@ def _load(p: Path, extra: dict[str, Any]) -> ExportedProgram:
             text = _cause_and_text(exc, capture.records)[1]
             if attempt == 0 and _import_type_module(_unregistered_type(text)):
                 continue
+            if missing:   # torch's SerializeError would dump the whole node calling the op
+                raise ModelLoadError(missing_ops_message(missing), file=str(p)) from None
             raise ModelLoadError(_reason(exc, capture.records), file=str(p)) from None
         finally:
             logger.handlers = handlers
