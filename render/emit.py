@@ -26,7 +26,7 @@ from .output_file import write_output
 
 __all__ = ["Launch", "LAUNCH_FORMAT", "LAUNCH_VERSION", "TRAINING_TOOLS", "SERVING_TOOLS", "write_launch",
            "plan_source", "training_dtype", "py_tuple", "software_stack", "STACKS", "TOOL_STACKS",
-           "check_tool_target"]
+           "check_tool_target", "check_tool_runtime"]
 
 LAUNCH_FORMAT, LAUNCH_VERSION = "narrowpipe.launch", 1
 TRAINING_TOOLS = ("megatron", "torch", "jax")
@@ -133,6 +133,15 @@ def check_tool_target(tool: str, target: Any) -> None:
         way_out = f"use --emit {' or '.join(others)}" if others else "plan for a GPU system"
         raise NarrowpipeError(f"--emit {tool}: {_TOOL_NAMES[tool]} runs on {', '.join(ok)}; {target.name} runs "
                               f"{STACKS[stack]}: {way_out}")
+
+
+def check_tool_runtime(tool: str, runtime: str | None) -> None:
+    """Refuse ``--emit megatron`` for a plan timed as another framework runs (``--runtime maxtext``):
+    Megatron's flags would launch a run that behaves as Megatron-Core does, not as the plan assumed."""
+    if tool == "megatron" and runtime is not None and not runtime.startswith("megatron"):
+        raise NarrowpipeError(f"--emit megatron: the plan is timed as runtime {runtime!r} runs; Megatron-LM's "
+                              "flags would launch a run that behaves as Megatron-Core does: re-plan with "
+                              "--runtime megatron-core, or use --emit jax")
 
 
 def software_stack(target: Any) -> str:

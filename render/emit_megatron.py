@@ -36,7 +36,7 @@ from typing import Any
 from ..backends import Target, defaults, get_system, get_target
 from ..costmodel.planner.plan import Plan
 from ..errors import NarrowpipeError
-from .emit import STACKS, Launch, plan_source, software_stack, training_dtype
+from .emit import STACKS, Launch, check_tool_runtime, plan_source, software_stack, training_dtype
 from .emit_megatron_moe import mla_flags, moe_flags
 
 __all__ = ["megatron_launch", "pipeline_layout", "MEGATRON_REFERENCE"]
@@ -74,6 +74,7 @@ def megatron_launch(plan: Plan, chip: Target | None = None) -> Launch:
     target = chip or get_target(plan.target)   # a file's chip has no catalog name to look up
     stack = software_stack(target)
     p, arch, notes = plan.parallel, dict(plan.architecture), []
+    check_tool_runtime("megatron", str(plan.runtime.get("name", "megatron-core")))
     if stack == "tpu":
         raise NarrowpipeError(f"Megatron-LM runs on GPUs; this plan is for {target.name}, a TPU: "
                               "use --emit jax, or plan for a GPU system")

@@ -18,7 +18,7 @@ from ..cli_args import count_arg
 from ..costmodel.planner.plan import Plan
 from ..costmodel.planner.strategy import RECOMPUTE, parse_switch
 from ..errors import NarrowpipeError, PlanError
-from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, check_tool_target, write_launch
+from .emit import SERVING_TOOLS, TRAINING_TOOLS, Launch, check_tool_runtime, check_tool_target, write_launch
 from .output_file import say_wrote, write_output
 from .units import nbytes, seconds
 
@@ -112,6 +112,7 @@ def run_plan(args: argparse.Namespace, console: Console) -> int:
         from ..costmodel.planner.machine import resolve_machine
         chip, _ = resolve_machine(args.target, args.system, args.devices)   # what the plan runs on, a file's chip too
         check_tool_target(args.emit, chip)                                  # before the search, not after it
+        check_tool_runtime(args.emit, args.runtime)
     result = make_plan(args.model, args.target, args.devices, mode=args.mode, global_batch=args.global_batch,
                        seq=args.seq, parallel=fixed_fields(args), dtype=args.dtype, system=args.system,
                        runtime=args.runtime, top=args.top, expert_balance=args.expert_balance)

@@ -15,7 +15,7 @@ from ..interpreter import interpret
 from ..training.fp8_gemms import FORWARD_FORMAT, GRAD_FORMAT, weight_operand
 from .runtime_form import apply_runtime_form
 
-__all__ = ["check_fp8_target", "fp8_notes", "fp8_flop_share", "FP8_STATEMENT"]
+__all__ = ["check_fp8_target", "fp8_notes", "fp8_flop_share", "FP8_STATEMENT", "TE_RUNTIMES"]
 
 _CONTRACTIONS = (Op.DOT, Op.GROUPED_DOT, Op.CONV, Op.ATTENTION)
 
@@ -26,9 +26,19 @@ FP8_STATEMENT = ("FP8: GEMMs only (Transformer Engine hybrid recipe: E4M3 forwar
                  "optimizer in bf16/fp32")
 
 
-def check_fp8_target(target: Target) -> None:
+#: The runtimes that train with Transformer Engine's FP8 recipe (the one modelled): Megatron-Core.
+#: Megatron-LM 2021 predates FP8 tensor cores; MaxText's fp8 is XLA's own quantization of its dots.
+TE_RUNTIMES = ("megatron-core",)
+
+
+def check_fp8_target(target: Target, runtime: str = "megatron-core") -> None:
     """Refuse a chip whose spec lists no FP8 matrix rate (A100, V100: their tensor cores have none),
-    or that is no GPU: the recipe is Transformer Engine's, which runs on NVIDIA and AMD (ROCm) GPUs."""
+    or that is no GPU: the recipe is Transformer Engine's, which runs on NVIDIA and AMD (ROCm) GPUs;
+    and a runtime that does not run Transformer Engine."""
+    if runtime not in TE_RUNTIMES:
+        raise PlanError(f"plan --dtype fp8: runtime {runtime!r} does not train with Transformer Engine's FP8 "
+                        f"recipe, the one modelled (runtimes that do: {', '.join(TE_RUNTIMES)}); plan in --dtype "
+                        "bf16, or with --runtime megatron-core")
     missing = [d.value for d in (FORWARD_FORMAT, GRAD_FORMAT) if d.value not in target.matrix_flops]
     if missing:
         raise PlanError(f"plan --dtype fp8: {target.name} has no FP8 tensor rate (its spec lists no "

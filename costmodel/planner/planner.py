@@ -82,7 +82,7 @@ class Planner:
         self.global_batch = global_batch
         self.runtime = get_runtime(runtime)
         if self.runtime.fp8:
-            check_fp8_target(self.target)
+            check_fp8_target(self.target, self.runtime.name)
         self.optimizer = optimizer
         self.expert_balance = ExpertBalance.parse(expert_balance)
         #: the experts of a mixture of experts: how many (0 for a dense model), and their parameters

@@ -326,3 +326,22 @@ def test_an_fp8_plan_names_the_format_and_scaling_recipe_it_was_timed_with(hand_
     flags = check_flags(launch)
     assert flags["--fp8-format"] == "hybrid" and flags["--fp8-recipe"] == "delayed" and flags["--bf16"] is True
     assert any("fp8_e4m3" in n and "e4m3" in n for n in launch.notes)
+
+
+def test_a_plan_timed_as_another_runtime_gets_no_megatron_flags(capsys, monkeypatch, tmp_path):
+    """A plan timed under --runtime maxtext (XLA's fusion, JAX's remat policies) emitted as Megatron
+    flags would launch a run that behaves as Megatron-Core does: refused, before the search, from the
+    CLI, and by the emitter given such a plan (the Python path)."""
+    import narrowpipe
+    g = narrowpipe.transformer(2, 512, 8, 1000, ffn=1024, seq=256, name="tiny")
+    path = tmp_path / "tiny.json"
+    g.save(str(path))
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["plan", str(path), "--devices", "8", "--target", "h100", "--global-batch", "8", "--seq", "256",
+                 "--runtime", "maxtext", "--emit", "megatron"]) != 0
+    out = capsys.readouterr()
+    assert "re-plan with --runtime megatron-core" in out.err + out.out and "step" not in out.out
+    plan = narrowpipe.plan(g, "h100", 8, global_batch=8, seq=256, runtime="maxtext", top=0)
+    with pytest.raises(NarrowpipeError, match="timed as runtime 'maxtext' runs"):
+        megatron_launch(plan)
+    assert megatron_launch(narrowpipe.plan(g, "h100", 8, global_batch=8, seq=256, top=0)).settings

@@ -137,6 +137,18 @@ def test_a_tpu_is_refused_as_no_transformer_engine_target():
         narrowpipe.plan(g, "tpu-v5p", 8, global_batch=8, seq=256, dtype="fp8_e4m3", top=0)
 
 
+@pytest.mark.parametrize("runtime", ["maxtext", "megatron-lm-2021"])
+def test_a_runtime_without_transformer_engine_is_refused(runtime):
+    """The FP8 modelled is Transformer Engine's (Megatron-Core); MaxText's fp8 is XLA's quantization of
+    its dots, and 2021's Megatron-LM predates FP8 tensor cores: either would print a TE plan under a
+    runtime that does not run it."""
+    g = narrowpipe.transformer(2, 512, 8, 1000, ffn=1024, seq=256, name="tiny")
+    with pytest.raises(PlanError, match=f"runtime '{runtime}' does not train with Transformer Engine"):
+        narrowpipe.plan(g, "h100", 8, global_batch=8, seq=256, dtype="fp8", runtime=runtime, top=0)
+    assert narrowpipe.plan(g, "h100", 8, global_batch=8, seq=256, dtype="fp8", runtime="megatron-core",
+                           top=0).runtime["fp8"] == "hybrid"
+
+
 @pytest.mark.parametrize("hidden, seq, peak", [
     # per token and layer: q/k/v/o 4 x 2 x 512^2 = 2.1 MFLOP plus the MLP's Linears, against attention's
     # 4 x 256 x 512 = 0.5 MFLOP: the FP8 GEMMs do most, MFU is against H100 SXM's dense FP8 1979 TFLOP/s
