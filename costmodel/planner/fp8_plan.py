@@ -11,9 +11,7 @@ from typing import Any
 from ...backends import Target
 from ...errors import PlanError
 from ...ir import Op
-from ..interpreter import interpret
 from ..training.fp8_gemms import FORWARD_FORMAT, GRAD_FORMAT, weight_operand
-from .runtime_form import apply_runtime_form
 
 __all__ = ["check_fp8_target", "fp8_notes", "fp8_flop_share", "FP8_STATEMENT", "TE_RUNTIMES"]
 
@@ -75,7 +73,7 @@ def fp8_flop_share(planner: Any) -> float:
     fp8 = total = 0.0
     for block in planner.blocks.all:
         if id(block) not in counted:
-            table = interpret(apply_runtime_form(block.graph, planner.runtime, tp=1), planner.dims(1))
+            table = planner.forward_table(block)
             f = t = 0.0
             for node, cost in table.costs.items():
                 if node.op in _CONTRACTIONS:

@@ -21,7 +21,7 @@ from ...ir import DimRole, Graph, Op, Value
 from ...ir.attention import attention_dims, attention_window, is_causal
 from ..execution.collectives import Topology
 from ..experts import ExpertBalance
-from ..interpreter import interpret
+from ..interpreter import CostTable, interpret
 from .block_cost import BlockCost, block_cost, block_key, loss_outputs
 from .blocks import Blocks, split_blocks
 from .expert_parallel import expert_param_numel
@@ -104,6 +104,7 @@ class Planner:
         self.blocks: Blocks = split_blocks(graph)
         self._costs: dict[tuple[Any, ...], BlockCost] = {}
         self._flops: dict[int, tuple[float, float, float]] = {}
+        self._forward: dict[int, CostTable] = {}
         self._by_strategy: dict[tuple[Any, ...], tuple[list[BlockCost], BlockCost | None, BlockCost | None]] = {}
         self._layouts: dict[tuple[Any, ...], Layout] = {}
         self._pbytes = _param_dtype_bytes(graph)
@@ -327,10 +328,20 @@ class Planner:
         counted: dict[int, float] = {}
         for block in self.blocks.all:
             if id(block) not in counted:
-                table = interpret(apply_runtime_form(block.graph, self.runtime, tp=1), self.dims(1))
+                table = self.forward_table(block)
                 counted[id(block)] = 3 * sum(cost.flops * masked_fraction(node, table.shapes)
                                              for node, cost in table.costs.items() if node.op is Op.ATTENTION)
         return sum(counted[id(block)] for block in self.blocks.all)
+
+    def forward_table(self, block: Any) -> CostTable:
+        """One sequence's forward through ``block`` as the runtime forms it, unsharded, interpreted once
+        per distinct block: what the plan's shares of the model FLOPs (causal attention's masked part,
+        an FP8 plan's GEMMs) are read from."""
+        hit = self._forward.get(id(block))
+        if hit is None:
+            hit = self._forward[id(block)] = interpret(apply_runtime_form(block.graph, self.runtime, tp=1),
+                                                       self.dims(1))
+        return hit
 
     def _padded(self, block: Any, tp: int) -> bool:
         """Whether the runtime pads a vocabulary dim of ``block`` at ``tp``."""
