@@ -319,9 +319,9 @@ class Topology:
 
 def _low_latency(target: Target) -> tuple[float, float, float] | None:
     """The chip's NCCL LL protocol terms in seconds and bytes/s, or None where it gives none."""
-    terms = (getattr(target, "ll_base_latency", None), getattr(target, "ll_step_latency", None),
-             getattr(target, "ll_max_bus_bandwidth", None))
-    return None if any(t is None for t in terms) else terms  # type: ignore[return-value]
+    base, step = getattr(target, "ll_base_latency", None), getattr(target, "ll_step_latency", None)
+    cap = getattr(target, "ll_max_bus_bandwidth", None)
+    return None if base is None or step is None or cap is None else (base, step, cap)
 
 
 def _peer_latency(target: Target) -> float | None:
