@@ -47,8 +47,9 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
     ``fp8`` (``fp8_e4m3``, ``fp8_e5m2``) plans FP8 training as Transformer Engine runs it: bf16 weights
     and activations, only the Linear layers' GEMMs in FP8 (:func:`_training_dtype` refuses int8, int4
     and fp4).
-    ``runtime`` names the training framework's behaviour (``megatron-core``, the default,
-    ``megatron-lm-2021`` or ``maxtext``: JAX/XLA as MaxText runs it; see :data:`.runtime.RUNTIMES`).
+    ``runtime`` names the training framework's behaviour (``megatron-core``, the default on GPUs,
+    ``megatron-lm-2021`` or ``maxtext``: JAX/XLA as MaxText runs it, the default on TPUs; see
+    :data:`.runtime.RUNTIMES`).
     Raises :class:`~narrowpipe.PlanError` when nothing fits, naming the memory term that overflows
     and by how much."""
     if mode != "train":

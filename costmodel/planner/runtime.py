@@ -262,9 +262,17 @@ RUNTIMES: dict[str, Runtime] = {
 }
 
 
-def get_runtime(runtime: str | Runtime | None) -> Runtime:
+def default_runtime(family: str | None) -> str:
+    """The framework a target's users train with when the plan names none: MaxText (JAX/XLA) on
+    TPUs, where Megatron-Core does not run (it is built on CUDA and torch.distributed's NCCL
+    groups); Megatron-Core on every other family."""
+    return "maxtext" if family == "tpu" else "megatron-core"
+
+
+def get_runtime(runtime: str | Runtime | None, family: str | None = None) -> Runtime:
+    """``runtime`` by name (or as given); None: the target family's :func:`default_runtime`."""
     if runtime is None:
-        return RUNTIMES["megatron-core"]
+        return RUNTIMES[default_runtime(family)]
     if isinstance(runtime, Runtime):
         return runtime
     try:

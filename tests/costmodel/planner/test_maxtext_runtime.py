@@ -52,7 +52,19 @@ def test_a_dots_plan_round_trips_and_validates(small):
 
 def test_megatron_core_refuses_dots(small):
     with pytest.raises(PlanError, match="no recompute=dots"):
-        narrowpipe.plan(small, "tpu-v5p", 8, global_batch=16, parallel={"recompute": "dots"})
+        narrowpipe.plan(small, "tpu-v5p", 8, global_batch=16, runtime="megatron-core",
+                        parallel={"recompute": "dots"})
+
+
+def test_tpu_plans_default_to_maxtext_and_gpu_plans_to_megatron_core(small):
+    """Megatron-Core does not run on TPUs (CUDA, NCCL groups): a TPU plan that names no runtime is
+    timed as MaxText runs, and takes its recompute policies; a GPU plan stays Megatron-Core's."""
+    tpu = narrowpipe.plan(small, "tpu-v5p", 8, global_batch=16, parallel={"recompute": "dots"}, top=0)
+    assert tpu.runtime["name"] == "maxtext" and tpu.parallel.recompute == "dots"
+    gpu = narrowpipe.plan(small, "h100", 8, global_batch=16, top=0)
+    assert gpu.runtime["name"] == "megatron-core"
+    with pytest.raises(PlanError, match="no recompute=dots"):
+        narrowpipe.plan(small, "h100", 8, global_batch=16, parallel={"recompute": "dots"})
 
 
 def test_the_cli_plans_under_maxtext(tmp_path):
