@@ -33,7 +33,8 @@ RESOURCE_FIELDS: Mapping[str, tuple[str, ...]] = {
     "hbm_bandwidth": ("memory_bandwidth",),
     "memory_capacity": ("memory_capacity",),
     "onchip_capacity": ("onchip_capacity", "l2_bytes"),
-    "onchip_bandwidth": ("onchip_bandwidth",),
+    # a GPU's per-SM operand feed (L2 and shared memory to the matrix units) is its on-chip bandwidth
+    "onchip_bandwidth": ("onchip_bandwidth", "gemm_tile_feed_bandwidth", "gemm_tile_feed_bandwidth_tf32"),
     # a dataflow chip's external tier (Cerebras MemoryX over the system I/O, SambaNova DDR): what a
     # weight-streaming layout reads its weights from, a pipe of its own that no other name moves
     "external_memory_bandwidth": ("external_memory_bandwidth",),

@@ -42,7 +42,7 @@ def speedups_if_doubled(program: Program, devices: DeviceGroup, base_s: float) -
 
 def _has_resource(target: Target, name: str) -> bool:
     if name == "onchip_bandwidth":       # where the SRAM is the main memory, memory_bandwidth is it
-        return target.onchip_bandwidth is not None and not sram_is_main_memory(target)
+        return any(getattr(target, f, None) for f in RESOURCE_FIELDS[name]) and not sram_is_main_memory(target)
     if name in ("interconnect_bandwidth", "link_latency"):   # any of the links' fields the target sets
         return any(getattr(target, f, None) for f in RESOURCE_FIELDS[name])
     if name == "external_memory_bandwidth":

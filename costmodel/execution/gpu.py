@@ -14,7 +14,8 @@
   (counted in the library's smallest tile where ``gemm_split_k_smallest_tile``: it narrows the
   tile before it splits K); a
   tile runs no faster than its operand tiles arrive (``gemm_tile_feed_bandwidth`` per SM: small
-  tiles load more bytes per FLOP; ``_tf32`` for the TF32/XF32 kernels); where the graph states how
+  tiles load more bytes per FLOP; ``_tf32`` for the TF32/XF32 kernels; a wait for operands binds as
+  memory, the hierarchy's limit, and scales with the on-chip bandwidth); where the graph states how
   the operands are stored (a DOT's ``operand_major``), a K-major operand's DRAM stream in an SGEMM
   kernel runs at ``gemm_k_major_read_efficiency_fp32`` of the kernel's rate (short runs per tile
   row). Convolution kernels are
@@ -261,16 +262,18 @@ def _gemm_time(g: Gemm, reads: float, writes: float, rate: Rate, target: GpuTarg
         # largest is not always the fastest, and taking the best keeps the time non-decreasing in
         # each dim (the allowed splits only shrink as the tiles grow)
         for split in range(1, _max_split(grid, target.sm_count, p, fill_tiles) + 1):
-            compute, executed, waves, busy = _tile_time(g, grid, target.sm_count, per_sm, p, split)
-            compute = max(compute, dequant)
+            compute, feed, executed, waves, busy = _tile_time(g, grid, target.sm_count, per_sm, p, split)
+            compute = max(compute, dequant) + waves * p.wave_overhead
             partials = 2 * split * g.batch * g.m * g.n * SPLIT_K_PARTIAL_BYTES if split > 1 else 0
-            compute += waves * p.wave_overhead
             # each wave's output write overlaps the next wave's main loop; the last wave's is exposed
             exposed = writes * p.epilogue_exposed / waves
             traffic = tile_reads + partials + writes - exposed
             # a K-major operand's share of the traffic streams at k_major_read of the kernel's rate
             mem = memory_time(target, traffic) * (1 + (1 / p.k_major_read - 1) * min(k_major / traffic, 1.0)) \
                 if k_major > 0 else memory_time(target, traffic)
+            # operands arriving slower than the MMAs consume them: the memory hierarchy's limit (a
+            # GEMV's tiles wait on their loads), so it binds as memory, not as the matrix units
+            mem = max(mem, feed + waves * p.wave_overhead) if feed > 0 else mem
             epilogue = memory_time(target, exposed)
             t = max(compute, mem) + epilogue
             if best is None or t < best.time * (1 - 1e-9):
@@ -318,9 +321,10 @@ def _max_split(grid: TileGrid, sms: int, p: GemmTerms, fill_tiles: int | None = 
 
 
 def _tile_time(g: Gemm, grid: TileGrid, sms: int, per_sm: float,
-               p: GemmTerms, split: int = 1) -> tuple[float, float, int, float]:
-    """(seconds of MMA work, executed FLOPs, waves, the SMs' busy share of the waves) of ``g`` on
-    ``grid`` with K split ``split`` ways.
+               p: GemmTerms, split: int = 1) -> tuple[float, float, float, int, float]:
+    """(seconds of MMA work, seconds the tiles' operands take to arrive (0 without a feed bound),
+    executed FLOPs, waves, the SMs' busy share of the waves) of ``g`` on ``grid`` with K split
+    ``split`` ways.
 
     A side of the problem narrower than the tile shrinks the tile to it (in steps of
     :data:`SKINNY_TILE_STEP`), as libraries pick narrow-tile or GEMV-like kernels for skinny GEMMs,
@@ -332,10 +336,12 @@ def _tile_time(g: Gemm, grid: TileGrid, sms: int, per_sm: float,
     wave-quantize (and split K) together; a hot expert costs its extra tiles."""
     items = grid.tiles * split
     waves = ceil(items / sms)
-    if p.feed > 0:
-        per_sm = min(per_sm, p.feed * 2 * grid.tm * grid.tn / ((grid.tm + grid.tn) * g.dtype.bits / 8))
     per_item = 2 * grid.tm * grid.tn * grid.tk * ceil(grid.kiters / split)
-    return waves * per_item / per_sm, items * per_item, waves, items / (waves * sms)
+    feed = 0.0
+    if p.feed > 0:
+        fed = p.feed * 2 * grid.tm * grid.tn / ((grid.tm + grid.tn) * g.dtype.bits / 8)
+        feed = waves * per_item / fed if fed < per_sm else 0.0
+    return waves * per_item / per_sm, feed, items * per_item, waves, items / (waves * sms)
 
 
 def _k_major_bytes(g: Gemm, rereads: tuple[float, float]) -> float:

@@ -146,7 +146,31 @@ def test_a_small_tile_runs_no_faster_than_its_operands_arrive():
     g = _gemm(512, 512, 1024, DType.BF16)
     t = _h100_one_tile((64, 64, 64), gemm_tile_feed_bandwidth=50e9)
     assert 50e9 * 32 < t.matrix_flops["bf16"] * t.matmul_efficiency / t.sm_count
-    assert _kernel(g, t).compute_s == pytest.approx(2 * 64 * 64 * 64 * 8 / (50e9 * 32), rel=1e-9)
+    starved = _kernel(g, t)
+    # the operands' arrival, not the matrix units, sets the pace: it binds as memory (the hierarchy's
+    # feed), and the matrix units' own time is the plateau's
+    assert starved.memory_s == pytest.approx(2 * 64 * 64 * 64 * 8 / (50e9 * 32), rel=1e-9)
+    assert starved.memory_s > starved.compute_s
+    assert starved.compute_s == pytest.approx(2 * 64 * 64 * 64 * 8 / (t.matrix_flops["bf16"] * t.matmul_efficiency
+                                                                      / t.sm_count), rel=1e-9)
     fast = _h100_one_tile((64, 64, 64))   # fed at the plateau, its best plan splits no K (no partials)
     per_sm = fast.matrix_flops["bf16"] * fast.matmul_efficiency / fast.sm_count
-    assert _kernel(g, fast).compute_s <= 2 * 64 * 64 * 64 * 16 / per_sm * (1 + 1e-9) < _kernel(g, t).compute_s
+    assert _kernel(g, fast).compute_s <= 2 * 64 * 64 * 64 * 16 / per_sm * (1 + 1e-9) < starved.time_s
+
+
+@pytest.mark.parametrize("chip", ["mi300x", "mi355x"])
+def test_a_decode_gemv_starved_of_operands_is_memory_bound_and_speeds_up_with_the_memory(chip):
+    """Llama-3-70B's down projection at batch 1 (1 x 8192 x 28672, FP8 weights) on an AMD chip whose
+    tiles are fed at ``gemm_tile_feed_bandwidth`` per CU: its 235 MB of weights bound it (>= bytes
+    over the HBM bandwidth), the matrix units idle most of it, so it reads memory-bound, and doubling
+    the memory (HBM and the on-chip feed, what "if doubled: memory" doubles) nearly halves it. It read
+    compute-bound while the feed counted as the matrix units' time, and batch-1 decode on MI355X
+    with FP8 weights with it."""
+    t = get_target(chip)
+    assert t.gemm_tile_feed_bandwidth
+    kernel = _kernel(gemm_graph(1, 8192, 28672, DType.FP8_E4M3), t)
+    weights = 8192 * 28672
+    assert kernel.bound == "memory" and kernel.memory_s >= weights / t.memory_bandwidth
+    assert kernel.compute_s < 0.5 * kernel.memory_s
+    doubled = _kernel(gemm_graph(1, 8192, 28672, DType.FP8_E4M3), t.scaled(memory_bandwidth=2, onchip_bandwidth=2))
+    assert doubled.time_s < 0.6 * kernel.time_s
