@@ -15,7 +15,7 @@ from .assemble import assemble
 from .fp8_plan import fp8_notes
 from .plan import Plan
 from .planner import Planner
-from .runtime import get_runtime
+from .runtime import get_runtime, runtime_notes
 from .search import search
 from .strategy import RECOMPUTE, Parallel, parse_switch
 
@@ -73,7 +73,7 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
             raise PlanError(f"{e}; {_WHOLE} {_dict_form(parallel)}") from None
         raise
     stats = result.stats()
-    notes = [*fp8_notes(planner),
+    notes = [*runtime_notes(planner.runtime, planner.target.family), *fp8_notes(planner),
              f"search: {stats['considered']} strategies, {stats['pruned_memory']} pruned by parameter memory, "
              f"{stats['evaluated']} evaluated ({planner.cached_costs} block costs)", *result.notes]
     return assemble(planner, result.best, result.runners_up, notes)

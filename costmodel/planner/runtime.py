@@ -269,6 +269,16 @@ def default_runtime(family: str | None) -> str:
     return "maxtext" if family == "tpu" else "megatron-core"
 
 
+def runtime_notes(runtime: Runtime, family: str | None) -> list[str]:
+    """What a plan's reader must know when the named runtime does not run on the target's family
+    (a plan timed as Megatron-Core runs on a TPU is a what-if, not a launchable plan)."""
+    if family == "tpu" and runtime.name.startswith("megatron"):
+        return [f"runtime {runtime.name}: Megatron-LM runs on CUDA/ROCm GPUs (torch.distributed's NCCL/RCCL "
+                "groups), not on TPUs; this plan times its behaviour on the TPU as a what-if. The TPU default "
+                "is --runtime maxtext (JAX/XLA)"]
+    return []
+
+
 def get_runtime(runtime: str | Runtime | None, family: str | None = None) -> Runtime:
     """``runtime`` by name (or as given); None: the target family's :func:`default_runtime`."""
     if runtime is None:

@@ -73,3 +73,11 @@ def test_the_cli_plans_under_maxtext(tmp_path):
                  "--runtime", "maxtext", "--recompute", "dots", "--top", "0", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["runtime"]["name"] == "maxtext" and data["parallel"]["recompute"] == "dots"
+
+
+def test_a_tpu_plan_under_megatron_core_says_it_is_a_what_if(small):
+    """Megatron-LM does not run on TPUs: a plan that names it there says so; the default does not."""
+    named = narrowpipe.plan(small, "tpu-v5p", 8, global_batch=16, runtime="megatron-core", top=0)
+    assert any("not on TPUs" in n for n in named.notes)
+    default = narrowpipe.plan(small, "tpu-v5p", 8, global_batch=16, top=0)
+    assert not any("not on TPUs" in n for n in default.notes)
