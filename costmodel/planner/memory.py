@@ -70,12 +70,13 @@ def device_memory(p: Parallel, load: DeviceLoad, runtime: Runtime, optimizer: st
     ZeRO shards the dense parameters' states over ``dp x cp`` and the experts' over their own
     replicas, ``dp x cp / ep`` (Megatron-Core's and DeepSpeed-MoE's expert data-parallel group)."""
     grad = runtime.grad_reduce_dtype.nbytes(1)
-    master = 4 if runtime.master_weights and param_dtype_bytes < 4 else 0
+    fp32_only = runtime.fp32_weights and param_dtype_bytes < 4    # the fp32 weights are the master copy
+    master = 4 if runtime.master_weights and param_dtype_bytes < 4 and not fp32_only else 0
     per_state = master + 4 * OPTIMIZER_STATES.get(optimizer, 2)
     weights = grads = states = 0.0
     for params, pbytes, dp in ((load.params - load.expert_params, load.param_bytes - load.expert_param_bytes,
                                 p.dp * p.cp), (load.expert_params, load.expert_param_bytes, p.axis("edp")[0])):
-        weights += pbytes / (dp if p.zero >= 3 else 1)
+        weights += (4 * params if fp32_only else pbytes) / (dp if p.zero >= 3 else 1)
         grads += params * grad / (dp if p.zero >= 2 else 1)
         states += params * per_state / (dp if p.zero >= 1 else 1)
     weights += load.fp8_weight_bytes       # FP8 training: the resident FP8 copies (value + transpose)

@@ -67,6 +67,11 @@ class Runtime:
     grad_reduce_dtype: DType = DType.FP32
     #: fp32 master copy of the weights kept by the optimizer (mixed-precision training).
     master_weights: bool = True
+    #: The weights live in fp32 only and are cast to the compute dtype where a layer reads them
+    #: (MaxText), so the resident weights take 4 bytes per parameter and there is no second,
+    #: master copy; the gathered (FSDP) weights are the cast ones. False: the model's dtype plus
+    #: the ``master_weights`` copy.
+    fp32_weights: bool = False
     #: Layers per pipeline chunk: ``uniform`` (equal counts, the embedding and head on top) or
     #: ``balanced`` (contiguous runs balanced by time, the embedding and head counted in).
     stage_split: str = "balanced"
@@ -125,6 +130,8 @@ class Runtime:
         out["grad_reduce_dtype"] = self.grad_reduce_dtype.value
         if not self.fp8:                # recorded only when set, so a bf16 plan's record is unchanged
             out.pop("fp8")
+        if not self.fp32_weights:       # likewise (plan version 9)
+            out.pop("fp32_weights")
         return out
 
 
@@ -202,7 +209,8 @@ RUNTIMES: dict[str, Runtime] = {
     "maxtext": Runtime(
         "maxtext", overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=False,
         pipeline_scatter_gather=True, attention="fused", attention_layout="sbhd", fused_glu=False, fused_norm=False,
-        vocab_multiple=1, dropout=0.0, grad_reduce_dtype=DType.FP32, master_weights=True, stage_split="uniform",
+        vocab_multiple=1, dropout=0.0, grad_reduce_dtype=DType.FP32, master_weights=True, fp32_weights=True,
+        stage_split="uniform",
         fusion="full", sequence_parallel=True, zero_stages=(0, 1, 3), recompute_modes=("none", "dots", "full"),
         context_parallel=True, expert_parallel=True, sources={
             "name": f"{_MT}: JAX/XLA as MaxText runs it; 2023 = the v5p/v5e/v4 tables' commit 76bd53b0f "
@@ -235,9 +243,11 @@ RUNTIMES: dict[str, Runtime] = {
             "grad_reduce_dtype": "the weights are fp32 (2023: MaxText/layers/linears.py DenseGeneral creates its "
                                  "kernel as jnp.float32; head: base.yml weight_dtype float32), so are their "
                                  "gradients (head: grad_dtype float32)",
-            "master_weights": "MaxText keeps fp32 weights only and casts them to dtype bfloat16 per use "
-                              "(linears.py: jnp.asarray(kernel, self.dtype)); the plan's bf16 weights + fp32 "
-                              "master count 2 bytes per parameter (sharded as the weights) more than that",
+            "master_weights": "the optimizer updates fp32 weights (optax on the fp32 params)",
+            "fp32_weights": "MaxText keeps fp32 weights only and casts them to dtype bfloat16 per use "
+                            "(2023: linears.py jnp.asarray(kernel, self.dtype); head: base.yml weight_dtype "
+                            "float32): 4 bytes a parameter, no second copy; the cast is elementwise, so GSPMD "
+                            "gathers an FSDP-sharded weight after it, in bfloat16",
             "stage_split": "base.yml (head): decoder layers = stages x num_layers_per_pipeline_stage x "
                            "num_pipeline_repeats, equal per stage",
             "fusion": "XLA fuses elementwise producers and consumers into the dots' fusions on TPU (output fusion)",

@@ -179,8 +179,10 @@ def static_memory(planner: Planner, p: Parallel) -> float:
     experts = planner.expert_params
     pbytes = planner.narrowest_param_bytes
     grad = planner.runtime.grad_reduce_dtype.nbytes(1)
-    master = 4 if planner.runtime.master_weights and pbytes < 4 else 0
+    fp32_only = planner.runtime.fp32_weights and pbytes < 4      # fp32 weights, no second master copy
+    master = 4 if planner.runtime.master_weights and pbytes < 4 and not fp32_only else 0
     states = master + 4 * OPTIMIZER_STATES.get(planner.optimizer, 2)
+    pbytes = 4 if fp32_only else pbytes
     total = 0.0
     for params, shard in (((planner.param_count - experts) / (p.tp * p.pp), p.dp * p.cp),
                           (experts / (p.tp * p.pp * p.ep), p.dp * p.cp // p.ep)):

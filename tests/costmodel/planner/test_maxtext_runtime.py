@@ -81,3 +81,19 @@ def test_a_tpu_plan_under_megatron_core_says_it_is_a_what_if(small):
     assert any("not on TPUs" in n for n in named.notes)
     default = narrowpipe.plan(small, "tpu-v5p", 8, global_batch=16, top=0)
     assert not any("not on TPUs" in n for n in default.notes)
+
+
+def test_maxtext_keeps_fp32_weights_only_and_megatron_bf16_plus_a_master_copy(small):
+    """Per parameter, Adam with fp32 gradients: MaxText 4 (fp32 weights) + 4 (grads) + 8 (moments) =
+    16 bytes; Megatron-Core 2 (bf16 weights) + 4 + 4 (fp32 master) + 8 = 18. Same strategy, no ZeRO, so
+    weights + gradients + optimizer states differ by exactly 2 bytes a parameter on each device."""
+    fixed = {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "recompute": "full", "microbatch": 2}
+    mt = narrowpipe.plan(small, "tpu-v5p", 8, global_batch=16, runtime="maxtext", parallel=fixed, top=0)
+    mc = narrowpipe.plan(small, "tpu-v5p", 8, global_batch=16, runtime="megatron-core", parallel=fixed, top=0)
+    params = sum(v.type.numel() for v in small.weights)
+    m, c = mt.memory_per_device, mc.memory_per_device
+    assert m["weights"] == pytest.approx(4 * params, rel=1e-6) and c["weights"] == pytest.approx(2 * params, rel=1e-6)
+    assert (c["weights"] + c["gradients"] + c["optimizer_states"]) - (m["weights"] + m["gradients"]
+                                                                       + m["optimizer_states"]) == \
+        pytest.approx(2 * params, rel=1e-6)
+    assert mt.runtime.get("fp32_weights") is True and "fp32_weights" not in mc.runtime
