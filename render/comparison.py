@@ -237,13 +237,16 @@ _BASIS_WORDS = {"hyperscaler-on-demand": "hyperscaler on-demand list", "other-on
 
 
 def verdict_text(c: Comparison) -> Text:
-    """One line: the fastest, cheapest and most frugal target, each with its narrowest pipe."""
+    """One line: the fastest (lowest system time), the most per chip where chip counts differ, the
+    cheapest and the most frugal target, each with its narrowest pipe."""
     v = verdict(c.reports)
     out = Text("verdict: ", style="bold")
     picks = []
-    if v.fastest is not None:
-        how = f"{si(v.fastest.value)} {v.fastest.unit}" if v.per_chip else seconds(v.fastest.value)
-        picks.append(("fastest", v.fastest, how))
+    if v.fastest is not None:   # the system's time: on its chip count where the counts differ
+        chips = {t.target: t.devices for t in _timings(c)}[v.fastest.target] if v.per_chip else 1
+        picks.append(("fastest", v.fastest, seconds(v.fastest.value) + (f" on {chips} chips" if chips > 1 else "")))
+    if v.most_per_chip is not None:
+        picks.append(("most per chip", v.most_per_chip, f"{si(v.most_per_chip.value)} {v.most_per_chip.unit}"))
     if v.cheapest is not None:
         picks.append(("cheapest", v.cheapest, f"{dollars(v.cheapest.value)} per M {v.cheapest.unit.split()[-1]}"))
     if v.most_per_joule is not None:
