@@ -52,6 +52,8 @@ def diagnosis_summary(d: Diagnosis) -> Table:
     t.add_column(style="bold")
     t.add_column()
     t.add_row("label", Text(d.label_text.upper(), style="bold red"))
+    if d.machine_mismatch:   # beside the label it qualifies, not only in a warning after the tables
+        t.add_row("caution", Text(d.machine_mismatch, style="bold yellow"))
     for r in d.reasons:
         t.add_row("why", r)
     t.add_row("window", f"{seconds(d.window_s)} (busy {seconds(d.busy_s)}, idle {seconds(d.idle_s)} = "

@@ -146,5 +146,5 @@ def test_the_schema_pins_the_labels_and_bounds_a_diagnosis_writes(tmp_path):
     t = _CpuTrace()
     t.sorts()
     doc = diagnose(t.write(tmp_path / "sort.json"), EPYC).to_dict()
-    assert doc["version"] == 3 and doc["label"] == "latency"
+    assert doc["version"] == 4 and doc["label"] == "latency"
     validate(doc)
