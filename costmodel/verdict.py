@@ -4,9 +4,10 @@ frugal per joule, each with its narrowest pipe, so a reader can act on one line.
 "Fastest" is the lowest predicted time of the whole system a target names (71 Groq chips against
 one H100): that is what an expert reads it as, the latency of a step and the system's throughput.
 Where the targets use different numbers of chips, the best throughput per chip is a separate pick,
-labelled so (QA: a per-chip ranking called "fastest" named the H100 for a batch-1 decode that Groq's
-71 chips ran 4.6x sooner). Money and energy are in total (both already count every chip). Targets whose program does not fit are left out of every pick: a
-number for a model that cannot run is no answer.
+labelled so (QA: a per-chip ranking called "fastest" named the H100 for a batch-1 decode that
+Groq's 71 chips ran 4.6x sooner). Money and energy are in total (both already count every chip).
+Targets whose program does not fit are left out of every pick: a number for a model that cannot run
+is no answer.
 
 "Cheapest" is only fair when the prices compared are of one kind. The catalog's are all hyperscaler
 on-demand list prices (backends/vocab.py), but a chip no hyperscaler rents, a ``--price`` or a spec

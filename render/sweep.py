@@ -35,7 +35,7 @@ def sweep_table(s: Sweep, compact: bool = False) -> Table:
     unfit = any(t.cost_per_million_items is not None and not t.fits for t in timings)
     chips = _uses_chips(timings)
     caption = "\n".join(x for x in (   # one line each: joined, a table's width wrapped them mid-phrase
-        "chips: the devices a run is laid out on (a dataflow layout grows with the batch)" if chips else "",
+        "chips: the devices a run takes (a dataflow layout grows with the batch)" if chips else "",
         "* price not a hyperscaler on-demand list rate" if other else "",
         "(cost) one device's, of a run that needs more devices: left out of the verdict" if unfit else "") if x)
     layout = {"box": box.SIMPLE_HEAD, "show_edge": False, "padding": (0, 0, 0, 1)} if compact else {}
