@@ -289,12 +289,15 @@ def print_whatif(w: WhatIf, console: Console | None = None) -> None:
     tab.add_row("throughput", f"{si(a.throughput)} {a.item_unit}/s", f"{si(b.throughput)} {b.item_unit}/s")
     tab.add_row("MFU", f"{a.mfu:.1%}", f"{b.mfu:.1%}")
     tab.add_row("memory", _memory_fit(a), _memory_fit(b))
+    tab.add_row("narrowest", a.narrowest or "-", b.narrowest or "-")
     tab.add_row("bound mix", bound_mix_text(a), bound_mix_text(b))
     tab.add_row("if doubled", speedups_text(a), speedups_text(b))
     if a.cost_usd is not None or b.cost_usd is not None:     # --price shows here, not only in the JSON
         tab.add_row("cost", _money(a, "\n"), _money(b, "\n"))
     console.print(tab)
-    console.print(Text(f"speed-up: {w.speedup:.3f}x", style="bold"))
+    # the question whatif answers: which pipe is narrowest, before and after
+    moved = f"{a.narrowest} -> {b.narrowest}" if a.narrowest != b.narrowest else f"still {a.narrowest}"
+    console.print(Text(f"speed-up: {w.speedup:.3f}x; narrowest pipe: {moved}", style="bold"))
     if a.fits != b.fits:
         console.print(Text(f"the model {'fits' if b.fits else 'no longer fits'} the modified chip "
                            f"({'it did not fit' if b.fits else 'it fit'} the base)", style="bold"))
