@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -97,17 +99,22 @@ def timing_summary(r: Report) -> Table:
     return tab
 
 
+def bottleneck_label(b: Bottleneck, top: Sequence[Bottleneck], *, with_op: bool = True) -> str:
+    """``b``'s label, told apart from the others in ``top``: the op (with ``with_op``) where its
+    module path alone repeats, and the heaviest kernel's name where path and op both do (a dataflow
+    decode's K and V cache copies were "#1 ... self_attn x64 (copy ...)" and "#2", the same text)."""
+    if sum(o.label == b.label for o in top) == 1:
+        return b.label
+    twin = sum((o.label, o.op) == (b.label, b.op) for o in top) > 1
+    if not with_op:
+        return f"{b.label} [{b.kernel}]" if twin else b.label
+    return f"{b.label} ({b.op} {b.kernel})" if twin else f"{b.label} ({b.op})"
+
+
 def _tops(t: Timing) -> str:
     """One line per bottleneck group; the op (and the heaviest kernel's name) where a module path
     alone repeats: three ``self_attn x160`` lines on a dataflow target read as one kernel thrice."""
-    labels = [b.label for b in t.top]
-    ops = [(b.label, b.op) for b in t.top]
-
-    def which(b: Bottleneck) -> str:
-        if labels.count(b.label) == 1:
-            return ""
-        return f" ({b.op})" if ops.count((b.label, b.op)) == 1 else f" ({b.op} {b.kernel})"
-    return "\n".join(f"{b.label}{which(b)} {b.bound[0].upper()} {b.share:.0%}" for b in t.top) or "-"
+    return "\n".join(f"{bottleneck_label(b, t.top)} {b.bound[0].upper()} {b.share:.0%}" for b in t.top) or "-"
 
 
 def _narrowest(t: Timing, n: int = 2) -> Text:
