@@ -82,8 +82,8 @@ def busy_validation(cases: Sequence[Case]) -> str | None:
     timed on both clocks (:class:`~.cases.Case` ``measured_s`` wall, ``cpu_s`` the thread's, one torch
     thread) held the CPU for under :data:`MIN_CPU_SHARE` of their wall time. QA: gpt2 measured 1 s of
     wall time for 499 ms of the thread's CPU time and its per-op rows read -50 to -60% with no word."""
-    both = [c for c in cases if c.cpu_s is not None and c.measured_s > 0 and not c.impossible]
-    wall, cpu = sum(c.measured_s for c in both), sum(c.cpu_s for c in both)
+    both = [(c.measured_s, c.cpu_s) for c in cases if c.cpu_s is not None and c.measured_s > 0 and not c.impossible]
+    wall, cpu = sum(w for w, _ in both), sum(t for _, t in both)
     if not both or cpu >= MIN_CPU_SHARE * wall:
         return None
     return (f"validate: the machine was busy while measuring: the whole-forward rows took {wall:.3g} s of wall time "

@@ -303,9 +303,9 @@ def run_advice(label: str, machine: Machine, tl: Timeline, by_bound: dict[str, f
                    "weight-bound matmuls")
     else:
         out.append(_compute_advice(machine, mfu))
-    names = [o.name for o in ops[:3]]
+    top_names = [o.name for o in ops[:3]]
     for o in ops[:3]:   # one name at several shapes (five aten::linear) is told apart by its shapes
-        shapes = f" [{o.shapes}]" if names.count(o.name) > 1 and o.shapes else ""
+        shapes = f" [{o.shapes}]" if top_names.count(o.name) > 1 and o.shapes else ""
         out.append(f"{o.name}{shapes} ({o.bound}, {o.share:.0%} of op time): {o.advice[0]}")
     return out
 
