@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how far each chip's kernel model is checked: held-out error on public kernel timings")
 
     p = sub.add_parser("calibrate", help="microbenchmark this machine and write a target file (needs torch)")
-    p.add_argument("--out", default="host.toml", help="target file to write (default host.toml)")
+    p.add_argument("-o", "--out", default="host.toml", help="target file to write (default host.toml)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--threads", type=positive_arg, help="CPU threads to use (default: torch's default)")
     p.add_argument("--quick", action="store_true", help="a short sweep (for smoke tests)")

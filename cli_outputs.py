@@ -58,6 +58,7 @@ def _roofline(args: argparse.Namespace, console: Console) -> int:
     from .cli_args import timing_kwargs
     from .cli_serve import load_step
     from .costmodel.analyze import analyze
+    from .render.comparison import bottleneck_label
     from .render.roofline import plot_roofline, plotted_kernels
     from .render.units import seconds
     graph, dims, mode_notes = load_step(args, console)
@@ -72,7 +73,8 @@ def _roofline(args: argparse.Namespace, console: Console) -> int:
     for note in mode_notes:
         console.print(note, markup=False)
     for rank, b in enumerate(timing.top[:args.top], start=1):
-        console.print(f"  #{rank} {escape(b.label)} ({b.op}, {b.bound}-bound) {b.share:.0%}")
+        name = bottleneck_label(b, timing.top, with_op=False)   # two K/V cache copies read as one kernel twice
+        console.print(f"  #{rank} {escape(name)} ({b.op}, {b.bound}-bound) {b.share:.0%}")
     if args.top > len(timing.top):
         console.print(f"note: --top {args.top}: the report ranks its {len(timing.top)} heaviest kernels "
                       "(every repeated layer's together); those are labelled")
@@ -108,7 +110,8 @@ def register_output_commands(sub: argparse._SubParsersAction) -> dict[str, Handl
     p = sub.add_parser("roofline", help="plot every kernel on a chip's roofline (PNG or SVG)")
     _add_model_args(p)
     p.add_argument("--target", required=True, help="the chip (name, alias or .toml file)")
-    p.add_argument("--out", default="roofline.png", metavar="FILE", help="a .png or .svg file (default roofline.png)")
+    p.add_argument("-o", "--out", default="roofline.png", metavar="FILE",
+                   help="a .png or .svg file (default roofline.png)")
     p.add_argument("--top", type=count_arg, default=3,
                    help="bottlenecks to label (default 3, the most a report ranks)")
     _add_timing_args(p, price=False)

@@ -29,9 +29,11 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from .cases import Case
 from .robust import CalibrationWarning
 
-__all__ = ["MIN_CPU_SHARE", "MAX_ROUND_RATIO", "HOST_CALL_FIELDS", "contention", "warn_contention", "file_clocks"]
+__all__ = ["MIN_CPU_SHARE", "MAX_ROUND_RATIO", "HOST_CALL_FIELDS", "contention", "warn_contention", "file_clocks",
+           "busy_validation"]
 
 #: A measuring thread on the CPU for less of the wall time than this shared its core.
 MIN_CPU_SHARE = 0.8
@@ -73,6 +75,22 @@ def warn_contention(signs: list[str], left_out: Sequence[str]) -> None:
                   "file keeps the samples); the rates are on the thread clock and kept. Rerun calibrate on a quiet "
                   "machine for them",
                   CalibrationWarning, stacklevel=3)
+
+
+def busy_validation(cases: Sequence[Case]) -> str | None:
+    """Why ``validate``'s errors may measure the machine, not the model (None: no sign): the rows
+    timed on both clocks (:class:`~.cases.Case` ``measured_s`` wall, ``cpu_s`` the thread's, one torch
+    thread) held the CPU for under :data:`MIN_CPU_SHARE` of their wall time. QA: gpt2 measured 1 s of
+    wall time for 499 ms of the thread's CPU time and its per-op rows read -50 to -60% with no word."""
+    both = [(c.measured_s, c.cpu_s) for c in cases if c.cpu_s is not None and c.measured_s > 0 and not c.impossible]
+    wall, cpu = sum(w for w, _ in both), sum(t for _, t in both)
+    if not both or cpu >= MIN_CPU_SHARE * wall:
+        return None
+    return (f"validate: the machine was busy while measuring: the whole-forward rows took {wall:.3g} s of wall time "
+            f"for {cpu:.3g} s of the thread's CPU time ({cpu / wall:.0%}; a quiet machine gives it ~all of it). "
+            "'error' is on the wall clock, which counts the time the thread waited for the core; 'error vs CPU' "
+            "is on the thread's CPU clock, which the summary judges the model rows on; per-op rows have the wall "
+            "clock only (the profiler's), so their errors count that wait too. Rerun on a quiet machine")
 
 
 def file_clocks(path: str | Path) -> tuple[float | None, float | None]:

@@ -23,6 +23,7 @@ errors then include: a reader can tell a model error from a machine that changed
 from __future__ import annotations
 
 import statistics
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,7 +36,9 @@ from ..costmodel.execution.common import matrix_rate, vector_rate
 from ..frontends.torch.frontend import from_torch
 from ..ir import DType
 from .cases import Case
+from .contention import busy_validation
 from .guards import (
+    ValidationWarning,
     check_fits_in_memory,
     check_target_family,
     check_threads,
@@ -162,6 +165,9 @@ def validate_run(names: Sequence[str], target: Target | str, *, batches: Sequenc
         assert report.time_s is not None
         probe_cases.append(_case("probe", label, s, report.time_s,
                                  _model_clock(s, warmup, rounds) + "; predicted with the eager glue"))
+    busy = busy_validation([r.end_to_end for r in results] + probe_cases)
+    if busy:
+        warnings.warn(busy, ValidationWarning, stacklevel=2)
     return ValidationRun(results, probe_cases)
 
 

@@ -52,7 +52,7 @@ class Comparison:
         return f"Comparison({self.graph!r}, {len(self.reports)} targets:{lines}\n)"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": COMPARISON_FORMAT, "version": 2, "graph": self.graph, "dims": self.dims,
+        return {"format": COMPARISON_FORMAT, "version": 3, "graph": self.graph, "dims": self.dims,
                 "targets": [r.to_dict() for r in self.reports], "verdict": verdict(self.reports).to_dict()}
 
     def to_json(self, indent: int | None = 2) -> str:

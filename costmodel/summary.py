@@ -40,17 +40,23 @@ def dominant_contraction(table: CostTable) -> tuple[Any, bool]:
     precision can differ from the matmuls', :func:`~.execution.common.conv_options`); where no
     top-level node is one (the model's matmuls sit in a Loop body, or it has none), the model's own
     dtype (:func:`_model_dtype`)."""
-    best, dtype, conv = -1, None, False
+    dtype, conv, _ = _dominant(table)
+    return dtype, conv
+
+
+def _dominant(table: CostTable) -> tuple[Any, bool, DType | None]:
+    """:func:`dominant_contraction` and the weight type of that contraction where it is narrower than
+    its compute type (weight-only quantization, ``--weights fp8_e4m3``: bf16 MMAs on fp8 weights)."""
+    best, dtype, conv, narrow = -1, None, False, None
     for node, cost in table.costs.items():
-        if node.op is Op.DOT and cost.flops > best:
-            best, dtype, conv = cost.flops, dot_gemm(table, node).dtype, False
-        elif node.op is Op.GROUPED_DOT and cost.flops > best:
-            best, dtype, conv = cost.flops, grouped_gemm(table, node).dtype, False
+        if node.op in (Op.DOT, Op.GROUPED_DOT) and cost.flops > best:
+            gemm = dot_gemm(table, node) if node.op is Op.DOT else grouped_gemm(table, node)
+            best, dtype, conv, narrow = cost.flops, gemm.dtype, False, gemm.narrow_rhs
         elif node.op is Op.CONV and cost.flops > best:
-            best, dtype, conv = cost.flops, conv_gemm(table, node).dtype, True
+            best, dtype, conv, narrow = cost.flops, conv_gemm(table, node).dtype, True, None
         elif node.op is Op.ATTENTION and cost.flops > best and node.inputs[0] is not None:
-            best, dtype, conv = cost.flops, node.inputs[0].type.dtype, False
-    return (dtype, conv) if dtype is not None else (_model_dtype(table.graph), False)
+            best, dtype, conv, narrow = cost.flops, node.inputs[0].type.dtype, False, None
+    return (dtype, conv, narrow) if dtype is not None else (_model_dtype(table.graph), False, None)
 
 
 _CONTRACTIONS = (Op.DOT, Op.GROUPED_DOT, Op.CONV, Op.ATTENTION, Op.ATTENTION_BACKWARD)
@@ -182,11 +188,13 @@ def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_f
     is the fraction of each device's memory the fit leaves to the runtime; ``None``, a plain run's
     ``RUNTIME_MEMORY_RESERVE`` (:func:`_reserved_fit`)."""
     total, devices = schedule.total_s, schedule.devices
-    dtype, conv = dominant_contraction(program.table)
+    dtype, conv, narrow = _dominant(program.table)
     options = conv_options(program.options, target) if conv else program.options
     rate = matrix_rate(target, dtype, options) if dtype is not None else None
     peak = rate.flops_per_s if rate is not None else max(target.matrix_flops.values())
     precision = (rate.runs_as or rate.dtype) if rate is not None else ""
+    # the label said "bf16" for --weights fp8_e4m3: true of the MMAs, silent on what is stored
+    label = f"{precision}, {narrow.value} weights" if precision and narrow is not None else precision
     mfu = modeled_flops / (total * peak * devices) if total > 0 else 0.0
     executed = modeled_flops if executed_flops is None else executed_flops
     hfu = executed / (total * peak * devices) if total > 0 else 0.0
@@ -202,7 +210,7 @@ def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_f
     cost = total / 3600 * price_h * devices if price_h is not None else None
     basis = "given" if price is not None else (target.price_basis or "unstated") if price_h is not None else ""
     return Timing(target=target.name, family=target.family, time_s=total, mfu=mfu, hfu=hfu, peak_flops=peak,
-                  dtype=dtype.value if dtype is not None else "", precision=precision, bound_mix=bound_mix(schedule),
+                  dtype=dtype.value if dtype is not None else "", precision=label, bound_mix=bound_mix(schedule),
                   speedup_if_doubled=speedups, top=hotspots(program.kernels, schedule.times, total),
                   devices=devices, memory_required=schedule.memory_required,
                   memory_capacity=schedule.memory_capacity, fits=fits,

@@ -49,7 +49,7 @@ class Sweep:
     points: list[Comparison]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": SWEEP_FORMAT, "version": 1, "graph": self.graph, "grid": self.grid,
+        return {"format": SWEEP_FORMAT, "version": 2, "graph": self.graph, "grid": self.grid,
                 "points": [c.to_dict() for c in self.points]}
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -97,17 +99,22 @@ def timing_summary(r: Report) -> Table:
     return tab
 
 
+def bottleneck_label(b: Bottleneck, top: Sequence[Bottleneck], *, with_op: bool = True) -> str:
+    """``b``'s label, told apart from the others in ``top``: the op (with ``with_op``) where its
+    module path alone repeats, and the heaviest kernel's name where path and op both do (a dataflow
+    decode's K and V cache copies were "#1 ... self_attn x64 (copy ...)" and "#2", the same text)."""
+    if sum(o.label == b.label for o in top) == 1:
+        return b.label
+    twin = sum((o.label, o.op) == (b.label, b.op) for o in top) > 1
+    if not with_op:
+        return f"{b.label} [{b.kernel}]" if twin else b.label
+    return f"{b.label} ({b.op} {b.kernel})" if twin else f"{b.label} ({b.op})"
+
+
 def _tops(t: Timing) -> str:
     """One line per bottleneck group; the op (and the heaviest kernel's name) where a module path
     alone repeats: three ``self_attn x160`` lines on a dataflow target read as one kernel thrice."""
-    labels = [b.label for b in t.top]
-    ops = [(b.label, b.op) for b in t.top]
-
-    def which(b: Bottleneck) -> str:
-        if labels.count(b.label) == 1:
-            return ""
-        return f" ({b.op})" if ops.count((b.label, b.op)) == 1 else f" ({b.op} {b.kernel})"
-    return "\n".join(f"{b.label}{which(b)} {b.bound[0].upper()} {b.share:.0%}" for b in t.top) or "-"
+    return "\n".join(f"{bottleneck_label(b, t.top)} {b.bound[0].upper()} {b.share:.0%}" for b in t.top) or "-"
 
 
 def _narrowest(t: Timing, n: int = 2) -> Text:
@@ -237,13 +244,16 @@ _BASIS_WORDS = {"hyperscaler-on-demand": "hyperscaler on-demand list", "other-on
 
 
 def verdict_text(c: Comparison) -> Text:
-    """One line: the fastest, cheapest and most frugal target, each with its narrowest pipe."""
+    """One line: the fastest (lowest system time), the most per chip where chip counts differ, the
+    cheapest and the most frugal target, each with its narrowest pipe."""
     v = verdict(c.reports)
     out = Text("verdict: ", style="bold")
     picks = []
-    if v.fastest is not None:
-        how = f"{si(v.fastest.value)} {v.fastest.unit}" if v.per_chip else seconds(v.fastest.value)
-        picks.append(("fastest", v.fastest, how))
+    if v.fastest is not None:   # the system's time: on its chip count where the counts differ
+        chips = {t.target: t.devices for t in _timings(c)}[v.fastest.target] if v.per_chip else 1
+        picks.append(("fastest", v.fastest, seconds(v.fastest.value) + (f" on {chips} chips" if chips > 1 else "")))
+    if v.most_per_chip is not None:
+        picks.append(("most per chip", v.most_per_chip, f"{si(v.most_per_chip.value)} {v.most_per_chip.unit}"))
     if v.cheapest is not None:
         picks.append(("cheapest", v.cheapest, f"{dollars(v.cheapest.value)} per M {v.cheapest.unit.split()[-1]}"))
     if v.most_per_joule is not None:
@@ -286,12 +296,15 @@ def print_whatif(w: WhatIf, console: Console | None = None) -> None:
     tab.add_row("throughput", f"{si(a.throughput)} {a.item_unit}/s", f"{si(b.throughput)} {b.item_unit}/s")
     tab.add_row("MFU", f"{a.mfu:.1%}", f"{b.mfu:.1%}")
     tab.add_row("memory", _memory_fit(a), _memory_fit(b))
+    tab.add_row("narrowest", a.narrowest or "-", b.narrowest or "-")
     tab.add_row("bound mix", bound_mix_text(a), bound_mix_text(b))
     tab.add_row("if doubled", speedups_text(a), speedups_text(b))
     if a.cost_usd is not None or b.cost_usd is not None:     # --price shows here, not only in the JSON
         tab.add_row("cost", _money(a, "\n"), _money(b, "\n"))
     console.print(tab)
-    console.print(Text(f"speed-up: {w.speedup:.3f}x", style="bold"))
+    # the question whatif answers: which pipe is narrowest, before and after
+    moved = f"{a.narrowest} -> {b.narrowest}" if a.narrowest != b.narrowest else f"still {a.narrowest}"
+    console.print(Text(f"speed-up: {w.speedup:.3f}x; narrowest pipe: {moved}", style="bold"))
     if a.fits != b.fits:
         console.print(Text(f"the model {'fits' if b.fits else 'no longer fits'} the modified chip "
                            f"({'it did not fit' if b.fits else 'it fit'} the base)", style="bold"))

@@ -52,6 +52,8 @@ def diagnosis_summary(d: Diagnosis) -> Table:
     t.add_column(style="bold")
     t.add_column()
     t.add_row("label", Text(d.label_text.upper(), style="bold red"))
+    if d.machine_mismatch:   # beside the label it qualifies, not only in a warning after the tables
+        t.add_row("caution", Text(d.machine_mismatch, style="bold yellow"))
     for r in d.reasons:
         t.add_row("why", r)
     t.add_row("window", f"{seconds(d.window_s)} (busy {seconds(d.busy_s)}, idle {seconds(d.idle_s)} = "
@@ -79,15 +81,27 @@ def offenders_table(d: Diagnosis, top: int = 10, drop: frozenset[str] = frozense
     for i in keep:
         col, just = columns[i]
         t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    names = [o.name for o in rows]
     for o in rows:
         model = f"{seconds(o.predicted_s)}" if o.predicted_s is not None else "-"
         util = o.link_utilization if o.bound in ("interconnect", "host-copy") else \
             (o.memory_reach_utilization or o.memory_utilization)
-        cells = (o.name, o.shapes or o.kernel, str(o.calls), seconds(o.time_s), _pct(o.share),
+        # without the shapes column, one name at several shapes (five aten::linear) needs them beside it
+        name = o.name if "shapes" not in drop or names.count(o.name) == 1 or not o.shapes else \
+            Text(o.name).append(f"\n{_short_shapes(o.shapes)}", style="dim")
+        cells = (name, o.shapes or o.kernel, str(o.calls), seconds(o.time_s), _pct(o.share),
                  si(o.achieved_flops_per_s), si(o.achieved_bytes_per_s), _util(o.compute_utilization), _util(util),
                  model, Text(o.bound, style=_STYLE.get(o.bound, "")), o.advice[0] if o.advice else "")
         t.add_row(*(cells[i] for i in keep))
     return t
+
+
+def _short_shapes(shapes: str) -> str:
+    """``fp32[2, 128, 256], fp32[8000, 256]`` as ``(2x128x256, 8000x256)``: the dims that tell rows
+    apart, in the width a narrow table has."""
+    import re
+    return "(" + ", ".join(re.sub(r"^\w*\[|\]$", "", s.strip()).replace(", ", "x") or "scalar"
+                           for s in shapes.split("], ")) + ")"
 
 
 def fitting_offenders_table(d: Diagnosis, console: Console, top: int = 10) -> Table:

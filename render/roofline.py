@@ -318,6 +318,7 @@ def _points(ax: Any, shown: list[ScheduledKernel], xs: list[float], ys: list[flo
 
 def _labels(ax: Any, report: Report, shown: list[ScheduledKernel], xs: list[float], ys: list[float],
             top: int | None) -> None:
+    from .comparison import bottleneck_label
     assert report.timing is not None
     where = {k.name: i for i, k in enumerate(shown)}
     lo, hi = (math.log(v) for v in ax.get_xlim())
@@ -328,7 +329,8 @@ def _labels(ax: Any, report: Report, shown: list[ScheduledKernel], xs: list[floa
         if i is None:
             continue
         right_half = (math.log(xs[i]) - lo) / (hi - lo) > 0.5   # labels there run leftwards, inside the axes
-        label = ax.annotate(f"#{rank} {b.label} ({b.bound}, {b.share:.0%})", (xs[i], ys[i]),
+        name = bottleneck_label(b, report.timing.top, with_op=False)
+        label = ax.annotate(f"#{rank} {name} ({b.bound}, {b.share:.0%})", (xs[i], ys[i]),
                             xytext=(-10 if right_half else 10, -14 * rank), ha="right" if right_half else "left",
                             textcoords="offset points", fontsize=8, gid="bottleneck",
                             arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "black"},

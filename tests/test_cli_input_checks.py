@@ -180,3 +180,18 @@ def test_the_latency_answer_is_a_layout_that_holds_one_sequence(capsys):
 def test_a_price_for_a_target_not_compared_is_warned_about(capsys):
     assert main(["compare", "gpt2", "--targets", "h100", "--set", "seq=8", "--price", "tpu-v5e=2"]) == 0
     assert "--price for tpu-v5e: not among the compared targets" in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", "model.pt2", "--targets", "h100,h1000"],
+    ["analyze", "model.pt2", "--target", "h1000"],
+    ["whatif", "model.pt2", "--target", "h1000", "--scale", "hbm_bandwidth=2"],
+    ["roofline", "model.pt2", "--target", "h1000"],
+])
+def test_an_unknown_target_is_refused_before_the_model_loads(argv, monkeypatch, capsys):
+    """QA: an unknown --targets name was reported after the .pt2 loaded (13 s)."""
+    import narrowpipe.cli as cli
+    loaded = []
+    monkeypatch.setattr(cli, "resolve_model", lambda *a, **k: loaded.append(a) or pytest.fail("loaded the model"))
+    assert main(argv) == 2
+    assert "h1000" in capsys.readouterr().err and not loaded

@@ -78,3 +78,18 @@ def test_bash_completion_script_loads_and_knows_the_commands(tmp_path, capsys):
     for shell in ("zsh", "tcsh"):
         assert main(["completion", shell]) == 0
         assert "roofline" in capsys.readouterr().out
+
+
+def test_roofline_takes_o_and_tells_two_kernels_of_one_module_and_op_apart(tmp_path, capsys):
+    """QA: ``roofline -o`` was refused, and a Cerebras decode printed "#1" and "#2" as the same
+    text: the K and V cache copies of every layer's self_attn, one module path and one op."""
+    out = tmp_path / "r.svg"
+    assert main(["roofline", "llama-3-8b", "--target", "cerebras-wse3", "--mode", "decode", "--context", "2048",
+                 "-o", str(out)]) == 0
+    lines = [line.split(" ", 3)[-1] for line in capsys.readouterr().out.splitlines() if line.startswith("  #")]
+    assert len(lines) == 3 and len(set(lines)) == 3, lines
+    svg = out.read_text()
+    import re
+    labels = re.findall(r"<!-- (#[123] [^<]*?\(overhead, \d+%\))", svg)   # the plot's label of each point
+    assert len(labels) >= 2 and len(set(labels)) == len(labels)
+    assert any("self_attn x64 [" in label for label in labels)

@@ -59,3 +59,17 @@ def test_roofline_of_a_decode_step_says_it_is_one_and_ranks_memory_bound_project
     assert out.exists() and f"wrote {out}:" in text
     assert "--mode decode: the head runs on each sequence's last token" in text.replace("\n", " ")
     assert "(matmul, memory-bound)" in text
+
+
+def test_whatif_prints_the_narrowest_pipe_before_and_after(capsys):
+    """Llama-3-8B prefill of 2,048 tokens on an H100, by hand: 2 x 8.03 G params x 2,048 = 32.9 TFLOP
+    at 989 TFLOP/s dense bf16 is 33 ms against 16 GB of weights at 3.35 TB/s, 4.8 ms: compute-bound.
+    With 10x the compute, 3.3 ms < 4.8 ms: the memory pipe is narrowest. QA: whatif never said so."""
+    flops, weights = 2 * PARAMS * 2048, 2 * PARAMS
+    assert flops / 989e12 > weights / 3.35e12 > flops / 9890e12
+    assert main(["whatif", "llama-3-8b", "--target", "h100", "--scale", "peak_bf16=10", "--set", "batch=1",
+                 "--set", "seq=2048"]) == 0
+    text = capsys.readouterr().out
+    assert "narrowest pipe: compute -> memory" in text
+    row = next(line for line in text.splitlines() if "narrowest" in line and "│" in line)
+    assert row.split("│")[2].strip() == "compute" and row.split("│")[3].strip() == "memory"

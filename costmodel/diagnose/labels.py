@@ -119,7 +119,8 @@ def run_label(tl: Timeline, by_bound: dict[str, float], gpu: bool) -> tuple[str,
     if max(buckets.values()) <= 0:
         raise NarrowpipeError("the trace has no time to judge: every bucket and unmodeled op is 0 ms")
     label = max(buckets, key=buckets.get)  # type: ignore[arg-type]
-    reasons.insert(0, f"largest bucket: {label} {ms(buckets[label])} of {listed}{comm}")
+    # "latency 696 ms of launch 48.1 ms, latency 696 ms, ..." read as one garbled phrase (QA)
+    reasons.insert(0, f"largest bucket: {label} {ms(buckets[label])} (every bucket: {listed}){comm}")
     return label, reasons
 
 
@@ -302,8 +303,10 @@ def run_advice(label: str, machine: Machine, tl: Timeline, by_bound: dict[str, f
                    "weight-bound matmuls")
     else:
         out.append(_compute_advice(machine, mfu))
-    for o in ops[:3]:
-        out.append(f"{o.name} ({o.bound}, {o.share:.0%} of op time): {o.advice[0]}")
+    top_names = [o.name for o in ops[:3]]
+    for o in ops[:3]:   # one name at several shapes (five aten::linear) is told apart by its shapes
+        shapes = f" [{o.shapes}]" if top_names.count(o.name) > 1 and o.shapes else ""
+        out.append(f"{o.name}{shapes} ({o.bound}, {o.share:.0%} of op time): {o.advice[0]}")
     return out
 
 

@@ -22,7 +22,7 @@ from .labels import (
 
 __all__ = ["Diagnosis", "OpStat", "UnmodeledStat", "DIAGNOSIS_FORMAT", "DIAGNOSIS_VERSION"]
 
-DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION = "narrowpipe.diagnosis", 3
+DIAGNOSIS_FORMAT, DIAGNOSIS_VERSION = "narrowpipe.diagnosis", 4
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,10 @@ class Diagnosis:
     unmodeled: list[UnmodeledStat]
     advice: list[str]
     notes: list[str] = field(default_factory=list)
+    #: Why the trace's machine is not of the target's family (a CPU trace judged on an H100), or "":
+    #: the label then holds host op times against a GPU's peaks, which says nothing of a GPU run, so
+    #: renderers print it beside the label, not only as a warning after the tables.
+    machine_mismatch: str = ""
 
     @property
     def label_text(self) -> str:

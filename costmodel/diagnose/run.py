@@ -94,7 +94,7 @@ def diagnose(trace_path: str | os.PathLike[str], target: Target | str, *, allow_
     leaves ``torch.backends.cudnn.allow_tf32``; "highest" if the run turned it off)."""
     trace = _load(trace_path)
     tgt = get_target(target)
-    _warn_mismatch(trace, tgt, allow_tf32)
+    mismatch = _warn_mismatch(trace, tgt, allow_tf32)
     options = TimingOptions(allow_tf32, False, "full", fp32_conv=fp32_conv)
     coster = Coster(tgt, options, _dominant_float(trace), trace.path)
     charger = Charger(trace, coster)
@@ -102,7 +102,9 @@ def diagnose(trace_path: str | os.PathLike[str], target: Target | str, *, allow_
         charger.walk(root)
     if trace.gpu:
         charger.charge_device()
-    return _summarize(trace, tgt, options, charger)
+    d = _summarize(trace, tgt, options, charger)
+    d.machine_mismatch = mismatch
+    return d
 
 
 def _load(trace_path: str | os.PathLike[str]) -> Trace:
@@ -123,29 +125,33 @@ def _load(trace_path: str | os.PathLike[str]) -> Trace:
         raise
 
 
-def _warn_mismatch(trace: Trace, target: Target, allow_tf32: bool) -> None:
+def _warn_mismatch(trace: Trace, target: Target, allow_tf32: bool) -> str:
     """Warn where the question asked cannot mean what it says: ``--tf32`` on a target with no TF32
-    rate (a CPU), or a GPU trace judged on a target of another family (its kernels' times against a
-    TPU's or CPU's peaks)."""
+    rate (a CPU), or a trace judged on a target of another family (a GPU's kernel times against a
+    TPU's or CPU's peaks; a CPU's op times against a GPU's). Returns the family mismatch in words
+    ("" where there is none), which the diagnosis carries beside its label."""
     if allow_tf32 and "tf32" not in target.matrix_flops:
         warnings.warn(f"--tf32 does nothing on {target.name} ({target.family}): it has no TF32 rate, so fp32 "
                       "matmuls are rated at fp32", NarrowpipeWarning, stacklevel=3)
     names = _gpu_names(trace)
+    mismatch = ""
     if trace.gpu and target.family != "gpu":
         device = f"on {names[0]}" if names else "on a GPU (it records device kernels)"
-        warnings.warn(f"the trace was recorded {device} but is judged on {target.name}, a {target.family} target: "
-                      "its kernel times are held against another family's peaks; judge it on the GPU it ran on",
-                      NarrowpipeWarning, stacklevel=3)
+        mismatch = (f"the trace was recorded {device} but is judged on {target.name}, a {target.family} target: "
+                    "its kernel times are held against another family's peaks; judge it on the GPU it ran on")
     elif _launch_times_only(trace):
         warnings.warn(f"the run used {names[0] if names else 'a CUDA GPU'} but the trace records no kernel events "
                       "(profiled with CPU activity only): op durations are the host's launch times, not the GPU's "
                       "times; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]",
                       NarrowpipeWarning, stacklevel=3)
     elif not trace.gpu and target.family != "cpu":
-        warnings.warn(f"the trace was recorded on a CPU (no device kernels) but is judged on {target.name}, a "
-                      f"{target.family} target: its host op times are held against another family's peaks; judge "
-                      "it on the host it ran on (narrowpipe calibrate --out host.toml)", NarrowpipeWarning,
-                      stacklevel=3)
+        mismatch = (f"the trace was recorded on a CPU (no device kernels) but is judged on {target.name}, a "
+                    f"{target.family} target: its host op times are held against another family's peaks, so the "
+                    f"label and MFU say nothing about a run on {target.name}; judge it on the host it ran on "
+                    "(narrowpipe calibrate --out host.toml)")
+    if mismatch:
+        warnings.warn(mismatch, NarrowpipeWarning, stacklevel=3)
+    return mismatch
 
 
 def _gpu_names(trace: Trace) -> list[str]:

@@ -63,3 +63,35 @@ def test_validate_accepts_a_comma_list_of_batches(tmp_path, monkeypatch) -> None
     assert seen["probes"] is True    # the README's drift probes run from the CLI too
     doc = json.loads(out.read_text())
     assert doc["version"] == 6 and doc["probes"] == []
+
+
+def test_a_busy_machine_is_named_with_the_clock_each_error_uses() -> None:
+    """QA: gpt2 on a shared core, 1 s of wall time for 499 ms of the thread's CPU time, per-op rows
+    -50 to -60%, and no warning. 0.499 / 1.0 = 50% < 80%: busy; 0.97 / 1.0 = 97%: quiet."""
+    from narrowpipe.calibration.contention import busy_validation
+    busy = busy_validation([Case("model", "gpt2 b1", measured_s=1.0, predicted_s=0.5, cpu_s=0.499),
+                            Case("linear", "gpt2 b1", measured_s=0.4, predicted_s=0.2)])
+    assert busy is not None and "busy" in busy and "1 s of wall time for 0.499 s" in busy and "(50%" in busy
+    assert "'error' is on the wall clock" in busy and "'error vs CPU' is on the thread's CPU clock" in busy
+    assert busy_validation([Case("model", "gpt2 b1", measured_s=1.0, predicted_s=0.5, cpu_s=0.97)]) is None
+    assert busy_validation([Case("model", "gpt2 b1", measured_s=1.0, predicted_s=0.5)]) is None   # no CPU clock
+
+
+def test_validate_run_warns_when_its_forwards_had_a_fraction_of_the_cpu(monkeypatch, one_thread) -> None:
+    """The warning comes from the run itself: its samples here are QA's 1 s wall / 0.499 s CPU."""
+    pytest.importorskip("torch")
+    import warnings
+
+    import narrowpipe.calibration.model_validation as mv
+    from narrowpipe.calibration.guards import ValidationWarning
+    from narrowpipe.calibration.interleave import Samples
+
+    def busy(fns, **kw):
+        return [Samples([1.0] * 5, [0.499] * 5) for _ in fns]
+    monkeypatch.setattr(mv, "interleaved_samples", busy)
+    monkeypatch.setattr(mv, "warn_if_not_this_machine", lambda target: None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mv.validate_run(["gpt2"], "epyc-9755", batches=[1], seq=16, tiny=True, profile=False, probes=False)
+    said = [str(w.message) for w in caught if issubclass(w.category, ValidationWarning)]
+    assert any("the machine was busy while measuring" in s for s in said)

@@ -150,7 +150,7 @@ def test_diagnosis_json_round_trips_through_json(tmp_path):
     t.kernel("gemm", 5, 10, ext)
     d = diagnose(t.write(tmp_path / "t.json"), "h100")
     data = json.loads(d.to_json())
-    assert data["format"] == "narrowpipe.diagnosis" and data["version"] == 3
+    assert data["format"] == "narrowpipe.diagnosis" and data["version"] == 4
     assert data["ops"][0]["op"] == "dot+add" and data["ops"][0]["flops"] == 2 * 8 * 64 * 32 + 8 * 32
     assert set(data["time_by_bound"]) >= {"compute", "memory", "overhead", "latency", "interconnect", "idle",
                                           "unmodeled"}

@@ -58,7 +58,7 @@ def test_slow_single_calls_are_latency_bound_not_launch_bound(tmp_path):
     assert 16e-3 > LONG_CALL_LAUNCHES * EPYC.launch_overhead and sort.compute_utilization < 0.05
     assert d.label == "latency" and d.label_text.startswith("latency-bound")
     assert d.time_by_bound["latency"] == pytest.approx(80e-3) and d.time_by_bound["overhead"] == 0.0
-    assert d.reasons[0].startswith("largest bucket: latency 80 ms of launch 0.04 ms, latency 80 ms")
+    assert d.reasons[0].startswith("largest bucket: latency 80 ms (every bucket: launch 0.04 ms, latency 80 ms")
     assert d.advice[0].startswith("long calls far below both peaks take 80 ms (aten::sort)")
     assert not any("no op runs" in a or "idle" in a or "dispatch or the input" in a for a in d.advice)
     assert not any("recorded on" in n for n in d.notes)      # slow calls alone are no evidence
@@ -146,5 +146,5 @@ def test_the_schema_pins_the_labels_and_bounds_a_diagnosis_writes(tmp_path):
     t = _CpuTrace()
     t.sorts()
     doc = diagnose(t.write(tmp_path / "sort.json"), EPYC).to_dict()
-    assert doc["version"] == 3 and doc["label"] == "latency"
+    assert doc["version"] == 4 and doc["label"] == "latency"
     validate(doc)

@@ -47,3 +47,33 @@ def test_a_cuda_run_without_kernel_events_says_durations_are_launch_times(tmp_pa
     assert any("NVIDIA H100 80GB HBM3" in s and "launch times" in s for s in said)
     assert "CPU trace: op durations on the host are the measured times" not in said
     assert not any("recorded on a CPU" in s for s in said)
+
+
+_RECORDED_CPU = Path(__file__).resolve().parents[2] / "golden" / "traces" / "gpt2-tiny-cpu.json.gz"
+
+
+@pytest.mark.parametrize("target", ["h100", "groq-lpu"])
+def test_a_recorded_cpu_trace_on_another_family_is_cautioned_beside_its_label(target: str) -> None:
+    """QA: a torch.profiler trace recorded on a CPU, judged on an H100 or Groq, printed
+    "LATENCY-BOUND ... MFU 0.0%" with the mismatch only as a warning after every table. The
+    diagnosis carries it (JSON too) and the summary prints it right under the label."""
+    from rich.console import Console
+
+    from narrowpipe.cli import main
+    from narrowpipe.render.diagnosis import diagnosis_summary
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NarrowpipeWarning)
+        d = diagnose(_RECORDED_CPU, target)
+    assert d.mode == "cpu" and "recorded on a CPU" in d.machine_mismatch and d.target in d.machine_mismatch
+    assert d.to_dict()["machine_mismatch"] == d.machine_mismatch
+    console = Console(record=True, width=300)
+    console.print(diagnosis_summary(d))
+    lines = console.export_text().splitlines()
+    label = next(i for i, line in enumerate(lines) if line.strip().startswith("label"))
+    assert lines[label + 1].strip().startswith("caution") and "recorded on a CPU" in lines[label + 1]
+    assert main(["diagnose", str(_RECORDED_CPU), "--target", target, "-q"]) == 0
+
+
+def test_a_recorded_cpu_trace_on_a_cpu_target_has_no_caution() -> None:
+    d = diagnose(_RECORDED_CPU, "epyc-9755")
+    assert d.machine_mismatch == ""
