@@ -48,7 +48,7 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
     and activations, only the Linear layers' GEMMs in FP8 (:func:`_training_dtype` refuses int8, int4
     and fp4).
     ``runtime`` names the training framework's behaviour (``megatron-core``, the default on GPUs,
-    ``megatron-lm-2021`` or ``maxtext``: JAX/XLA as MaxText runs it, the default on TPUs; see
+    ``megatron-lm-2021`` or ``maxtext``: JAX/XLA as MaxText runs it, the default on Google TPUs; see
     :data:`.runtime.RUNTIMES`).
     Raises :class:`~narrowpipe.PlanError` when nothing fits, naming the memory term that overflows
     and by how much."""
@@ -73,7 +73,7 @@ def plan(model: Any, target: Any, devices: int, *, mode: str = "train", global_b
             raise PlanError(f"{e}; {_WHOLE} {_dict_form(parallel)}") from None
         raise
     stats = result.stats()
-    notes = [*runtime_notes(planner.runtime, planner.target.family), *fp8_notes(planner),
+    notes = [*runtime_notes(planner.runtime, planner.target), *fp8_notes(planner),
              f"search: {stats['considered']} strategies, {stats['pruned_memory']} pruned by parameter memory, "
              f"{stats['evaluated']} evaluated ({planner.cached_costs} block costs)", *result.notes]
     return assemble(planner, result.best, result.runners_up, notes)

@@ -80,7 +80,7 @@ class Planner:
                             "SRAM as HBM; its training step is laid out by the dataflow training model: run "
                             f"`narrowpipe analyze MODEL --train --target {self.target.name}`")
         self.global_batch = global_batch
-        self.runtime = get_runtime(runtime, self.target.family)
+        self.runtime = get_runtime(runtime, self.target)
         if self.runtime.fp8:
             check_fp8_target(self.target, self.runtime.name)
         self.optimizer = optimizer

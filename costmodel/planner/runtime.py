@@ -279,20 +279,33 @@ def default_runtime(family: str | None) -> str:
     return "maxtext" if family == "tpu" else "megatron-core"
 
 
-def runtime_notes(runtime: Runtime, family: str | None) -> list[str]:
-    """What a plan's reader must know when the named runtime does not run on the target's family
-    (a plan timed as Megatron-Core runs on a TPU is a what-if, not a launchable plan)."""
-    if family == "tpu" and runtime.name.startswith("megatron"):
+def _google_tpu(target: Any) -> bool:
+    """A Google TPU (JAX/XLA's home), not another chip the TPU execution model times (Gaudi, Trainium:
+    their training stacks are PyTorch-based, Intel's Megatron-DeepSpeed and AWS's NeuronX Distributed)."""
+    return getattr(target, "family", None) == "tpu" and str(getattr(target, "vendor", "")).lower() == "google"
+
+
+def default_runtime(target: Any) -> str:
+    """The framework a target's users train with when the plan names none: MaxText (JAX/XLA) on
+    Google TPUs, where Megatron-Core does not run (it is built on CUDA/ROCm and torch.distributed's
+    NCCL groups); Megatron-Core elsewhere (the torch stacks of Gaudi and Trainium shard as it does)."""
+    return "maxtext" if _google_tpu(target) else "megatron-core"
+
+
+def runtime_notes(runtime: Runtime, target: Any) -> list[str]:
+    """What a plan's reader must know when the named runtime does not run on the target (a plan
+    timed as Megatron-Core runs on a TPU is a what-if, not a launchable plan)."""
+    if _google_tpu(target) and runtime.name.startswith("megatron"):
         return [f"runtime {runtime.name}: Megatron-LM runs on CUDA/ROCm GPUs (torch.distributed's NCCL/RCCL "
                 "groups), not on TPUs; this plan times its behaviour on the TPU as a what-if. The TPU default "
                 "is --runtime maxtext (JAX/XLA)"]
     return []
 
 
-def get_runtime(runtime: str | Runtime | None, family: str | None = None) -> Runtime:
-    """``runtime`` by name (or as given); None: the target family's :func:`default_runtime`."""
+def get_runtime(runtime: str | Runtime | None, target: Any = None) -> Runtime:
+    """``runtime`` by name (or as given); None: the target's :func:`default_runtime`."""
     if runtime is None:
-        return RUNTIMES[default_runtime(family)]
+        return RUNTIMES[default_runtime(target)]
     if isinstance(runtime, Runtime):
         return runtime
     try:

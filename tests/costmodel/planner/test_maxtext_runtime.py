@@ -97,3 +97,11 @@ def test_maxtext_keeps_fp32_weights_only_and_megatron_bf16_plus_a_master_copy(sm
                                                                        + m["optimizer_states"]) == \
         pytest.approx(2 * params, rel=1e-6)
     assert mt.runtime.get("fp32_weights") is True and "fp32_weights" not in mc.runtime
+
+
+def test_only_google_tpus_default_to_maxtext(small):
+    """Gaudi 3 is timed by the TPU execution model (a matrix-engine chip) but trains under PyTorch
+    (Intel's Megatron-DeepSpeed): its default runtime is Megatron-Core's, not JAX's."""
+    gaudi = narrowpipe.plan(small, "gaudi3", 8, global_batch=16, top=0)
+    assert gaudi.runtime["name"] == "megatron-core"
+    assert not any("not on TPUs" in n for n in gaudi.notes)
