@@ -52,7 +52,8 @@ def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--dtype", help="retype weights and activations (default: the model's): bf16, fp16 or fp32; "
                    "fp8 (fp8_e4m3, fp8_e5m2): Transformer Engine's FP8 GEMMs on bf16 weights and activations")
     p.add_argument("--runtime", default=None,
-                   help="megatron-core (default on GPUs), maxtext (JAX/XLA; default on Google TPUs) or megatron-lm-2021")
+                   help="megatron-core (the default), maxtext (JAX/XLA; the default on Google TPUs) or "
+                        "megatron-lm-2021")
     for name in _FIX_FIELDS:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"fix {name} (otherwise searched)")
     p.add_argument("--recompute", choices=RECOMPUTE, help="fix activation recomputation (dots: maxtext only)")

@@ -272,13 +272,6 @@ RUNTIMES: dict[str, Runtime] = {
 }
 
 
-def default_runtime(family: str | None) -> str:
-    """The framework a target's users train with when the plan names none: MaxText (JAX/XLA) on
-    TPUs, where Megatron-Core does not run (it is built on CUDA and torch.distributed's NCCL
-    groups); Megatron-Core on every other family."""
-    return "maxtext" if family == "tpu" else "megatron-core"
-
-
 def _google_tpu(target: Any) -> bool:
     """A Google TPU (JAX/XLA's home), not another chip the TPU execution model times (Gaudi, Trainium:
     their training stacks are PyTorch-based, Intel's Megatron-DeepSpeed and AWS's NeuronX Distributed)."""
