@@ -56,6 +56,7 @@ from .dataflow_layout import (
     place,
     produced_for_later,
 )
+from .dataflow_stream import STREAM_SOURCE, in_stream
 from .dataflow_tp import is_tiered, tensor_parallel_schedule
 from .dataflow_train import is_training, training_layouts
 from .gemm import Gemm, attention_shape, grouped_gemm
@@ -137,7 +138,9 @@ class _Units:
         if self.streaming and target.external_memory_bandwidth:
             stream = (_weight_bytes(kernel, program.table) + self.extra.get(kernel.name, 0.0)) \
                 / target.external_memory_bandwidth
-        return roofline(compute, max(mem, stream), 0.0, target.launch_overhead, unit, peak_flops=peak,
+        # a layout change, an elementwise chain or a cache write rides its producer's stream (:mod:`.dataflow_stream`)
+        latency = 0.0 if in_stream(kernel) else target.launch_overhead
+        return roofline(compute, max(mem, stream), 0.0, latency, unit, peak_flops=peak,
                         flops=c.flops, nbytes=c.bytes, bandwidth=target.memory_bandwidth, note=note)
 
 
@@ -258,6 +261,10 @@ class DataflowModel:
             if run is not best:
                 why = "" if run.fits else f", but does not fit {where_limit(run.devices, limit)}"
                 best.notes.append(f"{where} would take {run.total_s * 1e3:.4g} ms{why}")
+        streamed = sum(1 for k in program.kernels if not k.is_free and in_stream(k))
+        if streamed and target.launch_overhead:
+            best.notes.append(f"{streamed} kernel(s) of layout changes, elementwise ops or in-place cache writes ride "
+                              f"their producer's stream and pay no per-kernel latency ({STREAM_SOURCE})")
         if program.unmodeled_nodes:
             best.notes.append(f"{program.unmodeled_nodes} unmodeled node(s) are not timed")
         return best
