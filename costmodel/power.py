@@ -85,6 +85,8 @@ def schedule_energy(program: Program, schedule: Schedule, target: Target) -> flo
     if pm is None:
         return None
     busy = busy_device_seconds(schedule)
+    # a pipelined kernel's power from its own terms (its share of the run keeps the fill apart)
+    own = schedule.pipelining.own if schedule.pipelining is not None and schedule.pipelining.own else schedule.times
     dynamic = sum(seconds * (kernel_power(kt, pm, k.cost.flops) - pm.idle_w)
-                  for k, kt, seconds in zip(program.kernels, schedule.times, busy, strict=True))
+                  for k, kt, seconds in zip(program.kernels, own, busy, strict=True))
     return schedule.devices * schedule.total_s * pm.idle_w + dynamic

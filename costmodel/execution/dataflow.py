@@ -60,7 +60,7 @@ from .dataflow_stream import STREAM_SOURCE, in_stream
 from .dataflow_tp import is_tiered, tensor_parallel_schedule
 from .dataflow_train import is_training, training_layouts
 from .gemm import Gemm, attention_shape, grouped_gemm
-from .pipeline import Pipelining, StageParts, pipelined_seconds
+from .pipeline import Pipelining, StageParts, pipelined_seconds, shares_of_run
 from .program import DeviceGroup, Program, Schedule
 from .residual import residual_adds
 from .routing import kernel_time
@@ -320,8 +320,9 @@ class DataflowModel:
         latency = sum(stage)
         m, total = min(((m, pipelined_seconds(parts, m)) for m in _microbatch_counts(layout.microbatches)),
                        key=lambda x: (x[1], x[0]))
+        own = tuple(times)
         if latency > 0 and total != latency:
-            times = [t.scaled(total / latency) for t in times]
+            times = shares_of_run(times, [sum(p[2] for p in placed) for placed in pieces_of], latency, total)
         # a training step holds gradients and optimizer states besides the weights and activations
         required = training.footprint.total if training is not None else program.memory_required
         capacity = target.memory_capacity + (target.external_memory_capacity if layout.streaming else 0.0)
@@ -335,7 +336,7 @@ class DataflowModel:
                 "split_kernels": {name: [[c, f] for c, f in ps] for name, ps in layout.shares.items()}}
         return Schedule(times, total, layout.chips, layout.chip_of, float(required), float(capacity),
                         held and layout.fits, layout.chips, layout.notes, plan,
-                        pipelining=Pipelining(m, tuple(pieces_of)))
+                        pipelining=Pipelining(m, tuple(pieces_of), own))
 
 
 def _share(kt: KernelTime, share: float, first: bool) -> KernelTime:
