@@ -22,7 +22,7 @@ from ..backends.defaults import IDLE_POWER_FRACTION, MEMORY_POWER_FRACTION
 from .execution import Program, Schedule
 from .execution.common import KernelTime
 
-__all__ = ["PowerModel", "power_model", "kernel_power", "schedule_energy", "busy_device_seconds"]
+__all__ = ["PowerModel", "power_model", "kernel_power", "schedule_energy", "busy_device_seconds", "idle_note"]
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,19 @@ def power_model(target: Target) -> PowerModel | None:
     """The target's power model, or None when it has no TDP (nothing to scale)."""
     if not target.tdp:
         return None
-    idle = IDLE_POWER_FRACTION * target.tdp
+    idle = min(target.idle_power, target.tdp) if target.idle_power is not None else IDLE_POWER_FRACTION * target.tdp
     memory = MEMORY_POWER_FRACTION * target.tdp
     return PowerModel(idle, target.tdp - idle - memory, memory, target.tdp)
+
+
+def idle_note(target: Target) -> str:
+    """What the energy of a chip that is no GPU rests on when its file gives no idle power: the idle
+    share measured on an H200, an assumption there (a 23 kW CS-3 system or a Groq card has its own,
+    unpublished, idle draw). Empty where the chip gives one, has no TDP, or is a GPU."""
+    if not target.tdp or target.idle_power is not None or target.family == "gpu":
+        return ""
+    return (f"energy: assumption: idle power {IDLE_POWER_FRACTION:.1%} of TDP ({IDLE_POWER_FRACTION * target.tdp:,.0f} W), "
+            f"an H200's measured share; {target.name} gives no idle power of its own (idle_power_w)")
 
 
 def kernel_power(kt: KernelTime, pm: PowerModel, useful_flops: float | None = None) -> float:

@@ -19,7 +19,7 @@ from .execution.gemm import conv_gemm, dot_gemm, grouped_gemm
 from .execution.sequential import NO_FIT
 from .hotspots import hotspots
 from .interpreter import CostTable
-from .power import schedule_energy
+from .power import idle_note, schedule_energy
 from .report import Timing
 
 __all__ = ["summarize", "bound_mix"]
@@ -198,6 +198,8 @@ def summarize(program: Program, schedule: Schedule, target: Target, *, modeled_f
     notes += [fewer] if fewer else []
     fits, needed = _reserved_fit(schedule, target, memory_reserve, notes)
     energy = schedule_energy(program, schedule, target)
+    if energy is not None and (assumed := idle_note(target)):
+        notes.append(assumed)
     price_h = price if price is not None else target.price_per_hour
     cost = total / 3600 * price_h * devices if price_h is not None else None
     basis = "given" if price is not None else (target.price_basis or "unstated") if price_h is not None else ""

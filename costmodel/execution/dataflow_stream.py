@@ -33,8 +33,7 @@ _LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
 #: Ops that write into an operand where it lies when they carry ``in_place`` (a KV cache append).
 _WRITES = frozenset({Op.CONCAT, Op.SCATTER, Op.SCATTER_ND, Op.SCATTER_ELEMENTS, Op.INDEX_PUT})
 
-STREAM_SOURCE = ("GROQ-ISCA20 (functional slices chained on streams; SXM permutes/transposes streams in "
-                 "flight); assumption for Cerebras' wafer layout")
+STREAM_SOURCE = "GROQ-ISCA20's chaining and stream permutes; an assumption on other dataflow chips"
 
 
 def _streams(node: Node) -> bool:
