@@ -5,9 +5,9 @@ and synchronisation of one step of the chain: a contraction must gather its K di
 normalization or reduction the whole row, attention its softmax, a gather a data-dependent address.
 An op that needs none of that rides in its producer's stream and adds no step:
 
-* a layout change (permute, transpose, a copy or cast) of a tensor resident in SRAM is an address
-  mapping: Groq's switch slices (SXM) shift, permute and transpose streams as they flow between
-  functional slices (GROQ-ISCA20), and Cerebras' compiler lays a tensor out over the wafer's cores as
+* a layout change (permute, transpose, a copy or cast, a concatenation or split of resident pieces)
+  of a tensor resident in SRAM is an address mapping: Groq's switch slices (SXM) shift, permute and
+  transpose streams as they flow between functional slices (GROQ-ISCA20), and Cerebras' compiler lays a tensor out over the wafer's cores as
   its consumer reads it (assumption: no Cerebras source says how a permute is compiled; on a 2D mesh
   of cores that hold their own slices it is a routing choice, not a pass over the data);
 * an elementwise op is chained onto the stream: a functional unit's output feeds the next one's input
@@ -28,8 +28,9 @@ from ..kernels import Kernel
 
 __all__ = ["in_stream", "STREAM_SOURCE"]
 
-#: Layout changes a dataflow compiler maps into addressing (views are free everywhere).
-_LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST})
+#: Layout changes a dataflow compiler maps into addressing (views are free everywhere): a
+#: concatenation or split of resident pieces (RoPE's rotate-half) is where each piece is read from.
+_LAYOUT = frozenset({Op.PERMUTE, Op.COPY, Op.CAST, Op.CONCAT, Op.SPLIT})
 #: Ops that write into an operand where it lies when they carry ``in_place`` (a KV cache append).
 _WRITES = frozenset({Op.CONCAT, Op.SCATTER, Op.SCATTER_ND, Op.SCATTER_ELEMENTS, Op.INDEX_PUT})
 

@@ -17,6 +17,7 @@ from narrowpipe.backends import get_target
 from narrowpipe.costmodel.analyze import resolve_bindings
 from narrowpipe.costmodel.execution import DeviceGroup, TimingOptions
 from narrowpipe.costmodel.interpreter import interpret
+from narrowpipe.costmodel.summary import bound_mix
 from narrowpipe.costmodel.timing import fused_program, time_program
 from narrowpipe.models.decoder import transformer
 from narrowpipe.models.examples import load_example
@@ -42,6 +43,8 @@ def test_the_shares_keep_the_fill_that_the_run_pays():
     on_critical_path = run.total_s - without.total_s
     assert on_critical_path > 0.1 * run.total_s
     assert sum(t.overhead_s for t in run.times) == pytest.approx(on_critical_path, rel=1e-6)
+    # and the bound mix shows that share as overhead: the fill is a term of its own
+    assert bound_mix(run)["overhead"] == pytest.approx(on_critical_path / run.total_s, rel=1e-6)
 
 
 def test_the_qa_case_reads_overhead_bound_in_the_mix_as_in_the_verdict():
@@ -49,5 +52,9 @@ def test_the_qa_case_reads_overhead_bound_in_the_mix_as_in_the_verdict():
     t = r.timing
     assert t.devices == 4 and t.narrowest == "overhead"
     assert max(t.bound_mix, key=t.bound_mix.get) == "overhead"
+    # halving the latencies halves the overhead share: the if-doubled figure, read from the mix
+    assert t.speedup_if_doubled["overhead"] == pytest.approx(1 / (1 - t.bound_mix["overhead"] / 2), rel=0.01)
+    # the timeline's entries: a pipelined kernel's time_s is its busy time over its passes; its last
+    # pass ends start_s + (passes - 1) x every_s + pass_s, and the last of those ends the run
     ends = [e.start_s + (e.passes - 1) * e.every_s + e.pass_s for e in r.timeline]
     assert max(ends) == pytest.approx(t.time_s, rel=1e-9)
