@@ -45,12 +45,15 @@ def power_model(target: Target) -> PowerModel | None:
 
 
 def idle_note(target: Target) -> str:
-    """What the energy of a chip that is no GPU rests on when its file gives no idle power: the idle
-    share measured on an H200, an assumption there (a 23 kW CS-3 system or a Groq card has its own,
-    unpublished, idle draw). Empty where the chip gives one, has no TDP, or is a GPU."""
-    if not target.tdp or target.idle_power is not None or target.family == "gpu":
+    """What a dataflow chip's energy rests on when its file gives no idle power: the idle share
+    measured on an H200, an assumption there (a 23 kW CS-3 system or a Groq card has its own,
+    unpublished, idle draw, and the 'most per joule' verdicts lean on it). Empty where the chip
+    gives one, has no TDP, or is not a dataflow chip (GPUs, TPUs and CPUs borrow the share as
+    ``backends.defaults.IDLE_POWER_FRACTION`` documents)."""
+    if not target.tdp or target.idle_power is not None or target.family != "dataflow":
         return ""
-    return (f"energy: assumption: idle power {IDLE_POWER_FRACTION:.1%} of TDP ({IDLE_POWER_FRACTION * target.tdp:,.0f} W), "
+    watts = IDLE_POWER_FRACTION * target.tdp
+    return (f"energy: assumption: idle power {IDLE_POWER_FRACTION:.1%} of TDP ({watts:,.0f} W), "
             f"an H200's measured share; {target.name} gives no idle power of its own (idle_power_w)")
 
 

@@ -7,9 +7,10 @@ An op that needs none of that rides in its producer's stream and adds no step:
 
 * a layout change (permute, transpose, a copy or cast, a concatenation or split of resident pieces)
   of a tensor resident in SRAM is an address mapping: Groq's switch slices (SXM) shift, permute and
-  transpose streams as they flow between functional slices (GROQ-ISCA20), and Cerebras' compiler lays a tensor out over the wafer's cores as
-  its consumer reads it (assumption: no Cerebras source says how a permute is compiled; on a 2D mesh
-  of cores that hold their own slices it is a routing choice, not a pass over the data);
+  transpose streams as they flow between functional slices (GROQ-ISCA20), and Cerebras' compiler
+  lays a tensor out over the wafer's cores as its consumer reads it (assumption: no Cerebras source
+  says how a permute is compiled; on a 2D mesh of cores that hold their own slices it is a routing
+  choice, not a pass over the data);
 * an elementwise op is chained onto the stream: a functional unit's output feeds the next one's input
   directly (GROQ-ISCA20's "chaining"), the way an epilogue rides a GPU matmul;
 * writing one token's K/V row into an SRAM-resident cache (an in-place ``CONCAT``/scatter,

@@ -130,7 +130,7 @@ def shares_of_run(times: Sequence[KernelTime], fixed: Sequence[float], latency: 
         comm = hop + (t.comm_s - hop) * r
         time_s = f + (t.time_s - f) * r
         k = time_s / t.time_s
-        out.append(KernelTime(time_s, compute, memory, comm, t.overhead_s, bound_of(compute, memory, comm, t.overhead_s),
-                              t.unit, t.utilization, t.executed_flops * k, t.note, t.traffic_bytes * k, t.scale * k,
-                              t.busy_fraction))
+        bound = bound_of(compute, memory, comm, t.overhead_s)
+        out.append(KernelTime(time_s, compute, memory, comm, t.overhead_s, bound, t.unit, t.utilization,
+                              t.executed_flops * k, t.note, t.traffic_bytes * k, t.scale * k, t.busy_fraction))
     return out

@@ -27,8 +27,8 @@ def test_a_given_idle_power_replaces_the_share(graph):
     (this tiny model's kernels are mostly latency on the wafer, drawing idle power)."""
     wse = get_target("cerebras-wse3")
     assumed = narrowpipe.analyze(graph, wse).timing
-    given = narrowpipe.analyze(graph, dataclasses.replace(wse, idle_power=10_000.0,
-                                                                sources={**wse.sources, "idle_power": "assumption: test"})).timing
+    sources = {**wse.sources, "idle_power": "assumption: test"}
+    given = narrowpipe.analyze(graph, dataclasses.replace(wse, idle_power=10_000.0, sources=sources)).timing
     assert power_model(wse).idle_w == pytest.approx(0.115 * 23_000)
     change = given.devices * given.time_s * (10_000.0 - IDLE_POWER_FRACTION * 23_000)
     # within 0.1%: the compute term's watts (TDP - idle - memory) shrink as idle grows, on busy kernels only
@@ -36,7 +36,7 @@ def test_a_given_idle_power_replaces_the_share(graph):
     assert not any("idle power" in n for n in given.notes)
 
 
-def test_the_assumed_share_is_said_for_chips_that_are_not_gpus(graph):
+def test_the_assumed_share_is_said_for_dataflow_chips(graph):
     assert any("assumption: idle power 11.5% of TDP (2,645 W)" in n
                for n in narrowpipe.analyze(graph, "cerebras-wse3").timing.notes)
     assert any("idle power" in n for n in narrowpipe.analyze(graph, "groq-lpu").timing.notes)
