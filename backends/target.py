@@ -65,6 +65,10 @@ class Target:
     link_latency: float | None = spec_field("quantity", units="time", unit="us", allow_zero=True)
     # power and money
     tdp: float | None = spec_field("quantity", units="power", unit="w")
+    #: Power drawn with nothing running (the whole system's where ``tdp`` is a system's); absent, the
+    #: power model takes ``backends.defaults.IDLE_POWER_FRACTION`` of ``tdp`` (an H200's measured share)
+    #: and says so for dataflow chips.
+    idle_power: float | None = spec_field("quantity", units="power", unit="w")
     price_per_hour: float | None = spec_field("quantity", units="usd", unit="usd")
     #: What kind of price ``price_per_hour`` is (vocab.PRICE_BASES); comparisons say when bases differ.
     price_basis: str = spec_field("text", choices=PRICE_BASES)

@@ -21,9 +21,8 @@
    Llama 3.1 405B on eight MI300X): :mod:`serving_gpu_rows` has each row, its source and how it is
    asked of ``serve``.
 3. **The dataflow rows of** ``benchmarks/published_decode.py`` (same published figures, same
-   catalog latencies) timed again as serving decode steps that read a KV cache at the published
-   context, where ``published_decode`` timed one token without a cache: the effect of the cache on
-   those predictions.
+   catalog latencies) beside the export's forward of one token without a cache, and the serving
+   step with an empty cache: the effect of the graph and of the cache on those predictions.
 """
 
 from __future__ import annotations
@@ -221,10 +220,11 @@ def main() -> None:
           + md_table(["model", "target", "role", "context", "export, no cache: tokens/s", "export kernels",
                       "serving kernels", "serving, empty cache", "serving, cache at context", "published tokens/s",
                       "error", "source"], d_rows, "lllrrrrrrrrl")
-          + "\nThe latency per kernel of these targets was fitted to the 'fit' rows on the export without a cache "
-            "(published_decode.py). The serving graph is the model builder's rebuild (canonical norms and "
-            "activations: fewer kernels than the export's decompositions, so faster on chips whose time is "
-            "per-kernel latency); the step from 'empty cache' to 'cache at context' is the cache's reads.\n")
+          + "\nThe latency per kernel of these targets was fitted to the 'fit' rows as decode steps with a cache "
+            "at the published context (published_decode.py, as `compare --mode decode` times them). The serving "
+            "graph is the model builder's rebuild (canonical norms and activations); only kernels that "
+            "synchronise pay the latency, so the export and the rebuild agree within a few percent; the step "
+            "from 'empty cache' to 'cache at context' is the cache's reads.\n")
     data = {"env": env, "pope": p_data, "pope_serial_block": serial, "pope_pair": pair.to_dict(),
             "pope_overlap_hypotheses": hypotheses(steps), "pope_implementation_schedule": schedule, "gpu": g_data,
             "dataflow": d_data}

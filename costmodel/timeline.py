@@ -226,9 +226,10 @@ def _pipelined(program: Program, schedule: Schedule,
     nexts = _next_devices([(i, k, t) for i, k, t, *_ in pieces], [p[3] for p in pieces])
     fill: dict[int, float] = {}
     pace: dict[int, float] = {}
-    for (_, _, t, chip, _, fixed, reads, work, first), nxt in zip(pieces, nexts):
+    for (i, _, t, chip, _, fixed, reads, work, first), nxt in zip(pieces, nexts):
         pace[chip] = pace.get(chip, 0.0) + reads + work / m
-        overhead = min(t.overhead_s * unscale, fixed) if first else 0.0     # the first piece launches it
+        own = split.own[i].overhead_s if split.own else t.overhead_s * unscale
+        overhead = min(own, fixed) if first else 0.0     # the first piece launches it
         fill[chip] = fill.get(chip, 0.0) + overhead
         receiver = nxt if nxt is not None and nxt != chip else chip
         fill[receiver] = fill.get(receiver, 0.0) + fixed - overhead   # a hop's latency
@@ -237,8 +238,8 @@ def _pipelined(program: Program, schedule: Schedule,
     clock = {d: stages[d].start_s for d in order}
     unmodeled = {id(n) for n in program.table.unmodeled}
     out: list[ScheduledKernel] = []
-    for (_, k, t, chip, share, fixed, reads, work, _), nxt in zip(pieces, nexts):
-        one = t.scaled(unscale * share)
+    for (i, k, t, chip, share, fixed, reads, work, _), nxt in zip(pieces, nexts):
+        one = split.own[i].scaled(share) if split.own else t.scaled(unscale * share)
         pass_s = reads + work / m
         busy = fixed + m * pass_s
         moved = nxt is not None and nxt != chip

@@ -56,10 +56,11 @@ from .dataflow_layout import (
     place,
     produced_for_later,
 )
+from .dataflow_stream import STREAM_SOURCE, in_stream
 from .dataflow_tp import is_tiered, tensor_parallel_schedule
 from .dataflow_train import is_training, training_layouts
 from .gemm import Gemm, attention_shape, grouped_gemm
-from .pipeline import Pipelining, StageParts, pipelined_seconds
+from .pipeline import Pipelining, StageParts, pipelined_seconds, shares_of_run
 from .program import DeviceGroup, Program, Schedule
 from .residual import residual_adds
 from .routing import kernel_time
@@ -137,7 +138,9 @@ class _Units:
         if self.streaming and target.external_memory_bandwidth:
             stream = (_weight_bytes(kernel, program.table) + self.extra.get(kernel.name, 0.0)) \
                 / target.external_memory_bandwidth
-        return roofline(compute, max(mem, stream), 0.0, target.launch_overhead, unit, peak_flops=peak,
+        # a layout change, an elementwise chain or a cache write rides its producer's stream (:mod:`.dataflow_stream`)
+        latency = 0.0 if in_stream(kernel) else target.launch_overhead
+        return roofline(compute, max(mem, stream), 0.0, latency, unit, peak_flops=peak,
                         flops=c.flops, nbytes=c.bytes, bandwidth=target.memory_bandwidth, note=note)
 
 
@@ -258,6 +261,10 @@ class DataflowModel:
             if run is not best:
                 why = "" if run.fits else f", but does not fit {where_limit(run.devices, limit)}"
                 best.notes.append(f"{where} would take {run.total_s * 1e3:.4g} ms{why}")
+        streamed = sum(1 for k in program.kernels if not k.is_free and in_stream(k))
+        if streamed and target.launch_overhead:
+            best.notes.append(f"{streamed} kernel(s) of layout changes, elementwise ops or in-place cache writes ride "
+                              f"their producer's stream and pay no per-kernel latency ({STREAM_SOURCE})")
         if program.unmodeled_nodes:
             best.notes.append(f"{program.unmodeled_nodes} unmodeled node(s) are not timed")
         return best
@@ -313,8 +320,9 @@ class DataflowModel:
         latency = sum(stage)
         m, total = min(((m, pipelined_seconds(parts, m)) for m in _microbatch_counts(layout.microbatches)),
                        key=lambda x: (x[1], x[0]))
+        own = tuple(times)
         if latency > 0 and total != latency:
-            times = [t.scaled(total / latency) for t in times]
+            times = shares_of_run(times, [sum(p[2] for p in placed) for placed in pieces_of], latency, total)
         # a training step holds gradients and optimizer states besides the weights and activations
         required = training.footprint.total if training is not None else program.memory_required
         capacity = target.memory_capacity + (target.external_memory_capacity if layout.streaming else 0.0)
@@ -328,7 +336,7 @@ class DataflowModel:
                 "split_kernels": {name: [[c, f] for c, f in ps] for name, ps in layout.shares.items()}}
         return Schedule(times, total, layout.chips, layout.chip_of, float(required), float(capacity),
                         held and layout.fits, layout.chips, layout.notes, plan,
-                        pipelining=Pipelining(m, tuple(pieces_of)))
+                        pipelining=Pipelining(m, tuple(pieces_of), own))
 
 
 def _share(kt: KernelTime, share: float, first: bool) -> KernelTime:

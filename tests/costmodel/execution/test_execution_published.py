@@ -1,7 +1,7 @@
 """Dataflow chips' batch-1 decode against vendors' published tokens/s (benchmarks/published_decode.py).
 
 The per-kernel latency in the Groq and Cerebras files is fitted to the 8B figure; the 70B figure,
-with ten times the kernels' weights, 4 wafers or 614 chips, and 2.5x the kernels, is held out.
+with ten times the weights, 4 wafers or 620 chips, and 2.5x the kernels, is held out.
 Before the latency existed the 70B prediction was 94x the published rate on Cerebras.
 """
 
@@ -13,14 +13,18 @@ import narrowpipe
 from narrowpipe.models.examples import load_example
 
 
-def _tokens_per_s(example: str, target: str) -> float:
-    return 1 / narrowpipe.analyze(load_example(example), target, batch=1, seq=1).time_s
+def _tokens_per_s(example: str, target: str, context: int = 2048) -> float:
+    """One batch-1 decode step with a KV cache of ``context`` tokens, as ``compare --mode decode``
+    times it (the latency is fitted to this graph, not to the export's cache-less forward)."""
+    from narrowpipe.costmodel.serving import serving_graph
+    sg = serving_graph(load_example(example))
+    return 1 / narrowpipe.analyze(sg.graph, target, dims=sg.bindings(1, 1, context)).time_s
 
 
-@pytest.mark.parametrize("target,published", [("cerebras-wse3", 450),   # CER-INF: Llama 3.1 70B
-                                              ("groq-lpu", 300)])        # GROQ-INF: Llama 2 70B
-def test_held_out_70b_decode_is_within_2x_of_published(target, published):
-    assert 0.5 < _tokens_per_s("llama-3-70b", target) / published < 2.0
+@pytest.mark.parametrize("target,published,context", [("cerebras-wse3", 450, 2048),  # CER-INF: Llama 3.1 70B
+                                                      ("groq-lpu", 300, 4096)])      # GROQ-INF: Llama 2 70B
+def test_held_out_70b_decode_is_within_2x_of_published(target, published, context):
+    assert 0.5 < _tokens_per_s("llama-3-70b", target, context) / published < 2.0
 
 
 @pytest.mark.parametrize("target,published", [("cerebras-wse3", 1800), ("groq-lpu", 750)])
