@@ -95,6 +95,10 @@ def megatron_launch(plan: Plan, chip: Target | None = None) -> Launch:
                               "no command is emitted")
     if arch.get("encoder"):
         raise NarrowpipeError("Megatron-LM's pretrain_gpt.py trains decoders; this model is an encoder")
+    if arch.get("experts") and p.tp > 1 and not p.sequence_parallel:
+        raise NarrowpipeError(f"Megatron-Core's MoELayer.forward (megatron/core/transformer/moe/moe_layer.py) raises "
+                              f"ValueError when a mixture of experts trains with tensor parallelism (tp={p.tp}) "
+                              "without --sequence-parallel; re-plan with sequence parallelism on, or tp=1")
     flags: dict[str, Any] = {"--tensor-model-parallel-size": p.tp, "--pipeline-model-parallel-size": p.pp}
     layout = pipeline_layout(plan)
     if layout is not None:

@@ -252,6 +252,9 @@ class Planner:
             raise PlanError(f"{len(self.blocks.layers)} layers cannot fill pp={parallel.pp} x "
                             f"interleave={parallel.interleave} pipeline chunks")
         self.check_experts(parallel.ep, parallel.cp)
+        refused = self.runtime.moe_tp_refusal(parallel.tp, parallel.sequence_parallel) if self.experts else None
+        if refused:
+            raise PlanError(refused)
         heads = self.heads_split(parallel.tp)
         if heads is not None:
             raise PlanError(heads)

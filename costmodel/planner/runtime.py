@@ -27,7 +27,7 @@ _MT = "github.com/AI-Hypercomputer/maxtext"
 
 #: Fields a plan does not record (see :meth:`Runtime.to_dict`).
 _NOT_RECORDED = ("sources", "sequence_parallel", "zero_stages", "recompute_modes", "context_parallel",
-                 "expert_parallel")
+                 "expert_parallel", "moe_tp_needs_sp")
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,9 @@ class Runtime:
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     context_parallel: bool = True
     expert_parallel: bool = True
+    #: A mixture of experts under tensor parallelism trains only with sequence parallelism on (the
+    #: framework refuses the pair otherwise), so the search never picks it and a fixed one is refused.
+    moe_tp_needs_sp: bool = False
     #: FP8 training recipe: "" (none: the model's own precision) or "hybrid", Transformer Engine's
     #: default (E4M3 forward, E5M2 gradients) feeding only the Linear layers' GEMMs in FP8
     #: (:mod:`..training.fp8_gemms`); set by ``plan(dtype="fp8")``.
@@ -118,6 +121,13 @@ class Runtime:
             why.append("expert parallelism")
         return f"runtime {self.name!r} has no " + "; no ".join(why) if why else None
 
+    def moe_tp_refusal(self, tp: int, sequence_parallel: bool) -> str | None:
+        """Why this runtime cannot train a mixture of experts at ``tp`` without sequence parallelism, or None."""
+        if not self.moe_tp_needs_sp or tp == 1 or sequence_parallel:
+            return None
+        return (f"runtime {self.name!r} trains a mixture of experts with tensor parallelism (tp={tp}) only with "
+                f"sequence parallelism: {self.sources.get('moe_tp_needs_sp', 'its MoE layer refuses the pair')}")
+
     def to_dict(self) -> dict[str, Any]:
         """The behaviour a plan assumed. What the runtime offers the search (``sequence_parallel``
         ... ``expert_parallel``) is left out, like ``sources``: the plan's strategy says what it used."""
@@ -131,7 +141,7 @@ class Runtime:
 RUNTIMES: dict[str, Runtime] = {
     "megatron-core": Runtime(
         "megatron-core", overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=False,
-        attention="fused", dropout=0.0, grad_reduce_dtype=DType.FP32, sources={
+        attention="fused", dropout=0.0, grad_reduce_dtype=DType.FP32, moe_tp_needs_sp=True, sources={
             "overlap_grad_reduce": "Megatron-Core DistributedDataParallelConfig.overlap_grad_reduce (bucketed "
                                    "all-reduce/reduce-scatter during backward)",
             "overlap_param_gather": "Megatron-Core distributed optimizer overlap_param_gather; PyTorch FSDP "
@@ -159,6 +169,11 @@ RUNTIMES: dict[str, Runtime] = {
                            "--use-torch-fsdp2 asserts pipeline_model_parallel_size == 1)",
             "sequence_parallel": "Megatron-Core --sequence-parallel (Korthikanti et al. 2022)",
             "recompute_modes": "Megatron-Core --recompute-granularity selective | full",
+            "moe_tp_needs_sp": "Megatron-Core MoELayer.forward (megatron/core/transformer/moe/moe_layer.py, "
+                               "core_v0.12.0 through main d98e8a64) raises ValueError 'During training, performance "
+                               "may degrade if MoE and tensor parallelism are enabled without also enabling "
+                               "sequence parallelism' when the tensor-parallel group is larger than 1 and "
+                               "--sequence-parallel is off",
         }),
     "megatron-lm-2021": Runtime(
         "megatron-lm-2021", overlap_grad_reduce=False, overlap_param_gather=False, overlap_tp_comm=False,
@@ -254,6 +269,8 @@ RUNTIMES: dict[str, Runtime] = {
                                "None (nothing saved but the layer input) -> full",
             "context_parallel": "base.yml: ici_context_parallelism (head)",
             "expert_parallel": "base.yml: ici_expert_parallelism (head)",
+            "moe_tp_needs_sp": "src/maxtext/layers/moe.py (head) raises nothing on a tensor axis without "
+                               "sequence sharding: GSPMD shards the experts' inputs as the logical axis rules say",
             "pipeline": "base.yml (head): ici_pipeline_parallelism with a circular schedule "
                         "(num_pipeline_repeats); its bubble (p-1)/(r m + p-1) is the interleaved schedule's. Not "
                         "modelled: JAX runs the microbatches' forwards before their backwards, so activations "

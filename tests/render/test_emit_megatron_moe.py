@@ -158,3 +158,14 @@ def test_an_expert_parallel_size_that_cannot_be_is_named(tmp_path, capsys, fix, 
     assert main(["plan", str(path), "--devices", "8", "--target", "dgx-h100", "--global-batch", "16", "--seq", "512",
                  "--fix", fix]) != 0
     assert message in capsys.readouterr().err
+
+
+def test_moe_with_tp_and_no_sequence_parallelism_is_refused_as_megatron_core_refuses_it(hand_plan):
+    """Megatron-Core's MoELayer.forward raises ValueError when training with a tensor-parallel group
+    larger than 1 and sequence_parallel off (moe_layer.py, core_v0.12.0 to main): no command for it."""
+    arch = architecture(narrowpipe.from_config(QWEN3_MOE, seq=16))
+    with pytest.raises(narrowpipe.NarrowpipeError, match="without --sequence-parallel"):
+        megatron_launch(hand_plan(1, 1, 4, tp=2, dp=4, ep=4, architecture=arch))
+    flags = check_flags(megatron_launch(hand_plan(1, 1, 4, tp=2, dp=4, ep=4, sequence_parallel=True,
+                                                  architecture=arch)))
+    assert flags["--sequence-parallel"] is True and flags["--tensor-model-parallel-size"] == "2"
