@@ -19,6 +19,7 @@ from ..execution.common import TimingOptions, conv_options, matrix_rate
 from ..training.fp8_gemms import FORWARD_FORMAT
 from .domain_notes import domain_notes
 from .dp_comm import grad_reduction_rows, zero3_rows
+from .ep_overlap import note as ep_overlap_note
 from .expert_parallel import active_params_note
 from .fp8_plan import fp8_flop_share
 from .plan import ARCH_FIELDS, Plan, RunnerUp
@@ -87,9 +88,9 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     if not planner.runtime.overlap_tp_comm and step.breakdown.get("tp_comm", 0.0) > 0:
         all_notes.append("tensor-parallel collectives are exposed: the runtime does not overlap them with GEMMs")
     all_notes += list(dict.fromkeys(n for c in layers for n in c.notes if n.startswith("expert parallelism")))
-    if step.breakdown.get("ep_comm", 0.0) > 0:
-        all_notes.append("expert-parallel all-to-alls are exposed: the all-to-all dispatcher waits for each exchange "
-                         "before the experts' GEMMs (no batch-level overlap modelled)")
+    if step.breakdown.get("ep_comm", 0.0) > 0 or step.hidden.get("ep_comm", 0.0) > 0:
+        all_notes.append(ep_overlap_note(p, planner.runtime, step.breakdown.get("ep_comm", 0.0),
+                                         step.hidden.get("ep_comm", 0.0)))
     device = float(planner.target.memory_capacity)
     all_notes.append(f"memory is checked against {ev.capacity / 1e9:.1f} GB per device: its {device / 1e9:.1f} GB "
                      f"less {1 - ev.capacity / device:.0%} for what no planned term counts ("
@@ -213,6 +214,12 @@ def _collectives(planner: Planner, ev: Evaluation, dp_rows: list[dict[str, Any]]
             row["seconds"] = float(row["seconds"]) + u.seconds * mult  # type: ignore[arg-type]
             row["exposed_s"] = float(row["exposed_s"]) + u.exposed_s * mult  # type: ignore[arg-type]
     out = list(rows.values())
+    ep_hidden = ev.step.hidden.get("ep_comm", 0.0)
+    if ep_hidden > 0:      # the all-to-alls another microbatch's pass hides (ep_overlap), shared by the rows
+        ep_exposed = ev.step.breakdown.get("ep_comm", 0.0)
+        for row in out:
+            if row["axis"] == "ep":
+                row["exposed_s"] = float(row["exposed_s"]) * ep_exposed / (ep_exposed + ep_hidden)  # type: ignore[arg-type]
     axis = "dp" if p.cp == 1 else "dp+cp"
     exposed_dp = ev.step.breakdown.get("dp_comm", 0.0)
     rt = planner.runtime

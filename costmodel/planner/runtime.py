@@ -27,7 +27,7 @@ _MT = "github.com/AI-Hypercomputer/maxtext"
 
 #: Fields a plan does not record (see :meth:`Runtime.to_dict`).
 _NOT_RECORDED = ("sources", "sequence_parallel", "zero_stages", "recompute_modes", "context_parallel",
-                 "expert_parallel", "moe_tp_needs_sp")
+                 "expert_parallel", "moe_tp_needs_sp", "overlap_ep_comm")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,10 @@ class Runtime:
     overlap_param_gather: bool = True
     #: Tensor-parallel collectives overlapped with their GEMMs (else exposed, in the layer's time).
     overlap_tp_comm: bool = False
+    #: Expert-parallel all-to-alls hidden behind another microbatch's compute, the forward of one
+    #: merged with the backward of the next (:mod:`.ep_overlap`). Not recorded in a plan: a plan that
+    #: used it shows the hidden seconds (``hidden_comm['ep_comm']``) and says so in its notes.
+    overlap_ep_comm: bool = False
     #: Pipeline activations sent split over the tensor-parallel ranks' links, all-gathered after.
     pipeline_scatter_gather: bool = True
     #: ``fused`` (flash attention: one kernel, scores never stored) or ``unfused`` (QK^T, softmax,
@@ -141,7 +145,8 @@ class Runtime:
 RUNTIMES: dict[str, Runtime] = {
     "megatron-core": Runtime(
         "megatron-core", overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=False,
-        attention="fused", dropout=0.0, grad_reduce_dtype=DType.FP32, moe_tp_needs_sp=True, sources={
+        attention="fused", dropout=0.0, grad_reduce_dtype=DType.FP32, moe_tp_needs_sp=True, overlap_ep_comm=True,
+        sources={
             "overlap_grad_reduce": "Megatron-Core DistributedDataParallelConfig.overlap_grad_reduce (bucketed "
                                    "all-reduce/reduce-scatter during backward)",
             "overlap_param_gather": "Megatron-Core distributed optimizer overlap_param_gather; PyTorch FSDP "
@@ -169,6 +174,12 @@ RUNTIMES: dict[str, Runtime] = {
                            "--use-torch-fsdp2 asserts pipeline_model_parallel_size == 1)",
             "sequence_parallel": "Megatron-Core --sequence-parallel (Korthikanti et al. 2022)",
             "recompute_modes": "Megatron-Core --recompute-granularity selective | full",
+            "overlap_ep_comm": "Megatron-Core --overlap-moe-expert-parallel-comm (ModelParallelConfig."
+                               "overlap_moe_expert_parallel_comm, from core_v0.14.0; megatron/core/pipeline_parallel/"
+                               "combined_1f1b.py: 'EP A2A in forward step is hidden by the attention/mlp computation "
+                               "in the backward step, and vice versa'); opt-in like --overlap-grad-reduce, and "
+                               "--emit megatron passes it when the plan used it. Off for MoE runs measured before "
+                               "core 0.14 (benchmarks/moe_validate.py: MCore v0.9)",
             "moe_tp_needs_sp": "Megatron-Core MoELayer.forward (megatron/core/transformer/moe/moe_layer.py, "
                                "core_v0.12.0 through main d98e8a64) raises ValueError 'During training, performance "
                                "may degrade if MoE and tensor parallelism are enabled without also enabling "
@@ -213,6 +224,7 @@ RUNTIMES: dict[str, Runtime] = {
                                "selective recomputation (--recompute-granularity) came in 2022",
             "context_parallel": "Megatron-LM v2.5 has no context parallelism (Megatron-Core, 2023)",
             "expert_parallel": "Megatron-LM v2.5 has no mixture-of-experts layers",
+            "overlap_ep_comm": "Megatron-LM v2.5 has no mixture-of-experts layers, so no all-to-alls to overlap",
         }),
     "maxtext": Runtime(
         "maxtext", overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=False,
@@ -269,6 +281,9 @@ RUNTIMES: dict[str, Runtime] = {
                                "None (nothing saved but the layer input) -> full",
             "context_parallel": "base.yml: ici_context_parallelism (head)",
             "expert_parallel": "base.yml: ici_expert_parallelism (head)",
+            "overlap_ep_comm": "off: base.yml (head) use_batch_split_schedule (default false; 'Currently only "
+                               "implemented with DeepSeek sparse layers') is MaxText's all-to-all/compute overlap, "
+                               "and the tables' runs predate it",
             "moe_tp_needs_sp": "src/maxtext/layers/moe.py (head) raises nothing on a tensor axis without "
                                "sequence sharding: GSPMD shards the experts' inputs as the logical axis rules say",
             "pipeline": "base.yml (head): ici_pipeline_parallelism with a circular schedule "

@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .ep_overlap import applies as ep_overlap_applies
+from .ep_overlap import block_hidden
 from .pipeline import refine_by_schedule
 from .planner import Evaluation, Planner
 from .schedule import ChunkTimes, makespan
@@ -49,14 +51,16 @@ def chunk_rows(planner: Planner, ev: Evaluation) -> list[dict[str, Any]]:
     layers, pro, epi = planner.costs(ev.parallel)
     chunks = lay.chunks
     rows = []
+    overlap = ep_overlap_applies(ev.parallel, planner.runtime)
     for g, idx in enumerate(chunks):
         blocks = ([pro] if g == 0 and pro is not None else []) + [layers[i] for i in idx]
         blocks += [epi] if g == len(chunks) - 1 and epi is not None else []
         comm = {ph: sum(u.exposed_s for b in blocks for u in b.collectives if u.phase in phases)
                 for ph, phases in (("forward", ("forward",)), ("backward", ("recompute", "backward")))}
-        rows.append({"chunk": g, "layers": list(idx), "forward_s": sum(b.forward_s for b in blocks),
-                     "backward_s": sum(b.backward_s for b in blocks), "forward_comm_s": comm["forward"],
-                     "backward_comm_s": comm["backward"]})
+        hid_f, hid_b = (sum(x) for x in zip(*(block_hidden(b) for b in blocks))) if overlap and blocks else (0.0, 0.0)
+        rows.append({"chunk": g, "layers": list(idx), "forward_s": sum(b.forward_s for b in blocks) - hid_f,
+                     "backward_s": sum(b.backward_s for b in blocks) - hid_b, "forward_comm_s": comm["forward"] - hid_f,
+                     "backward_comm_s": comm["backward"] - hid_b})
     lay.cache["chunk_rows"] = rows
     return rows
 
@@ -82,7 +86,9 @@ def _exact_closed_form(ev: Evaluation) -> bool:
 
 
 def _once_per_step(ev: Evaluation) -> float:
-    return sum(ev.step.breakdown.get(k, 0.0) for k in ONCE_PER_STEP)
+    """The terms after the pipeline drains, and the expert all-to-alls of the passes no other
+    microbatch's pass hides (:mod:`.ep_overlap`; the chunk times are the merged passes')."""
+    return sum(ev.step.breakdown.get(k, 0.0) for k in ONCE_PER_STEP) + ev.step.collectives.get("ep_unpaired", 0.0)
 
 
 def lower_bound(planner: Planner, ev: Evaluation) -> float:

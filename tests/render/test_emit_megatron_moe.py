@@ -169,3 +169,16 @@ def test_moe_with_tp_and_no_sequence_parallelism_is_refused_as_megatron_core_ref
     flags = check_flags(megatron_launch(hand_plan(1, 1, 4, tp=2, dp=4, ep=4, sequence_parallel=True,
                                                   architecture=arch)))
     assert flags["--sequence-parallel"] is True and flags["--tensor-model-parallel-size"] == "2"
+
+
+def test_a_plan_that_hid_its_all_to_alls_asks_megatron_for_the_overlap(hand_plan):
+    """A plan whose hidden_comm holds expert all-to-all seconds timed Megatron-Core's batch-level
+    overlap: the command passes --overlap-moe-expert-parallel-comm and CUDA_DEVICE_MAX_CONNECTIONS=32
+    (the MoE README: the overlap needs more than 1); a plan with its all-to-alls exposed does not."""
+    arch = architecture(narrowpipe.from_config(QWEN3_MOE, seq=16))
+    plan = hand_plan(1, 1, 4, tp=1, dp=8, ep=8, architecture=arch)
+    assert "--overlap-moe-expert-parallel-comm" not in check_flags(megatron_launch(plan))
+    plan.hidden_comm["ep_comm"] = 0.5
+    launch = megatron_launch(plan)
+    assert check_flags(launch)["--overlap-moe-expert-parallel-comm"] is True
+    assert launch.program[:2] == ["env", "CUDA_DEVICE_MAX_CONNECTIONS=32"]
