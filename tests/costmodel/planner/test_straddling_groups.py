@@ -64,7 +64,9 @@ def test_the_plan_notes_the_straddle_and_the_step_carries_it(moe):
     rows = [c for c in plan.collectives if c["axis"] == "ep"]
     each = 7 * NIC_ALPHA + SEQ * K * H * 2 // 2 * 7 // 8 / NIC_BW
     launch = narrowpipe.get_target("gb200").launch_overhead
-    assert plan.breakdown["ep_comm"] == pytest.approx(sum(r["per_step"] for r in rows) * (each + launch), rel=1e-9)
+    # exposed + hidden: Megatron-Core's batch-level overlap hides some of them (test_ep_overlap)
+    assert plan.breakdown["ep_comm"] + plan.hidden_comm.get("ep_comm", 0.0) == pytest.approx(
+        sum(r["per_step"] for r in rows) * (each + launch), rel=1e-9)
     assert any(n.startswith("expert-parallel groups (ep=8, ranks 2 apart)") and "straddle" in n for n in plan.notes)
     assert not any("not a whole number" in n for n in plan.notes)
 
