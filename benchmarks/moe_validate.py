@@ -95,7 +95,7 @@ def model(row: Row) -> narrowpipe.Graph:
 
 #: Megatron-Core as of v0.9, the published rate's version: --overlap-moe-expert-parallel-comm came in
 #: core_v0.14.0 (megatron/core/model_parallel_config.py), so its all-to-alls are not overlapped.
-MCORE_V09 = dataclasses.replace(RUNTIMES["megatron-core"], name="megatron-core", overlap_ep_comm=False)
+MCORE_V09 = dataclasses.replace(RUNTIMES["megatron-core"], name="megatron-core-0.9", overlap_ep_comm=False)
 
 
 def predict(row: Row) -> narrowpipe.Plan:

@@ -122,6 +122,7 @@ def grad_reduction_rows(lay: Layout, p: Parallel, topology: CollectiveTimer,
     for d in lay.devices:
         rows: dict[tuple[str, bool], dict[str, Any]] = {}
         for expert, (op, n, members, apart) in _dp_parts(d, p, runtime):
+            expert = expert and p.ep > 1          # without ep the experts reduce over dp like the rest
             times = _per_step(op, p)
             share = (2 if op is Op.ALL_REDUCE else 1) * (members - 1) * n // members
             row = rows.setdefault((op.value, expert), {"op": op.value, "group_size": members, "per_step": times,
@@ -183,7 +184,7 @@ def zero3_rows(load: DeviceLoad, p: Parallel, topology: CollectiveTimer, runtime
             if not params or members == 1:
                 continue
             for op, n, times in ((Op.ALL_GATHER, pbytes, 2), (Op.REDUCE_SCATTER, params * grad, 1)):
-                r = rows[op, expert]
+                r = rows[op, expert and p.ep > 1]
                 r["per_microbatch"] += times
                 r["comm_bytes"] += times * (members - 1) * int(n) // members
                 r["seconds"] += times * topology.seconds(op, float(n), members, apart)

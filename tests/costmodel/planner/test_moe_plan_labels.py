@@ -65,3 +65,11 @@ def test_the_plan_states_the_active_parameters(moe, plan):
     dense = narrowpipe.transformer(L, H, 4, V, ffn=F, kv_heads=4, gated_mlp=True, seq=SEQ)
     p = narrowpipe.plan(dense, "dgx-h100", 16, global_batch=BATCH, seq=SEQ, parallel={"tp": 1, "pp": 1}, top=0)
     assert not any(n.startswith("mixture of experts:") for n in p.notes)
+
+
+def test_without_expert_parallelism_the_experts_reduce_in_the_dense_row(moe):
+    """ep=1: the experts' replicas are the data-parallel group itself, one row over dp=16."""
+    p = narrowpipe.plan(moe, "dgx-h100", 16, global_batch=BATCH, seq=SEQ,
+                        parallel={"tp": 1, "pp": 1, "ep": 1, "zero": 0, "microbatch": 1}, top=0)
+    rows = [r for r in p.collectives if "gradient reduction" in str(r["purpose"])]
+    assert [(r["purpose"], r["group_size"]) for r in rows] == [("data-parallel gradient reduction", 16)]
