@@ -17,8 +17,9 @@ in forward step is hidden by the attention/mlp computation in the backward step,
   a2a overlapping", and the last backward likewise); with the interleaved pipeline ``w`` is the
   warmup count of ``get_pp_rank_microbatches`` (schedules.py): ``(pp - rank - 1) x 2 + (v - 1) x pp
   + 1`` model-chunk passes (microbatch_group_size_per_vp_stage = pp, its default), at most ``m v``.
-  The step adds the largest device's ``w / v`` microbatches' worth of hidden time back (an upper
-  bound: a device's warmup partly overlaps another's bubble).
+  Each device's passes take the hiding in the share that has a partner, ``1 - w / (m v)``
+  (:func:`paired_share`), so the closed form, the simulated schedule and the timeline see the same
+  chunk times (the unpaired passes' exposure spread over all of them, not placed at the ends).
 
 Where the runtime's version lacks it, or Megatron-Core's TransformerConfig asserts against the
 strategy (``expert_model_parallel_size > 1``; ``recompute_granularity != 'full'``; a pipeline
@@ -32,7 +33,7 @@ from .block_cost import BlockCost
 from .runtime import Runtime
 from .strategy import Parallel
 
-__all__ = ["applies", "block_hidden", "unpaired_passes", "why_not", "note"]
+__all__ = ["applies", "block_hidden", "unpaired_passes", "paired_share", "why_not", "note"]
 
 
 def why_not(p: Parallel, runtime: Runtime) -> str | None:
@@ -72,6 +73,12 @@ def unpaired_passes(p: Parallel, rank: int) -> int:
         return min(1, total)
     return min(total, (p.pp - rank - 1) * 2 + (p.interleave - 1) * p.pp + 1)
 
+
+
+def paired_share(p: Parallel, rank: int) -> float:
+    """Of device ``rank``'s ``m v`` forward (and backward) chunk passes, the share merged with a partner."""
+    total = p.microbatches * p.interleave
+    return (total - unpaired_passes(p, rank)) / total if total else 0.0
 
 def note(p: Parallel, runtime: Runtime, exposed_s: float, hidden_s: float) -> str:
     """What the plan assumed of its expert all-to-alls, for its notes."""

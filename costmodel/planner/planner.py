@@ -24,6 +24,7 @@ from ..experts import ExpertBalance
 from ..interpreter import CostTable, interpret
 from .block_cost import BlockCost, block_cost, block_key, loss_outputs
 from .blocks import Blocks, split_blocks
+from .ep_overlap import applies as ep_overlap_applies
 from .expert_parallel import expert_param_numel
 from .fp8_plan import check_fp8_target
 from .machine import resolve_machine
@@ -289,6 +290,8 @@ class Planner:
         """The blocks placed on pipeline devices (cached: shared by every strategy that differs only
         in data parallelism, ZeRO or the microbatch count)."""
         key = (self._key(parallel), parallel.pp, parallel.interleave)
+        if ep_overlap_applies(parallel, self.runtime):   # the hidden share follows the microbatch count
+            key += (parallel.microbatches,)
         hit = self._layouts.get(key)
         if hit is None:
             hit = self._layouts[key] = layout(parallel, *self.costs(parallel), self.runtime)

@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any
 
 from .ep_overlap import applies as ep_overlap_applies
-from .ep_overlap import block_hidden
+from .ep_overlap import block_hidden, paired_share
 from .pipeline import refine_by_schedule
 from .planner import Evaluation, Planner
 from .schedule import ChunkTimes, makespan
@@ -58,6 +58,8 @@ def chunk_rows(planner: Planner, ev: Evaluation) -> list[dict[str, Any]]:
         comm = {ph: sum(u.exposed_s for b in blocks for u in b.collectives if u.phase in phases)
                 for ph, phases in (("forward", ("forward",)), ("backward", ("recompute", "backward")))}
         hid_f, hid_b = (sum(x) for x in zip(*(block_hidden(b) for b in blocks))) if overlap and blocks else (0.0, 0.0)
+        paired = paired_share(ev.parallel, g % ev.parallel.pp)
+        hid_f, hid_b = hid_f * paired, hid_b * paired
         rows.append({"chunk": g, "layers": list(idx), "forward_s": sum(b.forward_s for b in blocks) - hid_f,
                      "backward_s": sum(b.backward_s for b in blocks) - hid_b, "forward_comm_s": comm["forward"] - hid_f,
                      "backward_comm_s": comm["backward"] - hid_b})
@@ -86,9 +88,7 @@ def _exact_closed_form(ev: Evaluation) -> bool:
 
 
 def _once_per_step(ev: Evaluation) -> float:
-    """The terms after the pipeline drains, and the expert all-to-alls of the passes no other
-    microbatch's pass hides (:mod:`.ep_overlap`; the chunk times are the merged passes')."""
-    return sum(ev.step.breakdown.get(k, 0.0) for k in ONCE_PER_STEP) + ev.step.collectives.get("ep_unpaired", 0.0)
+    return sum(ev.step.breakdown.get(k, 0.0) for k in ONCE_PER_STEP)
 
 
 def lower_bound(planner: Planner, ev: Evaluation) -> float:

@@ -23,7 +23,7 @@ from ..execution.collectives import Topology
 from .block_cost import BlockCost, unique_params
 from .dp_comm import grad_reduction, param_gathers
 from .ep_overlap import applies as ep_overlap_applies
-from .ep_overlap import block_hidden, unpaired_passes
+from .ep_overlap import block_hidden, paired_share
 from .pipeline import Stage, assign_stages, balance_devices
 from .runtime import Runtime
 from .strategy import Parallel
@@ -146,8 +146,9 @@ class DeviceLoad:
     #: FP8 training: the once-per-step weight casts and the resident FP8 weight copies they write.
     weight_cast_s: float = 0.0
     fp8_weight_bytes: int = 0
-    #: Per microbatch, the expert all-to-all seconds another microbatch's pass hides (:mod:`.ep_overlap`;
-    #: already taken out of ``forward_s``/``backward_s`` and the ``ep_comm`` term).
+    #: Per microbatch, the expert all-to-all seconds another microbatch's pass hides (:mod:`.ep_overlap`:
+    #: the merged passes' share of the device's passes; already taken out of ``forward_s``/``backward_s``
+    #: and the ``ep_comm`` term).
     ep_hidden_s: float = 0.0
 
 
@@ -194,6 +195,8 @@ def layout(parallel: Parallel, layers: list[BlockCost], prologue: BlockCost | No
     for s, blocks in enumerate(per_device):
         params, pbytes = unique_params(blocks)
         hid_f, hid_b = (sum(x) for x in zip(*(block_hidden(b) for b in blocks))) if overlap and blocks else (0.0, 0.0)
+        paired = paired_share(p, s)
+        hid_f, hid_b = hid_f * paired, hid_b * paired
         terms = _terms(blocks)
         terms["ep_comm"] -= hid_f + hid_b
         loads.append(DeviceLoad(
@@ -235,14 +238,10 @@ def step_time(parallel: Parallel, lay: Layout, topology: CollectiveTimer, runtim
         # update; the slowest device's update plus cast is the term
         breakdown["optimizer"] = max(d.optimizer_s / shard + d.weight_cast_s for d in lay.devices)
     total += dp_exposed + breakdown["tied_grad"] + breakdown["optimizer"]
-    # the passes with no partner microbatch expose what the merged ones hide (ep_overlap)
-    unpaired = max((unpaired_passes(p, d.index) * d.ep_hidden_s / v for d in lay.devices), default=0.0)
-    breakdown["ep_comm"] = breakdown.get("ep_comm", 0.0) + unpaired
-    total += unpaired
     hidden = {"dp_comm": max(0.0, dp_total - dp_exposed),
               "cp_comm": m * lay.devices[crit].hidden_s,
               "param_gather": m * (gathers[crit][1] if gathers else 0.0),
-              "ep_comm": max(0.0, m * lay.devices[crit].ep_hidden_s - unpaired)}
+              "ep_comm": m * lay.devices[crit].ep_hidden_s}
     notes = []
     if dp_total > 0:
         notes.append(f"data-parallel gradient {reduce_name} {dp_total * 1e3:.1f} ms per step, "
@@ -250,7 +249,7 @@ def step_time(parallel: Parallel, lay: Layout, topology: CollectiveTimer, runtim
                      + ("overlapped with the backward" if runtime.overlap_grad_reduce else "after the backward")
                      + ")")
     return StepTime(total, breakdown, lay, extra, hidden,
-                    {"dp_reduction": dp_total, "p2p_each": p2p, "ep_unpaired": unpaired}, notes,
+                    {"dp_reduction": dp_total, "p2p_each": p2p}, notes,
                     [g[0] for g in gathers] if gathers else [0.0] * len(lay.devices))
 
 
