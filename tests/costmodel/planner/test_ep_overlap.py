@@ -78,3 +78,19 @@ def test_four_microbatches_expose_a_quarter_of_the_all_to_alls(moe):
     assert on.hidden_comm["ep_comm"] == pytest.approx(3 * total / 4, rel=1e-9)
     assert on.breakdown["compute"] == pytest.approx(off.breakdown["compute"], rel=1e-9)
     assert sum(c["exposed_s"] for c in on.collectives if c["axis"] == "ep") == pytest.approx(total / 4, rel=1e-9)
+
+
+def test_the_interleaved_pipelines_timeline_agrees_with_the_plan():
+    """The same MoE with 4 layers, pp=2, v=2, 4 microbatches: rank 0 leaves (2-0-1) x 2 + (2-1) x 2
+    + 1 = 5 of its 8 chunk passes unpaired, rank 1 3; the hiding is each device's paired share, so
+    the timeline a trace draws from the plan's chunk times ends where the plan's step does."""
+    from narrowpipe.costmodel.planner.ep_overlap import paired_share
+    from narrowpipe.costmodel.planner.schedule import step_timeline
+    moe = narrowpipe.transformer(4, H, 4, V, ffn=F, kv_heads=4, gated_mlp=True, experts=E, top_k=K, seq=SEQ)
+    plan = narrowpipe.plan(moe, "dgx-h100", 16, global_batch=32, seq=SEQ, top=0,
+                           parallel={"tp": 1, "pp": 2, "ep": 8, "interleave": 2, "microbatch": 1, "recompute": "none",
+                                     "zero": 1})
+    p = plan.parallel
+    assert p.microbatches == 4 and [paired_share(p, r) for r in (0, 1)] == [3 / 8, 5 / 8]
+    assert plan.hidden_comm["ep_comm"] > 0
+    assert step_timeline(plan).total_s == pytest.approx(plan.step_time_s, rel=1e-9)
