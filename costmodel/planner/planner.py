@@ -289,7 +289,7 @@ class Planner:
     def layout(self, parallel: Parallel) -> Layout:
         """The blocks placed on pipeline devices (cached: shared by every strategy that differs only
         in data parallelism, ZeRO or the microbatch count)."""
-        key = (self._key(parallel), parallel.pp, parallel.interleave)
+        key: tuple[Any, ...] = (self._key(parallel), parallel.pp, parallel.interleave)
         if ep_overlap_applies(parallel, self.runtime):   # the hidden share follows the microbatch count
             key += (parallel.microbatches,)
         hit = self._layouts.get(key)
