@@ -34,7 +34,7 @@ from ..errors import NarrowpipeError, NarrowpipeWarning
 from ..ir import Node, Op, Value
 
 __all__ = ["ExpertBalance", "BALANCED", "expert_rows", "active_experts", "routing_notes", "node_expert_rows",
-           "expert_parallel_rows"]
+           "expert_parallel_rows", "cap_note"]
 
 _KINDS = ("balanced", "zipf", "hot")
 
@@ -161,6 +161,20 @@ def expert_parallel_rows(rows: int, experts: int, ep: int, top_k: int | None = N
     return max((split[d * per:(d + 1) * per] for d in range(ep)), key=sum)
 
 
+def cap_note(experts: int, top_k: int | None, balance: ExpertBalance) -> str | None:
+    """What the one-row-per-token cap changed, or None: a balance whose hottest share exceeds
+    ``1 / top_k`` is costed as the capped split (``hot:0.9`` and ``hot:0.5`` are the same top-2 split),
+    which the user should be told rather than find out from identical numbers."""
+    if not top_k or top_k < 2:
+        return None
+    hottest = balance.shares(experts)[0]
+    if hottest <= 1.0 / top_k * (1 + 1e-9):
+        return None
+    return (f"{balance} routing asks the hottest expert for {hottest:.0%} of the routed rows, but with top-{top_k} "
+            f"each token picks {top_k} different experts, so no expert takes more than 1/{top_k} "
+            f"({1 / top_k:.0%}) of them: costed at that cap, the excess spread over the other experts")
+
+
 def active_experts(rows: tuple[int, ...]) -> int:
     """Experts that receive at least one row: only their weights are read."""
     return sum(1 for r in rows if r > 0)
@@ -190,4 +204,7 @@ def routing_notes(nodes: Iterable[Node], shapes: Mapping[Value, tuple[int, ...]]
         out.append(f"experts ({count} grouped GEMM(s)): {rows} routed rows{tokens} over {experts} experts, "
                    f"{balance} routing: hottest expert {split[0] if split else 0} rows, "
                    f"{active_experts(split)} of {experts} experts read (--expert-balance / expert_balance=)")
+        capped = cap_note(experts, top_k if isinstance(top_k, int) else None, balance)
+        if capped and capped not in out:
+            out.append(capped)
     return out

@@ -19,7 +19,9 @@ plan maps, and why:
   --use-distributed-optimizer``) and the ``fsdp_dtensor`` checkpoint format ``validate_args`` asserts.
 * ``CUDA_DEVICE_MAX_CONNECTIONS``: ``validate_args`` asserts it is ``1`` with tensor or context
   parallelism on GPUs before Blackwell (compute capability below 10), and that it is not ``1`` with
-  Megatron FSDP; the command sets it (``env CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...``) when needed.
+  Megatron FSDP; the command sets it (``env CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...``) when needed,
+  and to 32 when the plan overlaps expert all-to-alls (``--overlap-moe-expert-parallel-comm``, which
+  the MoE README says needs more than 1; validate_args only warns then).
 * the model: sizes, rotary base (``--rotary-base``: Megatron's default is 10,000, Llama-3 trains with
   500,000), Llama-3.1's rotary scaling (``--use-rope-scaling``), per-head q/k norms (``--qk-layernorm``);
   experts and latent attention as :mod:`.emit_megatron_moe` says (expert width, dispatcher, shared
@@ -95,6 +97,10 @@ def megatron_launch(plan: Plan, chip: Target | None = None) -> Launch:
                               "no command is emitted")
     if arch.get("encoder"):
         raise NarrowpipeError("Megatron-LM's pretrain_gpt.py trains decoders; this model is an encoder")
+    if arch.get("experts") and p.tp > 1 and not p.sequence_parallel:
+        raise NarrowpipeError(f"Megatron-Core's MoELayer.forward (megatron/core/transformer/moe/moe_layer.py) raises "
+                              f"ValueError when a mixture of experts trains with tensor parallelism (tp={p.tp}) "
+                              "without --sequence-parallel; re-plan with sequence parallelism on, or tp=1")
     flags: dict[str, Any] = {"--tensor-model-parallel-size": p.tp, "--pipeline-model-parallel-size": p.pp}
     layout = pipeline_layout(plan)
     if layout is not None:
@@ -181,7 +187,18 @@ def _runtime_flags(plan: Plan, notes: list[str]) -> dict[str, Any]:
     if rt.get("overlap_tp_comm"):
         notes.append("the runtime overlaps tensor-parallel communication: Megatron's --tp-comm-overlap needs "
                      "Transformer Engine userbuffers; not emitted")
+    if overlaps_all_to_all(plan):
+        # the plan hid expert all-to-alls behind the other microbatch's pass (costmodel/planner/ep_overlap.py)
+        out["--overlap-moe-expert-parallel-comm"] = True
+        notes.append("--overlap-moe-expert-parallel-comm (Megatron-Core 0.14 and later) is the batch-level "
+                     "all-to-all overlap the plan timed; TransformerConfig asserts torch 2.6 or later with it, and "
+                     "the MoE README asks CUDA_DEVICE_MAX_CONNECTIONS > 1 (set to 32 here)")
     return out
+
+
+def overlaps_all_to_all(plan: Plan) -> bool:
+    """Whether the plan hid expert all-to-alls behind another microbatch's compute."""
+    return float(plan.hidden_comm.get("ep_comm", 0.0)) > 0
 
 
 def _model_flags(plan: Plan, arch: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -271,6 +288,10 @@ def _environment(plan: Plan, target: Any, stack: str, notes: list[str]) -> list[
     context parallelism before Blackwell (NVIDIA's compute capability 10; AMD's Instinct report 9)
     without Megatron FSDP, which asserts the opposite."""
     p = plan.parallel
+    if stack in ("cuda", "rocm") and overlaps_all_to_all(plan) and p.zero not in _ZERO_SHARDING:
+        # MoE README (main d98e8a64): the overlap needs CUDA_DEVICE_MAX_CONNECTIONS > 1; validate_args then
+        # only warns about tensor/context parallelism ("you can set CUDA_DEVICE_MAX_CONNECTIONS to 1 or 32")
+        return ["env", "CUDA_DEVICE_MAX_CONNECTIONS=32"]
     if stack not in ("cuda", "rocm") or (p.tp == 1 and p.cp == 1):
         return []
     if p.zero in _ZERO_SHARDING:

@@ -54,7 +54,7 @@ from math import ceil, log2, prod
 from ...ir import Op
 
 __all__ = ["AlgoTime", "ring", "ring_low_latency", "tree", "in_network", "one_shot", "two_shot", "torus",
-           "torus_bandwidth", "axis_hops", "hierarchical", "bus_factor", "permute"]
+           "torus_bandwidth", "axis_hops", "hierarchical", "bus_factor", "permute", "split_all_to_all"]
 
 
 @dataclass(frozen=True)
@@ -262,3 +262,22 @@ def hierarchical(op: Op, size: float, local: int, nodes: int, local_bw: float, l
     lat = phases * inner.latency_s + outer.latency_s
     beta = phases * inner.transfer_s + outer.transfer_s
     return AlgoTime(f"hierarchical ({outer.algorithm} across domains)", lat + beta, lat, beta)
+
+
+def split_all_to_all(size: float, group: int, local: int, local_bw: float, local_alpha: float,
+                     net_bw: float, net_alpha: float) -> AlgoTime | None:
+    """An all-to-all over domains, each peer's share on its own transport: NCCL runs it as grouped
+    ``ncclSend``/``ncclRecv`` to every peer (nccl-tests src/alltoall.cu), so the ``local - 1`` peers
+    in the member's domain get their ``size / group`` over the scale-up link (P2P transport) while
+    the ``group - local`` others get theirs through the member's NIC, at the same time: the slower
+    lane's bytes set the transfer. Pricing all ``(group - 1) / group`` at the network rate, as a
+    ring over the slowest link does, charged the in-domain share (7 of DeepSeek-V3's 63 peers at
+    ep=64) at NIC speed. The latency stays the ring's, ``group - 1`` steps at the slower alpha (no
+    measurement here of how the grouped sends' latencies overlap)."""
+    if local <= 1 or group <= local:
+        return None
+    share = size / group
+    beta = max((local - 1) * share / local_bw if local_bw > 0 else float("inf"),
+               (group - local) * share / net_bw if net_bw > 0 else float("inf"))
+    lat = (group - 1) * max(local_alpha, net_alpha)
+    return AlgoTime("per-peer (scale-up and network lanes)", lat + beta, lat, beta)

@@ -52,6 +52,7 @@ from .algorithms import (
     one_shot,
     ring,
     ring_low_latency,
+    split_all_to_all,
     torus,
     torus_bandwidth,
     tree,
@@ -286,6 +287,9 @@ class Topology:
         options += [tr] if tr is not None else []
         two = hierarchical(op, size, local, nodes, up_bw, up.latency, out.effective, out.latency)
         options += [two] if two is not None else []
+        if op is Op.ALL_TO_ALL:
+            lanes = split_all_to_all(size, group, local, up_bw, up.latency, out.effective, out.latency)
+            options += [lanes] if lanes is not None else []
         return min(options, key=lambda t: t.seconds)
 
     def _within(self, op: Op, size: float, group: int, up: NetLevel, stride: int = 1) -> list[AlgoTime]:

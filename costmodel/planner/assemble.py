@@ -19,6 +19,8 @@ from ..execution.common import TimingOptions, conv_options, matrix_rate
 from ..training.fp8_gemms import FORWARD_FORMAT
 from .domain_notes import domain_notes
 from .dp_comm import grad_reduction_rows, zero3_rows
+from .ep_overlap import note as ep_overlap_note
+from .expert_parallel import active_params_note
 from .fp8_plan import fp8_flop_share
 from .plan import ARCH_FIELDS, Plan, RunnerUp
 from .planner import Evaluation, Planner
@@ -67,6 +69,9 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
         if gather > 0:
             hidden["param_gather"] = hidden.get("param_gather", 0.0) + gather
     all_notes = list(step.notes) + list(notes or [])
+    active = active_params_note(planner.graph, planner.param_count, planner.expert_params)
+    if active:
+        all_notes.insert(0, active)
     vocab = planner.vocab
     if vocab is not None and (padded := padded_vocab(vocab, planner.runtime.vocab_multiple, p.tp)) != vocab:
         all_notes.append(f"vocabulary {vocab:,} padded to {padded:,} (a multiple of {planner.runtime.vocab_multiple} x "
@@ -83,9 +88,9 @@ def assemble(planner: Planner, ev: Evaluation, runners_up: list[RunnerUp] | None
     if not planner.runtime.overlap_tp_comm and step.breakdown.get("tp_comm", 0.0) > 0:
         all_notes.append("tensor-parallel collectives are exposed: the runtime does not overlap them with GEMMs")
     all_notes += list(dict.fromkeys(n for c in layers for n in c.notes if n.startswith("expert parallelism")))
-    if step.breakdown.get("ep_comm", 0.0) > 0:
-        all_notes.append("expert-parallel all-to-alls are exposed: the all-to-all dispatcher waits for each exchange "
-                         "before the experts' GEMMs (no batch-level overlap modelled)")
+    if step.breakdown.get("ep_comm", 0.0) > 0 or step.hidden.get("ep_comm", 0.0) > 0:
+        all_notes.append(ep_overlap_note(p, planner.runtime, step.breakdown.get("ep_comm", 0.0),
+                                         step.hidden.get("ep_comm", 0.0)))
     device = float(planner.target.memory_capacity)
     all_notes.append(f"memory is checked against {ev.capacity / 1e9:.1f} GB per device: its {device / 1e9:.1f} GB "
                      f"less {1 - ev.capacity / device:.0%} for what no planned term counts ("
@@ -209,25 +214,40 @@ def _collectives(planner: Planner, ev: Evaluation, dp_rows: list[dict[str, Any]]
             row["seconds"] = float(row["seconds"]) + u.seconds * mult  # type: ignore[arg-type]
             row["exposed_s"] = float(row["exposed_s"]) + u.exposed_s * mult  # type: ignore[arg-type]
     out = list(rows.values())
+    ep_hidden = ev.step.hidden.get("ep_comm", 0.0)
+    if ep_hidden > 0:      # the all-to-alls another microbatch's pass hides (ep_overlap), shared by the rows
+        ep_exposed = ev.step.breakdown.get("ep_comm", 0.0)
+        for row in out:
+            if row["axis"] == "ep":
+                row["exposed_s"] = float(row["exposed_s"]) * ep_exposed / (ep_exposed + ep_hidden)  # type: ignore[arg-type]
     axis = "dp" if p.cp == 1 else "dp+cp"
     exposed_dp = ev.step.breakdown.get("dp_comm", 0.0)
     rt = planner.runtime
+    reducing = sum(float(r["seconds"]) for r in dp_rows if r["op"] != "all_gather")
     for r in dp_rows:
         gather = r["op"] == "all_gather"
-        # the step waits for the reduction's exposed part (dp_comm); the gather only where not overlapped
-        exposed = (0.0 if rt.overlap_param_gather else r["seconds"]) if gather else exposed_dp
-        out.append({"purpose": "data-parallel parameter all-gather (ZeRO)" if gather else
-                    "data-parallel gradient reduction", "op": r["op"], "axis": axis, "group_size": r["group_size"],
+        # the step waits for the reduction's exposed part (dp_comm), shared by the dense and expert
+        # reductions as their durations; the gather only where not overlapped
+        exposed = (0.0 if rt.overlap_param_gather else r["seconds"]) if gather else \
+            exposed_dp * float(r["seconds"]) / reducing if reducing else 0.0
+        purpose = "data-parallel parameter all-gather (ZeRO)" if gather else "data-parallel gradient reduction"
+        out.append({"purpose": "expert " + purpose if r.get("expert") else purpose, "op": r["op"],
+                    "axis": "edp" if r.get("expert") else axis, "group_size": r["group_size"],
                     "per_step": r["per_step"], "comm_bytes": r["comm_bytes"], "seconds": r["seconds"],
                     "exposed_s": exposed})
     load = max(ev.step.layout.devices, key=lambda d: ev.step.gather_s[d.index] if ev.step.gather_s else 0.0)
-    for r in zero3_rows(load, p, planner.timer, rt):
+    z3 = zero3_rows(load, p, planner.timer, rt)
+    gathering = sum(float(r["seconds"]) for r in z3 if r["op"] == "all_gather")
+    for r in z3:
         m = p.microbatches
-        out.append({"purpose": "ZeRO-3 parameter all-gather" if r["op"] == "all_gather" else
-                    "ZeRO-3 gradient reduce-scatter", "op": r["op"], "axis": axis, "group_size": r["group_size"],
+        gather = r["op"] == "all_gather"
+        purpose = "ZeRO-3 parameter all-gather" if gather else "ZeRO-3 gradient reduce-scatter"
+        out.append({"purpose": "expert " + purpose if r["expert"] else purpose, "op": r["op"],
+                    "axis": "edp" if r["expert"] else axis, "group_size": r["group_size"],
                     "per_step": r["per_microbatch"] * m, "comm_bytes": r["comm_bytes"] * m,
                     "seconds": r["seconds"] * m,
-                    "exposed_s": ev.step.breakdown.get("param_gather", 0.0) if r["op"] == "all_gather" else 0.0})
+                    "exposed_s": ev.step.breakdown.get("param_gather", 0.0) * float(r["seconds"]) / gathering
+                    if gather and gathering else 0.0})
     for nbytes, members, _, seconds in tied_grad_collectives(ev.step.layout.tied, p, planner.timer, rt):
         out.append({"purpose": "tied-embedding gradient all-reduce (first and last stage)", "op": "all_reduce",
                     "axis": "pp", "group_size": members, "per_step": 1,

@@ -112,18 +112,21 @@ def grad_reduction_rows(lay: Layout, p: Parallel, topology: CollectiveTimer,
     ``seconds`` per step. Under ZeRO 1-2 the gradients are reduce-scattered (in the runtime's
     reduction dtype) and the updated parameters all-gathered once (in their own dtype): two rows, so
     neither hides in the other; with ``overlap_param_gather`` the gather runs under the next step's
-    forward (hidden)."""
+    forward (hidden). The experts' reduction (over ``edp``, ``dp / ep`` replicas) is a row of its
+    own, ``expert`` true: in one row it was labelled with the dense group while its bytes were the
+    experts' group's."""
     group, _ = p.axis("dp_cp")
     if group == 1 or p.zero >= 3:
         return []
     best: list[dict[str, Any]] = []
     for d in lay.devices:
-        rows: dict[str, dict[str, Any]] = {}
-        for op, n, members, apart in dp_collectives(d, p, runtime):
+        rows: dict[tuple[str, bool], dict[str, Any]] = {}
+        for expert, (op, n, members, apart) in _dp_parts(d, p, runtime):
+            expert = expert and p.ep > 1          # without ep the experts reduce over dp like the rest
             times = _per_step(op, p)
             share = (2 if op is Op.ALL_REDUCE else 1) * (members - 1) * n // members
-            row = rows.setdefault(op.value, {"op": op.value, "group_size": group, "per_step": times,
-                                             "comm_bytes": 0, "seconds": 0.0})
+            row = rows.setdefault((op.value, expert), {"op": op.value, "group_size": members, "per_step": times,
+                                                       "comm_bytes": 0, "seconds": 0.0, "expert": expert})
             row["comm_bytes"] += times * int(share)
             row["seconds"] += times * topology.seconds(op, float(n), members, apart)
         if sum(r["seconds"] for r in rows.values()) > sum(r["seconds"] for r in best):
@@ -137,42 +140,51 @@ def dp_collectives(d: DeviceLoad, p: Parallel, runtime: Runtime) -> list[tuple[O
     over ``dp x cp``, its experts' over ``edp``; the gradients (in the runtime's reduction dtype, plus
     partial sums deferred to this reduction) all-reduced, or under ZeRO 1-2 reduce-scattered with the
     parameters (their own dtype) all-gathered back after the optimizer."""
+    return [c for _, c in _dp_parts(d, p, runtime)]
+
+
+def _dp_parts(d: DeviceLoad, p: Parallel, runtime: Runtime) -> list[tuple[bool, tuple[Op, int, int, int]]]:
+    """:func:`dp_collectives`, each marked whether it reduces the experts (over ``edp``)."""
     group, stride = p.axis("dp_cp")
     egroup, estride = p.axis("edp")
     size = runtime.grad_reduce_dtype.nbytes(1)
-    out: list[tuple[Op, int, int, int]] = []
-    for params, pbytes, extra, members, apart in (
-            (d.params - d.expert_params, d.param_bytes - d.expert_param_bytes, d.deferred_bytes, group, stride),
-            (d.expert_params, d.expert_param_bytes, 0, egroup, estride)):
+    out: list[tuple[bool, tuple[Op, int, int, int]]] = []
+    for expert, params, pbytes, extra, members, apart in (
+            (False, d.params - d.expert_params, d.param_bytes - d.expert_param_bytes, d.deferred_bytes, group,
+             stride),
+            (True, d.expert_params, d.expert_param_bytes, 0, egroup, estride)):
         if members == 1 or not params:
             continue
         grads = params * size + extra
         if p.zero >= 1:
-            out += [(Op.REDUCE_SCATTER, grads, members, apart), (Op.ALL_GATHER, pbytes, members, apart)]
+            out += [(expert, (Op.REDUCE_SCATTER, grads, members, apart)),
+                    (expert, (Op.ALL_GATHER, pbytes, members, apart))]
         else:
-            out.append((Op.ALL_REDUCE, grads, members, apart))
+            out.append((expert, (Op.ALL_REDUCE, grads, members, apart)))
     return out
 
 
 def zero3_rows(load: DeviceLoad, p: Parallel, topology: CollectiveTimer, runtime: Runtime) -> list[dict[str, Any]]:
     """ZeRO-3/FSDP's per-microbatch collectives on ``load``'s device, one row per kind (as
     :func:`grad_reduction_rows`): every block's parameters all-gathered before its forward and again
-    before its backward, its gradients reduce-scattered after (:func:`param_gathers` times them)."""
+    before its backward, its gradients reduce-scattered after (:func:`param_gathers` times them); the
+    experts' (over ``edp``) in rows of their own, ``expert`` true."""
     if p.zero < 3:
         return []
     group, stride = p.axis("dp_cp")
     egroup, estride = p.axis("edp")
     grad = runtime.grad_reduce_dtype.nbytes(1)
-    rows = {op: {"op": op.value, "group_size": group, "per_microbatch": 0, "comm_bytes": 0, "seconds": 0.0}
-            for op in (Op.ALL_GATHER, Op.REDUCE_SCATTER)}
+    rows = {(op, expert): {"op": op.value, "group_size": egroup if expert else group, "per_microbatch": 0,
+                           "comm_bytes": 0, "seconds": 0.0, "expert": expert}
+            for expert in (False, True) for op in (Op.ALL_GATHER, Op.REDUCE_SCATTER)}
     for b in load.blocks:
-        for pbytes, params, members, apart in (
-                (b.param_bytes - b.expert_param_bytes, b.params - b.expert_params, group, stride),
-                (b.expert_param_bytes, b.expert_params, egroup, estride)):
+        for expert, pbytes, params, members, apart in (
+                (False, b.param_bytes - b.expert_param_bytes, b.params - b.expert_params, group, stride),
+                (True, b.expert_param_bytes, b.expert_params, egroup, estride)):
             if not params or members == 1:
                 continue
             for op, n, times in ((Op.ALL_GATHER, pbytes, 2), (Op.REDUCE_SCATTER, params * grad, 1)):
-                r = rows[op]
+                r = rows[op, expert and p.ep > 1]
                 r["per_microbatch"] += times
                 r["comm_bytes"] += times * (members - 1) * int(n) // members
                 r["seconds"] += times * topology.seconds(op, float(n), members, apart)

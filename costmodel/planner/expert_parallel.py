@@ -31,12 +31,12 @@ from math import prod
 
 from ...errors import PlanError
 from ...ir import GROUP, Graph, Node, Op, OpGroup, Source, TensorType, Value
-from ..experts import ExpertBalance, expert_parallel_rows
+from ..experts import ExpertBalance, cap_note, expert_parallel_rows
 from ..interpreter import ShapeBinder
 from .strategy import Parallel
 from .weight_layout import PHASE
 
-__all__ = ["expert_parallel", "is_moe", "expert_param_numel"]
+__all__ = ["expert_parallel", "is_moe", "expert_param_numel", "active_params_note"]
 
 #: Data movement that keeps a tensor's rows where they are (a gate-up half, its zero-padded gradient).
 _ROW_WISE_DATA = frozenset({Op.SLICE, Op.PAD, Op.CONCAT})
@@ -102,7 +102,12 @@ class _Rewrite:
             self._node(node)
         last = src.nodes[-1] if src.nodes else None
         out.set_outputs([self._token_copy(v, last) for v in src.outputs])
-        out.meta["expert_parallel"] = [self._note(r) for r in self.routings.values()]
+        notes = [self._note(r) for r in self.routings.values()]
+        for top_k, experts in {(k[2], k[1]) for k in self.routings}:
+            capped = cap_note(experts, top_k, self.balance)
+            if capped and f"expert parallelism: {capped}" not in notes:
+                notes.append(f"expert parallelism: {capped}")
+        out.meta["expert_parallel"] = notes
         return out
 
     # -- one node ---------------------------------------------------------------------------------
@@ -242,3 +247,23 @@ def expert_param_numel(graph: Graph) -> int:
         if w is not None and w.kind.is_weight and node.attrs.get("role") != "grad_weight":
             seen[w] = prod(d if isinstance(d, int) else 0 for d in w.type.shape)
     return sum(seen.values())
+
+
+def active_params_note(graph: Graph, params: int, expert_params: int) -> str | None:
+    """The parameters one token runs through, for a mixture of experts (None for a dense model): all
+    but the routed experts', plus ``top_k / E`` of theirs. The figure model cards quote (Mixtral
+    8x7B: 46.7B total, 12.9B active; DeepSeek-V3: 671B, 37B), which the total alone hides."""
+    routed = [(n.attrs.get("top_k"), w.type.shape[0]) for n in graph.nodes
+              if n.op is Op.GROUPED_DOT and n.attrs.get("role") != "grad_weight"
+              for w in n.inputs[1:2] if w is not None and w.kind.is_weight]
+    picks = {(k, e) for k, e in routed if isinstance(k, int) and isinstance(e, int) and e > 0}
+    if not expert_params or len(picks) != 1:
+        return None
+    top_k, experts = next(iter(picks))
+    active = params - expert_params + expert_params * top_k // experts
+    return (f"mixture of experts: {_count(params)} parameters, {_count(active)} active per token (embeddings, "
+            f"the dense layers and top-{top_k} of the {experts} routed experts' {_count(expert_params)})")
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"

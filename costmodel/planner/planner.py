@@ -24,6 +24,7 @@ from ..experts import ExpertBalance
 from ..interpreter import CostTable, interpret
 from .block_cost import BlockCost, block_cost, block_key, loss_outputs
 from .blocks import Blocks, split_blocks
+from .ep_overlap import applies as ep_overlap_applies
 from .expert_parallel import expert_param_numel
 from .fp8_plan import check_fp8_target
 from .machine import resolve_machine
@@ -252,6 +253,9 @@ class Planner:
             raise PlanError(f"{len(self.blocks.layers)} layers cannot fill pp={parallel.pp} x "
                             f"interleave={parallel.interleave} pipeline chunks")
         self.check_experts(parallel.ep, parallel.cp)
+        refused = self.runtime.moe_tp_refusal(parallel.tp, parallel.sequence_parallel) if self.experts else None
+        if refused:
+            raise PlanError(refused)
         heads = self.heads_split(parallel.tp)
         if heads is not None:
             raise PlanError(heads)
@@ -285,7 +289,9 @@ class Planner:
     def layout(self, parallel: Parallel) -> Layout:
         """The blocks placed on pipeline devices (cached: shared by every strategy that differs only
         in data parallelism, ZeRO or the microbatch count)."""
-        key = (self._key(parallel), parallel.pp, parallel.interleave)
+        key: tuple[Any, ...] = (self._key(parallel), parallel.pp, parallel.interleave)
+        if ep_overlap_applies(parallel, self.runtime):   # the hidden share follows the microbatch count
+            key += (parallel.microbatches,)
         hit = self._layouts.get(key)
         if hit is None:
             hit = self._layouts[key] = layout(parallel, *self.costs(parallel), self.runtime)

@@ -27,7 +27,7 @@ _MT = "github.com/AI-Hypercomputer/maxtext"
 
 #: Fields a plan does not record (see :meth:`Runtime.to_dict`).
 _NOT_RECORDED = ("sources", "sequence_parallel", "zero_stages", "recompute_modes", "context_parallel",
-                 "expert_parallel")
+                 "expert_parallel", "moe_tp_needs_sp", "overlap_ep_comm")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,10 @@ class Runtime:
     overlap_param_gather: bool = True
     #: Tensor-parallel collectives overlapped with their GEMMs (else exposed, in the layer's time).
     overlap_tp_comm: bool = False
+    #: Expert-parallel all-to-alls hidden behind another microbatch's compute, the forward of one
+    #: merged with the backward of the next (:mod:`.ep_overlap`). Not recorded in a plan: a plan that
+    #: used it shows the hidden seconds (``hidden_comm['ep_comm']``) and says so in its notes.
+    overlap_ep_comm: bool = False
     #: Pipeline activations sent split over the tensor-parallel ranks' links, all-gathered after.
     pipeline_scatter_gather: bool = True
     #: ``fused`` (flash attention: one kernel, scores never stored) or ``unfused`` (QK^T, softmax,
@@ -86,6 +90,9 @@ class Runtime:
     recompute_modes: tuple[str, ...] = ("none", "selective", "full")
     context_parallel: bool = True
     expert_parallel: bool = True
+    #: A mixture of experts under tensor parallelism trains only with sequence parallelism on (the
+    #: framework refuses the pair otherwise), so the search never picks it and a fixed one is refused.
+    moe_tp_needs_sp: bool = False
     #: FP8 training recipe: "" (none: the model's own precision) or "hybrid", Transformer Engine's
     #: default (E4M3 forward, E5M2 gradients) feeding only the Linear layers' GEMMs in FP8
     #: (:mod:`..training.fp8_gemms`); set by ``plan(dtype="fp8")``.
@@ -123,6 +130,13 @@ class Runtime:
             why.append("expert parallelism")
         return f"runtime {self.name!r} has no " + "; no ".join(why) if why else None
 
+    def moe_tp_refusal(self, tp: int, sequence_parallel: bool) -> str | None:
+        """Why this runtime cannot train a mixture of experts at ``tp`` without sequence parallelism, or None."""
+        if not self.moe_tp_needs_sp or tp == 1 or sequence_parallel:
+            return None
+        return (f"runtime {self.name!r} trains a mixture of experts with tensor parallelism (tp={tp}) only with "
+                f"sequence parallelism: {self.sources.get('moe_tp_needs_sp', 'its MoE layer refuses the pair')}")
+
     def to_dict(self) -> dict[str, Any]:
         """The behaviour a plan assumed. What the runtime offers the search (``sequence_parallel``
         ... ``expert_parallel``) is left out, like ``sources``: the plan's strategy says what it used."""
@@ -138,7 +152,8 @@ class Runtime:
 RUNTIMES: dict[str, Runtime] = {
     "megatron-core": Runtime(
         "megatron-core", overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=False,
-        attention="fused", dropout=0.0, grad_reduce_dtype=DType.FP32, sources={
+        attention="fused", dropout=0.0, grad_reduce_dtype=DType.FP32, moe_tp_needs_sp=True, overlap_ep_comm=True,
+        sources={
             "overlap_grad_reduce": "Megatron-Core DistributedDataParallelConfig.overlap_grad_reduce (bucketed "
                                    "all-reduce/reduce-scatter during backward)",
             "overlap_param_gather": "Megatron-Core distributed optimizer overlap_param_gather; PyTorch FSDP "
@@ -166,6 +181,17 @@ RUNTIMES: dict[str, Runtime] = {
                            "--use-torch-fsdp2 asserts pipeline_model_parallel_size == 1)",
             "sequence_parallel": "Megatron-Core --sequence-parallel (Korthikanti et al. 2022)",
             "recompute_modes": "Megatron-Core --recompute-granularity selective | full",
+            "overlap_ep_comm": "Megatron-Core --overlap-moe-expert-parallel-comm (ModelParallelConfig."
+                               "overlap_moe_expert_parallel_comm, from core_v0.14.0; megatron/core/pipeline_parallel/"
+                               "combined_1f1b.py: 'EP A2A in forward step is hidden by the attention/mlp computation "
+                               "in the backward step, and vice versa'); opt-in like --overlap-grad-reduce, and "
+                               "--emit megatron passes it when the plan used it. Off for MoE runs measured before "
+                               "core 0.14 (benchmarks/moe_validate.py: MCore v0.9)",
+            "moe_tp_needs_sp": "Megatron-Core MoELayer.forward (megatron/core/transformer/moe/moe_layer.py, "
+                               "core_v0.12.0 through main d98e8a64) raises ValueError 'During training, performance "
+                               "may degrade if MoE and tensor parallelism are enabled without also enabling "
+                               "sequence parallelism' when the tensor-parallel group is larger than 1 and "
+                               "--sequence-parallel is off",
         }),
     "megatron-lm-2021": Runtime(
         "megatron-lm-2021", overlap_grad_reduce=False, overlap_param_gather=False, overlap_tp_comm=False,
@@ -205,6 +231,7 @@ RUNTIMES: dict[str, Runtime] = {
                                "selective recomputation (--recompute-granularity) came in 2022",
             "context_parallel": "Megatron-LM v2.5 has no context parallelism (Megatron-Core, 2023)",
             "expert_parallel": "Megatron-LM v2.5 has no mixture-of-experts layers",
+            "overlap_ep_comm": "Megatron-LM v2.5 has no mixture-of-experts layers, so no all-to-alls to overlap",
         }),
     "maxtext": Runtime(
         "maxtext", overlap_grad_reduce=True, overlap_param_gather=True, overlap_tp_comm=False,
@@ -264,6 +291,11 @@ RUNTIMES: dict[str, Runtime] = {
                                "None (nothing saved but the layer input) -> full",
             "context_parallel": "base.yml: ici_context_parallelism (head)",
             "expert_parallel": "base.yml: ici_expert_parallelism (head)",
+            "overlap_ep_comm": "off: base.yml (head) use_batch_split_schedule (default false; 'Currently only "
+                               "implemented with DeepSeek sparse layers') is MaxText's all-to-all/compute overlap, "
+                               "and the tables' runs predate it",
+            "moe_tp_needs_sp": "src/maxtext/layers/moe.py (head) raises nothing on a tensor axis without "
+                               "sequence sharding: GSPMD shards the experts' inputs as the logical axis rules say",
             "pipeline": "base.yml (head): ici_pipeline_parallelism with a circular schedule "
                         "(num_pipeline_repeats); its bubble (p-1)/(r m + p-1) is the interleaved schedule's. Not "
                         "modelled: JAX runs the microbatches' forwards before their backwards, so activations "

@@ -283,7 +283,8 @@ def step_timeline(plan: Plan) -> StepTimeline:
     optimizer = plan.breakdown.get("optimizer", 0.0)
     tied = plan.breakdown.get("tied_grad", 0.0)
     dp_total = sum(float(c["seconds"]) for c in plan.collectives
-                   if c.get("purpose") == "data-parallel gradient reduction")
+                   if c.get("purpose") in ("data-parallel gradient reduction",
+                                           "expert data-parallel gradient reduction"))
     closed = plan.closed_form_step_s or plan.step_time_s
     return StepTimeline(par.schedule, p, m, v, slots, pipeline, closed - dp_exposed - tied - optimizer,
                         dp_total, dp_exposed, optimizer, plan.step_time_s, closed, tied)

@@ -107,6 +107,8 @@ def candidates(planner: Planner, fixed: dict[str, Any]) -> Iterator[Parallel]:
                     for v in allowed("interleave", vs):
                         sps = [tp > 1 and rt.sequence_parallel]
                         for sp in allowed("sequence_parallel", sps):
+                            if planner.experts and rt.moe_tp_refusal(tp, sp):
+                                continue
                             for rec in allowed("recompute", [r for r in RECOMPUTE if r in rt.recompute_modes]):
                                 zeros = [z for z in (0, 1, 2, 3) if z in rt.zero_stages] if dp * cp > 1 else [0]
                                 for zero in allowed("zero", zeros):
@@ -203,6 +205,10 @@ def search(planner: Planner, fixed: dict[str, Any] | None = None, *, top: int = 
         raise PlanError(f"{refused}: fix another value, or plan with another runtime (--runtime)")
     if "ep" in fixed:
         planner.check_experts(int(fixed["ep"]), int(fixed.get("cp", 1)))
+    if planner.experts and "tp" in fixed and fixed.get("sequence_parallel") is False:
+        refused = planner.runtime.moe_tp_refusal(int(fixed["tp"]), False)
+        if refused:
+            raise PlanError(f"{refused}: turn sequence parallelism on, or fix tp=1")
     capacity = planner.capacity
     cands = list(candidates(planner, fixed))
     if not cands:

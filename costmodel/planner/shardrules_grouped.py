@@ -77,8 +77,10 @@ def _rows(axes: tuple[str, ...], tp_used: bool) -> tuple[str, ...]:
 
 def expert_exchange(ctx: RuleContext, node: Node) -> Decision:
     """An expert-parallel all-to-all (:mod:`.expert_parallel`) moves each tensor-parallel rank's share
-    of the rows when the rows are split over ``tp`` (sequence parallelism) or owed a ``tp`` sum (the
-    row-parallel down projection, settled by a reduce-scatter onto the rows): Megatron-Core's
+    of the rows when the rows are split over ``tp`` (sequence parallelism), owed a ``tp`` sum (the
+    row-parallel down projection, settled by a reduce-scatter onto the rows) or held whole by every
+    ``tp`` rank (no sequence parallelism: each rank takes its share by a free local slice, so the
+    dispatch carries the same rows as the combine rather than ``tp`` copies of them): Megatron-Core's
     all-to-all dispatcher exchanges ``1/tp`` of the tokens per rank and all-gathers over ``tp`` after
     it. The routed rows split however many the router sent, the busiest rank's ``ceil(rows / tp)``
     setting the time (:meth:`.Spec.local_shape`); the token side must divide. Any other layout is
@@ -89,7 +91,8 @@ def expert_exchange(ctx: RuleContext, node: Node) -> Decision:
                         [Spec.replicated(len(ctx.shape(o))) for o in node.outputs])
     raw, tp = ctx.raw(x), ctx.sizes.get("tp", 1)
     rows: tuple[str, ...] = ()
-    if tp > 1 and ("tp" in raw.dims[0] or raw.partial == "tp") and \
+    replicated = not any("tp" in d for d in raw.dims) and raw.partial != "tp"
+    if tp > 1 and ("tp" in raw.dims[0] or raw.partial == "tp" or replicated) and \
             all(ctx.shape(v)[0] % tp == 0 or ctx.uneven_rows(v) for v in (x, out)):
         rows = ("tp",)
     rank = len(ctx.shape(x))

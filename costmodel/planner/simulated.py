@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .ep_overlap import applies as ep_overlap_applies
+from .ep_overlap import block_hidden, paired_share
 from .pipeline import refine_by_schedule
 from .planner import Evaluation, Planner
 from .schedule import ChunkTimes, makespan
@@ -49,14 +51,18 @@ def chunk_rows(planner: Planner, ev: Evaluation) -> list[dict[str, Any]]:
     layers, pro, epi = planner.costs(ev.parallel)
     chunks = lay.chunks
     rows = []
+    overlap = ep_overlap_applies(ev.parallel, planner.runtime)
     for g, idx in enumerate(chunks):
         blocks = ([pro] if g == 0 and pro is not None else []) + [layers[i] for i in idx]
         blocks += [epi] if g == len(chunks) - 1 and epi is not None else []
         comm = {ph: sum(u.exposed_s for b in blocks for u in b.collectives if u.phase in phases)
                 for ph, phases in (("forward", ("forward",)), ("backward", ("recompute", "backward")))}
-        rows.append({"chunk": g, "layers": list(idx), "forward_s": sum(b.forward_s for b in blocks),
-                     "backward_s": sum(b.backward_s for b in blocks), "forward_comm_s": comm["forward"],
-                     "backward_comm_s": comm["backward"]})
+        hid_f, hid_b = (sum(x) for x in zip(*(block_hidden(b) for b in blocks))) if overlap and blocks else (0.0, 0.0)
+        paired = paired_share(ev.parallel, g % ev.parallel.pp)
+        hid_f, hid_b = hid_f * paired, hid_b * paired
+        rows.append({"chunk": g, "layers": list(idx), "forward_s": sum(b.forward_s for b in blocks) - hid_f,
+                     "backward_s": sum(b.backward_s for b in blocks) - hid_b, "forward_comm_s": comm["forward"] - hid_f,
+                     "backward_comm_s": comm["backward"] - hid_b})
     lay.cache["chunk_rows"] = rows
     return rows
 

@@ -22,6 +22,8 @@ from ...ir import DType, Op
 from ..execution.collectives import Topology
 from .block_cost import BlockCost, unique_params
 from .dp_comm import grad_reduction, param_gathers
+from .ep_overlap import applies as ep_overlap_applies
+from .ep_overlap import block_hidden, paired_share
 from .pipeline import Stage, assign_stages, balance_devices
 from .runtime import Runtime
 from .strategy import Parallel
@@ -144,6 +146,10 @@ class DeviceLoad:
     #: FP8 training: the once-per-step weight casts and the resident FP8 weight copies they write.
     weight_cast_s: float = 0.0
     fp8_weight_bytes: int = 0
+    #: Per microbatch, the expert all-to-all seconds another microbatch's pass hides (:mod:`.ep_overlap`:
+    #: the merged passes' share of the device's passes; already taken out of ``forward_s``/``backward_s``
+    #: and the ``ep_comm`` term).
+    ep_hidden_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -185,16 +191,23 @@ def layout(parallel: Parallel, layers: list[BlockCost], prologue: BlockCost | No
     if epilogue is not None:
         per_device[(len(chunks) - 1) % p.pp].append(epilogue)
     loads = []
+    overlap = ep_overlap_applies(p, runtime)
     for s, blocks in enumerate(per_device):
         params, pbytes = unique_params(blocks)
+        hid_f, hid_b = (sum(x) for x in zip(*(block_hidden(b) for b in blocks))) if overlap and blocks else (0.0, 0.0)
+        paired = paired_share(p, s)
+        hid_f, hid_b = hid_f * paired, hid_b * paired
+        terms = _terms(blocks)
+        terms["ep_comm"] -= hid_f + hid_b
         loads.append(DeviceLoad(
-            s, tuple(blocks), tuple(ids[s]), sum(b.forward_s for b in blocks), sum(b.backward_s for b in blocks),
-            _terms(blocks), sum(b.hidden_s for b in blocks), sum(b.optimizer_s for b in blocks), params, pbytes,
+            s, tuple(blocks), tuple(ids[s]), sum(b.forward_s for b in blocks) - hid_f,
+            sum(b.backward_s for b in blocks) - hid_b,
+            terms, sum(b.hidden_s for b in blocks), sum(b.optimizer_s for b in blocks), params, pbytes,
             sum(_extra_grad_bytes(b) for b in blocks), sum(b.saved_bytes for b in blocks),
             max((b.transient_bytes for b in blocks), default=0), sum(1 for b in blocks if b.params),
             max((b.param_bytes for b in blocks), default=0), sum(b.expert_params for b in blocks),
             sum(b.expert_param_bytes for b in blocks), sum(b.weight_cast_s for b in blocks),
-            sum(b.fp8_weight_bytes for b in blocks)))
+            sum(b.fp8_weight_bytes for b in blocks), hid_f + hid_b))
     first = layers[0] if layers else prologue
     return Layout(chunks, tuple(loads), first.boundary_bytes if first is not None else 0, tied_weights(per_device))
 
@@ -227,14 +240,16 @@ def step_time(parallel: Parallel, lay: Layout, topology: CollectiveTimer, runtim
     total += dp_exposed + breakdown["tied_grad"] + breakdown["optimizer"]
     hidden = {"dp_comm": max(0.0, dp_total - dp_exposed),
               "cp_comm": m * lay.devices[crit].hidden_s,
-              "param_gather": m * (gathers[crit][1] if gathers else 0.0)}
+              "param_gather": m * (gathers[crit][1] if gathers else 0.0),
+              "ep_comm": m * lay.devices[crit].ep_hidden_s}
     notes = []
     if dp_total > 0:
         notes.append(f"data-parallel gradient {reduce_name} {dp_total * 1e3:.1f} ms per step, "
                      f"{dp_exposed * 1e3:.1f} ms exposed ("
                      + ("overlapped with the backward" if runtime.overlap_grad_reduce else "after the backward")
                      + ")")
-    return StepTime(total, breakdown, lay, extra, hidden, {"dp_reduction": dp_total, "p2p_each": p2p}, notes,
+    return StepTime(total, breakdown, lay, extra, hidden,
+                    {"dp_reduction": dp_total, "p2p_each": p2p}, notes,
                     [g[0] for g in gathers] if gathers else [0.0] * len(lay.devices))
 
 

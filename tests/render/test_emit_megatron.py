@@ -36,6 +36,8 @@ MEGATRON_FLAGS = {
     "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--multi-latent-attention", "--q-lora-rank",
     "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--rope-type",
     "--rotary-scaling-factor", "--mscale", "--mscale-all-dim", "--norm-epsilon", "--fp8-format", "--fp8-recipe",
+    # core_v0.15.0 arguments.py add_argument; at main from ModelParallelConfig.overlap_moe_expert_parallel_comm
+    "--overlap-moe-expert-parallel-comm",
 }
 # `--rotary-base` is `type=int` there: an integer, written as one
 # choices= of the flags above that take one (same file and tag)
@@ -71,8 +73,9 @@ def flags_of(args: list[str]) -> dict[str, str | bool]:
 
 def check_flags(launch) -> dict[str, str | bool]:
     program = launch.program
-    if program[0] == "env":           # only the variable validate_args asserts on
-        assert program[1] == "CUDA_DEVICE_MAX_CONNECTIONS=1"
+    if program[0] == "env":           # only the variable validate_args asserts on (or the MoE overlap's > 1)
+        overlap = "--overlap-moe-expert-parallel-comm" in launch.args
+        assert program[1] == f"CUDA_DEVICE_MAX_CONNECTIONS={32 if overlap else 1}"
         program = program[2:]
     assert program[0] == "torchrun" and program[-1] == "pretrain_gpt.py"
     torchrun = get_args_parser().parse_args(program[1:])        # torch's own parser accepts the launcher flags

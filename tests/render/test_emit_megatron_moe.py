@@ -158,3 +158,27 @@ def test_an_expert_parallel_size_that_cannot_be_is_named(tmp_path, capsys, fix, 
     assert main(["plan", str(path), "--devices", "8", "--target", "dgx-h100", "--global-batch", "16", "--seq", "512",
                  "--fix", fix]) != 0
     assert message in capsys.readouterr().err
+
+
+def test_moe_with_tp_and_no_sequence_parallelism_is_refused_as_megatron_core_refuses_it(hand_plan):
+    """Megatron-Core's MoELayer.forward raises ValueError when training with a tensor-parallel group
+    larger than 1 and sequence_parallel off (moe_layer.py, core_v0.12.0 to main): no command for it."""
+    arch = architecture(narrowpipe.from_config(QWEN3_MOE, seq=16))
+    with pytest.raises(narrowpipe.NarrowpipeError, match="without --sequence-parallel"):
+        megatron_launch(hand_plan(1, 1, 4, tp=2, dp=4, ep=4, architecture=arch))
+    flags = check_flags(megatron_launch(hand_plan(1, 1, 4, tp=2, dp=4, ep=4, sequence_parallel=True,
+                                                  architecture=arch)))
+    assert flags["--sequence-parallel"] is True and flags["--tensor-model-parallel-size"] == "2"
+
+
+def test_a_plan_that_hid_its_all_to_alls_asks_megatron_for_the_overlap(hand_plan):
+    """A plan whose hidden_comm holds expert all-to-all seconds timed Megatron-Core's batch-level
+    overlap: the command passes --overlap-moe-expert-parallel-comm and CUDA_DEVICE_MAX_CONNECTIONS=32
+    (the MoE README: the overlap needs more than 1); a plan with its all-to-alls exposed does not."""
+    arch = architecture(narrowpipe.from_config(QWEN3_MOE, seq=16))
+    plan = hand_plan(1, 1, 4, tp=1, dp=8, ep=8, architecture=arch)
+    assert "--overlap-moe-expert-parallel-comm" not in check_flags(megatron_launch(plan))
+    plan.hidden_comm["ep_comm"] = 0.5
+    launch = megatron_launch(plan)
+    assert check_flags(launch)["--overlap-moe-expert-parallel-comm"] is True
+    assert launch.program[:2] == ["env", "CUDA_DEVICE_MAX_CONNECTIONS=32"]

@@ -113,9 +113,11 @@ def test_collective_picks_scale_up_inside_the_domain_and_scale_out_beyond():
     ring16, _ = collective_seconds(Op.ALL_REDUCE, 1e9, 16, thin)
     two_thin = 2 * (7 * 2e-6 + 7 / 8 * size / 400e9) + (2 * 2e-6 + size / 8 / 25e9)
     assert ring16 == pytest.approx(min(30 * 2e-6 + 1e9 / 200e9, two_thin), rel=1e-12)
-    # an all-to-all is no ring: each member's off-domain share leaves through its own 50 GB/s NIC
+    # an all-to-all is no ring: each member's off-domain share (8 of its 15 peers' 1/16 each) leaves
+    # through its own 50 GB/s NIC, the 7 in its domain get theirs over NVLink meanwhile; 1e9 bytes
+    # sent per device is a 16/15 GB buffer
     a2a, _ = collective_seconds(Op.ALL_TO_ALL, 1e9, 16, topo)
-    assert a2a > 1e9 / 50e9
+    assert a2a == pytest.approx(15 * 2e-6 + 1e9 * 16 / 15 * 8 / 16 / 50e9, rel=1e-12)
     gather, _ = collective_seconds(Op.ALL_GATHER, 1e9, 8, topo)
     assert gather == pytest.approx(7 * 2e-6 + 1e9 / 400e9, rel=1e-12)
 

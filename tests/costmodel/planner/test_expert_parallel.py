@@ -109,7 +109,14 @@ def test_dispatch_and_combine_move_two_tokens_topk_hidden_per_layer_in_each_pass
         assert row["per_step"] == L * microbatches * exchanges
         assert row["comm_bytes"] == L * microbatches * exchanges * each
     assert plan.breakdown["ep_comm"] == pytest.approx(sum(r["exposed_s"] for r in rows.values()), rel=1e-9)
-    assert plan.exposed_comm["ep_comm"] > 0 and any("all-to-alls are exposed" in n for n in plan.notes)
+    total = sum(r["seconds"] for r in rows.values())
+    if recompute == "full":        # Megatron-Core asserts against the batch-level overlap with full recomputation
+        assert plan.breakdown["ep_comm"] == pytest.approx(total, rel=1e-9)
+        assert any("all-to-alls are exposed" in n for n in plan.notes)
+    else:                          # 2 microbatches: the first forward and the last backward have no partner
+        assert plan.breakdown["ep_comm"] == pytest.approx(total / 2, rel=1e-9)
+        assert plan.hidden_comm["ep_comm"] == pytest.approx(total / 2, rel=1e-9)
+        assert any("overlapped across microbatches" in n for n in plan.notes)
 
 
 def test_all_to_all_runs_on_the_ep_groups_links(moe):
@@ -121,8 +128,10 @@ def test_all_to_all_runs_on_the_ep_groups_links(moe):
     size = SEQ * K * H * 2
     near = planner.timer.seconds(Op.ALL_TO_ALL, size, 8, 1)
     far = planner.timer.seconds(Op.ALL_TO_ALL, size // 2, 8, 2)
-    big = 64 << 20          # bandwidth-bound: NVLink's 450 GB/s against one 400 Gb/s NIC per GPU
-    assert far > near and planner.timer.seconds(Op.ALL_TO_ALL, big, 8, 2) > 4 * planner.timer.seconds(
+    # bandwidth-bound: across nodes 4/8 of the buffer (the other node's 4 peers) through one 400 Gb/s
+    # NIC per GPU, inside one node 7/8 over NVLink's ~340 GB/s of 8 GPUs: about 3.9x
+    big = 64 << 20
+    assert far > near and planner.timer.seconds(Op.ALL_TO_ALL, big, 8, 2) > 3 * planner.timer.seconds(
         Op.ALL_TO_ALL, big, 8, 1)
     layer = planner.cost(planner.blocks.layers[0], _par(ep=8))
     use = next(u for u in layer.collectives if u.purpose.startswith("expert-parallel dispatch")

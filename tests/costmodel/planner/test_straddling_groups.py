@@ -35,15 +35,17 @@ def _dispatch(layer):
 def test_a_straddling_ep_group_is_timed_across_racks(moe):
     """tp=2 with sequence parallelism: each tensor-parallel rank exchanges its half of the routed
     rows, 128 tokens x top-2 x 256 x 2 B / 2 = 64 KiB, of which 7/8 leaves the device. The slowest
-    group (4 + 4 across the rack boundary) sends it through the NIC in 7 steps at 5 us:
-    7 x 5 us + 57,344 B / 50 GB/s = 36.1 us, plus the kernel's launch."""
+    group (4 + 4 across the rack boundary) sends the 4 peers in the other rack their 4/8 through the
+    NIC (the 3 in its rack theirs over NVLink meanwhile), 7 steps at 5 us:
+    7 x 5 us + 32,768 B / 50 GB/s = 35.7 us, plus the kernel's launch."""
     planner = Planner(moe, "gb200-nvl72", 144, global_batch=144, seq=SEQ)
     p = Parallel(tp=2, dp=72, ep=8, global_batch=144, microbatch=1, sequence_parallel=True)
     assert p.axis("ep") == (8, 2)
     use = _dispatch(planner.cost(planner.blocks.layers[0], p))
     sent = SEQ * K * H * 2 // 2 * 7 // 8
     assert use.comm_bytes == sent
-    assert use.seconds == pytest.approx(7 * NIC_ALPHA + sent / NIC_BW + planner.target.launch_overhead, rel=1e-9)
+    across = SEQ * K * H * 2 // 2 * 4 // 8
+    assert use.seconds == pytest.approx(7 * NIC_ALPHA + across / NIC_BW + planner.target.launch_overhead, rel=1e-9)
 
 
 def test_an_aligned_ep_group_stays_on_nvlink(moe):
@@ -62,9 +64,11 @@ def test_the_plan_notes_the_straddle_and_the_step_carries_it(moe):
                            parallel={"tp": 2, "pp": 1, "ep": 8, "microbatch": 1, "recompute": "none", "zero": 1,
                                      "sequence_parallel": True})
     rows = [c for c in plan.collectives if c["axis"] == "ep"]
-    each = 7 * NIC_ALPHA + SEQ * K * H * 2 // 2 * 7 // 8 / NIC_BW
+    each = 7 * NIC_ALPHA + SEQ * K * H * 2 // 2 * 4 // 8 / NIC_BW      # the other rack's 4 of 8 peers
     launch = narrowpipe.get_target("gb200").launch_overhead
-    assert plan.breakdown["ep_comm"] == pytest.approx(sum(r["per_step"] for r in rows) * (each + launch), rel=1e-9)
+    # exposed + hidden: Megatron-Core's batch-level overlap hides some of them (test_ep_overlap)
+    assert plan.breakdown["ep_comm"] + plan.hidden_comm.get("ep_comm", 0.0) == pytest.approx(
+        sum(r["per_step"] for r in rows) * (each + launch), rel=1e-9)
     assert any(n.startswith("expert-parallel groups (ep=8, ranks 2 apart)") and "straddle" in n for n in plan.notes)
     assert not any("not a whole number" in n for n in plan.notes)
 
