@@ -11,9 +11,9 @@ __all__ = ["catalog_table"]
 
 def _family(family: str, target: Any) -> str:
     """The family as the table says it: a Gaudi 3 or Trainium2 listed as "tpu" read as a Google TPU
-    (QA); their family key stays "tpu" because it picks the execution model that times them."""
+    (QA); no wider than "dataflow", so at 80 columns no price loses its "*"; their family key stays "tpu" because it picks the execution model that times them."""
     if family == "tpu" and str(getattr(target, "vendor", "")).lower() != "google":
-        return "tpu model"
+        return "tpu-like"
     return family
 
 
@@ -32,13 +32,14 @@ def catalog_table() -> Any:
     rows = [(name, family, get_target(name)) for name, family in targets()]
     caption = ("bf16 dense: the matrix peak a bf16 model runs at, FLOP/s "
                "(a chip without bf16 runs it as the type in brackets); $/h: hyperscaler on-demand list "
-               "price per chip (* on another basis: targets --show NAME says which); tpu model: a systolic chip "
+               "price per chip (* on another basis: targets --show NAME says which); tpu-like: a systolic chip "
                "of another vendor, timed by the TPU execution model (matrix engines, XLA-style fusion)")
     tab = Table(title="hardware targets", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
                 caption=caption)
     tab.add_column("name", no_wrap=True, min_width=max(len(n) for n, _, _ in rows))
-    for col in ("family", "bf16 dense", "memory", "bandwidth", "TDP", "$/h"):
-        tab.add_column(col, justify="left" if col == "family" else "right", no_wrap=True)
+    tab.add_column("family", justify="left", no_wrap=True)
+    for col in ("bf16 dense", "memory", "bandwidth", "TDP", "$/h"):
+        tab.add_column(col, justify="right", no_wrap=True, min_width=5 if col == "$/h" else None)
     for name, family, t in rows:
         rate = matrix_rate(t, DType.BF16)
         peak = si(rate.flops_per_s) + ("" if rate.dtype == "bf16" else escape(f" [{rate.dtype}]"))
