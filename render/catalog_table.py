@@ -11,7 +11,8 @@ __all__ = ["catalog_table"]
 
 def _family(family: str, target: Any) -> str:
     """The family as the table says it: a Gaudi 3 or Trainium2 listed as "tpu" read as a Google TPU
-    (QA); no wider than "dataflow", so at 80 columns no price loses its "*"; their family key stays "tpu" because it picks the execution model that times them."""
+    (QA); no wider than "dataflow", so at 80 columns no price loses its "*"; their family key stays
+    "tpu" because it picks the execution model that times them."""
     if family == "tpu" and str(getattr(target, "vendor", "")).lower() != "google":
         return "tpu-like"
     return family
