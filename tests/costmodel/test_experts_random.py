@@ -9,8 +9,16 @@ import random
 import pytest
 
 import narrowpipe
-from narrowpipe.costmodel.experts import (BALANCED, RANDOM, ExpertBalance, expected_reached, expert_parallel_reached,
-                                          expert_parallel_rows, expert_rows, reached_experts)
+from narrowpipe.costmodel.experts import (
+    BALANCED,
+    RANDOM,
+    ExpertBalance,
+    expected_reached,
+    expert_parallel_reached,
+    expert_parallel_rows,
+    expert_rows,
+    reached_experts,
+)
 from narrowpipe.costmodel.serving.crossover import RoutedWeights, solve_crossover
 from narrowpipe.models import from_config
 
