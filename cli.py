@@ -158,8 +158,8 @@ def _add_timing_args(p: argparse.ArgumentParser, *, price: bool = True) -> None:
                        help="USD per device-hour, e.g. --price h100=2.5 (repeatable)")
     p.add_argument("--weights", metavar="DTYPE", help="retype float weights, e.g. fp8_e4m3, fp4, int8, bf16")
     p.add_argument("--activations", metavar="DTYPE", help="retype float activations, e.g. bf16, fp8_e4m3")
-    p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: balanced (default), "
-                   "zipf:S (share of the i-th expert ~ 1/i^S) or hot:F (the hottest expert takes F of the rows)")
+    p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: random (default: expected "
+                   "experts read), balanced (the most), zipf:S (i-th share ~ 1/i^S) or hot:F (hottest takes F)")
 
 
 @command("analyze")

@@ -11,8 +11,8 @@ device), so those rows are shown and not scored ("host floor"); the 12 from 4 Mi
 
 Small all-reduces (a decode step's 8-16 KiB per layer) as serving engines run them: their own
 one-shot/two-shot peer-load kernels (vLLM, SGLang, TensorRT-LLM; ``Topology.peer_all_reduce``) on
-8x H100 and 8x A100, one row per published time (the first H100 and A100 rows set the chips'
-``peer_all_reduce_latency``, the rest are held out), and NCCL alone on 8 and 4 H100s (held out: a
+8x H100, 8x A100, 8x MI355X and 8x MI300X, one row per published time (the first row of each chip sets
+its ``peer_all_reduce_latency``, the rest are held out), and NCCL alone on 8 and 4 H100s (held out: a
 torch.distributed loop, and nccl-tests under CUDA graphs, which take the host's launches out).
 
     python benchmarks/collective_validate.py     # a second; writes results/collective_validate.{md,json}
@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from narrowpipe.backends import get_system  # noqa: E402
+from narrowpipe.backends import get_system, get_target  # noqa: E402
 from narrowpipe.costmodel.execution.collectives import Topology  # noqa: E402
 from narrowpipe.ir import Op  # noqa: E402
 
@@ -57,6 +57,10 @@ PUBLISHED = [
 SGL = "SGL-AR: sglang PR #2904 (H100, no CUDA graph), TensorRT-LLM's custom all-reduce kernel"
 SGL_VLLM = "SGL-AR: sglang PR #2904 (H100, no CUDA graph), vLLM's custom all-reduce (copies its input first)"
 SGL_A100 = "SGL-AR: sglang PR #2688 (A100, no CUDA graph), TensorRT-LLM's custom all-reduce kernel"
+ROCM = "VLLM-ROCM-AR: vLLM PR #39080 (MI355X, TP8, bf16), vLLM's custom all-reduce as shipped ('vllm/us')"
+MUI = "MUILLM-AR: Epliz/muiLLM PR #6 (8x MI300X), ~5 us; buffer unstated, taken as 8 KiB (Llama-3-8B fp16 decode)"
+AITER = ("AITER-QR4: ROCm/aiter PR #4970 comment (8x MI325X, gfx942, same Infinity Fabric as MI300X), vLLM's custom "
+         "all-reduce of 24 KiB decode payloads 'at ~3 us' (likely under graphs: no launch)")
 VLLM = "VLLM-SYMM: vLLM PR #24111 (H100, TP6), the best of ca_1stage, ca_2stage, pynccl, symm_mem_multimem"
 TDIST = "TDIST-NCCL: Triton-distributed issue #57 (8x H100), torch.distributed all_reduce (NCCL)"
 NCCLG = ("NCCL-G4: waynehacking8/nccl-collectives-bench results/symmetric/all_reduce_reg0_graph1.txt @ 207ff75 "
@@ -74,6 +78,11 @@ SMALL = [
     *[("dgx-h100", True, 6, mib * 1024**2, us, "held out", VLLM) for mib, us in
       [(0.5, 13.0), (1, 16.0), (2, 21.0), (4, 31.0)]],
     ("dgx-a100", True, 8, 512, 13.7, "peer latency (A100)", SGL_A100),
+    ("mi355x", True, 8, 24576, 6.3, "peer latency (MI355X)", ROCM),
+    *[("mi355x", True, 8, b, us, "held out", ROCM) for b, us in
+      [(49152, 6.7), (98304, 7.6), (196608, 10.0), (393216, 13.1), (786432, 16.0), (1572864, 24.2)]],
+    ("mi300x", True, 8, 8192, 5.0, "peer latency (MI300X)", MUI),
+    ("mi300x", True, 8, 24576, 3.0, "held out", AITER),
     ("dgx-a100", True, 8, 4096, 16.5, "held out", SGL_A100),
     *[("dgx-h100", False, 8, b, us, "held out (NCCL)", TDIST) for b, us in
       [(128, 19.19), (16384, 20.71), (32768, 22.65), (262144, 24.76), (1048576, 32.42),
@@ -121,10 +130,14 @@ def small() -> list[dict[str, object]]:
     """One all-reduce's time as a call costs it: the fastest algorithm plus the chip's kernel launch."""
     out = []
     for system, peer, n, size, measured, role, source in SMALL:
-        sys_ = get_system(system)
-        topo = replace(Topology.of_system(sys_), peer_all_reduce=peer)
+        if system.startswith("mi"):     # AMD rows: the chip's fields, as serve --target mi300x/mi355x prices them
+            target = get_target(system)
+            topo = replace(Topology.of(target), peer_all_reduce=peer)
+        else:
+            sys_ = get_system(system)
+            topo, target = replace(Topology.of_system(sys_), peer_all_reduce=peer), sys_.target()
         t = topo.time(Op.ALL_REDUCE, size, n)
-        pred = (t.seconds + sys_.target().launch_overhead) * 1e6
+        pred = (t.seconds + target.launch_overhead) * 1e6
         out.append({"system": system, "engine": "own kernels" if peer else "NCCL", "ranks": n, "bytes": size,
                     "measured_us": measured, "predicted_us": pred, "algorithm": t.algorithm,
                     "error": pred / measured - 1, "role": role, "source": source})
@@ -188,7 +201,13 @@ def main() -> None:
           f"median |error| {own_med:.0%}. Decode's all-reduces (8-16 KiB at batch 1) are one-shot: one "
           "synchronize-and-load step (``peer_all_reduce_latency``, 4.6 us on H100) instead of NCCL's 14 ring steps at "
           "3 us, which priced an 8 KiB all-reduce over 8 H100s at 43 us (Llama-3-8B at TP8 slower per token than at "
-          "TP4). One step fitted at TP8 leaves TP2 and TP4 22-52% slow (their kernels synchronize fewer peers). The "
+          "TP4). AMD's Infinity Fabric is a full mesh, so the same one-shot is one step there too (RCCL's ring "
+          "priced 43 us for Mixtral's 8 KiB at TP8 on MI300X): the step is fitted on one MI355X row (vLLM's custom "
+          "all-reduce, 24 KiB) and one MI300X row (muiLLM's ~5 us, its buffer size unstated); the other MI355X rows "
+          "are within 4% up to 96 KiB and 14-33% fast from 192 KiB (vLLM's 2-stage kernel there runs under the "
+          "model's two-shot), and the one MI325X figure (a comment's ~3 us at 24 KiB, likely without the launch) "
+          "reads 76% slow, so MI300X's fitted step may be 1-2 us long. "
+          "One step fitted at TP8 leaves TP2 and TP4 22-52% slow (their kernels synchronize fewer peers). The "
           "sglang TP8 rows from 256 KiB up (no CUDA graph) run 37-55% slower than the model's one-/two-shot, while "
           "vLLM's own benchmark (TP6, 0.5-4 MiB) is within 3-7% of it. NCCL alone (last rows, held out): "
           f"median |error| {nccl_med:.0%}, worst {max(abs(e) for e in nccl):.0%}, the model "

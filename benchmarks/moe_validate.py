@@ -102,7 +102,7 @@ def predict(row: Row) -> narrowpipe.Plan:
     fixed = {"tp": row.tp, "pp": row.pp, "dp": row.gpus // (row.tp * row.pp), "cp": 1, "ep": row.ep,
              "interleave": row.vp, "microbatch": 1, "recompute": "none", "sequence_parallel": row.tp > 1, "zero": 1}
     return narrowpipe.plan(model(row), "dgx-h100", row.gpus, global_batch=row.batch, seq=row.seq, parallel=fixed,
-                           runtime=MCORE_V09)
+                           runtime=MCORE_V09, expert_balance="balanced")   # a router trained for balance
 
 
 def error(row: Row, plan: narrowpipe.Plan) -> float:

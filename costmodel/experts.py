@@ -7,9 +7,25 @@ at all (an expert no row reaches is not read, so a decode step of one token with
 two experts, not all of them) and how a grouped kernel's tiles pad and queue per expert (the
 execution models time each expert's share).
 
-An :class:`ExpertBalance` names the spread as shares ``p_i`` of the routed rows, hottest expert first:
+An :class:`ExpertBalance` names the spread:
 
-* ``balanced`` (the default): ``p_i = 1 / E``, what a router trained with a load-balancing loss aims for;
+* ``random`` (the default): every token picks its ``top_k`` distinct experts uniformly at random,
+  independently of the other tokens. ``T`` tokens then reach ``D = E (1 - (1 - k/E)^T)`` distinct
+  experts on average (a given expert is missed by one token with probability ``1 - k/E``), and the
+  rows spread evenly over them. Decode reads only the experts some token reaches, so this is the
+  expected weight read of a step (Mixtral, 8 experts and top-2, at 4 tokens: 5.47 experts, not 8;
+  DeepSeek-V3, 256 and top-8, at 32 tokens: 163, not 256). Why it is the default: a trained router's
+  per-batch choices look like independent draws over balanced experts, and what a reader wants from
+  a predicted step is its expected time; ``balanced`` is the upper bound on the weight read. Once
+  the expected unreached experts are a vanishing fraction (``D`` rounds to ``E``: training
+  microbatches of thousands of rows) the split is ``balanced``'s and so are the bytes, to the byte
+  where ``E (1 - k/E)^T`` of an expert's bytes is below half a byte.
+* ``balanced``: ``p_i = 1 / E``, what a router trained with a load-balancing loss aims for, with
+  every token's experts chosen to reach as many experts as possible: ``min(E, k T)`` experts read,
+  the upper bound on a step's weight read (and the most rows spread thinnest);
+
+The others name shares ``p_i`` of the routed rows, hottest expert first:
+
 * ``zipf:S``: ``p_i`` proportional to ``1 / i**S`` (``S >= 0``; ``S = 0`` is balanced, ``S = 1`` gives the
   hottest of 8 experts 37% of the rows);
 * ``hot:F``: the hottest expert takes the fraction ``F`` of the routed rows (``0 < F <= 1``; an ``F``
@@ -21,6 +37,8 @@ known, ``rows / top_k`` tokens each pick ``top_k`` *different* experts, so no ex
 than there are tokens; the excess goes to the others in proportion to their shares), then rounded to
 integers by largest remainder (ties to the hotter expert) so they sum to ``rows`` exactly. Balanced
 routing of ``N`` rows therefore gives ``N mod E`` experts ``N // E + 1`` rows and the others ``N // E``.
+Random routing splits the rows so over ``round(D)`` experts (a kernel runs whole experts' tiles), while
+the weights read are ``D`` experts' bytes (:func:`reached_experts`), the expected value, not rounded.
 """
 
 from __future__ import annotations
@@ -33,22 +51,23 @@ from math import floor
 from ..errors import NarrowpipeError, NarrowpipeWarning
 from ..ir import Node, Op, Value
 
-__all__ = ["ExpertBalance", "BALANCED", "expert_rows", "active_experts", "routing_notes", "node_expert_rows",
-           "expert_parallel_rows", "cap_note"]
+__all__ = ["ExpertBalance", "BALANCED", "RANDOM", "DEFAULT", "expert_rows", "active_experts", "routing_notes",
+           "node_expert_rows", "expert_parallel_rows", "reached_experts", "expected_reached", "node_reached_experts",
+           "expert_parallel_reached", "cap_note"]
 
-_KINDS = ("balanced", "zipf", "hot")
+_KINDS = ("random", "balanced", "zipf", "hot")
 
 
 @dataclass(frozen=True)
 class ExpertBalance:
     """An assumed spread of routed rows over experts (module docstring): ``kind`` and its parameter."""
 
-    kind: str = "balanced"
+    kind: str = "random"
     value: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
-            raise NarrowpipeError(f"expert balance {self.kind!r}: choose balanced, zipf:S or hot:F")
+            raise NarrowpipeError(f"expert balance {self.kind!r}: choose random, balanced, zipf:S or hot:F")
         if self.kind == "zipf" and not self.value >= 0:
             raise NarrowpipeError(f"expert balance zipf:{self.value}: the exponent must be >= 0")
         if self.kind == "hot" and not 0 < self.value <= 1:
@@ -56,17 +75,18 @@ class ExpertBalance:
 
     @classmethod
     def parse(cls, spec: str | ExpertBalance | None) -> ExpertBalance:
-        """``"balanced"``, ``"zipf:1.2"`` or ``"hot:0.5"`` (``=`` works in place of ``:``); None is balanced."""
+        """``"random"``, ``"balanced"``, ``"zipf:1.2"`` or ``"hot:0.5"`` (``=`` works in place of ``:``);
+        None is the default, random."""
         if spec is None:
-            return BALANCED
+            return DEFAULT
         if isinstance(spec, ExpertBalance):
             return spec
         text = str(spec).strip().lower().replace("=", ":")
         kind, _, arg = text.partition(":")
-        if kind == "balanced" and not arg:
-            return BALANCED
+        if kind in ("random", "balanced") and not arg:
+            return RANDOM if kind == "random" else BALANCED
         if kind not in ("zipf", "hot") or not arg:
-            raise NarrowpipeError(f"expert balance {spec!r}: write balanced, zipf:S (e.g. zipf:1.0) or hot:F "
+            raise NarrowpipeError(f"expert balance {spec!r}: write random, balanced, zipf:S (e.g. zipf:1.0) or hot:F "
                                   "(e.g. hot:0.5, the hottest expert's share of the routed rows)")
         try:
             value = float(arg)
@@ -87,10 +107,28 @@ class ExpertBalance:
         return [x / total for x in w]
 
     def __str__(self) -> str:
-        return "balanced" if self.kind == "balanced" else f"{self.kind}:{self.value:g}"
+        return self.kind if self.kind in ("random", "balanced") else f"{self.kind}:{self.value:g}"
 
 
-BALANCED = ExpertBalance()
+BALANCED = ExpertBalance("balanced")
+RANDOM = ExpertBalance("random")
+#: The analyses' default (module docstring: the expected weight read of a step).
+DEFAULT = RANDOM
+
+
+def expected_reached(tokens: float, experts: int, top_k: int = 1) -> float:
+    """``E (1 - (1 - k/E)^T)``: the expected distinct experts ``tokens`` tokens reach when each picks
+    ``top_k`` distinct experts uniformly and independently (each expert is missed by one token with
+    probability ``1 - k/E``); never more than the ``k T`` rows could reach."""
+    if experts <= 0 or tokens <= 0:
+        return 0.0
+    k = min(max(top_k, 1), experts)
+    return min(experts * (1.0 - (1.0 - k / experts) ** tokens), k * tokens)
+
+
+def _random_reached(rows: int, experts: int, top_k: int | None) -> float:
+    k = top_k or 1
+    return expected_reached(rows / k, experts, k)
 
 
 def expert_rows(rows: int, experts: int, top_k: int | None = None,
@@ -103,6 +141,9 @@ def expert_rows(rows: int, experts: int, top_k: int | None = None,
         return ()
     if rows <= 0:
         return (0,) * experts
+    if balance.kind == "random":   # rows spread evenly over the expected reached experts, rounded
+        reached = min(experts, rows, max(1, floor(_random_reached(rows, experts, top_k) + 0.5)))
+        return expert_rows(rows, reached, top_k, BALANCED) + (0,) * (experts - reached)
     cap = -(-rows // top_k) if top_k else rows
     cap = max(cap, -(-rows // experts))   # a cap below the even share cannot hold every row
     quota = _capped_quotas(float(rows), balance.shares(experts), float(cap))
@@ -144,6 +185,35 @@ def node_expert_rows(attrs: Mapping[str, object], rows: int, experts: int, balan
     return expert_rows(rows, experts, top_k if isinstance(top_k, int) else None, balance)
 
 
+def reached_experts(rows: int, experts: int, top_k: int | None = None, balance: ExpertBalance = DEFAULT) -> float:
+    """Experts whose weights ``rows`` routed rows read: under random routing the expected count
+    (:func:`expected_reached`, fractional), else those :func:`expert_rows` gives a row."""
+    if balance.kind == "random":
+        return _random_reached(rows, experts, top_k) if rows > 0 else 0.0
+    return float(active_experts(expert_rows(rows, experts, top_k, balance)))
+
+
+def node_reached_experts(attrs: Mapping[str, object], rows: int, experts: int, balance: ExpertBalance) -> float:
+    """A grouped GEMM's reached experts (whose weights it reads): a fixed split's own count
+    (``reached_experts`` where expert parallelism stated the expected one), else the balance's."""
+    fixed = attrs.get("expert_rows")
+    if isinstance(fixed, tuple):
+        reached = attrs.get("reached_experts")
+        return float(reached) if isinstance(reached, (int, float)) else float(active_experts(fixed))
+    top_k = attrs.get("top_k")
+    return reached_experts(rows, experts, top_k if isinstance(top_k, int) else None, balance)
+
+
+def expert_parallel_reached(rows: int, experts: int, ep: int, top_k: int | None = None,
+                            balance: ExpertBalance = DEFAULT) -> float:
+    """Local experts the busiest of ``ep`` devices reads (:func:`expert_parallel_rows`). Random
+    routing spreads the ``D`` experts the group's ``ep x rows`` rows reach evenly over the devices
+    (each holds ``E/ep`` of them, every one equally likely): ``D / ep`` each, not ``D`` packed on one."""
+    if balance.kind == "random":
+        return reached_experts(rows * ep, experts, top_k, balance) / ep
+    return float(active_experts(expert_parallel_rows(rows, experts, ep, top_k, balance)))
+
+
 def expert_parallel_rows(rows: int, experts: int, ep: int, top_k: int | None = None,
                          balance: ExpertBalance = BALANCED) -> tuple[int, ...]:
     """Rows of each local expert on the most loaded of ``ep`` expert-parallel devices.
@@ -153,11 +223,16 @@ def expert_parallel_rows(rows: int, experts: int, ep: int, top_k: int | None = N
     DeepSpeed-MoE's contiguous placement) and receives their rows. Which experts are hot is data, so
     the shares are placed hottest first: the hottest ``E/ep`` experts share a device, an upper bound
     on the busiest device's rows (a load-aware placement such as DeepSeek-V3's redundant experts
-    lowers it). Balanced routing gives every device ``rows`` rows when ``ep x rows`` divides by ``E``."""
+    lowers it). Balanced routing gives every device ``rows`` rows when ``ep x rows`` divides by ``E``;
+    random routing gives each its expected ``rows`` rows over its share of the reached experts
+    (:func:`expert_parallel_reached`)."""
     if ep < 1 or experts % ep:
         raise NarrowpipeError(f"expert parallelism: ep={ep} does not divide the {experts} experts")
-    split = expert_rows(rows * ep, experts, top_k, balance)
     per = experts // ep
+    if balance.kind == "random":   # each device gets rows rows on average, over D / ep of its experts
+        reached = min(per, rows, max(1, floor(expert_parallel_reached(rows, experts, ep, top_k, balance) + 0.5)))
+        return expert_rows(rows, reached, top_k, BALANCED) + (0,) * (per - reached) if rows > 0 else (0,) * per
+    split = expert_rows(rows * ep, experts, top_k, balance)
     return max((split[d * per:(d + 1) * per] for d in range(ep)), key=sum)
 
 
@@ -185,7 +260,7 @@ def routing_notes(nodes: Iterable[Node], shapes: Mapping[Value, tuple[int, ...]]
     """One line per distinct grouped GEMM shape saying how its rows were spread, so a report's bytes
     and times can be traced to the assumption (and the user knows it can be changed)."""
     nodes = list(nodes)
-    if balance != BALANCED and not any(node.op is Op.GROUPED_DOT for node in nodes):
+    if balance not in (BALANCED, RANDOM) and not any(node.op is Op.GROUPED_DOT for node in nodes):
         # a skew for a dense model changes nothing: say so (it was accepted silently)
         warnings.warn(f"--expert-balance {balance}: the model has no experts (no grouped GEMM), so it changes "
                       "nothing", NarrowpipeWarning, stacklevel=2)
@@ -201,9 +276,14 @@ def routing_notes(nodes: Iterable[Node], shapes: Mapping[Value, tuple[int, ...]]
     for (rows, experts, top_k), count in seen.items():
         split = expert_rows(rows, experts, top_k, balance)
         tokens = f" ({rows // top_k} tokens x top-{top_k})" if top_k else ""
+        reached = reached_experts(rows, experts, top_k, balance)
+        read = f"{reached:.0f}" if abs(reached - round(reached)) < 0.005 else f"{reached:.2f}"
+        most = active_experts(expert_rows(rows, experts, top_k, BALANCED))
+        bound = (f" on average (balanced routing, the upper bound, reads {most})"
+                 if balance.kind == "random" and most > round(reached) else "")
         out.append(f"experts ({count} grouped GEMM(s)): {rows} routed rows{tokens} over {experts} experts, "
                    f"{balance} routing: hottest expert {split[0] if split else 0} rows, "
-                   f"{active_experts(split)} of {experts} experts read (--expert-balance / expert_balance=)")
+                   f"{read} of {experts} experts read{bound} (--expert-balance / expert_balance=)")
         capped = cap_note(experts, top_k if isinstance(top_k, int) else None, balance)
         if capped and capped not in out:
             out.append(capped)

@@ -20,7 +20,7 @@ from ..ir.ops import storage_operand
 from .cost import ZERO, Cost
 from .costcache import GraphIndex, graph_index
 from .dequant_fusion import weight_derived
-from .experts import BALANCED, ExpertBalance
+from .experts import DEFAULT, ExpertBalance
 from .limits import check_size_limits
 from .opview import OpView
 from .rules import RULES
@@ -120,7 +120,7 @@ class CostTable:
     index: GraphIndex | None = None
     class_costs: list[Cost | None] = field(default_factory=list)
     #: The spread of routed rows over experts the grouped GEMMs were costed (and are timed) under.
-    expert_balance: ExpertBalance = BALANCED
+    expert_balance: ExpertBalance = DEFAULT
 
     def total(self) -> Cost:
         total = ZERO
@@ -130,7 +130,7 @@ class CostTable:
 
 
 def interpret(graph: Graph, bindings: Mapping[str, int], *, strict: bool = False,
-              expert_balance: ExpertBalance = BALANCED) -> CostTable:
+              expert_balance: ExpertBalance = DEFAULT) -> CostTable:
     binder = ShapeBinder(bindings)
     table = CostTable(graph, dict(bindings), {}, {}, expert_balance=expert_balance)
     with paused_gc():  # the walk allocates a Cost and a shape per node and frees none

@@ -11,7 +11,7 @@ from math import prod
 from typing import Any
 
 from ..ir import DType, Node, Value
-from .experts import BALANCED, ExpertBalance
+from .experts import DEFAULT, ExpertBalance
 
 __all__ = ["OpView"]
 
@@ -23,7 +23,7 @@ class OpView:
     __slots__ = ("node", "in_shapes", "out_shapes", "in_dtypes", "out_dtypes", "expert_balance")
 
     def __init__(self, node: Node, in_shapes: Sequence[tuple[int, ...] | None],
-                 out_shapes: Sequence[tuple[int, ...]], expert_balance: ExpertBalance = BALANCED) -> None:
+                 out_shapes: Sequence[tuple[int, ...]], expert_balance: ExpertBalance = DEFAULT) -> None:
         self.node = node
         self.expert_balance = expert_balance
         self.in_shapes = list(in_shapes)

@@ -24,7 +24,7 @@ from math import ceil, log2, prod
 
 from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, V_IN_K, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
 from .cost import ZERO, Cost
-from .experts import active_experts, node_expert_rows
+from .experts import node_reached_experts
 from .opview import OpView
 from .rules_collective import COLLECTIVE_RULES
 from .rules_vision import VISION_RULES, _traffic
@@ -71,10 +71,10 @@ def grouped_dot(v: OpView) -> Cost:
     rows, k = v.shape(0)
     w = v.shape(1)
     n = w[3 - int(v.attrs["rhs_contract"])]
-    split = node_expert_rows(v.attrs, rows, w[0], v.expert_balance)
+    reached = node_reached_experts(v.attrs, rows, w[0], v.expert_balance)   # expected, under random routing
     wdt = v.in_dtypes[1]
     assert wdt is not None
-    read = v.in_bytes(0) + active_experts(split) * wdt.nbytes(prod(w[1:]))
+    read = v.in_bytes(0) + round(reached * wdt.nbytes(prod(w[1:])))
     read += sum(v.in_bytes(i) for i in range(2, len(v.in_shapes)) if v.has_input(i))
     return Cost(2 * rows * k * n, 0, read, v.all_out_bytes())
 

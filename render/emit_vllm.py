@@ -60,12 +60,14 @@ def parse_layout(label: str) -> tuple[int, int]:
 
 def model_reference(model: str) -> tuple[str, str | None]:
     """What ``vllm serve`` is pointed at: a Hugging Face checkpoint folder (the folder of a
-    ``config.json``) as it is; anything else becomes a placeholder, with the note saying so."""
+    ``config.json``) as the user named it; anything else becomes a placeholder, with the note saying so.
+    A relative folder of one name is written ``./NAME``: ``vllm serve mixtral`` read like a model
+    name (the config's ``model_type``), not the folder the user gave."""
     path = Path(model)
-    if path.name == "config.json":
-        return str(path.parent), None
-    if path.is_dir():
-        return str(path), None
+    folder = path.parent if path.name == "config.json" else path if path.is_dir() else None
+    if folder is not None:
+        text = str(folder)
+        return (f"./{text}" if not folder.is_absolute() and len(folder.parts) == 1 else text), None
     return "MODEL", (f"MODEL: the Hugging Face id or checkpoint folder of {model} (vLLM loads checkpoints, not "
                      f"{'this file' if path.suffix else 'narrowpipe examples'})")
 

@@ -59,8 +59,8 @@ def register_plan(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--recompute", choices=RECOMPUTE, help="fix activation recomputation (dots: maxtext only)")
     p.add_argument("--sequence-parallel", choices=("on", "off"), help="fix sequence parallelism")
     p.add_argument("--fix", metavar="K=V,...", help="fix several at once, e.g. --fix tp=8,pp=4,recompute=full")
-    p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: balanced (default), "
-                   "zipf:S or hot:F; under expert parallelism the busiest device sets the step")
+    p.add_argument("--expert-balance", metavar="SPREAD", help="MoE routed rows over experts: random (default), "
+                   "balanced, zipf:S or hot:F; under expert parallelism the busiest device sets the step")
     p.add_argument("--top", type=count_arg, default=5, help="runners-up to list (default 5)")
     p.add_argument("--json", metavar="FILE", help="write the plan as JSON (- for stdout)")
     p.add_argument("--trace", metavar="FILE.json", help="write the step as a Chrome trace (ui.perfetto.dev): a "

@@ -16,7 +16,7 @@ from math import prod
 
 from ...ir import OPERAND_MAJOR, DType, Node, Op, Value, attention_dims, attention_operands, attention_window, is_causal
 from ..dequant_fusion import dequant_behind, fused_dequant, runs_in_gemm
-from ..experts import node_expert_rows
+from ..experts import node_expert_rows, node_reached_experts
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import value_bytes
@@ -151,7 +151,8 @@ def grouped_gemm(table: CostTable, node: Node) -> Gemm:
     (rows, k), ws = table.shapes[x], table.shapes[w]
     n = ws[3 - int(node.attrs["rhs_contract"])]
     split = tuple(r for r in node_expert_rows(node.attrs, rows, ws[0], table.expert_balance) if r)
-    b_bytes = w.type.dtype.nbytes(prod(ws[1:])) * len(split)
+    reached = node_reached_experts(node.attrs, rows, ws[0], table.expert_balance)   # the rule's: D under random
+    b_bytes = round(w.type.dtype.nbytes(prod(ws[1:])) * reached)
     return Gemm(1, rows, n, k, _wider(x.type.dtype, w.type.dtype), value_bytes(table, x), b_bytes,
                 value_bytes(table, node.outputs[0]), table.costs[node].flops, split)
 

@@ -21,7 +21,7 @@ from typing import Any
 from ...backends import Target
 from ...ir import STRIDED_VIEW, VIEW_OPS, Graph, Node, Op, OpGroup, Value, ValueKind
 from ..execution import DeviceGroup, TimingOptions
-from ..experts import BALANCED, ExpertBalance
+from ..experts import DEFAULT, ExpertBalance
 from ..interpreter import interpret
 from ..sizes import value_bytes
 from ..timing import fused_program, time_program
@@ -110,7 +110,7 @@ def block_key(block: Block, parallel: Parallel, microbatch: int) -> tuple[Any, .
 
 
 def block_cost(block: Block, parallel: Parallel, target: Target, runtime: Runtime, *, dims: dict[str, int],
-               topology: Any = None, optimizer: str = "adam", expert_balance: ExpertBalance = BALANCED,
+               topology: Any = None, optimizer: str = "adam", expert_balance: ExpertBalance = DEFAULT,
                arrive_split: frozenset[str] = frozenset(), vocab: int | None = None) -> BlockCost:
     """Cost of one training step of ``block`` on one device of ``parallel`` (``dims`` binds batch =
     the microbatch and the sequence length; ``expert_balance`` spreads a mixture of experts' rows,

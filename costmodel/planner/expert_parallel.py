@@ -31,7 +31,7 @@ from math import prod
 
 from ...errors import PlanError
 from ...ir import GROUP, Graph, Node, Op, OpGroup, Source, TensorType, Value
-from ..experts import ExpertBalance, cap_note, expert_parallel_rows
+from ..experts import ExpertBalance, cap_note, expert_parallel_reached, expert_parallel_rows
 from ..interpreter import ShapeBinder
 from .strategy import Parallel
 from .weight_layout import PHASE
@@ -53,6 +53,7 @@ class _Routing:
     rows: int
     experts: int
     split: tuple[int, ...]
+    reached: float            # local experts read: D / ep under random routing, else the split's
 
     @property
     def received(self) -> int:
@@ -137,8 +138,10 @@ class _Rewrite:
                 ins.append(self._expert_copy(v, routing, node))
             else:
                 ins.append(self._token_copy(v, node))
-        attrs = {k: a for k, a in node.attrs.items() if k not in ("top_k", "expert_rows")}
+        attrs = {k: a for k, a in node.attrs.items() if k not in ("top_k", "expert_rows", "reached_experts")}
         attrs["expert_rows"] = routing.split
+        if self.balance.kind == "random":    # the expected local experts read, not the rounded split's
+            attrs["reached_experts"] = routing.reached
         out = node.outputs[0]
         types = [out.type if weight_grad else self._expert_type(out, routing)]
         self._emit(node, ins, types, attrs, expert=None if weight_grad else routing)
@@ -157,7 +160,8 @@ class _Rewrite:
         hit = self.routings.get(key)
         if hit is None:
             split = expert_parallel_rows(rows, experts, ep, key[2], self.balance)
-            hit = self.routings[key] = _Routing(rows, experts, split)
+            reached = expert_parallel_reached(rows, experts, ep, key[2], self.balance)
+            hit = self.routings[key] = _Routing(rows, experts, split, reached)
         return hit
 
     def _row_wise(self, node: Node) -> bool:

@@ -2,11 +2,13 @@
 
 Decode at batch B does ``B x f`` FLOPs (f: the FLOPs of one sequence's token, attention over the
 context included) and moves ``W(B) + B x b`` bytes. ``W(B)`` is what a step reads once for the whole
-batch: the weights, and for a mixture of experts only the experts its tokens are routed to, which
-under balanced routing (:mod:`narrowpipe.costmodel.experts`) is ``min(E, k x B)`` of a layer's ``E``
-experts for top-``k`` routing, all of them from ``B = E / k`` on (expert saturation: batch 4 for
-Mixtral's 8 experts and top-2, 32 for DeepSeek-V3's 256 and top-8); so
-``W(B) = W0 + sum over MoE layers of e x min(E, k B)`` with W0 the batch-independent rest (attention,
+batch: the weights, and for a mixture of experts only the experts its tokens are routed to: under
+the analyses' default, random routing (:mod:`narrowpipe.costmodel.experts`), the expected
+``D(B) = E (1 - (1 - k/E)^B)`` of a layer's ``E`` experts for top-``k`` routing (Mixtral at batch 4:
+5.47 of 8), which nears ``E`` only gradually; under balanced routing, the upper bound,
+``min(E, k x B)``, all of them from ``B = E / k`` on (expert saturation: batch 4 for Mixtral's 8
+experts and top-2, 32 for DeepSeek-V3's 256 and top-8); so
+``W(B) = W0 + sum over MoE layers of e x D(B)`` with W0 the batch-independent rest (attention,
 dense MLPs, shared experts, norms, the head) and e one expert's bytes; a dense model's W is W0. b is
 one sequence's KV cache traffic: the cache it holds at ``context`` tokens (a sliding-window layer at
 most its window, :meth:`~.kvcache.KvCache.resident_bytes`, as the memory budget counts it) read, and
@@ -15,11 +17,14 @@ the new token's keys and values read and written. Decode turns compute-bound whe
 
     B* = R W(B*) / (f - R b),   R = P / BW (the ridge point, FLOP/byte)
 
-W(B) is linear between saturation points, so B* is solved regime by regime, from the smallest
-batches up (:func:`solve_crossover`): below saturation each sequence's experts add ``e k`` per MoE
-layer to what it moves, ``B* = R W0 / (f - R (b + sum e k))``; past it
-``B* = R W_sat / (f - R b)`` with every expert read (Mixtral on H200 at 128 tokens: 815, not the 26
-that W0 alone gives). ``shared_bytes`` is W at B* (at saturation when decode never turns).
+Under balanced routing W(B) is linear between saturation points, so B* is solved regime by regime,
+from the smallest batches up (:func:`solve_crossover`): below saturation each sequence's experts add
+``e k`` per MoE layer to what it moves, ``B* = R W0 / (f - R (b + sum e k))``; past it
+``B* = R W_sat / (f - R b)`` with every expert read (Mixtral on H200 at 128 tokens, not the 26
+that W0 alone gives). Under random routing W(B) is concave, so ``B f - R (W(B) + B b)`` is convex and
+negative at 0 and its one root is bisected, below ``R W_sat / (f - R b)``; at Mixtral's crossover
+(hundreds of sequences) every expert is reached either way. ``shared_bytes`` is W at B* (with
+every expert read when decode never turns).
 
 P is the matrix rate of the GEMM format carrying most of the step's FLOPs (FP8 under W8A8, though the
 head stays bf16). Without KV traffic (b = 0) and with 2-byte weights read once per 2 FLOPs per token (f = W), B* = R:
@@ -36,12 +41,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from math import inf
+from math import inf, prod
 from typing import Any
 
 from ...ir import Op
 from ..execution.common import matrix_rate
 from ..execution.gemm import dot_gemm, grouped_gemm
+from ..experts import expected_reached
 from ..interpreter import CostTable, interpret
 from .replica import Replica
 from .step import time_step
@@ -85,15 +91,20 @@ def _dtype(table: CostTable) -> Any:
 @dataclass(frozen=True)
 class RoutedWeights:
     """The routed experts of one grouped GEMM: ``expert_bytes`` one expert's weight, ``experts`` E,
-    ``rows`` the rows one sequence's token routes to it (its top-k)."""
+    ``rows`` the rows one sequence's token routes to it (its top-k); ``random``: random routing
+    (the expected experts reached), else balanced (the most)."""
 
     expert_bytes: int
     experts: int
     rows: int
+    random: bool = False
 
     def read(self, batch: float) -> float:
-        """Bytes a step of ``batch`` sequences reads: balanced routing reaches ``min(E, k x batch)``
-        experts (:func:`~narrowpipe.costmodel.experts.expert_rows` with equal shares)."""
+        """Bytes a step of ``batch`` sequences reads: random routing reaches the expected
+        ``E (1 - (1 - k/E)^batch)`` experts, balanced routing ``min(E, k x batch)``
+        (:func:`~narrowpipe.costmodel.experts.reached_experts`)."""
+        if self.random:
+            return self.expert_bytes * expected_reached(batch, self.experts, self.rows)
         return self.expert_bytes * min(self.experts, self.rows * batch)
 
     @property
@@ -113,7 +124,9 @@ def routed_weights(table: CostTable) -> list[RoutedWeights]:
         w = node.inputs[1]
         assert w is not None
         if gemm.m and gemm.group_rows:
-            out.append(RoutedWeights(gemm.b_bytes // len(gemm.group_rows), table.shapes[w][0], gemm.m))
+            shape = table.shapes[w]
+            out.append(RoutedWeights(w.type.dtype.nbytes(prod(shape[1:])), shape[0], gemm.m,
+                                     table.expert_balance.kind == "random"))
     return out
 
 
@@ -123,7 +136,9 @@ def solve_crossover(ridge: float, f: float, b: float, w0: float,
     (None, W with every expert read) where decode never turns compute-bound. W is linear between
     saturation points: each regime's linear solution is taken if it falls inside the regime, from
     the smallest batches up (``B (f - R b) - R W(B)`` is convex and negative at 0, so it crosses
-    zero once)."""
+    zero once). Random routing's W(B) is not piecewise linear: that root is bisected (:func:`_bisect`)."""
+    if any(r.random for r in routed):
+        return _bisect(ridge, f, b, w0, routed)
     edges = sorted({r.saturation for r in routed})
     lo = 0.0
     for hi in (*edges, inf):
@@ -136,6 +151,29 @@ def solve_crossover(ridge: float, f: float, b: float, w0: float,
                 return batch, a + c * batch
         lo = hi
     return None, w0 + sum(r.read(r.saturation) for r in routed)
+
+
+def _bisect(ridge: float, f: float, b: float, w0: float,
+            routed: Sequence[RoutedWeights]) -> tuple[float | None, float]:
+    """The root of ``B (f - R b) - R W(B)`` for a concave W(B) below ``W_sat``: it lies in
+    ``(0, R W_sat / (f - R b)]`` (there ``W(B) <= W_sat`` makes it non-negative)."""
+    def shared(batch: float) -> float:
+        return w0 + sum(r.read(batch) for r in routed)
+
+    full = w0 + sum(r.expert_bytes * r.experts for r in routed)
+    slope = f - ridge * b
+    if slope <= 0:
+        return None, full
+    lo, hi = 0.0, ridge * full / slope
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid * slope - ridge * shared(mid) < 0:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-13 * hi:
+            break
+    return hi, shared(hi)
 
 
 def crossover(replica: Replica, context: int, *, limit: int = 1 << 14) -> Crossover:

@@ -86,13 +86,14 @@ class Memory:
             return f"fits: {terms} = {self.required / gb:.3g} of {self.capacity / gb:.3g} GB per device"
         name, by, left = over
         label = _LABELS[name]
+        verb = "overflow" if name in ("weights", "activations") else "overflows"   # plural nouns
         room = (f"the terms before it leave {left / gb:.3g} GB for the {label}, which needs "
                 f"{getattr(self, name) / gb:.3g} GB")
         own = self._own_excess(over)
         if own is None:
-            return (f"does not fit: the {label} overflows by {by / gb:.3g} GB ({terms} = {self.required / gb:.3g} "
+            return (f"does not fit: the {label} {verb} by {by / gb:.3g} GB ({terms} = {self.required / gb:.3g} "
                     f"GB against {self.capacity / gb:.3g} GB per device; {room})")
-        return (f"does not fit by {by / gb:.3g} GB: the {label} alone overflows by {own / gb:.3g} GB "
+        return (f"does not fit by {by / gb:.3g} GB: the {label} alone {verb} by {own / gb:.3g} GB "
                 f"({room}) and the terms after it add {(by - own) / gb:.3g} GB ({terms} = "
                 f"{self.required / gb:.3g} GB against {self.capacity / gb:.3g} GB per device)")
 

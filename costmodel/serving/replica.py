@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
+from typing import Any
 
 from ...backends import Target
 from ...backends.defaults import SERVING_MEMORY_RESERVE
@@ -99,7 +100,7 @@ class Replica:
             shard = pp_spec(tp_spec(sg.spec, layout.tp), layout.pp, sg.formats)
             self.device_graph = spec_graph(shard, sg.formats, origin=f"per-device shard ({layout.label})")
             self.notes.append(f"{layout.label}: each device runs the model builder's graph of its shard "
-                              f"({shard.heads} heads, {shard.kv_heads} KV heads, MLP {shard.ffn}, "
+                              f"({_count(shard.heads, 'head')}, {_kv_heads(shard)}, MLP {shard.ffn}, "
                               f"{shard.layers} layers, vocab {shard.vocab})")
         else:
             self.device_graph = sg
@@ -364,3 +365,17 @@ def graph_weight_bytes(g: ServingGraph, pp: int = 1) -> int:
         for end in ({"every"} if "every" in ends else ends):
             held[end] += value_bytes(table, w)
     return held["every"] + max(held["first"], held["last"])
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _kv_heads(shard: Any) -> str:
+    """The shard's KV heads as its cache holds them: latent attention (DeepSeek's MLA) caches one
+    latent per token that every query head reads (absorbed or expanded), whole on every device,
+    not the ``num_key_value_heads`` its config lists (128 for DeepSeek-V3, which a TP8 split called 16)."""
+    if getattr(shard, "kv_lora_rank", None) is not None:
+        return (f"one latent KV of {shard.kv_lora_rank} + {shard.qk_rope_head_dim} values a token shared by the heads "
+                "(whole on every device)")
+    return _count(shard.kv_heads, "KV head")

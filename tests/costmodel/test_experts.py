@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import narrowpipe
-from narrowpipe.costmodel.experts import ExpertBalance, active_experts, expert_rows
+from narrowpipe.costmodel.experts import BALANCED, ExpertBalance, active_experts, expert_rows
 from narrowpipe.costmodel.interpreter import interpret
 from narrowpipe.errors import NarrowpipeError
 from narrowpipe.ir import DType, Graph, Op, TensorType, ValueKind, verify
@@ -88,7 +88,7 @@ def test_skew_changes_bytes_not_flops():
     """8 tokens x top-2 = 16 rows over 8 experts. Balanced: 2 each, all 8 read. zipf:2 puts 8 rows (the
     cap) on the hottest and the rest 4, 2, 1, 1: five experts read."""
     g, node = _grouped(16, 8, 64, 96)
-    balanced = interpret(g, {}).costs[node]
+    balanced = interpret(g, {}, expert_balance=BALANCED).costs[node]
     skewed = interpret(g, {}, expert_balance=ExpertBalance.parse("zipf:2")).costs[node]
     assert expert_rows(16, 8, 2, ExpertBalance.parse("zipf:2")) == (8, 4, 2, 1, 1, 0, 0, 0)
     assert skewed.flops == balanced.flops
@@ -123,7 +123,7 @@ def test_decode_reads_two_experts_per_token_and_a_skew_reads_fewer(mixtral):
     # per layer, 2 routed rows in and out of each grouped GEMM: up [2, 4096] -> [2, 28672], down [2, 14336] -> [2, 4096]
     rows = 2 * 2 * (4096 + 28672 + 14336 + 4096)
     assert sum(r.bytes for r in one.ops if r.op == "grouped_dot") == 32 * (2 * expert + rows)
-    balanced = narrowpipe.analyze(mixtral, "h100", dims={"batch": 8, "seq": 1})
+    balanced = narrowpipe.analyze(mixtral, "h100", dims={"batch": 8, "seq": 1}, expert_balance="balanced")
     skewed = narrowpipe.analyze(mixtral, "h100", dims={"batch": 8, "seq": 1}, expert_balance="zipf:2")
     assert skewed.flops == balanced.flops
     assert balanced.bytes - skewed.bytes == 32 * 3 * expert

@@ -12,7 +12,7 @@ from narrowpipe import NarrowpipeError
 from narrowpipe.cli import main
 from narrowpipe.costmodel.serving import Layout
 from narrowpipe.costmodel.serving.capacity import plan_capacity
-from narrowpipe.render.emit_vllm import parse_layout, vllm_from_capacity, vllm_launch
+from narrowpipe.render.emit_vllm import model_reference, parse_layout, vllm_from_capacity, vllm_launch
 from narrowpipe.schema import validate
 
 # Every flag the vLLM emitter may write, each defined by `parser.add_argument('--...')` in
@@ -157,3 +157,11 @@ def test_a_capacity_plan_pins_one_prompt_per_prefill_step():
     launch = vllm_from_capacity(plan, "llama-3-8b", "bf16", {"weights": None, "activations": None, "kv": None})
     flags = check(launch)
     assert flags["--max-num-batched-tokens"] == str(max(3000, int(flags["--max-num-seqs"])))
+
+
+def test_a_relative_config_folder_is_written_as_a_path_not_a_model_name():
+    """``mixtral/config.json`` (a folder named like its ``model_type``) is served from ``./mixtral``:
+    ``vllm serve mixtral`` read as a model name; nested and absolute folders stay as given."""
+    assert model_reference("mixtral/config.json") == ("./mixtral", None)
+    assert model_reference("configs/dsv3/config.json") == ("configs/dsv3", None)
+    assert model_reference("/abs/dsv3/config.json") == ("/abs/dsv3", None)

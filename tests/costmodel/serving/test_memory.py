@@ -34,7 +34,7 @@ def test_a_crossing_term_before_others_names_its_own_excess_and_the_whole():
     room = 0.9 * cap
     assert m.overflow == ("weights", pytest.approx(16.362 * GB - room), pytest.approx(room))
     own, whole = (16.06 * GB - room) / GB, (16.362 * GB - room) / GB
-    assert f"does not fit by {whole:.3g} GB: the weights alone overflows by {own:.3g} GB" in m.explain()
+    assert f"does not fit by {whole:.3g} GB: the weights alone overflow by {own:.3g} GB" in m.explain()
     assert m.short() == f"weights +{own:.3g} GB, all +{whole:.3g} GB"
     last = memory_budget(80 * GB, weights=16 * GB, activations=0, kv_cache=100 * GB, reserve_fraction=0.1)
     assert last.short() == "KV cache +44 GB"                   # the last term crosses: one number

@@ -151,3 +151,14 @@ def test_tensor_parallel_decode_of_a_model_with_several_leading_dense_layers():
     config = dict(TINY_DEEPSEEK, num_hidden_layers=3, first_k_dense_replace=2)
     r = serve(narrowpipe.from_config(config), "h200", mode="decode", batch=8, context=256, tp=2, with_crossover=False)
     assert r.kv_bytes_per_token == 3 * (R + DR) * 2 and r.tpot_s is not None and r.tpot_s > 0
+
+
+def test_the_tp_note_gives_latent_attention_one_shared_latent_not_config_kv_heads():
+    """TINY_DEEPSEEK lists 4 KV heads; its cache is one latent of R + DR values a token that every head
+    reads, whole on each TP2 device (the note said "2 KV heads", as DeepSeek-V3's TP8 said 16)."""
+    from narrowpipe.costmodel.serving import replica_for
+
+    rep = replica_for(narrowpipe.from_config(TINY_DEEPSEEK), "h100", tp=2)
+    note = next(n for n in rep.notes if n.startswith("TP2: each device"))
+    assert f"(2 heads, one latent KV of {R} + {DR} values a token shared by the heads (whole on every device)" in note
+    assert "KV heads" not in note

@@ -96,7 +96,7 @@ def test_grouped_gemm_bytes_by_hand_at_prefill_and_decode(graphs):
     up, down = _grouped(g)
     for (batch, seq), reached in (((2, 12), E), ((1, 1), 2)):
         rows = K * batch * seq
-        ops = {r.name: r for r in narrowpipe.analyze(g, batch=batch, seq=seq).ops}
+        ops = {r.name: r for r in narrowpipe.analyze(g, batch=batch, seq=seq, expert_balance="balanced").ops}
         assert ops[up.name].bytes == 2 * rows * H + reached * 2 * (2 * F * H) + 4 * E + 2 * rows * 2 * F
         assert ops[down.name].bytes == 2 * rows * F + reached * 2 * (H * F) + 4 * E + 2 * rows * H
         assert ops[up.name].flops == 2 * rows * H * 2 * F
@@ -106,7 +106,7 @@ def test_a_skewed_router_reads_fewer_experts_same_flops(graphs):
     """Decode at batch 4: 8 rows over 8 experts. Balanced reaches all 8; zipf:2 gives the hottest expert
     its cap of 4 rows (one per token) and the rest 2, 1, 1, so 4 experts' weights are not read."""
     g = graphs["grouped_mm bf16"]
-    balanced = narrowpipe.analyze(g, "h100", batch=4, seq=1)
+    balanced = narrowpipe.analyze(g, "h100", batch=4, seq=1, expert_balance="balanced")
     skewed = narrowpipe.analyze(g, "h100", batch=4, seq=1, expert_balance="zipf:2")
     assert skewed.flops == balanced.flops
     assert balanced.bytes - skewed.bytes == LAYERS * 4 * 2 * (2 * F * H + H * F)
