@@ -85,28 +85,28 @@ def _rewrite(g: Graph, ga: Node, cf: Fraction) -> bool:
     # masks: the dispatch one-hot from the integer picks (no gradient), the combine mask the router
     # weights times it (generate_masks: combine_mask = softmax_probs[..., None] * one_hot)
     picks = g.add_node(Op.RESHAPE, [idx], [idx.type.with_shape((b, s, top_k))], phase,
-                       name=f"{ga.name}_picks").outputs[0]
+                       source=ga.source, name=f"{ga.name}_picks").outputs[0]
     pick1 = g.add_node(Op.REDUCE_SUM, [picks], [idx.type.with_shape((b, s, 1))],
-                       {"axes": (2,), "keepdims": True, **phase}, name=f"{ga.name}_pick").outputs[0]
+                       {"axes": (2,), "keepdims": True, **phase}, source=ga.source, name=f"{ga.name}_pick").outputs[0]
     wide = g.add_node(Op.EXPAND, [pick1], [idx.type.with_shape((b, s, ec))], phase,
-                      name=f"{ga.name}_onehot_view").outputs[0]
+                      source=ga.source, name=f"{ga.name}_onehot_view").outputs[0]
     dmask = g.add_node(Op.CAST, [wide], [TensorType(dt, (b, s, ec))], {"to": dt.value, **phase},
-                       name=f"{ga.name}_dispatch_mask").outputs[0]
+                       source=ga.source, name=f"{ga.name}_dispatch_mask").outputs[0]
     gate = _gate_weights(removed)
     cmask = dmask
     if gate is not None:
         gsum = g.add_node(Op.REDUCE_SUM, [gate], [gate.type.with_shape((gate.shape[0], 1))],
-                          {"axes": (1,), "keepdims": True, **phase}, name=f"{ga.name}_gate_sum").outputs[0]
+                          {"axes": (1,), "keepdims": True, **phase}, source=ga.source, name=f"{ga.name}_gate_sum").outputs[0]
         g3 = g.add_node(Op.RESHAPE, [gsum], [gate.type.with_shape((b, s, 1))], phase,
-                        name=f"{ga.name}_gate3").outputs[0]
+                        source=ga.source, name=f"{ga.name}_gate3").outputs[0]
         cmask = g.add_node(Op.MUL, [dmask, g3], [TensorType(dt, (b, s, ec))], phase,
-                           name=f"{ga.name}_combine_mask").outputs[0]
+                           source=ga.source, name=f"{ga.name}_combine_mask").outputs[0]
     # dispatch einsum BSM,BSEC -> EBCM, batched over the sequences
     disp = g.add_node(Op.DOT, [dmask, x3], [TensorType(dt, (b, ec, m))],
                       {"lhs_batch": (0,), "rhs_batch": (0,), "lhs_contract": (1,), "rhs_contract": (1,), **phase},
-                      name=f"{ga.name}_dispatch_einsum").outputs[0]
+                      source=ga.source, name=f"{ga.name}_dispatch_einsum").outputs[0]
     flat = g.add_node(Op.RESHAPE, [disp], [TensorType(dt, (rows, m))], phase,
-                      name=f"{ga.name}_buckets").outputs[0]
+                      source=ga.source, name=f"{ga.name}_buckets").outputs[0]
     g.replace_all_uses(ga.outputs[0], flat)
     for n in chain:                                 # the expert chain now runs B x E x C rows
         for o in n.outputs:
@@ -116,12 +116,12 @@ def _rewrite(g: Graph, ga: Node, cf: Fraction) -> bool:
             n.attrs.pop("top_k", None)
     y = last.outputs[0]
     y3 = g.add_node(Op.RESHAPE, [y], [TensorType(y.dtype, (b, ec, m))], phase,
-                    name=f"{ga.name}_buckets_out").outputs[0]
+                    source=ga.source, name=f"{ga.name}_buckets_out").outputs[0]
     comb = g.add_node(Op.DOT, [cmask, y3], [TensorType(out_val.dtype, (b, s, m))],
                       {"lhs_batch": (0,), "rhs_batch": (0,), "lhs_contract": (2,), "rhs_contract": (1,), **phase},
-                      name=f"{ga.name}_combine_einsum").outputs[0]
+                      source=ga.source, name=f"{ga.name}_combine_einsum").outputs[0]
     if tuple(out_val.shape) != (b, s, m):
-        comb = g.add_node(Op.RESHAPE, [comb], [out_val.type], phase, name=f"{ga.name}_combined").outputs[0]
+        comb = g.add_node(Op.RESHAPE, [comb], [out_val.type], phase, source=ga.source, name=f"{ga.name}_combined").outputs[0]
     g.replace_all_uses(out_val, comb)
     g.remove_unread([*reversed(removed), ga])
     return True
