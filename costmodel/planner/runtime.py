@@ -136,6 +136,8 @@ class Runtime:
             out.pop("fp8")
         if not self.fp32_weights:       # likewise (plan version 9)
             out.pop("fp32_weights")
+        if not self.moe_capacity_factor:    # likewise (plan version 10)
+            out.pop("moe_capacity_factor")
         return out
 
 
@@ -268,6 +270,8 @@ RUNTIMES: dict[str, Runtime] = {
                                "None (nothing saved but the layer input) -> full",
             "context_parallel": "base.yml: ici_context_parallelism (head)",
             "expert_parallel": "base.yml: ici_expert_parallelism (head)",
+            "moe_capacity_factor": "base.yml@e7292a3a: megablox True, capacity_factor -1.0 ('no dropping by "
+                                   "default'): dropless, sorted rows through the megablox grouped GEMM",
             "pipeline": "base.yml (head): ici_pipeline_parallelism with a circular schedule "
                         "(num_pipeline_repeats); its bubble (p-1)/(r m + p-1) is the interleaved schedule's. Not "
                         "modelled: JAX runs the microbatches' forwards before their backwards, so activations "
