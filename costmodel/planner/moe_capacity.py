@@ -66,7 +66,7 @@ def _rewrite(g: Graph, ga: Node, cf: Fraction) -> bool:
     if not isinstance(top_k, int) or w is None:
         return False
     n_exp = int(w.shape[0])
-    chain, last = _expert_chain(first)
+    chain, last = _expert_chain(experts)
     if last is None:
         return False
     tail = _weighted_sum(last.outputs[0], x2)
@@ -96,7 +96,8 @@ def _rewrite(g: Graph, ga: Node, cf: Fraction) -> bool:
     cmask = dmask
     if gate is not None:
         gsum = g.add_node(Op.REDUCE_SUM, [gate], [gate.type.with_shape((gate.shape[0], 1))],
-                          {"axes": (1,), "keepdims": True, **phase}, source=ga.source, name=f"{ga.name}_gate_sum").outputs[0]
+                          {"axes": (1,), "keepdims": True, **phase}, source=ga.source,
+                          name=f"{ga.name}_gate_sum").outputs[0]
         g3 = g.add_node(Op.RESHAPE, [gsum], [gate.type.with_shape((b, s, 1))], phase,
                         source=ga.source, name=f"{ga.name}_gate3").outputs[0]
         cmask = g.add_node(Op.MUL, [dmask, g3], [TensorType(dt, (b, s, ec))], phase,
@@ -121,25 +122,28 @@ def _rewrite(g: Graph, ga: Node, cf: Fraction) -> bool:
                       {"lhs_batch": (0,), "rhs_batch": (0,), "lhs_contract": (2,), "rhs_contract": (1,), **phase},
                       source=ga.source, name=f"{ga.name}_combine_einsum").outputs[0]
     if tuple(out_val.shape) != (b, s, m):
-        comb = g.add_node(Op.RESHAPE, [comb], [out_val.type], phase, source=ga.source, name=f"{ga.name}_combined").outputs[0]
+        comb = g.add_node(Op.RESHAPE, [comb], [out_val.type], phase, source=ga.source,
+                          name=f"{ga.name}_combined").outputs[0]
     g.replace_all_uses(out_val, comb)
     g.remove_unread([*reversed(removed), ga])
     return True
 
 
-def _expert_chain(first: Node) -> tuple[list[Node], Node | None]:
-    """The nodes from the first grouped GEMM to the last one (slices, activation, product), in order;
-    every one reads and writes the routed rows."""
+def _expert_chain(firsts: list[Node]) -> tuple[list[Node], Node | None]:
+    """The nodes from the grouped GEMMs that read the dispatched rows (one fused gate-up, or gate and
+    up apart) to the one that ends the chain (slices, activation, product), in order; every one
+    reads and writes the routed rows."""
+    first = firsts[0]
     rows = first.outputs[0].shape[0]
     chain: list[Node] = []
-    frontier = [first]
+    frontier = list(firsts)
     last: Node | None = None
     while frontier:
         n = frontier.pop(0)
         if n in chain:
             continue
         chain.append(n)
-        if n.op is Op.GROUPED_DOT and n is not first:
+        if n.op is Op.GROUPED_DOT and n not in firsts:
             last = n
             continue
         for o in n.outputs:

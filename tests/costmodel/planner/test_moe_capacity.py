@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 import narrowpipe
+from narrowpipe.backends import get_target
 from narrowpipe.costmodel.interpreter import interpret
 from narrowpipe.costmodel.planner.block_cost import block_cost
 from narrowpipe.costmodel.planner.blocks import split_blocks
@@ -18,8 +19,6 @@ from narrowpipe.costmodel.planner.moe_capacity import capacity_dispatch
 from narrowpipe.costmodel.planner.runtime import RUNTIMES
 from narrowpipe.costmodel.planner.runtime_form import apply_runtime_form
 from narrowpipe.costmodel.planner.strategy import Parallel
-from narrowpipe.errors import NarrowpipeError
-from narrowpipe.backends import get_target
 from narrowpipe.ir import Op, OpGroup
 
 H, F, E, K, SEQ, B = 256, 512, 8, 2, 128, 2
@@ -76,3 +75,22 @@ def test_dropless_runtime_and_zero_factor_leave_the_dispatch_alone(layer):
     assert not any("einsum" in n.name for n in g.nodes)
     assert any(n.op is Op.GATHER and n.attrs.get("role") == "dispatch" for n in g.nodes)
     assert capacity_dispatch(layer.graph.clone(), 0.0) is False
+
+
+def test_capacity_buckets_do_not_follow_a_skewed_router_under_expert_parallelism():
+    """A hot expert fills its C slots and drops the rest (generate_masks truncates at the capacity),
+    so the busiest expert-parallel device runs the same padded rows as under balanced routing; the
+    dropless form's busiest device takes the hot expert's extra rows."""
+    from narrowpipe.costmodel.planner.assemble import assemble
+    from narrowpipe.costmodel.planner.planner import Planner
+
+    g = narrowpipe.transformer(2, H, 4, 1000, ffn=F, kv_heads=4, gated_mlp=True, experts=E, top_k=K, seq=SEQ,
+                               name="tiny-moe")
+    par = Parallel(dp=8, ep=2, microbatch=2, global_batch=16, zero=1, recompute="full")
+    step = {}
+    for rt in ("maxtext", "maxtext-dropped"):
+        for bal in (None, "hot:0.5"):
+            pl = Planner(g, "tpu-v5p", 8, global_batch=16, seq=SEQ, runtime=rt, expert_balance=bal)
+            step[rt, bal] = assemble(pl, pl.evaluate(par)).step_time_s
+    assert step["maxtext-dropped", "hot:0.5"] == pytest.approx(step["maxtext-dropped", None], rel=1e-9)
+    assert step["maxtext", "hot:0.5"] > step["maxtext", None] * 1.02
