@@ -89,7 +89,7 @@ class _Rewrite:
         self.token: dict[Value, Value] = {}      # source value -> its copy on the token side
         self.expert: dict[Value, Value] = {}     # source value -> its copy on the expert side
         self.routing: dict[Value, _Routing] = {}
-        self.routings: dict[tuple[int, int, int | None], _Routing] = {}
+        self.routings: dict[tuple[int, int, int | None, bool], _Routing] = {}
 
     def run(self) -> Graph:
         src, out = self.src, self.out

@@ -63,9 +63,9 @@ def _rewrite(g: Graph, ga: Node, cf: Fraction) -> bool:
     first = experts[0]
     top_k = first.attrs.get("top_k")
     w = first.inputs[1]
-    if not isinstance(top_k, int) or w is None:
-        return False
-    n_exp = int(w.shape[0])
+    if not isinstance(top_k, int) or w is None or not isinstance(w.shape[0], int):
+        return False                                # the expert count must be known to size the buckets
+    n_exp = w.shape[0]
     chain, last = _expert_chain(experts)
     if last is None:
         return False
