@@ -94,3 +94,21 @@ def test_capacity_buckets_do_not_follow_a_skewed_router_under_expert_parallelism
             step[rt, bal] = assemble(pl, pl.evaluate(par)).step_time_s
     assert step["maxtext-dropped", "hot:0.5"] == pytest.approx(step["maxtext-dropped", None], rel=1e-9)
     assert step["maxtext", "hot:0.5"] > step["maxtext", None] * 1.02
+
+
+def test_a_dropped_plan_records_its_capacity_factor_and_round_trips():
+    """Plan version 10: the runtime's ``moe_capacity_factor`` is written (1.25, the
+    mixtral_8x7b_dropped config's) and validates against the schema on the way back."""
+    import json
+
+    from narrowpipe.costmodel.planner.assemble import assemble
+    from narrowpipe.costmodel.planner.plan import Plan
+    from narrowpipe.costmodel.planner.planner import Planner
+
+    g = narrowpipe.transformer(2, H, 4, 1000, ffn=F, kv_heads=4, gated_mlp=True, experts=E, top_k=K, seq=SEQ,
+                               name="tiny-moe")
+    pl = Planner(g, "tpu-v5p", 8, global_batch=16, seq=SEQ, runtime="maxtext-dropped")
+    plan = assemble(pl, pl.evaluate(Parallel(dp=8, microbatch=2, global_batch=16, zero=3, recompute="full")))
+    data = json.loads(plan.to_json())
+    assert data["version"] == 10 and data["runtime"]["moe_capacity_factor"] == 1.25
+    assert Plan.from_json(plan.to_json()).runtime["moe_capacity_factor"] == 1.25
