@@ -181,6 +181,8 @@ def node_expert_rows(attrs: Mapping[str, object], rows: int, experts: int, balan
     fixed = attrs.get("expert_rows")
     if isinstance(fixed, tuple):
         return fixed
+    if attrs.get("capacity"):                       # capacity buckets: every expert padded to C rows
+        return expert_rows(rows, experts, None, BALANCED)
     top_k = attrs.get("top_k")
     return expert_rows(rows, experts, top_k if isinstance(top_k, int) else None, balance)
 

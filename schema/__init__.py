@@ -25,7 +25,7 @@ __all__ = ["SCHEMA_VERSION", "SCHEMA_FILE", "FORMATS", "schema", "schema_for", "
            "field_paths", "check", "SchemaMismatch"]
 
 #: Version of the schema bundle: bumped with any format's version (it is in the schema's ``$id``).
-SCHEMA_VERSION = 25
+SCHEMA_VERSION = 26
 SCHEMA_FILE = "narrowpipe.schema.json"
 #: Document format -> its definition in the bundle.
 FORMATS = {"narrowpipe.report": "report", "narrowpipe.comparison": "comparison", "narrowpipe.sweep": "sweep",

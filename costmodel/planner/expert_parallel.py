@@ -31,7 +31,7 @@ from math import prod
 
 from ...errors import PlanError
 from ...ir import GROUP, Graph, Node, Op, OpGroup, Source, TensorType, Value
-from ..experts import ExpertBalance, cap_note, expert_parallel_reached, expert_parallel_rows
+from ..experts import BALANCED, ExpertBalance, cap_note, expert_parallel_reached, expert_parallel_rows
 from ..interpreter import ShapeBinder
 from .strategy import Parallel
 from .weight_layout import PHASE
@@ -90,7 +90,7 @@ class _Rewrite:
         self.token: dict[Value, Value] = {}      # source value -> its copy on the token side
         self.expert: dict[Value, Value] = {}     # source value -> its copy on the expert side
         self.routing: dict[Value, _Routing] = {}
-        self.routings: dict[tuple[int, int, int | None], _Routing] = {}
+        self.routings: dict[tuple[int, int, int | None, bool], _Routing] = {}
 
     def run(self) -> Graph:
         src, out = self.src, self.out
@@ -156,11 +156,13 @@ class _Rewrite:
             raise PlanError(f"expert parallelism: ep={ep} does not divide the {experts} experts of node "
                             f"{node.name!r} ({node.source.scope or 'no scope'})")
         top_k = node.attrs.get("top_k")
-        key = (rows, experts, top_k if isinstance(top_k, int) else None)
+        capacity = bool(node.attrs.get("capacity"))   # capacity buckets: even whatever the routing
+        key = (rows, experts, top_k if isinstance(top_k, int) else None, capacity)
         hit = self.routings.get(key)
         if hit is None:
-            split = expert_parallel_rows(rows, experts, ep, key[2], self.balance)
-            reached = expert_parallel_reached(rows, experts, ep, key[2], self.balance)
+            balance = BALANCED if capacity else self.balance
+            split = expert_parallel_rows(rows, experts, ep, key[2], balance)
+            reached = expert_parallel_reached(rows, experts, ep, key[2], balance)
             hit = self.routings[key] = _Routing(rows, experts, split, reached)
         return hit
 

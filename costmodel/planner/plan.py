@@ -30,7 +30,7 @@ __all__ = ["Plan", "RunnerUp", "PLAN_VERSION", "PLAN_FORMAT", "ARCH_FIELDS"]
 #: pipeline stage (:mod:`.tied_grads`); older files load without it. 7: the runtime's optional ``fp8``
 #: (``plan --dtype fp8``: Transformer Engine's FP8 GEMMs, :mod:`..training.fp8_gemms`). 8: ``recompute`` may
 #: be ``dots`` (JAX's dots_with_no_batch_dims_saveable, the ``maxtext`` runtime's MaxText ``minimal``).
-PLAN_VERSION = 9
+PLAN_VERSION = 10
 #: The required fields each version added (path -> first version that wrote it): an older file may
 #: lack them, and only them (the schema's own history: narrowpipe.schema.json's ``required``; what
 #: version 1, before the schema, may lack is what its reader filled in).

@@ -316,6 +316,8 @@ class Planner:
                 if id(block) not in counted:
                     f, b = self._block_flops(block, None)
                     padded = self._block_flops(block, tp) if self._padded(block, tp) else (f, b)
+                    if self.runtime.moe_capacity_factor:    # model FLOPs: the dropless arithmetic
+                        f = self._block_flops(block, None, dropless=True)[0]
                     counted[id(block)] = (3 * f, padded[0] + padded[1],
                                           padded[0] if block.kind == "layer" else 0.0)
                 model += counted[id(block)][0]
@@ -355,11 +357,14 @@ class Planner:
         return v is not None and padded_vocab(v, self.runtime.vocab_multiple, tp) != v and \
             any(isinstance(d, int) and d == v for w in block.graph.weights for d in w.shape)
 
-    def _block_flops(self, block: Any, tp: int | None) -> tuple[float, float]:
+    def _block_flops(self, block: Any, tp: int | None, *, dropless: bool = False) -> tuple[float, float]:
         """Forward and backward FLOPs of one sequence through ``block``'s training graph, unsharded,
-        with the vocabulary padded as at ``tp`` (None: the model's own)."""
+        with the vocabulary padded as at ``tp`` (None: the model's own); ``dropless``: a mixture of
+        experts as its routed rows need, without a capacity runtime's buckets and einsums (model
+        FLOPs, as MaxText counts them: ``calculate_tflops_training_per_device`` has no capacity term)."""
         from ..training import build_training_graph
-        fwd = apply_runtime_form(block.graph, self.runtime, tp=tp or 1, vocab=self.vocab if tp else None)
+        runtime = replace(self.runtime, moe_capacity_factor=0.0) if dropless else self.runtime
+        fwd = apply_runtime_form(block.graph, runtime, tp=tp or 1, vocab=self.vocab if tp else None)
         train = build_training_graph(fwd, optimizer=self.optimizer, recompute="none",
                                      outputs=loss_outputs(fwd, "sum", block.grad_inputs), inputs=block.grad_inputs)
         table = interpret(train, self.dims(1))

@@ -97,6 +97,10 @@ class Runtime:
     #: default (E4M3 forward, E5M2 gradients) feeding only the Linear layers' GEMMs in FP8
     #: (:mod:`..training.fp8_gemms`); set by ``plan(dtype="fp8")``.
     fp8: str = ""
+    #: A mixture of experts' tokens reach the experts through dense one-hot einsums into per-sequence
+    #: buckets of ``int(S k / E x moe_capacity_factor)`` slots (GShard-style token dropping,
+    #: :mod:`.moe_capacity`); 0: dropless (sorted rows through a grouped GEMM).
+    moe_capacity_factor: float = 0.0
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -146,6 +150,8 @@ class Runtime:
             out.pop("fp8")
         if not self.fp32_weights:       # likewise (plan version 9)
             out.pop("fp32_weights")
+        if not self.moe_capacity_factor:    # likewise (plan version 10)
+            out.pop("moe_capacity_factor")
         return out
 
 
@@ -296,12 +302,25 @@ RUNTIMES: dict[str, Runtime] = {
                                "and the tables' runs predate it",
             "moe_tp_needs_sp": "src/maxtext/layers/moe.py (head) raises nothing on a tensor axis without "
                                "sequence sharding: GSPMD shards the experts' inputs as the logical axis rules say",
+            "moe_capacity_factor": "base.yml@e7292a3a: megablox True, capacity_factor -1.0 ('no dropping by "
+                                   "default'): dropless, sorted rows through the megablox grouped GEMM",
             "pipeline": "base.yml (head): ici_pipeline_parallelism with a circular schedule "
                         "(num_pipeline_repeats); its bubble (p-1)/(r m + p-1) is the interleaved schedule's. Not "
                         "modelled: JAX runs the microbatches' forwards before their backwards, so activations "
                         "in flight are bounded by the remat policy, not by 1F1B",
         }),
 }
+
+RUNTIMES["maxtext-dropped"] = dataclasses.replace(
+    RUNTIMES["maxtext"], name="maxtext-dropped", moe_capacity_factor=1.25,
+    sources={**RUNTIMES["maxtext"].sources,
+             "name": f"{_MT}: MaxText with token-dropping experts (megablox: False, capacity_factor > 0), as the "
+                     "published Mixtral runs: benchmarks/maxtext_trillium_model_configs.py mixtral_8x7b_dropped "
+                     "at e7292a3a (tpu-recipes training/trillium/Mixtral-8x7B-MaxText)",
+             "moe_capacity_factor": "mixtral_8x7b_dropped sets capacity_factor 1.25, megablox False; "
+                                    "MaxText/layers/linears.py@e7292a3a MoeBlock.dense_matmul then runs the "
+                                    "dispatch/combine einsums BSM,BSEC->EBCM and EBCM,BSEC->BSM with expert "
+                                    "capacity int(S k / E x capacity_factor) per sequence (generate_masks)"})
 
 
 def _google_tpu(target: Any) -> bool:

@@ -10,7 +10,9 @@ to the training step and the sharding pass, which cost it like any graph:
 2. attention unfused, or its output in the projection's layout, and dropout (:mod:`.attention_form`);
 3. gated activations computed again in the fused product's backward (:func:`.fused_forms.mark_fused_glu`,
    ``Runtime.fused_glu``);
-4. the vocabulary padded to a multiple of ``Runtime.vocab_multiple x tp`` (:mod:`.vocab_pad`).
+4. a mixture of experts' dispatch as a capacity-factor runtime runs it (:mod:`.moe_capacity`,
+   ``Runtime.moe_capacity_factor``);
+5. the vocabulary padded to a multiple of ``Runtime.vocab_multiple x tp`` (:mod:`.vocab_pad`).
 
 A graph the runtime runs as it is comes back unchanged (the same object).
 """
@@ -21,6 +23,7 @@ from ...ir import Graph, Node
 from ...ir.verifier import maybe_verify
 from .attention_form import attention_form
 from .fused_forms import fuse_rms_norms, mark_fused_glu
+from .moe_capacity import capacity_dispatch
 from .runtime import Runtime
 from .vocab_pad import pad_vocab, padded_vocab
 
@@ -34,6 +37,7 @@ def apply_runtime_form(graph: Graph, runtime: Runtime, *, tp: int = 1, vocab: in
     changed = fuse_rms_norms(out) if runtime.fused_norm else False
     changed = attention_form(out, runtime) or changed
     changed = (mark_fused_glu(out) if runtime.fused_glu else False) or changed
+    changed = capacity_dispatch(out, runtime.moe_capacity_factor) or changed
     if vocab is not None:
         changed = pad_vocab(out, vocab, padded_vocab(vocab, runtime.vocab_multiple, tp)) or changed
     if not changed:

@@ -24,7 +24,7 @@ def grouped_dot_grad(cx: GradContext, node: Node, dys: list[Value | None], wants
     dy = dys[0]
     assert x is not None and w is not None and dy is not None
     rc = int(node.attrs["rhs_contract"])
-    keep = {k: v for k, v in node.attrs.items() if k in ("top_k", "expert_rows")}
+    keep = {k: v for k, v in node.attrs.items() if k in ("top_k", "expert_rows", "capacity")}
     offsets = list(node.inputs[2:3])
     out: Grads = [None] * len(node.inputs)
     if wants[0]:

@@ -42,8 +42,9 @@ def test_the_search_returns_the_fastest_plan_that_fits_with_reasons_for_the_othe
 def test_the_plan_round_trips_through_versioned_json(plan):
     text = plan.to_json()
     data = json.loads(text)
-    assert data["format"] == "narrowpipe.plan" and data["version"] == 9 and data["item_unit"] == "tokens"
+    assert data["format"] == "narrowpipe.plan" and data["version"] == 10 and data["item_unit"] == "tokens"
     assert "tied_grad" in data["breakdown"]          # v6: the tied embedding's all-reduce between stages
+    assert "moe_capacity_factor" not in data["runtime"]   # v10: recorded only under a capacity-factor runtime
     assert "fp8" not in data["runtime"]              # v7: recorded only for an FP8 plan (plan --dtype fp8)
     assert "rope_theta" in data["architecture"]          # v4: the rotary base (None: the builder was not told)
     # v5: the runtime's fused kernels, attention layout and vocabulary padding; the fullest device's
