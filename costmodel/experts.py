@@ -53,7 +53,7 @@ from ..ir import Node, Op, Value
 
 __all__ = ["ExpertBalance", "BALANCED", "RANDOM", "DEFAULT", "expert_rows", "active_experts", "routing_notes",
            "node_expert_rows", "expert_parallel_rows", "reached_experts", "expected_reached", "node_reached_experts",
-           "expert_parallel_reached", "cap_note"]
+           "expert_parallel_reached", "cap_note", "node_received_rows"]
 
 _KINDS = ("random", "balanced", "zipf", "hot")
 
@@ -175,13 +175,40 @@ def _capped_quotas(rows: float, shares: list[float], cap: float) -> list[float]:
         capped |= over
 
 
+def _shard(attrs: Mapping[str, object]) -> tuple[int, int] | None:
+    """A serving shard's ``expert_parallel`` (ep, dp) (:mod:`narrowpipe.models.moe`), or None."""
+    ep = attrs.get("expert_parallel")
+    if isinstance(ep, (tuple, list)) and len(ep) == 2 and int(ep[0]) > 1:
+        return int(ep[0]), int(ep[1])
+    return None
+
+
+def node_received_rows(attrs: Mapping[str, object], rows: int) -> int:
+    """Routed rows a grouped GEMM's experts take: its ``rows`` (the tokens it routes x top-k), or on an
+    expert-parallel serving shard (``expert_parallel`` = (ep, dp)) the group's share per device. The
+    ``dp`` data-parallel ranks route distinct tokens (the ``ep / dp`` tensor-parallel ranks of one hold
+    the same ones), so the group routes ``dp x rows`` rows and each of the ``ep`` devices receives
+    ``dp x rows / ep`` of them on average (rounded up)."""
+    shard = _shard(attrs)
+    if shard is None or rows <= 0:
+        return rows
+    ep, dp = shard
+    return -(-rows * dp // ep)
+
+
 def node_expert_rows(attrs: Mapping[str, object], rows: int, experts: int, balance: ExpertBalance) -> tuple[int, ...]:
     """A grouped GEMM's rows per expert: the split its node fixes (``expert_rows``: expert-parallel
-    sharding fixes the local experts of the most loaded device), else the analysis' balance."""
+    sharding fixes the local experts of the most loaded device), an expert-parallel serving shard's
+    busiest device's (:func:`expert_parallel_rows` of the group's ``experts x ep``), else the analysis'
+    balance."""
     fixed = attrs.get("expert_rows")
     if isinstance(fixed, tuple):
         return fixed
     top_k = attrs.get("top_k")
+    shard = _shard(attrs)
+    if shard is not None:
+        return expert_parallel_rows(node_received_rows(attrs, rows), experts * shard[0], shard[0],
+                                    top_k if isinstance(top_k, int) else None, balance)
     return expert_rows(rows, experts, top_k if isinstance(top_k, int) else None, balance)
 
 
@@ -201,6 +228,10 @@ def node_reached_experts(attrs: Mapping[str, object], rows: int, experts: int, b
         reached = attrs.get("reached_experts")
         return float(reached) if isinstance(reached, (int, float)) else float(active_experts(fixed))
     top_k = attrs.get("top_k")
+    shard = _shard(attrs)
+    if shard is not None:
+        return expert_parallel_reached(node_received_rows(attrs, rows), experts * shard[0], shard[0],
+                                       top_k if isinstance(top_k, int) else None, balance)
     return reached_experts(rows, experts, top_k if isinstance(top_k, int) else None, balance)
 
 
