@@ -45,7 +45,7 @@ from ..sizes import value_bytes
 from .formats import Formats
 from .prepare import spec_graph
 
-__all__ = ["tp_spec", "ep_check", "ep_all_to_all_s", "pp_spec", "stage_weight_bytes", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end",
+__all__ = ["tp_spec", "ep_check", "ep_all_to_all_s", "ep_dispatch_bytes", "pp_spec", "stage_weight_bytes", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end",
            "pipeline_s", "logits_gather_s"]
 
 
@@ -154,9 +154,14 @@ def ep_all_to_all_s(spec: TransformerSpec, tp: int, ep: int, tokens: int, act_by
     if ep <= 1 or ep == tp or spec.top_k is None:
         return 0.0, 0
     moe_layers = sum(spec.layer_is_moe(i) for i in range(spec.layers))
-    size = ceil(tokens / tp) * spec.top_k * spec.hidden * act_bytes
-    one = collective_s(topology, Op.ALL_TO_ALL, size, ep, target)
+    one = collective_s(topology, Op.ALL_TO_ALL, ep_dispatch_bytes(spec, tp, tokens, act_bytes), ep, target)
     return 2 * moe_layers * one, 2 * moe_layers
+
+
+def ep_dispatch_bytes(spec: TransformerSpec, tp: int, tokens: int, act_bytes: float) -> float:
+    """One device's dispatch (and combine) buffer: its ``ceil(tokens / tp)`` tokens' ``top_k`` routed rows
+    of ``hidden`` activations (:func:`ep_all_to_all_s`)."""
+    return ceil(tokens / tp) * (spec.top_k or 0) * spec.hidden * act_bytes
 
 
 def collective_s(topology: Topology, op: Op, size: float, group: int, target: Target) -> float:
