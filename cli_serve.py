@@ -77,7 +77,8 @@ def register_serve(sub: Any) -> None:
     p.add_argument("--tpot", help="time-per-output-token target, e.g. 30ms: plan the capacity")
     p.add_argument("--tpot-ms", type=float, help="the same target in milliseconds")
     p.add_argument("--ttft", help="time-to-first-token target, e.g. 500ms")
-    p.add_argument("--devices", type=int, help="largest tensor-parallel group to consider per replica (with --tpot)")
+    p.add_argument("--devices", type=int, help="largest tensor- (or expert-) parallel group to consider per replica "
+                   "(with --tpot)")
     p.add_argument("--pp", default="1", help="pipeline depths to consider (plan) or use (point), e.g. 1,2")
     p.add_argument("--mode", choices=("prefill", "decode", "generate"),
                    help="without --tpot: one deployment in this mode (default generate)")

@@ -117,3 +117,13 @@ def test_vllm_emit_enables_expert_parallel_with_the_dp_size():
     assert "--enable-expert-parallel" in launch.args
     with pytest.raises(NarrowpipeError, match="spans tp x dp"):
         parse_expert_layout("TP2 x DP4 x EP4")
+
+
+def test_capacity_search_adds_wide_expert_parallel_layouts_for_moe_only(moe):
+    from narrowpipe.costmodel.serving.capacity import layouts_for
+    sg = replica_for(moe, "h100").source
+    labels = [lay.label for lay in layouts_for(sg, get_target("h100"))]
+    assert labels == ["TP1", "TP2", "TP4", "DP2 x EP2", "DP4 x EP4", "DP8 x EP8"]   # 4 heads: no TP8
+    dense = replica_for(narrowpipe.transformer(layers=2, hidden=64, heads=4, vocab=256, ffn=128, kv_heads=4,
+                                               seq=512), "h100").source
+    assert not any("EP" in lay.label for lay in layouts_for(dense, get_target("h100")))
