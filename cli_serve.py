@@ -233,8 +233,8 @@ def _check_flags(args: argparse.Namespace, plan: bool, pps: list[int]) -> None:
     """Refuse a flag the question asked would ignore: a capacity plan (``--tpot``) searches the layout
     and the batch itself, a point question (no ``--tpot``) has no rate or latency target to meet, and
     only a decode step reads ``--context``; silently dropping any of them answers another question."""
-    given = [flag for flag, value in (("--tp", args.tp), ("--ep", args.ep), ("--batch", args.batch), ("--mode", args.mode),
-                                      ("--context", args.context)) if value is not None]
+    given = [flag for flag, value in (("--tp", args.tp), ("--ep", args.ep), ("--batch", args.batch),
+                                      ("--mode", args.mode), ("--context", args.context)) if value is not None]
     if plan and given:
         raise NarrowpipeError(f"{', '.join(given)}: a capacity plan (--tpot) searches the layout and batch itself "
                               "(cap tensor parallelism with --devices, pipelines with --pp); drop --tpot to ask "

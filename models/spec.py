@@ -89,7 +89,8 @@ class TransformerSpec:
     attention: str = "fused"       # one ATTENTION node, or eager QK^T, scale, mask, softmax, PV
 
     def __post_init__(self) -> None:
-        for name in ("sliding_layers", "dense_layers", "expert_groups", "expert_parallel"):   # lists from JSON or a caller
+        # lists from JSON or a caller
+        for name in ("sliding_layers", "dense_layers", "expert_groups", "expert_parallel"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(int(i) for i in value))

@@ -40,7 +40,8 @@ from ..costmodel.serving.report import SERVING_FORMAT, ServingReport
 from ..errors import NarrowpipeError
 from .emit import Launch
 
-__all__ = ["vllm_launch", "vllm_from_report", "vllm_from_capacity", "parse_layout", "parse_expert_layout", "model_reference",
+__all__ = ["vllm_launch", "vllm_from_report", "vllm_from_capacity", "parse_layout", "parse_expert_layout",
+           "model_reference",
            "VLLM_REFERENCE", "KV_CACHE_DTYPES"]
 
 VLLM_REFERENCE = ("vllm-project/vllm vllm/engine/arg_utils.py (commit 001999d2f360c2c5da23a916510c273b1a73d06c); "
@@ -112,7 +113,8 @@ def vllm_launch(model: str, target: str | Target, layout: str, *, batch: int, ma
     flags: dict[str, Any] = {"--tensor-parallel-size": tp, "--pipeline-parallel-size": pp,
                              **({"--data-parallel-size": dp} if dp > 1 else {}), "--max-num-seqs": per_rank,
                              "--max-model-len": max_model_len,
-                             **({"--max-num-batched-tokens": max(-(-prefill_tokens // dp), per_rank)} if prefill_tokens else {}),
+                             **({"--max-num-batched-tokens": max(-(-prefill_tokens // dp), per_rank)}
+                                if prefill_tokens else {}),
                              "--gpu-memory-utilization": round(1.0 - defaults.SERVING_MEMORY_RESERVE, 4)}
     if compute in _DTYPE:
         flags["--dtype"] = _DTYPE[compute]
@@ -123,8 +125,8 @@ def vllm_launch(model: str, target: str | Target, layout: str, *, batch: int, ma
     if ep > 1:
         flags["--enable-expert-parallel"] = True
         notes.append(f"expert parallel {ep}: vLLM places the experts over all {ep} tensor x data parallel ranks"
-                     + (f"; --max-num-seqs{' and --max-num-batched-tokens are' if prefill_tokens else ' is'} each of the "
-                        f"{dp} data-parallel ranks' share (the batch is {batch})"
+                     + (f"; --max-num-seqs{' and --max-num-batched-tokens are' if prefill_tokens else ' is'} "
+                        f"each of the {dp} data-parallel ranks' share (the batch is {batch})"
                         if dp > 1 else ""))
     args: list[str] = []
     for flag, value in flags.items():

@@ -45,7 +45,8 @@ from ..sizes import value_bytes
 from .formats import Formats
 from .prepare import spec_graph
 
-__all__ = ["tp_spec", "ep_check", "ep_all_to_all_s", "ep_dispatch_bytes", "pp_spec", "stage_weight_bytes", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end",
+__all__ = ["tp_spec", "ep_check", "ep_all_to_all_s", "ep_dispatch_bytes",
+           "pp_spec", "stage_weight_bytes", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end",
            "pipeline_s", "logits_gather_s"]
 
 

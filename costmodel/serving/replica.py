@@ -22,11 +22,21 @@ from ..execution import TimingOptions
 from ..execution.collectives import Topology
 from .layout import Layout
 from .memory import Memory, memory_budget
-from .parallel import ep_all_to_all_s, logits_gather_s, pipeline_s, pp_hop_s, pp_spec, stage_end, tp_collectives_s, tp_spec
+from .parallel import (
+    ep_all_to_all_s,
+    logits_gather_s,
+    pipeline_s,
+    pp_hop_s,
+    pp_spec,
+    stage_end,
+    tp_collectives_s,
+    tp_spec,
+)
 from .prepare import ServingGraph, spec_graph
 from .step import StepTime, activation_bytes, time_step
 
 _DEFAULT_OPTIONS = TimingOptions()
+_ONE_DEVICE = Layout()
 __all__ = ["Layout", "Replica", "MLA_DECODE"]
 #: How a latent-attention (MLA) model's decode steps are timed: ``absorbed``, as serving engines run
 #: decode (vLLM's and SGLang's MLA kernels fold ``kv_b_proj`` into the query and the output and attend
@@ -48,7 +58,7 @@ class Replica:
     all-reduces small buffers with its own one-shot/two-shot kernels (vLLM, SGLang and TensorRT-LLM do
     by default on NVLink), False for NCCL alone (:attr:`.collectives.Topology.peer_all_reduce`)."""
 
-    def __init__(self, sg: ServingGraph, target: Target, layout: Layout = Layout(), *,
+    def __init__(self, sg: ServingGraph, target: Target, layout: Layout = _ONE_DEVICE, *,
                  options: TimingOptions = _DEFAULT_OPTIONS, topology: Topology | None = None,
                  reserve: float = SERVING_MEMORY_RESERVE, chips: int | None = None, system: str = "",
                  mla_decode: str = "absorbed", peer_all_reduce: bool = True) -> None:
@@ -185,8 +195,8 @@ class Replica:
         notes = [*base.notes, f"{count - a2a_count} tensor-parallel collectives per stage "
                  f"({(comm - a2a + gather) * 1e6:.1f} us)"] if tp > 1 else list(base.notes)
         if a2a_count:
-            notes.append(f"{a2a_count} expert-parallel all-to-alls per stage (dispatch and combine over {self.layout.ep} "
-                         f"devices, {a2a * 1e6:.1f} us)")
+            notes.append(f"{a2a_count} expert-parallel all-to-alls per stage (dispatch and combine over "
+                         f"{self.layout.ep} devices, {a2a * 1e6:.1f} us)")
         if pp > 1:
             what = f"{micro_tokens} tokens" if split_tokens else f"{micro} sequences"
             notes.append(f"{pp} stages, {microbatches} microbatch(es) of {what} in flight, {hop * 1e6:.1f} us "
