@@ -127,3 +127,13 @@ def test_capacity_search_adds_wide_expert_parallel_layouts_for_moe_only(moe):
     dense = replica_for(narrowpipe.transformer(layers=2, hidden=64, heads=4, vocab=256, ffn=128, kv_heads=4,
                                                seq=512), "h100").source
     assert not any("EP" in lay.label for lay in layouts_for(dense, get_target("h100")))
+
+
+def test_crossover_reads_a_shards_share_of_the_group_reached_experts():
+    """A DP4 x EP4 shard of 8 experts, top-2: at a rank's batch B the group's 4B tokens reach
+    8 (1 - (1 - 2/8)^(4B)) experts, a quarter of them on the device; all 8 from B = 1 under balanced."""
+    from narrowpipe.costmodel.serving.crossover import RoutedWeights
+    r = RoutedWeights(1000, 8, 2, True, 4, 4)
+    assert r.read(3) == pytest.approx(1000 * 8 * (1 - 0.75 ** 12) / 4)
+    b = RoutedWeights(1000, 8, 2, False, 4, 4)
+    assert (b.saturation, b.read(1), b.read(5), b.per_sequence) == (1.0, 2000.0, 2000.0, 2000.0)
