@@ -53,7 +53,8 @@ from ..ir import Node, Op, Value
 
 __all__ = ["ExpertBalance", "BALANCED", "RANDOM", "DEFAULT", "expert_rows", "active_experts", "routing_notes",
            "node_expert_rows", "expert_parallel_rows", "reached_experts", "expected_reached", "node_reached_experts",
-           "expert_parallel_reached", "cap_note", "node_received_rows"]
+           "expert_parallel_reached", "cap_note", "node_received_rows",
+           "node_row_share"]
 
 _KINDS = ("random", "balanced", "zipf", "hot")
 
@@ -196,6 +197,14 @@ def node_received_rows(attrs: Mapping[str, object], rows: int) -> int:
     return -(-rows * dp // ep)
 
 
+def node_row_share(attrs: Mapping[str, object]) -> float:
+    """The fraction of a grouped GEMM's ``rows`` its experts take on average: 1, or on an
+    expert-parallel serving shard ``dp / ep`` (:func:`node_received_rows`, before rounding up: what
+    FLOPs and bytes count, the expected work, while the busiest device's kernel runs whole rows)."""
+    shard = _shard(attrs)
+    return 1.0 if shard is None else shard[1] / shard[0]
+
+
 def node_expert_rows(attrs: Mapping[str, object], rows: int, experts: int, balance: ExpertBalance) -> tuple[int, ...]:
     """A grouped GEMM's rows per expert: the split its node fixes (``expert_rows``: expert-parallel
     sharding fixes the local experts of the most loaded device), an expert-parallel serving shard's
@@ -229,6 +238,9 @@ def node_reached_experts(attrs: Mapping[str, object], rows: int, experts: int, b
         return float(reached) if isinstance(reached, (int, float)) else float(active_experts(fixed))
     top_k = attrs.get("top_k")
     shard = _shard(attrs)
+    if shard is not None and balance.kind == "random":     # the group's dp x rows rows, exact: 1/ep of theirs
+        ep, dp = shard
+        return reached_experts(rows * dp, experts * ep, top_k if isinstance(top_k, int) else None, balance) / ep
     if shard is not None:
         return expert_parallel_reached(node_received_rows(attrs, rows), experts * shard[0], shard[0],
                                        top_k if isinstance(top_k, int) else None, balance)
