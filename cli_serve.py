@@ -77,13 +77,16 @@ def register_serve(sub: Any) -> None:
     p.add_argument("--tpot", help="time-per-output-token target, e.g. 30ms: plan the capacity")
     p.add_argument("--tpot-ms", type=float, help="the same target in milliseconds")
     p.add_argument("--ttft", help="time-to-first-token target, e.g. 500ms")
-    p.add_argument("--devices", type=int, help="largest tensor-parallel group to consider per replica (with --tpot)")
+    p.add_argument("--devices", type=int, help="largest tensor- (or expert-) parallel group to consider per replica "
+                   "(with --tpot)")
     p.add_argument("--pp", default="1", help="pipeline depths to consider (plan) or use (point), e.g. 1,2")
     p.add_argument("--mode", choices=("prefill", "decode", "generate"),
                    help="without --tpot: one deployment in this mode (default generate)")
     p.add_argument("--batch", type=int, help="sequences per step (without --tpot; default 1)")
     p.add_argument("--context", type=int, help="KV cache length for --mode decode (default --input)")
     p.add_argument("--tp", type=int, help="tensor-parallel devices (without --tpot; default 1)")
+    p.add_argument("--ep", type=int, help="expert-parallel devices of a mixture of experts, vLLM's "
+                   "--enable-expert-parallel: ep = tp x data-parallel ranks (without --tpot; default 1: none)")
     p.add_argument("--emit", choices=("vllm",), help="print the deployment as vLLM engine arguments (with --tpot: "
                    "the best-throughput layout at its batch)")
     p.add_argument("--emit-out", metavar="FILE", help="write --emit to FILE instead of stdout (.json: as JSON)")
@@ -95,6 +98,7 @@ def register_serve(sub: Any) -> None:
     p.add_argument("--context", default="4096", help="KV cache length(s), e.g. 4096,8192")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel devices")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel devices (ep = tp x data-parallel ranks)")
     _formats(p)
 
 
@@ -209,7 +213,7 @@ def run_serve(args: argparse.Namespace, console: Console) -> int:
     # `is None`, not `or`: a 0 given is refused by serve (``args.batch or 1`` ran --batch 0 as 1, exit 0)
     r = serve(graph, targets[0], mode=mode, batch=1 if args.batch is None else args.batch, context=context,
               input_len=input_len, output_len=output_len, tp=1 if args.tp is None else args.tp, pp=pps[0],
-              price=price, **kw)
+              ep=1 if args.ep is None else args.ep, price=price, **kw)
     print_serving(r, console)
     _emit(args, console, graph, r)
     return _write_json(args, console, r.to_json())
@@ -229,8 +233,8 @@ def _check_flags(args: argparse.Namespace, plan: bool, pps: list[int]) -> None:
     """Refuse a flag the question asked would ignore: a capacity plan (``--tpot``) searches the layout
     and the batch itself, a point question (no ``--tpot``) has no rate or latency target to meet, and
     only a decode step reads ``--context``; silently dropping any of them answers another question."""
-    given = [flag for flag, value in (("--tp", args.tp), ("--batch", args.batch), ("--mode", args.mode),
-                                      ("--context", args.context)) if value is not None]
+    given = [flag for flag, value in (("--tp", args.tp), ("--ep", args.ep), ("--batch", args.batch),
+                                      ("--mode", args.mode), ("--context", args.context)) if value is not None]
     if plan and given:
         raise NarrowpipeError(f"{', '.join(given)}: a capacity plan (--tpot) searches the layout and batch itself "
                               "(cap tensor parallelism with --devices, pipelines with --pp); drop --tpot to ask "
@@ -298,7 +302,7 @@ def run_serve_sweep(args: argparse.Namespace, console: Console) -> int:
         sg.check_context(ctx + 1)               # a decode step on ``ctx`` tokens holds ctx + 1
     # every target's deployment first, as compare loads every chip first: an unknown name is an error
     # before any table is printed or the --json file is skipped (h100,nope printed h100's table, then failed)
-    replicas = [(target, replica_for(sg, target, tp=args.tp, pp=args.pp, weights=args.weights,
+    replicas = [(target, replica_for(sg, target, tp=args.tp, pp=args.pp, ep=args.ep, weights=args.weights,
                                      activations=args.activations, kv=args.kv, system=args.system,
                                      gemm_inputs=args.gemm_inputs, mla_decode=args.mla_decode))
                 for target in targets]

@@ -53,7 +53,8 @@ from ..ir import Node, Op, Value
 
 __all__ = ["ExpertBalance", "BALANCED", "RANDOM", "DEFAULT", "expert_rows", "active_experts", "routing_notes",
            "node_expert_rows", "expert_parallel_rows", "reached_experts", "expected_reached", "node_reached_experts",
-           "expert_parallel_reached", "cap_note"]
+           "expert_parallel_reached", "cap_note", "node_received_rows",
+           "node_row_share"]
 
 _KINDS = ("random", "balanced", "zipf", "hot")
 
@@ -175,15 +176,50 @@ def _capped_quotas(rows: float, shares: list[float], cap: float) -> list[float]:
         capped |= over
 
 
+def _shard(attrs: Mapping[str, object]) -> tuple[int, int] | None:
+    """A serving shard's ``expert_parallel`` (ep, dp) (:mod:`narrowpipe.models.moe`), or None."""
+    ep = attrs.get("expert_parallel")
+    if isinstance(ep, (tuple, list)) and len(ep) == 2 and int(ep[0]) > 1:
+        return int(ep[0]), int(ep[1])
+    return None
+
+
+def node_received_rows(attrs: Mapping[str, object], rows: int) -> int:
+    """Routed rows a grouped GEMM's experts take: its ``rows`` (the tokens it routes x top-k), or on an
+    expert-parallel serving shard (``expert_parallel`` = (ep, dp)) the group's share per device. The
+    ``dp`` data-parallel ranks route distinct tokens (the ``ep / dp`` tensor-parallel ranks of one hold
+    the same ones), so the group routes ``dp x rows`` rows and each of the ``ep`` devices receives
+    ``dp x rows / ep`` of them on average (rounded up)."""
+    shard = _shard(attrs)
+    if shard is None or rows <= 0:
+        return rows
+    ep, dp = shard
+    return -(-rows * dp // ep)
+
+
+def node_row_share(attrs: Mapping[str, object]) -> float:
+    """The fraction of a grouped GEMM's ``rows`` its experts take on average: 1, or on an
+    expert-parallel serving shard ``dp / ep`` (:func:`node_received_rows`, before rounding up: what
+    FLOPs and bytes count, the expected work, while the busiest device's kernel runs whole rows)."""
+    shard = _shard(attrs)
+    return 1.0 if shard is None else shard[1] / shard[0]
+
+
 def node_expert_rows(attrs: Mapping[str, object], rows: int, experts: int, balance: ExpertBalance) -> tuple[int, ...]:
     """A grouped GEMM's rows per expert: the split its node fixes (``expert_rows``: expert-parallel
-    sharding fixes the local experts of the most loaded device), else the analysis' balance."""
+    sharding fixes the local experts of the most loaded device), an expert-parallel serving shard's
+    busiest device's (:func:`expert_parallel_rows` of the group's ``experts x ep``), else the analysis'
+    balance."""
     fixed = attrs.get("expert_rows")
     if isinstance(fixed, tuple):
         return fixed
     if attrs.get("capacity"):                       # capacity buckets: every expert padded to C rows
         return expert_rows(rows, experts, None, BALANCED)
     top_k = attrs.get("top_k")
+    shard = _shard(attrs)
+    if shard is not None:
+        return expert_parallel_rows(node_received_rows(attrs, rows), experts * shard[0], shard[0],
+                                    top_k if isinstance(top_k, int) else None, balance)
     return expert_rows(rows, experts, top_k if isinstance(top_k, int) else None, balance)
 
 
@@ -203,6 +239,13 @@ def node_reached_experts(attrs: Mapping[str, object], rows: int, experts: int, b
         reached = attrs.get("reached_experts")
         return float(reached) if isinstance(reached, (int, float)) else float(active_experts(fixed))
     top_k = attrs.get("top_k")
+    shard = _shard(attrs)
+    if shard is not None and balance.kind == "random":     # the group's dp x rows rows, exact: 1/ep of theirs
+        ep, dp = shard
+        return reached_experts(rows * dp, experts * ep, top_k if isinstance(top_k, int) else None, balance) / ep
+    if shard is not None:
+        return expert_parallel_reached(node_received_rows(attrs, rows), experts * shard[0], shard[0],
+                                       top_k if isinstance(top_k, int) else None, balance)
     return reached_experts(rows, experts, top_k if isinstance(top_k, int) else None, balance)
 
 

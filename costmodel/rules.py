@@ -24,7 +24,7 @@ from math import ceil, log2, prod
 
 from ..ir import GROUP, IN_PLACE, TRANSCENDENTAL_OPS, V_IN_K, VIEW_OPS, Op, OpGroup, attention_dims, attention_operands
 from .cost import ZERO, Cost
-from .experts import node_reached_experts
+from .experts import node_reached_experts, node_row_share
 from .opview import OpView
 from .rules_collective import COLLECTIVE_RULES
 from .rules_vision import VISION_RULES, _traffic
@@ -74,9 +74,10 @@ def grouped_dot(v: OpView) -> Cost:
     reached = node_reached_experts(v.attrs, rows, w[0], v.expert_balance)   # expected, under random routing
     wdt = v.in_dtypes[1]
     assert wdt is not None
-    read = v.in_bytes(0) + round(reached * wdt.nbytes(prod(w[1:])))
+    share = node_row_share(v.attrs)     # an expert-parallel shard's experts take the group's share, on average
+    read = round(v.in_bytes(0) * share) + round(reached * wdt.nbytes(prod(w[1:])))
     read += sum(v.in_bytes(i) for i in range(2, len(v.in_shapes)) if v.has_input(i))
-    return Cost(2 * rows * k * n, 0, read, v.all_out_bytes())
+    return Cost(round(2 * rows * k * n * share), 0, read, round(v.all_out_bytes() * share))
 
 
 def _grouped_grad_weight(v: OpView) -> Cost:

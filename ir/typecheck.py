@@ -134,9 +134,12 @@ def _check_grouped_dot(node: Node) -> list[str]:
     if offsets is not None and (offsets.type.rank != 1 or not may_equal(offsets.shape[0], ws[0])):
         out.append(f"offsets {format_shape(offsets.shape)} should be one per group [{ws[0]}]")
     top_k = node.attrs.get("top_k")
-    bad_k = not isinstance(top_k, int) or top_k <= 0 or (isinstance(ws[0], int) and top_k > ws[0])
+    ep = node.attrs.get("expert_parallel")      # a serving shard's (ep, dp): it holds groups / ep of them
+    shards = int(ep[0]) if isinstance(ep, (tuple, list)) and ep else 1
+    groups = ws[0] * shards if isinstance(ws[0], int) else ws[0]
+    bad_k = not isinstance(top_k, int) or top_k <= 0 or (isinstance(groups, int) and top_k > groups)
     if top_k is not None and bad_k:
-        out.append(f"top_k {top_k!r} must be in 1..groups ({ws[0]})")
+        out.append(f"top_k {top_k!r} must be in 1..groups ({groups})")
     expected = (xs[0], ws[3 - rc])
     got = node.outputs[0].shape if node.outputs else None
     if got is not None and _shape_mismatch(expected, got):

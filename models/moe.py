@@ -133,11 +133,12 @@ def _group_limited(b: GraphBuilder, spec: TransformerSpec, choice: Value, tokens
 def _experts(b: GraphBuilder, spec: TransformerSpec, rows: Value, routed: Dim) -> Value:
     """The expert MLPs over ``routed`` rows: grouped up (gate and up) projection, activation, grouped down."""
     assert spec.experts is not None and spec.top_k is not None
-    e, hidden, ffn = spec.experts, spec.hidden, spec.expert_ffn or spec.ffn
+    ep = spec.expert_parallel
+    e, hidden, ffn = spec.experts // (ep[0] if ep else 1), spec.hidden, spec.expert_ffn or spec.ffn
     up_rows = 2 * ffn if spec.gated_mlp else ffn
     up_w = b.weight("gate_up_proj" if spec.gated_mlp else "up_proj", (e, up_rows, hidden))
     down_w = b.weight("down_proj", (e, hidden, ffn))
-    h = _grouped_linear(b, rows, up_w, spec.top_k, "up")
+    h = _grouped_linear(b, rows, up_w, spec.top_k, "up", ep)
     if spec.gated_mlp:
         gate = b.emit(Op.SLICE, [h], (routed, ffn), {"axis": 1, "part": "first_half", "piece": 0},
                       name="gate")
@@ -146,9 +147,15 @@ def _experts(b: GraphBuilder, spec: TransformerSpec, rows: Value, routed: Dim) -
         h = b.binary(Op.MUL, activation(b, spec.activation, gate), up, name="gate_mul")
     else:
         h = activation(b, spec.activation, h)
-    return _grouped_linear(b, h, down_w, spec.top_k, "down")
+    return _grouped_linear(b, h, down_w, spec.top_k, "down", ep)
 
 
-def _grouped_linear(b: GraphBuilder, x: Value, w: Value, top_k: int, name: str) -> Value:
-    """``x [N, in]`` by each row's expert of the stacked ``[E, out, in]`` weights (``rhs_contract=2``)."""
-    return b.emit(Op.GROUPED_DOT, [x, w], (x.shape[0], w.shape[1]), {"rhs_contract": 2, "top_k": top_k}, name=name)
+def _grouped_linear(b: GraphBuilder, x: Value, w: Value, top_k: int, name: str,
+                    ep: tuple[int, int] | None = None) -> Value:
+    """``x [N, in]`` by each row's expert of the stacked ``[E, out, in]`` weights (``rhs_contract=2``). An
+    expert-parallel shard holds ``E / ep`` experts and says so in ``expert_parallel`` (``(ep, dp)``): its
+    experts take the rows the group routes to them, not its own (:func:`..costmodel.experts.node_expert_rows`)."""
+    attrs: dict[str, object] = {"rhs_contract": 2, "top_k": top_k}
+    if ep is not None:
+        attrs["expert_parallel"] = ep
+    return b.emit(Op.GROUPED_DOT, [x, w], (x.shape[0], w.shape[1]), attrs, name=name)

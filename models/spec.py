@@ -81,12 +81,16 @@ class TransformerSpec:
     expert_groups: tuple[int, int] | None = None   # (groups, groups kept): group-limited routing
     routed_scale: float = 1.0          # DeepSeek's routed_scaling_factor on the routing weights
     router_fp32: bool = False          # DeepSeek: the router's weight and logits stay fp32
+    # an expert-parallel device's share, (ep, dp): ep devices hold experts / ep whole experts each, and
+    # dp of them (the data-parallel ranks) route distinct tokens (narrowpipe.costmodel.experts; serve --ep)
+    expert_parallel: tuple[int, int] | None = None
     dtype: DType = DType.BF16
     dropout: float = 0.0           # training: embeddings, attention probabilities, both residual branches
     attention: str = "fused"       # one ATTENTION node, or eager QK^T, scale, mask, softmax, PV
 
     def __post_init__(self) -> None:
-        for name in ("sliding_layers", "dense_layers", "expert_groups"):   # lists from JSON or a caller
+        # lists from JSON or a caller
+        for name in ("sliding_layers", "dense_layers", "expert_groups", "expert_parallel"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(int(i) for i in value))
@@ -173,6 +177,11 @@ class TransformerSpec:
                                 or self.router != "softmax" or self.routed_scale != 1.0 or self.router_fp32):
             raise NarrowpipeError("transformer: expert_ffn, shared_ffn, shared_gate, dense_layers, router, "
                                   "routed_scale, router_fp32 and expert_groups need experts and top_k")
+        if self.expert_parallel is not None:
+            ep, dp = self.expert_parallel
+            if self.experts is None or ep < 1 or dp < 1 or ep % dp or self.experts % ep:
+                raise NarrowpipeError(f"transformer: expert_parallel {self.expert_parallel} must place whole experts "
+                                      f"(ep dividing the {self.experts} experts) and dp must divide ep")
         if self.shared_gate and self.shared_ffn is None:
             raise NarrowpipeError("transformer: shared_gate scales a shared expert: give shared_ffn")
         if self.router not in ROUTERS:

@@ -6,6 +6,10 @@ serve`` decides; a training plan has none of them. Flag names and choices are vL
 (``vllm/engine/arg_utils.py``). How the deployment maps:
 
 * ``--tensor-parallel-size`` / ``--pipeline-parallel-size``: the replica's layout.
+* ``--enable-expert-parallel`` (and ``--data-parallel-size`` where the layout has data-parallel ranks):
+  an expert-parallel layout (``EP8``, ``DP8 x EP8``), whose experts vLLM spreads over every tensor x
+  data parallel rank (EP size = TP x DP, https://docs.vllm.ai/en/latest/serving/expert_parallel_deployment/).
+  Each data-parallel rank schedules its own sequences, so ``--max-num-seqs`` is the batch's share per rank.
 * ``--max-num-seqs``: the batch (the capacity plan's best batch under the latency targets).
 * ``--max-model-len``: the longest sequence the deployment was sized for (prompt + output).
 * ``--max-num-batched-tokens``: the prompt tokens one prefill step of the deployment runs (``serve``
@@ -36,7 +40,8 @@ from ..costmodel.serving.report import SERVING_FORMAT, ServingReport
 from ..errors import NarrowpipeError
 from .emit import Launch
 
-__all__ = ["vllm_launch", "vllm_from_report", "vllm_from_capacity", "parse_layout", "model_reference",
+__all__ = ["vllm_launch", "vllm_from_report", "vllm_from_capacity", "parse_layout", "parse_expert_layout",
+           "model_reference",
            "VLLM_REFERENCE", "KV_CACHE_DTYPES"]
 
 VLLM_REFERENCE = ("vllm-project/vllm vllm/engine/arg_utils.py (commit 001999d2f360c2c5da23a916510c273b1a73d06c); "
@@ -46,16 +51,27 @@ VLLM_REFERENCE = ("vllm-project/vllm vllm/engine/arg_utils.py (commit 001999d2f3
 KV_CACHE_DTYPES = {"fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 _FP8 = ("fp8_e4m3", "fp8")
-_LAYOUT = re.compile(r"^(?:TP(?P<tp>\d+))?(?: x )?(?:PP(?P<pp>\d+))?$")
+_LAYOUT = re.compile(r"^(?:TP(?P<tp>\d+))?(?: x )?(?:PP(?P<pp>\d+))?(?: x )?(?:DP(?P<dp>\d+))?(?: x )?"
+                     r"(?:EP(?P<ep>\d+))?$")
 
 
 def parse_layout(label: str) -> tuple[int, int]:
-    """``(tp, pp)`` of a serving layout label (``TP1``, ``TP4``, ``TP2 x PP2``, ``PP2``)."""
+    """``(tp, pp)`` of a serving layout label (``TP1``, ``TP4``, ``TP2 x PP2``, ``PP2``, ``DP4 x EP8``)."""
+    tp, pp, _dp, _ep = parse_expert_layout(label)
+    return tp, pp
+
+
+def parse_expert_layout(label: str) -> tuple[int, int, int, int]:
+    """``(tp, pp, dp, ep)`` of a serving layout label (:class:`~narrowpipe.costmodel.serving.Layout`'s
+    ``label``: ``TP2 x PP2``, ``TP8 x EP8``, ``TP2 x DP4 x EP8``); ``dp`` and ``ep`` 1 where absent."""
     m = _LAYOUT.match(label.strip())
-    if not label.strip() or m is None or not (m.group("tp") or m.group("pp")):
-        raise NarrowpipeError(f"vLLM runs tensor x pipeline parallel layouts; {label!r} is not one "
+    if not label.strip() or m is None or not any(m.group(g) for g in ("tp", "pp", "dp", "ep")):
+        raise NarrowpipeError(f"vLLM runs tensor x pipeline (x expert) parallel layouts; {label!r} is not one "
                               "(a dataflow chip lays the model out itself)")
-    return int(m.group("tp") or 1), int(m.group("pp") or 1)
+    tp, pp, dp, ep = (int(m.group(g) or 1) for g in ("tp", "pp", "dp", "ep"))
+    if (dp > 1 or ep > 1) and ep != tp * dp:
+        raise NarrowpipeError(f"layout {label!r}: vLLM's expert parallelism spans tp x dp = {tp * dp} ranks, not {ep}")
+    return tp, pp, dp, ep
 
 
 def model_reference(model: str) -> tuple[str, str | None]:
@@ -81,7 +97,7 @@ def vllm_launch(model: str, target: str | Target, layout: str, *, batch: int, ma
     chip = get_target(target)
     if chip.family == "dataflow":
         raise NarrowpipeError(f"vLLM does not run on {chip.name} (a dataflow chip)")
-    tp, pp = parse_layout(layout)
+    tp, pp, dp, ep = parse_expert_layout(layout)
     if batch < 1:
         raise NarrowpipeError("no batch meets the latency targets: nothing to launch (relax --tpot/--ttft)")
     notes: list[str] = []
@@ -93,9 +109,12 @@ def vllm_launch(model: str, target: str | Target, layout: str, *, batch: int, ma
     notes += [note] if note else []
     weights, activations, kv = formats.get("weights"), formats.get("activations"), formats.get("kv")
     compute = activations if activations in _DTYPE else model_dtype
-    flags: dict[str, Any] = {"--tensor-parallel-size": tp, "--pipeline-parallel-size": pp, "--max-num-seqs": batch,
+    per_rank = -(-batch // dp)      # each data-parallel rank schedules its own sequences
+    flags: dict[str, Any] = {"--tensor-parallel-size": tp, "--pipeline-parallel-size": pp,
+                             **({"--data-parallel-size": dp} if dp > 1 else {}), "--max-num-seqs": per_rank,
                              "--max-model-len": max_model_len,
-                             **({"--max-num-batched-tokens": max(prefill_tokens, batch)} if prefill_tokens else {}),
+                             **({"--max-num-batched-tokens": max(-(-prefill_tokens // dp), per_rank)}
+                                if prefill_tokens else {}),
                              "--gpu-memory-utilization": round(1.0 - defaults.SERVING_MEMORY_RESERVE, 4)}
     if compute in _DTYPE:
         flags["--dtype"] = _DTYPE[compute]
@@ -103,9 +122,15 @@ def vllm_launch(model: str, target: str | Target, layout: str, *, batch: int, ma
         raise NarrowpipeError(f"vLLM's --dtype is bfloat16, float16 or float32; this deployment computes in {compute}")
     flags["--kv-cache-dtype"] = _kv_flag(kv, model_dtype)
     flags.update(_quantization(weights, activations, formats.get("gemm_inputs"), model_dtype, notes))
+    if ep > 1:
+        flags["--enable-expert-parallel"] = True
+        notes.append(f"expert parallel {ep}: vLLM places the experts over all {ep} tensor x data parallel ranks"
+                     + (f"; --max-num-seqs{' and --max-num-batched-tokens are' if prefill_tokens else ' is'} "
+                        f"each of the {dp} data-parallel ranks' share (the batch is {batch})"
+                        if dp > 1 else ""))
     args: list[str] = []
     for flag, value in flags.items():
-        args += [flag, str(value)]
+        args += [flag] if value is True else [flag, str(value)]
     return Launch("vllm", source, flags, ["vllm", "serve", ref], args, notes=notes, reference=VLLM_REFERENCE)
 
 

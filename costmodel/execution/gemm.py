@@ -16,7 +16,7 @@ from math import prod
 
 from ...ir import OPERAND_MAJOR, DType, Node, Op, Value, attention_dims, attention_operands, attention_window, is_causal
 from ..dequant_fusion import dequant_behind, fused_dequant, runs_in_gemm
-from ..experts import node_expert_rows, node_reached_experts
+from ..experts import node_expert_rows, node_reached_experts, node_received_rows
 from ..interpreter import CostTable
 from ..kernels import Kernel
 from ..sizes import value_bytes
@@ -153,8 +153,10 @@ def grouped_gemm(table: CostTable, node: Node) -> Gemm:
     split = tuple(r for r in node_expert_rows(node.attrs, rows, ws[0], table.expert_balance) if r)
     reached = node_reached_experts(node.attrs, rows, ws[0], table.expert_balance)   # the rule's: D under random
     b_bytes = round(w.type.dtype.nbytes(prod(ws[1:])) * reached)
-    return Gemm(1, rows, n, k, _wider(x.type.dtype, w.type.dtype), value_bytes(table, x), b_bytes,
-                value_bytes(table, node.outputs[0]), table.costs[node].flops, split)
+    got = node_received_rows(node.attrs, rows)     # an expert-parallel serving shard: the group's share
+    scale = got / rows if rows else 1.0
+    return Gemm(1, got, n, k, _wider(x.type.dtype, w.type.dtype), round(value_bytes(table, x) * scale), b_bytes,
+                round(value_bytes(table, node.outputs[0]) * scale), table.costs[node].flops, split)
 
 
 def _grouped_grad_weight(table: CostTable, node: Node, x: Value, dy: Value) -> Gemm:

@@ -204,7 +204,13 @@ ONE_DEVICE_NOTE = ("only one device per replica was tried: tensor and pipeline p
 def layouts_for(sg: ServingGraph, target: Target, *, max_tp: int | None = None,
                 pps: Sequence[int] = (1,)) -> list[Layout]:
     """Tensor-parallel degrees (powers of two up to the scale-up domain) that split the model,
-    times the pipeline depths asked for; one device only without a recognised architecture."""
+    times the pipeline depths asked for; one device only without a recognised architecture. A mixture
+    of experts also gets the wide expert-parallel layouts vLLM's documentation launches (``--data-parallel-size
+    n --enable-expert-parallel``, :mod:`.layout`): data-parallel attention over ``ep`` devices (``DPn x EPn``)
+    where ``ep`` (a power of two) stays in the domain and places whole experts. ``TPn x EPn`` reads the
+    same expert bytes as ``TPn`` on average (whole experts, ``1/n`` of those reached, instead of ``1/n`` of
+    each) and has no all-to-all, so it is left to ``serve --tp --ep`` with the mixes (``TP2 x DP4 x EP8``),
+    to keep the search's steps few (each layout is a batch search of its own)."""
     if target.family == "dataflow" or sg.spec is None:
         return [Layout()]
     spec = sg.spec
@@ -215,13 +221,21 @@ def layouts_for(sg: ServingGraph, target: Target, *, max_tp: int | None = None,
         if _splits(spec, tp):
             out.extend(Layout(tp, pp) for pp in pps if pp <= spec.layers)
         tp *= 2
+    if spec.is_moe:
+        out.extend(Layout(1, pp, ep) for ep in _powers(2, limit) if _splits(spec, 1, ep)
+                   for pp in pps if pp <= spec.layers)
     return out
 
 
-def _splits(spec: TransformerSpec, tp: int) -> bool:
-    """Whether ``tp`` devices split the model (heads, MLP and expert widths): :func:`.parallel.tp_spec` decides."""
+def _powers(least: int, most: int) -> list[int]:
+    return [1 << i for i in range(most.bit_length()) if least <= 1 << i <= most]
+
+
+def _splits(spec: TransformerSpec, tp: int, ep: int = 1) -> bool:
+    """Whether ``tp`` devices split the model (heads, MLP and expert widths; with ``ep``, whole experts over
+    ``ep``): :func:`.parallel.tp_spec` decides."""
     try:
-        tp_spec(spec, tp)
+        tp_spec(spec, tp, ep)
     except NarrowpipeError:
         return False
     return True

@@ -61,7 +61,9 @@ class Crossover:
     execution model's first compute-bound batch (None: not below ``limit``). ``shared_bytes`` is
     W(B*), what a step at the crossover reads once for the whole batch (the weights, of a mixture of
     experts the experts routed to); where decode never turns, W with every expert read. So
-    ``analytic == ridge x shared_bytes / (flops_per_sequence - ridge x bytes_per_sequence)``."""
+    ``analytic == ridge x shared_bytes / (flops_per_sequence - ridge x bytes_per_sequence)``, times ``dp``
+    on an expert-parallel layout with data-parallel ranks (:mod:`.layout`: the step and W are one
+    rank's, the batch the replica's)."""
 
     analytic: float | None
     modelled: int | None
@@ -98,19 +100,30 @@ class RoutedWeights:
     experts: int
     rows: int
     random: bool = False
+    #: An expert-parallel serving shard (:mod:`.layout`): its device holds ``experts / ep`` of them, and
+    #: ``dp`` data-parallel ranks each route ``batch`` sequences; 1, 1: a device holds every expert.
+    ep: int = 1
+    dp: int = 1
 
     def read(self, batch: float) -> float:
         """Bytes a step of ``batch`` sequences reads: random routing reaches the expected
         ``E (1 - (1 - k/E)^batch)`` experts, balanced routing ``min(E, k x batch)``
-        (:func:`~narrowpipe.costmodel.experts.reached_experts`)."""
+        (:func:`~narrowpipe.costmodel.experts.reached_experts`); on an expert-parallel shard the
+        device's ``1 / ep`` of what the group's ``dp x batch`` sequences reach."""
+        tokens = batch * self.dp
         if self.random:
-            return self.expert_bytes * expected_reached(batch, self.experts, self.rows)
-        return self.expert_bytes * min(self.experts, self.rows * batch)
+            return self.expert_bytes * expected_reached(tokens, self.experts, self.rows) / self.ep
+        return self.expert_bytes * min(self.experts, self.rows * tokens) / self.ep
+
+    @property
+    def per_sequence(self) -> float:
+        """Expert bytes one more sequence adds below saturation (balanced routing)."""
+        return self.expert_bytes * self.rows * self.dp / self.ep
 
     @property
     def saturation(self) -> float:
-        """The batch from which every expert is read."""
-        return self.experts / self.rows
+        """The batch (of one data-parallel rank) from which every expert is read."""
+        return self.experts / (self.rows * self.dp)
 
 
 def routed_weights(table: CostTable) -> list[RoutedWeights]:
@@ -125,8 +138,11 @@ def routed_weights(table: CostTable) -> list[RoutedWeights]:
         assert w is not None
         if gemm.m and gemm.group_rows:
             shape = table.shapes[w]
-            out.append(RoutedWeights(w.type.dtype.nbytes(prod(shape[1:])), shape[0], gemm.m,
-                                     table.expert_balance.kind == "random"))
+            shard, top_k = node.attrs.get("expert_parallel"), node.attrs.get("top_k")
+            ep, dp = (int(shard[0]), int(shard[1])) if isinstance(shard, (tuple, list)) else (1, 1)
+            rows = int(top_k) if ep > 1 and isinstance(top_k, int) else gemm.m
+            out.append(RoutedWeights(w.type.dtype.nbytes(prod(shape[1:])), shape[0] * ep, rows,
+                                     table.expert_balance.kind == "random", ep, dp))
     return out
 
 
@@ -144,7 +160,7 @@ def solve_crossover(ridge: float, f: float, b: float, w0: float,
     for hi in (*edges, inf):
         full = [r for r in routed if r.saturation <= lo]
         a = w0 + sum(r.read(r.saturation) for r in full)             # saturated: every expert read
-        c = sum(r.expert_bytes * r.rows for r in routed if r.saturation > lo)   # bytes per sequence more
+        c = sum(r.per_sequence for r in routed if r.saturation > lo)   # bytes per sequence more
         if f > ridge * (b + c):
             batch = ridge * a / (f - ridge * (b + c))
             if batch <= hi:
@@ -160,7 +176,7 @@ def _bisect(ridge: float, f: float, b: float, w0: float,
     def shared(batch: float) -> float:
         return w0 + sum(r.read(batch) for r in routed)
 
-    full = w0 + sum(r.expert_bytes * r.experts for r in routed)
+    full = w0 + sum(r.expert_bytes * r.experts / r.ep for r in routed)
     slope = f - ridge * b
     if slope <= 0:
         return None, full
@@ -197,7 +213,9 @@ def crossover(replica: Replica, context: int, *, limit: int = 1 << 14) -> Crosso
         return s.compute_s >= s.memory_s
 
     modelled = _first_compute_bound(compute_bound, limit)
-    return Crossover(analytic, modelled, ridge, f, b, w, context)
+    dp = replica.layout.dp      # the step is one data-parallel rank's: the replica's batch is dp of them
+    return Crossover(None if analytic is None else analytic * dp, None if modelled is None else modelled * dp,
+                     ridge, f, b, w, context)
 
 
 def _first_compute_bound(compute_bound: Callable[[int], bool], limit: int) -> int | None:

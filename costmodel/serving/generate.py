@@ -136,4 +136,4 @@ def _iteration(replica: Replica, batch: int, prompts: float, input_len: int,
     prefilling ``prompts`` prompts of ``input_len``: the dense layers once over all its tokens, the
     prompts' attention per prompt, a ``1 / pp`` share of it on a token's microbatch."""
     tokens = max(1, round(batch + prompts * input_len))
-    return replica.mixed_step(tokens).dense_s, prompt_attn * prompts / replica.layout.pp
+    return replica.mixed_step(tokens).dense_s, prompt_attn * prompts / (replica.layout.pp * replica.layout.dp)

@@ -45,29 +45,38 @@ from ..sizes import value_bytes
 from .formats import Formats
 from .prepare import spec_graph
 
-__all__ = ["tp_spec", "pp_spec", "stage_weight_bytes", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end",
+__all__ = ["tp_spec", "ep_check", "ep_all_to_all_s", "ep_dispatch_bytes",
+           "pp_spec", "stage_weight_bytes", "tp_collectives_s", "pp_hop_s", "collective_s", "stage_end",
            "pipeline_s", "logits_gather_s"]
 
 
-def tp_spec(spec: TransformerSpec, tp: int) -> TransformerSpec:
+def tp_spec(spec: TransformerSpec, tp: int, ep: int = 1) -> TransformerSpec:
     """The architecture one of ``tp`` tensor-parallel devices holds: heads, the MLP and every expert's
     width split (an expert is split like a dense MLP, as vLLM's tensor-parallel MoE does); a latent
-    attention's down-projections and latent cache are replicated (they have no head dim to split)."""
+    attention's down-projections and latent cache are replicated (they have no head dim to split).
+    With expert parallelism over ``ep`` devices (vLLM's ``--enable-expert-parallel``, :func:`ep_check`)
+    the routed experts are not split by width but placed whole, ``experts / ep`` per device; the
+    attention, dense MLPs and shared experts stay tensor-parallel."""
+    if ep > 1:
+        ep_check(spec, tp, ep)
     if tp == 1:
-        return spec
+        return spec if ep == 1 else dataclasses.replace(spec, expert_parallel=(ep, ep))
     if spec.heads % tp:
         raise NarrowpipeError(f"tensor parallel {tp}: {spec.heads} attention heads do not split over {tp} devices")
     if spec.kv_heads % tp and tp % spec.kv_heads:
         raise NarrowpipeError(f"tensor parallel {tp}: {spec.kv_heads} KV heads neither split over nor replicate "
                               f"evenly on {tp} devices")
-    widths = {"ffn": spec.ffn, "expert_ffn": spec.expert_ffn, "shared_ffn": spec.shared_ffn}
+    split_experts = ep == 1 and spec.experts is not None
+    expert_ffn = spec.expert_ffn if spec.expert_ffn is not None or ep == 1 else spec.ffn
+    widths = {"ffn": spec.ffn, "expert_ffn": expert_ffn if split_experts else None, "shared_ffn": spec.shared_ffn}
     for name, width in widths.items():
         if width is not None and width % tp:
             raise NarrowpipeError(f"tensor parallel {tp}: the {name} width {width} does not split over {tp} devices")
     return dataclasses.replace(spec, heads=spec.heads // tp, kv_heads=max(spec.kv_heads // tp, 1),
                                vocab=ceil(spec.vocab / tp), ffn=spec.ffn // tp,
-                               expert_ffn=None if spec.expert_ffn is None else spec.expert_ffn // tp,
-                               shared_ffn=None if spec.shared_ffn is None else spec.shared_ffn // tp)
+                               expert_ffn=expert_ffn if not split_experts or expert_ffn is None else expert_ffn // tp,
+                               shared_ffn=None if spec.shared_ffn is None else spec.shared_ffn // tp,
+                               expert_parallel=(ep, ep // tp) if ep > 1 else None)
 
 
 def pp_spec(spec: TransformerSpec, pp: int, formats: Formats | None = None) -> TransformerSpec:
@@ -117,6 +126,43 @@ def stage_weight_bytes(spec: TransformerSpec, formats: Formats) -> Callable[[ran
         return (sum(layer_bytes[spec.layer_is_moe(i)] for i in r) + (ends["first"] if r.start == 0 else 0)
                 + (ends["last"] if r.stop == spec.layers else 0))
     return weigh
+
+
+def ep_check(spec: TransformerSpec, tp: int, ep: int) -> None:
+    """Refuse an expert-parallel layout vLLM cannot run: a dense model, ``ep`` not a multiple of ``tp``
+    (vLLM's EP group is every TP x DP rank: ``ep = tp x dp``), or ``ep`` not dividing the experts."""
+    if spec.experts is None:
+        raise NarrowpipeError(f"expert parallel {ep}: the model has no experts (a dense model has nothing to place "
+                              "over an expert-parallel group)")
+    if ep % tp:
+        raise NarrowpipeError(f"expert parallel {ep}: vLLM spreads the experts over all tensor x data parallel ranks "
+                              f"(ep = tp x dp), and {ep} is not a multiple of tp={tp}")
+    if spec.experts % ep:
+        raise NarrowpipeError(f"expert parallel {ep}: the {spec.experts} experts do not split over {ep} devices")
+
+
+def ep_all_to_all_s(spec: TransformerSpec, tp: int, ep: int, tokens: int, act_bytes: float, topology: Topology,
+                    target: Target) -> tuple[float, int]:
+    """(seconds, count) of one step's expert-parallel exchanges for the ``tokens`` tokens of one
+    data-parallel rank: per MoE layer a dispatch and a combine all-to-all over the ``ep`` devices, each
+    device sending its ``ceil(tokens / tp)`` tokens' ``top_k`` rows of ``hidden`` activations
+    (``tokens x top_k x hidden x bytes``, of which ``(ep - 1) / ep`` leave the device, the collective
+    model's all-to-all). vLLM runs them only with data parallelism (``FusedMoEParallelConfig.
+    use_all2all_kernels``: ``dp_size > 1 and use_ep``); with ``dp = 1`` every TP rank holds every
+    token, runs its own experts on them and the tensor-parallel all-reduce sums the experts' outputs.
+    assumption: with ``tp > 1`` and ``dp > 1`` each TP rank dispatches its ``1 / tp`` share of its
+    rank's tokens (the sequence-parallel split), not a duplicate of them."""
+    if ep <= 1 or ep == tp or spec.top_k is None:
+        return 0.0, 0
+    moe_layers = sum(spec.layer_is_moe(i) for i in range(spec.layers))
+    one = collective_s(topology, Op.ALL_TO_ALL, ep_dispatch_bytes(spec, tp, tokens, act_bytes), ep, target)
+    return 2 * moe_layers * one, 2 * moe_layers
+
+
+def ep_dispatch_bytes(spec: TransformerSpec, tp: int, tokens: int, act_bytes: float) -> float:
+    """One device's dispatch (and combine) buffer: its ``ceil(tokens / tp)`` tokens' ``top_k`` routed rows
+    of ``hidden`` activations (:func:`ep_all_to_all_s`)."""
+    return ceil(tokens / tp) * (spec.top_k or 0) * spec.hidden * act_bytes
 
 
 def collective_s(topology: Topology, op: Op, size: float, group: int, target: Target) -> float:

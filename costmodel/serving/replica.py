@@ -9,7 +9,7 @@ mixed continuous-batching step, whether a batch fits) goes through :meth:`Replic
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import lru_cache
 from math import ceil
 from typing import Any
@@ -20,40 +20,28 @@ from ...errors import NarrowpipeError
 from ...ir import DType
 from ..execution import TimingOptions
 from ..execution.collectives import Topology
+from .layout import Layout
 from .memory import Memory, memory_budget
-from .parallel import logits_gather_s, pipeline_s, pp_hop_s, pp_spec, stage_end, tp_collectives_s, tp_spec
+from .parallel import (
+    ep_all_to_all_s,
+    logits_gather_s,
+    pipeline_s,
+    pp_hop_s,
+    pp_spec,
+    stage_end,
+    tp_collectives_s,
+    tp_spec,
+)
 from .prepare import ServingGraph, spec_graph
 from .step import StepTime, activation_bytes, time_step
 
 _DEFAULT_OPTIONS = TimingOptions()
+_ONE_DEVICE = Layout()
 __all__ = ["Layout", "Replica", "MLA_DECODE"]
 #: How a latent-attention (MLA) model's decode steps are timed: ``absorbed``, as serving engines run
 #: decode (vLLM's and SGLang's MLA kernels fold ``kv_b_proj`` into the query and the output and attend
 #: over the cached latent; :mod:`narrowpipe.models.mla`), or ``as-built``, the graph's own formulation.
 MLA_DECODE = ("absorbed", "as-built")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """``tp`` x ``pp`` devices (1 x 1: one device; on a dataflow target: the family's own layout)."""
-
-    tp: int = 1
-    pp: int = 1
-
-    def __post_init__(self) -> None:
-        if self.tp < 1 or self.pp < 1:
-            raise NarrowpipeError(f"a layout needs tp >= 1 and pp >= 1, got tp={self.tp}, pp={self.pp}")
-
-    @property
-    def devices(self) -> int:
-        return self.tp * self.pp
-
-    @property
-    def label(self) -> str:
-        if self.devices == 1:
-            return "TP1"
-        parts = ([f"TP{self.tp}"] if self.tp > 1 else []) + ([f"PP{self.pp}"] if self.pp > 1 else [])
-        return " x ".join(parts)
 
 
 #: The largest batch :meth:`Replica.max_batch` looks for: a result equal to it is the search's cap,
@@ -70,7 +58,7 @@ class Replica:
     all-reduces small buffers with its own one-shot/two-shot kernels (vLLM, SGLang and TensorRT-LLM do
     by default on NVLink), False for NCCL alone (:attr:`.collectives.Topology.peer_all_reduce`)."""
 
-    def __init__(self, sg: ServingGraph, target: Target, layout: Layout = Layout(), *,
+    def __init__(self, sg: ServingGraph, target: Target, layout: Layout = _ONE_DEVICE, *,
                  options: TimingOptions = _DEFAULT_OPTIONS, topology: Topology | None = None,
                  reserve: float = SERVING_MEMORY_RESERVE, chips: int | None = None, system: str = "",
                  mla_decode: str = "absorbed", peer_all_reduce: bool = True) -> None:
@@ -97,11 +85,13 @@ class Replica:
             if sg.spec is None:
                 raise NarrowpipeError("tensor/pipeline parallel serving needs the model's architecture: this graph "
                                       "was not recognised (Llama/GPT-2 layout or narrowpipe.transformer)")
-            shard = pp_spec(tp_spec(sg.spec, layout.tp), layout.pp, sg.formats)
+            shard = pp_spec(tp_spec(sg.spec, layout.tp, layout.ep), layout.pp, sg.formats)
             self.device_graph = spec_graph(shard, sg.formats, origin=f"per-device shard ({layout.label})")
             self.notes.append(f"{layout.label}: each device runs the model builder's graph of its shard "
                               f"({_count(shard.heads, 'head')}, {_kv_heads(shard)}, MLP {shard.ffn}, "
                               f"{shard.layers} layers, vocab {shard.vocab})")
+            if layout.ep > 1:
+                self.notes.append(_ep_note(sg.spec, layout))
         else:
             self.device_graph = sg
         self.mla_decode = mla_decode
@@ -175,7 +165,9 @@ class Replica:
         return self._step(1, tokens, 0, True)
 
     def _compute_step(self, batch: int, tokens: int, past: int, split_tokens: bool) -> StepTime:
-        tp, pp = self.layout.tp, self.layout.pp
+        tp, pp, dp = self.layout.tp, self.layout.pp, self.layout.dp
+        # data-parallel ranks (expert parallelism) each run their share of the sequences (or tokens)
+        batch, tokens = (batch, ceil(tokens / dp)) if split_tokens else (ceil(batch / dp), tokens)
         micro, micro_tokens = (batch, ceil(tokens / pp)) if split_tokens else (ceil(batch / pp), tokens)
         microbatches = ceil(tokens / micro_tokens) if split_tokens else ceil(batch / micro)
         graph = self.graph_for(tokens)
@@ -191,14 +183,20 @@ class Replica:
         comm, count = tp_collectives_s(stage_spec, tp, micro * micro_tokens, self.act_bytes, self.topology,
                                        self.target, logit_rows=0)
         gather = logits_gather_s(stage_spec, tp, rows, self.act_bytes, self.topology, self.target) if tp > 1 else 0.0
+        a2a, a2a_count = ep_all_to_all_s(spec, tp, self.layout.ep, micro * micro_tokens, self.act_bytes,
+                                         self.topology, self.target)
+        comm, count = comm + a2a, count + a2a_count
         hop = pp_hop_s(full, pp, micro * micro_tokens, self.act_bytes, self.topology, self.target,
                        self.layout.devices)
         first, last = base.ends
         layers = base.time_s - first.time_s - last.time_s + comm
         time = pipeline_s(pp, microbatches, layers, first.time_s, last.time_s + gather, hop) if pp > 1 \
             else base.time_s + (comm + gather)
-        notes = [*base.notes, f"{count} tensor-parallel collectives per stage ({(comm + gather) * 1e6:.1f} us)"] \
-            if tp > 1 else list(base.notes)
+        notes = [*base.notes, f"{count - a2a_count} tensor-parallel collectives per stage "
+                 f"({(comm - a2a + gather) * 1e6:.1f} us)"] if tp > 1 else list(base.notes)
+        if a2a_count:
+            notes.append(f"{a2a_count} expert-parallel all-to-alls per stage (dispatch and combine over "
+                         f"{self.layout.ep} devices, {a2a * 1e6:.1f} us)")
         if pp > 1:
             what = f"{micro_tokens} tokens" if split_tokens else f"{micro} sequences"
             notes.append(f"{pp} stages, {microbatches} microbatch(es) of {what} in flight, {hop * 1e6:.1f} us "
@@ -206,7 +204,7 @@ class Replica:
 
         def whole(total: int, ends: tuple[int, int]) -> int:
             """Over the replica: every microbatch through every stage, each end run once per microbatch."""
-            return tp * microbatches * (pp * (total - sum(ends)) + sum(ends))
+            return tp * dp * microbatches * (pp * (total - sum(ends)) + sum(ends))
         # the time terms are one microbatch's trip through the stages (pp x one stage's)
         return StepTime(
             time_s=time, compute_s=base.compute_s * pp, memory_s=base.memory_s * pp,
@@ -243,7 +241,7 @@ class Replica:
         are the larger of the decode step's and, given ``prefill_tokens``, a prefill's of
         ``prefill_batch`` sequences (default ``batch``: static batching prefills them together)."""
         acts = self._activations(batch, context, prefill_tokens, prefill_batch)
-        kv = self.device_graph.cache.resident_bytes(batch, context)
+        kv = self.device_graph.cache.resident_bytes(ceil(batch / self.layout.dp), context)
         if not self.dataflow:
             return memory_budget(self.target.memory_capacity, weights=self._weights(), activations=acts,
                                  kv_cache=kv, reserve_fraction=self.reserve)
@@ -251,7 +249,7 @@ class Replica:
 
     def _activations(self, batch: int, context: int, prefill_tokens: int | None, prefill_batch: int | None) -> float:
         """The activations :meth:`memory` budgets (its doc)."""
-        pp = self.layout.pp
+        pp = self.layout.pp * self.layout.dp      # a device holds its data-parallel rank's, stage's share
         # the decode step that fills the cache to ``context`` tokens: it runs on ``context - 1``
         acts = activation_bytes(self.decode_graph, ceil(batch / pp), 1, max(context - 1, 0))
         if prefill_tokens:
@@ -379,3 +377,14 @@ def _kv_heads(shard: Any) -> str:
         return (f"one latent KV of {shard.kv_lora_rank} + {shard.qk_rope_head_dim} values a token shared by the heads "
                 "(whole on every device)")
     return _count(shard.kv_heads, "KV head")
+
+
+def _ep_note(spec: Any, layout: Layout) -> str:
+    """What expert parallelism places where (:mod:`.layout`)."""
+    dp = f"{layout.dp} data-parallel ranks of TP{layout.tp} attention, each with its share of the sequences and its " \
+         "own KV cache; " if layout.dp > 1 else ""
+    how = ("dispatch and combine all-to-alls per MoE layer" if layout.dp > 1 else
+           "no all-to-all (vLLM runs them only with data parallelism: every TP rank holds every token and the "
+           "tensor-parallel all-reduce sums the experts' outputs)")
+    return (f"expert parallel {layout.ep} (vLLM --enable-expert-parallel): {dp}{spec.experts // layout.ep} of the "
+            f"{spec.experts} experts whole on each device, the busiest device's routed rows per grouped GEMM; {how}")

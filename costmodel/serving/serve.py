@@ -34,12 +34,13 @@ MODES = ("prefill", "decode", "generate")
 DEFAULT_INPUT, DEFAULT_OUTPUT = 2048, 256
 
 
-def replica_for(model: Graph | ServingGraph, target: Target | str, *, tp: int = 1, pp: int = 1,
+def replica_for(model: Graph | ServingGraph, target: Target | str, *, tp: int = 1, pp: int = 1, ep: int = 1,
                 weights: Any = None, activations: Any = None, kv: Any = None, system: Any = None,
                 fusion: str | None = None, gemm_inputs: Any = None, mla_decode: str = "absorbed",
                 peer_all_reduce: bool = True) -> Replica:
     """The :class:`Replica` a question runs on (reuse it to ask many questions of one deployment);
-    ``gemm_inputs``: the format GEMMs read their activations in (FP8 W8A8, :mod:`.formats`);
+    ``ep``: expert-parallel devices of a mixture of experts (vLLM's ``--enable-expert-parallel``: ``ep = tp x dp``,
+    :mod:`.layout`); ``gemm_inputs``: the format GEMMs read their activations in (FP8 W8A8, :mod:`.formats`);
     ``mla_decode``: a latent-attention model's decode form (:data:`.replica.MLA_DECODE`; default the
     absorbed form serving engines run); ``peer_all_reduce`` False: the engine all-reduces with NCCL
     alone, not its own one-shot/two-shot kernels (:class:`.replica.Replica`)."""
@@ -56,14 +57,14 @@ def replica_for(model: Graph | ServingGraph, target: Target | str, *, tp: int = 
     topology = Topology.of_system(found) if found is not None else None
     # a dataflow layout may use the system's chips and no more (without one: the largest system)
     chips = found.devices if found is not None and t.family == "dataflow" else None
-    return Replica(sg, t, Layout(tp, pp), options=TimingOptions(fusion=fusion), topology=topology, chips=chips,
+    return Replica(sg, t, Layout(tp, pp, ep), options=TimingOptions(fusion=fusion), topology=topology, chips=chips,
                    system=found.name if found is not None else "", mla_decode=mla_decode,
                    peer_all_reduce=peer_all_reduce)
 
 
 def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = None, *, mode: str = "decode",
           batch: int = 1, context: int | None = None, input_len: int | None = None, output_len: int | None = None,
-          tp: int = 1, pp: int = 1, weights: Any = None, activations: Any = None, kv: Any = None,
+          tp: int = 1, pp: int = 1, ep: int = 1, weights: Any = None, activations: Any = None, kv: Any = None,
           system: Any = None, price: float | None = None, fusion: str | None = None,
           with_crossover: bool = True, gemm_inputs: Any = None, mla_decode: str = "absorbed",
           peer_all_reduce: bool = True) -> ServingReport:
@@ -74,10 +75,10 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
     if mode not in MODES:
         raise NarrowpipeError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     price = checked_price(price)
-    batch, tp, pp = as_integer("batch", batch), as_integer("tp", tp), as_integer("pp", pp)
+    batch, tp, pp, ep = (as_integer(n, x) for n, x in (("batch", batch), ("tp", tp), ("pp", pp), ("ep", ep)))
     context, input_len, output_len = (None if x is None else as_integer(n, x) for n, x in
                                       (("context", context), ("input_len", input_len), ("output_len", output_len)))
-    for name, count in (("batch", batch), ("tp", tp), ("pp", pp)):
+    for name, count in (("batch", batch), ("tp", tp), ("pp", pp), ("ep", ep)):
         if count < 1:
             raise NarrowpipeError(f"{name} must be >= 1, got {count}")
     for name, value in (("input_len", input_len), ("output_len", output_len)):
@@ -93,7 +94,7 @@ def serve(model: Graph | ServingGraph | Replica, target: Target | str | None = N
             model = as_graph(model, "serve")
         if target is None:
             raise NarrowpipeError("serve: name a target")
-        replica = replica_for(model, target, tp=tp, pp=pp, weights=weights, activations=activations, kv=kv,
+        replica = replica_for(model, target, tp=tp, pp=pp, ep=ep, weights=weights, activations=activations, kv=kv,
                               system=system, fusion=fusion, gemm_inputs=gemm_inputs, mla_decode=mla_decode,
                               peer_all_reduce=peer_all_reduce)
     t = replica.target
