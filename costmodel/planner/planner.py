@@ -368,11 +368,8 @@ class Planner:
         train = build_training_graph(fwd, optimizer=self.optimizer, recompute="none",
                                      outputs=loss_outputs(fwd, "sum", block.grad_inputs), inputs=block.grad_inputs)
         table = interpret(train, self.dims(1))
-        f = b = 0.0
-        for node, cost in table.costs.items():
-            phase = node.attrs.get("phase")
-            f += cost.flops if phase == "forward" else 0
-            b += cost.flops if phase == "backward" else 0
+        f = sum(float(c.flops) for n, c in table.costs.items() if n.attrs.get("phase") == "forward")
+        b = sum(float(c.flops) for n, c in table.costs.items() if n.attrs.get("phase") == "backward")
         return f, b
 
 
