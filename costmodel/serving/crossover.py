@@ -22,7 +22,7 @@ from the smallest batches up (:func:`solve_crossover`): below saturation each se
 ``e k`` per MoE layer to what it moves, ``B* = R W0 / (f - R (b + sum e k))``; past it
 ``B* = R W_sat / (f - R b)`` with every expert read (Mixtral on H200 at 128 tokens, not the 26
 that W0 alone gives). Under random routing W(B) is concave, so ``B f - R (W(B) + B b)`` is convex and
-negative at 0 and its one root is bisected, below ``R W_sat / (f - R b)``; at Mixtral's crossover
+negative at 0, and its one root is found (scipy's brentq) in ``(0, R W_sat / (f - R b)]``; at Mixtral's crossover
 (hundreds of sequences) every expert is reached either way. ``shared_bytes`` is W at B* (with
 every expert read when decode never turns).
 
@@ -43,6 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from math import inf, prod
 from typing import Any
+
+from scipy.optimize import brentq
 
 from ...ir import Op
 from ..execution.common import matrix_rate
@@ -152,9 +154,9 @@ def solve_crossover(ridge: float, f: float, b: float, w0: float,
     (None, W with every expert read) where decode never turns compute-bound. W is linear between
     saturation points: each regime's linear solution is taken if it falls inside the regime, from
     the smallest batches up (``B (f - R b) - R W(B)`` is convex and negative at 0, so it crosses
-    zero once). Random routing's W(B) is not piecewise linear: that root is bisected (:func:`_bisect`)."""
+    zero once). Random routing's W(B) is not piecewise linear: that root is bracketed (:func:`_concave_root`)."""
     if any(r.random for r in routed):
-        return _bisect(ridge, f, b, w0, routed)
+        return _concave_root(ridge, f, b, w0, routed)
     edges = sorted({r.saturation for r in routed})
     lo = 0.0
     for hi in (*edges, inf):
@@ -169,10 +171,11 @@ def solve_crossover(ridge: float, f: float, b: float, w0: float,
     return None, w0 + sum(r.read(r.saturation) for r in routed)
 
 
-def _bisect(ridge: float, f: float, b: float, w0: float,
+def _concave_root(ridge: float, f: float, b: float, w0: float,
             routed: Sequence[RoutedWeights]) -> tuple[float | None, float]:
     """The root of ``B (f - R b) - R W(B)`` for a concave W(B) below ``W_sat``: it lies in
-    ``(0, R W_sat / (f - R b)]`` (there ``W(B) <= W_sat`` makes it non-negative)."""
+    ``(0, R W_sat / (f - R b)]`` (there ``W(B) <= W_sat`` makes it non-negative), found by scipy's
+    Brent method on that bracket."""
     def shared(batch: float) -> float:
         return w0 + sum(r.read(batch) for r in routed)
 
@@ -180,16 +183,15 @@ def _bisect(ridge: float, f: float, b: float, w0: float,
     slope = f - ridge * b
     if slope <= 0:
         return None, full
-    lo, hi = 0.0, ridge * full / slope
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if mid * slope - ridge * shared(mid) < 0:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-13 * hi:
-            break
-    return hi, shared(hi)
+
+    def excess(batch: float) -> float:       # FLOP time past byte time, in FLOPs: 0 at the crossover
+        return batch * slope - ridge * shared(batch)
+
+    hi = ridge * full / slope
+    if excess(0.0) >= 0:                     # nothing shared: compute-bound from the first sequence
+        return 0.0, shared(0.0)
+    root = float(brentq(excess, 0.0, hi, xtol=1e-12, rtol=1e-13))
+    return root, shared(root)
 
 
 def crossover(replica: Replica, context: int, *, limit: int = 1 << 14) -> Crossover:
