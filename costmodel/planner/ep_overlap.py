@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from .block_cost import BlockCost
 from .runtime import Runtime
-from .strategy import Parallel
+from .strategy import Parallel, warmup_chunk_forwards
 
 __all__ = ["applies", "block_hidden", "unpaired_passes", "paired_share", "why_not", "note"]
 
@@ -68,17 +68,16 @@ def block_hidden(block: BlockCost) -> tuple[float, float]:
 
 def unpaired_passes(p: Parallel, rank: int) -> int:
     """Model-chunk forward passes (and as many backward) that device ``rank`` runs with no partner."""
-    total = p.microbatches * p.interleave
     if p.pp == 1:
-        return min(1, total)
-    return min(total, (p.pp - rank - 1) * 2 + (p.interleave - 1) * p.pp + 1)
-
+        return min(1, p.microbatches * p.interleave)
+    return warmup_chunk_forwards(p, rank)
 
 
 def paired_share(p: Parallel, rank: int) -> float:
     """Of device ``rank``'s ``m v`` forward (and backward) chunk passes, the share merged with a partner."""
     total = p.microbatches * p.interleave
     return (total - unpaired_passes(p, rank)) / total if total else 0.0
+
 
 def note(p: Parallel, runtime: Runtime, exposed_s: float, hidden_s: float) -> str:
     """What the plan assumed of its expert all-to-alls, for its notes."""

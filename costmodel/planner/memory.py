@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from .runtime import Runtime
 from .step import DeviceLoad
-from .strategy import Parallel
+from .strategy import Parallel, warmup_chunk_forwards
 
 __all__ = ["DeviceMemory", "device_memory", "OPTIMIZER_STATES"]
 
@@ -60,8 +60,7 @@ def in_flight(p: Parallel, stage: int) -> float:
         return 1.0
     if p.interleave == 1:
         return float(min(p.pp - stage, p.microbatches))
-    chunk_forwards = min((p.pp - stage - 1) * 2 + (p.interleave - 1) * p.pp + 1, p.microbatches * p.interleave)
-    return chunk_forwards / p.interleave
+    return warmup_chunk_forwards(p, stage) / p.interleave
 
 
 def device_memory(p: Parallel, load: DeviceLoad, runtime: Runtime, optimizer: str = "adam",

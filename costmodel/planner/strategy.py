@@ -20,7 +20,7 @@ from typing import Any
 
 from ...errors import PlanError
 
-__all__ = ["Parallel", "RECOMPUTE", "AXES", "parse_switch"]
+__all__ = ["Parallel", "RECOMPUTE", "AXES", "parse_switch", "warmup_chunk_forwards"]
 
 RECOMPUTE = ("none", "selective", "dots", "full")
 #: Mesh axes from the innermost (adjacent ranks) to the outermost.
@@ -143,3 +143,10 @@ class Parallel:
         if unknown:
             raise PlanError(f"parallel: unknown field(s) {', '.join(unknown)}; fields are {', '.join(sorted(known))}")
         return cls(**data)
+
+
+def warmup_chunk_forwards(p: Parallel, stage: int) -> int:
+    """Model-chunk forwards pipeline device ``stage`` runs before its first backward on the
+    interleaved 1F1B schedule (Megatron-LM's ``(p - rank - 1) * 2 + (v - 1) * p`` warmup and the
+    first steady-state forward), at most its ``m v`` chunk passes."""
+    return min((p.pp - stage - 1) * 2 + (p.interleave - 1) * p.pp + 1, p.microbatches * p.interleave)
