@@ -150,8 +150,6 @@ def _expert_chain(firsts: list[Node]) -> tuple[list[Node], Node | None]:
             for u in o.uses:
                 if u.node.outputs and u.node.outputs[0].shape[:1] == (rows,) and u.node not in chain:
                     frontier.append(u.node)
-    if last is None:
-        return chain, None
     return chain, last
 
 
